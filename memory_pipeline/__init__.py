@@ -1,0 +1,1 @@
+"""Long-term memory consolidation for LLM agents as a Dagster asset graph."""

@@ -1,0 +1,20 @@
+"""The code location: every domain's assets, checks, jobs, schedules and sensors."""
+
+from __future__ import annotations
+
+from dagster import Definitions
+
+from memory_pipeline.resources import default_resources
+from memory_pipeline.temporal.assets import raw_conversation_events, temporal_assets
+from memory_pipeline.temporal.checks import temporal_checks
+from memory_pipeline.temporal.schedules import temporal_jobs, temporal_schedules
+from memory_pipeline.temporal.sensors import temporal_sensors
+
+defs = Definitions(
+    assets=[raw_conversation_events, *temporal_assets],
+    asset_checks=temporal_checks,
+    jobs=temporal_jobs,
+    schedules=temporal_schedules,
+    sensors=temporal_sensors,
+    resources=default_resources(),
+)

@@ -1,0 +1,1 @@
+"""Shared code: settings, time, the store, the cache and the LLM client (no Dagster imports)."""

@@ -1,0 +1,205 @@
+"""The one way to call a model: litellm (or the offline model), retries, a response cache, and a
+ledger row per call (asset, partition, model, tokens, latency, outcome)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from memory_pipeline.lib.llm import offline
+from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store.schema import llm_cache, llm_ledger
+from memory_pipeline.lib.text import hard_cut, short_hash
+
+log = logging.getLogger(__name__)
+
+
+class LLMHardFailure(RuntimeError):
+    """The model could not answer after retries (or the error is not retryable)."""
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    task: str
+    system: str
+    user: str
+    prompt_version: str
+    max_chars: int | None = None  # prompt target; the answer is hard-cut at ceil(1.5 x)
+    world_id: str | None = None
+    tools: list[dict[str, Any]] | None = None
+
+    def messages(self) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": self.user}]
+
+
+@dataclass
+class LLMResult:
+    text: str
+    cached: bool
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class CallStats:
+    calls: int = 0
+    cache_hits: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    failures: int = 0
+
+
+def _is_retryable(exc: Exception) -> bool:
+    import litellm
+
+    retryable = (
+        litellm.RateLimitError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.APIConnectionError,
+        litellm.Timeout,
+    )
+    return isinstance(exc, retryable)
+
+
+class LLMClient:
+    def __init__(
+        self,
+        store: Store,
+        model: str = offline.NAME,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout_seconds: float = 60.0,
+        max_retries: int = 3,
+        backoff_seconds: float = 1.0,
+        use_cache: bool = True,
+        asset: str | None = None,
+        partition: str | None = None,
+    ):
+        self.store = store
+        self.model = model
+        self.api_base = api_base
+        self.api_key = api_key
+        self.timeout_seconds = timeout_seconds
+        self.max_retries = max_retries
+        self.backoff_seconds = backoff_seconds
+        self.use_cache = use_cache
+        self.asset = asset
+        self.partition = partition
+        self.stats = CallStats()
+
+    @property
+    def is_offline(self) -> bool:
+        return self.model.startswith("offline/")
+
+    def bind(self, *, asset: str | None = None, partition: str | None = None) -> "LLMClient":
+        """A client whose ledger rows name this asset and partition (stats are its own)."""
+        return LLMClient(
+            self.store, self.model, self.api_base, self.api_key, self.timeout_seconds,
+            self.max_retries, self.backoff_seconds, self.use_cache,
+            asset or self.asset, partition or self.partition,
+        )
+
+    def _cache_key(self, req: LLMRequest) -> str:
+        return short_hash([self.model, req.prompt_version, req.messages(), req.tools, req.max_chars], length=64)
+
+    def complete(self, req: LLMRequest, *, force: bool = False) -> LLMResult:
+        key = self._cache_key(req)
+        if self.use_cache and not force and not req.tools:
+            with self.store.connect() as conn:
+                hit = conn.execute(select(llm_cache).where(llm_cache.c.cache_key == key)).mappings().first()
+            if hit is not None:
+                self.stats.cache_hits += 1
+                self._ledger(req, key, "cache_hit", 0, 0, 0, 0, None)
+                return LLMResult(hit["response"], cached=True)
+
+        started = time.monotonic()
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                text, tin, tout, tool_calls, cost = self._call(req)
+                break
+            except Exception as exc:  # noqa: BLE001 - classified below, re-raised as hard failure
+                retry = attempts <= self.max_retries and not self.is_offline and _is_retryable(exc)
+                if retry:
+                    delay = self.backoff_seconds * (2 ** (attempts - 1)) * (1 + random.random() * 0.1)
+                    log.warning("LLM %s attempt %s failed (%s); retrying in %.2fs", req.task, attempts, exc, delay)
+                    time.sleep(delay)
+                    continue
+                latency = int((time.monotonic() - started) * 1000)
+                self.stats.failures += 1
+                self._ledger(req, key, "error", 0, 0, latency, attempts, f"{type(exc).__name__}: {exc}")
+                raise LLMHardFailure(f"{self.model} failed for {req.task} after {attempts} attempt(s): {exc}") from exc
+
+        if req.max_chars:
+            text = hard_cut(text, req.max_chars)
+        latency = int((time.monotonic() - started) * 1000)
+        self.stats.calls += 1
+        self.stats.tokens_in += tin
+        self.stats.tokens_out += tout
+        self._ledger(req, key, "ok", tin, tout, latency, attempts, None, cost)
+        if self.use_cache and not req.tools:
+            with self.store.begin() as conn:
+                upsert(
+                    conn, llm_cache,
+                    [{"cache_key": key, "model": self.model, "prompt_version": req.prompt_version,
+                      "response": text, "tokens_in": tin, "tokens_out": tout}],
+                    keys=["cache_key"],
+                )
+        return LLMResult(text, cached=False, tokens_in=tin, tokens_out=tout, tool_calls=tool_calls)
+
+    def _call(self, req: LLMRequest):
+        if self.is_offline:
+            target = req.max_chars or 200
+            text = offline.headline(req.user, target)
+            return text, offline.approx_tokens(req.system + req.user), offline.approx_tokens(text), [], None
+
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm  # heavy: imported only when a real model is configured
+
+        kwargs: dict[str, Any] = dict(
+            model=self.model, messages=req.messages(), timeout=self.timeout_seconds, num_retries=0,
+        )
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        if req.tools:
+            kwargs["tools"] = req.tools
+        resp = litellm.completion(**kwargs)
+        try:
+            choice = resp.choices[0]
+            message = choice.message
+            text = message.content or ""
+            usage = resp.usage
+            tin, tout = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise ValueError(f"malformed completion from {self.model}: {exc}") from exc
+        tool_calls = []
+        for tc in getattr(message, "tool_calls", None) or []:
+            tool_calls.append({"id": tc.id, "name": tc.function.name, "arguments": json.loads(tc.function.arguments or "{}")})
+        try:
+            cost = litellm.completion_cost(completion_response=resp)
+        except Exception:  # noqa: BLE001 - unknown models have no price
+            cost = None
+        return text, tin, tout, tool_calls, cost
+
+    def _ledger(self, req, key, outcome, tin, tout, latency, attempts, error, cost=None) -> None:
+        with self.store.begin() as conn:
+            conn.execute(
+                llm_ledger.insert().values(
+                    asset=self.asset, partition=self.partition, task=req.task, world_id=req.world_id,
+                    model=self.model, prompt_version=req.prompt_version, tokens_in=tin, tokens_out=tout,
+                    cost_usd=cost, latency_ms=latency, attempts=attempts, outcome=outcome,
+                    error=error, cache_key=key,
+                )
+            )

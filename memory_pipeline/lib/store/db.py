@@ -1,0 +1,81 @@
+"""Engine creation and idempotent upserts for SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+from sqlalchemy import Engine, Table, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
+
+from memory_pipeline.lib.store.schema import metadata
+
+
+def _normalize(url: str) -> str:
+    # SQLAlchemy 2.0 + psycopg2 is what dagster-postgres uses too; accept bare postgres URLs.
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
+@lru_cache(maxsize=16)
+def make_engine(url: str) -> Engine:
+    url = _normalize(url)
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    metadata.create_all(engine)
+    return engine
+
+
+def upsert(conn, table: Table, rows: Sequence[dict], keys: Iterable[str], update: Iterable[str] | None = None) -> None:
+    """INSERT .. ON CONFLICT (keys) DO UPDATE (update) / DO NOTHING when ``update`` is empty."""
+    if not rows:
+        return
+    keys = list(keys)
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        stmt = postgresql.insert(table)
+    elif dialect == "sqlite":
+        stmt = sqlite.insert(table)
+    else:
+        raise NotImplementedError(f"upsert on {dialect}")
+    update = list(update) if update is not None else [c for c in rows[0] if c not in keys]
+    if update:
+        stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})
+    else:
+        stmt = stmt.on_conflict_do_nothing(index_elements=keys)
+    # Chunk to stay below parameter limits (SQLite: 32766, PostgreSQL: 65535).
+    per_row = max(1, len(rows[0]))
+    step = max(1, 30000 // per_row)
+    for i in range(0, len(rows), step):
+        conn.execute(stmt.values(list(rows[i : i + step])))
+
+
+class Store:
+    """A handle on the operational store (an engine; all I/O is Core statements)."""
+
+    def __init__(self, url: str):
+        self.url = _normalize(url)
+        self.engine = make_engine(url)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def begin(self):
+        return self.engine.begin()
+
+    def connect(self):
+        return self.engine.connect()

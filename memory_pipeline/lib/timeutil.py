@@ -1,0 +1,139 @@
+"""Calendar logic in the configured zone (Asia/Shanghai by default). Pure functions."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+DEFAULT_TZ = "Asia/Shanghai"
+BUCKET_MINUTES = 30
+BUCKETS_PER_DAY = 24 * 60 // BUCKET_MINUTES
+
+
+def zone(name: str = DEFAULT_TZ) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def require_aware(dt: datetime, what: str = "datetime") -> datetime:
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise ValueError(f"{what} must carry a time zone, got naive {dt.isoformat()}")
+    return dt
+
+
+def local_date(dt: datetime, tz: ZoneInfo) -> date:
+    return require_aware(dt).astimezone(tz).date()
+
+
+def day_start(d: date, tz: ZoneInfo) -> datetime:
+    return datetime(d.year, d.month, d.day, tzinfo=tz)
+
+
+def day_bounds(d: date, tz: ZoneInfo) -> tuple[datetime, datetime]:
+    """[start, end) of a local calendar day."""
+    return day_start(d, tz), day_start(d + timedelta(days=1), tz)
+
+
+def month_start(d: date) -> date:
+    return d.replace(day=1)
+
+
+def next_month(d: date) -> date:
+    d = month_start(d)
+    return date(d.year + 1, 1, 1) if d.month == 12 else date(d.year, d.month + 1, 1)
+
+
+def prev_month(d: date) -> date:
+    d = month_start(d)
+    return date(d.year - 1, 12, 1) if d.month == 1 else date(d.year, d.month - 1, 1)
+
+
+def month_bounds(d: date, tz: ZoneInfo) -> tuple[datetime, datetime]:
+    return day_start(month_start(d), tz), day_start(next_month(d), tz)
+
+
+def year_bounds(d: date, tz: ZoneInfo) -> tuple[datetime, datetime]:
+    return day_start(date(d.year, 1, 1), tz), day_start(date(d.year + 1, 1, 1), tz)
+
+
+def bucket_start(dt: datetime, tz: ZoneInfo) -> datetime:
+    """Start of the local half-hour bucket holding ``dt``."""
+    local = require_aware(dt).astimezone(tz)
+    minute = local.minute - local.minute % BUCKET_MINUTES
+    return local.replace(minute=minute, second=0, microsecond=0)
+
+
+def bucket_end(start: datetime) -> datetime:
+    return start + timedelta(minutes=BUCKET_MINUTES)
+
+
+def bucket_label(start: datetime) -> str:
+    """ISO minute precision with offset, as in the seed: ``2026-07-18T06:00+08:00``."""
+    return start.isoformat(timespec="minutes")
+
+
+def buckets_of_day(d: date, tz: ZoneInfo) -> list[datetime]:
+    start = day_start(d, tz)
+    # Walk in UTC so a DST zone still gets wall-clock-correct buckets.
+    out, cur = [], start.astimezone(timezone.utc)
+    end = day_start(d + timedelta(days=1), tz).astimezone(timezone.utc)
+    while cur < end:
+        out.append(cur.astimezone(tz))
+        cur += timedelta(minutes=BUCKET_MINUTES)
+    return out
+
+
+def closed_buckets(d: date, now: datetime, tz: ZoneInfo) -> list[datetime]:
+    """Buckets of day ``d`` whose end is not after ``now``: only closed windows are summarized."""
+    return [b for b in buckets_of_day(d, tz) if bucket_end(b) <= now]
+
+
+def period_start(window: str, d: date) -> date:
+    if window == "day":
+        return d
+    if window == "month":
+        return month_start(d)
+    if window == "year":
+        return date(d.year, 1, 1)
+    raise ValueError(f"unknown window {window!r}")
+
+
+def period_bounds(window: str, start: date, tz: ZoneInfo) -> tuple[datetime, datetime]:
+    if window == "day":
+        return day_bounds(start, tz)
+    if window == "month":
+        return month_bounds(start, tz)
+    if window == "year":
+        return year_bounds(start, tz)
+    raise ValueError(f"unknown window {window!r}")
+
+
+def expected_periods(window: str, first: date, last: date, today: date) -> list[date]:
+    """Closed period starts of ``window`` touching [first, last], capped below the open period of
+    ``today``: a day ending today, the current month and the current year are never generated."""
+    out: list[date] = []
+    cur = period_start(window, first)
+    open_start = period_start(window, today)
+    while cur <= last and cur < open_start:
+        out.append(cur)
+        if window == "day":
+            cur += timedelta(days=1)
+        elif window == "month":
+            cur = next_month(cur)
+        else:
+            cur = date(cur.year + 1, 1, 1)
+    return out
+
+
+def cascade_targets(today: date) -> list[tuple[str, date]]:
+    """What the cascade writes when it runs on ``today`` (seed: on the 1st the previous month,
+    on 1 January also the previous year). 2026-01-01 -> [("month", 2025-12-01), ("year", 2025-01-01)]."""
+    if today.day != 1:
+        return []
+    out = [("month", prev_month(today))]
+    if today.month == 1:
+        out.append(("year", date(today.year - 1, 1, 1)))
+    return out

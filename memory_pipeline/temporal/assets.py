@@ -1,0 +1,238 @@
+"""Seed 000 as Dagster assets. Each asset loops over the partition keys of its run (a backfill is
+one run per range: BackfillPolicy.single_run) and calls the plain service per key."""
+
+
+from collections import Counter
+from datetime import date, datetime
+from zoneinfo import ZoneInfo
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
+    BackfillPolicy,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    RetryRequested,
+    asset,
+)
+from pydantic import Field
+
+from memory_pipeline.lib.timeutil import local_date, utcnow
+from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource, RollCacheResource
+from memory_pipeline.temporal import service
+from memory_pipeline.temporal.partitions import cst_day, cst_day_open, cst_month, cst_year
+
+GROUP = "temporal"
+
+raw_conversation_events = AssetSpec(
+    key=AssetKey("raw_conversation_events"),
+    description="Append-only worlds, conversations and messages, written by `memory-pipeline ingest`.",
+    group_name="raw",
+    kinds={"sql"},
+)
+
+
+class TemporalRunConfig(Config):
+    force_llm: bool = Field(False, description="Ignore cached answers and call the model afresh.")
+    worlds: list[str] = Field(default_factory=list, description="Only these world ids (default: all).")
+    as_of: str = Field("", description="ISO datetime standing for 'now' (default: the real now).")
+    child_wait_retries: int = Field(12, description="Month/year: retries while child rows are missing.")
+    child_wait_seconds: int = Field(300, description="Month/year: seconds between those retries.")
+
+
+def _now(config: TemporalRunConfig) -> datetime:
+    if not config.as_of:
+        return utcnow()
+    at = datetime.fromisoformat(config.as_of)
+    if at.tzinfo is None:
+        raise Failure(f"as_of {config.as_of!r} must carry an offset, e.g. 2026-01-15T10:00+08:00")
+    return min(at, utcnow())  # never a future 'now'
+
+
+def _tctx(context, config, memory_store, roll_cache, llm, memory_config, partition: str | None):
+    store = memory_store.store()
+    client = llm.client(store, asset=context.assets_def.key.to_user_string(), partition=partition)
+    return service.TemporalContext(
+        store=store, llm=client, cache=roll_cache.cache(), cfg=memory_config.memory().temporal_summary,
+        tz=ZoneInfo(memory_config.timezone), force_llm=config.force_llm,
+    )
+
+
+def _llm_metadata(stats) -> dict:
+    return {
+        "llm_calls": stats.calls, "llm_cache_hits": stats.cache_hits,
+        "llm_tokens_in": stats.tokens_in, "llm_tokens_out": stats.tokens_out,
+    }
+
+
+def _preview(rows: list[tuple[str, str, str]]) -> MetadataValue:
+    lines = ["| world | period | summary |", "|---|---|---|"]
+    lines += [f"| {w} | {p} | {c.replace('|', '/')} |" for w, p, c in rows]
+    return MetadataValue.md("\n".join(lines))
+
+
+def _partition_dates(context: AssetExecutionContext) -> list[tuple[str, date]]:
+    defn = context.assets_def.partitions_def
+    tz = ZoneInfo(defn.timezone)
+    return [(k, local_date(defn.time_window_for_partition_key(k).start, tz)) for k in context.partition_keys]
+
+
+def _materialize_periods(window, context, config, memory_store, roll_cache, llm, memory_config) -> MaterializeResult:
+    failures: dict[str, str] = {}
+    totals = Counter()
+    worlds = config.worlds or None
+    for key, period in _partition_dates(context):
+        tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
+        if window != "day":
+            missing = service.missing_children(tctx, window, period, worlds)
+            if missing:
+                message = f"{window} {key}: {len(missing)} child row(s) missing, e.g. {missing[:3]}"
+                if context.retry_number < config.child_wait_retries:
+                    context.log.warning(message + "; waiting for the child partitions")
+                    raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
+                failures[key] = message
+                continue
+        try:
+            result = service.regenerate(tctx, window, period, worlds)
+        except service.PartitionFailure as exc:
+            failures[key] = str(exc)
+            context.add_asset_metadata({"failed": str(exc), **_llm_metadata(tctx.llm.stats)}, partition_key=key)
+            continue
+        if result.disabled:
+            context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
+        totals.update(rows_written=result.written, non_empty=result.non_empty, llm_calls=tctx.llm.stats.calls)
+        totals.update({f"placeholder_{r}": n for r, n in result.placeholders.items()})
+        context.add_asset_metadata({
+            "worlds": result.worlds,
+            "rows_written": result.written,
+            "rows_unchanged": result.unchanged,
+            "non_empty": result.non_empty,
+            "placeholders": dict(result.placeholders),
+            "disabled": result.disabled,
+            **_llm_metadata(tctx.llm.stats),
+            "preview": _preview(result.preview),
+        }, partition_key=key)
+    context.log.info(f"{window}: {dict(totals)}")
+    if failures:
+        raise Failure(
+            description=f"{len(failures)} of {len(context.partition_keys)} {window} partition(s) failed; rows of "
+            "the others are written. " + " | ".join(list(failures.values())[:5]),
+            metadata={"failed_partitions": MetadataValue.json(sorted(failures))},
+        )
+    return MaterializeResult()
+
+
+@asset(
+    partitions_def=cst_day_open,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[raw_conversation_events],
+    group_name=GROUP,
+    kinds={"sql"},
+    description="Seed 000 conversation day chunks: one per closed 30-minute CST bucket with material "
+    "after the watermark; append-only within the day.",
+)
+def temporal_day_chunks(
+    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+) -> MaterializeResult:
+    now = _now(config)
+    failures = {}
+    for key, day in _partition_dates(context):
+        tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
+        result = service.run_tick(tctx, day, now)
+        failures.update(result.failures)
+        context.add_asset_metadata({
+            "conversations": result.conversations, "chunks_written": result.chunks_written,
+            "failed_conversations": len(result.failures), **_llm_metadata(tctx.llm.stats),
+        }, partition_key=key)
+    if failures:
+        raise Failure(description=f"chunk summaries failed for {len(failures)} conversation(s): "
+                      + " | ".join(list(failures.values())[:3]))
+    return MaterializeResult()
+
+
+@asset(
+    partitions_def=cst_day_open,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[temporal_day_chunks],
+    group_name=GROUP,
+    kinds={"redis"},
+    description="Seed 000 peer rolls of closed buckets, cached under {prefix}:peer_roll:... for ~36 h; "
+    "also serves the read path's warm-up requests.",
+)
+def temporal_peer_rolls(
+    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+) -> MaterializeResult:
+    now = _now(config)
+    for key, day in _partition_dates(context):
+        tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
+        result = service.warm_peer_rolls(tctx, day, now)
+        context.add_asset_metadata({
+            "buckets": result.buckets, "warmed": result.warmed, "reused": result.reused,
+            "requests_served": result.requests_done, "failures": len(result.failures),
+            "cache_backend": tctx.cache.backend, **_llm_metadata(tctx.llm.stats),
+        }, partition_key=key)
+    return MaterializeResult()
+
+
+_PERIOD_ASSET = dict(backfill_policy=BackfillPolicy.single_run(), group_name=GROUP, kinds={"sql"})
+
+
+@asset(partitions_def=cst_day, deps=[raw_conversation_events], **_PERIOD_ASSET,
+       description="Seed 000 per-world day rows (one per world, placeholders with empty_reason).")
+def temporal_day_summaries(
+    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+) -> MaterializeResult:
+    return _materialize_periods("day", context, config, memory_store, roll_cache, llm, memory_config)
+
+
+@asset(partitions_def=cst_month, deps=[temporal_day_summaries], **_PERIOD_ASSET,
+       description="Seed 000 per-world month rows, from the month's non-empty day rows.")
+def temporal_month_summaries(
+    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+) -> MaterializeResult:
+    return _materialize_periods("month", context, config, memory_store, roll_cache, llm, memory_config)
+
+
+@asset(partitions_def=cst_year, deps=[temporal_month_summaries], **_PERIOD_ASSET,
+       description="Seed 000 per-world year rows, from the year's non-empty month rows.")
+def temporal_year_summaries(
+    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+) -> MaterializeResult:
+    return _materialize_periods("year", context, config, memory_store, roll_cache, llm, memory_config)
+
+
+@asset(
+    deps=[temporal_day_summaries, temporal_month_summaries, temporal_year_summaries],
+    group_name=GROUP,
+    kinds={"redis"},
+    description="Seed 000 system rolls past_days / past_months / past_years for 'today', reused while "
+    "their sources_fp matches; regenerated after the day write and after each cascade.",
+)
+def temporal_system_rolls(
+    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+) -> MaterializeResult:
+    now = _now(config)
+    tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, None)
+    today = local_date(now, tctx.tz)
+    result = service.regenerate_system_rolls(tctx, today, config.worlds or None, force=config.force_llm)
+    if result.failures:
+        raise Failure(description=f"system rolls failed: {list(result.failures.items())[:3]}")
+    return MaterializeResult(metadata={
+        "today": today.isoformat(), "regenerated": result.regenerated, "reused": result.reused,
+        "empty": result.empty, "cache_backend": tctx.cache.backend, **_llm_metadata(tctx.llm.stats),
+    })
+
+
+temporal_assets = [
+    temporal_day_chunks, temporal_peer_rolls, temporal_day_summaries, temporal_month_summaries,
+    temporal_year_summaries, temporal_system_rolls,
+]
