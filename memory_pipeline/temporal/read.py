@@ -97,13 +97,14 @@ def viewer_timeline(store: Store, view: TemporalView, tz: ZoneInfo) -> list[dict
     if view.viewer_conversation_id:
         with store.connect() as conn:
             rows = conn.execute(
-                select(messages.c.role, messages.c.content, messages.c.at)
+                select(messages.c.role, messages.c.content, messages.c.tool_calls, messages.c.at)
                 .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
                 .where(messages.c.conversation_id == view.viewer_conversation_id,
                        conversations.c.world_id == view.world_id,
                        messages.c.at >= start, messages.c.at <= view.at)
             ).mappings().all()
-        items = [{"role": r["role"], "content": r["content"], "at": r["at"].astimezone(tz).isoformat()} for r in rows]
+        items = [{"role": r["role"], "content": r["content"], "tool_calls": r["tool_calls"],
+                  "at": r["at"].astimezone(tz).isoformat()} for r in rows]
     items.extend(view.peer_messages)
     # A peer block at bucket_end sorts before a viewer message at the same instant.
     return sorted(items, key=lambda m: (datetime.fromisoformat(m["at"]), 0 if m.get("name") else 1))

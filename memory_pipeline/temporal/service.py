@@ -245,18 +245,21 @@ def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None 
             out.append(_row(world_id, "day", day, "", EmptyReason.EMPTY, "message", [], 0, None, None))
             continue
         # Keep the newest lines within the material budget; sources are exactly the lines sent.
-        lines, used, budget = [], [], ctx.cfg.day_material_max_chars
+        used, budget = [], ctx.cfg.day_material_max_chars
         for m in reversed(material):
-            line = f"({m['platform']}) " + _line(m["at"], m["role"], m["content"], ctx.tz)
-            if budget - len(line) - 1 < 0 and lines:
+            cost = len(_line(m["at"], m["role"], m["content"], ctx.tz)) + 1
+            if cost > budget and used:
                 break
-            budget -= len(line) + 1
-            lines.append(line)
+            budget -= cost
             used.append(m)
-        lines.reverse()
         used.reverse()
+        by_conv: dict[str, list] = defaultdict(list)
+        for m in used:
+            by_conv[m["conversation_id"]].append(m)
+        blocks = [f"# {ms[0]['platform']} conversation\n" + "\n".join(_line(m["at"], m["role"], m["content"], ctx.tz) for m in ms)
+                  for ms in sorted(by_conv.values(), key=lambda ms: ms[0]["at"])]
         row = _summarize_or_placeholder(
-            ctx, result, world_id, "day", "\n".join(lines), ctx.cfg.global_day_max_chars, "message",
+            ctx, result, world_id, "day", "\n\n".join(blocks), ctx.cfg.global_day_max_chars, "message",
             [m["message_id"] for m in used], len({m["conversation_id"] for m in used}),
         )
         if row is not None:

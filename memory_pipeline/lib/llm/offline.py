@@ -22,6 +22,7 @@ _STOP = set(
     there these they thing things think this those through time today told tomorrow very want was
     wasn't well were what when where which while will with would yeah yesterday you're your yours
     been into onto upon user assistant great good glad nice love feel feeling awesome amazing sounds
+    again briefly detail compared discussed fixed measured planned reviewed scheduled conversation
     """.split()
 )
 
@@ -32,7 +33,9 @@ def approx_tokens(text: str) -> int:
 
 def headline(material: str, max_chars: int) -> str:
     """Top content words joined with ' · ', never longer than ``max_chars``; '' for no words."""
-    words = [w.lower().strip("'-") for w in _WORD.findall(material or "")]
+    # Lines starting with '#' are headers (platform, date), not content.
+    body = "\n".join(line for line in (material or "").splitlines() if not line.lstrip().startswith("#"))
+    words = [w.lower().strip("'-") for w in _WORD.findall(body)]
     counts = Counter(w for w in words if w not in _STOP and len(w) > 1)
     if not counts:
         return ""

@@ -1,0 +1,29 @@
+# Each target creates the virtual environment it needs from requirements.lock (pinned).
+VENV  := .venv
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha1sum | cut -c1-12)
+PYTHON ?= python3
+
+.PHONY: demo test ui bench clean
+
+$(STAMP):
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+demo: $(STAMP)  ## the main job on the embedded default (SQLite, in-process cache, offline model)
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/memory-pipeline demo
+
+test: $(STAMP)  ## the test suite against PostgreSQL and Redis on 127.0.0.1
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/pytest -q
+
+ui: $(STAMP)  ## the Dagster UI on the instance the demo wrote (data/dagster_home)
+	DAGSTER_HOME=$(CURDIR)/data/dagster_home $(BIN)/dagster dev -w workspace.yaml
+
+bench: $(STAMP)  ## the year-backfill benchmark on PostgreSQL (see bench/README.md)
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/temporal_backfill.py
+
+clean:
+	rm -rf $(VENV) data/memory.sqlite* data/dagster_home data/sample

@@ -1,0 +1,273 @@
+"""`memory-pipeline`: ingest, import, operate (regenerate / backfill missing / rebuild), read."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+from zoneinfo import ZoneInfo
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+console = Console()
+err = Console(stderr=True)
+
+
+def _store():
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.store import Store
+
+    return Store(settings.database_url())
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, transient=False)
+
+
+def _ingest_events_with_progress(store, label: str, fn) -> "object":
+    with _progress() as progress:
+        task = progress.add_task(label, total=None)
+
+        def tick(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total or 1)
+
+        return fn(tick)
+
+
+def _print_ingest(report) -> None:
+    console.print(f"{report.source}: {report.lines} lines, [green]{report.inserted} inserted[/], "
+                  f"{report.duplicates} already present, {len(report.rejected)} rejected, "
+                  f"{report.new_conversations} new conversations, {report.new_worlds} new worlds")
+    for e in report.rejected[:50]:
+        err.print(f"[yellow]rejected[/] {e}")
+
+
+@app.command()
+def ingest(
+    path: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSONL file of events"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Write the good lines and report the bad ones"),
+):
+    """Ingest a JSONL file (all or nothing unless --skip-bad); re-ingesting adds nothing."""
+    from memory_pipeline.lib.ingest import IngestError, ingest_file
+
+    store = _store()
+    try:
+        report = _ingest_events_with_progress(
+            store, f"ingest {path.name}", lambda tick: ingest_file(store, path, skip_bad=skip_bad, progress=tick))
+    except IngestError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2)
+    _print_ingest(report)
+
+
+@app.command("import-locomo")
+def import_locomo(
+    paths: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="LoCoMo JSON files"),
+    tz: str = typer.Option("Asia/Shanghai", "--tz", help="Zone of the session times (they carry none)"),
+    skip_bad: bool = typer.Option(False, "--skip-bad"),
+):
+    """Import LoCoMo conversations: one world per file, one conversation per session."""
+    from memory_pipeline.lib.ingest import IngestError, ingest_events
+    from memory_pipeline.lib.locomo import locomo_events
+
+    store = _store()
+    for path in paths:
+        events, errors = locomo_events(path, ZoneInfo(tz))
+        try:
+            report = _ingest_events_with_progress(store, f"import {path.name}", lambda tick: ingest_events(
+                store, events, source=str(path), errors=errors, skip_bad=skip_bad, progress=tick))
+        except IngestError as exc:
+            err.print(f"[red]{exc}[/]")
+            raise typer.Exit(2)
+        _print_ingest(report)
+
+
+@app.command()
+def sample(out: Path = typer.Option(None, help="Where to write (default data/sample/events.jsonl)")):
+    """Write the deterministic sample data set in the ingestion format."""
+    from memory_pipeline.lib import sample_data, settings
+
+    out = out or settings.data_dir() / "sample" / "events.jsonl"
+    n = sample_data.generate(out)
+    console.print(f"wrote {n} events to {out}")
+
+
+def _run_operation(window: str, start: Optional[str], end: Optional[str], mode: str, force_llm: bool,
+                   worlds: list[str], as_of: str) -> None:
+    from memory_pipeline import operations
+
+    try:
+        with _progress() as progress:
+            task = progress.add_task(f"{mode} {window}", total=None)
+            report = operations.materialize(
+                window, start, end, mode=mode, force_llm=force_llm, worlds=worlds, as_of=as_of,
+                progress=lambda d, t: progress.update(task, completed=d, total=t))
+    except operations.RangeError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2)
+    for note in report.notes:
+        err.print(f"[yellow]{note}[/]")
+    console.print(f"{window}: {report.requested} partition(s) requested, {report.skipped_existing} already "
+                  f"materialized and skipped, {len(report.runs)} run(s)")
+    for r in report.runs:
+        status = "[green]ok[/]" if r.success else f"[red]failed[/] {r.error}"
+        console.print(f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partitions, {r.seconds:.1f}s) {status}")
+    if not report.success:
+        raise typer.Exit(1)
+
+
+WINDOW_HELP = "chunks | peer_rolls | day | month | year"
+
+
+@app.command()
+def regenerate(
+    window: str = typer.Argument(..., help=WINDOW_HELP),
+    partition: str = typer.Argument(..., help="Partition key: 2026-01-14, 2026-01 or 2026"),
+    force_llm: bool = typer.Option(False, "--force-llm", help="Fresh model calls instead of cached answers"),
+    world: list[str] = typer.Option([], "--world", help="Only this world (repeatable)"),
+):
+    """Regenerate one partition (placeholders are upserted as well)."""
+    _run_operation(window, partition, partition, "rebuild", force_llm, world, "")
+
+
+@app.command()
+def backfill(
+    window: str = typer.Argument(..., help=WINDOW_HELP),
+    start: Optional[str] = typer.Option(None, "--from"),
+    end: Optional[str] = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
+):
+    """Backfill missing: only partitions never materialized; an existing placeholder is not re-run."""
+    _run_operation(window, start, end, "missing", False, [], "")
+
+
+@app.command()
+def rebuild(
+    window: str = typer.Argument(..., help=WINDOW_HELP),
+    start: Optional[str] = typer.Option(None, "--from"),
+    end: Optional[str] = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
+    force_llm: bool = typer.Option(False, "--force-llm"),
+    as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now (chunks, peer rolls)"),
+):
+    """Rebuild a range (force): every partition in it, one run for the whole range."""
+    _run_operation(window, start, end, "rebuild", force_llm, [], as_of)
+
+
+@app.command("system-rolls")
+def system_rolls(
+    as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now"),
+    force: bool = typer.Option(False, "--force"),
+):
+    """Regenerate the past_days / past_months / past_years rolls (reused while sources_fp matches)."""
+    from memory_pipeline import operations
+
+    r = operations.run_system_rolls(as_of, force)
+    console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else r.error}")
+    if not r.success:
+        raise typer.Exit(1)
+
+
+@app.command()
+def read(
+    world: str = typer.Option(..., "--world"),
+    conversation: Optional[str] = typer.Option(None, "--conversation", help="The viewing conversation"),
+    at: Optional[str] = typer.Option(None, "--at", help="ISO datetime with offset (default: now)"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Print the <temporal_summary> block and today's peer insertions (never calls an LLM)."""
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.cache import RollCache
+    from memory_pipeline.lib.timeutil import utcnow
+    from memory_pipeline.temporal.read import temporal_view, viewer_timeline
+
+    tz = ZoneInfo(settings.timezone_name())
+    when = datetime.fromisoformat(at) if at else utcnow()
+    if when.tzinfo is None:
+        err.print(f"[red]--at {at!r} needs an offset, e.g. 2026-01-15T10:00+08:00[/]")
+        raise typer.Exit(2)
+    store = _store()
+    cache = RollCache(settings.redis_url())
+    cfg = settings.load_memory_config().temporal_summary
+    view = temporal_view(store, cache, cfg, world, conversation, when, tz)
+    timeline = viewer_timeline(store, view, tz)
+    if as_json:
+        console.print_json(json.dumps({"system_block": view.system_block, "truncated": view.system_truncated,
+                                       "rolls": view.rolls, "timeline": timeline}, ensure_ascii=False))
+        return
+    print_view(view, timeline, cache.backend)
+
+
+def print_view(view, timeline, backend: str) -> None:
+    console.rule(f"system prompt segment for {view.world_id} at {view.at.isoformat()} (cache: {backend})")
+    console.print(view.system_block or "(no roll cached: the block is skipped)", markup=False)
+    if view.system_truncated:
+        console.print("[yellow]truncated to system_prompt_max_chars; Inbox warning written[/]")
+    console.rule(f"timeline of {view.viewer_conversation_id or '(no viewer)'} with peer insertions")
+    for m in timeline:
+        who = f"{m['role']}:{m['name']}" if m.get("name") else m["role"]
+        extra = f" [dim](bucket {m['bucket']}, roll {m['cache']})[/]" if m.get("name") else ""
+        content = m["content"] or ("(tool calls: " + ", ".join(c.get("name", "?") for c in m["tool_calls"]) + ")"
+                                   if m.get("tool_calls") else "")
+        console.print(f"{m['at'][11:16]} [bold]{who}[/]: {content}{extra}", highlight=False)
+    if view.warmups_requested:
+        console.print(f"[dim]{view.warmups_requested} peer-roll warm-up(s) requested for the background[/]")
+
+
+@app.command()
+def status():
+    """Rows per world and window, placeholders by empty_reason, the LLM ledger."""
+    print_status(_store())
+
+
+def print_status(store) -> None:
+    from memory_pipeline import reports
+
+    counts = reports.store_counts(store)
+    console.print(f"store: {counts['messages']} messages, {counts['chunks']} chunks, {counts['summaries']} summary rows")
+    table = Table(title="Temporal summary rows per world")
+    for col in ("world", "window", "rows", "non-empty", "placeholders", "first", "last"):
+        table.add_column(col, justify="right" if col in ("rows", "non-empty", "placeholders") else "left")
+    for r in reports.rows_per_world(store):
+        table.add_row(r["world_id"], r["window"], str(r["rows"]), str(r["non_empty"]),
+                      str(r["rows"] - r["non_empty"]), str(r["first"]), str(r["last"]))
+    console.print(table)
+    reasons = Table(title="Empty placeholders by empty_reason")
+    reasons.add_column("empty_reason")
+    for w in ("day", "month", "year"):
+        reasons.add_column(w, justify="right")
+    for reason, by_window in sorted(reports.placeholders_by_reason(store).items()):
+        reasons.add_row(reason, *(str(by_window.get(w, 0)) for w in ("day", "month", "year")))
+    console.print(reasons)
+    ledger = Table(title="LLM ledger")
+    for col in ("asset", "model", "outcome", "calls", "tokens in", "tokens out"):
+        ledger.add_column(col)
+    for r in reports.ledger_totals(store):
+        ledger.add_row(str(r["asset"]), r["model"], r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]))
+    console.print(ledger)
+
+
+@app.command()
+def demo(
+    fresh: bool = typer.Option(True, "--fresh/--keep", help="Start from an empty store and instance under data/"),
+):
+    """The main job on the embedded default: sample data -> ingest -> every temporal asset as real
+    Dagster runs in the instance under data/dagster_home -> results."""
+    from memory_pipeline.demo import run_demo
+
+    sys.exit(run_demo(fresh=fresh, console=console, err=err))
+
+
+def main() -> None:  # pragma: no cover - console entry
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,110 @@
+"""Fixtures on the real services: a fresh PostgreSQL schema per test and Redis database 15."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+import warnings
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+import redis
+from sqlalchemy import create_engine, text
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+warnings.filterwarnings("ignore", module="dagster")
+
+from memory_pipeline.lib.cache import _PROCESS_CACHE, RollCache  # noqa: E402
+from memory_pipeline.lib.ingest import ingest_file  # noqa: E402
+from memory_pipeline.lib.llm import LLMClient  # noqa: E402
+from memory_pipeline.lib.settings import TemporalSummaryConfig  # noqa: E402
+from memory_pipeline.lib.store import Store, make_engine  # noqa: E402
+from memory_pipeline.temporal.service import TemporalContext  # noqa: E402
+
+PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+CST = ZoneInfo("Asia/Shanghai")
+
+
+def cst(*args) -> datetime:
+    return datetime(*args, tzinfo=CST)
+
+
+@pytest.fixture
+def pg_url():
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    url = f"{PG_URL}?options=-csearch_path%3D{schema}"
+    yield url
+    engine = make_engine(url)
+    engine.dispose()
+    make_engine.cache_clear()
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture
+def store(pg_url) -> Store:
+    return Store(pg_url)
+
+
+@pytest.fixture
+def redis_url():
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    _PROCESS_CACHE.clear()
+    yield REDIS_URL
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def redis_client(redis_url):
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def cfg() -> TemporalSummaryConfig:
+    return TemporalSummaryConfig()
+
+
+@pytest.fixture
+def ctx(store, redis_url, cfg) -> TemporalContext:
+    return TemporalContext(store, LLMClient(store), RollCache(redis_url), cfg, CST)
+
+
+def event(world: str, conv: str, role: str, content: str, at: datetime, *, platform: str = "local",
+          debug: bool = False, tool_calls=None, mid: str | None = None) -> dict:
+    return {
+        "message_id": mid or f"{conv}-{at.isoformat()}-{role}-{abs(hash(content)) % 10**8}",
+        "world_id": world, "conversation_id": conv, "platform": platform, "debug": debug,
+        "role": role, "content": content, "tool_calls": tool_calls, "timestamp": at.isoformat(),
+    }
+
+
+@pytest.fixture
+def ingest(store, tmp_path):
+    """Write events as a JSONL file and ingest it through the real path."""
+    counter = {"n": 0}
+
+    def _ingest(events: list[dict], **kwargs):
+        counter["n"] += 1
+        path = Path(tmp_path) / f"batch-{counter['n']}.jsonl"
+        path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+        return ingest_file(store, path, **kwargs)
+
+    return _ingest
+
+
+def conversation(world: str, conv: str, start: datetime, texts: list[str], step=timedelta(minutes=3), **kw) -> list[dict]:
+    """Alternating user/assistant turns from ``start``."""
+    return [event(world, conv, "user" if i % 2 == 0 else "assistant", t, start + step * i, **kw)
+            for i, t in enumerate(texts)]
