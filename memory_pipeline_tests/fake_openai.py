@@ -1,0 +1,90 @@
+"""A local OpenAI-compatible HTTP server the tests start on 127.0.0.1 (no provider is reachable).
+
+Responses are scripted: each request pops the next step, or gets the default answer."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeOpenAI:
+    def __init__(self, default_text: str = "Garden day: tomatoes staked, compost turned"):
+        self.default_text = default_text
+        self.script: deque = deque()
+        self.requests: list[dict] = []
+        self.usage = (21, 9)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                server.requests.append(body)
+                step = server.script.popleft() if server.script else ("ok", server.default_text)
+                kind, arg = step
+                if kind == "sleep":
+                    time.sleep(arg)
+                    kind, arg = "ok", server.default_text
+                if kind == "status":
+                    self._send(arg, {"error": {"message": f"scripted {arg}", "type": "server_error", "code": arg}})
+                elif kind == "malformed":
+                    self._raw(200, b"this is not json {")
+                elif kind == "tools":
+                    self._send(200, server._completion(None, arg))
+                else:
+                    self._send(200, server._completion(arg, None))
+
+            def _send(self, status, payload):
+                self._raw(status, json.dumps(payload).encode())
+
+            def _raw(self, status, data):
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and went away
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def _completion(self, text, tool_calls):
+        message = {"role": "assistant", "content": text}
+        if tool_calls:
+            message["tool_calls"] = [
+                {"id": f"call_{i}", "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args)}}
+                for i, (name, args) in enumerate(tool_calls)
+            ]
+        return {
+            "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": "fake-model",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+            "usage": {"prompt_tokens": self.usage[0], "completion_tokens": self.usage[1],
+                      "total_tokens": sum(self.usage)},
+        }
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def push(self, kind: str, arg=None) -> "FakeOpenAI":
+        self.script.append((kind, arg))
+        return self
+
+    def __enter__(self) -> "FakeOpenAI":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

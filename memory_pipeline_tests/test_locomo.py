@@ -1,0 +1,51 @@
+"""Real multi-month conversations (LoCoMo, external data read from ../shared/data/locomo)."""
+
+import os
+from datetime import date, datetime, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import func, select
+
+from memory_pipeline.lib.ingest import ingest_events
+from memory_pipeline.lib.locomo import locomo_events, parse_session_time
+from memory_pipeline.lib.settings import REPO_ROOT
+from memory_pipeline.lib.store.schema import conversations, messages, temporal_summaries
+from memory_pipeline.temporal import service
+from memory_pipeline_tests.conftest import CST
+
+LOCOMO = Path(os.environ.get("LOCOMO_DIR", REPO_ROOT.parent / "shared" / "data" / "locomo"))
+
+
+def test_session_time_takes_the_zone_given():
+    assert parse_session_time("1:56 pm on 8 May, 2023", CST) == datetime(2023, 5, 8, 13, 56, tzinfo=CST)
+    utc = parse_session_time("1:56 pm on 8 May, 2023", ZoneInfo("UTC"))
+    assert utc.astimezone(timezone.utc) == datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
+
+
+def test_import_locomo_and_summarize_real_days(ctx, store):
+    path = LOCOMO / "26.json"
+    events, errors = locomo_events(path, CST)
+    assert errors == []
+    assert len(events) > 300
+    report = ingest_events(store, events, source=str(path))
+    assert report.inserted == len(events) and report.new_worlds == 1
+    assert ingest_events(store, events, source=str(path)).inserted == 0  # idempotent
+    with store.connect() as conn:
+        n_conv = conn.execute(select(func.count()).select_from(conversations)).scalar_one()
+        first, last = conn.execute(select(func.min(messages.c.at), func.max(messages.c.at))).one()
+    assert n_conv >= 19
+    assert (last - first).days > 150  # months of real conversation
+
+    day = parse_session_time("1:56 pm on 8 May, 2023", CST).date()
+    result = service.regenerate_day(ctx, day)
+    assert result.non_empty == 1
+    # The first session is the world's first day, so nothing exists before it.
+    assert service.regenerate_day(ctx, date(2023, 5, 7)).worlds == 0
+    with store.connect() as conn:
+        row = conn.execute(select(temporal_summaries)).mappings().one()
+    assert row["content"] and len(row["content"]) <= 150 and row["source_kind"] == "message"
+    assert row["source_count"] == 1 and len(row["source_ids"]) == 18
+    assert service.audit_period(store, "day", day, CST) == []
+    month = service.regenerate_rollup(ctx, "month", date(2023, 5, 1))
+    assert month.non_empty == 1
