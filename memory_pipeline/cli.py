@@ -239,7 +239,7 @@ def print_status(store) -> None:
                       str(r["rows"] - r["non_empty"]), str(r["first"]), str(r["last"]))
     console.print(table)
     reasons = Table(title="Empty placeholders by empty_reason")
-    reasons.add_column("empty_reason")
+    reasons.add_column("empty_reason", no_wrap=True)
     for w in ("day", "month", "year"):
         reasons.add_column(w, justify="right")
     for reason, by_window in sorted(reports.placeholders_by_reason(store).items()):
@@ -247,7 +247,7 @@ def print_status(store) -> None:
     console.print(reasons)
     ledger = Table(title="LLM ledger")
     for col in ("asset", "model", "outcome", "calls", "tokens in", "tokens out"):
-        ledger.add_column(col)
+        ledger.add_column(col, overflow="fold")
     for r in reports.ledger_totals(store):
         ledger.add_row(str(r["asset"]), r["model"], r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]))
     console.print(ledger)

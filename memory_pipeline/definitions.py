@@ -10,11 +10,18 @@ from memory_pipeline.temporal.checks import temporal_checks
 from memory_pipeline.temporal.schedules import temporal_jobs, temporal_schedules
 from memory_pipeline.temporal.sensors import temporal_sensors
 
-defs = Definitions(
-    assets=[raw_conversation_events, *temporal_assets],
-    asset_checks=temporal_checks,
-    jobs=temporal_jobs,
-    schedules=temporal_schedules,
-    sensors=temporal_sensors,
-    resources=default_resources(),
-)
+
+
+def build_defs(resources: dict | None = None) -> Definitions:
+    """The code location; tests pass their own resources (a schema on PostgreSQL, Redis db 15)."""
+    return Definitions(
+        assets=[raw_conversation_events, *temporal_assets],
+        asset_checks=temporal_checks,
+        jobs=temporal_jobs,
+        schedules=temporal_schedules,
+        sensors=temporal_sensors,
+        resources=resources if resources is not None else default_resources(),
+    )
+
+
+defs = build_defs()

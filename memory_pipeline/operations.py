@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from dagster import AssetKey, DagsterInstance, PartitionsDefinition
+from dagster import AssetKey, DagsterInstance, Definitions, PartitionsDefinition
 
 from memory_pipeline.lib import settings
 from memory_pipeline.temporal import assets
@@ -144,11 +144,18 @@ def run_config(window: str, *, force_llm: bool = False, worlds: list[str] | None
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
-def run_range(instance: DagsterInstance, window: str, first: str, last: str, config: dict) -> RunSummary:
-    from memory_pipeline.definitions import defs
+def _defs(defs: Definitions | None) -> Definitions:
+    if defs is not None:
+        return defs
+    from memory_pipeline.definitions import build_defs
 
+    return build_defs()  # resources from the environment as it is now
+
+
+def run_range(instance: DagsterInstance, window: str, first: str, last: str, config: dict,
+              defs: Definitions | None = None) -> RunSummary:
     target = TARGETS[window]
-    job = defs.resolve_job_def(target.job)
+    job = _defs(defs).resolve_job_def(target.job)
     tags = {"memory_pipeline/operation": window}
     started = datetime.now()
     kwargs = dict(instance=instance, run_config=config, raise_on_error=False, asset_selection=list(target.asset_keys))
@@ -169,7 +176,7 @@ def run_range(instance: DagsterInstance, window: str, first: str, last: str, con
 def materialize(window: str, start: str | None = None, end: str | None = None, *, mode: str = "rebuild",
                 force_llm: bool = False, worlds: list[str] | None = None, as_of: str = "",
                 per_partition: bool = False, instance: DagsterInstance | None = None,
-                child_wait_retries: int | None = 0, progress=None) -> OperationReport:
+                child_wait_retries: int | None = 0, progress=None, defs: Definitions | None = None) -> OperationReport:
     """mode "rebuild": every partition in the range (regenerate = a one-partition range);
     mode "missing": only partitions never materialized (an existing placeholder is not re-run)."""
     if mode not in ("rebuild", "missing"):
@@ -186,17 +193,16 @@ def materialize(window: str, start: str | None = None, end: str | None = None, *
     spans = [(k, k) for k in keys if k in chosen] if per_partition else contiguous(keys, chosen)
     config = run_config(window, force_llm=force_llm, worlds=worlds, as_of=as_of, child_wait_retries=child_wait_retries)
     for i, (first, last) in enumerate(spans):
-        report.runs.append(run_range(instance, window, first, last, config))
+        report.runs.append(run_range(instance, window, first, last, config, defs))
         if progress:
             progress(i + 1, len(spans))
     return report
 
 
-def run_system_rolls(as_of: str = "", force: bool = False, instance: DagsterInstance | None = None) -> RunSummary:
-    from memory_pipeline.definitions import defs
-
+def run_system_rolls(as_of: str = "", force: bool = False, instance: DagsterInstance | None = None,
+                     defs: Definitions | None = None) -> RunSummary:
     instance = instance or get_instance()
-    job = defs.resolve_job_def("temporal_system_rolls_job")
+    job = _defs(defs).resolve_job_def("temporal_system_rolls_job")
     started = datetime.now()
     result = job.execute_in_process(
         instance=instance, raise_on_error=False,

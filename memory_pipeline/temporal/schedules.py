@@ -15,30 +15,26 @@ from dagster import (
 )
 
 from memory_pipeline.temporal import assets
-from memory_pipeline.temporal.partitions import TZ, cst_day, cst_day_open, cst_month, cst_year
+from memory_pipeline.temporal.partitions import TZ
 
 tick_job = define_asset_job(
     "temporal_tick_job",
     selection=AssetSelection.assets(assets.temporal_day_chunks, assets.temporal_peer_rolls),
-    partitions_def=cst_day_open,
     description="The */30 tick: append chunks of closed buckets, then warm peer rolls.",
 )
 day_job = define_asset_job(
     "temporal_day_job",
     selection=AssetSelection.assets(assets.temporal_day_summaries),
-    partitions_def=cst_day,
     description="Per-world day rows of one CST day (or a range).",
 )
 month_job = define_asset_job(
     "temporal_month_job",
     selection=AssetSelection.assets(assets.temporal_month_summaries),
-    partitions_def=cst_month,
     description="Cascade: per-world month rows from the month's day rows.",
 )
 year_job = define_asset_job(
     "temporal_year_job",
     selection=AssetSelection.assets(assets.temporal_year_summaries),
-    partitions_def=cst_year,
     description="Cascade: per-world year rows from the year's month rows.",
 )
 system_rolls_job = define_asset_job(
