@@ -71,11 +71,22 @@ def test_regeneration_is_idempotent_and_free_when_unchanged(ctx, store, worlds_d
     service.regenerate_day(ctx, DAY)
     first = _rows(store)
     again = service.regenerate_day(ctx, DAY)
-    assert again.written == 0 and again.unchanged == 4
+    assert again.written == 0 and again.unchanged == 4 and again.reused == 1
     assert _rows(store) == first
     with store.connect() as conn:
         outcomes = [r for (r,) in conn.execute(select(llm_ledger.c.outcome))]
-    assert outcomes == ["ok", "cache_hit"]
+    assert outcomes == ["ok"]  # keyed by model, prompt version and material fingerprint: no call at all
+
+
+def test_new_material_for_a_closed_day_changes_the_fingerprint(ctx, store, ingest, worlds_day):
+    service.regenerate_day(ctx, DAY)
+    before = _rows(store)["w_ok"]
+    ingest([event("w_ok", "ok-3", "user", "late import of a harvest chat", cst(2026, 7, 18, 23, 0))])
+    again = service.regenerate_day(ctx, DAY)
+    after = _rows(store)["w_ok"]
+    assert again.reused == 0 and again.written == 1
+    assert after["material_fp"] != before["material_fp"] and after["source_count"] == 3
+    assert after["created_at"] == before["created_at"] and after["updated_at"] > before["updated_at"]
 
 
 def test_empty_llm_output_is_empty_summary_and_success_clears_it(store, redis_url, worlds_day):

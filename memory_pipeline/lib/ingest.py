@@ -300,11 +300,13 @@ def ingest_events(
 
         for i in range(0, len(fresh), batch):
             chunk = fresh[i : i + batch]
-            upsert(conn, messages, [
+            # Plain INSERT: ids were checked above in this transaction; a concurrent ingest of the
+            # same ids fails this transaction whole rather than half-writing it.
+            conn.execute(messages.insert(), [
                 {k: e[k] for k in ("message_id", "conversation_id", "role", "content", "tool_calls", "at", "source")}
                 | {"ingested_at": now}
                 for e in chunk
-            ], keys=["message_id"], update=[])
+            ])
             if progress:
                 progress(min(i + batch, len(fresh)), len(fresh))
         report.inserted = len(fresh)

@@ -60,6 +60,7 @@ class PeriodResult:
     worlds: int = 0
     written: int = 0  # rows inserted or changed
     unchanged: int = 0
+    reused: int = 0  # summaries kept without a model call (same model, prompt and material)
     non_empty: int = 0
     placeholders: Counter = field(default_factory=Counter)
     failures: dict[str, str] = field(default_factory=dict)
@@ -179,10 +180,9 @@ def _row(world_id: str, window: str, period_start: date, content: str, reason: s
     }
 
 
-def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict]) -> None:
+def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existing: dict[str, dict]) -> None:
     """Upsert rows whose meaningful fields changed; a successful row clears empty_reason."""
     with ctx.store.begin() as conn:
-        existing = _existing_rows(conn, result.window, result.period_start)
         now = datetime.now(timezone.utc)
         changed = []
         for row in rows:
@@ -207,8 +207,16 @@ def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict]) -> None
                                    row["content"] or f"({row['empty_reason']})"))
 
 
-def _summarize_or_placeholder(ctx, result, world_id, task, material, max_chars, source_kind, source_ids, source_count):
-    fp = short_hash([material])
+def _summarize_or_placeholder(ctx, result, prev, world_id, task, material, max_chars, source_kind, source_ids,
+                              source_count):
+    """The row for one world: reused as is when model, prompt version and material fingerprint
+    match the stored row (no call at all), else asked of the model."""
+    fp = short_hash([material, source_ids])
+    if (prev is not None and not ctx.force_llm and prev["material_fp"] == fp and prev["model"] == ctx.llm.model
+            and prev["prompt_version"] == prompts.PROMPT_VERSION):
+        result.reused += 1
+        return _row(world_id, result.window, result.period_start, prev["content"], prev["empty_reason"],
+                    source_kind, prev["source_ids"], prev["source_count"], fp, prev["model"])
     try:
         text = _llm(ctx, task, material, max_chars, world_id)
     except LLMHardFailure as exc:
@@ -230,6 +238,7 @@ def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None 
     with ctx.store.connect() as conn:
         alive = _worlds_alive(conn, end, world_ids)
         rows = _day_messages(conn, day, ctx.tz, world_ids)
+        existing = _existing_rows(conn, "day", day)
     by_world: dict[str, list] = defaultdict(list)
     for r in rows:
         by_world[r["world_id"]].append(r)
@@ -259,12 +268,12 @@ def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None 
         blocks = [f"# {ms[0]['platform']} conversation\n" + "\n".join(_line(m["at"], m["role"], m["content"], ctx.tz) for m in ms)
                   for ms in sorted(by_conv.values(), key=lambda ms: ms[0]["at"])]
         row = _summarize_or_placeholder(
-            ctx, result, world_id, "day", "\n\n".join(blocks), ctx.cfg.global_day_max_chars, "message",
+            ctx, result, existing.get(world_id), world_id, "day", "\n\n".join(blocks), ctx.cfg.global_day_max_chars, "message",
             [m["message_id"] for m in used], len({m["conversation_id"] for m in used}),
         )
         if row is not None:
             out.append(row)
-    _write(ctx, result, out)
+    _write(ctx, result, out, existing)
     if result.failures:
         raise PartitionFailure("day", day.isoformat(), result.failures)
     return result
@@ -292,6 +301,7 @@ def regenerate_rollup(ctx: TemporalContext, window: str, period_start: date,
             .order_by(temporal_summaries.c.world_id, temporal_summaries.c.period_start)
         )
         children = conn.execute(q).mappings().all()
+        existing = _existing_rows(conn, window, period_start)
     by_world: dict[str, list] = defaultdict(list)
     for c in children:
         by_world[c["world_id"]].append(c)
@@ -304,11 +314,11 @@ def regenerate_rollup(ctx: TemporalContext, window: str, period_start: date,
             out.append(_row(world_id, window, period_start, "", logic.CHILD_EMPTY_REASON[window], child, [], 0, None, None))
             continue
         material = "\n".join(f"{k['period_start']:{fmt}}: {k['content']}" for k in kids)
-        row = _summarize_or_placeholder(ctx, result, world_id, window, material, max_chars, child,
+        row = _summarize_or_placeholder(ctx, result, existing.get(world_id), world_id, window, material, max_chars, child,
                                         [k["summary_id"] for k in kids], len(kids))
         if row is not None:
             out.append(row)
-    _write(ctx, result, out)
+    _write(ctx, result, out, existing)
     if result.failures:
         raise PartitionFailure(window, period_start.isoformat(), result.failures)
     return result

@@ -56,11 +56,9 @@ def upsert(conn, table: Table, rows: Sequence[dict], keys: Iterable[str], update
         stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})
     else:
         stmt = stmt.on_conflict_do_nothing(index_elements=keys)
-    # Chunk to stay below parameter limits (SQLite: 32766, PostgreSQL: 65535).
-    per_row = max(1, len(rows[0]))
-    step = max(1, 30000 // per_row)
-    for i in range(0, len(rows), step):
-        conn.execute(stmt.values(list(rows[i : i + step])))
+    # executemany: SQLAlchemy batches the rows into multi-VALUES statements (insertmanyvalues)
+    # while compiling the statement once.
+    conn.execute(stmt, list(rows))
 
 
 class Store:
