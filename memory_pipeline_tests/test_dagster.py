@@ -170,6 +170,15 @@ def test_llm_hard_failure_fails_only_that_partition(pg_url, redis_url, instance,
 def test_month_waits_for_missing_day_rows(defs, instance, new_year):
     report = operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs, child_wait_retries=0)
     assert not report.success and "child row(s) missing" in report.runs[0].error
+    # With retries the run is put up for retry (the cascade waits for the day write) before failing.
+    config = operations.run_config("month", child_wait_retries=1)
+    config["ops"]["temporal_month_summaries"]["config"]["child_wait_seconds"] = 0
+    run = operations.run_range(instance, "month", "2025-12", "2025-12", config, defs)
+    assert not run.success
+    retries = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)
+    assert len(retries) == 1
+    operations.materialize("day", "2025-12-01", "2025-12-31", instance=instance, defs=defs)
+    assert operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs).success
 
 
 def test_a_thousand_worlds_are_one_partition_in_one_run(defs, instance, store, ingest):

@@ -8,7 +8,7 @@ from sqlalchemy import select, update
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.settings import TemporalSummaryConfig
 from memory_pipeline.lib.store.schema import llm_ledger, temporal_summaries
-from memory_pipeline.temporal import service
+from memory_pipeline.temporal import prompts, service
 from memory_pipeline.temporal.logic import EmptyReason
 from memory_pipeline_tests.conftest import conversation, cst, event
 from memory_pipeline_tests.fake_openai import FakeOpenAI
@@ -98,6 +98,13 @@ def test_empty_llm_output_is_empty_summary_and_success_clears_it(store, redis_ur
         ctx = service.TemporalContext(store, llm, RollCache(redis_url), TemporalSummaryConfig(), CST)
         server.push("ok", "   ")
         service.regenerate_day(ctx, DAY, ["w_ok"])
+        # Only the task spec and the material: no identity layer, no resident memory.
+        (sent,) = server.requests
+        assert [m["role"] for m in sent["messages"]] == ["system", "user"]
+        assert sent["messages"][0]["content"] == prompts.spec("day", 100)
+        material = sent["messages"][1]["content"]
+        assert material.splitlines()[0] == "# local conversation" and "planning the garden beds" in material
+        assert "weather" not in material  # tool-only turns are not material
         row = _rows(store)["w_ok"]
         assert (row["content"], row["empty_reason"], row["source_count"]) == ("", EmptyReason.EMPTY_SUMMARY, 0)
         server.push("ok", "Garden beds planned; compost too wet")

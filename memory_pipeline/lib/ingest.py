@@ -17,13 +17,12 @@ reported. Either way nothing is half-written: the write is one transaction.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
-
-import json
 
 from sqlalchemy import func, select, update
 

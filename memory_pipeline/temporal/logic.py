@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
-from memory_pipeline.lib.text import short_hash, truncate
+from memory_pipeline.lib.text import hard_cap, short_hash, truncate
 from memory_pipeline.lib.timeutil import (
     bucket_end,
     bucket_label,
@@ -172,6 +172,4 @@ def truncation_source_ref(cst_date: date) -> str:
 
 def concat_peer_chunks(summaries: Sequence[str], max_chars: int) -> str:
     """Miss path of a peer roll: concatenate and truncate to the hard cap, no LLM."""
-    from memory_pipeline.lib.text import hard_cap
-
     return truncate(" / ".join(s.strip() for s in summaries if s.strip()), hard_cap(max_chars))

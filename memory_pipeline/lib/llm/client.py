@@ -100,14 +100,6 @@ class LLMClient:
     def is_offline(self) -> bool:
         return self.model.startswith("offline/")
 
-    def bind(self, *, asset: str | None = None, partition: str | None = None) -> "LLMClient":
-        """A client whose ledger rows name this asset and partition (stats are its own)."""
-        return LLMClient(
-            self.store, self.model, self.api_base, self.api_key, self.timeout_seconds,
-            self.max_retries, self.backoff_seconds, self.use_cache,
-            asset or self.asset, partition or self.partition,
-        )
-
     def _cache_key(self, req: LLMRequest) -> str:
         return short_hash([self.model, req.prompt_version, req.messages(), req.tools, req.max_chars], length=64)
 
