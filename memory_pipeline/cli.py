@@ -33,11 +33,14 @@ def _progress() -> Progress:
 
 
 def _ingest_events_with_progress(store, label: str, fn) -> "object":
+    """Run ``fn(progress)`` showing one bar per ingestion phase (validate bytes, write rows)."""
     with _progress() as progress:
-        task = progress.add_task(label, total=None)
+        tasks: dict[str, int] = {}
 
-        def tick(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total or 1)
+        def tick(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = progress.add_task(f"{label}: {phase}", total=total or 1)
+            progress.update(tasks[phase], completed=done if total else 1, total=total or 1)
 
         return fn(tick)
 

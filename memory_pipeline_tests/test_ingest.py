@@ -31,7 +31,10 @@ GOOD = [event("w1", "c1", "user", "hello there", cst(2026, 7, 18, 6, 1), mid="m1
 
 def test_ingest_is_idempotent_on_message_id(store, tmp_path):
     path = _write(tmp_path, GOOD)
-    first = ingest_file(store, path)
+    seen = []
+    first = ingest_file(store, path, progress=lambda phase, done, total: seen.append((phase, done, total)))
+    size = path.stat().st_size
+    assert seen == [("validate", size, size), ("write", 2, 2)]
     assert (first.inserted, first.duplicates, first.new_conversations, first.new_worlds) == (2, 0, 1, 1)
     again = ingest_file(store, path)
     assert (again.inserted, again.duplicates) == (0, 2)

@@ -146,7 +146,11 @@ def _event_error(event: dict, field_name: str, problem: str) -> LineError:
     return LineError(event.get("_file", "<events>"), event.get("_line", 0), field_name, problem)
 
 
-def read_events(path: Path, now: datetime | None = None) -> tuple[list[dict], list[LineError], int, str]:
+Progress = Callable[[str, int, int], None]  # (phase, done, total): "validate" in bytes, "write" in rows
+
+
+def read_events(path: Path, now: datetime | None = None,
+                progress: Progress | None = None) -> tuple[list[dict], list[LineError], int, str]:
     """Parse and validate every line; returns (events, errors, line_count, sha256)."""
     now = now or datetime.now(timezone.utc)
     source = str(path)
@@ -156,9 +160,13 @@ def read_events(path: Path, now: datetime | None = None) -> tuple[list[dict], li
     conv_meta: dict[str, tuple] = {}
     digest = hashlib.sha256()
     lineno = 0
+    total, done = path.stat().st_size, 0
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             digest.update(raw)
+            done += len(raw)
+            if progress and lineno % 5000 == 0:
+                progress("validate", done, total)
             if len(raw) > MAX_LINE_BYTES:
                 errors.append(LineError(source, lineno, "<line>", f"oversized line: {len(raw)} bytes (limit {MAX_LINE_BYTES})"))
                 continue
@@ -192,6 +200,8 @@ def read_events(path: Path, now: datetime | None = None) -> tuple[list[dict], li
                 continue
             seen[event["message_id"]] = event
             events.append(event)
+    if progress:
+        progress("validate", total, total)
     return events, errors, lineno, digest.hexdigest()
 
 
@@ -201,10 +211,10 @@ def ingest_file(
     *,
     skip_bad: bool = False,
     now: datetime | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> IngestReport:
     path = Path(path)
-    events, errors, lines, sha = read_events(path, now)
+    events, errors, lines, sha = read_events(path, now, progress)
     report = ingest_events(store, events, source=str(path), errors=errors, lines=lines, sha256=sha,
                            skip_bad=skip_bad, progress=progress)
     return report
@@ -219,7 +229,7 @@ def ingest_events(
     lines: int | None = None,
     sha256: str = "",
     skip_bad: bool = False,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> IngestReport:
     """Write validated events in one transaction (see module docstring)."""
     errors = list(errors or [])
@@ -307,12 +317,12 @@ def ingest_events(
                 for e in chunk
             ])
             if progress:
-                progress(min(i + batch, len(fresh)), len(fresh))
+                progress("write", min(i + batch, len(fresh)), len(fresh))
         report.inserted = len(fresh)
         conn.execute(ingest_batches.insert().values(
             source=source, sha256=sha256, lines=report.lines, inserted=report.inserted,
             duplicates=report.duplicates, rejected=len(report.rejected), at=now,
         ))
     if progress and not fresh:
-        progress(0, 0)
+        progress("write", 0, 0)
     return report
