@@ -185,3 +185,31 @@ def test_redis_unreachable_falls_back_in_process(ctx, store, busy_morning):
     assert [m["cache"] for m in msgs] == ["hit", "hit"]
     key = down.keys("anima:temporal:w1:peer_roll:")[0]
     assert 36 * 3600 - 60 <= down.ttl(key) <= 36 * 3600
+
+
+def test_failed_warmup_stays_pending_and_an_expired_roll_is_requested_again(store, redis_url, redis_client, ingest):
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    for i, topic in enumerate(["tomatoes greenhouse seedlings", "deploy pipeline migration", "marathon interval pacing"]):
+        ingest(conversation("w1", f"c{i}", cst(2026, 7, 18, 6, 5 + i), [f"{topic} today", f"{topic} tomorrow"]))
+    cfg = TemporalSummaryConfig(peer_roll_max_chars=40)  # three chunks do not fit: the model is asked
+    offline = service.TemporalContext(store, LLMClient(store), RollCache(redis_url), cfg, CST)
+    service.run_tick(offline, DAY, cst(2026, 7, 18, 6, 30))
+    at = cst(2026, 7, 18, 6, 40)
+    assert read.peer_messages(store, offline.cache, offline.cfg, "w1", "outsider", at, CST)[1] == 1
+    with FakeOpenAI() as server:
+        failing = service.TemporalContext(
+            store, LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0),
+            RollCache(redis_url), cfg, CST)
+        for _ in range(8):
+            server.push("status", 500)
+        result = service.warm_peer_rolls(failing, DAY, at)
+    assert result.failures and result.requests_done == 0
+    assert [d for d, _ in service.pending_warmup_days(store)] == [DAY]
+    assert service.warm_peer_rolls(offline, DAY, at).requests_done == 1
+    assert service.pending_warmup_days(store) == []
+    assert read.peer_messages(store, offline.cache, offline.cfg, "w1", "outsider", at, CST)[0][0]["cache"] == "hit"
+    redis_client.flushdb()  # the roll expired or Redis restarted
+    msgs, requested = read.peer_messages(store, offline.cache, offline.cfg, "w1", "outsider", at, CST)
+    assert msgs[0]["cache"] == "miss" and requested == 1
+    assert [d for d, _ in service.pending_warmup_days(store)] == [DAY]

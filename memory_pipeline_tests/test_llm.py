@@ -70,6 +70,7 @@ def test_persistent_500_is_a_hard_failure_with_an_error_row(store, server):
         _client(store, server).complete(REQ)
     (row,) = _ledger(store)
     assert row["outcome"] == "error" and row["attempts"] == 3 and "500" in row["error"]
+    assert len(server.requests) == 3  # max_retries=2: one call and two retries, nothing hidden below
 
 
 def test_timeout_is_a_hard_failure(store, server):

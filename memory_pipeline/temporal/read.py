@@ -13,7 +13,7 @@ from memory_pipeline.lib.cache import RollCache
 from memory_pipeline.lib.settings import TemporalSummaryConfig
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.schema import conversations, inbox, messages, warmup_requests
-from memory_pipeline.lib.timeutil import bucket_end, bucket_label, day_bounds, local_date, require_aware
+from memory_pipeline.lib.timeutil import bucket_end, bucket_label, day_bounds, local_date, require_aware, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.service import closed_bucket_chunks
 
@@ -73,12 +73,15 @@ def peer_messages(store: Store, cache: RollCache, cfg: TemporalSummaryConfig, wo
         else:
             content, hit = logic.concat_peer_chunks([p["summary"] for p in peers], cfg.peer_roll_max_chars), False
             requests.append({"kind": "peer_roll", "world_id": world_id, "cst_date": today, "bucket": bucket,
-                             "viewer_conversation_id": viewer_conversation_id or "", "sources_fp": fp})
+                             "viewer_conversation_id": viewer_conversation_id or "", "sources_fp": fp,
+                             "requested_at": utcnow(), "done_at": None})
         out.append({"role": "assistant", "name": logic.PEER_MESSAGE_NAME, "content": content,
                     "at": bucket_end(local_bucket).isoformat(), "bucket": bucket_label(local_bucket), "cache": "hit" if hit else "miss"})
     if requests:
         with store.begin() as conn:
-            upsert(conn, warmup_requests, requests, keys=["kind", "world_id", "bucket", "sources_fp"], update=[])
+            # A roll served before but gone again (TTL, Redis restart) is requested anew.
+            upsert(conn, warmup_requests, requests, keys=["kind", "world_id", "bucket", "sources_fp"],
+                   update=["requested_at", "done_at"])
     return out, len(requests)
 
 

@@ -450,15 +450,45 @@ class PeerWarmResult:
     failures: dict[str, str] = field(default_factory=dict)
 
 
+def _warm_one(ctx: TemporalContext, result: "PeerWarmResult", done: set[str], world_id: str, day: date,
+              bucket: datetime, sources: list[dict], viewer: str | None) -> bool:
+    """Cache the peer roll of one bucket as ``viewer`` sees it, unless cached already; False when
+    the model failed (the roll stays a miss)."""
+    peers = [s for s in sources if s["conversation_id"] != viewer]
+    if not peers:
+        return True
+    fp = logic.peer_sources_fp(((s["conversation_id"], s["at"], s["summary"]) for s in sources), viewer)
+    key = logic.peer_roll_key(ctx.cfg.redis_key_prefix, world_id, day, bucket.astimezone(ctx.tz), fp)
+    if key in done:
+        return key not in result.failures
+    done.add(key)
+    if ctx.cache.get_json(key):
+        result.reused += 1
+        return True
+    try:
+        summary = peer_roll_summary(ctx, world_id, peers)
+    except LLMHardFailure as exc:
+        result.failures[key] = str(exc)
+        return False
+    ctx.cache.set_json(key, {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()},
+                       ctx.cfg.peer_roll_ttl_seconds)
+    result.warmed += 1
+    return True
+
+
 def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None) -> PeerWarmResult:
     """Precompute peer rolls of every closed bucket for every viewer active that day (and for an
-    outside viewer), then serve pending warm-up requests of the read path."""
+    outside viewer), then serve the read path's pending warm-up requests for that day."""
     now = min(now or utcnow(), day_bounds(day, ctx.tz)[1])
     result = PeerWarmResult()
     if not ctx.cfg.enabled:
         return result
     with ctx.store.connect() as conn:
         chunks = closed_bucket_chunks(conn, None, day, now, ctx.tz)
+        pending = conn.execute(
+            select(warmup_requests).where(warmup_requests.c.kind == "peer_roll", warmup_requests.c.cst_date == day,
+                                          warmup_requests.c.done_at.is_(None))
+        ).mappings().all()
     by_world_bucket: dict[tuple[str, datetime], list[dict]] = defaultdict(list)
     viewers: dict[str, set] = defaultdict(set)
     for c in chunks:
@@ -468,59 +498,17 @@ def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None
     for (world_id, bucket), sources in sorted(by_world_bucket.items()):
         result.buckets += 1
         for viewer in sorted(viewers[world_id]) + [None]:
-            peers = [s for s in sources if s["conversation_id"] != viewer]
-            if not peers:
-                continue
-            fp = logic.peer_sources_fp(((s["conversation_id"], s["at"], s["summary"]) for s in sources), viewer)
-            key = logic.peer_roll_key(ctx.cfg.redis_key_prefix, world_id, day, bucket.astimezone(ctx.tz), fp)
-            if key in done:
-                continue
-            done.add(key)
-            if ctx.cache.get_json(key):
-                result.reused += 1
-                continue
-            try:
-                summary = peer_roll_summary(ctx, world_id, peers)
-            except LLMHardFailure as exc:
-                result.failures[key] = str(exc)
-                continue
-            ctx.cache.set_json(key, {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()},
-                               ctx.cfg.peer_roll_ttl_seconds)
-            result.warmed += 1
-    result.requests_done = _serve_warmup_requests(ctx, day, now, done, result)
-    return result
-
-
-def _serve_warmup_requests(ctx, day, now, done, result) -> int:
-    with ctx.store.connect() as conn:
-        pending = conn.execute(
-            select(warmup_requests).where(warmup_requests.c.kind == "peer_roll",
-                                          warmup_requests.c.cst_date == day,
-                                          warmup_requests.c.done_at.is_(None))
-        ).mappings().all()
-    served = 0
+            _warm_one(ctx, result, done, world_id, day, bucket, sources, viewer)
     for req in pending:
-        with ctx.store.connect() as conn:
-            sources = [c for c in closed_bucket_chunks(conn, req["world_id"], day, now, ctx.tz)
-                       if c["bucket"] == req["bucket"]]
-        fp = logic.peer_sources_fp(((s["conversation_id"], s["at"], s["summary"]) for s in sources),
-                                   req["viewer_conversation_id"])
-        key = logic.peer_roll_key(ctx.cfg.redis_key_prefix, req["world_id"], day, req["bucket"].astimezone(ctx.tz), fp)
-        peers = [s for s in sources if s["conversation_id"] != req["viewer_conversation_id"]]
-        if peers and key not in done and not ctx.cache.get_json(key):
-            try:
-                summary = peer_roll_summary(ctx, req["world_id"], peers)
-            except LLMHardFailure as exc:
-                result.failures[key] = str(exc)
-                continue
-            ctx.cache.set_json(key, {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()},
-                               ctx.cfg.peer_roll_ttl_seconds)
-            result.warmed += 1
+        sources = by_world_bucket.get((req["world_id"], req["bucket"]), [])
+        if not _warm_one(ctx, result, done, req["world_id"], day, req["bucket"], sources,
+                         req["viewer_conversation_id"] or None):
+            continue  # stays pending for the next warm-up
         with ctx.store.begin() as conn:
             conn.execute(warmup_requests.update().where(warmup_requests.c.request_id == req["request_id"])
                          .values(done_at=utcnow()))
-        served += 1
-    return served
+        result.requests_done += 1
+    return result
 
 
 def pending_warmup_days(store: Store) -> list[tuple[date, int]]:
