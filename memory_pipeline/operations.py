@@ -18,11 +18,6 @@ INSTANCE_YAML = """\
 # Embedded default: SQLite run/event storage under this folder. Production: deploy/production/dagster.yaml.
 telemetry:
   enabled: false
-scheduler:
-  module: dagster._core.scheduler
-  class: DagsterDaemonScheduler
-  config:
-    max_catchup_runs: 40
 """
 
 

@@ -7,11 +7,12 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import (
     AssetKey,
+    AssetMaterialization,
     DagsterEventType,
-    DagsterInstance,
     build_multi_asset_sensor_context,
     build_schedule_context,
     build_sensor_context,
+    instance_for_test,
 )
 from sqlalchemy import func, select
 
@@ -36,7 +37,7 @@ def make_defs(pg_url, redis_url, **llm):
 
 @pytest.fixture
 def instance():
-    with DagsterInstance.ephemeral() as inst:
+    with instance_for_test() as inst:
         yield inst
 
 
@@ -206,7 +207,7 @@ def test_redis_unreachable_keeps_the_pipeline_green(pg_url, instance, new_year):
 @pytest.mark.parametrize("schedule,at,expected", [
     ("temporal_month_schedule", cst(2026, 2, 1, 0, 5), ["2026-01"]),
     ("temporal_month_schedule", cst(2026, 1, 1, 0, 5), ["2025-12"]),
-    ("temporal_year_schedule", cst(2026, 1, 1, 0, 0), ["2025"]),
+    ("temporal_year_schedule", cst(2026, 1, 1, 0, 5), ["2025"]),
     ("temporal_day_schedule", cst(2026, 2, 1, 0, 5), ["2026-01-31"]),
     ("temporal_day_schedule", cst(2026, 1, 1, 0, 5), ["2025-12-31"]),
     ("temporal_tick_schedule", cst(2026, 7, 18, 6, 30), ["2026-07-18"]),
@@ -224,7 +225,24 @@ def test_schedule_crons(defs):
     assert crons["temporal_tick_schedule"] == "*/30 * * * *"
     assert crons["temporal_day_schedule"] == "5 0 * * *"
     assert crons["temporal_month_schedule"] == "5 0 1 * *"
-    assert crons["temporal_year_schedule"] == "0 0 1 1 *"
+    assert crons["temporal_year_schedule"] == "5 0 1 1 *"
+
+
+def test_nightly_schedule_catches_up_the_nights_it_missed(defs, instance):
+    repo = defs.get_repository_def()
+    sched = defs.get_schedule_def("temporal_day_schedule")
+
+    def tick(at):
+        ctx = build_schedule_context(instance=instance, scheduled_execution_time=at, repository_def=repo)
+        return [r.partition_key for r in sched.evaluate_tick(ctx).run_requests]
+
+    instance.report_runless_asset_event(AssetMaterialization(assets.temporal_day_summaries.key, partition="2026-01-09"))
+    # The daemon was down from the 10th to the 14th: its first tick back creates the four missed runs.
+    assert tick(cst(2026, 1, 14, 0, 5)) == ["2026-01-10", "2026-01-11", "2026-01-12", "2026-01-13"]
+    for day in ("2026-01-10", "2026-01-11", "2026-01-12", "2026-01-13"):
+        instance.report_runless_asset_event(AssetMaterialization(assets.temporal_day_summaries.key, partition=day))
+    assert tick(cst(2026, 1, 15, 0, 5)) == ["2026-01-14"]
+    assert tick(cst(2026, 1, 14, 23, 0)) == []  # nothing new closed since the last materialization
 
 
 def test_system_rolls_follow_summary_writes(defs, instance, new_year):

@@ -70,7 +70,7 @@ def _llm_metadata(stats) -> dict:
 
 def _preview(rows: list[tuple[str, str, str]]) -> MetadataValue:
     lines = ["| world | period | summary |", "|---|---|---|"]
-    lines += [f"| {w} | {p} | {c.replace('|', '/')} |" for w, p, c in rows]
+    lines += [f"| {w} | {p} | {' '.join(c.split()).replace('|', '/')} |" for w, p, c in rows]
     return MetadataValue.md("\n".join(lines))
 
 
@@ -84,17 +84,21 @@ def _materialize_periods(window, context, config, memory_store, roll_cache, llm,
     failures: dict[str, str] = {}
     totals = Counter()
     worlds = config.worlds or None
-    for key, period in _partition_dates(context):
+    periods = _partition_dates(context)
+    if window != "day" and memory_config.memory().temporal_summary.enabled:
+        # A month reads its day rows, a year its month rows: wait (retry) until they all exist, so
+        # the cascade scheduled at 00:05 on the 1st follows the day write of the same night.
+        tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, None)
+        missing = {key: m for key, period in periods if (m := service.missing_children(tctx, window, period, worlds))}
+        if missing and context.retry_number < config.child_wait_retries:
+            context.log.warning(f"{window}: child rows missing for {sorted(missing)}; waiting for the child partitions")
+            raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
+        for key, m in missing.items():
+            failures[key] = f"{window} {key}: {len(m)} child row(s) missing, e.g. {m[:3]}"
+    for key, period in periods:
+        if key in failures:
+            continue
         tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
-        if window != "day":
-            missing = service.missing_children(tctx, window, period, worlds)
-            if missing:
-                message = f"{window} {key}: {len(missing)} child row(s) missing, e.g. {missing[:3]}"
-                if context.retry_number < config.child_wait_retries:
-                    context.log.warning(message + "; waiting for the child partitions")
-                    raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
-                failures[key] = message
-                continue
         try:
             result = service.regenerate(tctx, window, period, worlds)
         except service.PartitionFailure as exc:

@@ -1,5 +1,9 @@
-"""Jobs and schedules (Asia/Shanghai). Partitioned schedules catch up missed ticks after downtime
-(up to the scheduler's max_catchup_runs in dagster.yaml)."""
+"""Jobs and schedules (Asia/Shanghai).
+
+Catch-up: Dagster's daemon evaluates only the latest missed tick of a schedule built on asset
+jobs, so the nightly schedules below request, besides their newest closed partition, every
+partition newer than the last materialized one (lib.catchup): a daemon that was down for four
+nights creates four runs on its first tick back."""
 
 
 from datetime import timedelta
@@ -9,13 +13,13 @@ from dagster import (
     AssetSelection,
     RunRequest,
     ScheduleEvaluationContext,
-    build_schedule_from_partitioned_job,
     define_asset_job,
     schedule,
 )
 
+from memory_pipeline.lib.catchup import catchup_keys
 from memory_pipeline.temporal import assets
-from memory_pipeline.temporal.partitions import TZ
+from memory_pipeline.temporal.partitions import TZ, cst_day, cst_month, cst_year
 
 tick_job = define_asset_job(
     "temporal_tick_job",
@@ -53,14 +57,28 @@ def temporal_tick_schedule(context: ScheduleEvaluationContext):
     return RunRequest(run_key=f"tick-{at.isoformat()}", partition_key=day)
 
 
+def _nightly(name: str, job, cron: str, partitions_def, asset_def, lookback: int, doc: str):
+    @schedule(name=name, job=job, cron_schedule=cron, execution_timezone=TZ, description=doc)
+    def _schedule(context: ScheduleEvaluationContext):
+        closed = partitions_def.get_partition_keys(current_time=context.scheduled_execution_time)
+        done = context.instance.get_materialized_partitions(asset_def.key)
+        # run_key = partition: a partition requested once by this schedule is not requested again.
+        return [RunRequest(run_key=f"{name}:{key}", partition_key=key) for key in catchup_keys(closed, done, lookback)]
+
+    return _schedule
+
+
 # 00:05 CST: yesterday's day rows; on the 1st last month's; on 1 January last year's. A month or
 # year run waits (retries) until its child rows exist, so the cascade follows the day write.
-temporal_day_schedule = build_schedule_from_partitioned_job(
-    day_job, name="temporal_day_schedule", hour_of_day=0, minute_of_hour=5)
-temporal_month_schedule = build_schedule_from_partitioned_job(
-    month_job, name="temporal_month_schedule", day_of_month=1, hour_of_day=0, minute_of_hour=5)
-temporal_year_schedule = build_schedule_from_partitioned_job(
-    year_job, name="temporal_year_schedule")  # 00:00 on 1 January (a yearly cron takes no offset)
+temporal_day_schedule = _nightly(
+    "temporal_day_schedule", day_job, "5 0 * * *", cst_day, assets.temporal_day_summaries, 31,
+    "Yesterday's per-world day rows (and days missed while the daemon was down, up to 31).")
+temporal_month_schedule = _nightly(
+    "temporal_month_schedule", month_job, "5 0 1 * *", cst_month, assets.temporal_month_summaries, 12,
+    "Cascade on the 1st: last month's rows (and missed months, up to 12).")
+temporal_year_schedule = _nightly(
+    "temporal_year_schedule", year_job, "5 0 1 1 *", cst_year, assets.temporal_year_summaries, 3,
+    "Cascade on 1 January: last year's rows (and missed years, up to 3).")
 
 
 temporal_jobs = [tick_job, day_job, month_job, year_job, system_rolls_job]
