@@ -75,5 +75,5 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     view = temporal_view(store, cache, settings.load_memory_config().temporal_summary, world, viewer,
                          datetime.fromisoformat(read_at), tz)
     print_view(view, viewer_timeline(store, view, tz), cache.backend)
-    console.print(f"\nUI on this instance: DAGSTER_HOME={operations.dagster_home()} .venv/bin/dagster dev -w workspace.yaml")
+    console.print(f"\nThe runs are in {operations.dagster_home()}: `make ui` opens them in the Dagster UI.")
     return 0 if ok else 1
