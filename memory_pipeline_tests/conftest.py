@@ -22,7 +22,7 @@ from memory_pipeline.lib.ingest import ingest_file  # noqa: E402
 from memory_pipeline.lib.llm import LLMClient  # noqa: E402
 from memory_pipeline.lib.settings import TemporalSummaryConfig  # noqa: E402
 from memory_pipeline.lib.store import Store, make_engine  # noqa: E402
-from memory_pipeline.temporal.service import TemporalContext  # noqa: E402
+from memory_pipeline.temporal.context import TemporalContext  # noqa: E402
 
 PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")

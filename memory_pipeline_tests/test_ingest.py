@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 
 from memory_pipeline.lib.ingest import IngestError, ingest_file
 from memory_pipeline.lib.store.schema import conversations, ingest_batches, messages, temporal_summaries, worlds
-from memory_pipeline.temporal import service
+from memory_pipeline.temporal import chunks, summaries
 from memory_pipeline_tests.conftest import cst, event
 
 
@@ -107,16 +107,16 @@ def test_conversation_metadata_must_agree(store, tmp_path):
 def test_ingesting_never_bumps_derived_rows_and_chunks_never_bump_conversations(ctx, store, ingest):
     ingest([event("w1", "c1", "user", "garden planning with tomatoes", cst(2026, 7, 18, 6, 1)),
             event("w1", "c1", "assistant", "tomatoes need sun", cst(2026, 7, 18, 6, 3))])
-    service.regenerate_day(ctx, cst(2026, 7, 18).date())
+    summaries.regenerate_day(ctx, cst(2026, 7, 18).date())
     with store.connect() as conn:
         before = conn.execute(select(temporal_summaries.c.updated_at)).scalar_one()
         conv_before = conn.execute(select(conversations.c.updated_at)).scalar_one()
     ingest([event("w1", "c1", "user", "next day talk", cst(2026, 7, 19, 9, 0))])
-    service.run_tick(ctx, cst(2026, 7, 19).date(), cst(2026, 7, 19, 10, 0))
+    chunks.run_tick(ctx, cst(2026, 7, 19).date(), cst(2026, 7, 19, 10, 0))
     with store.connect() as conn:
         assert conn.execute(select(temporal_summaries.c.updated_at)).scalar_one() == before
         conv_after = conn.execute(select(conversations.c.updated_at)).scalar_one()
     assert conv_after > conv_before  # the new message is the conversation's own activity
-    service.run_tick(ctx, cst(2026, 7, 18).date())  # chunks for the 18th: a write to temporal_day only
+    chunks.run_tick(ctx, cst(2026, 7, 18).date())  # chunks for the 18th: a write to temporal_day only
     with store.connect() as conn:
         assert conn.execute(select(conversations.c.updated_at)).scalar_one() == conv_after

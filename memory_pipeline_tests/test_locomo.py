@@ -11,7 +11,7 @@ from memory_pipeline.lib.ingest import ingest_events
 from memory_pipeline.lib.locomo import locomo_events, parse_session_time
 from memory_pipeline.lib.settings import REPO_ROOT
 from memory_pipeline.lib.store.schema import conversations, messages, temporal_summaries
-from memory_pipeline.temporal import service
+from memory_pipeline.temporal import summaries
 from memory_pipeline_tests.conftest import CST
 
 LOCOMO = Path(os.environ.get("LOCOMO_DIR", REPO_ROOT.parent / "shared" / "data" / "locomo"))
@@ -38,16 +38,16 @@ def test_import_locomo_and_summarize_real_days(ctx, store):
     assert (last - first).days > 150  # months of real conversation
 
     day = parse_session_time("1:56 pm on 8 May, 2023", CST).date()
-    result = service.regenerate_day(ctx, day)
+    result = summaries.regenerate_day(ctx, day)
     assert result.non_empty == 1
     # The first session is the world's first day, so nothing exists before it.
-    assert service.regenerate_day(ctx, date(2023, 5, 7)).worlds == 0
+    assert summaries.regenerate_day(ctx, date(2023, 5, 7)).worlds == 0
     with store.connect() as conn:
         row = conn.execute(select(temporal_summaries)).mappings().one()
     assert row["content"] and len(row["content"]) <= 150 and row["source_kind"] == "message"
     assert row["source_count"] == 1 and len(row["source_ids"]) == 18
-    assert service.audit_period(store, "day", day, CST) == []
-    month = service.regenerate_rollup(ctx, "month", date(2023, 5, 1))
+    assert summaries.audit_period(store, "day", day, CST) == []
+    month = summaries.regenerate_rollup(ctx, "month", date(2023, 5, 1))
     assert month.non_empty == 1
 
 

@@ -8,7 +8,7 @@ from sqlalchemy import select, update
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.settings import TemporalSummaryConfig
 from memory_pipeline.lib.store.schema import llm_ledger, temporal_summaries
-from memory_pipeline.temporal import prompts, service
+from memory_pipeline.temporal import chunks, context, prompts, summaries
 from memory_pipeline.temporal.logic import EmptyReason
 from memory_pipeline_tests.conftest import conversation, cst, event
 from memory_pipeline_tests.fake_openai import FakeOpenAI
@@ -41,7 +41,7 @@ def worlds_day(ingest):
 
 
 def test_day_rows_and_placeholders(ctx, store, worlds_day):
-    result = service.regenerate_day(ctx, DAY)
+    result = summaries.regenerate_day(ctx, DAY)
     rows = _rows(store)
     assert set(rows) == {"w_ok", "w_tools", "w_excluded", "w_quiet"}  # w_late did not exist yet
     ok = rows["w_ok"]
@@ -53,7 +53,7 @@ def test_day_rows_and_placeholders(ctx, store, worlds_day):
     for w in ("w_tools", "w_excluded", "w_quiet"):
         assert rows[w]["content"] == "" and rows[w]["source_count"] == 0
     assert result.placeholders == {"empty": 1, "no_sessions": 2} and result.non_empty == 1
-    assert service.audit_period(store, "day", DAY, ctx.tz) == []
+    assert summaries.audit_period(store, "day", DAY, ctx.tz) == []
 
 
 def test_candidates_are_chosen_by_message_timestamp_not_updated_at(ctx, store, worlds_day):
@@ -61,16 +61,16 @@ def test_candidates_are_chosen_by_message_timestamp_not_updated_at(ctx, store, w
 
     with store.begin() as conn:  # a conversation touched later must not move into another day
         conn.execute(update(conversations).values(updated_at=cst(2026, 7, 25)))
-    service.regenerate_day(ctx, DAY)
+    summaries.regenerate_day(ctx, DAY)
     assert _rows(store)["w_ok"]["empty_reason"] is None
-    service.regenerate_day(ctx, date(2026, 7, 25))
+    summaries.regenerate_day(ctx, date(2026, 7, 25))
     assert _rows(store, period=date(2026, 7, 25))["w_ok"]["empty_reason"] == EmptyReason.NO_SESSIONS
 
 
 def test_regeneration_is_idempotent_and_free_when_unchanged(ctx, store, worlds_day):
-    service.regenerate_day(ctx, DAY)
+    summaries.regenerate_day(ctx, DAY)
     first = _rows(store)
-    again = service.regenerate_day(ctx, DAY)
+    again = summaries.regenerate_day(ctx, DAY)
     assert again.written == 0 and again.unchanged == 4 and again.reused == 1
     assert _rows(store) == first
     with store.connect() as conn:
@@ -79,10 +79,10 @@ def test_regeneration_is_idempotent_and_free_when_unchanged(ctx, store, worlds_d
 
 
 def test_new_material_for_a_closed_day_changes_the_fingerprint(ctx, store, ingest, worlds_day):
-    service.regenerate_day(ctx, DAY)
+    summaries.regenerate_day(ctx, DAY)
     before = _rows(store)["w_ok"]
     ingest([event("w_ok", "ok-3", "user", "late import of a harvest chat", cst(2026, 7, 18, 23, 0))])
-    again = service.regenerate_day(ctx, DAY)
+    again = summaries.regenerate_day(ctx, DAY)
     after = _rows(store)["w_ok"]
     assert again.reused == 0 and again.written == 1
     assert after["material_fp"] != before["material_fp"] and after["source_count"] == 3
@@ -95,9 +95,9 @@ def test_empty_llm_output_is_empty_summary_and_success_clears_it(store, redis_ur
 
     with FakeOpenAI() as server:
         llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", backoff_seconds=0.01)
-        ctx = service.TemporalContext(store, llm, RollCache(redis_url), TemporalSummaryConfig(), CST)
+        ctx = context.TemporalContext(store, llm, RollCache(redis_url), TemporalSummaryConfig(), CST)
         server.push("ok", "   ")
-        service.regenerate_day(ctx, DAY, ["w_ok"])
+        summaries.regenerate_day(ctx, DAY, ["w_ok"])
         # Only the task spec and the material: no identity layer, no resident memory.
         (sent,) = server.requests
         assert [m["role"] for m in sent["messages"]] == ["system", "user"]
@@ -109,7 +109,7 @@ def test_empty_llm_output_is_empty_summary_and_success_clears_it(store, redis_ur
         assert (row["content"], row["empty_reason"], row["source_count"]) == ("", EmptyReason.EMPTY_SUMMARY, 0)
         server.push("ok", "Garden beds planned; compost too wet")
         ctx.force_llm = True
-        service.regenerate_day(ctx, DAY, ["w_ok"])
+        summaries.regenerate_day(ctx, DAY, ["w_ok"])
         row = _rows(store)["w_ok"]
         assert row["empty_reason"] is None and row["content"] == "Garden beds planned; compost too wet"
         assert row["source_count"] == 2
@@ -122,10 +122,10 @@ def test_llm_hard_failure_writes_no_placeholder_and_fails_the_partition(store, r
     with FakeOpenAI() as server:
         llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=1,
                         backoff_seconds=0.01)
-        ctx = service.TemporalContext(store, llm, RollCache(redis_url), TemporalSummaryConfig(), CST)
+        ctx = context.TemporalContext(store, llm, RollCache(redis_url), TemporalSummaryConfig(), CST)
         server.push("status", 500).push("status", 500)
-        with pytest.raises(service.PartitionFailure, match="w_ok"):
-            service.regenerate_day(ctx, DAY)
+        with pytest.raises(summaries.PartitionFailure, match="w_ok"):
+            summaries.regenerate_day(ctx, DAY)
     rows = _rows(store)
     assert "w_ok" not in rows  # no placeholder for a hard failure
     assert rows["w_tools"]["empty_reason"] == EmptyReason.EMPTY  # the other worlds are written
@@ -135,17 +135,17 @@ def test_disabled_writes_nothing(store, redis_url, worlds_day):
     from memory_pipeline.lib.cache import RollCache
     from memory_pipeline_tests.conftest import CST
 
-    ctx = service.TemporalContext(store, LLMClient(store), RollCache(redis_url), TemporalSummaryConfig(enabled=False), CST)
-    assert service.regenerate_day(ctx, DAY).disabled
-    assert service.regenerate_rollup(ctx, "month", date(2026, 7, 1)).disabled
-    assert service.run_tick(ctx, DAY).chunks_written == 0
+    ctx = context.TemporalContext(store, LLMClient(store), RollCache(redis_url), TemporalSummaryConfig(enabled=False), CST)
+    assert summaries.regenerate_day(ctx, DAY).disabled
+    assert summaries.regenerate_rollup(ctx, "month", date(2026, 7, 1)).disabled
+    assert chunks.run_tick(ctx, DAY).chunks_written == 0
     assert _rows(store) == {} and _rows(store, "month", date(2026, 7, 1)) == {}
 
 
 def _days(ctx, first: date, last: date):
     d = first
     while d <= last:
-        service.regenerate_day(ctx, d)
+        summaries.regenerate_day(ctx, d)
         d += timedelta(days=1)
 
 
@@ -154,7 +154,7 @@ def test_month_reads_days_and_year_reads_months_ignoring_empty_children(ctx, sto
            + conversation("w1", "b", cst(2025, 12, 20, 9), ["compost turned", "compost warm"])
            + conversation("w2", "c", cst(2025, 11, 30, 9), ["only november talk", "yes november"]))
     _days(ctx, date(2025, 11, 1), date(2025, 12, 31))
-    month = service.regenerate_rollup(ctx, "month", date(2025, 12, 1))
+    month = summaries.regenerate_rollup(ctx, "month", date(2025, 12, 1))
     rows = _rows(store, "month", date(2025, 12, 1))
     w1 = rows["w1"]
     assert w1["empty_reason"] is None and w1["source_kind"] == "day" and w1["source_count"] == 2
@@ -162,34 +162,34 @@ def test_month_reads_days_and_year_reads_months_ignoring_empty_children(ctx, sto
     assert day_ids <= set(w1["source_ids"])
     assert rows["w2"]["empty_reason"] == EmptyReason.NO_DAYS  # only empty day placeholders in December
     assert month.placeholders == {"no_days": 1}
-    service.regenerate_rollup(ctx, "month", date(2025, 11, 1))
-    year = service.regenerate_rollup(ctx, "year", date(2025, 1, 1))
+    summaries.regenerate_rollup(ctx, "month", date(2025, 11, 1))
+    year = summaries.regenerate_rollup(ctx, "year", date(2025, 1, 1))
     yrows = _rows(store, "year", date(2025, 1, 1))
     assert yrows["w1"]["source_kind"] == "month" and yrows["w1"]["source_count"] == 1
     assert yrows["w2"]["source_count"] == 1 and year.non_empty == 2
     for window, period in (("month", date(2025, 12, 1)), ("year", date(2025, 1, 1))):
-        assert service.audit_period(store, window, period, ctx.tz) == []
+        assert summaries.audit_period(store, window, period, ctx.tz) == []
 
 
 def test_year_without_months_is_no_months(ctx, store, ingest):
     ingest(conversation("w1", "a", cst(2024, 12, 31, 9), ["old talk", "old reply"]))
-    year = service.regenerate_rollup(ctx, "year", date(2025, 1, 1))
+    year = summaries.regenerate_rollup(ctx, "year", date(2025, 1, 1))
     assert _rows(store, "year", date(2025, 1, 1))["w1"]["empty_reason"] == EmptyReason.NO_MONTHS
     assert year.placeholders == {"no_months": 1}
 
 
 def test_missing_children_names_what_a_cascade_waits_for(ctx, store, ingest):
     ingest(conversation("w1", "a", cst(2025, 12, 30, 9), ["late december", "indeed"]))
-    missing = service.missing_children(ctx, "month", date(2025, 12, 1))
+    missing = summaries.missing_children(ctx, "month", date(2025, 12, 1))
     assert missing == [("w1", "2025-12-30"), ("w1", "2025-12-31")]  # the world starts on the 30th
     _days(ctx, date(2025, 12, 30), date(2025, 12, 31))
-    assert service.missing_children(ctx, "month", date(2025, 12, 1)) == []
+    assert summaries.missing_children(ctx, "month", date(2025, 12, 1)) == []
 
 
 def test_audit_catches_rows_without_sources_and_future_periods(ctx, store, worlds_day):
-    service.regenerate_day(ctx, DAY)
+    summaries.regenerate_day(ctx, DAY)
     with store.begin() as conn:
         conn.execute(update(temporal_summaries).where(temporal_summaries.c.world_id == "w_ok").values(source_ids=[], source_count=0))
-    problems = service.audit_period(store, "day", DAY, ctx.tz)
+    problems = summaries.audit_period(store, "day", DAY, ctx.tz)
     assert problems == ["w_ok day 2026-07-18: non-empty row without sources"]
-    assert any("not closed" in p for p in service.audit_period(store, "day", date.today() + timedelta(days=3), ctx.tz))
+    assert any("not closed" in p for p in summaries.audit_period(store, "day", date.today() + timedelta(days=3), ctx.tz))

@@ -1,3 +1,7 @@
-"""Seed 000, temporal summaries: 30-minute chunks, per-world day/month/year rows, peer and system
-rolls, and the read path. ``logic`` and ``prompts`` are pure; ``service`` does the I/O; the
-Dagster layer (``partitions``, ``assets``, ``checks``, ``schedules``, ``sensors``) stays thin."""
+"""Seed 000, temporal summaries.
+
+Pure: ``logic`` (inclusion, watermark gating, fingerprints, keys, TTLs, the system block) and
+``prompts``. I/O without Dagster: ``context`` (shared queries and the model call), ``chunks``
+(the */30 tick), ``summaries`` (day / month / year rows), ``rolls`` (system and peer rolls) and
+``read`` (the read path, never an LLM). The thin Dagster layer: ``partitions``, ``assets``,
+``checks``, ``schedules``, ``sensors``."""

@@ -1,5 +1,6 @@
 """Seed 000 as Dagster assets. Each asset loops over the partition keys of its run (a backfill is
-one run per range: BackfillPolicy.single_run) and calls the plain service per key."""
+one run per range: BackfillPolicy.single_run) and calls the plain chunks / summaries / rolls
+functions per key."""
 
 
 from collections import Counter
@@ -22,7 +23,8 @@ from pydantic import Field
 
 from memory_pipeline.lib.timeutil import local_date, utcnow
 from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource, RollCacheResource
-from memory_pipeline.temporal import service
+from memory_pipeline.temporal import chunks, rolls, summaries
+from memory_pipeline.temporal.context import TemporalContext
 from memory_pipeline.temporal.partitions import cst_day, cst_day_open, cst_month, cst_year
 
 GROUP = "temporal"
@@ -55,7 +57,7 @@ def _now(config: TemporalRunConfig) -> datetime:
 def _tctx(context, config, memory_store, roll_cache, llm, memory_config, partition: str | None):
     store = memory_store.store()
     client = llm.client(store, asset=context.assets_def.key.to_user_string(), partition=partition)
-    return service.TemporalContext(
+    return TemporalContext(
         store=store, llm=client, cache=roll_cache.cache(), cfg=memory_config.memory().temporal_summary,
         tz=ZoneInfo(memory_config.timezone), force_llm=config.force_llm,
     )
@@ -89,7 +91,7 @@ def _materialize_periods(window, context, config, memory_store, roll_cache, llm,
         # A month reads its day rows, a year its month rows: wait (retry) until they all exist, so
         # the cascade scheduled at 00:05 on the 1st follows the day write of the same night.
         tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, None)
-        missing = {key: m for key, period in periods if (m := service.missing_children(tctx, window, period, worlds))}
+        missing = {key: m for key, period in periods if (m := summaries.missing_children(tctx, window, period, worlds))}
         if missing and context.retry_number < config.child_wait_retries:
             context.log.warning(f"{window}: child rows missing for {sorted(missing)}; waiting for the child partitions")
             raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
@@ -100,8 +102,8 @@ def _materialize_periods(window, context, config, memory_store, roll_cache, llm,
             continue
         tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
         try:
-            result = service.regenerate(tctx, window, period, worlds)
-        except service.PartitionFailure as exc:
+            result = summaries.regenerate(tctx, window, period, worlds)
+        except summaries.PartitionFailure as exc:
             failures[key] = str(exc)
             context.add_asset_metadata({"failed": str(exc), **_llm_metadata(tctx.llm.stats)}, partition_key=key)
             continue
@@ -147,7 +149,7 @@ def temporal_day_chunks(
     failures = {}
     for key, day in _partition_dates(context):
         tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
-        result = service.run_tick(tctx, day, now)
+        result = chunks.run_tick(tctx, day, now)
         failures.update(result.failures)
         context.add_asset_metadata({
             "conversations": result.conversations, "chunks_written": result.chunks_written,
@@ -175,7 +177,7 @@ def temporal_peer_rolls(
     now = _now(config)
     for key, day in _partition_dates(context):
         tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
-        result = service.warm_peer_rolls(tctx, day, now)
+        result = rolls.warm_peer_rolls(tctx, day, now)
         context.add_asset_metadata({
             "buckets": result.buckets, "warmed": result.warmed, "reused": result.reused,
             "requests_served": result.requests_done, "failures": len(result.failures),
@@ -228,7 +230,7 @@ def temporal_system_rolls(
     now = _now(config)
     tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, None)
     today = local_date(now, tctx.tz)
-    result = service.regenerate_system_rolls(tctx, today, config.worlds or None, force=config.force_llm)
+    result = rolls.regenerate_system_rolls(tctx, today, config.worlds or None, force=config.force_llm)
     if result.failures:
         raise Failure(description=f"system rolls failed: {list(result.failures.items())[:3]}")
     return MaterializeResult(metadata={

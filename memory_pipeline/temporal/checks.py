@@ -7,7 +7,7 @@ from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeve
 
 from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
-from memory_pipeline.temporal import assets, service
+from memory_pipeline.temporal import assets, chunks, summaries
 from memory_pipeline.temporal.partitions import cst_day, cst_day_open, cst_month, cst_year
 
 
@@ -33,7 +33,7 @@ def _period_check(asset_def, window, defn):
                memory_config: MemoryConfigResource) -> AssetCheckResult:
         store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
         days = _dates(context, defn)
-        problems = [p for d in days for p in service.audit_period(store, window, d, tz)]
+        problems = [p for d in days for p in summaries.audit_period(store, window, d, tz)]
         return _result(problems, len(days))
 
     return _check
@@ -45,7 +45,7 @@ def chunks_check(context: AssetCheckExecutionContext, memory_store: MemoryStoreR
                  memory_config: MemoryConfigResource) -> AssetCheckResult:
     store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
     days = _dates(context, cst_day_open)
-    problems = [p for d in days for p in service.audit_chunks(store, d, tz)]
+    problems = [p for d in days for p in chunks.audit_chunks(store, d, tz)]
     return _result(problems, len(days))
 
 

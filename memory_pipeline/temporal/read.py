@@ -15,7 +15,7 @@ from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.schema import conversations, inbox, messages, warmup_requests
 from memory_pipeline.lib.timeutil import bucket_end, bucket_label, day_bounds, local_date, require_aware, utcnow
 from memory_pipeline.temporal import logic
-from memory_pipeline.temporal.service import closed_bucket_chunks
+from memory_pipeline.temporal.chunks import closed_bucket_chunks
 
 
 @dataclass

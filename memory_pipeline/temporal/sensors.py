@@ -5,7 +5,7 @@ read path run in the background."""
 from dagster import RunRequest, SensorEvaluationContext, SkipReason, multi_asset_sensor, sensor
 
 from memory_pipeline.resources import MemoryStoreResource
-from memory_pipeline.temporal import assets, service
+from memory_pipeline.temporal import assets, rolls
 from memory_pipeline.temporal.schedules import system_rolls_job, tick_job
 
 
@@ -30,7 +30,7 @@ def temporal_system_rolls_sensor(context):
 @sensor(job=tick_job, name="temporal_peer_roll_warmup_sensor", minimum_interval_seconds=30)
 def temporal_peer_roll_warmup_sensor(context: SensorEvaluationContext, memory_store: MemoryStoreResource):
     """The read path never calls an LLM; on a peer-roll miss it files a request served here."""
-    pending = service.pending_warmup_days(memory_store.store())
+    pending = rolls.pending_warmup_days(memory_store.store())
     if not pending:
         return SkipReason("no pending peer-roll warm-up requests")
     # One run per day and newest request id: a request arriving later gets a run of its own.

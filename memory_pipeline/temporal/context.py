@@ -1,0 +1,69 @@
+"""What every seed 000 operation shares: the context (store, model, cache, config, zone), the one
+way to ask the model for a summary, and the message queries by CST day."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import select
+
+from memory_pipeline.lib.cache import RollCache
+from memory_pipeline.lib.llm import LLMClient, LLMRequest
+from memory_pipeline.lib.settings import TemporalSummaryConfig
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.schema import conversations, messages, worlds
+from memory_pipeline.lib.text import truncate
+from memory_pipeline.lib.timeutil import day_bounds
+from memory_pipeline.temporal import prompts
+
+MESSAGE_LINE_MAX_CHARS = 300
+
+
+@dataclass
+class TemporalContext:
+    store: Store
+    llm: LLMClient
+    cache: RollCache
+    cfg: TemporalSummaryConfig
+    tz: ZoneInfo
+    force_llm: bool = False  # bypass cached answers (fresh calls)
+
+
+def summarize(ctx: TemporalContext, task: str, material: str, max_chars: int, world_id: str | None) -> str:
+    req = LLMRequest(
+        task=task, system=prompts.spec(task, max_chars), user=material,
+        prompt_version=prompts.PROMPT_VERSION, max_chars=max_chars, world_id=world_id,
+    )
+    return ctx.llm.complete(req, force=ctx.force_llm).text.strip()
+
+
+def material_line(at: datetime, role: str, content: str, tz: ZoneInfo) -> str:
+    text = truncate(" ".join(content.split()), MESSAGE_LINE_MAX_CHARS)
+    return f"[{at.astimezone(tz):%H:%M}] {role}: {text}"
+
+
+def day_messages(conn, d: date, tz: ZoneInfo, world_ids: list[str] | None = None):
+    """Every message of eligible conversations timestamped in CST day ``d`` (by payload time,
+    never by conversations.updated_at)."""
+    start, end = day_bounds(d, tz)
+    q = (
+        select(messages.c.message_id, messages.c.conversation_id, messages.c.role, messages.c.content,
+               messages.c.tool_calls, messages.c.at, conversations.c.world_id, conversations.c.platform)
+        .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+        .where(messages.c.at >= start, messages.c.at < end)
+        .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
+        .order_by(messages.c.at, messages.c.message_id)
+    )
+    if world_ids is not None:
+        q = q.where(conversations.c.world_id.in_(world_ids))
+    return conn.execute(q).mappings().all()
+
+
+def worlds_alive(conn, end: datetime, world_ids: list[str] | None) -> list[str]:
+    """Worlds whose first event is before the window's end: no placeholders before a world existed."""
+    q = select(worlds.c.world_id).where(worlds.c.first_event_at < end).order_by(worlds.c.world_id)
+    if world_ids is not None:
+        q = q.where(worlds.c.world_id.in_(world_ids))
+    return list(conn.execute(q).scalars())

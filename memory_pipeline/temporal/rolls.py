@@ -1,0 +1,173 @@
+"""Rolls (seed 000): system rolls past_days / past_months / past_years and per-bucket peer rolls,
+kept in the disposable cache (Redis, in-process fallback), plus the background warm-ups the read
+path requests on a miss."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime
+
+from sqlalchemy import func, select
+
+from memory_pipeline.lib.llm import LLMHardFailure
+from memory_pipeline.lib.settings import TemporalSummaryConfig
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.schema import temporal_summaries, warmup_requests
+from memory_pipeline.lib.timeutil import day_bounds, utcnow
+from memory_pipeline.temporal import logic
+from memory_pipeline.temporal.chunks import closed_bucket_chunks
+from memory_pipeline.temporal.context import TemporalContext, summarize
+
+@dataclass
+class RollResult:
+    regenerated: int = 0
+    reused: int = 0
+    empty: int = 0
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+def _roll_max_chars(cfg: TemporalSummaryConfig, kind: str) -> int:
+    return {"past_days": cfg.global_day_max_chars, "past_months": cfg.month_max_chars,
+            "past_years": cfg.year_max_chars}[kind]
+
+
+def regenerate_system_rolls(ctx: TemporalContext, today: date, world_ids: list[str] | None = None,
+                            kinds: tuple[str, ...] = logic.SYS_ROLL_KINDS, force: bool = False) -> RollResult:
+    """Rebuild each world's system rolls for ``today``, reusing a cached one whose sources_fp
+    still matches its source rows."""
+    result = RollResult()
+    if not ctx.cfg.enabled:
+        return result
+    for kind in kinds:
+        window, first, end = logic.sys_roll_scope(kind, today)
+        q = (
+            select(temporal_summaries.c.world_id, temporal_summaries.c.window,
+                   temporal_summaries.c.period_start, temporal_summaries.c.content)
+            .where(temporal_summaries.c.window == window, temporal_summaries.c.period_start < end)
+            .where(temporal_summaries.c.empty_reason.is_(None), temporal_summaries.c.content != "")
+            .order_by(temporal_summaries.c.world_id, temporal_summaries.c.period_start.desc())
+        )
+        if first is not None:
+            q = q.where(temporal_summaries.c.period_start >= first)
+        if world_ids is not None:
+            q = q.where(temporal_summaries.c.world_id.in_(world_ids))
+        with ctx.store.connect() as conn:
+            rows = conn.execute(q).mappings().all()
+        by_world: dict[str, list] = defaultdict(list)
+        for r in rows:
+            by_world[r["world_id"]].append(r)
+        for world_id, src in sorted(by_world.items()):
+            fp = logic.rows_fp((r["window"], r["period_start"], r["content"]) for r in src)
+            key = logic.sys_roll_key(ctx.cfg.redis_key_prefix, world_id, kind, today)
+            cached = ctx.cache.get_json(key)
+            if cached and cached.get("sources_fp") == fp and not force:
+                result.reused += 1
+                continue
+            fmt = {"day": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}[window]
+            material = "\n".join(f"{r['period_start']:{fmt}}: {r['content']}" for r in src)
+            try:
+                summary = summarize(ctx, kind, material, _roll_max_chars(ctx.cfg, kind), world_id)
+            except LLMHardFailure as exc:
+                result.failures[f"{world_id}:{kind}"] = str(exc)
+                continue
+            if not summary:
+                result.empty += 1
+                continue
+            ctx.cache.set_json(key, {"summary": summary, "sources_fp": fp,
+                                     "created_at": utcnow().isoformat()}, logic.SYS_ROLL_TTL_SECONDS[kind])
+            result.regenerated += 1
+    return result
+
+
+# --- peer rolls (Redis: peer_roll:{cst_date}:{bucket}:{sources_fp}) ---------------------------
+
+
+def peer_roll_summary(ctx: TemporalContext, world_id: str, sources: list[dict]) -> str:
+    """One line for a bucket's peer chunks: a single short source is used as is, more go to the LLM."""
+    texts = [s["summary"] for s in sources if s["summary"].strip()]
+    joined = " / ".join(texts)
+    if len(joined) <= ctx.cfg.peer_roll_max_chars:
+        return joined
+    material = "\n".join(f"- {t}" for t in texts)
+    return summarize(ctx, "peer_roll", material, ctx.cfg.peer_roll_max_chars, world_id)
+
+
+@dataclass
+class PeerWarmResult:
+    buckets: int = 0
+    warmed: int = 0
+    reused: int = 0
+    requests_done: int = 0
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+def _warm_one(ctx: TemporalContext, result: "PeerWarmResult", done: set[str], world_id: str, day: date,
+              bucket: datetime, sources: list[dict], viewer: str | None) -> bool:
+    """Cache the peer roll of one bucket as ``viewer`` sees it, unless cached already; False when
+    the model failed (the roll stays a miss)."""
+    peers = [s for s in sources if s["conversation_id"] != viewer]
+    if not peers:
+        return True
+    fp = logic.peer_sources_fp(((s["conversation_id"], s["at"], s["summary"]) for s in sources), viewer)
+    key = logic.peer_roll_key(ctx.cfg.redis_key_prefix, world_id, day, bucket.astimezone(ctx.tz), fp)
+    if key in done:
+        return key not in result.failures
+    done.add(key)
+    if ctx.cache.get_json(key):
+        result.reused += 1
+        return True
+    try:
+        summary = peer_roll_summary(ctx, world_id, peers)
+    except LLMHardFailure as exc:
+        result.failures[key] = str(exc)
+        return False
+    ctx.cache.set_json(key, {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()},
+                       ctx.cfg.peer_roll_ttl_seconds)
+    result.warmed += 1
+    return True
+
+
+def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None) -> PeerWarmResult:
+    """Precompute peer rolls of every closed bucket for every viewer active that day (and for an
+    outside viewer), then serve the read path's pending warm-up requests for that day."""
+    now = min(now or utcnow(), day_bounds(day, ctx.tz)[1])
+    result = PeerWarmResult()
+    if not ctx.cfg.enabled:
+        return result
+    with ctx.store.connect() as conn:
+        chunks = closed_bucket_chunks(conn, None, day, now, ctx.tz)
+        pending = conn.execute(
+            select(warmup_requests).where(warmup_requests.c.kind == "peer_roll", warmup_requests.c.cst_date == day,
+                                          warmup_requests.c.done_at.is_(None))
+        ).mappings().all()
+    by_world_bucket: dict[tuple[str, datetime], list[dict]] = defaultdict(list)
+    viewers: dict[str, set] = defaultdict(set)
+    for c in chunks:
+        by_world_bucket[(c["world_id"], c["bucket"])].append(c)
+        viewers[c["world_id"]].add(c["conversation_id"])
+    done: set[str] = set()
+    for (world_id, bucket), sources in sorted(by_world_bucket.items()):
+        result.buckets += 1
+        for viewer in sorted(viewers[world_id]) + [None]:
+            _warm_one(ctx, result, done, world_id, day, bucket, sources, viewer)
+    for req in pending:
+        sources = by_world_bucket.get((req["world_id"], req["bucket"]), [])
+        if not _warm_one(ctx, result, done, req["world_id"], day, req["bucket"], sources,
+                         req["viewer_conversation_id"] or None):
+            continue  # stays pending for the next warm-up
+        with ctx.store.begin() as conn:
+            conn.execute(warmup_requests.update().where(warmup_requests.c.request_id == req["request_id"])
+                         .values(done_at=utcnow()))
+        result.requests_done += 1
+    return result
+
+
+def pending_warmup_days(store: Store) -> list[tuple[date, int]]:
+    """(cst_date, newest pending request id) per day with pending warm-up requests."""
+    with store.connect() as conn:
+        return [tuple(r) for r in conn.execute(
+            select(warmup_requests.c.cst_date, func.max(warmup_requests.c.request_id))
+            .where(warmup_requests.c.done_at.is_(None))
+            .group_by(warmup_requests.c.cst_date).order_by(warmup_requests.c.cst_date)
+        ).all()]

@@ -1,0 +1,280 @@
+"""Per-world day / month / year rows (seed 000 entity bodies): one row per (world, window,
+period_start), placeholders with empty_reason exactly where the seed writes them, sources on
+every row. Writes are idempotent: only rows whose content, reason or sources changed are written."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import select
+
+from memory_pipeline.lib.llm import LLMHardFailure
+from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store.schema import conversations, messages, temporal_summaries, worlds
+from memory_pipeline.lib.text import short_hash
+from memory_pipeline.lib.timeutil import day_bounds, expected_periods, local_date, period_bounds, utcnow
+from memory_pipeline.temporal import logic, prompts
+from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize, worlds_alive
+from memory_pipeline.temporal.logic import EmptyReason
+
+class PartitionFailure(RuntimeError):
+    """Some worlds of a window hit an LLM hard failure: nothing was written for them."""
+
+    def __init__(self, window: str, period: str, failures: dict[str, str]):
+        self.failures = failures
+        detail = "; ".join(f"{w}: {e}" for w, e in sorted(failures.items())[:5])
+        super().__init__(f"{window} {period}: LLM hard failure for {len(failures)} world(s), no row written for them: {detail}")
+
+
+@dataclass
+class PeriodResult:
+    window: str
+    period_start: date
+    worlds: int = 0
+    written: int = 0  # rows inserted or changed
+    unchanged: int = 0
+    reused: int = 0  # summaries kept without a model call (same model, prompt and material)
+    non_empty: int = 0
+    placeholders: Counter = field(default_factory=Counter)
+    failures: dict[str, str] = field(default_factory=dict)
+    disabled: bool = False
+    preview: list[tuple[str, str, str]] = field(default_factory=list)  # (world, period, content or reason)
+
+
+def _existing_rows(conn, window: str, period_start: date) -> dict[str, dict]:
+    rows = conn.execute(
+        select(temporal_summaries).where(temporal_summaries.c.window == window,
+                                         temporal_summaries.c.period_start == period_start)
+    ).mappings().all()
+    return {r["world_id"]: dict(r) for r in rows}
+
+
+def _row(world_id: str, window: str, period_start: date, content: str, reason: str | None,
+         source_kind: str, source_ids: list, source_count: int, material_fp: str | None,
+         model: str | None) -> dict:
+    return {
+        "world_id": world_id, "window": window, "period_start": period_start, "content": content,
+        "empty_reason": reason, "source_count": source_count, "source_kind": source_kind,
+        "source_ids": source_ids, "material_fp": material_fp, "model": model,
+        "prompt_version": prompts.PROMPT_VERSION,
+    }
+
+
+def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existing: dict[str, dict]) -> None:
+    """Upsert rows whose meaningful fields changed; a successful row clears empty_reason."""
+    with ctx.store.begin() as conn:
+        now = datetime.now(timezone.utc)
+        changed = []
+        for row in rows:
+            old = existing.get(row["world_id"])
+            same = old is not None and all(
+                old[k] == row[k] for k in ("content", "empty_reason", "source_count", "source_ids", "material_fp", "model")
+            )
+            if same:
+                result.unchanged += 1
+            else:
+                changed.append(row | {"created_at": old["created_at"] if old else now, "updated_at": now})
+        upsert(conn, temporal_summaries, changed, keys=["world_id", "window", "period_start"],
+               update=[c for c in changed[0] if c not in ("world_id", "window", "period_start", "created_at")] if changed else [])
+        result.written += len(changed)
+    for row in rows:
+        if row["empty_reason"]:
+            result.placeholders[row["empty_reason"]] += 1
+        else:
+            result.non_empty += 1
+        if len(result.preview) < 20:
+            result.preview.append((row["world_id"], row["period_start"].isoformat(),
+                                   row["content"] or f"({row['empty_reason']})"))
+
+
+def _summarize_or_placeholder(ctx, result, prev, world_id, task, material, max_chars, source_kind, source_ids,
+                              source_count):
+    """The row for one world: reused as is when model, prompt version and material fingerprint
+    match the stored row (no call at all), else asked of the model."""
+    fp = short_hash([material, source_ids])
+    if (prev is not None and not ctx.force_llm and prev["material_fp"] == fp and prev["model"] == ctx.llm.model
+            and prev["prompt_version"] == prompts.PROMPT_VERSION):
+        result.reused += 1
+        return _row(world_id, result.window, result.period_start, prev["content"], prev["empty_reason"],
+                    source_kind, prev["source_ids"], prev["source_count"], fp, prev["model"])
+    try:
+        text = summarize(ctx, task, material, max_chars, world_id)
+    except LLMHardFailure as exc:
+        result.failures[world_id] = str(exc)
+        return None
+    if not text:
+        return _row(world_id, result.window, result.period_start, "", EmptyReason.EMPTY_SUMMARY,
+                    source_kind, [], 0, fp, ctx.llm.model)
+    return _row(world_id, result.window, result.period_start, text, None, source_kind, source_ids,
+                source_count, fp, ctx.llm.model)
+
+
+def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None = None) -> PeriodResult:
+    result = PeriodResult("day", day)
+    if not ctx.cfg.enabled:
+        result.disabled = True
+        return result
+    start, end = day_bounds(day, ctx.tz)
+    with ctx.store.connect() as conn:
+        alive = worlds_alive(conn, end, world_ids)
+        rows = day_messages(conn, day, ctx.tz, world_ids)
+        existing = _existing_rows(conn, "day", day)
+    by_world: dict[str, list] = defaultdict(list)
+    for r in rows:
+        by_world[r["world_id"]].append(r)
+    out = []
+    for world_id in alive:
+        result.worlds += 1
+        msgs = by_world.get(world_id, [])
+        if not msgs:
+            out.append(_row(world_id, "day", day, "", EmptyReason.NO_SESSIONS, "message", [], 0, None, None))
+            continue
+        material = [m for m in msgs if logic.is_material(m["role"], m["content"], m["tool_calls"])]
+        if not material:
+            out.append(_row(world_id, "day", day, "", EmptyReason.EMPTY, "message", [], 0, None, None))
+            continue
+        # Keep the newest lines within the material budget; sources are exactly the lines sent.
+        used, budget = [], ctx.cfg.day_material_max_chars
+        for m in reversed(material):
+            cost = len(material_line(m["at"], m["role"], m["content"], ctx.tz)) + 1
+            if cost > budget and used:
+                break
+            budget -= cost
+            used.append(m)
+        used.reverse()
+        by_conv: dict[str, list] = defaultdict(list)
+        for m in used:
+            by_conv[m["conversation_id"]].append(m)
+        blocks = [f"# {ms[0]['platform']} conversation\n" + "\n".join(material_line(m["at"], m["role"], m["content"], ctx.tz) for m in ms)
+                  for ms in sorted(by_conv.values(), key=lambda ms: ms[0]["at"])]
+        row = _summarize_or_placeholder(
+            ctx, result, existing.get(world_id), world_id, "day", "\n\n".join(blocks), ctx.cfg.global_day_max_chars, "message",
+            [m["message_id"] for m in used], len({m["conversation_id"] for m in used}),
+        )
+        if row is not None:
+            out.append(row)
+    _write(ctx, result, out, existing)
+    if result.failures:
+        raise PartitionFailure("day", day.isoformat(), result.failures)
+    return result
+
+
+def regenerate_rollup(ctx: TemporalContext, window: str, period_start: date,
+                      world_ids: list[str] | None = None) -> PeriodResult:
+    """Month from its day rows, year from its month rows, ignoring empty children."""
+    child = logic.CHILD_WINDOW[window]
+    result = PeriodResult(window, period_start)
+    if not ctx.cfg.enabled:
+        result.disabled = True
+        return result
+    start, end = period_bounds(window, period_start, ctx.tz)
+    last = local_date(end - timedelta(seconds=1), ctx.tz)
+    max_chars = ctx.cfg.month_max_chars if window == "month" else ctx.cfg.year_max_chars
+    with ctx.store.connect() as conn:
+        alive = worlds_alive(conn, end, world_ids)
+        q = (
+            select(temporal_summaries.c.summary_id, temporal_summaries.c.world_id,
+                   temporal_summaries.c.period_start, temporal_summaries.c.content)
+            .where(temporal_summaries.c.window == child)
+            .where(temporal_summaries.c.period_start >= period_start, temporal_summaries.c.period_start <= last)
+            .where(temporal_summaries.c.empty_reason.is_(None), temporal_summaries.c.content != "")
+            .order_by(temporal_summaries.c.world_id, temporal_summaries.c.period_start)
+        )
+        children = conn.execute(q).mappings().all()
+        existing = _existing_rows(conn, window, period_start)
+    by_world: dict[str, list] = defaultdict(list)
+    for c in children:
+        by_world[c["world_id"]].append(c)
+    fmt = "%Y-%m-%d" if child == "day" else "%Y-%m"
+    out = []
+    for world_id in alive:
+        result.worlds += 1
+        kids = by_world.get(world_id, [])
+        if not kids:
+            out.append(_row(world_id, window, period_start, "", logic.CHILD_EMPTY_REASON[window], child, [], 0, None, None))
+            continue
+        material = "\n".join(f"{k['period_start']:{fmt}}: {k['content']}" for k in kids)
+        row = _summarize_or_placeholder(ctx, result, existing.get(world_id), world_id, window, material, max_chars, child,
+                                        [k["summary_id"] for k in kids], len(kids))
+        if row is not None:
+            out.append(row)
+    _write(ctx, result, out, existing)
+    if result.failures:
+        raise PartitionFailure(window, period_start.isoformat(), result.failures)
+    return result
+
+
+def missing_children(ctx: TemporalContext, window: str, period_start: date,
+                     world_ids: list[str] | None = None) -> list[tuple[str, str]]:
+    """(world, child period) pairs a month/year needs but has no row for yet (placeholders count)."""
+    child = logic.CHILD_WINDOW[window]
+    _, end = period_bounds(window, period_start, ctx.tz)
+    last = local_date(end - timedelta(seconds=1), ctx.tz)
+    periods = expected_periods(child, period_start, last, local_date(utcnow(), ctx.tz))
+    with ctx.store.connect() as conn:
+        first = dict(conn.execute(select(worlds.c.world_id, worlds.c.first_event_at)
+                                  .where(worlds.c.first_event_at < end)).all())
+        have = set(conn.execute(
+            select(temporal_summaries.c.world_id, temporal_summaries.c.period_start)
+            .where(temporal_summaries.c.window == child)
+            .where(temporal_summaries.c.period_start >= period_start, temporal_summaries.c.period_start <= last)
+        ).all())
+    missing = []
+    for world_id, first_at in sorted(first.items()):
+        if world_ids is not None and world_id not in world_ids:
+            continue
+        for p in periods:
+            if period_bounds(child, p, ctx.tz)[1] > first_at and (world_id, p) not in have:
+                missing.append((world_id, p.isoformat()))
+    return missing
+
+
+def regenerate(ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None) -> PeriodResult:
+    if window == "day":
+        return regenerate_day(ctx, period_start, world_ids)
+    return regenerate_rollup(ctx, window, period_start, world_ids)
+
+
+def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, now: datetime | None = None) -> list[str]:
+    """Problems with one window's rows: a non-empty row without sources, a source outside the
+    window or world, or any row for a period that is not closed yet (the future)."""
+    today = local_date(now or utcnow(), tz)
+    problems: list[str] = []
+    start, end = period_bounds(window, period_start, tz)
+    last = local_date(end - timedelta(seconds=1), tz)
+    if period_start >= today or last >= today:
+        problems.append(f"{window} {period_start} is not closed on {today} (future or open window)")
+    with store.connect() as conn:
+        rows = conn.execute(select(temporal_summaries).where(
+            temporal_summaries.c.window == window, temporal_summaries.c.period_start == period_start)).mappings().all()
+        for r in rows:
+            tag = f"{r['world_id']} {window} {period_start}"
+            if r["empty_reason"] is None and (not r["content"] or r["source_count"] <= 0 or not r["source_ids"]):
+                problems.append(f"{tag}: non-empty row without sources")
+                continue
+            if r["empty_reason"] is not None and r["content"]:
+                problems.append(f"{tag}: placeholder ({r['empty_reason']}) carries content")
+            if not r["source_ids"]:
+                continue
+            if r["source_kind"] == "message":
+                found = conn.execute(
+                    select(messages.c.message_id, messages.c.at, conversations.c.world_id)
+                    .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+                    .where(messages.c.message_id.in_(r["source_ids"]))
+                ).all()
+                bad = [m for m in found if not (start <= m[1] < end) or m[2] != r["world_id"]]
+                if len(found) != len(r["source_ids"]):
+                    problems.append(f"{tag}: {len(r['source_ids']) - len(found)} source message(s) do not exist")
+                if bad:
+                    problems.append(f"{tag}: {len(bad)} source message(s) outside the window or world")
+            else:
+                kids = conn.execute(select(temporal_summaries).where(
+                    temporal_summaries.c.summary_id.in_(r["source_ids"]))).mappings().all()
+                ok = [k for k in kids if k["window"] == r["source_kind"] and k["world_id"] == r["world_id"]
+                      and period_start <= k["period_start"] <= last and k["empty_reason"] is None]
+                if len(ok) != len(r["source_ids"]):
+                    problems.append(f"{tag}: {len(r['source_ids']) - len(ok)} child source(s) missing, empty or outside")
+    return problems
