@@ -213,3 +213,44 @@ def test_failed_warmup_stays_pending_and_an_expired_roll_is_requested_again(stor
     msgs, requested = read.peer_messages(store, offline.cache, offline.cfg, "w1", "outsider", at, CST)
     assert msgs[0]["cache"] == "miss" and requested == 1
     assert [d for d, _ in rolls.pending_warmup_days(store)] == [DAY]
+
+
+def test_redis_stopped_mid_pipeline_falls_back_in_process(ctx, store, busy_morning, tmp_path):
+    """A Redis of the test's own on another port, shut down between two steps."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    import redis as redis_lib
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        client = redis_lib.Redis(port=port)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis_lib.ConnectionError:
+                time.sleep(0.05)
+        ctx.cache = RollCache(f"redis://127.0.0.1:{port}/0")
+        chunks.run_tick(ctx, DAY, cst(2026, 7, 18, 6, 30))
+        assert rolls.warm_peer_rolls(ctx, DAY, cst(2026, 7, 18, 6, 30)).warmed > 0
+        assert ctx.cache.backend == "redis" and client.dbsize() > 0
+        try:
+            client.shutdown(nosave=True)
+        except redis_lib.ConnectionError:
+            pass  # SHUTDOWN closes the connection it came on
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    # Redis is gone: the next tick and warm-up still succeed, on the in-process cache.
+    chunks.run_tick(ctx, DAY, cst(2026, 7, 18, 7, 0))
+    result = rolls.warm_peer_rolls(ctx, DAY, cst(2026, 7, 18, 7, 0))
+    assert result.failures == {} and result.warmed > 0 and ctx.cache.backend == "memory"
+    msgs, _ = read.peer_messages(store, ctx.cache, ctx.cfg, "w1", "v", cst(2026, 7, 18, 7, 1), CST)
+    assert msgs[-1]["cache"] == "hit" and msgs[-1]["bucket"] == "2026-07-18T06:30+08:00"
