@@ -33,8 +33,28 @@ from sqlalchemy import create_engine, func, select, text  # noqa: E402
 PG = os.environ.get("BENCH_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 YEAR = 2025
 WORLDS = 10
-TOPICS = ["garden", "deploy", "marathon", "database", "tomatoes", "invoice", "travel", "piano", "kitchen", "reading",
-          "budget", "compost", "migration", "latency", "recipe", "harvest", "training", "concert", "library", "hiking"]
+TOPICS = [
+    "garden",
+    "deploy",
+    "marathon",
+    "database",
+    "tomatoes",
+    "invoice",
+    "travel",
+    "piano",
+    "kitchen",
+    "reading",
+    "budget",
+    "compost",
+    "migration",
+    "latency",
+    "recipe",
+    "harvest",
+    "training",
+    "concert",
+    "library",
+    "hiking",
+]
 
 
 def generate(path: Path, n_messages: int, seed: int = 11) -> int:
@@ -54,11 +74,20 @@ def generate(path: Path, n_messages: int, seed: int = 11) -> int:
                     conv = f"bw{w}-{d:%Y%m%d}-{i % 2}"
                     at += timedelta(minutes=rng.randint(1, 20))
                     a, b = rng.sample(TOPICS, 2)
-                    fh.write(json.dumps({
-                        "message_id": f"b-{w}-{d:%Y%m%d}-{i}", "world_id": f"bench-w{w}", "conversation_id": conv,
-                        "platform": platforms[i % 2], "role": "user" if i // 2 % 2 == 0 else "assistant",
-                        "content": f"Talking about {a} and {b}, item {i}.", "timestamp": at.isoformat(),
-                    }) + "\n")
+                    fh.write(
+                        json.dumps(
+                            {
+                                "message_id": f"b-{w}-{d:%Y%m%d}-{i}",
+                                "world_id": f"bench-w{w}",
+                                "conversation_id": conv,
+                                "platform": platforms[i % 2],
+                                "role": "user" if i // 2 % 2 == 0 else "assistant",
+                                "content": f"Talking about {a} and {b}, item {i}.",
+                                "timestamp": at.isoformat(),
+                            }
+                        )
+                        + "\n"
+                    )
                     n += 1
     return n
 
@@ -86,10 +115,14 @@ def backfill(defs, instance, per_partition: bool, force_llm: bool = False) -> fl
     from memory_pipeline import operations
 
     started = time.perf_counter()
-    for window, lo, hi in (("day", f"{YEAR}-01-01", f"{YEAR}-12-31"), ("month", f"{YEAR}-01", f"{YEAR}-12"),
-                           ("year", str(YEAR), str(YEAR))):
-        report = operations.materialize(window, lo, hi, per_partition=per_partition, force_llm=force_llm,
-                                        instance=instance, defs=defs)
+    for window, lo, hi in (
+        ("day", f"{YEAR}-01-01", f"{YEAR}-12-31"),
+        ("month", f"{YEAR}-01", f"{YEAR}-12"),
+        ("year", str(YEAR), str(YEAR)),
+    ):
+        report = operations.materialize(
+            window, lo, hi, per_partition=per_partition, force_llm=force_llm, instance=instance, defs=defs
+        )
         if not report.success:
             sys.exit(f"{window} backfill failed: {report.runs[0].error}")
     return time.perf_counter() - started
@@ -99,15 +132,18 @@ def ok_calls(store) -> int:
     from memory_pipeline.lib.store.schema import llm_ledger
 
     with store.connect() as conn:
-        return conn.execute(select(func.count()).select_from(llm_ledger).where(llm_ledger.c.outcome == "ok")).scalar_one()
+        return conn.execute(
+            select(func.count()).select_from(llm_ledger).where(llm_ledger.c.outcome == "ok")
+        ).scalar_one()
 
 
 def non_empty_pairs(store) -> int:
     from memory_pipeline.lib.store.schema import temporal_summaries
 
     with store.connect() as conn:
-        return conn.execute(select(func.count()).select_from(temporal_summaries)
-                            .where(temporal_summaries.c.empty_reason.is_(None))).scalar_one()
+        return conn.execute(
+            select(func.count()).select_from(temporal_summaries).where(temporal_summaries.c.empty_reason.is_(None))
+        ).scalar_one()
 
 
 def main() -> None:
@@ -141,9 +177,14 @@ def main() -> None:
         ingest_file(stores[1], events)
 
         def defs_for(schema):
-            return build_defs({"memory_store": MemoryStoreResource(database_url=url(schema)),
-                               "roll_cache": RollCacheResource(redis_url=""), "llm": LLMResource(),
-                               "memory_config": MemoryConfigResource()})
+            return build_defs(
+                {
+                    "memory_store": MemoryStoreResource(database_url=url(schema)),
+                    "roll_cache": RollCacheResource(redis_url=""),
+                    "llm": LLMResource(),
+                    "memory_config": MemoryConfigResource(),
+                }
+            )
 
         from memory_pipeline.operations import INSTANCE_YAML
 

@@ -7,7 +7,6 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
 from zoneinfo import ZoneInfo
 
 import typer
@@ -28,11 +27,17 @@ def _store():
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err, transient=False)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
 
 
-def _ingest_events_with_progress(store, label: str, fn) -> "object":
+def _ingest_events_with_progress(store, label: str, fn) -> object:
     """Run ``fn(progress)`` showing one bar per ingestion phase (validate bytes, write rows)."""
     with _progress() as progress:
         tasks: dict[str, int] = {}
@@ -46,9 +51,11 @@ def _ingest_events_with_progress(store, label: str, fn) -> "object":
 
 
 def _print_ingest(report) -> None:
-    console.print(f"{report.source}: {report.lines} lines, [green]{report.inserted} inserted[/], "
-                  f"{report.duplicates} already present, {len(report.rejected)} rejected, "
-                  f"{report.new_conversations} new conversations, {report.new_worlds} new worlds")
+    console.print(
+        f"{report.source}: {report.lines} lines, [green]{report.inserted} inserted[/], "
+        f"{report.duplicates} already present, {len(report.rejected)} rejected, "
+        f"{report.new_conversations} new conversations, {report.new_worlds} new worlds"
+    )
     for e in report.rejected[:50]:
         err.print(f"[yellow]rejected[/] {e}")
 
@@ -64,10 +71,11 @@ def ingest(
     store = _store()
     try:
         report = _ingest_events_with_progress(
-            store, f"ingest {path.name}", lambda tick: ingest_file(store, path, skip_bad=skip_bad, progress=tick))
+            store, f"ingest {path.name}", lambda tick: ingest_file(store, path, skip_bad=skip_bad, progress=tick)
+        )
     except IngestError as exc:
         err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     _print_ingest(report)
 
 
@@ -85,11 +93,16 @@ def import_locomo(
     for path in paths:
         events, errors = locomo_events(path, ZoneInfo(tz))
         try:
-            report = _ingest_events_with_progress(store, f"import {path.name}", lambda tick: ingest_events(
-                store, events, source=str(path), errors=errors, skip_bad=skip_bad, progress=tick))
+            report = _ingest_events_with_progress(
+                store,
+                f"import {path.name}",
+                lambda tick, events=events, path=path, errors=errors: ingest_events(
+                    store, events, source=str(path), errors=errors, skip_bad=skip_bad, progress=tick
+                ),
+            )
         except IngestError as exc:
             err.print(f"[red]{exc}[/]")
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         _print_ingest(report)
 
 
@@ -103,26 +116,38 @@ def sample(out: Path = typer.Option(None, help="Where to write (default data/sam
     console.print(f"wrote {n} events to {out}")
 
 
-def _run_operation(window: str, start: Optional[str], end: Optional[str], mode: str, force_llm: bool,
-                   worlds: list[str], as_of: str) -> None:
+def _run_operation(
+    window: str, start: str | None, end: str | None, mode: str, force_llm: bool, worlds: list[str], as_of: str
+) -> None:
     from memory_pipeline import operations
 
     try:
         with _progress() as progress:
             task = progress.add_task(f"{mode} {window}", total=None)
             report = operations.materialize(
-                window, start, end, mode=mode, force_llm=force_llm, worlds=worlds, as_of=as_of,
-                progress=lambda d, t: progress.update(task, completed=d, total=t))
+                window,
+                start,
+                end,
+                mode=mode,
+                force_llm=force_llm,
+                worlds=worlds,
+                as_of=as_of,
+                progress=lambda d, t: progress.update(task, completed=d, total=t),
+            )
     except operations.RangeError as exc:
         err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     for note in report.notes:
         err.print(f"[yellow]{note}[/]")
-    console.print(f"{window}: {report.requested} partition(s) requested, {report.skipped_existing} already "
-                  f"materialized and skipped, {len(report.runs)} run(s)")
+    console.print(
+        f"{window}: {report.requested} partition(s) requested, {report.skipped_existing} already "
+        f"materialized and skipped, {len(report.runs)} run(s)"
+    )
     for r in report.runs:
         status = "[green]ok[/]" if r.success else f"[red]failed[/] {r.error}"
-        console.print(f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partitions, {r.seconds:.1f}s) {status}")
+        console.print(
+            f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partitions, {r.seconds:.1f}s) {status}"
+        )
     if not report.success:
         raise typer.Exit(1)
 
@@ -144,8 +169,8 @@ def regenerate(
 @app.command()
 def backfill(
     window: str = typer.Argument(..., help=WINDOW_HELP),
-    start: Optional[str] = typer.Option(None, "--from"),
-    end: Optional[str] = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
+    start: str | None = typer.Option(None, "--from"),
+    end: str | None = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
 ):
     """Backfill missing: only partitions never materialized; an existing placeholder is not re-run."""
     _run_operation(window, start, end, "missing", False, [], "")
@@ -154,8 +179,8 @@ def backfill(
 @app.command()
 def rebuild(
     window: str = typer.Argument(..., help=WINDOW_HELP),
-    start: Optional[str] = typer.Option(None, "--from"),
-    end: Optional[str] = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
+    start: str | None = typer.Option(None, "--from"),
+    end: str | None = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
     force_llm: bool = typer.Option(False, "--force-llm"),
     as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now (chunks, peer rolls)"),
 ):
@@ -180,8 +205,8 @@ def system_rolls(
 @app.command()
 def read(
     world: str = typer.Option(..., "--world"),
-    conversation: Optional[str] = typer.Option(None, "--conversation", help="The viewing conversation"),
-    at: Optional[str] = typer.Option(None, "--at", help="ISO datetime with offset (default: now)"),
+    conversation: str | None = typer.Option(None, "--conversation", help="The viewing conversation"),
+    at: str | None = typer.Option(None, "--at", help="ISO datetime with offset (default: now)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Print the <temporal_summary> block and today's peer insertions (never calls an LLM)."""
@@ -194,15 +219,24 @@ def read(
     when = datetime.fromisoformat(at) if at else utcnow()
     if when.tzinfo is None:
         err.print(f"[red]--at {at!r} needs an offset, e.g. 2026-01-15T10:00+08:00[/]")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     store = _store()
     cache = RollCache(settings.redis_url())
     cfg = settings.load_memory_config().temporal_summary
     view = temporal_view(store, cache, cfg, world, conversation, when, tz)
     timeline = viewer_timeline(store, view, tz)
     if as_json:
-        console.print_json(json.dumps({"system_block": view.system_block, "truncated": view.system_truncated,
-                                       "rolls": view.rolls, "timeline": timeline}, ensure_ascii=False))
+        console.print_json(
+            json.dumps(
+                {
+                    "system_block": view.system_block,
+                    "truncated": view.system_truncated,
+                    "rolls": view.rolls,
+                    "timeline": timeline,
+                },
+                ensure_ascii=False,
+            )
+        )
         return
     print_view(view, timeline, cache.backend)
 
@@ -216,8 +250,11 @@ def print_view(view, timeline, backend: str) -> None:
     for m in timeline:
         who = f"{m['role']}:{m['name']}" if m.get("name") else m["role"]
         extra = f" [dim](bucket {m['bucket']}, roll {m['cache']})[/]" if m.get("name") else ""
-        content = m["content"] or ("(tool calls: " + ", ".join(c.get("name", "?") for c in m["tool_calls"]) + ")"
-                                   if m.get("tool_calls") else "")
+        content = m["content"] or (
+            "(tool calls: " + ", ".join(c.get("name", "?") for c in m["tool_calls"]) + ")"
+            if m.get("tool_calls")
+            else ""
+        )
         console.print(f"{m['at'][11:16]} [bold]{who}[/]: {content}{extra}", highlight=False)
     if view.warmups_requested:
         console.print(f"[dim]{view.warmups_requested} peer-roll warm-up(s) requested for the background[/]")
@@ -233,13 +270,22 @@ def print_status(store) -> None:
     from memory_pipeline import reports
 
     counts = reports.store_counts(store)
-    console.print(f"store: {counts['messages']} messages, {counts['chunks']} chunks, {counts['summaries']} summary rows")
+    console.print(
+        f"store: {counts['messages']} messages, {counts['chunks']} chunks, {counts['summaries']} summary rows"
+    )
     table = Table(title="Temporal summary rows per world")
     for col in ("world", "window", "rows", "non-empty", "placeholders", "first", "last"):
         table.add_column(col, justify="right" if col in ("rows", "non-empty", "placeholders") else "left")
     for r in reports.rows_per_world(store):
-        table.add_row(r["world_id"], r["window"], str(r["rows"]), str(r["non_empty"]),
-                      str(r["rows"] - r["non_empty"]), str(r["first"]), str(r["last"]))
+        table.add_row(
+            r["world_id"],
+            r["window"],
+            str(r["rows"]),
+            str(r["non_empty"]),
+            str(r["rows"] - r["non_empty"]),
+            str(r["first"]),
+            str(r["last"]),
+        )
     console.print(table)
     reasons = Table(title="Empty placeholders by empty_reason")
     reasons.add_column("empty_reason", no_wrap=True)
@@ -252,7 +298,9 @@ def print_status(store) -> None:
     for col in ("asset", "model", "outcome", "calls", "tokens in", "tokens out"):
         ledger.add_column(col, overflow="fold")
     for r in reports.ledger_totals(store):
-        ledger.add_row(str(r["asset"]), r["model"], r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]))
+        ledger.add_row(
+            str(r["asset"]), r["model"], r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"])
+        )
     console.print(ledger)
 
 

@@ -11,7 +11,6 @@ from memory_pipeline.temporal.schedules import temporal_jobs, temporal_schedules
 from memory_pipeline.temporal.sensors import temporal_sensors
 
 
-
 def build_defs(resources: dict | None = None) -> Definitions:
     """The code location; tests pass their own resources (a schema on PostgreSQL, Redis db 15)."""
     return Definitions(

@@ -21,20 +21,23 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
             (data / name).unlink(missing_ok=True)
         shutil.rmtree(data / "dagster_home", ignore_errors=True)
 
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
     from memory_pipeline import operations
     from memory_pipeline.cli import _ingest_events_with_progress, _print_ingest, _progress, print_status, print_view
     from memory_pipeline.lib.cache import RollCache
     from memory_pipeline.lib.ingest import ingest_file
     from memory_pipeline.lib.store import Store
     from memory_pipeline.temporal.read import temporal_view, viewer_timeline
-    from datetime import datetime
-    from zoneinfo import ZoneInfo
 
     store = Store(settings.database_url())
     path = data / "sample" / "events.jsonl"
     n = sample_data.generate(path)
-    console.print(f"[bold]1.[/] sample: {n} events in {path} "
-                  f"({len(sample_data.WORLDS)} worlds, {sample_data.SAMPLE_START} .. {sample_data.SAMPLE_END})")
+    console.print(
+        f"[bold]1.[/] sample: {n} events in {path} "
+        f"({len(sample_data.WORLDS)} worlds, {sample_data.SAMPLE_START} .. {sample_data.SAMPLE_END})"
+    )
     report = _ingest_events_with_progress(store, "ingest sample", lambda tick: ingest_file(store, path, progress=tick))
     _print_ingest(report)
 
@@ -58,12 +61,16 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
             rep = operations.materialize(window, lo, hi, mode="rebuild", as_of=as_of, instance=instance)
             for r in rep.runs:
                 ok &= r.success
-                console.print(f"   {window:<10} {r.first}..{r.last}: {r.partitions} partition(s) in one run "
-                              f"{r.run_id[:8]} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}")
+                console.print(
+                    f"   {window:<10} {r.first}..{r.last}: {r.partitions} partition(s) in one run "
+                    f"{r.run_id[:8]} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
+                )
             progress.advance(task)
         rolls = operations.run_system_rolls(read_at, instance=instance)
         ok &= rolls.success
-        console.print(f"   system rolls as of {read_at}: run {rolls.run_id[:8]} {'ok' if rolls.success else rolls.error}")
+        console.print(
+            f"   system rolls as of {read_at}: run {rolls.run_id[:8]} {'ok' if rolls.success else rolls.error}"
+        )
         progress.advance(task)
 
     console.print("[bold]3.[/] results")
@@ -72,8 +79,9 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     world = next(iter(sample_data.WORLDS))
     viewer = f"{world}-{today:%Y%m%d}-0"
     cache = RollCache(settings.redis_url())
-    view = temporal_view(store, cache, settings.load_memory_config().temporal_summary, world, viewer,
-                         datetime.fromisoformat(read_at), tz)
+    view = temporal_view(
+        store, cache, settings.load_memory_config().temporal_summary, world, viewer, datetime.fromisoformat(read_at), tz
+    )
     print_view(view, viewer_timeline(store, view, tz), cache.backend)
     console.print(f"\nThe runs are in {operations.dagster_home()}: `make ui` opens them in the Dagster UI.")
     return 0 if ok else 1

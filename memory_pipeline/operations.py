@@ -31,9 +31,13 @@ class Target:
 
 TARGETS = {
     "chunks": Target("temporal_tick_job", cst_day_open, (assets.temporal_day_chunks.key,), ("temporal_day_chunks",)),
-    "peer_rolls": Target("temporal_tick_job", cst_day_open, (assets.temporal_peer_rolls.key,), ("temporal_peer_rolls",)),
+    "peer_rolls": Target(
+        "temporal_tick_job", cst_day_open, (assets.temporal_peer_rolls.key,), ("temporal_peer_rolls",)
+    ),
     "day": Target("temporal_day_job", cst_day, (assets.temporal_day_summaries.key,), ("temporal_day_summaries",)),
-    "month": Target("temporal_month_job", cst_month, (assets.temporal_month_summaries.key,), ("temporal_month_summaries",)),
+    "month": Target(
+        "temporal_month_job", cst_month, (assets.temporal_month_summaries.key,), ("temporal_month_summaries",)
+    ),
     "year": Target("temporal_year_job", cst_year, (assets.temporal_year_summaries.key,), ("temporal_year_summaries",)),
 }
 
@@ -71,8 +75,9 @@ def partition_keys(window: str, start: str | None, end: str | None) -> tuple[lis
             try:
                 defn.time_window_for_partition_key(value)
             except Exception:  # noqa: BLE001 - re-raised with the expected format
-                raise RangeError(f"--{name} {value!r} is not a {window} partition key "
-                                 f"(expected the format of {keys[-1]!r})") from None
+                raise RangeError(
+                    f"--{name} {value!r} is not a {window} partition key (expected the format of {keys[-1]!r})"
+                ) from None
     lo = start or keys[0]
     hi = end or keys[-1]
     if hi > keys[-1]:
@@ -127,8 +132,14 @@ class OperationReport:
         return all(r.success for r in self.runs)
 
 
-def run_config(window: str, *, force_llm: bool = False, worlds: list[str] | None = None, as_of: str = "",
-               child_wait_retries: int | None = None) -> dict:
+def run_config(
+    window: str,
+    *,
+    force_llm: bool = False,
+    worlds: list[str] | None = None,
+    as_of: str = "",
+    child_wait_retries: int | None = None,
+) -> dict:
     cfg: dict = {"force_llm": force_llm, "worlds": worlds or [], "as_of": as_of}
     if child_wait_retries is not None:
         cfg["child_wait_retries"] = child_wait_retries
@@ -147,8 +158,9 @@ def _defs(defs: Definitions | None) -> Definitions:
     return build_defs()  # resources from the environment as it is now
 
 
-def run_range(instance: DagsterInstance, window: str, first: str, last: str, config: dict,
-              defs: Definitions | None = None) -> RunSummary:
+def run_range(
+    instance: DagsterInstance, window: str, first: str, last: str, config: dict, defs: Definitions | None = None
+) -> RunSummary:
     target = TARGETS[window]
     job = _defs(defs).resolve_job_def(target.job)
     tags = {"memory_pipeline/operation": window}
@@ -164,14 +176,26 @@ def run_range(instance: DagsterInstance, window: str, first: str, last: str, con
         failures = [e for e in result.all_events if e.is_step_failure]
         error = failures[0].event_specific_data.error.message.strip() if failures else "run failed"
     n = len([k for k in target.partitions.get_partition_keys() if first <= k <= last])
-    return RunSummary(window, first, last, n, result.run_id, result.success, error,
-                      (datetime.now() - started).total_seconds())
+    return RunSummary(
+        window, first, last, n, result.run_id, result.success, error, (datetime.now() - started).total_seconds()
+    )
 
 
-def materialize(window: str, start: str | None = None, end: str | None = None, *, mode: str = "rebuild",
-                force_llm: bool = False, worlds: list[str] | None = None, as_of: str = "",
-                per_partition: bool = False, instance: DagsterInstance | None = None,
-                child_wait_retries: int | None = 0, progress=None, defs: Definitions | None = None) -> OperationReport:
+def materialize(
+    window: str,
+    start: str | None = None,
+    end: str | None = None,
+    *,
+    mode: str = "rebuild",
+    force_llm: bool = False,
+    worlds: list[str] | None = None,
+    as_of: str = "",
+    per_partition: bool = False,
+    instance: DagsterInstance | None = None,
+    child_wait_retries: int | None = 0,
+    progress=None,
+    defs: Definitions | None = None,
+) -> OperationReport:
     """mode "rebuild": every partition in the range (regenerate = a one-partition range);
     mode "missing": only partitions never materialized (an existing placeholder is not re-run)."""
     if mode not in ("rebuild", "missing"):
@@ -194,17 +218,25 @@ def materialize(window: str, start: str | None = None, end: str | None = None, *
     return report
 
 
-def run_system_rolls(as_of: str = "", force: bool = False, instance: DagsterInstance | None = None,
-                     defs: Definitions | None = None) -> RunSummary:
+def run_system_rolls(
+    as_of: str = "", force: bool = False, instance: DagsterInstance | None = None, defs: Definitions | None = None
+) -> RunSummary:
     instance = instance or get_instance()
     job = _defs(defs).resolve_job_def("temporal_system_rolls_job")
     started = datetime.now()
     result = job.execute_in_process(
-        instance=instance, raise_on_error=False,
+        instance=instance,
+        raise_on_error=False,
         run_config={"ops": {"temporal_system_rolls": {"config": {"as_of": as_of, "force_llm": force}}}, **QUIET},
     )
     error = "" if result.success else "system rolls run failed"
-    return RunSummary("system_rolls", as_of or "now", as_of or "now", 1, result.run_id, result.success, error,
-                      (datetime.now() - started).total_seconds())
-
-
+    return RunSummary(
+        "system_rolls",
+        as_of or "now",
+        as_of or "now",
+        1,
+        result.run_id,
+        result.success,
+        error,
+        (datetime.now() - started).total_seconds(),
+    )

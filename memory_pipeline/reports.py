@@ -14,10 +14,16 @@ def rows_per_world(store: Store) -> list[dict]:
     """Per world and window: rows, non-empty rows, placeholders, first and last period."""
     t = temporal_summaries.c
     q = (
-        select(t.world_id, t.window, func.count().label("rows"),
-               func.sum(case((t.empty_reason.is_(None), 1), else_=0)).label("non_empty"),
-               func.min(t.period_start).label("first"), func.max(t.period_start).label("last"))
-        .group_by(t.world_id, t.window).order_by(t.world_id, t.window)
+        select(
+            t.world_id,
+            t.window,
+            func.count().label("rows"),
+            func.sum(case((t.empty_reason.is_(None), 1), else_=0)).label("non_empty"),
+            func.min(t.period_start).label("first"),
+            func.max(t.period_start).label("last"),
+        )
+        .group_by(t.world_id, t.window)
+        .order_by(t.world_id, t.window)
     )
     with store.connect() as conn:
         return [dict(r) for r in conn.execute(q).mappings()]
@@ -25,7 +31,11 @@ def rows_per_world(store: Store) -> list[dict]:
 
 def placeholders_by_reason(store: Store) -> dict[str, dict[str, int]]:
     t = temporal_summaries.c
-    q = select(t.window, t.empty_reason, func.count()).where(t.empty_reason.is_not(None)).group_by(t.window, t.empty_reason)
+    q = (
+        select(t.window, t.empty_reason, func.count())
+        .where(t.empty_reason.is_not(None))
+        .group_by(t.window, t.empty_reason)
+    )
     out: dict[str, dict[str, int]] = defaultdict(dict)
     with store.connect() as conn:
         for window, reason, n in conn.execute(q):
@@ -35,10 +45,18 @@ def placeholders_by_reason(store: Store) -> dict[str, dict[str, int]]:
 
 def ledger_totals(store: Store) -> list[dict]:
     lc = llm_ledger.c
-    q = (select(lc.asset, lc.model, lc.outcome, func.count().label("calls"),
-                func.coalesce(func.sum(lc.tokens_in), 0).label("tokens_in"),
-                func.coalesce(func.sum(lc.tokens_out), 0).label("tokens_out"))
-         .group_by(lc.asset, lc.model, lc.outcome).order_by(lc.asset, lc.outcome))
+    q = (
+        select(
+            lc.asset,
+            lc.model,
+            lc.outcome,
+            func.count().label("calls"),
+            func.coalesce(func.sum(lc.tokens_in), 0).label("tokens_in"),
+            func.coalesce(func.sum(lc.tokens_out), 0).label("tokens_out"),
+        )
+        .group_by(lc.asset, lc.model, lc.outcome)
+        .order_by(lc.asset, lc.outcome)
+    )
     with store.connect() as conn:
         return [dict(r) for r in conn.execute(q).mappings()]
 
@@ -54,7 +72,11 @@ def store_counts(store: Store) -> dict[str, int]:
 
 def latest_rows(store: Store, world_id: str, window: str, limit: int = 5) -> list[dict]:
     t = temporal_summaries.c
-    q = (select(t.period_start, t.content, t.empty_reason, t.source_count)
-         .where(t.world_id == world_id, t.window == window).order_by(t.period_start.desc()).limit(limit))
+    q = (
+        select(t.period_start, t.content, t.empty_reason, t.source_count)
+        .where(t.world_id == world_id, t.window == window)
+        .order_by(t.period_start.desc())
+        .limit(limit)
+    )
     with store.connect() as conn:
         return [dict(r) for r in conn.execute(q).mappings()]

@@ -1,6 +1,5 @@
 """Dagster resources: thin wrappers that hand the plain lib objects to the assets."""
 
-
 import os
 
 from dagster import ConfigurableResource
@@ -43,9 +42,16 @@ class LLMResource(ConfigurableResource):
 
     def client(self, store: Store, asset: str | None = None, partition: str | None = None) -> LLMClient:
         return LLMClient(
-            store, model=self.model, api_base=self.api_base or None, api_key=self.api_key or None,
-            timeout_seconds=self.timeout_seconds, max_retries=self.max_retries,
-            backoff_seconds=self.backoff_seconds, use_cache=self.use_cache, asset=asset, partition=partition,
+            store,
+            model=self.model,
+            api_base=self.api_base or None,
+            api_key=self.api_key or None,
+            timeout_seconds=self.timeout_seconds,
+            max_retries=self.max_retries,
+            backoff_seconds=self.backoff_seconds,
+            use_cache=self.use_cache,
+            asset=asset,
+            partition=partition,
         )
 
 

@@ -81,12 +81,28 @@ def ctx(store, redis_url, cfg) -> TemporalContext:
     return TemporalContext(store, LLMClient(store), RollCache(redis_url), cfg, CST)
 
 
-def event(world: str, conv: str, role: str, content: str, at: datetime, *, platform: str = "local",
-          debug: bool = False, tool_calls=None, mid: str | None = None) -> dict:
+def event(
+    world: str,
+    conv: str,
+    role: str,
+    content: str,
+    at: datetime,
+    *,
+    platform: str = "local",
+    debug: bool = False,
+    tool_calls=None,
+    mid: str | None = None,
+) -> dict:
     return {
         "message_id": mid or f"{conv}-{at.isoformat()}-{role}-{abs(hash(content)) % 10**8}",
-        "world_id": world, "conversation_id": conv, "platform": platform, "debug": debug,
-        "role": role, "content": content, "tool_calls": tool_calls, "timestamp": at.isoformat(),
+        "world_id": world,
+        "conversation_id": conv,
+        "platform": platform,
+        "debug": debug,
+        "role": role,
+        "content": content,
+        "tool_calls": tool_calls,
+        "timestamp": at.isoformat(),
     }
 
 
@@ -104,7 +120,11 @@ def ingest(store, tmp_path):
     return _ingest
 
 
-def conversation(world: str, conv: str, start: datetime, texts: list[str], step=timedelta(minutes=3), **kw) -> list[dict]:
+def conversation(
+    world: str, conv: str, start: datetime, texts: list[str], step=timedelta(minutes=3), **kw
+) -> list[dict]:
     """Alternating user/assistant turns from ``start``."""
-    return [event(world, conv, "user" if i % 2 == 0 else "assistant", t, start + step * i, **kw)
-            for i, t in enumerate(texts)]
+    return [
+        event(world, conv, "user" if i % 2 == 0 else "assistant", t, start + step * i, **kw)
+        for i, t in enumerate(texts)
+    ]

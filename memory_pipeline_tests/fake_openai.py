@@ -62,26 +62,31 @@ class FakeOpenAI:
         message = {"role": "assistant", "content": text}
         if tool_calls:
             message["tool_calls"] = [
-                {"id": f"call_{i}", "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(args)}}
+                {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
                 for i, (name, args) in enumerate(tool_calls)
             ]
         return {
-            "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": "fake-model",
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": "fake-model",
             "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
-            "usage": {"prompt_tokens": self.usage[0], "completion_tokens": self.usage[1],
-                      "total_tokens": sum(self.usage)},
+            "usage": {
+                "prompt_tokens": self.usage[0],
+                "completion_tokens": self.usage[1],
+                "total_tokens": sum(self.usage),
+            },
         }
 
     @property
     def api_base(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def push(self, kind: str, arg=None) -> "FakeOpenAI":
+    def push(self, kind: str, arg=None) -> FakeOpenAI:
         self.script.append((kind, arg))
         return self
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         self.thread.start()
         return self
 

@@ -32,8 +32,12 @@ def test_the_scheduler_daemon_creates_the_missed_runs_after_downtime(pg_url, mon
     monkeypatch.setenv("MEMORY_DATABASE_URL", pg_url)  # the code server loads the location with this env
     overrides = {"run_launcher": {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}}
     with instance_for_test(overrides=overrides) as instance:
-        target = ModuleTarget(module_name="memory_pipeline.definitions", attribute="defs",
-                              working_directory=str(REPO_ROOT), location_name="memory_pipeline")
+        target = ModuleTarget(
+            module_name="memory_pipeline.definitions",
+            attribute="defs",
+            working_directory=str(REPO_ROOT),
+            location_name="memory_pipeline",
+        )
         with create_test_daemon_workspace_context(target, instance) as workspace:
             entry = next(iter(workspace.create_request_context().get_code_location_entries().values()))
             assert entry.code_location, entry.load_error
@@ -41,9 +45,15 @@ def test_the_scheduler_daemon_creates_the_missed_runs_after_downtime(pg_url, mon
             with freeze_time(datetime(2026, 1, 9, 0, 10, tzinfo=CST)):
                 instance.start_schedule(repo.get_schedule("temporal_day_schedule"))
                 instance.report_runless_asset_event(
-                    AssetMaterialization(AssetKey("temporal_day_summaries"), partition="2026-01-08"))
+                    AssetMaterialization(AssetKey("temporal_day_summaries"), partition="2026-01-08")
+                )
             with freeze_time(datetime(2026, 1, 13, 0, 10, tzinfo=CST)):  # down since the 9th
                 list(launch_scheduled_runs(workspace, logging.getLogger("test"), get_current_datetime(), {}))
             runs = instance.get_runs()
-    assert sorted(r.tags.get("dagster/partition") for r in runs) == ["2026-01-09", "2026-01-10", "2026-01-11", "2026-01-12"]
+    assert sorted(r.tags.get("dagster/partition") for r in runs) == [
+        "2026-01-09",
+        "2026-01-10",
+        "2026-01-11",
+        "2026-01-12",
+    ]
     assert {r.job_name for r in runs} == {"temporal_day_job"}

@@ -18,8 +18,14 @@ DAY = date(2026, 7, 18)
 
 def _chunks(store):
     with store.connect() as conn:
-        return [dict(r) for r in conn.execute(select(temporal_day_chunks).order_by(
-            temporal_day_chunks.c.conversation_id, temporal_day_chunks.c.bucket)).mappings()]
+        return [
+            dict(r)
+            for r in conn.execute(
+                select(temporal_day_chunks).order_by(
+                    temporal_day_chunks.c.conversation_id, temporal_day_chunks.c.bucket
+                )
+            ).mappings()
+        ]
 
 
 def _ledger_count(store) -> int:
@@ -30,12 +36,14 @@ def _ledger_count(store) -> int:
 @pytest.fixture
 def busy_morning(ingest):
     """Three conversations of one world active between 06:00 and 07:30; the viewer is 'v'."""
-    ingest(conversation("w1", "v", cst(2026, 7, 18, 6, 2), ["viewer asks about tomatoes", "tomatoes answer"])
-           + conversation("w1", "a", cst(2026, 7, 18, 6, 10), ["deploy pipeline broke", "rolled back deploy"])
-           + conversation("w1", "b", cst(2026, 7, 18, 6, 40), ["marathon training plan", "interval pacing set"])
-           + conversation("w1", "a", cst(2026, 7, 18, 7, 35), ["deploy fixed now", "great news on deploy"])
-           + [event("w1", "a", "tool", "ci log", cst(2026, 7, 18, 6, 15))]
-           + conversation("w2", "other-world", cst(2026, 7, 18, 6, 5), ["private stuff", "very private"]))
+    ingest(
+        conversation("w1", "v", cst(2026, 7, 18, 6, 2), ["viewer asks about tomatoes", "tomatoes answer"])
+        + conversation("w1", "a", cst(2026, 7, 18, 6, 10), ["deploy pipeline broke", "rolled back deploy"])
+        + conversation("w1", "b", cst(2026, 7, 18, 6, 40), ["marathon training plan", "interval pacing set"])
+        + conversation("w1", "a", cst(2026, 7, 18, 7, 35), ["deploy fixed now", "great news on deploy"])
+        + [event("w1", "a", "tool", "ci log", cst(2026, 7, 18, 6, 15))]
+        + conversation("w2", "other-world", cst(2026, 7, 18, 6, 5), ["private stuff", "very private"])
+    )
 
 
 def test_tick_appends_one_chunk_per_closed_bucket_after_the_watermark(ctx, store, busy_morning):
@@ -43,8 +51,11 @@ def test_tick_appends_one_chunk_per_closed_bucket_after_the_watermark(ctx, store
     first_chunks = _chunks(store)
     assert first.chunks_written == 4  # v, a, other-world in 06:00; b in 06:30
     assert [(c["conversation_id"], bucket_label(c["bucket"].astimezone(CST))) for c in first_chunks] == [
-        ("a", "2026-07-18T06:00+08:00"), ("b", "2026-07-18T06:30+08:00"),
-        ("other-world", "2026-07-18T06:00+08:00"), ("v", "2026-07-18T06:00+08:00")]
+        ("a", "2026-07-18T06:00+08:00"),
+        ("b", "2026-07-18T06:30+08:00"),
+        ("other-world", "2026-07-18T06:00+08:00"),
+        ("v", "2026-07-18T06:00+08:00"),
+    ]
     a = first_chunks[0]
     assert len(a["source_ids"]) == 2 and a["cst_date"] == DAY  # the tool turn is not material
     assert a["watermark_at"] == cst(2026, 7, 18, 6, 13) and len(a["summary"]) <= 75
@@ -88,7 +99,8 @@ def test_read_path_inserts_one_peer_message_per_closed_bucket_and_never_calls_an
     assert _ledger_count(store) == calls  # reading never calls an LLM
     assert [(m["bucket"], m["at"], m["name"], m["role"], m["cache"]) for m in msgs] == [
         ("2026-07-18T06:00+08:00", "2026-07-18T06:30:00+08:00", "temporal_summary_peers", "assistant", "miss"),
-        ("2026-07-18T06:30+08:00", "2026-07-18T07:00:00+08:00", "temporal_summary_peers", "assistant", "miss")]
+        ("2026-07-18T06:30+08:00", "2026-07-18T07:00:00+08:00", "temporal_summary_peers", "assistant", "miss"),
+    ]
     own = [c["summary"] for c in _chunks(store) if c["conversation_id"] == "v"][0]
     peer_a = [c["summary"] for c in _chunks(store) if c["conversation_id"] == "a"][0]
     assert own not in msgs[0]["content"] and peer_a in msgs[0]["content"]  # the viewer is excluded
@@ -112,17 +124,20 @@ def test_miss_path_concatenates_and_truncates_to_the_hard_cap(store, redis_url, 
     texts = [f"conversation {i} about " + "tomatoes compost greenhouse harvest " * 3 for i in range(4)]
     for i, t in enumerate(texts):
         ingest(conversation("w1", f"c{i}", cst(2026, 7, 18, 6, 5 + i), [t, t + " reply"]))
-    ctx = context.TemporalContext(store, LLMClient(store), RollCache(redis_url),
-                                  TemporalSummaryConfig(peer_roll_max_chars=40), CST)
+    ctx = context.TemporalContext(
+        store, LLMClient(store), RollCache(redis_url), TemporalSummaryConfig(peer_roll_max_chars=40), CST
+    )
     chunks.run_tick(ctx, DAY, cst(2026, 7, 18, 6, 30))
     msgs, _ = read.peer_messages(store, ctx.cache, ctx.cfg, "w1", "viewer-x", cst(2026, 7, 18, 6, 31), CST)
     assert len(msgs) == 1 and len(msgs[0]["content"]) == 60 and msgs[0]["content"].endswith("…")
 
 
 def test_system_rolls_ttls_reuse_and_the_block(ctx, store, redis_client, ingest):
-    ingest(conversation("w1", "a", cst(2026, 7, 2, 9), ["tomatoes planted", "tomatoes watered"])
-           + conversation("w1", "b", cst(2026, 3, 3, 9), ["compost started", "compost warm"])
-           + conversation("w1", "c", cst(2025, 5, 3, 9), ["greenhouse built", "greenhouse glass"]))
+    ingest(
+        conversation("w1", "a", cst(2026, 7, 2, 9), ["tomatoes planted", "tomatoes watered"])
+        + conversation("w1", "b", cst(2026, 3, 3, 9), ["compost started", "compost warm"])
+        + conversation("w1", "c", cst(2025, 5, 3, 9), ["greenhouse built", "greenhouse glass"])
+    )
     for d in (date(2026, 7, 2), date(2026, 3, 3), date(2025, 5, 3)):
         summaries.regenerate_day(ctx, d)
     summaries.regenerate_rollup(ctx, "month", date(2026, 3, 1))
@@ -131,8 +146,11 @@ def test_system_rolls_ttls_reuse_and_the_block(ctx, store, redis_client, ingest)
     today = date(2026, 7, 18)
     result = rolls.regenerate_system_rolls(ctx, today)
     assert result.regenerated == 3
-    for kind, stamp, ttl in (("past_days", "2026-07-18", 86400), ("past_months", "2026-07", 31 * 86400),
-                             ("past_years", "2026", 366 * 86400)):
+    for kind, stamp, ttl in (
+        ("past_days", "2026-07-18", 86400),
+        ("past_months", "2026-07", 31 * 86400),
+        ("past_years", "2026", 366 * 86400),
+    ):
         key = f"anima:temporal:w1:sys_roll:{kind}:{stamp}"
         assert ttl - 60 <= redis_client.ttl(key) <= ttl
     calls = _ledger_count(store)
@@ -164,15 +182,20 @@ def test_system_segment_over_the_limit_warns_both_subjects_once_per_day(store, r
     cache = RollCache(redis_url)
     today = date(2026, 7, 18)
     for kind in logic.SYS_ROLL_KINDS:
-        cache.set_json(logic.sys_roll_key(cfg.redis_key_prefix, "w1", kind, today),
-                       {"summary": kind * 5, "sources_fp": "x", "created_at": "t"}, 600)
+        cache.set_json(
+            logic.sys_roll_key(cfg.redis_key_prefix, "w1", kind, today),
+            {"summary": kind * 5, "sources_fp": "x", "created_at": "t"},
+            600,
+        )
     for hour in (9, 10, 11):
         block, _ = read.system_block(store, cache, cfg, "w1", cst(2026, 7, 18, hour), CST)
         assert block.truncated and len(block.text) == 60
     with store.connect() as conn:
         rows = conn.execute(select(inbox.c.subject, inbox.c.source_ref)).all()
-    assert sorted(rows) == [("agent:w1", "temporal_summary:system_truncated:2026-07-18"),
-                            ("user:w1", "temporal_summary:system_truncated:2026-07-18")]
+    assert sorted(rows) == [
+        ("agent:w1", "temporal_summary:system_truncated:2026-07-18"),
+        ("user:w1", "temporal_summary:system_truncated:2026-07-18"),
+    ]
 
 
 def test_redis_unreachable_falls_back_in_process(ctx, store, busy_morning):
@@ -190,7 +213,9 @@ def test_redis_unreachable_falls_back_in_process(ctx, store, busy_morning):
 def test_failed_warmup_stays_pending_and_an_expired_roll_is_requested_again(store, redis_url, redis_client, ingest):
     from memory_pipeline_tests.fake_openai import FakeOpenAI
 
-    for i, topic in enumerate(["tomatoes greenhouse seedlings", "deploy pipeline migration", "marathon interval pacing"]):
+    for i, topic in enumerate(
+        ["tomatoes greenhouse seedlings", "deploy pipeline migration", "marathon interval pacing"]
+    ):
         ingest(conversation("w1", f"c{i}", cst(2026, 7, 18, 6, 5 + i), [f"{topic} today", f"{topic} tomorrow"]))
     cfg = TemporalSummaryConfig(peer_roll_max_chars=40)  # three chunks do not fit: the model is asked
     offline = context.TemporalContext(store, LLMClient(store), RollCache(redis_url), cfg, CST)
@@ -199,8 +224,12 @@ def test_failed_warmup_stays_pending_and_an_expired_roll_is_requested_again(stor
     assert read.peer_messages(store, offline.cache, offline.cfg, "w1", "outsider", at, CST)[1] == 1
     with FakeOpenAI() as server:
         failing = context.TemporalContext(
-            store, LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0),
-            RollCache(redis_url), cfg, CST)
+            store,
+            LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0),
+            RollCache(redis_url),
+            cfg,
+            CST,
+        )
         for _ in range(8):
             server.push("status", 500)
         result = rolls.warm_peer_rolls(failing, DAY, at)
@@ -227,8 +256,22 @@ def test_redis_stopped_mid_pipeline_falls_back_in_process(ctx, store, busy_morni
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            shutil.which("redis-server"),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         client = redis_lib.Redis(port=port)
         for _ in range(100):

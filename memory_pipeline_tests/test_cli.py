@@ -25,8 +25,13 @@ def _jsonl(path, events):
 
 
 def test_ingest_reports_bad_lines_and_writes_nothing(env):
-    bad = _jsonl(env / "bad.jsonl", [event("w1", "c1", "user", "hi", cst(2026, 7, 18, 6)),
-                                     {**event("w1", "c1", "robot", "x", cst(2026, 7, 18, 7)), "message_id": "r"}])
+    bad = _jsonl(
+        env / "bad.jsonl",
+        [
+            event("w1", "c1", "user", "hi", cst(2026, 7, 18, 6)),
+            {**event("w1", "c1", "robot", "x", cst(2026, 7, 18, 7)), "message_id": "r"},
+        ],
+    )
     result = runner.invoke(app, ["ingest", str(bad)])
     assert result.exit_code == 2
     assert f"{bad}:2: field 'role': unknown role 'robot'" in result.output.replace("\n", "")
@@ -37,9 +42,11 @@ def test_ingest_reports_bad_lines_and_writes_nothing(env):
 
 
 def test_operate_and_read_from_the_command_line(env):
-    events = (conversation("w1", "a", cst(2026, 7, 17, 9), ["tomatoes planted", "tomatoes watered"])
-              + conversation("w1", "v", cst(2026, 7, 18, 6, 2), ["viewer talk", "viewer reply"])
-              + conversation("w1", "p", cst(2026, 7, 18, 6, 5), ["deploy broke", "deploy fixed"]))
+    events = (
+        conversation("w1", "a", cst(2026, 7, 17, 9), ["tomatoes planted", "tomatoes watered"])
+        + conversation("w1", "v", cst(2026, 7, 18, 6, 2), ["viewer talk", "viewer reply"])
+        + conversation("w1", "p", cst(2026, 7, 18, 6, 5), ["deploy broke", "deploy fixed"])
+    )
     assert runner.invoke(app, ["ingest", str(_jsonl(env / "e.jsonl", events))]).exit_code == 0
     result = runner.invoke(app, ["rebuild", "day", "--from", "2026-07-01", "--to", "2099-12-31"])
     assert result.exit_code == 0, result.output
@@ -51,10 +58,17 @@ def test_operate_and_read_from_the_command_line(env):
     assert bad_key.exit_code == 2 and "is not a month partition key" in bad_key.output
     open_month = runner.invoke(app, ["regenerate", "day", "2099-01-01"])  # never a future partition
     assert open_month.exit_code == 2 and "empty range" in open_month.output
-    assert runner.invoke(app, ["rebuild", "chunks", "--from", "2026-07-18", "--to", "2026-07-18",
-                               "--as-of", "2026-07-18T07:00:00+08:00"]).exit_code == 0
+    assert (
+        runner.invoke(
+            app,
+            ["rebuild", "chunks", "--from", "2026-07-18", "--to", "2026-07-18", "--as-of", "2026-07-18T07:00:00+08:00"],
+        ).exit_code
+        == 0
+    )
     assert runner.invoke(app, ["system-rolls", "--as-of", "2026-07-18T07:00:00+08:00"]).exit_code == 0
-    out = runner.invoke(app, ["read", "--world", "w1", "--conversation", "v", "--at", "2026-07-18T07:00:00+08:00", "--json"])
+    out = runner.invoke(
+        app, ["read", "--world", "w1", "--conversation", "v", "--at", "2026-07-18T07:00:00+08:00", "--json"]
+    )
     assert out.exit_code == 0, out.output
     view = json.loads(out.output)
     assert view["system_block"].startswith("<temporal_summary>\nPast days: ")

@@ -27,12 +27,14 @@ from memory_pipeline_tests.fake_openai import FakeOpenAI
 
 
 def make_defs(pg_url, redis_url, **llm):
-    return build_defs({
-        "memory_store": MemoryStoreResource(database_url=pg_url),
-        "roll_cache": RollCacheResource(redis_url=redis_url),
-        "llm": LLMResource(**llm),
-        "memory_config": MemoryConfigResource(),
-    })
+    return build_defs(
+        {
+            "memory_store": MemoryStoreResource(database_url=pg_url),
+            "roll_cache": RollCacheResource(redis_url=redis_url),
+            "llm": LLMResource(**llm),
+            "memory_config": MemoryConfigResource(),
+        }
+    )
 
 
 @pytest.fixture
@@ -48,11 +50,13 @@ def defs(pg_url, redis_url):
 
 @pytest.fixture
 def new_year(ingest):
-    ingest(conversation("w1", "a", cst(2025, 12, 30, 9), ["tomatoes planted", "tomatoes watered"])
-           + conversation("w1", "b", cst(2025, 12, 31, 22), ["compost turned", "compost warm"])
-           + conversation("w1", "c", cst(2026, 1, 2, 9, 5), ["harvest plan", "harvest basket"])
-           + conversation("w1", "d", cst(2026, 1, 2, 9, 12), ["deploy fixed", "deploy shipped"])
-           + conversation("w2", "e", cst(2025, 12, 31, 8), ["marathon pacing", "marathon intervals"]))
+    ingest(
+        conversation("w1", "a", cst(2025, 12, 30, 9), ["tomatoes planted", "tomatoes watered"])
+        + conversation("w1", "b", cst(2025, 12, 31, 22), ["compost turned", "compost warm"])
+        + conversation("w1", "c", cst(2026, 1, 2, 9, 5), ["harvest plan", "harvest basket"])
+        + conversation("w1", "d", cst(2026, 1, 2, 9, 12), ["deploy fixed", "deploy shipped"])
+        + conversation("w2", "e", cst(2025, 12, 31, 8), ["marathon pacing", "marathon intervals"])
+    )
 
 
 def _materializations(instance, asset) -> dict:
@@ -71,13 +75,19 @@ def _check_results(instance, run_id) -> list[bool]:
 
 def _ok_calls(store) -> int:
     with store.connect() as conn:
-        return conn.execute(select(func.count()).select_from(llm_ledger).where(llm_ledger.c.outcome == "ok")).scalar_one()
+        return conn.execute(
+            select(func.count()).select_from(llm_ledger).where(llm_ledger.c.outcome == "ok")
+        ).scalar_one()
 
 
 def test_every_asset_materializes_as_one_run_per_range_with_metadata(defs, instance, store, new_year):
-    steps = [("chunks", "2025-12-30", "2026-01-02", "2026-01-02T10:00:00+08:00"),
-             ("peer_rolls", "2026-01-02", "2026-01-02", "2026-01-02T10:00:00+08:00"),
-             ("day", "2025-12-30", "2026-01-01", ""), ("month", "2025-12", "2025-12", ""), ("year", "2025", "2025", "")]
+    steps = [
+        ("chunks", "2025-12-30", "2026-01-02", "2026-01-02T10:00:00+08:00"),
+        ("peer_rolls", "2026-01-02", "2026-01-02", "2026-01-02T10:00:00+08:00"),
+        ("day", "2025-12-30", "2026-01-01", ""),
+        ("month", "2025-12", "2025-12", ""),
+        ("year", "2025", "2025", ""),
+    ]
     for window, lo, hi, as_of in steps:
         report = operations.materialize(window, lo, hi, as_of=as_of, instance=instance, defs=defs)
         assert report.success, report.runs[0].error
@@ -101,15 +111,20 @@ def test_every_asset_materializes_as_one_run_per_range_with_metadata(defs, insta
     assert _materializations(instance, assets.temporal_year_summaries)["2025"]["non_empty"] == 2
     assert _materializations(instance, assets.temporal_peer_rolls)["2026-01-02"]["warmed"] >= 1
     with store.connect() as conn:
-        windows = dict(conn.execute(select(temporal_summaries.c.window, func.count()).group_by(temporal_summaries.c.window)).all())
+        windows = dict(
+            conn.execute(select(temporal_summaries.c.window, func.count()).group_by(temporal_summaries.c.window)).all()
+        )
     assert windows == {"day": 5, "month": 2, "year": 2}
 
 
 def test_backfill_missing_skips_placeholders_and_rebuild_reruns_everything(defs, instance, store, new_year):
     assert operations.materialize("day", "2026-01-01", "2026-01-01", instance=instance, defs=defs).success
     with store.connect() as conn:
-        placeholder = conn.execute(select(temporal_summaries.c.updated_at, temporal_summaries.c.empty_reason)
-                                   .where(temporal_summaries.c.period_start == date(2026, 1, 1))).all()
+        placeholder = conn.execute(
+            select(temporal_summaries.c.updated_at, temporal_summaries.c.empty_reason).where(
+                temporal_summaries.c.period_start == date(2026, 1, 1)
+            )
+        ).all()
     assert {r[1] for r in placeholder} == {"no_sessions"}
     missing = operations.materialize("day", "2025-12-29", "2026-01-03", mode="missing", instance=instance, defs=defs)
     assert (missing.requested, missing.skipped_existing) == (5, 1)
@@ -117,7 +132,9 @@ def test_backfill_missing_skips_placeholders_and_rebuild_reruns_everything(defs,
     again = operations.materialize("day", "2025-12-29", "2026-01-03", mode="missing", instance=instance, defs=defs)
     assert again.requested == 0 and again.runs == []
     rebuild = operations.materialize("day", "2025-12-29", "2026-01-03", mode="rebuild", instance=instance, defs=defs)
-    assert rebuild.requested == 6 and [(r.first, r.last, r.partitions) for r in rebuild.runs] == [("2025-12-29", "2026-01-03", 6)]
+    assert rebuild.requested == 6 and [(r.first, r.last, r.partitions) for r in rebuild.runs] == [
+        ("2025-12-29", "2026-01-03", 6)
+    ]
 
 
 def test_to_is_capped_at_cst_today_and_bad_ranges_are_named():
@@ -148,8 +165,15 @@ def test_unchanged_range_costs_no_llm_calls_unless_forced(defs, instance, store,
 
 def test_llm_hard_failure_fails_only_that_partition(pg_url, redis_url, instance, store, new_year):
     with FakeOpenAI() as server:
-        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k",
-                         max_retries=0, backoff_seconds=0.01)
+        defs = make_defs(
+            pg_url,
+            redis_url,
+            model="openai/fake",
+            api_base=server.api_base,
+            api_key="k",
+            max_retries=0,
+            backoff_seconds=0.01,
+        )
         server.push("status", 500)
         failed = operations.materialize("day", "2025-12-30", "2025-12-30", instance=instance, defs=defs)
         assert not failed.success and "LLM hard failure" in failed.runs[0].error
@@ -185,7 +209,9 @@ def test_month_waits_for_missing_day_rows(defs, instance, new_year):
 def test_a_thousand_worlds_are_one_partition_in_one_run(defs, instance, store, ingest):
     events = []
     for i in range(1000):
-        events += conversation(f"w{i:04d}", f"c{i:04d}", cst(2026, 3, 4, 9, i % 60), [f"topic{i} garden", f"topic{i} reply"])
+        events += conversation(
+            f"w{i:04d}", f"c{i:04d}", cst(2026, 3, 4, 9, i % 60), [f"topic{i} garden", f"topic{i} reply"]
+        )
     ingest(events)
     report = operations.materialize("day", "2026-03-04", "2026-03-04", instance=instance, defs=defs)
     assert report.success and len(report.runs) == 1
@@ -196,27 +222,35 @@ def test_a_thousand_worlds_are_one_partition_in_one_run(defs, instance, store, i
 
 def test_redis_unreachable_keeps_the_pipeline_green(pg_url, instance, new_year):
     defs = make_defs(pg_url, "redis://127.0.0.1:1/0")
-    for window, lo, hi in (("chunks", "2026-01-02", "2026-01-02"), ("peer_rolls", "2026-01-02", "2026-01-02"),
-                           ("day", "2025-12-31", "2025-12-31")):
+    for window, lo, hi in (
+        ("chunks", "2026-01-02", "2026-01-02"),
+        ("peer_rolls", "2026-01-02", "2026-01-02"),
+        ("day", "2025-12-31", "2025-12-31"),
+    ):
         assert operations.materialize(window, lo, hi, instance=instance, defs=defs).success
     assert operations.run_system_rolls("2026-01-01T09:00:00+08:00", instance=instance, defs=defs).success
     peer = _materializations(instance, assets.temporal_peer_rolls)["2026-01-02"]
     assert peer["cache_backend"] == "memory"
 
 
-@pytest.mark.parametrize("schedule,at,expected", [
-    ("temporal_month_schedule", cst(2026, 2, 1, 0, 5), ["2026-01"]),
-    ("temporal_month_schedule", cst(2026, 1, 1, 0, 5), ["2025-12"]),
-    ("temporal_year_schedule", cst(2026, 1, 1, 0, 5), ["2025"]),
-    ("temporal_day_schedule", cst(2026, 2, 1, 0, 5), ["2026-01-31"]),
-    ("temporal_day_schedule", cst(2026, 1, 1, 0, 5), ["2025-12-31"]),
-    ("temporal_tick_schedule", cst(2026, 7, 18, 6, 30), ["2026-07-18"]),
-    ("temporal_tick_schedule", cst(2026, 7, 18, 0, 0), ["2026-07-17"]),  # closes yesterday's last bucket
-])
+@pytest.mark.parametrize(
+    "schedule,at,expected",
+    [
+        ("temporal_month_schedule", cst(2026, 2, 1, 0, 5), ["2026-01"]),
+        ("temporal_month_schedule", cst(2026, 1, 1, 0, 5), ["2025-12"]),
+        ("temporal_year_schedule", cst(2026, 1, 1, 0, 5), ["2025"]),
+        ("temporal_day_schedule", cst(2026, 2, 1, 0, 5), ["2026-01-31"]),
+        ("temporal_day_schedule", cst(2026, 1, 1, 0, 5), ["2025-12-31"]),
+        ("temporal_tick_schedule", cst(2026, 7, 18, 6, 30), ["2026-07-18"]),
+        ("temporal_tick_schedule", cst(2026, 7, 18, 0, 0), ["2026-07-17"]),  # closes yesterday's last bucket
+    ],
+)
 def test_schedules_at_fixed_clocks(defs, instance, schedule, at, expected):
     sched = defs.get_schedule_def(schedule)
     assert sched.execution_timezone == "Asia/Shanghai"
-    ctx = build_schedule_context(instance=instance, scheduled_execution_time=at, repository_def=defs.get_repository_def())
+    ctx = build_schedule_context(
+        instance=instance, scheduled_execution_time=at, repository_def=defs.get_repository_def()
+    )
     assert [r.partition_key for r in sched.evaluate_tick(ctx).run_requests] == expected
 
 
@@ -251,8 +285,15 @@ def test_system_rolls_follow_summary_writes(defs, instance, new_year):
 
     def evaluate(cursor=None):
         ctx = build_multi_asset_sensor_context(
-            monitored_assets=[assets.temporal_day_summaries.key, assets.temporal_month_summaries.key,
-                              assets.temporal_year_summaries.key], instance=instance, repository_def=repo, cursor=cursor)
+            monitored_assets=[
+                assets.temporal_day_summaries.key,
+                assets.temporal_month_summaries.key,
+                assets.temporal_year_summaries.key,
+            ],
+            instance=instance,
+            repository_def=repo,
+            cursor=cursor,
+        )
         return sensor.evaluate_tick(ctx)
 
     assert evaluate().run_requests == []
@@ -267,20 +308,32 @@ def test_read_path_warmups_are_served_in_the_background(defs, instance, store, p
     from memory_pipeline.lib.settings import TemporalSummaryConfig
     from memory_pipeline.temporal.read import peer_messages
 
-    operations.materialize("chunks", "2026-01-02", "2026-01-02", as_of="2026-01-02T10:00:00+08:00",
-                           instance=instance, defs=defs)
-    msgs, requested = peer_messages(store, RollCache(redis_url), TemporalSummaryConfig(), "w1", "viewer",
-                                    cst(2026, 1, 2, 10), CST)
+    operations.materialize(
+        "chunks", "2026-01-02", "2026-01-02", as_of="2026-01-02T10:00:00+08:00", instance=instance, defs=defs
+    )
+    msgs, requested = peer_messages(
+        store, RollCache(redis_url), TemporalSummaryConfig(), "w1", "viewer", cst(2026, 1, 2, 10), CST
+    )
     assert requested == 1 and msgs[0]["cache"] == "miss"
     sensor = defs.get_sensor_def("temporal_peer_roll_warmup_sensor")
-    ctx = build_sensor_context(instance=instance, resources={"memory_store": MemoryStoreResource(database_url=pg_url)},
-                               repository_def=defs.get_repository_def())
+    ctx = build_sensor_context(
+        instance=instance,
+        resources={"memory_store": MemoryStoreResource(database_url=pg_url)},
+        repository_def=defs.get_repository_def(),
+    )
     (req,) = sensor.evaluate_tick(ctx).run_requests
     assert req.partition_key == "2026-01-02" and req.asset_selection == [AssetKey("temporal_peer_rolls")]
-    operations.materialize("peer_rolls", "2026-01-02", "2026-01-02", as_of="2026-01-02T10:00:00+08:00",
-                           instance=instance, defs=defs)
+    operations.materialize(
+        "peer_rolls", "2026-01-02", "2026-01-02", as_of="2026-01-02T10:00:00+08:00", instance=instance, defs=defs
+    )
     with store.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(warmup_requests)
-                            .where(warmup_requests.c.done_at.is_(None))).scalar_one() == 0
-    msgs, _ = peer_messages(store, RollCache(redis_url), TemporalSummaryConfig(), "w1", "viewer", cst(2026, 1, 2, 10), CST)
+        assert (
+            conn.execute(
+                select(func.count()).select_from(warmup_requests).where(warmup_requests.c.done_at.is_(None))
+            ).scalar_one()
+            == 0
+        )
+    msgs, _ = peer_messages(
+        store, RollCache(redis_url), TemporalSummaryConfig(), "w1", "viewer", cst(2026, 1, 2, 10), CST
+    )
     assert msgs[0]["cache"] == "hit"

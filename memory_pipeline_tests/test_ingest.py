@@ -1,7 +1,7 @@
 """Ingestion: idempotent, all-or-nothing, every bad input named by file, line and field."""
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
@@ -25,8 +25,10 @@ def _write(tmp_path, lines: list, name="events.jsonl"):
     return path
 
 
-GOOD = [event("w1", "c1", "user", "hello there", cst(2026, 7, 18, 6, 1), mid="m1"),
-        event("w1", "c1", "assistant", "hi, how can I help", cst(2026, 7, 18, 6, 2), mid="m2")]
+GOOD = [
+    event("w1", "c1", "user", "hello there", cst(2026, 7, 18, 6, 1), mid="m1"),
+    event("w1", "c1", "assistant", "hi, how can I help", cst(2026, 7, 18, 6, 2), mid="m2"),
+]
 
 
 def test_ingest_is_idempotent_on_message_id(store, tmp_path):
@@ -43,7 +45,7 @@ def test_ingest_is_idempotent_on_message_id(store, tmp_path):
     with store.connect() as conn:
         row = conn.execute(select(messages).where(messages.c.message_id == "m1")).mappings().one()
         first_at = conn.execute(select(worlds.c.first_event_at)).scalar_one()
-    assert row["at"] == cst(2026, 7, 18, 6, 1).astimezone(timezone.utc)
+    assert row["at"] == cst(2026, 7, 18, 6, 1).astimezone(UTC)
     assert row["source"].endswith("events.jsonl:1")
     assert first_at == cst(2026, 7, 18, 6, 1)
 
@@ -51,14 +53,38 @@ def test_ingest_is_idempotent_on_message_id(store, tmp_path):
 BAD_CASES = [
     ("malformed", b'{"message_id": "x",\n', "<line>", "malformed JSON"),
     ("role", {**GOOD[0], "message_id": "b1", "role": "narrator"}, "role", "unknown role 'narrator'"),
-    ("no timestamp", {k: v for k, v in GOOD[0].items() if k != "timestamp"} | {"message_id": "b2"}, "timestamp", "missing"),
-    ("bad timestamp", {**GOOD[0], "message_id": "b3", "timestamp": "yesterday at noon"}, "timestamp", "unparsable timestamp"),
-    ("naive timestamp", {**GOOD[0], "message_id": "b4", "timestamp": "2026-07-18T06:00:00"}, "timestamp", "no time zone"),
-    ("future", {**GOOD[0], "message_id": "b5",
-                "timestamp": (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()}, "timestamp", "in the future"),
+    (
+        "no timestamp",
+        {k: v for k, v in GOOD[0].items() if k != "timestamp"} | {"message_id": "b2"},
+        "timestamp",
+        "missing",
+    ),
+    (
+        "bad timestamp",
+        {**GOOD[0], "message_id": "b3", "timestamp": "yesterday at noon"},
+        "timestamp",
+        "unparsable timestamp",
+    ),
+    (
+        "naive timestamp",
+        {**GOOD[0], "message_id": "b4", "timestamp": "2026-07-18T06:00:00"},
+        "timestamp",
+        "no time zone",
+    ),
+    (
+        "future",
+        {**GOOD[0], "message_id": "b5", "timestamp": (datetime.now(UTC) + timedelta(days=1)).isoformat()},
+        "timestamp",
+        "in the future",
+    ),
     ("encoding", b'{"message_id": "b6", "content": "caf\xe9"}\n', "<line>", "bad encoding"),
     ("oversized", {**GOOD[0], "message_id": "b7", "content": "x" * 100_001}, "content", "oversized body"),
-    ("missing world", {k: v for k, v in GOOD[0].items() if k != "world_id"} | {"message_id": "b8"}, "world_id", "missing"),
+    (
+        "missing world",
+        {k: v for k, v in GOOD[0].items() if k != "world_id"} | {"message_id": "b8"},
+        "world_id",
+        "missing",
+    ),
     ("debug type", {**GOOD[0], "message_id": "b9", "debug": "no"}, "debug", "true or false"),
 ]
 
@@ -90,7 +116,9 @@ def test_same_id_with_other_content_is_a_conflict_not_an_overwrite(store, tmp_pa
     with pytest.raises(IngestError, match="already stored with different content"):
         ingest_file(store, _write(tmp_path, [changed], "again.jsonl"))
     with store.connect() as conn:
-        assert conn.execute(select(messages.c.content).where(messages.c.message_id == "m1")).scalar_one() == "hello there"
+        assert (
+            conn.execute(select(messages.c.content).where(messages.c.message_id == "m1")).scalar_one() == "hello there"
+        )
     dup_in_file = [GOOD[0], {**GOOD[0], "content": "other"}]
     with pytest.raises(IngestError, match="repeats .*:1 with different content"):
         ingest_file(store, _write(tmp_path, dup_in_file, "dup.jsonl"))
@@ -105,8 +133,12 @@ def test_conversation_metadata_must_agree(store, tmp_path):
 
 
 def test_ingesting_never_bumps_derived_rows_and_chunks_never_bump_conversations(ctx, store, ingest):
-    ingest([event("w1", "c1", "user", "garden planning with tomatoes", cst(2026, 7, 18, 6, 1)),
-            event("w1", "c1", "assistant", "tomatoes need sun", cst(2026, 7, 18, 6, 3))])
+    ingest(
+        [
+            event("w1", "c1", "user", "garden planning with tomatoes", cst(2026, 7, 18, 6, 1)),
+            event("w1", "c1", "assistant", "tomatoes need sun", cst(2026, 7, 18, 6, 3)),
+        ]
+    )
     summaries.regenerate_day(ctx, cst(2026, 7, 18).date())
     with store.connect() as conn:
         before = conn.execute(select(temporal_summaries.c.updated_at)).scalar_one()

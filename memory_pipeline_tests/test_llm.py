@@ -3,21 +3,28 @@
 import pytest
 from sqlalchemy import select
 
-from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest
-from memory_pipeline.lib.llm import offline
+from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest, offline
 from memory_pipeline.lib.store.schema import llm_ledger
 from memory_pipeline_tests.fake_openai import FakeOpenAI
 
-REQ = LLMRequest(task="day", system="spec", user="material about tomatoes", prompt_version="t-1", max_chars=20,
-                 world_id="w1")
+REQ = LLMRequest(
+    task="day", system="spec", user="material about tomatoes", prompt_version="t-1", max_chars=20, world_id="w1"
+)
 
 
 def _client(store, server, **kw):
     kw.setdefault("max_retries", 2)
     kw.setdefault("backoff_seconds", 0.01)
     kw.setdefault("timeout_seconds", 5)
-    return LLMClient(store, model="openai/fake-model", api_base=server.api_base, api_key="test",
-                     asset="temporal_day_summaries", partition="2026-07-18", **kw)
+    return LLMClient(
+        store,
+        model="openai/fake-model",
+        api_base=server.api_base,
+        api_key="test",
+        asset="temporal_day_summaries",
+        partition="2026-07-18",
+        **kw,
+    )
 
 
 def _ledger(store):
@@ -38,7 +45,11 @@ def test_success_records_the_servers_usage_and_hard_cuts(store, server):
     assert (result.tokens_in, result.tokens_out) == (21, 9)
     (row,) = _ledger(store)
     assert (row["asset"], row["partition"], row["model"], row["outcome"]) == (
-        "temporal_day_summaries", "2026-07-18", "openai/fake-model", "ok")
+        "temporal_day_summaries",
+        "2026-07-18",
+        "openai/fake-model",
+        "ok",
+    )
     assert (row["tokens_in"], row["tokens_out"], row["attempts"], row["world_id"]) == (21, 9, 1, "w1")
     assert row["latency_ms"] >= 0
     sent = server.requests[0]
@@ -90,12 +101,23 @@ def test_malformed_body_is_a_hard_failure(store, server):
 
 def test_tool_calls_come_back_parsed(store, server):
     server.push("tools", [("create_semantic_memory", {"text": "likes tomatoes", "importance": 3})])
-    tools = [{"type": "function", "function": {"name": "create_semantic_memory", "parameters": {
-        "type": "object", "properties": {"text": {"type": "string"}, "importance": {"type": "integer"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "create_semantic_memory",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}, "importance": {"type": "integer"}},
+                },
+            },
+        }
+    ]
     req = LLMRequest(task="extract", system="s", user="u", prompt_version="t-1", tools=tools)
     result = _client(store, server).complete(req)
-    assert result.tool_calls == [{"id": "call_0", "name": "create_semantic_memory",
-                                  "arguments": {"text": "likes tomatoes", "importance": 3}}]
+    assert result.tool_calls == [
+        {"id": "call_0", "name": "create_semantic_memory", "arguments": {"text": "likes tomatoes", "importance": 3}}
+    ]
     assert server.requests[0]["tools"][0]["function"]["name"] == "create_semantic_memory"
     assert _ledger(store)[0]["tokens_in"] == 21
 

@@ -1,7 +1,7 @@
 """Real multi-month conversations (LoCoMo, external data read from ../shared/data/locomo)."""
 
 import os
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -20,7 +20,7 @@ LOCOMO = Path(os.environ.get("LOCOMO_DIR", REPO_ROOT.parent / "shared" / "data" 
 def test_session_time_takes_the_zone_given():
     assert parse_session_time("1:56 pm on 8 May, 2023", CST) == datetime(2023, 5, 8, 13, 56, tzinfo=CST)
     utc = parse_session_time("1:56 pm on 8 May, 2023", ZoneInfo("UTC"))
-    assert utc.astimezone(timezone.utc) == datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
+    assert utc.astimezone(UTC) == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
 
 
 def test_import_locomo_and_summarize_real_days(ctx, store):
@@ -63,25 +63,38 @@ def test_real_conversations_run_through_the_whole_graph(store, pg_url, redis_url
         ingest_events(store, events, source=name)
     with store.connect() as conn:
         first, last = conn.execute(select(func.min(messages.c.at), func.max(messages.c.at))).one()
-        session_days = {(w, d) for w, d in conn.execute(
-            select(conversations.c.world_id, messages.c.at)
-            .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
-        ).all() for d in [d.astimezone(CST).date()]}
+        session_days = {
+            (w, d)
+            for w, d in conn.execute(
+                select(conversations.c.world_id, messages.c.at).join(
+                    conversations, conversations.c.conversation_id == messages.c.conversation_id
+                )
+            ).all()
+            for d in [d.astimezone(CST).date()]
+        }
     lo, hi = first.astimezone(CST).date(), last.astimezone(CST).date()
     defs = make_defs(pg_url, redis_url)
     with instance_for_test() as instance:
         # Through the end of the year: a month waits for all of its days, a year for its months.
-        steps = [("day", lo.isoformat(), f"{hi.year}-12-31"),
-                 ("month", lo.strftime("%Y-%m"), f"{hi.year}-12"),
-                 ("year", str(lo.year), str(hi.year))]
+        steps = [
+            ("day", lo.isoformat(), f"{hi.year}-12-31"),
+            ("month", lo.strftime("%Y-%m"), f"{hi.year}-12"),
+            ("year", str(lo.year), str(hi.year)),
+        ]
         for window, a, b in steps:
             report = operations.materialize(window, a, b, instance=instance, defs=defs)
             assert report.success and len(report.runs) == 1, report.runs[0].error
             checks = instance.all_logs(report.runs[0].run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
             assert checks and all(c.dagster_event.event_specific_data.passed for c in checks)
     with store.connect() as conn:
-        rows = conn.execute(select(temporal_summaries.c.world_id, temporal_summaries.c.window,
-                                   temporal_summaries.c.period_start, temporal_summaries.c.empty_reason)).all()
+        rows = conn.execute(
+            select(
+                temporal_summaries.c.world_id,
+                temporal_summaries.c.window,
+                temporal_summaries.c.period_start,
+                temporal_summaries.c.empty_reason,
+            )
+        ).all()
     non_empty_days = {(w, p) for w, win, p, reason in rows if win == "day" and reason is None}
     assert non_empty_days == session_days  # one summary per world per day with a session, no more
     months = [r for r in rows if r[1] == "month"]

@@ -19,8 +19,9 @@ def test_production_instance_keeps_runs_in_postgres(tmp_path, monkeypatch, pg_ur
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
         assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
-        report = operations.materialize("day", "2026-03-04", "2026-03-04", instance=instance,
-                                        defs=make_defs(pg_url, redis_url))
+        report = operations.materialize(
+            "day", "2026-03-04", "2026-03-04", instance=instance, defs=make_defs(pg_url, redis_url)
+        )
         assert report.success
         (run,) = instance.get_runs()
         assert run.job_name == "temporal_day_job" and run.tags["dagster/partition"] == "2026-03-04"

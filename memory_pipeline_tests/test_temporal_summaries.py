@@ -18,8 +18,15 @@ DAY = date(2026, 7, 18)
 
 def _rows(store, window="day", period=DAY) -> dict:
     with store.connect() as conn:
-        rows = conn.execute(select(temporal_summaries).where(
-            temporal_summaries.c.window == window, temporal_summaries.c.period_start == period)).mappings().all()
+        rows = (
+            conn.execute(
+                select(temporal_summaries).where(
+                    temporal_summaries.c.window == window, temporal_summaries.c.period_start == period
+                )
+            )
+            .mappings()
+            .all()
+        )
     return {r["world_id"]: dict(r) for r in rows}
 
 
@@ -28,11 +35,17 @@ def worlds_day(ingest):
     """w_ok talks; w_tools has only tool turns; w_excluded only debug/cron; w_quiet talked the day before."""
     ingest(
         conversation("w_ok", "ok-1", cst(2026, 7, 18, 9), ["planning the garden beds", "tomatoes go by the fence"])
-        + conversation("w_ok", "ok-2", cst(2026, 7, 18, 20), ["compost is too wet", "add dry leaves"], platform="discord")
-        + [event("w_ok", "ok-1", "tool", "weather: sunny", cst(2026, 7, 18, 9, 1)),
-           event("w_ok", "ok-1", "assistant", "", cst(2026, 7, 18, 9, 2), tool_calls=[{"name": "weather"}])]
-        + [event("w_tools", "t-1", "assistant", "", cst(2026, 7, 18, 10), tool_calls=[{"name": "search"}]),
-           event("w_tools", "t-1", "tool", "3 results", cst(2026, 7, 18, 10, 1))]
+        + conversation(
+            "w_ok", "ok-2", cst(2026, 7, 18, 20), ["compost is too wet", "add dry leaves"], platform="discord"
+        )
+        + [
+            event("w_ok", "ok-1", "tool", "weather: sunny", cst(2026, 7, 18, 9, 1)),
+            event("w_ok", "ok-1", "assistant", "", cst(2026, 7, 18, 9, 2), tool_calls=[{"name": "weather"}]),
+        ]
+        + [
+            event("w_tools", "t-1", "assistant", "", cst(2026, 7, 18, 10), tool_calls=[{"name": "search"}]),
+            event("w_tools", "t-1", "tool", "3 results", cst(2026, 7, 18, 10, 1)),
+        ]
         + conversation("w_excluded", "x-debug", cst(2026, 7, 18, 11), ["debug dump", "state ok"], debug=True)
         + conversation("w_excluded", "x-cron", cst(2026, 7, 18, 12), ["nightly report", "sent"], platform="cron")
         + conversation("w_quiet", "q-1", cst(2026, 7, 17, 12), ["yesterday only", "indeed"])
@@ -120,8 +133,9 @@ def test_llm_hard_failure_writes_no_placeholder_and_fails_the_partition(store, r
     from memory_pipeline_tests.conftest import CST
 
     with FakeOpenAI() as server:
-        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=1,
-                        backoff_seconds=0.01)
+        llm = LLMClient(
+            store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=1, backoff_seconds=0.01
+        )
         ctx = context.TemporalContext(store, llm, RollCache(redis_url), TemporalSummaryConfig(), CST)
         server.push("status", 500).push("status", 500)
         with pytest.raises(summaries.PartitionFailure, match="w_ok"):
@@ -135,7 +149,9 @@ def test_disabled_writes_nothing(store, redis_url, worlds_day):
     from memory_pipeline.lib.cache import RollCache
     from memory_pipeline_tests.conftest import CST
 
-    ctx = context.TemporalContext(store, LLMClient(store), RollCache(redis_url), TemporalSummaryConfig(enabled=False), CST)
+    ctx = context.TemporalContext(
+        store, LLMClient(store), RollCache(redis_url), TemporalSummaryConfig(enabled=False), CST
+    )
     assert summaries.regenerate_day(ctx, DAY).disabled
     assert summaries.regenerate_rollup(ctx, "month", date(2026, 7, 1)).disabled
     assert chunks.run_tick(ctx, DAY).chunks_written == 0
@@ -150,9 +166,11 @@ def _days(ctx, first: date, last: date):
 
 
 def test_month_reads_days_and_year_reads_months_ignoring_empty_children(ctx, store, ingest):
-    ingest(conversation("w1", "a", cst(2025, 12, 3, 9), ["tomatoes planted", "tomatoes watered"])
-           + conversation("w1", "b", cst(2025, 12, 20, 9), ["compost turned", "compost warm"])
-           + conversation("w2", "c", cst(2025, 11, 30, 9), ["only november talk", "yes november"]))
+    ingest(
+        conversation("w1", "a", cst(2025, 12, 3, 9), ["tomatoes planted", "tomatoes watered"])
+        + conversation("w1", "b", cst(2025, 12, 20, 9), ["compost turned", "compost warm"])
+        + conversation("w2", "c", cst(2025, 11, 30, 9), ["only november talk", "yes november"])
+    )
     _days(ctx, date(2025, 11, 1), date(2025, 12, 31))
     month = summaries.regenerate_rollup(ctx, "month", date(2025, 12, 1))
     rows = _rows(store, "month", date(2025, 12, 1))
@@ -189,7 +207,13 @@ def test_missing_children_names_what_a_cascade_waits_for(ctx, store, ingest):
 def test_audit_catches_rows_without_sources_and_future_periods(ctx, store, worlds_day):
     summaries.regenerate_day(ctx, DAY)
     with store.begin() as conn:
-        conn.execute(update(temporal_summaries).where(temporal_summaries.c.world_id == "w_ok").values(source_ids=[], source_count=0))
+        conn.execute(
+            update(temporal_summaries)
+            .where(temporal_summaries.c.world_id == "w_ok")
+            .values(source_ids=[], source_count=0)
+        )
     problems = summaries.audit_period(store, "day", DAY, ctx.tz)
     assert problems == ["w_ok day 2026-07-18: non-empty row without sources"]
-    assert any("not closed" in p for p in summaries.audit_period(store, "day", date.today() + timedelta(days=3), ctx.tz))
+    assert any(
+        "not closed" in p for p in summaries.audit_period(store, "day", date.today() + timedelta(days=3), ctx.tz)
+    )

@@ -1,6 +1,6 @@
 """Pure rules of seed 000: buckets, gates, fingerprints, keys, TTLs, truncation, cascade dates."""
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -12,7 +12,7 @@ from memory_pipeline_tests.conftest import CST, cst
 
 
 def test_buckets_are_cst_half_hours():
-    at = datetime(2026, 7, 17, 22, 12, tzinfo=timezone.utc)  # 06:12 CST on the 18th
+    at = datetime(2026, 7, 17, 22, 12, tzinfo=UTC)  # 06:12 CST on the 18th
     b = tu.bucket_start(at, CST)
     assert tu.bucket_label(b) == "2026-07-18T06:00+08:00"
     assert tu.bucket_end(b) == cst(2026, 7, 18, 6, 30)
@@ -24,10 +24,10 @@ def test_buckets_are_cst_half_hours():
 
 def test_cst_day_boundary_is_utc_16h():
     start, end = tu.day_bounds(date(2026, 7, 18), CST)
-    assert start.astimezone(timezone.utc) == datetime(2026, 7, 17, 16, tzinfo=timezone.utc)
+    assert start.astimezone(UTC) == datetime(2026, 7, 17, 16, tzinfo=UTC)
     assert end - start == timedelta(days=1)
-    assert tu.local_date(datetime(2026, 7, 17, 15, 59, tzinfo=timezone.utc), CST) == date(2026, 7, 17)
-    assert tu.local_date(datetime(2026, 7, 17, 16, 0, tzinfo=timezone.utc), CST) == date(2026, 7, 18)
+    assert tu.local_date(datetime(2026, 7, 17, 15, 59, tzinfo=UTC), CST) == date(2026, 7, 17)
+    assert tu.local_date(datetime(2026, 7, 17, 16, 0, tzinfo=UTC), CST) == date(2026, 7, 18)
 
 
 def test_closed_buckets_never_include_the_open_one():
@@ -41,16 +41,25 @@ def test_expected_periods_never_reach_the_open_window():
     today = date(2026, 1, 15)
     days = tu.expected_periods("day", date(2026, 1, 10), date(2026, 3, 1), today)
     assert days[0] == date(2026, 1, 10) and days[-1] == date(2026, 1, 14)
-    assert tu.expected_periods("month", date(2025, 11, 3), date(2026, 6, 1), today) == [date(2025, 11, 1), date(2025, 12, 1)]
-    assert tu.expected_periods("year", date(2024, 5, 1), date(2026, 12, 31), today) == [date(2024, 1, 1), date(2025, 1, 1)]
+    assert tu.expected_periods("month", date(2025, 11, 3), date(2026, 6, 1), today) == [
+        date(2025, 11, 1),
+        date(2025, 12, 1),
+    ]
+    assert tu.expected_periods("year", date(2024, 5, 1), date(2026, 12, 31), today) == [
+        date(2024, 1, 1),
+        date(2025, 1, 1),
+    ]
 
 
-@pytest.mark.parametrize("today,expected", [
-    (date(2026, 1, 1), [("month", date(2025, 12, 1)), ("year", date(2025, 1, 1))]),
-    (date(2026, 2, 1), [("month", date(2026, 1, 1))]),
-    (date(2026, 2, 2), []),
-    (date(2025, 3, 1), [("month", date(2025, 2, 1))]),
-])
+@pytest.mark.parametrize(
+    "today,expected",
+    [
+        (date(2026, 1, 1), [("month", date(2025, 12, 1)), ("year", date(2025, 1, 1))]),
+        (date(2026, 2, 1), [("month", date(2026, 1, 1))]),
+        (date(2026, 2, 2), []),
+        (date(2025, 3, 1), [("month", date(2025, 2, 1))]),
+    ],
+)
 def test_cascade_targets(today, expected):
     assert tu.cascade_targets(today) == expected
 
@@ -82,11 +91,17 @@ def test_watermark_gate_is_max_of_watermark_and_day_start():
 
 def test_plan_chunks_replays_the_tick_over_closed_buckets():
     day = date(2026, 7, 18)
-    msgs = [("a", cst(2026, 7, 18, 6, 5)), ("b", cst(2026, 7, 18, 6, 20)), ("c", cst(2026, 7, 18, 7, 40)),
-            ("y", cst(2026, 7, 17, 23, 59))]  # yesterday: never in today's chunks
+    msgs = [
+        ("a", cst(2026, 7, 18, 6, 5)),
+        ("b", cst(2026, 7, 18, 6, 20)),
+        ("c", cst(2026, 7, 18, 7, 40)),
+        ("y", cst(2026, 7, 17, 23, 59)),
+    ]  # yesterday: never in today's chunks
     plan = logic.plan_chunks(msgs, None, day, cst(2026, 7, 18, 8, 0), CST)
     assert [(tu.bucket_label(p.bucket), p.message_ids) for p in plan] == [
-        ("2026-07-18T06:00+08:00", ("a", "b")), ("2026-07-18T07:30+08:00", ("c",))]
+        ("2026-07-18T06:00+08:00", ("a", "b")),
+        ("2026-07-18T07:30+08:00", ("c",)),
+    ]
     assert plan[0].watermark_message_id == "b" and plan[0].watermark_at == cst(2026, 7, 18, 6, 20)
     # At 07:45 the 07:30 bucket is still open: only the first chunk.
     assert len(logic.plan_chunks(msgs, None, day, cst(2026, 7, 18, 7, 45), CST)) == 1
@@ -113,7 +128,10 @@ def test_cache_keys_follow_the_seed_layout():
     key = logic.peer_roll_key("anima:temporal", "w1", date(2026, 7, 18), cst(2026, 7, 18, 6, 0), fp)
     assert key == "anima:temporal:w1:peer_roll:2026-07-18:2026-07-18T06:00+08:00:0123456789abcdef"
     today = date(2026, 7, 18)
-    assert logic.sys_roll_key("anima:temporal", "w1", "past_days", today) == "anima:temporal:w1:sys_roll:past_days:2026-07-18"
+    assert (
+        logic.sys_roll_key("anima:temporal", "w1", "past_days", today)
+        == "anima:temporal:w1:sys_roll:past_days:2026-07-18"
+    )
     assert logic.sys_roll_key("p", "w1", "past_months", today) == "p:w1:sys_roll:past_months:2026-07"
     assert logic.sys_roll_key("p", "w1", "past_years", today) == "p:w1:sys_roll:past_years:2026"
 
@@ -150,8 +168,14 @@ def test_system_block_near_to_far_and_truncation():
 
 def test_config_defaults_and_file(tmp_path):
     c = TemporalSummaryConfig()
-    assert (c.chunk_max_chars, c.peer_roll_max_chars, c.global_day_max_chars, c.month_max_chars,
-            c.year_max_chars, c.system_prompt_max_chars) == (50, 100, 100, 100, 100, 1500)
+    assert (
+        c.chunk_max_chars,
+        c.peer_roll_max_chars,
+        c.global_day_max_chars,
+        c.month_max_chars,
+        c.year_max_chars,
+        c.system_prompt_max_chars,
+    ) == (50, 100, 100, 100, 100, 1500)
     assert c.enabled and c.redis_key_prefix == "anima:temporal"
     f = tmp_path / "memory.yaml"
     f.write_text("memory:\n  temporal_summary:\n    enabled: false\n    chunk_max_chars: 40\n")

@@ -17,4 +17,4 @@ def catchup_keys(closed_keys: Sequence[str], materialized: set[str], lookback: i
     done = [i for i, k in enumerate(window) if k in materialized]
     if not done:
         return [] if window[-1] in materialized else [window[-1]]
-    return window[done[-1] + 1:]
+    return window[done[-1] + 1 :]

@@ -20,7 +20,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,7 @@ def parse_timestamp(value: Any) -> datetime:
         raise ValueError(f"unparsable timestamp {value!r} (want ISO 8601 with an offset)") from None
     if dt.tzinfo is None or dt.utcoffset() is None:
         raise ValueError(f"timestamp {value!r} has no time zone offset")
-    return dt.astimezone(timezone.utc)
+    return dt.astimezone(UTC)
 
 
 def _validate(obj: Any, source: str, lineno: int, now: datetime) -> tuple[dict | None, list[LineError]]:
@@ -149,10 +149,11 @@ def _event_error(event: dict, field_name: str, problem: str) -> LineError:
 Progress = Callable[[str, int, int], None]  # (phase, done, total): "validate" in bytes, "write" in rows
 
 
-def read_events(path: Path, now: datetime | None = None,
-                progress: Progress | None = None) -> tuple[list[dict], list[LineError], int, str]:
+def read_events(
+    path: Path, now: datetime | None = None, progress: Progress | None = None
+) -> tuple[list[dict], list[LineError], int, str]:
     """Parse and validate every line; returns (events, errors, line_count, sha256)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     source = str(path)
     events: list[dict] = []
     errors: list[LineError] = []
@@ -168,7 +169,9 @@ def read_events(path: Path, now: datetime | None = None,
             if progress and lineno % 5000 == 0:
                 progress("validate", done, total)
             if len(raw) > MAX_LINE_BYTES:
-                errors.append(LineError(source, lineno, "<line>", f"oversized line: {len(raw)} bytes (limit {MAX_LINE_BYTES})"))
+                errors.append(
+                    LineError(source, lineno, "<line>", f"oversized line: {len(raw)} bytes (limit {MAX_LINE_BYTES})")
+                )
                 continue
             try:
                 text = raw.decode("utf-8")
@@ -189,14 +192,26 @@ def read_events(path: Path, now: datetime | None = None,
             prev = seen.get(event["message_id"])
             if prev is not None:
                 if (prev["content"], prev["role"], prev["at"]) != (event["content"], event["role"], event["at"]):
-                    errors.append(LineError(source, lineno, "message_id",
-                                            f"{event['message_id']!r} repeats {prev['source']} with different content"))
+                    errors.append(
+                        LineError(
+                            source,
+                            lineno,
+                            "message_id",
+                            f"{event['message_id']!r} repeats {prev['source']} with different content",
+                        )
+                    )
                 continue
             meta = (event["world_id"], event["platform"], event["debug"])
             known = conv_meta.setdefault(event["conversation_id"], meta)
             if known != meta:
-                errors.append(LineError(source, lineno, "conversation_id",
-                                        f"{event['conversation_id']!r} has (world, platform, debug) {meta}, earlier lines say {known}"))
+                errors.append(
+                    LineError(
+                        source,
+                        lineno,
+                        "conversation_id",
+                        f"{event['conversation_id']!r} has (world, platform, debug) {meta}, earlier lines say {known}",
+                    )
+                )
                 continue
             seen[event["message_id"]] = event
             events.append(event)
@@ -215,8 +230,9 @@ def ingest_file(
 ) -> IngestReport:
     path = Path(path)
     events, errors, lines, sha = read_events(path, now, progress)
-    report = ingest_events(store, events, source=str(path), errors=errors, lines=lines, sha256=sha,
-                           skip_bad=skip_bad, progress=progress)
+    report = ingest_events(
+        store, events, source=str(path), errors=errors, lines=lines, sha256=sha, skip_bad=skip_bad, progress=progress
+    )
     return report
 
 
@@ -242,23 +258,33 @@ def ingest_events(
         existing_conv: dict[str, tuple] = {}
         for i in range(0, len(conv_ids), 1000):
             rows = conn.execute(
-                select(conversations.c.conversation_id, conversations.c.world_id, conversations.c.platform,
-                       conversations.c.debug).where(conversations.c.conversation_id.in_(conv_ids[i : i + 1000]))
+                select(
+                    conversations.c.conversation_id,
+                    conversations.c.world_id,
+                    conversations.c.platform,
+                    conversations.c.debug,
+                ).where(conversations.c.conversation_id.in_(conv_ids[i : i + 1000]))
             ).all()
             existing_conv.update({r[0]: (r[1], r[2], bool(r[3])) for r in rows})
         conflicts = []
         for e in events:
             known = existing_conv.get(e["conversation_id"])
             if known is not None and known != (e["world_id"], e["platform"], e["debug"]):
-                conflicts.append(_event_error(e, "conversation_id",
-                                              f"{e['conversation_id']!r} is stored with (world, platform, debug) {known}"))
+                conflicts.append(
+                    _event_error(
+                        e,
+                        "conversation_id",
+                        f"{e['conversation_id']!r} is stored with (world, platform, debug) {known}",
+                    )
+                )
         # Existing message ids: a same-id, different-body line is a conflict, never an overwrite.
         ids = [e["message_id"] for e in events]
         stored: dict[str, tuple] = {}
         for i in range(0, len(ids), 1000):
             for r in conn.execute(
-                select(messages.c.message_id, messages.c.content, messages.c.role, messages.c.at)
-                .where(messages.c.message_id.in_(ids[i : i + 1000]))
+                select(messages.c.message_id, messages.c.content, messages.c.role, messages.c.at).where(
+                    messages.c.message_id.in_(ids[i : i + 1000])
+                )
             ):
                 stored[r[0]] = (r[1], r[2], r[3])
         fresh = []
@@ -267,8 +293,9 @@ def ingest_events(
             if old is None:
                 fresh.append(e)
             elif old != (e["content"], e["role"], e["at"]):
-                conflicts.append(_event_error(e, "message_id",
-                                              f"{e['message_id']!r} is already stored with different content"))
+                conflicts.append(
+                    _event_error(e, "message_id", f"{e['message_id']!r} is already stored with different content")
+                )
             else:
                 report.duplicates += 1
         if conflicts:
@@ -278,51 +305,82 @@ def ingest_events(
             fresh = [e for e in fresh if (e["_file"], e["_line"]) not in bad]
             report.rejected.extend(conflicts)
 
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         first_at: dict[str, datetime] = {}
         for e in fresh:
             w = e["world_id"]
             first_at[w] = min(first_at.get(w, e["at"]), e["at"])
-        world_rows = [{"world_id": w, "name": next((e["world_name"] for e in fresh if e["world_id"] == w and e["world_name"]), w),
-                       "created_at": now, "first_event_at": at} for w, at in sorted(first_at.items())]
+        world_rows = [
+            {
+                "world_id": w,
+                "name": next((e["world_name"] for e in fresh if e["world_id"] == w and e["world_name"]), w),
+                "created_at": now,
+                "first_event_at": at,
+            }
+            for w, at in sorted(first_at.items())
+        ]
         before = conn.execute(select(func.count()).select_from(worlds)).scalar_one()
         upsert(conn, worlds, world_rows, keys=["world_id"], update=[])
         report.new_worlds = conn.execute(select(func.count()).select_from(worlds)).scalar_one() - before
         for w, at in first_at.items():
-            conn.execute(update(worlds).where(worlds.c.world_id == w)
-                         .where((worlds.c.first_event_at.is_(None)) | (worlds.c.first_event_at > at))
-                         .values(first_event_at=at))
+            conn.execute(
+                update(worlds)
+                .where(worlds.c.world_id == w)
+                .where((worlds.c.first_event_at.is_(None)) | (worlds.c.first_event_at > at))
+                .values(first_event_at=at)
+            )
 
         conv_rows = {}
         for e in fresh:
             if e["conversation_id"] not in existing_conv and e["conversation_id"] not in conv_rows:
                 conv_rows[e["conversation_id"]] = {
-                    "conversation_id": e["conversation_id"], "world_id": e["world_id"], "platform": e["platform"],
-                    "debug": e["debug"], "title": e["conversation_title"], "created_at": now, "updated_at": now,
+                    "conversation_id": e["conversation_id"],
+                    "world_id": e["world_id"],
+                    "platform": e["platform"],
+                    "debug": e["debug"],
+                    "title": e["conversation_title"],
+                    "created_at": now,
+                    "updated_at": now,
                 }
         upsert(conn, conversations, list(conv_rows.values()), keys=["conversation_id"], update=[])
         report.new_conversations = len(conv_rows)
         touched = sorted({e["conversation_id"] for e in fresh} - set(conv_rows))
         for i in range(0, len(touched), 1000):
-            conn.execute(update(conversations).where(conversations.c.conversation_id.in_(touched[i : i + 1000]))
-                         .values(updated_at=now))
+            conn.execute(
+                update(conversations)
+                .where(conversations.c.conversation_id.in_(touched[i : i + 1000]))
+                .values(updated_at=now)
+            )
 
         for i in range(0, len(fresh), batch):
             chunk = fresh[i : i + batch]
             # Plain INSERT: ids were checked above in this transaction; a concurrent ingest of the
             # same ids fails this transaction whole rather than half-writing it.
-            conn.execute(messages.insert(), [
-                {k: e[k] for k in ("message_id", "conversation_id", "role", "content", "tool_calls", "at", "source")}
-                | {"ingested_at": now}
-                for e in chunk
-            ])
+            conn.execute(
+                messages.insert(),
+                [
+                    {
+                        k: e[k]
+                        for k in ("message_id", "conversation_id", "role", "content", "tool_calls", "at", "source")
+                    }
+                    | {"ingested_at": now}
+                    for e in chunk
+                ],
+            )
             if progress:
                 progress("write", min(i + batch, len(fresh)), len(fresh))
         report.inserted = len(fresh)
-        conn.execute(ingest_batches.insert().values(
-            source=source, sha256=sha256, lines=report.lines, inserted=report.inserted,
-            duplicates=report.duplicates, rejected=len(report.rejected), at=now,
-        ))
+        conn.execute(
+            ingest_batches.insert().values(
+                source=source,
+                sha256=sha256,
+                lines=report.lines,
+                inserted=report.inserted,
+                duplicates=report.duplicates,
+                rejected=len(report.rejected),
+                at=now,
+            )
+        )
     if progress and not fresh:
         progress("write", 0, 0)
     return report

@@ -50,15 +50,23 @@ def locomo_events(path: str | Path, tz: ZoneInfo, world_prefix: str = "locomo") 
             text = turn.get("text") or ""
             if turn.get("blip_caption"):
                 text = f"{text} [shares a photo: {turn['blip_caption']}]"
-            events.append({
-                "message_id": f"{world}:{turn.get('dia_id') or f'D{n}:{i + 1}'}",
-                "world_id": world, "world_name": f"{b} (with {a})",
-                "conversation_id": f"{world}:session-{n}", "conversation_title": f"{a} & {b}, session {n}",
-                "platform": "locomo", "debug": False,
-                "role": "user" if speaker == a else "assistant",
-                "content": text, "tool_calls": None,
-                "at": (start + TURN_SPACING * i).astimezone(ZoneInfo("UTC")),
-                "source": f"{path}:session_{n}[{i}]", "_file": str(path), "_line": 0,
-            })
+            events.append(
+                {
+                    "message_id": f"{world}:{turn.get('dia_id') or f'D{n}:{i + 1}'}",
+                    "world_id": world,
+                    "world_name": f"{b} (with {a})",
+                    "conversation_id": f"{world}:session-{n}",
+                    "conversation_title": f"{a} & {b}, session {n}",
+                    "platform": "locomo",
+                    "debug": False,
+                    "role": "user" if speaker == a else "assistant",
+                    "content": text,
+                    "tool_calls": None,
+                    "at": (start + TURN_SPACING * i).astimezone(ZoneInfo("UTC")),
+                    "source": f"{path}:session_{n}[{i}]",
+                    "_file": str(path),
+                    "_line": 0,
+                }
+            )
         n += 1
     return events, errors

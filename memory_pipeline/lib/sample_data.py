@@ -26,8 +26,9 @@ def _sentence(rng: random.Random, topics: list[str]) -> str:
     return f"We {rng.choice(verbs)} the {a} and the {b} today, {rng.choice(['briefly', 'in detail', 'again'])}."
 
 
-def generate(path: Path, start: date = SAMPLE_START, end: date = SAMPLE_END, seed: int = 7,
-             tz: str = "Asia/Shanghai") -> int:
+def generate(
+    path: Path, start: date = SAMPLE_START, end: date = SAMPLE_END, seed: int = 7, tz: str = "Asia/Shanghai"
+) -> int:
     """Write the sample to ``path``; returns the number of lines. Same arguments, same file."""
     rng = random.Random(seed)
     zone = ZoneInfo(tz)
@@ -37,11 +38,19 @@ def generate(path: Path, start: date = SAMPLE_START, end: date = SAMPLE_END, see
     def add(world, conv, platform, debug, role, content, at, tool_calls=None):
         nonlocal counter
         counter += 1
-        lines.append({
-            "message_id": f"sample-{counter:07d}", "world_id": world, "conversation_id": conv,
-            "platform": platform, "debug": debug, "role": role, "content": content,
-            "tool_calls": tool_calls, "timestamp": at.isoformat(),
-        })
+        lines.append(
+            {
+                "message_id": f"sample-{counter:07d}",
+                "world_id": world,
+                "conversation_id": conv,
+                "platform": platform,
+                "debug": debug,
+                "role": role,
+                "content": content,
+                "tool_calls": tool_calls,
+                "timestamp": at.isoformat(),
+            }
+        )
 
     for w_index, (world, topics) in enumerate(WORLDS.items()):
         day = start + timedelta(days=w_index * 9)  # worlds start on different days
@@ -55,8 +64,16 @@ def generate(path: Path, start: date = SAMPLE_START, end: date = SAMPLE_END, see
                 at = datetime(day.year, day.month, day.day, hour, rng.randint(0, 50), tzinfo=zone)
                 kind = rng.random()
                 if kind < 0.08 and not is_read_day:  # tool-only turns: no material
-                    add(world, conv, platform, False, "assistant", "", at,
-                        [{"name": "search", "arguments": {"q": topics[0]}}])
+                    add(
+                        world,
+                        conv,
+                        platform,
+                        False,
+                        "assistant",
+                        "",
+                        at,
+                        [{"name": "search", "arguments": {"q": topics[0]}}],
+                    )
                     add(world, conv, platform, False, "tool", '{"results": 3}', at + timedelta(seconds=5))
                     continue
                 for t in range(rng.randint(2, 8)):
@@ -64,8 +81,16 @@ def generate(path: Path, start: date = SAMPLE_START, end: date = SAMPLE_END, see
                     role = "user" if t % 2 == 0 else "assistant"
                     add(world, conv, platform, False, role, _sentence(rng, topics), at)
                     if role == "assistant" and rng.random() < 0.2:
-                        add(world, conv, platform, False, "assistant", "", at + timedelta(seconds=2),
-                            [{"name": "lookup", "arguments": {"topic": rng.choice(topics)}}])
+                        add(
+                            world,
+                            conv,
+                            platform,
+                            False,
+                            "assistant",
+                            "",
+                            at + timedelta(seconds=2),
+                            [{"name": "lookup", "arguments": {"topic": rng.choice(topics)}}],
+                        )
                         add(world, conv, platform, False, "tool", "ok", at + timedelta(seconds=3))
             if rng.random() < 0.15:  # excluded: debug and cron conversations
                 at = datetime(day.year, day.month, day.day, 23, 5, tzinfo=zone)

@@ -65,7 +65,7 @@ class TemporalSummaryConfig:
     def hard_cap(max_chars: int) -> int:
         return math.ceil(max_chars * 1.5)
 
-    def validate(self) -> "TemporalSummaryConfig":
+    def validate(self) -> TemporalSummaryConfig:
         for f in fields(self):
             if f.name.endswith("_chars") or f.name.endswith("_seconds"):
                 value = getattr(self, f.name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 DEFAULT_TZ = "Asia/Shanghai"
@@ -15,7 +15,7 @@ def zone(name: str = DEFAULT_TZ) -> ZoneInfo:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def require_aware(dt: datetime, what: str = "datetime") -> datetime:
@@ -78,8 +78,8 @@ def bucket_label(start: datetime) -> str:
 def buckets_of_day(d: date, tz: ZoneInfo) -> list[datetime]:
     start = day_start(d, tz)
     # Walk in UTC so a DST zone still gets wall-clock-correct buckets.
-    out, cur = [], start.astimezone(timezone.utc)
-    end = day_start(d + timedelta(days=1), tz).astimezone(timezone.utc)
+    out, cur = [], start.astimezone(UTC)
+    end = day_start(d + timedelta(days=1), tz).astimezone(UTC)
     while cur < end:
         out.append(cur.astimezone(tz))
         cur += timedelta(minutes=BUCKET_MINUTES)

@@ -2,7 +2,6 @@
 one run per range: BackfillPolicy.single_run) and calls the plain chunks / summaries / rolls
 functions per key."""
 
-
 from collections import Counter
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
@@ -58,15 +57,21 @@ def _tctx(context, config, memory_store, roll_cache, llm, memory_config, partiti
     store = memory_store.store()
     client = llm.client(store, asset=context.assets_def.key.to_user_string(), partition=partition)
     return TemporalContext(
-        store=store, llm=client, cache=roll_cache.cache(), cfg=memory_config.memory().temporal_summary,
-        tz=ZoneInfo(memory_config.timezone), force_llm=config.force_llm,
+        store=store,
+        llm=client,
+        cache=roll_cache.cache(),
+        cfg=memory_config.memory().temporal_summary,
+        tz=ZoneInfo(memory_config.timezone),
+        force_llm=config.force_llm,
     )
 
 
 def _llm_metadata(stats) -> dict:
     return {
-        "llm_calls": stats.calls, "llm_cache_hits": stats.cache_hits,
-        "llm_tokens_in": stats.tokens_in, "llm_tokens_out": stats.tokens_out,
+        "llm_calls": stats.calls,
+        "llm_cache_hits": stats.cache_hits,
+        "llm_tokens_in": stats.tokens_in,
+        "llm_tokens_out": stats.tokens_out,
     }
 
 
@@ -111,17 +116,20 @@ def _materialize_periods(window, context, config, memory_store, roll_cache, llm,
             context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
         totals.update(rows_written=result.written, non_empty=result.non_empty, llm_calls=tctx.llm.stats.calls)
         totals.update({f"placeholder_{r}": n for r, n in result.placeholders.items()})
-        context.add_asset_metadata({
-            "worlds": result.worlds,
-            "rows_written": result.written,
-            "rows_unchanged": result.unchanged,
-            "summaries_reused": result.reused,
-            "non_empty": result.non_empty,
-            "placeholders": dict(result.placeholders),
-            "disabled": result.disabled,
-            **_llm_metadata(tctx.llm.stats),
-            "preview": _preview(result.preview),
-        }, partition_key=key)
+        context.add_asset_metadata(
+            {
+                "worlds": result.worlds,
+                "rows_written": result.written,
+                "rows_unchanged": result.unchanged,
+                "summaries_reused": result.reused,
+                "non_empty": result.non_empty,
+                "placeholders": dict(result.placeholders),
+                "disabled": result.disabled,
+                **_llm_metadata(tctx.llm.stats),
+                "preview": _preview(result.preview),
+            },
+            partition_key=key,
+        )
     context.log.info(f"{window}: {dict(totals)}")
     if failures:
         raise Failure(
@@ -142,8 +150,12 @@ def _materialize_periods(window, context, config, memory_store, roll_cache, llm,
     "after the watermark; append-only within the day.",
 )
 def temporal_day_chunks(
-    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource,
+    llm: LLMResource,
+    memory_config: MemoryConfigResource,
 ) -> MaterializeResult:
     now = _now(config)
     failures = {}
@@ -151,13 +163,20 @@ def temporal_day_chunks(
         tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
         result = chunks.run_tick(tctx, day, now)
         failures.update(result.failures)
-        context.add_asset_metadata({
-            "conversations": result.conversations, "chunks_written": result.chunks_written,
-            "failed_conversations": len(result.failures), **_llm_metadata(tctx.llm.stats),
-        }, partition_key=key)
+        context.add_asset_metadata(
+            {
+                "conversations": result.conversations,
+                "chunks_written": result.chunks_written,
+                "failed_conversations": len(result.failures),
+                **_llm_metadata(tctx.llm.stats),
+            },
+            partition_key=key,
+        )
     if failures:
-        raise Failure(description=f"chunk summaries failed for {len(failures)} conversation(s): "
-                      + " | ".join(list(failures.values())[:3]))
+        raise Failure(
+            description=f"chunk summaries failed for {len(failures)} conversation(s): "
+            + " | ".join(list(failures.values())[:3])
+        )
     return MaterializeResult()
 
 
@@ -171,47 +190,82 @@ def temporal_day_chunks(
     "also serves the read path's warm-up requests.",
 )
 def temporal_peer_rolls(
-    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource,
+    llm: LLMResource,
+    memory_config: MemoryConfigResource,
 ) -> MaterializeResult:
     now = _now(config)
     for key, day in _partition_dates(context):
         tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
         result = rolls.warm_peer_rolls(tctx, day, now)
-        context.add_asset_metadata({
-            "buckets": result.buckets, "warmed": result.warmed, "reused": result.reused,
-            "requests_served": result.requests_done, "failures": len(result.failures),
-            "cache_backend": tctx.cache.backend, **_llm_metadata(tctx.llm.stats),
-        }, partition_key=key)
+        context.add_asset_metadata(
+            {
+                "buckets": result.buckets,
+                "warmed": result.warmed,
+                "reused": result.reused,
+                "requests_served": result.requests_done,
+                "failures": len(result.failures),
+                "cache_backend": tctx.cache.backend,
+                **_llm_metadata(tctx.llm.stats),
+            },
+            partition_key=key,
+        )
     return MaterializeResult()
 
 
 _PERIOD_ASSET = dict(backfill_policy=BackfillPolicy.single_run(), group_name=GROUP, kinds={"sql"})
 
 
-@asset(partitions_def=cst_day, deps=[raw_conversation_events], **_PERIOD_ASSET,
-       description="Seed 000 per-world day rows (one per world, placeholders with empty_reason).")
+@asset(
+    partitions_def=cst_day,
+    deps=[raw_conversation_events],
+    **_PERIOD_ASSET,
+    description="Seed 000 per-world day rows (one per world, placeholders with empty_reason).",
+)
 def temporal_day_summaries(
-    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource,
+    llm: LLMResource,
+    memory_config: MemoryConfigResource,
 ) -> MaterializeResult:
     return _materialize_periods("day", context, config, memory_store, roll_cache, llm, memory_config)
 
 
-@asset(partitions_def=cst_month, deps=[temporal_day_summaries], **_PERIOD_ASSET,
-       description="Seed 000 per-world month rows, from the month's non-empty day rows.")
+@asset(
+    partitions_def=cst_month,
+    deps=[temporal_day_summaries],
+    **_PERIOD_ASSET,
+    description="Seed 000 per-world month rows, from the month's non-empty day rows.",
+)
 def temporal_month_summaries(
-    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource,
+    llm: LLMResource,
+    memory_config: MemoryConfigResource,
 ) -> MaterializeResult:
     return _materialize_periods("month", context, config, memory_store, roll_cache, llm, memory_config)
 
 
-@asset(partitions_def=cst_year, deps=[temporal_month_summaries], **_PERIOD_ASSET,
-       description="Seed 000 per-world year rows, from the year's non-empty month rows.")
+@asset(
+    partitions_def=cst_year,
+    deps=[temporal_month_summaries],
+    **_PERIOD_ASSET,
+    description="Seed 000 per-world year rows, from the year's non-empty month rows.",
+)
 def temporal_year_summaries(
-    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource,
+    llm: LLMResource,
+    memory_config: MemoryConfigResource,
 ) -> MaterializeResult:
     return _materialize_periods("year", context, config, memory_store, roll_cache, llm, memory_config)
 
@@ -224,8 +278,12 @@ def temporal_year_summaries(
     "their sources_fp matches; regenerated after the day write and after each cascade.",
 )
 def temporal_system_rolls(
-    context: AssetExecutionContext, config: TemporalRunConfig, memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource, llm: LLMResource, memory_config: MemoryConfigResource,
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    memory_store: MemoryStoreResource,
+    roll_cache: RollCacheResource,
+    llm: LLMResource,
+    memory_config: MemoryConfigResource,
 ) -> MaterializeResult:
     now = _now(config)
     tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, None)
@@ -233,13 +291,23 @@ def temporal_system_rolls(
     result = rolls.regenerate_system_rolls(tctx, today, config.worlds or None, force=config.force_llm)
     if result.failures:
         raise Failure(description=f"system rolls failed: {list(result.failures.items())[:3]}")
-    return MaterializeResult(metadata={
-        "today": today.isoformat(), "regenerated": result.regenerated, "reused": result.reused,
-        "empty": result.empty, "cache_backend": tctx.cache.backend, **_llm_metadata(tctx.llm.stats),
-    })
+    return MaterializeResult(
+        metadata={
+            "today": today.isoformat(),
+            "regenerated": result.regenerated,
+            "reused": result.reused,
+            "empty": result.empty,
+            "cache_backend": tctx.cache.backend,
+            **_llm_metadata(tctx.llm.stats),
+        }
+    )
 
 
 temporal_assets = [
-    temporal_day_chunks, temporal_peer_rolls, temporal_day_summaries, temporal_month_summaries,
-    temporal_year_summaries, temporal_system_rolls,
+    temporal_day_chunks,
+    temporal_peer_rolls,
+    temporal_day_summaries,
+    temporal_month_summaries,
+    temporal_year_summaries,
+    temporal_system_rolls,
 ]

@@ -1,6 +1,5 @@
 """Asset checks: every figure audits down to its ledger lines, and nothing is in the future."""
 
-
 from zoneinfo import ZoneInfo
 
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
@@ -20,17 +19,25 @@ def _result(problems: list[str], checked: int) -> AssetCheckResult:
     return AssetCheckResult(
         passed=not problems,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"partitions_checked": checked, "problems": len(problems),
-                  "first_problems": MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none")},
+        metadata={
+            "partitions_checked": checked,
+            "problems": len(problems),
+            "first_problems": MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none"),
+        },
     )
 
 
 def _period_check(asset_def, window, defn):
-    @asset_check(asset=asset_def, partitions_def=defn, name=f"{window}_rows_have_sources_and_no_future",
-                 description=f"Every non-empty {window} row lists sources inside its window and world; "
-                 "no row is written for an open or future period.")
-    def _check(context: AssetCheckExecutionContext, memory_store: MemoryStoreResource,
-               memory_config: MemoryConfigResource) -> AssetCheckResult:
+    @asset_check(
+        asset=asset_def,
+        partitions_def=defn,
+        name=f"{window}_rows_have_sources_and_no_future",
+        description=f"Every non-empty {window} row lists sources inside its window and world; "
+        "no row is written for an open or future period.",
+    )
+    def _check(
+        context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
+    ) -> AssetCheckResult:
         store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
         days = _dates(context, defn)
         problems = [p for d in days for p in summaries.audit_period(store, window, d, tz)]
@@ -39,10 +46,15 @@ def _period_check(asset_def, window, defn):
     return _check
 
 
-@asset_check(asset=assets.temporal_day_chunks, partitions_def=cst_day_open, name="chunks_have_sources_in_closed_buckets",
-             description="Every chunk lists its messages and sits in a closed bucket of its own day.")
-def chunks_check(context: AssetCheckExecutionContext, memory_store: MemoryStoreResource,
-                 memory_config: MemoryConfigResource) -> AssetCheckResult:
+@asset_check(
+    asset=assets.temporal_day_chunks,
+    partitions_def=cst_day_open,
+    name="chunks_have_sources_in_closed_buckets",
+    description="Every chunk lists its messages and sits in a closed bucket of its own day.",
+)
+def chunks_check(
+    context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
+) -> AssetCheckResult:
     store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
     days = _dates(context, cst_day_open)
     problems = [p for d in days for p in chunks.audit_chunks(store, d, tz)]

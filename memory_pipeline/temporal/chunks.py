@@ -17,6 +17,7 @@ from memory_pipeline.lib.timeutil import bucket_end, day_bounds, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize
 
+
 @dataclass
 class TickResult:
     day: date
@@ -33,11 +34,13 @@ def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> Ti
         return result
     with ctx.store.connect() as conn:
         rows = day_messages(conn, day, ctx.tz)
-        marks = dict(conn.execute(
-            select(temporal_day_chunks.c.conversation_id, func.max(temporal_day_chunks.c.watermark_at))
-            .where(temporal_day_chunks.c.cst_date == day)
-            .group_by(temporal_day_chunks.c.conversation_id)
-        ).all())
+        marks = dict(
+            conn.execute(
+                select(temporal_day_chunks.c.conversation_id, func.max(temporal_day_chunks.c.watermark_at))
+                .where(temporal_day_chunks.c.cst_date == day)
+                .group_by(temporal_day_chunks.c.conversation_id)
+            ).all()
+        )
     by_conv: dict[str, list] = defaultdict(list)
     for r in rows:
         if logic.is_material(r["role"], r["content"], r["tool_calls"]):
@@ -47,7 +50,9 @@ def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> Ti
         index = {m["message_id"]: m for m in msgs}
         planned = logic.plan_chunks([(m["message_id"], m["at"]) for m in msgs], marks.get(conv_id), day, now, ctx.tz)
         for chunk in planned:
-            material = "\n".join(material_line(index[i]["at"], index[i]["role"], index[i]["content"], ctx.tz) for i in chunk.message_ids)
+            material = "\n".join(
+                material_line(index[i]["at"], index[i]["role"], index[i]["content"], ctx.tz) for i in chunk.message_ids
+            )
             world_id = msgs[0]["world_id"]
             try:
                 summary = summarize(ctx, "chunk", material, ctx.cfg.chunk_max_chars, world_id)
@@ -56,22 +61,38 @@ def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> Ti
                 result.failures[conv_id] = str(exc)
                 break
             with ctx.store.begin() as conn:
-                upsert(conn, temporal_day_chunks, [{
-                    "conversation_id": conv_id, "world_id": world_id, "cst_date": day,
-                    "bucket": chunk.bucket, "at": bucket_end(chunk.bucket), "summary": summary,
-                    "watermark_message_id": chunk.watermark_message_id, "watermark_at": chunk.watermark_at,
-                    "source_ids": list(chunk.message_ids), "model": ctx.llm.model,
-                }], keys=["conversation_id", "cst_date", "bucket"], update=[])
+                upsert(
+                    conn,
+                    temporal_day_chunks,
+                    [
+                        {
+                            "conversation_id": conv_id,
+                            "world_id": world_id,
+                            "cst_date": day,
+                            "bucket": chunk.bucket,
+                            "at": bucket_end(chunk.bucket),
+                            "summary": summary,
+                            "watermark_message_id": chunk.watermark_message_id,
+                            "watermark_at": chunk.watermark_at,
+                            "source_ids": list(chunk.message_ids),
+                            "model": ctx.llm.model,
+                        }
+                    ],
+                    keys=["conversation_id", "cst_date", "bucket"],
+                    update=[],
+                )
             result.chunks_written += 1
     return result
 
 
-def closed_bucket_chunks(conn, world_id: str | None, day: date, now: datetime, tz: ZoneInfo) -> list[dict]:
+def closed_bucket_chunks(conn, world_id: str | None, day: date, now: datetime) -> list[dict]:
     """Chunks of ``day`` in buckets already closed at ``now``."""
     q = select(temporal_day_chunks).where(temporal_day_chunks.c.cst_date == day)
     if world_id is not None:
         q = q.where(temporal_day_chunks.c.world_id == world_id)
-    rows = conn.execute(q.order_by(temporal_day_chunks.c.bucket, temporal_day_chunks.c.conversation_id)).mappings().all()
+    rows = (
+        conn.execute(q.order_by(temporal_day_chunks.c.bucket, temporal_day_chunks.c.conversation_id)).mappings().all()
+    )
     return [dict(r) for r in rows if bucket_end(r["bucket"]) <= now]
 
 

@@ -33,8 +33,12 @@ class TemporalContext:
 
 def summarize(ctx: TemporalContext, task: str, material: str, max_chars: int, world_id: str | None) -> str:
     req = LLMRequest(
-        task=task, system=prompts.spec(task, max_chars), user=material,
-        prompt_version=prompts.PROMPT_VERSION, max_chars=max_chars, world_id=world_id,
+        task=task,
+        system=prompts.spec(task, max_chars),
+        user=material,
+        prompt_version=prompts.PROMPT_VERSION,
+        max_chars=max_chars,
+        world_id=world_id,
     )
     return ctx.llm.complete(req, force=ctx.force_llm).text.strip()
 
@@ -49,8 +53,16 @@ def day_messages(conn, d: date, tz: ZoneInfo, world_ids: list[str] | None = None
     never by conversations.updated_at)."""
     start, end = day_bounds(d, tz)
     q = (
-        select(messages.c.message_id, messages.c.conversation_id, messages.c.role, messages.c.content,
-               messages.c.tool_calls, messages.c.at, conversations.c.world_id, conversations.c.platform)
+        select(
+            messages.c.message_id,
+            messages.c.conversation_id,
+            messages.c.role,
+            messages.c.content,
+            messages.c.tool_calls,
+            messages.c.at,
+            conversations.c.world_id,
+            conversations.c.platform,
+        )
         .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
         .where(messages.c.at >= start, messages.c.at < end)
         .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")

@@ -104,9 +104,7 @@ def plan_chunks(
 def peer_sources_fp(chunks: Iterable[tuple[str, datetime | str, str]], viewer_conversation_id: str | None) -> str:
     """Short hash over the canonically sorted (conversation_id, at, summary), viewer excluded."""
     rows = sorted(
-        (c, a.isoformat() if isinstance(a, datetime) else a, s)
-        for c, a, s in chunks
-        if c != viewer_conversation_id
+        (c, a.isoformat() if isinstance(a, datetime) else a, s) for c, a, s in chunks if c != viewer_conversation_id
     )
     return short_hash(rows)
 
@@ -122,7 +120,9 @@ def peer_roll_key(prefix: str, world_id: str, cst_date: date, bucket: datetime, 
 
 
 def sys_roll_key(prefix: str, world_id: str, kind: str, today: date) -> str:
-    stamp = {"past_days": today.isoformat(), "past_months": today.strftime("%Y-%m"), "past_years": str(today.year)}[kind]
+    stamp = {"past_days": today.isoformat(), "past_months": today.strftime("%Y-%m"), "past_years": str(today.year)}[
+        kind
+    ]
     return f"{prefix}:{world_id}:sys_roll:{kind}:{stamp}"
 
 

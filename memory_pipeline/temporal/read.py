@@ -30,8 +30,9 @@ class TemporalView:
     warmups_requested: int = 0
 
 
-def system_block(store: Store, cache: RollCache, cfg: TemporalSummaryConfig, world_id: str, at: datetime,
-                 tz: ZoneInfo) -> tuple[logic.SystemBlock, dict[str, str | None]]:
+def system_block(
+    store: Store, cache: RollCache, cfg: TemporalSummaryConfig, world_id: str, at: datetime, tz: ZoneInfo
+) -> tuple[logic.SystemBlock, dict[str, str | None]]:
     today = local_date(require_aware(at, "at"), tz)
     rolls: dict[str, str | None] = {}
     for kind in logic.SYS_ROLL_KINDS:
@@ -40,23 +41,43 @@ def system_block(store: Store, cache: RollCache, cfg: TemporalSummaryConfig, wor
     block = logic.assemble_system_block(rolls, cfg.system_prompt_max_chars)
     if block.truncated:
         ref = logic.truncation_source_ref(today)
-        body = (f"The <temporal_summary> system segment for {world_id} exceeded system_prompt_max_chars="
-                f"{cfg.system_prompt_max_chars} on {today.isoformat()} and was truncated.")
+        body = (
+            f"The <temporal_summary> system segment for {world_id} exceeded system_prompt_max_chars="
+            f"{cfg.system_prompt_max_chars} on {today.isoformat()} and was truncated."
+        )
         with store.begin() as conn:
-            upsert(conn, inbox, [
-                {"subject": f"{who}:{world_id}", "source_ref": ref, "title": "Temporal summary truncated", "body": body}
-                for who in ("user", "agent")
-            ], keys=["subject", "source_ref"], update=[])
+            upsert(
+                conn,
+                inbox,
+                [
+                    {
+                        "subject": f"{who}:{world_id}",
+                        "source_ref": ref,
+                        "title": "Temporal summary truncated",
+                        "body": body,
+                    }
+                    for who in ("user", "agent")
+                ],
+                keys=["subject", "source_ref"],
+                update=[],
+            )
     return block, rolls
 
 
-def peer_messages(store: Store, cache: RollCache, cfg: TemporalSummaryConfig, world_id: str,
-                  viewer_conversation_id: str | None, at: datetime, tz: ZoneInfo) -> tuple[list[dict], int]:
+def peer_messages(
+    store: Store,
+    cache: RollCache,
+    cfg: TemporalSummaryConfig,
+    world_id: str,
+    viewer_conversation_id: str | None,
+    at: datetime,
+    tz: ZoneInfo,
+) -> tuple[list[dict], int]:
     """One runtime-only assistant message per closed bucket of today that has peer chunks, placed at
     the bucket's end. Older buckets never change because chunks are append-only per bucket."""
     today = local_date(require_aware(at, "at"), tz)
     with store.connect() as conn:
-        chunks = closed_bucket_chunks(conn, world_id, today, at, tz)
+        chunks = closed_bucket_chunks(conn, world_id, today, at)
     by_bucket: dict[datetime, list[dict]] = {}
     for c in chunks:
         by_bucket.setdefault(c["bucket"], []).append(c)
@@ -66,27 +87,58 @@ def peer_messages(store: Store, cache: RollCache, cfg: TemporalSummaryConfig, wo
         if not peers:
             continue
         local_bucket = bucket.astimezone(tz)
-        fp = logic.peer_sources_fp(((s["conversation_id"], s["at"], s["summary"]) for s in sources), viewer_conversation_id)
+        fp = logic.peer_sources_fp(
+            ((s["conversation_id"], s["at"], s["summary"]) for s in sources), viewer_conversation_id
+        )
         cached = cache.get_json(logic.peer_roll_key(cfg.redis_key_prefix, world_id, today, local_bucket, fp))
         if cached:
             content, hit = cached["summary"], True
         else:
             content, hit = logic.concat_peer_chunks([p["summary"] for p in peers], cfg.peer_roll_max_chars), False
-            requests.append({"kind": "peer_roll", "world_id": world_id, "cst_date": today, "bucket": bucket,
-                             "viewer_conversation_id": viewer_conversation_id or "", "sources_fp": fp,
-                             "requested_at": utcnow(), "done_at": None})
-        out.append({"role": "assistant", "name": logic.PEER_MESSAGE_NAME, "content": content,
-                    "at": bucket_end(local_bucket).isoformat(), "bucket": bucket_label(local_bucket), "cache": "hit" if hit else "miss"})
+            requests.append(
+                {
+                    "kind": "peer_roll",
+                    "world_id": world_id,
+                    "cst_date": today,
+                    "bucket": bucket,
+                    "viewer_conversation_id": viewer_conversation_id or "",
+                    "sources_fp": fp,
+                    "requested_at": utcnow(),
+                    "done_at": None,
+                }
+            )
+        out.append(
+            {
+                "role": "assistant",
+                "name": logic.PEER_MESSAGE_NAME,
+                "content": content,
+                "at": bucket_end(local_bucket).isoformat(),
+                "bucket": bucket_label(local_bucket),
+                "cache": "hit" if hit else "miss",
+            }
+        )
     if requests:
         with store.begin() as conn:
             # A roll served before but gone again (TTL, Redis restart) is requested anew.
-            upsert(conn, warmup_requests, requests, keys=["kind", "world_id", "bucket", "sources_fp"],
-                   update=["requested_at", "done_at"])
+            upsert(
+                conn,
+                warmup_requests,
+                requests,
+                keys=["kind", "world_id", "bucket", "sources_fp"],
+                update=["requested_at", "done_at"],
+            )
     return out, len(requests)
 
 
-def temporal_view(store: Store, cache: RollCache, cfg: TemporalSummaryConfig, world_id: str,
-                  viewer_conversation_id: str | None, at: datetime, tz: ZoneInfo) -> TemporalView:
+def temporal_view(
+    store: Store,
+    cache: RollCache,
+    cfg: TemporalSummaryConfig,
+    world_id: str,
+    viewer_conversation_id: str | None,
+    at: datetime,
+    tz: ZoneInfo,
+) -> TemporalView:
     block, rolls = system_block(store, cache, cfg, world_id, at, tz)
     peers, warmups = peer_messages(store, cache, cfg, world_id, viewer_conversation_id, at, tz)
     return TemporalView(world_id, viewer_conversation_id, at, block.text, block.truncated, rolls, peers, warmups)
@@ -99,15 +151,29 @@ def viewer_timeline(store: Store, view: TemporalView, tz: ZoneInfo) -> list[dict
     items: list[dict] = []
     if view.viewer_conversation_id:
         with store.connect() as conn:
-            rows = conn.execute(
-                select(messages.c.role, messages.c.content, messages.c.tool_calls, messages.c.at)
-                .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
-                .where(messages.c.conversation_id == view.viewer_conversation_id,
-                       conversations.c.world_id == view.world_id,
-                       messages.c.at >= start, messages.c.at <= view.at)
-            ).mappings().all()
-        items = [{"role": r["role"], "content": r["content"], "tool_calls": r["tool_calls"],
-                  "at": r["at"].astimezone(tz).isoformat()} for r in rows]
+            rows = (
+                conn.execute(
+                    select(messages.c.role, messages.c.content, messages.c.tool_calls, messages.c.at)
+                    .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+                    .where(
+                        messages.c.conversation_id == view.viewer_conversation_id,
+                        conversations.c.world_id == view.world_id,
+                        messages.c.at >= start,
+                        messages.c.at <= view.at,
+                    )
+                )
+                .mappings()
+                .all()
+            )
+        items = [
+            {
+                "role": r["role"],
+                "content": r["content"],
+                "tool_calls": r["tool_calls"],
+                "at": r["at"].astimezone(tz).isoformat(),
+            }
+            for r in rows
+        ]
     items.extend(view.peer_messages)
     # A peer block at bucket_end sorts before a viewer message at the same instant.
     return sorted(items, key=lambda m: (datetime.fromisoformat(m["at"]), 0 if m.get("name") else 1))

@@ -19,6 +19,7 @@ from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.chunks import closed_bucket_chunks
 from memory_pipeline.temporal.context import TemporalContext, summarize
 
+
 @dataclass
 class RollResult:
     regenerated: int = 0
@@ -28,12 +29,20 @@ class RollResult:
 
 
 def _roll_max_chars(cfg: TemporalSummaryConfig, kind: str) -> int:
-    return {"past_days": cfg.global_day_max_chars, "past_months": cfg.month_max_chars,
-            "past_years": cfg.year_max_chars}[kind]
+    return {
+        "past_days": cfg.global_day_max_chars,
+        "past_months": cfg.month_max_chars,
+        "past_years": cfg.year_max_chars,
+    }[kind]
 
 
-def regenerate_system_rolls(ctx: TemporalContext, today: date, world_ids: list[str] | None = None,
-                            kinds: tuple[str, ...] = logic.SYS_ROLL_KINDS, force: bool = False) -> RollResult:
+def regenerate_system_rolls(
+    ctx: TemporalContext,
+    today: date,
+    world_ids: list[str] | None = None,
+    kinds: tuple[str, ...] = logic.SYS_ROLL_KINDS,
+    force: bool = False,
+) -> RollResult:
     """Rebuild each world's system rolls for ``today``, reusing a cached one whose sources_fp
     still matches its source rows."""
     result = RollResult()
@@ -42,8 +51,12 @@ def regenerate_system_rolls(ctx: TemporalContext, today: date, world_ids: list[s
     for kind in kinds:
         window, first, end = logic.sys_roll_scope(kind, today)
         q = (
-            select(temporal_summaries.c.world_id, temporal_summaries.c.window,
-                   temporal_summaries.c.period_start, temporal_summaries.c.content)
+            select(
+                temporal_summaries.c.world_id,
+                temporal_summaries.c.window,
+                temporal_summaries.c.period_start,
+                temporal_summaries.c.content,
+            )
             .where(temporal_summaries.c.window == window, temporal_summaries.c.period_start < end)
             .where(temporal_summaries.c.empty_reason.is_(None), temporal_summaries.c.content != "")
             .order_by(temporal_summaries.c.world_id, temporal_summaries.c.period_start.desc())
@@ -74,8 +87,11 @@ def regenerate_system_rolls(ctx: TemporalContext, today: date, world_ids: list[s
             if not summary:
                 result.empty += 1
                 continue
-            ctx.cache.set_json(key, {"summary": summary, "sources_fp": fp,
-                                     "created_at": utcnow().isoformat()}, logic.SYS_ROLL_TTL_SECONDS[kind])
+            ctx.cache.set_json(
+                key,
+                {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()},
+                logic.SYS_ROLL_TTL_SECONDS[kind],
+            )
             result.regenerated += 1
     return result
 
@@ -102,8 +118,16 @@ class PeerWarmResult:
     failures: dict[str, str] = field(default_factory=dict)
 
 
-def _warm_one(ctx: TemporalContext, result: "PeerWarmResult", done: set[str], world_id: str, day: date,
-              bucket: datetime, sources: list[dict], viewer: str | None) -> bool:
+def _warm_one(
+    ctx: TemporalContext,
+    result: PeerWarmResult,
+    done: set[str],
+    world_id: str,
+    day: date,
+    bucket: datetime,
+    sources: list[dict],
+    viewer: str | None,
+) -> bool:
     """Cache the peer roll of one bucket as ``viewer`` sees it, unless cached already; False when
     the model failed (the roll stays a miss)."""
     peers = [s for s in sources if s["conversation_id"] != viewer]
@@ -122,8 +146,9 @@ def _warm_one(ctx: TemporalContext, result: "PeerWarmResult", done: set[str], wo
     except LLMHardFailure as exc:
         result.failures[key] = str(exc)
         return False
-    ctx.cache.set_json(key, {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()},
-                       ctx.cfg.peer_roll_ttl_seconds)
+    ctx.cache.set_json(
+        key, {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()}, ctx.cfg.peer_roll_ttl_seconds
+    )
     result.warmed += 1
     return True
 
@@ -136,11 +161,18 @@ def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None
     if not ctx.cfg.enabled:
         return result
     with ctx.store.connect() as conn:
-        chunks = closed_bucket_chunks(conn, None, day, now, ctx.tz)
-        pending = conn.execute(
-            select(warmup_requests).where(warmup_requests.c.kind == "peer_roll", warmup_requests.c.cst_date == day,
-                                          warmup_requests.c.done_at.is_(None))
-        ).mappings().all()
+        chunks = closed_bucket_chunks(conn, None, day, now)
+        pending = (
+            conn.execute(
+                select(warmup_requests).where(
+                    warmup_requests.c.kind == "peer_roll",
+                    warmup_requests.c.cst_date == day,
+                    warmup_requests.c.done_at.is_(None),
+                )
+            )
+            .mappings()
+            .all()
+        )
     by_world_bucket: dict[tuple[str, datetime], list[dict]] = defaultdict(list)
     viewers: dict[str, set] = defaultdict(set)
     for c in chunks:
@@ -153,12 +185,16 @@ def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None
             _warm_one(ctx, result, done, world_id, day, bucket, sources, viewer)
     for req in pending:
         sources = by_world_bucket.get((req["world_id"], req["bucket"]), [])
-        if not _warm_one(ctx, result, done, req["world_id"], day, req["bucket"], sources,
-                         req["viewer_conversation_id"] or None):
+        if not _warm_one(
+            ctx, result, done, req["world_id"], day, req["bucket"], sources, req["viewer_conversation_id"] or None
+        ):
             continue  # stays pending for the next warm-up
         with ctx.store.begin() as conn:
-            conn.execute(warmup_requests.update().where(warmup_requests.c.request_id == req["request_id"])
-                         .values(done_at=utcnow()))
+            conn.execute(
+                warmup_requests.update()
+                .where(warmup_requests.c.request_id == req["request_id"])
+                .values(done_at=utcnow())
+            )
         result.requests_done += 1
     return result
 
@@ -166,8 +202,12 @@ def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None
 def pending_warmup_days(store: Store) -> list[tuple[date, int]]:
     """(cst_date, newest pending request id) per day with pending warm-up requests."""
     with store.connect() as conn:
-        return [tuple(r) for r in conn.execute(
-            select(warmup_requests.c.cst_date, func.max(warmup_requests.c.request_id))
-            .where(warmup_requests.c.done_at.is_(None))
-            .group_by(warmup_requests.c.cst_date).order_by(warmup_requests.c.cst_date)
-        ).all()]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                select(warmup_requests.c.cst_date, func.max(warmup_requests.c.request_id))
+                .where(warmup_requests.c.done_at.is_(None))
+                .group_by(warmup_requests.c.cst_date)
+                .order_by(warmup_requests.c.cst_date)
+            ).all()
+        ]

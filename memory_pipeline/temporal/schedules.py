@@ -5,7 +5,6 @@ jobs, so the nightly schedules below request, besides their newest closed partit
 partition newer than the last materialized one (lib.catchup): a daemon that was down for four
 nights creates four runs on its first tick back."""
 
-
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
@@ -71,17 +70,38 @@ def _nightly(name: str, job, cron: str, partitions_def, asset_def, lookback: int
 # 00:05 CST: yesterday's day rows; on the 1st last month's; on 1 January last year's. A month or
 # year run waits (retries) until its child rows exist, so the cascade follows the day write.
 temporal_day_schedule = _nightly(
-    "temporal_day_schedule", day_job, "5 0 * * *", cst_day, assets.temporal_day_summaries, 31,
-    "Yesterday's per-world day rows (and days missed while the daemon was down, up to 31).")
+    "temporal_day_schedule",
+    day_job,
+    "5 0 * * *",
+    cst_day,
+    assets.temporal_day_summaries,
+    31,
+    "Yesterday's per-world day rows (and days missed while the daemon was down, up to 31).",
+)
 temporal_month_schedule = _nightly(
-    "temporal_month_schedule", month_job, "5 0 1 * *", cst_month, assets.temporal_month_summaries, 12,
-    "Cascade on the 1st: last month's rows (and missed months, up to 12).")
+    "temporal_month_schedule",
+    month_job,
+    "5 0 1 * *",
+    cst_month,
+    assets.temporal_month_summaries,
+    12,
+    "Cascade on the 1st: last month's rows (and missed months, up to 12).",
+)
 temporal_year_schedule = _nightly(
-    "temporal_year_schedule", year_job, "5 0 1 1 *", cst_year, assets.temporal_year_summaries, 3,
-    "Cascade on 1 January: last year's rows (and missed years, up to 3).")
+    "temporal_year_schedule",
+    year_job,
+    "5 0 1 1 *",
+    cst_year,
+    assets.temporal_year_summaries,
+    3,
+    "Cascade on 1 January: last year's rows (and missed years, up to 3).",
+)
 
 
 temporal_jobs = [tick_job, day_job, month_job, year_job, system_rolls_job]
 temporal_schedules = [
-    temporal_tick_schedule, temporal_day_schedule, temporal_month_schedule, temporal_year_schedule,
+    temporal_tick_schedule,
+    temporal_day_schedule,
+    temporal_month_schedule,
+    temporal_year_schedule,
 ]

@@ -1,7 +1,6 @@
 """Sensors: system rolls follow every day/month/year write; peer-roll warm-ups requested by the
 read path run in the background."""
 
-
 from dagster import RunRequest, SensorEvaluationContext, SkipReason, multi_asset_sensor, sensor
 
 from memory_pipeline.resources import MemoryStoreResource
@@ -10,8 +9,11 @@ from memory_pipeline.temporal.schedules import system_rolls_job, tick_job
 
 
 @multi_asset_sensor(
-    monitored_assets=[assets.temporal_day_summaries.key, assets.temporal_month_summaries.key,
-                      assets.temporal_year_summaries.key],
+    monitored_assets=[
+        assets.temporal_day_summaries.key,
+        assets.temporal_month_summaries.key,
+        assets.temporal_year_summaries.key,
+    ],
     job=system_rolls_job,
     name="temporal_system_rolls_sensor",
     minimum_interval_seconds=60,
@@ -35,8 +37,11 @@ def temporal_peer_roll_warmup_sensor(context: SensorEvaluationContext, memory_st
         return SkipReason("no pending peer-roll warm-up requests")
     # One run per day and newest request id: a request arriving later gets a run of its own.
     return [
-        RunRequest(run_key=f"warmup-{d.isoformat()}-{newest}", partition_key=d.isoformat(),
-                   asset_selection=[assets.temporal_peer_rolls.key])
+        RunRequest(
+            run_key=f"warmup-{d.isoformat()}-{newest}",
+            partition_key=d.isoformat(),
+            asset_selection=[assets.temporal_peer_rolls.key],
+        )
         for d, newest in pending
     ]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
@@ -20,13 +20,16 @@ from memory_pipeline.temporal import logic, prompts
 from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize, worlds_alive
 from memory_pipeline.temporal.logic import EmptyReason
 
+
 class PartitionFailure(RuntimeError):
     """Some worlds of a window hit an LLM hard failure: nothing was written for them."""
 
     def __init__(self, window: str, period: str, failures: dict[str, str]):
         self.failures = failures
         detail = "; ".join(f"{w}: {e}" for w, e in sorted(failures.items())[:5])
-        super().__init__(f"{window} {period}: LLM hard failure for {len(failures)} world(s), no row written for them: {detail}")
+        super().__init__(
+            f"{window} {period}: LLM hard failure for {len(failures)} world(s), no row written for them: {detail}"
+        )
 
 
 @dataclass
@@ -45,20 +48,41 @@ class PeriodResult:
 
 
 def _existing_rows(conn, window: str, period_start: date) -> dict[str, dict]:
-    rows = conn.execute(
-        select(temporal_summaries).where(temporal_summaries.c.window == window,
-                                         temporal_summaries.c.period_start == period_start)
-    ).mappings().all()
+    rows = (
+        conn.execute(
+            select(temporal_summaries).where(
+                temporal_summaries.c.window == window, temporal_summaries.c.period_start == period_start
+            )
+        )
+        .mappings()
+        .all()
+    )
     return {r["world_id"]: dict(r) for r in rows}
 
 
-def _row(world_id: str, window: str, period_start: date, content: str, reason: str | None,
-         source_kind: str, source_ids: list, source_count: int, material_fp: str | None,
-         model: str | None) -> dict:
+def _row(
+    world_id: str,
+    window: str,
+    period_start: date,
+    content: str,
+    reason: str | None,
+    source_kind: str,
+    source_ids: list,
+    source_count: int,
+    material_fp: str | None,
+    model: str | None,
+) -> dict:
     return {
-        "world_id": world_id, "window": window, "period_start": period_start, "content": content,
-        "empty_reason": reason, "source_count": source_count, "source_kind": source_kind,
-        "source_ids": source_ids, "material_fp": material_fp, "model": model,
+        "world_id": world_id,
+        "window": window,
+        "period_start": period_start,
+        "content": content,
+        "empty_reason": reason,
+        "source_count": source_count,
+        "source_kind": source_kind,
+        "source_ids": source_ids,
+        "material_fp": material_fp,
+        "model": model,
         "prompt_version": prompts.PROMPT_VERSION,
     }
 
@@ -66,19 +90,27 @@ def _row(world_id: str, window: str, period_start: date, content: str, reason: s
 def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existing: dict[str, dict]) -> None:
     """Upsert rows whose meaningful fields changed; a successful row clears empty_reason."""
     with ctx.store.begin() as conn:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         changed = []
         for row in rows:
             old = existing.get(row["world_id"])
             same = old is not None and all(
-                old[k] == row[k] for k in ("content", "empty_reason", "source_count", "source_ids", "material_fp", "model")
+                old[k] == row[k]
+                for k in ("content", "empty_reason", "source_count", "source_ids", "material_fp", "model")
             )
             if same:
                 result.unchanged += 1
             else:
                 changed.append(row | {"created_at": old["created_at"] if old else now, "updated_at": now})
-        upsert(conn, temporal_summaries, changed, keys=["world_id", "window", "period_start"],
-               update=[c for c in changed[0] if c not in ("world_id", "window", "period_start", "created_at")] if changed else [])
+        upsert(
+            conn,
+            temporal_summaries,
+            changed,
+            keys=["world_id", "window", "period_start"],
+            update=[c for c in changed[0] if c not in ("world_id", "window", "period_start", "created_at")]
+            if changed
+            else [],
+        )
         result.written += len(changed)
     for row in rows:
         if row["empty_reason"]:
@@ -86,30 +118,67 @@ def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existin
         else:
             result.non_empty += 1
         if len(result.preview) < 20:
-            result.preview.append((row["world_id"], row["period_start"].isoformat(),
-                                   row["content"] or f"({row['empty_reason']})"))
+            result.preview.append(
+                (row["world_id"], row["period_start"].isoformat(), row["content"] or f"({row['empty_reason']})")
+            )
 
 
-def _summarize_or_placeholder(ctx, result, prev, world_id, task, material, max_chars, source_kind, source_ids,
-                              source_count):
+def _summarize_or_placeholder(
+    ctx, result, prev, world_id, task, material, max_chars, source_kind, source_ids, source_count
+):
     """The row for one world: reused as is when model, prompt version and material fingerprint
     match the stored row (no call at all), else asked of the model."""
     fp = short_hash([material, source_ids])
-    if (prev is not None and not ctx.force_llm and prev["material_fp"] == fp and prev["model"] == ctx.llm.model
-            and prev["prompt_version"] == prompts.PROMPT_VERSION):
+    if (
+        prev is not None
+        and not ctx.force_llm
+        and prev["material_fp"] == fp
+        and prev["model"] == ctx.llm.model
+        and prev["prompt_version"] == prompts.PROMPT_VERSION
+    ):
         result.reused += 1
-        return _row(world_id, result.window, result.period_start, prev["content"], prev["empty_reason"],
-                    source_kind, prev["source_ids"], prev["source_count"], fp, prev["model"])
+        return _row(
+            world_id,
+            result.window,
+            result.period_start,
+            prev["content"],
+            prev["empty_reason"],
+            source_kind,
+            prev["source_ids"],
+            prev["source_count"],
+            fp,
+            prev["model"],
+        )
     try:
         text = summarize(ctx, task, material, max_chars, world_id)
     except LLMHardFailure as exc:
         result.failures[world_id] = str(exc)
         return None
     if not text:
-        return _row(world_id, result.window, result.period_start, "", EmptyReason.EMPTY_SUMMARY,
-                    source_kind, [], 0, fp, ctx.llm.model)
-    return _row(world_id, result.window, result.period_start, text, None, source_kind, source_ids,
-                source_count, fp, ctx.llm.model)
+        return _row(
+            world_id,
+            result.window,
+            result.period_start,
+            "",
+            EmptyReason.EMPTY_SUMMARY,
+            source_kind,
+            [],
+            0,
+            fp,
+            ctx.llm.model,
+        )
+    return _row(
+        world_id,
+        result.window,
+        result.period_start,
+        text,
+        None,
+        source_kind,
+        source_ids,
+        source_count,
+        fp,
+        ctx.llm.model,
+    )
 
 
 def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None = None) -> PeriodResult:
@@ -148,11 +217,22 @@ def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None 
         by_conv: dict[str, list] = defaultdict(list)
         for m in used:
             by_conv[m["conversation_id"]].append(m)
-        blocks = [f"# {ms[0]['platform']} conversation\n" + "\n".join(material_line(m["at"], m["role"], m["content"], ctx.tz) for m in ms)
-                  for ms in sorted(by_conv.values(), key=lambda ms: ms[0]["at"])]
+        blocks = [
+            f"# {ms[0]['platform']} conversation\n"
+            + "\n".join(material_line(m["at"], m["role"], m["content"], ctx.tz) for m in ms)
+            for ms in sorted(by_conv.values(), key=lambda ms: ms[0]["at"])
+        ]
         row = _summarize_or_placeholder(
-            ctx, result, existing.get(world_id), world_id, "day", "\n\n".join(blocks), ctx.cfg.global_day_max_chars, "message",
-            [m["message_id"] for m in used], len({m["conversation_id"] for m in used}),
+            ctx,
+            result,
+            existing.get(world_id),
+            world_id,
+            "day",
+            "\n\n".join(blocks),
+            ctx.cfg.global_day_max_chars,
+            "message",
+            [m["message_id"] for m in used],
+            len({m["conversation_id"] for m in used}),
         )
         if row is not None:
             out.append(row)
@@ -162,8 +242,9 @@ def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None 
     return result
 
 
-def regenerate_rollup(ctx: TemporalContext, window: str, period_start: date,
-                      world_ids: list[str] | None = None) -> PeriodResult:
+def regenerate_rollup(
+    ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None
+) -> PeriodResult:
     """Month from its day rows, year from its month rows, ignoring empty children."""
     child = logic.CHILD_WINDOW[window]
     result = PeriodResult(window, period_start)
@@ -176,8 +257,12 @@ def regenerate_rollup(ctx: TemporalContext, window: str, period_start: date,
     with ctx.store.connect() as conn:
         alive = worlds_alive(conn, end, world_ids)
         q = (
-            select(temporal_summaries.c.summary_id, temporal_summaries.c.world_id,
-                   temporal_summaries.c.period_start, temporal_summaries.c.content)
+            select(
+                temporal_summaries.c.summary_id,
+                temporal_summaries.c.world_id,
+                temporal_summaries.c.period_start,
+                temporal_summaries.c.content,
+            )
             .where(temporal_summaries.c.window == child)
             .where(temporal_summaries.c.period_start >= period_start, temporal_summaries.c.period_start <= last)
             .where(temporal_summaries.c.empty_reason.is_(None), temporal_summaries.c.content != "")
@@ -194,11 +279,23 @@ def regenerate_rollup(ctx: TemporalContext, window: str, period_start: date,
         result.worlds += 1
         kids = by_world.get(world_id, [])
         if not kids:
-            out.append(_row(world_id, window, period_start, "", logic.CHILD_EMPTY_REASON[window], child, [], 0, None, None))
+            out.append(
+                _row(world_id, window, period_start, "", logic.CHILD_EMPTY_REASON[window], child, [], 0, None, None)
+            )
             continue
         material = "\n".join(f"{k['period_start']:{fmt}}: {k['content']}" for k in kids)
-        row = _summarize_or_placeholder(ctx, result, existing.get(world_id), world_id, window, material, max_chars, child,
-                                        [k["summary_id"] for k in kids], len(kids))
+        row = _summarize_or_placeholder(
+            ctx,
+            result,
+            existing.get(world_id),
+            world_id,
+            window,
+            material,
+            max_chars,
+            child,
+            [k["summary_id"] for k in kids],
+            len(kids),
+        )
         if row is not None:
             out.append(row)
     _write(ctx, result, out, existing)
@@ -207,21 +304,25 @@ def regenerate_rollup(ctx: TemporalContext, window: str, period_start: date,
     return result
 
 
-def missing_children(ctx: TemporalContext, window: str, period_start: date,
-                     world_ids: list[str] | None = None) -> list[tuple[str, str]]:
+def missing_children(
+    ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None
+) -> list[tuple[str, str]]:
     """(world, child period) pairs a month/year needs but has no row for yet (placeholders count)."""
     child = logic.CHILD_WINDOW[window]
     _, end = period_bounds(window, period_start, ctx.tz)
     last = local_date(end - timedelta(seconds=1), ctx.tz)
     periods = expected_periods(child, period_start, last, local_date(utcnow(), ctx.tz))
     with ctx.store.connect() as conn:
-        first = dict(conn.execute(select(worlds.c.world_id, worlds.c.first_event_at)
-                                  .where(worlds.c.first_event_at < end)).all())
-        have = set(conn.execute(
-            select(temporal_summaries.c.world_id, temporal_summaries.c.period_start)
-            .where(temporal_summaries.c.window == child)
-            .where(temporal_summaries.c.period_start >= period_start, temporal_summaries.c.period_start <= last)
-        ).all())
+        first = dict(
+            conn.execute(select(worlds.c.world_id, worlds.c.first_event_at).where(worlds.c.first_event_at < end)).all()
+        )
+        have = set(
+            conn.execute(
+                select(temporal_summaries.c.world_id, temporal_summaries.c.period_start)
+                .where(temporal_summaries.c.window == child)
+                .where(temporal_summaries.c.period_start >= period_start, temporal_summaries.c.period_start <= last)
+            ).all()
+        )
     missing = []
     for world_id, first_at in sorted(first.items()):
         if world_ids is not None and world_id not in world_ids:
@@ -232,7 +333,9 @@ def missing_children(ctx: TemporalContext, window: str, period_start: date,
     return missing
 
 
-def regenerate(ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None) -> PeriodResult:
+def regenerate(
+    ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None
+) -> PeriodResult:
     if window == "day":
         return regenerate_day(ctx, period_start, world_ids)
     return regenerate_rollup(ctx, window, period_start, world_ids)
@@ -248,8 +351,15 @@ def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, no
     if period_start >= today or last >= today:
         problems.append(f"{window} {period_start} is not closed on {today} (future or open window)")
     with store.connect() as conn:
-        rows = conn.execute(select(temporal_summaries).where(
-            temporal_summaries.c.window == window, temporal_summaries.c.period_start == period_start)).mappings().all()
+        rows = (
+            conn.execute(
+                select(temporal_summaries).where(
+                    temporal_summaries.c.window == window, temporal_summaries.c.period_start == period_start
+                )
+            )
+            .mappings()
+            .all()
+        )
         for r in rows:
             tag = f"{r['world_id']} {window} {period_start}"
             if r["empty_reason"] is None and (not r["content"] or r["source_count"] <= 0 or not r["source_ids"]):
@@ -271,10 +381,21 @@ def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, no
                 if bad:
                     problems.append(f"{tag}: {len(bad)} source message(s) outside the window or world")
             else:
-                kids = conn.execute(select(temporal_summaries).where(
-                    temporal_summaries.c.summary_id.in_(r["source_ids"]))).mappings().all()
-                ok = [k for k in kids if k["window"] == r["source_kind"] and k["world_id"] == r["world_id"]
-                      and period_start <= k["period_start"] <= last and k["empty_reason"] is None]
+                kids = (
+                    conn.execute(select(temporal_summaries).where(temporal_summaries.c.summary_id.in_(r["source_ids"])))
+                    .mappings()
+                    .all()
+                )
+                ok = [
+                    k
+                    for k in kids
+                    if k["window"] == r["source_kind"]
+                    and k["world_id"] == r["world_id"]
+                    and period_start <= k["period_start"] <= last
+                    and k["empty_reason"] is None
+                ]
                 if len(ok) != len(r["source_ids"]):
-                    problems.append(f"{tag}: {len(r['source_ids']) - len(ok)} child source(s) missing, empty or outside")
+                    problems.append(
+                        f"{tag}: {len(r['source_ids']) - len(ok)} child source(s) missing, empty or outside"
+                    )
     return problems

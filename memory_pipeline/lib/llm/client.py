@@ -142,9 +142,18 @@ class LLMClient:
         if self.use_cache and not req.tools:
             with self.store.begin() as conn:
                 upsert(
-                    conn, llm_cache,
-                    [{"cache_key": key, "model": self.model, "prompt_version": req.prompt_version,
-                      "response": text, "tokens_in": tin, "tokens_out": tout}],
+                    conn,
+                    llm_cache,
+                    [
+                        {
+                            "cache_key": key,
+                            "model": self.model,
+                            "prompt_version": req.prompt_version,
+                            "response": text,
+                            "tokens_in": tin,
+                            "tokens_out": tout,
+                        }
+                    ],
                     keys=["cache_key"],
                 )
         return LLMResult(text, cached=False, tokens_in=tin, tokens_out=tout, tool_calls=tool_calls)
@@ -159,7 +168,10 @@ class LLMClient:
         import litellm  # heavy: imported only when a real model is configured
 
         kwargs: dict[str, Any] = dict(
-            model=self.model, messages=req.messages(), timeout=self.timeout_seconds, num_retries=0,
+            model=self.model,
+            messages=req.messages(),
+            timeout=self.timeout_seconds,
+            num_retries=0,
         )
         if self.api_base:
             kwargs["api_base"] = self.api_base
@@ -178,7 +190,9 @@ class LLMClient:
             raise ValueError(f"malformed completion from {self.model}: {exc}") from exc
         tool_calls = []
         for tc in getattr(message, "tool_calls", None) or []:
-            tool_calls.append({"id": tc.id, "name": tc.function.name, "arguments": json.loads(tc.function.arguments or "{}")})
+            tool_calls.append(
+                {"id": tc.id, "name": tc.function.name, "arguments": json.loads(tc.function.arguments or "{}")}
+            )
         try:
             cost = litellm.completion_cost(completion_response=resp)
         except Exception:  # noqa: BLE001 - unknown models have no price
@@ -189,9 +203,19 @@ class LLMClient:
         with self.store.begin() as conn:
             conn.execute(
                 llm_ledger.insert().values(
-                    asset=self.asset, partition=self.partition, task=req.task, world_id=req.world_id,
-                    model=self.model, prompt_version=req.prompt_version, tokens_in=tin, tokens_out=tout,
-                    cost_usd=cost, latency_ms=latency, attempts=attempts, outcome=outcome,
-                    error=error, cache_key=key,
+                    asset=self.asset,
+                    partition=self.partition,
+                    task=req.task,
+                    world_id=req.world_id,
+                    model=self.model,
+                    prompt_version=req.prompt_version,
+                    tokens_in=tin,
+                    tokens_out=tout,
+                    cost_usd=cost,
+                    latency_ms=latency,
+                    attempts=attempts,
+                    outcome=outcome,
+                    error=error,
+                    cache_key=key,
                 )
             )

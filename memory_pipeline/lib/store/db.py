@@ -14,9 +14,9 @@ from memory_pipeline.lib.store.schema import metadata
 def _normalize(url: str) -> str:
     # SQLAlchemy 2.0 + psycopg2 is what dagster-postgres uses too; accept bare postgres URLs.
     if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://"):]
+        url = "postgresql://" + url[len("postgres://") :]
     if url.startswith("postgresql://"):
-        url = "postgresql+psycopg2://" + url[len("postgresql://"):]
+        url = "postgresql+psycopg2://" + url[len("postgresql://") :]
     return url
 
 
