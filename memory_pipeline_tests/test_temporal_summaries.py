@@ -7,7 +7,7 @@ from sqlalchemy import select, update
 
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.settings import TemporalSummaryConfig
-from memory_pipeline.lib.store.schema import llm_ledger, temporal_summaries
+from memory_pipeline.lib.store.schema import llm_ledger, messages, temporal_summaries
 from memory_pipeline.temporal import chunks, context, prompts, summaries
 from memory_pipeline.temporal.logic import EmptyReason
 from memory_pipeline_tests.conftest import conversation, cst, event
@@ -214,6 +214,25 @@ def test_audit_catches_rows_without_sources_and_future_periods(ctx, store, world
         )
     problems = summaries.audit_period(store, "day", DAY, ctx.tz)
     assert problems == ["w_ok day 2026-07-18: non-empty row without sources"]
+    with store.connect() as conn:
+        tool_turn = conn.execute(select(messages.c.message_id).where(messages.c.role == "tool")).scalars().first()
+        debug_turn = (
+            conn.execute(select(messages.c.message_id).where(messages.c.conversation_id == "x-debug")).scalars().first()
+        )
+        quiet_turn = (
+            conn.execute(select(messages.c.message_id).where(messages.c.conversation_id == "q-1")).scalars().first()
+        )
+    with store.begin() as conn:
+        conn.execute(
+            update(temporal_summaries)
+            .where(temporal_summaries.c.world_id == "w_ok")
+            .values(source_ids=[tool_turn, debug_turn, quiet_turn, "no-such-id"], source_count=2)
+        )
+    assert summaries.audit_period(store, "day", DAY, ctx.tz) == [
+        "w_ok day 2026-07-18: 1 source message(s) do not exist",
+        "w_ok day 2026-07-18: 2 source message(s) outside the window or world",
+        "w_ok day 2026-07-18: 2 source message(s) are debug, cron or not material",
+    ]
     assert any(
         "not closed" in p for p in summaries.audit_period(store, "day", date.today() + timedelta(days=3), ctx.tz)
     )

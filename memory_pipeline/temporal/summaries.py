@@ -96,7 +96,15 @@ def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existin
             old = existing.get(row["world_id"])
             same = old is not None and all(
                 old[k] == row[k]
-                for k in ("content", "empty_reason", "source_count", "source_ids", "material_fp", "model")
+                for k in (
+                    "content",
+                    "empty_reason",
+                    "source_count",
+                    "source_ids",
+                    "material_fp",
+                    "model",
+                    "prompt_version",
+                )
             )
             if same:
                 result.unchanged += 1
@@ -127,58 +135,27 @@ def _summarize_or_placeholder(
     ctx, result, prev, world_id, task, material, max_chars, source_kind, source_ids, source_count
 ):
     """The row for one world: reused as is when model, prompt version and material fingerprint
-    match the stored row (no call at all), else asked of the model."""
+    match the stored row (no call at all), else asked of the model; None on a hard failure."""
     fp = short_hash([material, source_ids])
+
+    def row(content, reason, ids, count, model):
+        return _row(world_id, result.window, result.period_start, content, reason, source_kind, ids, count, fp, model)
+
     if (
         prev is not None
         and not ctx.force_llm
-        and prev["material_fp"] == fp
-        and prev["model"] == ctx.llm.model
-        and prev["prompt_version"] == prompts.PROMPT_VERSION
+        and (prev["material_fp"], prev["model"], prev["prompt_version"]) == (fp, ctx.llm.model, prompts.PROMPT_VERSION)
     ):
         result.reused += 1
-        return _row(
-            world_id,
-            result.window,
-            result.period_start,
-            prev["content"],
-            prev["empty_reason"],
-            source_kind,
-            prev["source_ids"],
-            prev["source_count"],
-            fp,
-            prev["model"],
-        )
+        return row(prev["content"], prev["empty_reason"], prev["source_ids"], prev["source_count"], prev["model"])
     try:
         text = summarize(ctx, task, material, max_chars, world_id)
     except LLMHardFailure as exc:
-        result.failures[world_id] = str(exc)
+        result.failures[world_id] = str(exc)  # no placeholder for a hard failure
         return None
     if not text:
-        return _row(
-            world_id,
-            result.window,
-            result.period_start,
-            "",
-            EmptyReason.EMPTY_SUMMARY,
-            source_kind,
-            [],
-            0,
-            fp,
-            ctx.llm.model,
-        )
-    return _row(
-        world_id,
-        result.window,
-        result.period_start,
-        text,
-        None,
-        source_kind,
-        source_ids,
-        source_count,
-        fp,
-        ctx.llm.model,
-    )
+        return row("", EmptyReason.EMPTY_SUMMARY, [], 0, ctx.llm.model)
+    return row(text, None, source_ids, source_count, ctx.llm.model)
 
 
 def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None = None) -> PeriodResult:
@@ -370,16 +347,28 @@ def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, no
             if not r["source_ids"]:
                 continue
             if r["source_kind"] == "message":
-                found = conn.execute(
-                    select(messages.c.message_id, messages.c.at, conversations.c.world_id)
-                    .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
-                    .where(messages.c.message_id.in_(r["source_ids"]))
-                ).all()
-                bad = [m for m in found if not (start <= m[1] < end) or m[2] != r["world_id"]]
+                found = (
+                    conn.execute(
+                        select(messages, conversations.c.world_id, conversations.c.platform, conversations.c.debug)
+                        .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+                        .where(messages.c.message_id.in_(r["source_ids"]))
+                    )
+                    .mappings()
+                    .all()
+                )
+                outside = [m for m in found if not (start <= m["at"] < end) or m["world_id"] != r["world_id"]]
+                excluded = [
+                    m
+                    for m in found
+                    if not logic.is_eligible_conversation(m["platform"], m["debug"])
+                    or not logic.is_material(m["role"], m["content"], m["tool_calls"])
+                ]
                 if len(found) != len(r["source_ids"]):
                     problems.append(f"{tag}: {len(r['source_ids']) - len(found)} source message(s) do not exist")
-                if bad:
-                    problems.append(f"{tag}: {len(bad)} source message(s) outside the window or world")
+                if outside:
+                    problems.append(f"{tag}: {len(outside)} source message(s) outside the window or world")
+                if excluded:
+                    problems.append(f"{tag}: {len(excluded)} source message(s) are debug, cron or not material")
             else:
                 kids = (
                     conn.execute(select(temporal_summaries).where(temporal_summaries.c.summary_id.in_(r["source_ids"])))
