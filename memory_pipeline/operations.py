@@ -73,11 +73,13 @@ def partition_keys(window: str, start: str | None, end: str | None) -> tuple[lis
     for name, value in (("from", start), ("to", end)):
         if value is not None:
             try:
-                defn.time_window_for_partition_key(value)
+                canonical = defn.time_window_for_partition_key(value).start.strftime(defn.fmt)
             except Exception:  # noqa: BLE001 - re-raised with the expected format
+                canonical = None
+            if canonical != value:  # keys compare as strings: 2026-1-5 must be written 2026-01-05
                 raise RangeError(
                     f"--{name} {value!r} is not a {window} partition key (expected the format of {keys[-1]!r})"
-                ) from None
+                )
     lo = start or keys[0]
     hi = end or keys[-1]
     if hi > keys[-1]:
