@@ -216,58 +216,43 @@ def temporal_peer_rolls(
     return MaterializeResult()
 
 
-_PERIOD_ASSET = dict(backfill_policy=BackfillPolicy.single_run(), group_name=GROUP, kinds={"sql"})
+def _period_asset(window: str, partitions_def, dep, description: str):
+    """The day, month and year rows share one body: loop over the run's keys, regenerate each."""
+
+    @asset(
+        name=f"temporal_{window}_summaries",
+        partitions_def=partitions_def,
+        deps=[dep],
+        backfill_policy=BackfillPolicy.single_run(),
+        group_name=GROUP,
+        kinds={"sql"},
+        description=description,
+    )
+    def _asset(
+        context: AssetExecutionContext,
+        config: TemporalRunConfig,
+        memory_store: MemoryStoreResource,
+        roll_cache: RollCacheResource,
+        llm: LLMResource,
+        memory_config: MemoryConfigResource,
+    ) -> MaterializeResult:
+        return _materialize_periods(window, context, config, memory_store, roll_cache, llm, memory_config)
+
+    return _asset
 
 
-@asset(
-    partitions_def=cst_day,
-    deps=[raw_conversation_events],
-    **_PERIOD_ASSET,
-    description="Seed 000 per-world day rows (one per world, placeholders with empty_reason).",
+temporal_day_summaries = _period_asset(
+    "day",
+    cst_day,
+    raw_conversation_events,
+    "Seed 000 per-world day rows (one per world, placeholders with empty_reason).",
 )
-def temporal_day_summaries(
-    context: AssetExecutionContext,
-    config: TemporalRunConfig,
-    memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource,
-    llm: LLMResource,
-    memory_config: MemoryConfigResource,
-) -> MaterializeResult:
-    return _materialize_periods("day", context, config, memory_store, roll_cache, llm, memory_config)
-
-
-@asset(
-    partitions_def=cst_month,
-    deps=[temporal_day_summaries],
-    **_PERIOD_ASSET,
-    description="Seed 000 per-world month rows, from the month's non-empty day rows.",
+temporal_month_summaries = _period_asset(
+    "month", cst_month, temporal_day_summaries, "Seed 000 per-world month rows, from the month's non-empty day rows."
 )
-def temporal_month_summaries(
-    context: AssetExecutionContext,
-    config: TemporalRunConfig,
-    memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource,
-    llm: LLMResource,
-    memory_config: MemoryConfigResource,
-) -> MaterializeResult:
-    return _materialize_periods("month", context, config, memory_store, roll_cache, llm, memory_config)
-
-
-@asset(
-    partitions_def=cst_year,
-    deps=[temporal_month_summaries],
-    **_PERIOD_ASSET,
-    description="Seed 000 per-world year rows, from the year's non-empty month rows.",
+temporal_year_summaries = _period_asset(
+    "year", cst_year, temporal_month_summaries, "Seed 000 per-world year rows, from the year's non-empty month rows."
 )
-def temporal_year_summaries(
-    context: AssetExecutionContext,
-    config: TemporalRunConfig,
-    memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource,
-    llm: LLMResource,
-    memory_config: MemoryConfigResource,
-) -> MaterializeResult:
-    return _materialize_periods("year", context, config, memory_store, roll_cache, llm, memory_config)
 
 
 @asset(
