@@ -320,71 +320,68 @@ def regenerate(
 
 def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, now: datetime | None = None) -> list[str]:
     """Problems with one window's rows: a non-empty row without sources, a source outside the
-    window or world, or any row for a period that is not closed yet (the future)."""
+    window or world (or a debug, cron or non-material message), or any row for a period that is not
+    closed yet (the future). Sources are fetched in one query per kind."""
     today = local_date(now or utcnow(), tz)
     problems: list[str] = []
     start, end = period_bounds(window, period_start, tz)
     last = local_date(end - timedelta(seconds=1), tz)
     if period_start >= today or last >= today:
         problems.append(f"{window} {period_start} is not closed on {today} (future or open window)")
+    t = temporal_summaries.c
     with store.connect() as conn:
-        rows = (
-            conn.execute(
-                select(temporal_summaries).where(
-                    temporal_summaries.c.window == window, temporal_summaries.c.period_start == period_start
-                )
+        rows = conn.execute(select(temporal_summaries).where(t.window == window, t.period_start == period_start))
+        rows = rows.mappings().all()
+        ids = {
+            kind: sorted({i for r in rows if r["source_kind"] == kind for i in r["source_ids"] or []})
+            for kind in ("message", "day", "month")
+        }
+        found_messages, found_children = {}, {}
+        for i in range(0, len(ids["message"]), 5000):
+            q = (
+                select(messages, conversations.c.world_id, conversations.c.platform, conversations.c.debug)
+                .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+                .where(messages.c.message_id.in_(ids["message"][i : i + 5000]))
             )
-            .mappings()
-            .all()
-        )
-        for r in rows:
-            tag = f"{r['world_id']} {window} {period_start}"
-            if r["empty_reason"] is None and (not r["content"] or r["source_count"] <= 0 or not r["source_ids"]):
-                problems.append(f"{tag}: non-empty row without sources")
-                continue
-            if r["empty_reason"] is not None and r["content"]:
-                problems.append(f"{tag}: placeholder ({r['empty_reason']}) carries content")
-            if not r["source_ids"]:
-                continue
-            if r["source_kind"] == "message":
-                found = (
-                    conn.execute(
-                        select(messages, conversations.c.world_id, conversations.c.platform, conversations.c.debug)
-                        .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
-                        .where(messages.c.message_id.in_(r["source_ids"]))
-                    )
-                    .mappings()
-                    .all()
-                )
-                outside = [m for m in found if not (start <= m["at"] < end) or m["world_id"] != r["world_id"]]
-                excluded = [
-                    m
-                    for m in found
-                    if not logic.is_eligible_conversation(m["platform"], m["debug"])
-                    or not logic.is_material(m["role"], m["content"], m["tool_calls"])
-                ]
-                if len(found) != len(r["source_ids"]):
-                    problems.append(f"{tag}: {len(r['source_ids']) - len(found)} source message(s) do not exist")
-                if outside:
-                    problems.append(f"{tag}: {len(outside)} source message(s) outside the window or world")
-                if excluded:
-                    problems.append(f"{tag}: {len(excluded)} source message(s) are debug, cron or not material")
-            else:
-                kids = (
-                    conn.execute(select(temporal_summaries).where(temporal_summaries.c.summary_id.in_(r["source_ids"])))
-                    .mappings()
-                    .all()
-                )
-                ok = [
-                    k
-                    for k in kids
-                    if k["window"] == r["source_kind"]
-                    and k["world_id"] == r["world_id"]
-                    and period_start <= k["period_start"] <= last
-                    and k["empty_reason"] is None
-                ]
-                if len(ok) != len(r["source_ids"]):
-                    problems.append(
-                        f"{tag}: {len(r['source_ids']) - len(ok)} child source(s) missing, empty or outside"
-                    )
+            found_messages.update({m["message_id"]: m for m in conn.execute(q).mappings()})
+        children = ids["day"] + ids["month"]
+        if children:
+            q = select(temporal_summaries).where(t.summary_id.in_(children))
+            found_children = {k["summary_id"]: k for k in conn.execute(q).mappings()}
+    for r in rows:
+        tag = f"{r['world_id']} {window} {period_start}"
+        if r["empty_reason"] is None and (not r["content"] or r["source_count"] <= 0 or not r["source_ids"]):
+            problems.append(f"{tag}: non-empty row without sources")
+            continue
+        if r["empty_reason"] is not None and r["content"]:
+            problems.append(f"{tag}: placeholder ({r['empty_reason']}) carries content")
+        if not r["source_ids"]:
+            continue
+        if r["source_kind"] == "message":
+            found = [found_messages[i] for i in r["source_ids"] if i in found_messages]
+            outside = [m for m in found if not (start <= m["at"] < end) or m["world_id"] != r["world_id"]]
+            excluded = [
+                m
+                for m in found
+                if not logic.is_eligible_conversation(m["platform"], m["debug"])
+                or not logic.is_material(m["role"], m["content"], m["tool_calls"])
+            ]
+            if len(found) != len(r["source_ids"]):
+                problems.append(f"{tag}: {len(r['source_ids']) - len(found)} source message(s) do not exist")
+            if outside:
+                problems.append(f"{tag}: {len(outside)} source message(s) outside the window or world")
+            if excluded:
+                problems.append(f"{tag}: {len(excluded)} source message(s) are debug, cron or not material")
+        else:
+            kids = [found_children[i] for i in r["source_ids"] if i in found_children]
+            ok = [
+                k
+                for k in kids
+                if k["window"] == r["source_kind"]
+                and k["world_id"] == r["world_id"]
+                and period_start <= k["period_start"] <= last
+                and k["empty_reason"] is None
+            ]
+            if len(ok) != len(r["source_ids"]):
+                problems.append(f"{tag}: {len(r['source_ids']) - len(ok)} child source(s) missing, empty or outside")
     return problems
