@@ -339,3 +339,37 @@ def test_read_path_warmups_are_served_in_the_background(defs, instance, store, p
         store, RollCache(redis_url), TemporalSummaryConfig(), "w1", "viewer", cst(2026, 1, 2, 10), CST
     )
     assert msgs[0]["cache"] == "hit"
+
+
+def test_new_year_cascade_writes_december_and_the_year(defs, instance, store, new_year):
+    """2026-01-01 00:05 CST: the day, month and year schedules fire; their runs write 2025-12-31,
+    2025-12 and 2025 (the seed's example)."""
+    assert operations.materialize("day", "2025-12-30", "2025-12-30", instance=instance, defs=defs).success
+    repo = defs.get_repository_def()
+    requested = []
+    for name in ("temporal_day_schedule", "temporal_month_schedule", "temporal_year_schedule"):
+        ctx = build_schedule_context(
+            instance=instance, scheduled_execution_time=cst(2026, 1, 1, 0, 5), repository_def=repo
+        )
+        for req in defs.get_schedule_def(name).evaluate_tick(ctx).run_requests:
+            requested.append((name, req.partition_key))
+    assert requested == [
+        ("temporal_day_schedule", "2025-12-31"),
+        ("temporal_month_schedule", "2025-12"),
+        ("temporal_year_schedule", "2025"),
+    ]
+    for (_, key), window in zip(requested, ("day", "month", "year"), strict=True):
+        config = operations.run_config(window, child_wait_retries=0)
+        assert operations.run_range(instance, window, key, key, config, defs).success
+    with store.connect() as conn:
+        rows = conn.execute(
+            select(temporal_summaries.c.world_id, temporal_summaries.c.window, temporal_summaries.c.period_start).where(
+                temporal_summaries.c.window != "day", temporal_summaries.c.empty_reason.is_(None)
+            )
+        ).all()
+    assert sorted(rows) == [
+        ("w1", "month", date(2025, 12, 1)),
+        ("w1", "year", date(2025, 1, 1)),
+        ("w2", "month", date(2025, 12, 1)),
+        ("w2", "year", date(2025, 1, 1)),
+    ]
