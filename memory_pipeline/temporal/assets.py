@@ -21,10 +21,9 @@ from dagster import (
 from pydantic import Field
 
 from memory_pipeline.lib.timeutil import local_date, utcnow
-from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource, RollCacheResource
 from memory_pipeline.temporal import chunks, rolls, summaries
-from memory_pipeline.temporal.context import TemporalContext
 from memory_pipeline.temporal.partitions import cst_day, cst_day_open, cst_month, cst_year
+from memory_pipeline.temporal.resources import TemporalResource
 
 GROUP = "temporal"
 
@@ -53,17 +52,8 @@ def _now(config: TemporalRunConfig) -> datetime:
     return min(at, utcnow())  # never a future 'now'
 
 
-def _tctx(context, config, memory_store, roll_cache, llm, memory_config, partition: str | None):
-    store = memory_store.store()
-    client = llm.client(store, asset=context.assets_def.key.to_user_string(), partition=partition)
-    return TemporalContext(
-        store=store,
-        llm=client,
-        cache=roll_cache.cache(),
-        cfg=memory_config.memory().temporal_summary,
-        tz=ZoneInfo(memory_config.timezone),
-        force_llm=config.force_llm,
-    )
+def _tctx(context: AssetExecutionContext, config: TemporalRunConfig, temporal: TemporalResource, partition):
+    return temporal.context(context.assets_def.key.to_user_string(), partition, config.force_llm)
 
 
 def _llm_metadata(stats) -> dict:
@@ -87,15 +77,15 @@ def _partition_dates(context: AssetExecutionContext) -> list[tuple[str, date]]:
     return [(k, local_date(defn.time_window_for_partition_key(k).start, tz)) for k in context.partition_keys]
 
 
-def _materialize_periods(window, context, config, memory_store, roll_cache, llm, memory_config) -> MaterializeResult:
+def _materialize_periods(window, context, config, temporal) -> MaterializeResult:
     failures: dict[str, str] = {}
     totals = Counter()
     worlds = config.worlds or None
     periods = _partition_dates(context)
-    if window != "day" and memory_config.memory().temporal_summary.enabled:
+    if window != "day" and temporal.memory_config.memory().temporal_summary.enabled:
         # A month reads its day rows, a year its month rows: wait (retry) until they all exist, so
         # the cascade scheduled at 00:05 on the 1st follows the day write of the same night.
-        tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, None)
+        tctx = _tctx(context, config, temporal, None)
         missing = {key: m for key, period in periods if (m := summaries.missing_children(tctx, window, period, worlds))}
         if missing and context.retry_number < config.child_wait_retries:
             context.log.warning(f"{window}: child rows missing for {sorted(missing)}; waiting for the child partitions")
@@ -105,7 +95,7 @@ def _materialize_periods(window, context, config, memory_store, roll_cache, llm,
     for key, period in periods:
         if key in failures:
             continue
-        tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
+        tctx = _tctx(context, config, temporal, key)
         try:
             result = summaries.regenerate(tctx, window, period, worlds)
         except summaries.PartitionFailure as exc:
@@ -152,15 +142,12 @@ def _materialize_periods(window, context, config, memory_store, roll_cache, llm,
 def temporal_day_chunks(
     context: AssetExecutionContext,
     config: TemporalRunConfig,
-    memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource,
-    llm: LLMResource,
-    memory_config: MemoryConfigResource,
+    temporal: TemporalResource,
 ) -> MaterializeResult:
     now = _now(config)
     failures = {}
     for key, day in _partition_dates(context):
-        tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
+        tctx = _tctx(context, config, temporal, key)
         result = chunks.run_tick(tctx, day, now)
         failures.update(result.failures)
         context.add_asset_metadata(
@@ -192,14 +179,11 @@ def temporal_day_chunks(
 def temporal_peer_rolls(
     context: AssetExecutionContext,
     config: TemporalRunConfig,
-    memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource,
-    llm: LLMResource,
-    memory_config: MemoryConfigResource,
+    temporal: TemporalResource,
 ) -> MaterializeResult:
     now = _now(config)
     for key, day in _partition_dates(context):
-        tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, key)
+        tctx = _tctx(context, config, temporal, key)
         result = rolls.warm_peer_rolls(tctx, day, now)
         context.add_asset_metadata(
             {
@@ -231,12 +215,9 @@ def _period_asset(window: str, partitions_def, dep, description: str):
     def _asset(
         context: AssetExecutionContext,
         config: TemporalRunConfig,
-        memory_store: MemoryStoreResource,
-        roll_cache: RollCacheResource,
-        llm: LLMResource,
-        memory_config: MemoryConfigResource,
+        temporal: TemporalResource,
     ) -> MaterializeResult:
-        return _materialize_periods(window, context, config, memory_store, roll_cache, llm, memory_config)
+        return _materialize_periods(window, context, config, temporal)
 
     return _asset
 
@@ -265,13 +246,10 @@ temporal_year_summaries = _period_asset(
 def temporal_system_rolls(
     context: AssetExecutionContext,
     config: TemporalRunConfig,
-    memory_store: MemoryStoreResource,
-    roll_cache: RollCacheResource,
-    llm: LLMResource,
-    memory_config: MemoryConfigResource,
+    temporal: TemporalResource,
 ) -> MaterializeResult:
     now = _now(config)
-    tctx = _tctx(context, config, memory_store, roll_cache, llm, memory_config, None)
+    tctx = _tctx(context, config, temporal, None)
     today = local_date(now, tctx.tz)
     result = rolls.regenerate_system_rolls(tctx, today, config.worlds or None, force=config.force_llm)
     if result.failures:

@@ -50,7 +50,7 @@ def upsert(conn, table: Table, rows: Sequence[dict], keys: Iterable[str], update
     elif dialect == "sqlite":
         stmt = sqlite.insert(table)
     else:
-        raise NotImplementedError(f"upsert on {dialect}")
+        raise ValueError(f"upsert supports sqlite and postgresql, not {dialect}")
     update = list(update) if update is not None else [c for c in rows[0] if c not in keys]
     if update:
         stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})
