@@ -294,13 +294,13 @@ def print_status(store) -> None:
     for reason, by_window in sorted(reports.placeholders_by_reason(store).items()):
         reasons.add_row(reason, *(str(by_window.get(w, 0)) for w in ("day", "month", "year")))
     console.print(reasons)
-    ledger = Table(title="LLM ledger")
-    for col in ("asset", "model", "outcome", "calls", "tokens in", "tokens out"):
-        ledger.add_column(col, overflow="fold")
-    for r in reports.ledger_totals(store):
-        ledger.add_row(
-            str(r["asset"]), r["model"], r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"])
-        )
+    totals = reports.ledger_totals(store)
+    models = sorted({r["model"] for r in totals})
+    ledger = Table(title=f"LLM ledger (model: {', '.join(models) or 'none yet'})")
+    for col in ("asset", "outcome", "calls", "tokens in", "tokens out"):
+        ledger.add_column(col, overflow="fold", justify="left" if col in ("asset", "outcome") else "right")
+    for r in totals:
+        ledger.add_row(str(r["asset"]), r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]))
     console.print(ledger)
 
 

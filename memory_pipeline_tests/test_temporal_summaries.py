@@ -236,3 +236,16 @@ def test_audit_catches_rows_without_sources_and_future_periods(ctx, store, world
     assert any(
         "not closed" in p for p in summaries.audit_period(store, "day", date.today() + timedelta(days=3), ctx.tz)
     )
+
+
+def test_an_open_window_is_never_summarized(ctx):
+    from datetime import datetime
+
+    today = datetime.now(ctx.tz).date()
+    with pytest.raises(summaries.OpenWindowError, match=f"day {today.isoformat()} is not closed yet"):
+        summaries.regenerate_day(ctx, today)
+    with pytest.raises(summaries.OpenWindowError, match="month"):
+        summaries.regenerate_rollup(ctx, "month", today.replace(day=1))
+    with pytest.raises(summaries.OpenWindowError, match="year"):
+        summaries.regenerate_rollup(ctx, "year", today.replace(month=1, day=1))
+    summaries.regenerate_day(ctx, today - timedelta(days=1))  # yesterday is closed

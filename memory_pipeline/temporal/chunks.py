@@ -28,7 +28,7 @@ class TickResult:
 
 def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> TickResult:
     """Append chunks for every closed bucket of ``day`` up to ``now`` (a past day: all of it)."""
-    now = min(now or utcnow(), day_bounds(day, ctx.tz)[1])
+    now = min(now or utcnow(), utcnow(), day_bounds(day, ctx.tz)[1])  # never a future "now"
     result = TickResult(day)
     if not ctx.cfg.enabled:
         return result

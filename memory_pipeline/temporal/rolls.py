@@ -156,7 +156,7 @@ def _warm_one(
 def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None) -> PeerWarmResult:
     """Precompute peer rolls of every closed bucket for every viewer active that day (and for an
     outside viewer), then serve the read path's pending warm-up requests for that day."""
-    now = min(now or utcnow(), day_bounds(day, ctx.tz)[1])
+    now = min(now or utcnow(), utcnow(), day_bounds(day, ctx.tz)[1])  # never a future "now"
     result = PeerWarmResult()
     if not ctx.cfg.enabled:
         return result

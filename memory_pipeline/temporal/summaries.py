@@ -158,12 +158,22 @@ def _summarize_or_placeholder(
     return row(text, None, source_ids, source_count, ctx.llm.model)
 
 
+class OpenWindowError(ValueError):
+    """A day, month or year that has not ended yet is never summarized as if it were closed."""
+
+
+def _require_closed(window: str, period_start: date, end: datetime) -> None:
+    if end > utcnow():
+        raise OpenWindowError(f"{window} {period_start.isoformat()} is not closed yet (it ends {end.isoformat()})")
+
+
 def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None = None) -> PeriodResult:
     result = PeriodResult("day", day)
+    start, end = day_bounds(day, ctx.tz)
+    _require_closed("day", day, end)
     if not ctx.cfg.enabled:
         result.disabled = True
         return result
-    start, end = day_bounds(day, ctx.tz)
     with ctx.store.connect() as conn:
         alive = worlds_alive(conn, end, world_ids)
         rows = day_messages(conn, day, ctx.tz, world_ids)
@@ -225,10 +235,11 @@ def regenerate_rollup(
     """Month from its day rows, year from its month rows, ignoring empty children."""
     child = logic.CHILD_WINDOW[window]
     result = PeriodResult(window, period_start)
+    start, end = period_bounds(window, period_start, ctx.tz)
+    _require_closed(window, period_start, end)
     if not ctx.cfg.enabled:
         result.disabled = True
         return result
-    start, end = period_bounds(window, period_start, ctx.tz)
     last = local_date(end - timedelta(seconds=1), ctx.tz)
     max_chars = ctx.cfg.month_max_chars if window == "month" else ctx.cfg.year_max_chars
     with ctx.store.connect() as conn:
