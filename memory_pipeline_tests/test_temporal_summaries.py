@@ -249,3 +249,24 @@ def test_an_open_window_is_never_summarized(ctx):
     with pytest.raises(summaries.OpenWindowError, match="year"):
         summaries.regenerate_rollup(ctx, "year", today.replace(month=1, day=1))
     summaries.regenerate_day(ctx, today - timedelta(days=1))  # yesterday is closed
+
+
+def test_a_long_day_keeps_its_newest_material_and_lists_exactly_what_was_sent(store, redis_url, ingest):
+    from memory_pipeline.lib.cache import RollCache
+    from memory_pipeline_tests.conftest import CST
+
+    texts = [f"message number {i:02d} about the garden beds" for i in range(20)]
+    ingest(conversation("w1", "long", cst(2026, 7, 18, 9), texts))
+    with FakeOpenAI() as server:
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k")
+        ctx = context.TemporalContext(
+            store, llm, RollCache(redis_url), TemporalSummaryConfig(day_material_max_chars=200), CST
+        )
+        summaries.regenerate_day(ctx, DAY)
+        sent = server.requests[0]["messages"][1]["content"]
+    row = _rows(store)["w1"]
+    assert "message number 19" in sent and "message number 00" not in sent
+    lines = [ln for ln in sent.splitlines() if ln.startswith("[")]
+    assert len(row["source_ids"]) == len(lines) < 20
+    assert sum(len(ln) + 1 for ln in lines) <= 200
+    assert summaries.audit_period(store, "day", DAY, CST) == []

@@ -6,7 +6,6 @@ model. Production sets ``MEMORY_DATABASE_URL``, ``REDIS_URL`` and ``MEMORY_LLM_M
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -47,7 +46,7 @@ def partition_start() -> str:
 @dataclass(frozen=True)
 class TemporalSummaryConfig:
     """``memory.temporal_summary`` (seed 000). Caps are prompt targets; output is hard-cut at
-    ceil(max_chars * 1.5)."""
+    ceil(max_chars * 1.5) (lib.text.hard_cut)."""
 
     enabled: bool = True
     chunk_max_chars: int = 50
@@ -60,10 +59,6 @@ class TemporalSummaryConfig:
     peer_roll_ttl_seconds: int = 36 * 3600
     # Material sent to one day summary call; longer days keep their newest lines.
     day_material_max_chars: int = 12000
-
-    @staticmethod
-    def hard_cap(max_chars: int) -> int:
-        return math.ceil(max_chars * 1.5)
 
     def validate(self) -> TemporalSummaryConfig:
         for f in fields(self):
