@@ -6,7 +6,7 @@ from dagster import Definitions
 
 from memory_pipeline.resources import default_resources
 from memory_pipeline.temporal.assets import raw_conversation_events, temporal_assets
-from memory_pipeline.temporal.checks import temporal_checks
+from memory_pipeline.temporal.checks import temporal_checks, temporal_freshness_checks, temporal_freshness_sensor
 from memory_pipeline.temporal.resources import TemporalResource
 from memory_pipeline.temporal.schedules import temporal_jobs, temporal_schedules
 from memory_pipeline.temporal.sensors import temporal_sensors
@@ -24,10 +24,10 @@ def build_defs(resources: dict | None = None) -> Definitions:
     )
     return Definitions(
         assets=[raw_conversation_events, *temporal_assets],
-        asset_checks=temporal_checks,
+        asset_checks=[*temporal_checks, *temporal_freshness_checks],
         jobs=temporal_jobs,
         schedules=temporal_schedules,
-        sensors=temporal_sensors,
+        sensors=[*temporal_sensors, temporal_freshness_sensor],
         resources=resources,
     )
 

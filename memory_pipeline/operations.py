@@ -25,20 +25,20 @@ telemetry:
 class Target:
     job: str
     partitions: PartitionsDefinition
-    asset_keys: tuple[AssetKey, ...]
-    op_names: tuple[str, ...]
+    asset_key: AssetKey
+    subset: bool = False  # the job holds another asset too: select this one
+
+    @property
+    def op_name(self) -> str:
+        return self.asset_key.path[-1]
 
 
 TARGETS = {
-    "chunks": Target("temporal_tick_job", cst_day_open, (assets.temporal_day_chunks.key,), ("temporal_day_chunks",)),
-    "peer_rolls": Target(
-        "temporal_tick_job", cst_day_open, (assets.temporal_peer_rolls.key,), ("temporal_peer_rolls",)
-    ),
-    "day": Target("temporal_day_job", cst_day, (assets.temporal_day_summaries.key,), ("temporal_day_summaries",)),
-    "month": Target(
-        "temporal_month_job", cst_month, (assets.temporal_month_summaries.key,), ("temporal_month_summaries",)
-    ),
-    "year": Target("temporal_year_job", cst_year, (assets.temporal_year_summaries.key,), ("temporal_year_summaries",)),
+    "chunks": Target("temporal_tick_job", cst_day_open, assets.temporal_day_chunks.key, subset=True),
+    "peer_rolls": Target("temporal_tick_job", cst_day_open, assets.temporal_peer_rolls.key, subset=True),
+    "day": Target("temporal_day_job", cst_day, assets.temporal_day_summaries.key),
+    "month": Target("temporal_month_job", cst_month, assets.temporal_month_summaries.key),
+    "year": Target("temporal_year_job", cst_year, assets.temporal_year_summaries.key),
 }
 
 
@@ -91,7 +91,7 @@ def partition_keys(window: str, start: str | None, end: str | None) -> tuple[lis
 
 
 def materialized(instance: DagsterInstance, window: str) -> set[str]:
-    return set(instance.get_materialized_partitions(TARGETS[window].asset_keys[0]))
+    return set(instance.get_materialized_partitions(TARGETS[window].asset_key))
 
 
 def contiguous(all_keys: list[str], chosen: set[str]) -> list[tuple[str, str]]:
@@ -145,7 +145,7 @@ def run_config(
     cfg: dict = {"force_llm": force_llm, "worlds": worlds or [], "as_of": as_of}
     if child_wait_retries is not None:
         cfg["child_wait_retries"] = child_wait_retries
-    return {"ops": {op: {"config": cfg} for op in TARGETS[window].op_names}, **QUIET}
+    return {"ops": {TARGETS[window].op_name: {"config": cfg}}, **QUIET}
 
 
 # Runs started from the CLI log warnings and errors to the console; the instance keeps everything.
@@ -167,7 +167,9 @@ def run_range(
     job = _defs(defs).resolve_job_def(target.job)
     tags = {"memory_pipeline/operation": window}
     started = datetime.now()
-    kwargs = dict(instance=instance, run_config=config, raise_on_error=False, asset_selection=list(target.asset_keys))
+    kwargs = dict(instance=instance, run_config=config, raise_on_error=False)
+    if target.subset:  # selecting an asset in execute_in_process would also select every check of it
+        kwargs["asset_selection"] = [target.asset_key]
     if first == last:
         result = job.execute_in_process(partition_key=first, tags=tags, **kwargs)
     else:

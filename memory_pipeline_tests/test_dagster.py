@@ -373,3 +373,25 @@ def test_new_year_cascade_writes_december_and_the_year(defs, instance, store, ne
         ("w2", "month", date(2025, 12, 1)),
         ("w2", "year", date(2025, 1, 1)),
     ]
+
+
+def test_freshness_checks_flag_a_day_not_written_by_its_deadline(defs, instance):
+    from dagster import AssetSelection, Definitions, define_asset_job
+    from dagster._core.test_utils import freeze_time
+
+    from memory_pipeline.temporal.checks import temporal_freshness_checks
+
+    job = define_asset_job("freshness", selection=AssetSelection.checks(*temporal_freshness_checks))
+    merged = Definitions.merge(defs, Definitions(jobs=[job]))
+
+    def evaluate(at) -> dict:
+        with freeze_time(at):
+            result = merged.resolve_job_def("freshness").execute_in_process(instance=instance, raise_on_error=False)
+        events = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        return {e.event_specific_data.asset_key.path[-1]: e.event_specific_data.passed for e in events}
+
+    key = assets.temporal_day_summaries.key
+    assert evaluate(cst(2026, 1, 15, 3, 0))["temporal_day_summaries"] is False  # 2026-01-14 missing at 03:00
+    instance.report_runless_asset_event(AssetMaterialization(key, partition="2026-01-14"))
+    assert evaluate(cst(2026, 1, 15, 3, 0))["temporal_day_summaries"] is True
+    assert evaluate(cst(2026, 1, 16, 3, 0))["temporal_day_summaries"] is False  # the next night was missed

@@ -25,4 +25,4 @@ def test_production_instance_keeps_runs_in_postgres(tmp_path, monkeypatch, pg_ur
         assert report.success
         (run,) = instance.get_runs()
         assert run.job_name == "temporal_day_job" and run.tags["dagster/partition"] == "2026-03-04"
-        assert "2026-03-04" in instance.get_materialized_partitions(operations.TARGETS["day"].asset_keys[0])
+        assert "2026-03-04" in instance.get_materialized_partitions(operations.TARGETS["day"].asset_key)

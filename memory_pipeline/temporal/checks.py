@@ -2,12 +2,20 @@
 
 from zoneinfo import ZoneInfo
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    MetadataValue,
+    asset_check,
+    build_sensor_for_freshness_checks,
+    build_time_partition_freshness_checks,
+)
 
 from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
 from memory_pipeline.temporal import assets, chunks, summaries
-from memory_pipeline.temporal.partitions import cst_day, cst_day_open, cst_month, cst_year
+from memory_pipeline.temporal.partitions import TZ, cst_day, cst_day_open, cst_month, cst_year
 
 
 def _dates(context: AssetCheckExecutionContext, defn):
@@ -67,3 +75,20 @@ temporal_checks = [
     _period_check(assets.temporal_month_summaries, "month", cst_month),
     _period_check(assets.temporal_year_summaries, "year", cst_year),
 ]
+
+# Staleness is an explicit property: the newest closed window must be materialized by a deadline
+# (the nightly runs start at 00:05 CST and a cascade may wait up to an hour for its children).
+temporal_freshness_checks = [
+    *build_time_partition_freshness_checks(
+        assets=[assets.temporal_day_summaries], deadline_cron="0 2 * * *", timezone=TZ
+    ),
+    *build_time_partition_freshness_checks(
+        assets=[assets.temporal_month_summaries], deadline_cron="0 3 1 * *", timezone=TZ
+    ),
+    *build_time_partition_freshness_checks(
+        assets=[assets.temporal_year_summaries], deadline_cron="0 4 1 1 *", timezone=TZ
+    ),
+]
+temporal_freshness_sensor = build_sensor_for_freshness_checks(
+    freshness_checks=temporal_freshness_checks, name="temporal_freshness_checks_sensor"
+)

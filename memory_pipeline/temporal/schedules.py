@@ -18,26 +18,33 @@ from dagster import (
 
 from memory_pipeline.lib.catchup import catchup_keys
 from memory_pipeline.temporal import assets
+from memory_pipeline.temporal.checks import temporal_freshness_checks
 from memory_pipeline.temporal.partitions import TZ, cst_day, cst_month, cst_year
+
+
+def _without_freshness(selection: AssetSelection) -> AssetSelection:
+    """Freshness checks run from their sensor, not inside every (back)fill run of old partitions."""
+    return selection - AssetSelection.checks(*temporal_freshness_checks)
+
 
 tick_job = define_asset_job(
     "temporal_tick_job",
-    selection=AssetSelection.assets(assets.temporal_day_chunks, assets.temporal_peer_rolls),
+    selection=_without_freshness(AssetSelection.assets(assets.temporal_day_chunks, assets.temporal_peer_rolls)),
     description="The */30 tick: append chunks of closed buckets, then warm peer rolls.",
 )
 day_job = define_asset_job(
     "temporal_day_job",
-    selection=AssetSelection.assets(assets.temporal_day_summaries),
+    selection=_without_freshness(AssetSelection.assets(assets.temporal_day_summaries)),
     description="Per-world day rows of one CST day (or a range).",
 )
 month_job = define_asset_job(
     "temporal_month_job",
-    selection=AssetSelection.assets(assets.temporal_month_summaries),
+    selection=_without_freshness(AssetSelection.assets(assets.temporal_month_summaries)),
     description="Cascade: per-world month rows from the month's day rows.",
 )
 year_job = define_asset_job(
     "temporal_year_job",
-    selection=AssetSelection.assets(assets.temporal_year_summaries),
+    selection=_without_freshness(AssetSelection.assets(assets.temporal_year_summaries)),
     description="Cascade: per-world year rows from the year's month rows.",
 )
 system_rolls_job = define_asset_job(
