@@ -1,5 +1,6 @@
 """Asset checks: every figure audits down to its ledger lines, and nothing is in the future."""
 
+import warnings
 from zoneinfo import ZoneInfo
 
 from dagster import (
@@ -11,6 +12,7 @@ from dagster import (
     build_sensor_for_freshness_checks,
     build_time_partition_freshness_checks,
 )
+from dagster._utils.warnings import SupersessionWarning
 
 from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
@@ -78,17 +80,21 @@ temporal_checks = [
 
 # Staleness is an explicit property: the newest closed window must be materialized by a deadline
 # (the nightly runs start at 00:05 CST and a cascade may wait up to an hour for its children).
-temporal_freshness_checks = [
-    *build_time_partition_freshness_checks(
-        assets=[assets.temporal_day_summaries], deadline_cron="0 2 * * *", timezone=TZ
-    ),
-    *build_time_partition_freshness_checks(
-        assets=[assets.temporal_month_summaries], deadline_cron="0 3 1 * *", timezone=TZ
-    ),
-    *build_time_partition_freshness_checks(
-        assets=[assets.temporal_year_summaries], deadline_cron="0 4 1 1 *", timezone=TZ
-    ),
-]
-temporal_freshness_sensor = build_sensor_for_freshness_checks(
-    freshness_checks=temporal_freshness_checks, name="temporal_freshness_checks_sensor"
-)
+# Dagster now prefers FreshnessPolicy, which looks at the last materialization of any partition: a
+# backfill of old days would hide a missed night. These checks look at the newest partition itself.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", category=SupersessionWarning)
+    temporal_freshness_checks = [
+        *build_time_partition_freshness_checks(
+            assets=[assets.temporal_day_summaries], deadline_cron="0 2 * * *", timezone=TZ
+        ),
+        *build_time_partition_freshness_checks(
+            assets=[assets.temporal_month_summaries], deadline_cron="0 3 1 * *", timezone=TZ
+        ),
+        *build_time_partition_freshness_checks(
+            assets=[assets.temporal_year_summaries], deadline_cron="0 4 1 1 *", timezone=TZ
+        ),
+    ]
+    temporal_freshness_sensor = build_sensor_for_freshness_checks(
+        freshness_checks=temporal_freshness_checks, name="temporal_freshness_checks_sensor"
+    )
