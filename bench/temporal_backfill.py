@@ -58,6 +58,8 @@ TOPICS = [
 
 
 def generate(path: Path, n_messages: int, seed: int = 11) -> int:
+    from memory_pipeline.lib.ingest import event_line
+
     rng = random.Random(seed)
     tz = ZoneInfo("Asia/Shanghai")
     days = [date(YEAR, 1, 1) + timedelta(days=i) for i in range(365)]
@@ -74,20 +76,16 @@ def generate(path: Path, n_messages: int, seed: int = 11) -> int:
                     conv = f"bw{w}-{d:%Y%m%d}-{i % 2}"
                     at += timedelta(minutes=rng.randint(1, 20))
                     a, b = rng.sample(TOPICS, 2)
-                    fh.write(
-                        json.dumps(
-                            {
-                                "message_id": f"b-{w}-{d:%Y%m%d}-{i}",
-                                "world_id": f"bench-w{w}",
-                                "conversation_id": conv,
-                                "platform": platforms[i % 2],
-                                "role": "user" if i // 2 % 2 == 0 else "assistant",
-                                "content": f"Talking about {a} and {b}, item {i}.",
-                                "timestamp": at.isoformat(),
-                            }
-                        )
-                        + "\n"
+                    line = event_line(
+                        f"b-{w}-{d:%Y%m%d}-{i}",
+                        f"bench-w{w}",
+                        conv,
+                        "user" if i // 2 % 2 == 0 else "assistant",
+                        f"Talking about {a} and {b}, item {i}.",
+                        at,
+                        platform=platforms[i % 2],
                     )
+                    fh.write(json.dumps(line) + "\n")
                     n += 1
     return n
 

@@ -68,15 +68,3 @@ def store_counts(store: Store) -> dict[str, int]:
             "chunks": conn.execute(select(func.count()).select_from(temporal_day_chunks)).scalar_one(),
             "summaries": conn.execute(select(func.count()).select_from(temporal_summaries)).scalar_one(),
         }
-
-
-def latest_rows(store: Store, world_id: str, window: str, limit: int = 5) -> list[dict]:
-    t = temporal_summaries.c
-    q = (
-        select(t.period_start, t.content, t.empty_reason, t.source_count)
-        .where(t.world_id == world_id, t.window == window)
-        .order_by(t.period_start.desc())
-        .limit(limit)
-    )
-    with store.connect() as conn:
-        return [dict(r) for r in conn.execute(q).mappings()]

@@ -18,7 +18,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 warnings.filterwarnings("ignore", module="dagster")
 
 from memory_pipeline.lib.cache import _PROCESS_CACHE, RollCache  # noqa: E402
-from memory_pipeline.lib.ingest import ingest_file  # noqa: E402
+from memory_pipeline.lib.ingest import event_line, ingest_file  # noqa: E402
 from memory_pipeline.lib.llm import LLMClient  # noqa: E402
 from memory_pipeline.lib.settings import TemporalSummaryConfig  # noqa: E402
 from memory_pipeline.lib.store import Store, make_engine  # noqa: E402
@@ -93,17 +93,8 @@ def event(
     tool_calls=None,
     mid: str | None = None,
 ) -> dict:
-    return {
-        "message_id": mid or f"{conv}-{at.isoformat()}-{role}-{abs(hash(content)) % 10**8}",
-        "world_id": world,
-        "conversation_id": conv,
-        "platform": platform,
-        "debug": debug,
-        "role": role,
-        "content": content,
-        "tool_calls": tool_calls,
-        "timestamp": at.isoformat(),
-    }
+    mid = mid or f"{conv}-{at.isoformat()}-{role}-{abs(hash(content)) % 10**8}"
+    return event_line(mid, world, conv, role, content, at, platform=platform, debug=debug, tool_calls=tool_calls)
 
 
 @pytest.fixture

@@ -51,19 +51,6 @@ def test_expected_periods_never_reach_the_open_window():
     ]
 
 
-@pytest.mark.parametrize(
-    "today,expected",
-    [
-        (date(2026, 1, 1), [("month", date(2025, 12, 1)), ("year", date(2025, 1, 1))]),
-        (date(2026, 2, 1), [("month", date(2026, 1, 1))]),
-        (date(2026, 2, 2), []),
-        (date(2025, 3, 1), [("month", date(2025, 2, 1))]),
-    ],
-)
-def test_cascade_targets(today, expected):
-    assert tu.cascade_targets(today) == expected
-
-
 def test_inclusion_rules():
     assert logic.is_eligible_conversation("local", False)
     assert logic.is_eligible_conversation("remote:coding", False)

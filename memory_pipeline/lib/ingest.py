@@ -37,6 +37,32 @@ MAX_ID_CHARS = 128
 FUTURE_TOLERANCE = timedelta(minutes=1)
 
 
+def event_line(
+    message_id: str,
+    world_id: str,
+    conversation_id: str,
+    role: str,
+    content: str,
+    at: datetime,
+    *,
+    platform: str = "local",
+    debug: bool = False,
+    tool_calls: list | None = None,
+) -> dict:
+    """One line of the ingestion format (what the sample, the benchmark and the tests write)."""
+    return {
+        "message_id": message_id,
+        "world_id": world_id,
+        "conversation_id": conversation_id,
+        "platform": platform,
+        "debug": debug,
+        "role": role,
+        "content": content,
+        "tool_calls": tool_calls,
+        "timestamp": at.isoformat(),
+    }
+
+
 @dataclass(frozen=True)
 class LineError:
     source: str

@@ -9,6 +9,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from memory_pipeline.lib.ingest import event_line
+
 WORLDS = {
     "aria": ["garden", "tomatoes", "compost", "watering", "seedlings", "greenhouse", "harvest"],
     "bolt": ["refactor", "database", "migration", "deploy", "pipeline", "benchmark", "latency"],
@@ -39,18 +41,23 @@ def generate(
         nonlocal counter
         counter += 1
         lines.append(
-            {
-                "message_id": f"sample-{counter:07d}",
-                "world_id": world,
-                "conversation_id": conv,
-                "platform": platform,
-                "debug": debug,
-                "role": role,
-                "content": content,
-                "tool_calls": tool_calls,
-                "timestamp": at.isoformat(),
-            }
+            event_line(
+                f"sample-{counter:07d}",
+                world,
+                conv,
+                role,
+                content,
+                at,
+                platform=platform,
+                debug=debug,
+                tool_calls=tool_calls,
+            )
         )
+
+    def add_tool_turn(world, conv, platform, at, name, arguments, result):
+        """An empty assistant turn with tool_calls and the tool's answer: never material."""
+        add(world, conv, platform, False, "assistant", "", at, [{"name": name, "arguments": arguments}])
+        add(world, conv, platform, False, "tool", result, at + timedelta(seconds=1))
 
     for w_index, (world, topics) in enumerate(WORLDS.items()):
         day = start + timedelta(days=w_index * 9)  # worlds start on different days
@@ -64,34 +71,15 @@ def generate(
                 at = datetime(day.year, day.month, day.day, hour, rng.randint(0, 50), tzinfo=zone)
                 kind = rng.random()
                 if kind < 0.08 and not is_read_day:  # tool-only turns: no material
-                    add(
-                        world,
-                        conv,
-                        platform,
-                        False,
-                        "assistant",
-                        "",
-                        at,
-                        [{"name": "search", "arguments": {"q": topics[0]}}],
-                    )
-                    add(world, conv, platform, False, "tool", '{"results": 3}', at + timedelta(seconds=5))
+                    add_tool_turn(world, conv, platform, at, "search", {"q": topics[0]}, '{"results": 3}')
                     continue
                 for t in range(rng.randint(2, 8)):
                     at += timedelta(minutes=rng.randint(1, 9))
                     role = "user" if t % 2 == 0 else "assistant"
                     add(world, conv, platform, False, role, _sentence(rng, topics), at)
                     if role == "assistant" and rng.random() < 0.2:
-                        add(
-                            world,
-                            conv,
-                            platform,
-                            False,
-                            "assistant",
-                            "",
-                            at + timedelta(seconds=2),
-                            [{"name": "lookup", "arguments": {"topic": rng.choice(topics)}}],
-                        )
-                        add(world, conv, platform, False, "tool", "ok", at + timedelta(seconds=3))
+                        lookup = {"topic": rng.choice(topics)}
+                        add_tool_turn(world, conv, platform, at + timedelta(seconds=2), "lookup", lookup, "ok")
             if rng.random() < 0.15:  # excluded: debug and cron conversations
                 at = datetime(day.year, day.month, day.day, 23, 5, tzinfo=zone)
                 add(world, f"{world}-{day:%Y%m%d}-debug", "local", True, "user", "debug: dump state of the cache", at)

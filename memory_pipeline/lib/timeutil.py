@@ -126,14 +126,3 @@ def expected_periods(window: str, first: date, last: date, today: date) -> list[
         else:
             cur = date(cur.year + 1, 1, 1)
     return out
-
-
-def cascade_targets(today: date) -> list[tuple[str, date]]:
-    """What the cascade writes when it runs on ``today`` (seed: on the 1st the previous month,
-    on 1 January also the previous year). 2026-01-01 -> [("month", 2025-12-01), ("year", 2025-01-01)]."""
-    if today.day != 1:
-        return []
-    out = [("month", prev_month(today))]
-    if today.month == 1:
-        out.append(("year", date(today.year - 1, 1, 1)))
-    return out

@@ -61,10 +61,9 @@ def watermark_gate(watermark_at: datetime | None, day: date, tz: ZoneInfo) -> da
 
 
 def after_gate(at: datetime, watermark_at: datetime | None, day: date, tz: ZoneInfo) -> bool:
+    gate = watermark_gate(watermark_at, day, tz)
     # The day start is inclusive; a watermark is the last message already summarized, so exclusive.
-    if watermark_at is not None and watermark_at >= day_start(day, tz):
-        return at > watermark_at
-    return at >= day_start(day, tz)
+    return at > gate if gate == watermark_at else at >= gate
 
 
 @dataclass(frozen=True)
