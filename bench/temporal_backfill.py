@@ -58,7 +58,7 @@ TOPICS = [
 
 
 def generate(path: Path, n_messages: int, seed: int = 11) -> int:
-    from memory_pipeline.lib.ingest import event_line
+    from memory_pipeline.events.ingest import event_line
 
     rng = random.Random(seed)
     tz = ZoneInfo("Asia/Shanghai")
@@ -127,7 +127,7 @@ def backfill(defs, instance, per_partition: bool, force_llm: bool = False) -> fl
 
 
 def ok_calls(store) -> int:
-    from memory_pipeline.lib.store.schema import llm_ledger
+    from memory_pipeline.lib.store.tables import llm_ledger
 
     with store.connect() as conn:
         return conn.execute(
@@ -136,7 +136,7 @@ def ok_calls(store) -> int:
 
 
 def non_empty_pairs(store) -> int:
-    from memory_pipeline.lib.store.schema import temporal_summaries
+    from memory_pipeline.temporal.tables import temporal_summaries
 
     with store.connect() as conn:
         return conn.execute(
@@ -152,9 +152,9 @@ def main() -> None:
     from dagster import DagsterInstance
 
     from memory_pipeline.definitions import build_defs
-    from memory_pipeline.lib.ingest import ingest_file
+    from memory_pipeline.events.ingest import ingest_file
     from memory_pipeline.lib.store import Store
-    from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource, RollCacheResource
+    from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
 
     out = Path(__file__).resolve().parent / "out"
     out.mkdir(exist_ok=True)
@@ -178,7 +178,7 @@ def main() -> None:
             return build_defs(
                 {
                     "memory_store": MemoryStoreResource(database_url=url(schema)),
-                    "roll_cache": RollCacheResource(redis_url=""),
+                    "kv_cache": CacheResource(redis_url=""),
                     "llm": LLMResource(),
                     "memory_config": MemoryConfigResource(),
                 }

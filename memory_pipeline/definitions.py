@@ -1,35 +1,45 @@
-"""The code location: every domain's assets, checks, jobs, schedules and sensors."""
+"""The code location: merges every domain's Definitions and injects the resources."""
 
 from __future__ import annotations
 
-from dagster import Definitions
+import warnings
+from typing import Any
 
+from dagster import AssetSpec, Definitions
+
+from memory_pipeline.defs.events.definitions import defs as events_defs
+from memory_pipeline.defs.temporal.definitions import defs as temporal_defs
+from memory_pipeline.defs.temporal.resources import temporal_resources
 from memory_pipeline.resources import default_resources
-from memory_pipeline.temporal.assets import raw_conversation_events, temporal_assets
-from memory_pipeline.temporal.checks import temporal_checks, temporal_freshness_checks, temporal_freshness_sensor
-from memory_pipeline.temporal.resources import TemporalResource
-from memory_pipeline.temporal.schedules import temporal_jobs, temporal_schedules
-from memory_pipeline.temporal.sensors import temporal_sensors
+
+STORE_TAG = "memory_pipeline/store"
 
 
-def build_defs(resources: dict | None = None) -> Definitions:
-    """The code location; tests pass their own shared resources (a schema on PostgreSQL, Redis db 15).
-    Each domain's resource is composed from the shared ones."""
-    resources = dict(resources if resources is not None else default_resources())
-    resources["temporal"] = TemporalResource(
-        memory_store=resources["memory_store"],
-        roll_cache=resources["roll_cache"],
-        llm=resources["llm"],
-        memory_config=resources["memory_config"],
+def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
+    """Tests pass their own shared resources (a schema on PostgreSQL, Redis db 15); each domain's
+    resource is composed from the shared ones."""
+    shared = dict(resources if resources is not None else default_resources())
+    store_kind = shared["memory_store"].kind
+
+    def with_store_kind(spec: AssetSpec) -> AssetSpec:
+        # kinds name the real technology of the store behind an asset: postgres or sqlite.
+        if STORE_TAG not in spec.tags:
+            return spec
+        tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
+        return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
+
+    merged = Definitions.merge(events_defs, temporal_defs)
+    located = Definitions(
+        assets=[*(merged.assets or [])],
+        asset_checks=merged.asset_checks,
+        jobs=merged.jobs,
+        schedules=merged.schedules,
+        sensors=merged.sensors,
+        resources={**shared, **temporal_resources(shared)},
     )
-    return Definitions(
-        assets=[raw_conversation_events, *temporal_assets],
-        asset_checks=[*temporal_checks, *temporal_freshness_checks],
-        jobs=temporal_jobs,
-        schedules=temporal_schedules,
-        sensors=[*temporal_sensors, temporal_freshness_sensor],
-        resources=resources,
-    )
+    with warnings.catch_warnings():  # map_asset_specs is marked preview; its behaviour here is tested
+        warnings.simplefilter("ignore")
+        return located.map_asset_specs(func=with_store_kind)
 
 
 defs = build_defs()

@@ -1,31 +1,47 @@
-"""Dagster resources: thin wrappers that hand the plain lib objects to the assets."""
+"""Shared Dagster resources: thin wrappers that hand the plain lib objects to the assets.
 
-import os
+URLs and keys come in as ``dg.EnvVar``: the UI and GraphQL show the variable's name, never its
+value. An unset variable leaves the field empty, which means the embedded default."""
 
-from dagster import ConfigurableResource
+from __future__ import annotations
 
+from typing import Any
+
+from dagster import ConfigurableResource, EnvVar
+from pydantic import Field
+
+from memory_pipeline import domains
 from memory_pipeline.lib import settings
-from memory_pipeline.lib.cache import RollCache
+from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.migrate import ensure_schema
 
 
 class MemoryStoreResource(ConfigurableResource):
-    """The operational store: SQLite under data/ by default, PostgreSQL by MEMORY_DATABASE_URL."""
+    """The operational store: SQLite under data/ by default, PostgreSQL by MEMORY_DATABASE_URL.
+    The schema is brought to the migrations' head on first use (under a lock)."""
 
-    database_url: str
+    database_url: str = Field("", description="SQLAlchemy URL; empty: SQLite under data/")
 
     def store(self) -> Store:
-        return Store(self.database_url)
+        store = Store(self.database_url or settings.default_sqlite_url())
+        ensure_schema(store, domains.version_locations())
+        return store
+
+    @property
+    def kind(self) -> str:
+        """The technology, for asset kinds: postgres or sqlite."""
+        return Store.kind_of(self.database_url or settings.default_sqlite_url())
 
 
-class RollCacheResource(ConfigurableResource):
+class CacheResource(ConfigurableResource):
     """Redis by REDIS_URL, with the in-process fallback when it is unset or unreachable."""
 
-    redis_url: str = ""
+    redis_url: str = Field("", description="redis://host:6379/0; empty: the in-process cache")
 
-    def cache(self) -> RollCache:
-        return RollCache(self.redis_url or None)
+    def cache(self) -> KVCache:
+        return KVCache(self.redis_url or None)
 
 
 class LLMResource(ConfigurableResource):
@@ -56,28 +72,34 @@ class LLMResource(ConfigurableResource):
 
 
 class MemoryConfigResource(ConfigurableResource):
-    """``memory.*`` settings (file in MEMORY_CONFIG_FILE) and the calendar zone."""
+    """The ``memory.*`` config file (MEMORY_CONFIG_FILE) and the calendar zone; each domain reads
+    its own section from the file."""
 
     config_file: str = ""
     timezone: str = "Asia/Shanghai"
 
-    def memory(self) -> settings.MemoryConfig:
-        return settings.load_memory_config(self.config_file or None)
+    def path(self) -> str | None:
+        return self.config_file or None
 
 
-def default_resources() -> dict:
+def _env(name: str) -> Any:
+    return EnvVar(name) if settings.env(name) else ""
+
+
+def default_resources() -> dict[str, Any]:
     """Resources from the environment; nothing set means the embedded default."""
+    model = settings.env(settings.ENV_LLM_MODEL)
     return {
-        "memory_store": MemoryStoreResource(database_url=settings.database_url()),
-        "roll_cache": RollCacheResource(redis_url=settings.redis_url() or ""),
+        "memory_store": MemoryStoreResource(database_url=_env(settings.ENV_DATABASE_URL)),
+        "kv_cache": CacheResource(redis_url=_env(settings.ENV_REDIS_URL)),
         "llm": LLMResource(
-            model=os.environ.get("MEMORY_LLM_MODEL", settings.OFFLINE_MODEL),
-            api_base=os.environ.get("MEMORY_LLM_API_BASE", ""),
-            api_key=os.environ.get("MEMORY_LLM_API_KEY", ""),
-            timeout_seconds=float(os.environ.get("MEMORY_LLM_TIMEOUT_SECONDS", "60")),
-            max_retries=int(os.environ.get("MEMORY_LLM_MAX_RETRIES", "3")),
+            model=EnvVar(settings.ENV_LLM_MODEL) if model else settings.OFFLINE_MODEL,
+            api_base=_env(settings.ENV_LLM_API_BASE),
+            api_key=_env(settings.ENV_LLM_API_KEY),
+            timeout_seconds=settings.llm_timeout_seconds(),
+            max_retries=settings.llm_max_retries(),
         ),
         "memory_config": MemoryConfigResource(
-            config_file=os.environ.get("MEMORY_CONFIG_FILE", ""), timezone=settings.timezone_name()
+            config_file=_env(settings.ENV_CONFIG_FILE), timezone=settings.timezone_name()
         ),
     }

@@ -17,11 +17,13 @@ from sqlalchemy import create_engine, text
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 warnings.filterwarnings("ignore", module="dagster")
 
-from memory_pipeline.lib.cache import _PROCESS_CACHE, RollCache  # noqa: E402
-from memory_pipeline.lib.ingest import event_line, ingest_file  # noqa: E402
+from memory_pipeline import domains  # noqa: E402
+from memory_pipeline.events.ingest import event_line, ingest_file  # noqa: E402
+from memory_pipeline.lib.cache import _PROCESS_CACHE, KVCache  # noqa: E402
 from memory_pipeline.lib.llm import LLMClient  # noqa: E402
-from memory_pipeline.lib.settings import TemporalSummaryConfig  # noqa: E402
 from memory_pipeline.lib.store import Store, make_engine  # noqa: E402
+from memory_pipeline.lib.store.migrate import ensure_schema, forget_checked  # noqa: E402
+from memory_pipeline.temporal.config import TemporalSummaryConfig  # noqa: E402
 from memory_pipeline.temporal.context import TemporalContext  # noqa: E402
 
 PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
@@ -44,6 +46,7 @@ def pg_url():
     engine = make_engine(url)
     engine.dispose()
     make_engine.cache_clear()
+    forget_checked()
     with admin.begin() as conn:
         conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
     admin.dispose()
@@ -51,7 +54,9 @@ def pg_url():
 
 @pytest.fixture
 def store(pg_url) -> Store:
-    return Store(pg_url)
+    store = Store(pg_url)
+    ensure_schema(store, domains.version_locations())
+    return store
 
 
 @pytest.fixture
@@ -78,7 +83,7 @@ def cfg() -> TemporalSummaryConfig:
 
 @pytest.fixture
 def ctx(store, redis_url, cfg) -> TemporalContext:
-    return TemporalContext(store, LLMClient(store), RollCache(redis_url), cfg, CST)
+    return TemporalContext(store, LLMClient(store), KVCache(redis_url), cfg, CST)
 
 
 def event(

@@ -1,6 +1,6 @@
-"""Disposable roll cache: Redis when reachable, an in-process dict otherwise.
+"""A disposable key-value cache: Redis when reachable, an in-process dict otherwise.
 
-Seed 000 treats peer and system rolls as a discardable cache ("Redis 缓存层 + 进程内回退"): losing
+Seed 000 treats its rolls as such a discardable cache ("Redis 缓存层 + 进程内回退"): losing
 Redis must never fail the pipeline, it only costs warm-ups.
 """
 
@@ -60,7 +60,7 @@ class InProcessCache:
 _PROCESS_CACHE = InProcessCache()
 
 
-class RollCache:
+class KVCache:
     """JSON values under string keys with TTLs. ``backend`` tells which store answered last."""
 
     def __init__(self, redis_url: str | None = None, fallback: InProcessCache | None = None):

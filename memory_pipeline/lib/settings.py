@@ -1,91 +1,170 @@
-"""Settings from the environment and the optional memory config file.
+"""The one place the environment is read, and the strict loader of ``memory.<section>`` config.
 
 The embedded default needs nothing: SQLite under ``data/``, an in-process cache and the offline
-model. Production sets ``MEMORY_DATABASE_URL``, ``REDIS_URL`` and ``MEMORY_LLM_MODEL``.
+model. Production sets ``MEMORY_DATABASE_URL``, ``REDIS_URL`` and ``MEMORY_LLM_MODEL``. Each domain
+declares its section as a frozen dataclass and loads it with :func:`load_section`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass, field, fields, replace
+import types
+import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OFFLINE_MODEL = "offline/deterministic-headline-v1"
 
+# Names of the variables resources read through dg.EnvVar: the UI shows the name, never the value.
+ENV_DATABASE_URL = "MEMORY_DATABASE_URL"
+ENV_REDIS_URL = "REDIS_URL"
+ENV_LLM_MODEL = "MEMORY_LLM_MODEL"
+ENV_LLM_API_BASE = "MEMORY_LLM_API_BASE"
+ENV_LLM_API_KEY = "MEMORY_LLM_API_KEY"
+ENV_CONFIG_FILE = "MEMORY_CONFIG_FILE"
+
+
+class ConfigError(ValueError):
+    """A setting or config key with a wrong value; the message names the key."""
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
 
 def data_dir() -> Path:
-    return Path(os.environ.get("MEMORY_DATA_DIR", REPO_ROOT / "data"))
+    return Path(env("MEMORY_DATA_DIR") or REPO_ROOT / "data")
 
 
-def database_url() -> str:
-    url = os.environ.get("MEMORY_DATABASE_URL")
-    if url:
-        return url
+def default_sqlite_url() -> str:
     path = data_dir() / "memory.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
 
 
+def database_url() -> str:
+    return env(ENV_DATABASE_URL) or default_sqlite_url()
+
+
 def redis_url() -> str | None:
-    return os.environ.get("REDIS_URL") or None
+    return env(ENV_REDIS_URL)
+
+
+def config_file() -> str | None:
+    return env(ENV_CONFIG_FILE)
 
 
 def timezone_name() -> str:
-    return os.environ.get("MEMORY_TIMEZONE", "Asia/Shanghai")
+    name = env("MEMORY_TIMEZONE", "Asia/Shanghai") or "Asia/Shanghai"
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"MEMORY_TIMEZONE: unknown time zone {name!r}") from None
+    return name
 
 
 def partition_start() -> str:
     """First day of the partitioned history (YYYY-MM-DD); the LoCoMo data starts in 2022."""
-    return os.environ.get("MEMORY_PARTITION_START", "2022-01-01")
+    value = env("MEMORY_PARTITION_START", "2022-01-01") or "2022-01-01"
+    try:
+        import datetime as _dt
+
+        _dt.date.fromisoformat(value)
+    except ValueError:
+        raise ConfigError(f"MEMORY_PARTITION_START: {value!r} is not a date (YYYY-MM-DD)") from None
+    return value
 
 
-@dataclass(frozen=True)
-class TemporalSummaryConfig:
-    """``memory.temporal_summary`` (seed 000). Caps are prompt targets; output is hard-cut at
-    ceil(max_chars * 1.5) (lib.text.hard_cut)."""
-
-    enabled: bool = True
-    chunk_max_chars: int = 50
-    peer_roll_max_chars: int = 100
-    global_day_max_chars: int = 100
-    month_max_chars: int = 100
-    year_max_chars: int = 100
-    system_prompt_max_chars: int = 1500
-    redis_key_prefix: str = "anima:temporal"
-    peer_roll_ttl_seconds: int = 36 * 3600
-    # Material sent to one day summary call; longer days keep their newest lines.
-    day_material_max_chars: int = 12000
-
-    def validate(self) -> TemporalSummaryConfig:
-        for f in fields(self):
-            if f.name.endswith("_chars") or f.name.endswith("_seconds"):
-                value = getattr(self, f.name)
-                if not isinstance(value, int) or value <= 0:
-                    raise ValueError(f"memory.temporal_summary.{f.name} must be a positive integer, got {value!r}")
-        if not self.redis_key_prefix:
-            raise ValueError("memory.temporal_summary.redis_key_prefix must not be empty")
-        return self
+def llm_timeout_seconds() -> float:
+    return _number("MEMORY_LLM_TIMEOUT_SECONDS", "60", float)
 
 
-@dataclass(frozen=True)
-class MemoryConfig:
-    temporal_summary: TemporalSummaryConfig = field(default_factory=TemporalSummaryConfig)
+def llm_max_retries() -> int:
+    return int(_number("MEMORY_LLM_MAX_RETRIES", "3", int))
 
 
-def load_memory_config(path: str | os.PathLike | None = None) -> MemoryConfig:
-    """Read ``memory.temporal_summary`` from YAML (``MEMORY_CONFIG_FILE``); unknown keys are errors."""
-    path = path or os.environ.get("MEMORY_CONFIG_FILE")
+def _number(name: str, default: str, kind: type) -> Any:
+    raw = env(name, default) or default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: {raw!r} is not a number") from None
+    if value < 0:
+        raise ConfigError(f"{name}: must not be negative, got {raw!r}")
+    return value
+
+
+T = TypeVar("T")
+
+
+def _check_type(key: str, value: Any, annotation: Any) -> None:
+    """YAML is loose (``'no'`` is a string, ``true`` is an int to Python): accept exactly the
+    declared type, naming the key otherwise."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if any(_matches(value, a) for a in typing.get_args(annotation)):
+            return
+    elif _matches(value, annotation):
+        return
+    want = getattr(annotation, "__name__", str(annotation))
+    raise ConfigError(f"{key}: expected {want}, got {type(value).__name__} {value!r}")
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    return isinstance(value, annotation) if isinstance(annotation, type) else True
+
+
+def load_section(section: str, cls: type[T], path: str | os.PathLike[str] | None = None) -> T:
+    """``memory.<section>`` of the YAML file (``MEMORY_CONFIG_FILE``) as ``cls``, a frozen
+    dataclass whose fields carry the defaults. Unknown keys and wrong types are errors naming
+    ``file: memory.<section>.<key>``; a missing file or section gives the defaults."""
+    path = path or config_file()
     if not path:
-        return MemoryConfig()
-    with open(path, encoding="utf-8") as fh:
-        doc: dict[str, Any] = yaml.safe_load(fh) or {}
-    section = (doc.get("memory") or {}).get("temporal_summary") or {}
-    known = {f.name for f in fields(TemporalSummaryConfig)}
-    unknown = sorted(set(section) - known)
+        return cls()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if doc is None:
+        return cls()
+    if not isinstance(doc, dict) or not isinstance(doc.get("memory", {}) or {}, dict):
+        raise ConfigError(f"{path}: expected a mapping with a 'memory' key at the top")
+    raw = (doc.get("memory") or {}).get(section)
+    if raw is None:
+        return cls()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: memory.{section} must be a mapping, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - set(fields))
     if unknown:
-        raise ValueError(f"{path}: unknown keys in memory.temporal_summary: {', '.join(unknown)}")
-    return MemoryConfig(temporal_summary=replace(TemporalSummaryConfig(), **section).validate())
+        raise ConfigError(f"{path}: unknown key(s) in memory.{section}: {', '.join(map(str, unknown))}")
+    hints = typing.get_type_hints(cls)
+    for key, value in raw.items():
+        _check_type(f"{path}: memory.{section}.{key}", value, hints[key])
+    value = cls(**raw)
+    validate = getattr(value, "validate", None)
+    if validate is not None:
+        try:
+            validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    return value

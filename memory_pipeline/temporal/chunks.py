@@ -12,10 +12,10 @@ from sqlalchemy import func, select
 
 from memory_pipeline.lib.llm import LLMHardFailure
 from memory_pipeline.lib.store import Store, upsert
-from memory_pipeline.lib.store.schema import temporal_day_chunks
 from memory_pipeline.lib.timeutil import bucket_end, day_bounds, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize
+from memory_pipeline.temporal.tables import temporal_day_chunks
 
 
 @dataclass

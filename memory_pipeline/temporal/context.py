@@ -9,14 +9,14 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 
-from memory_pipeline.lib.cache import RollCache
+from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient, LLMRequest
-from memory_pipeline.lib.settings import TemporalSummaryConfig
 from memory_pipeline.lib.store import Store
-from memory_pipeline.lib.store.schema import conversations, messages, worlds
+from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import truncate
 from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.temporal import prompts
+from memory_pipeline.temporal.config import TemporalSummaryConfig
 
 MESSAGE_LINE_MAX_CHARS = 300
 
@@ -25,7 +25,7 @@ MESSAGE_LINE_MAX_CHARS = 300
 class TemporalContext:
     store: Store
     llm: LLMClient
-    cache: RollCache
+    cache: KVCache
     cfg: TemporalSummaryConfig
     tz: ZoneInfo
     force_llm: bool = False  # bypass cached answers (fresh calls)

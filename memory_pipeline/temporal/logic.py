@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from enum import StrEnum
 from zoneinfo import ZoneInfo
 
+from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.text import hard_cap, short_hash, truncate
 from memory_pipeline.lib.timeutil import (
     bucket_end,
@@ -18,10 +20,10 @@ from memory_pipeline.lib.timeutil import (
     month_start,
 )
 
-WINDOWS = ("day", "month", "year")
+WINDOWS = tuple(Window)
 
 
-class EmptyReason:
+class EmptyReason(StrEnum):
     """Why a placeholder row (content "", source_count usually 0) was written."""
 
     NO_SESSIONS = "no_sessions"  # no eligible conversation had a message that day
@@ -30,17 +32,27 @@ class EmptyReason:
     NO_DAYS = "no_days"  # a month without non-empty day rows
     NO_MONTHS = "no_months"  # a year without non-empty month rows
 
-    ALL = (NO_SESSIONS, EMPTY, EMPTY_SUMMARY, NO_DAYS, NO_MONTHS)
+
+class RollKind(StrEnum):
+    """The three system-roll slots of the <temporal_summary> block, near to far."""
+
+    PAST_DAYS = "past_days"
+    PAST_MONTHS = "past_months"
+    PAST_YEARS = "past_years"
 
 
 # disabled, a cascade with no trigger and an LLM hard failure write nothing at all.
-CHILD_EMPTY_REASON = {"month": EmptyReason.NO_DAYS, "year": EmptyReason.NO_MONTHS}
-CHILD_WINDOW = {"month": "day", "year": "month"}
+CHILD_EMPTY_REASON = {Window.MONTH: EmptyReason.NO_DAYS, Window.YEAR: EmptyReason.NO_MONTHS}
+CHILD_WINDOW = {Window.MONTH: Window.DAY, Window.YEAR: Window.MONTH}
 
-SYS_ROLL_KINDS = ("past_days", "past_months", "past_years")
-SYS_ROLL_TTL_SECONDS = {"past_days": 86400, "past_months": 31 * 86400, "past_years": 366 * 86400}
-SYS_ROLL_WINDOW = {"past_days": "day", "past_months": "month", "past_years": "year"}
-SYS_ROLL_LABEL = {"past_days": "Past days", "past_months": "Past months", "past_years": "Past years"}
+SYS_ROLL_KINDS = tuple(RollKind)
+SYS_ROLL_TTL_SECONDS = {RollKind.PAST_DAYS: 86400, RollKind.PAST_MONTHS: 31 * 86400, RollKind.PAST_YEARS: 366 * 86400}
+SYS_ROLL_WINDOW = {RollKind.PAST_DAYS: Window.DAY, RollKind.PAST_MONTHS: Window.MONTH, RollKind.PAST_YEARS: Window.YEAR}
+SYS_ROLL_LABEL = {
+    RollKind.PAST_DAYS: "Past days",
+    RollKind.PAST_MONTHS: "Past months",
+    RollKind.PAST_YEARS: "Past years",
+}
 PEER_MESSAGE_NAME = "temporal_summary_peers"
 
 

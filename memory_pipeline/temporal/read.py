@@ -9,13 +9,14 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 
-from memory_pipeline.lib.cache import RollCache
-from memory_pipeline.lib.settings import TemporalSummaryConfig
+from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.store import Store, upsert
-from memory_pipeline.lib.store.schema import conversations, inbox, messages, warmup_requests
+from memory_pipeline.lib.store.tables import conversations, inbox, messages
 from memory_pipeline.lib.timeutil import bucket_end, bucket_label, day_bounds, local_date, require_aware, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.chunks import closed_bucket_chunks
+from memory_pipeline.temporal.config import TemporalSummaryConfig
+from memory_pipeline.temporal.tables import warmup_requests
 
 
 @dataclass
@@ -31,7 +32,7 @@ class TemporalView:
 
 
 def system_block(
-    store: Store, cache: RollCache, cfg: TemporalSummaryConfig, world_id: str, at: datetime, tz: ZoneInfo
+    store: Store, cache: KVCache, cfg: TemporalSummaryConfig, world_id: str, at: datetime, tz: ZoneInfo
 ) -> tuple[logic.SystemBlock, dict[str, str | None]]:
     today = local_date(require_aware(at, "at"), tz)
     rolls: dict[str, str | None] = {}
@@ -66,7 +67,7 @@ def system_block(
 
 def peer_messages(
     store: Store,
-    cache: RollCache,
+    cache: KVCache,
     cfg: TemporalSummaryConfig,
     world_id: str,
     viewer_conversation_id: str | None,
@@ -132,7 +133,7 @@ def peer_messages(
 
 def temporal_view(
     store: Store,
-    cache: RollCache,
+    cache: KVCache,
     cfg: TemporalSummaryConfig,
     world_id: str,
     viewer_conversation_id: str | None,

@@ -11,13 +11,13 @@ from datetime import date, datetime
 from sqlalchemy import func, select
 
 from memory_pipeline.lib.llm import LLMHardFailure
-from memory_pipeline.lib.settings import TemporalSummaryConfig
 from memory_pipeline.lib.store import Store
-from memory_pipeline.lib.store.schema import temporal_summaries, warmup_requests
 from memory_pipeline.lib.timeutil import day_bounds, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.chunks import closed_bucket_chunks
+from memory_pipeline.temporal.config import TemporalSummaryConfig
 from memory_pipeline.temporal.context import TemporalContext, summarize
+from memory_pipeline.temporal.tables import temporal_summaries, warmup_requests
 
 
 @dataclass

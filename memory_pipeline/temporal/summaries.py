@@ -13,12 +13,13 @@ from sqlalchemy import select
 
 from memory_pipeline.lib.llm import LLMHardFailure
 from memory_pipeline.lib.store import Store, upsert
-from memory_pipeline.lib.store.schema import conversations, messages, temporal_summaries, worlds
+from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds, expected_periods, local_date, period_bounds, utcnow
 from memory_pipeline.temporal import logic, prompts
 from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize, worlds_alive
 from memory_pipeline.temporal.logic import EmptyReason
+from memory_pipeline.temporal.tables import temporal_summaries
 
 
 class PartitionFailure(RuntimeError):

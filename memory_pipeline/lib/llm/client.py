@@ -13,9 +13,10 @@ from typing import Any
 
 from sqlalchemy import select
 
+from memory_pipeline.lib.kinds import LedgerOutcome
 from memory_pipeline.lib.llm import offline
 from memory_pipeline.lib.store import Store, upsert
-from memory_pipeline.lib.store.schema import llm_cache, llm_ledger
+from memory_pipeline.lib.store.tables import llm_cache, llm_ledger
 from memory_pipeline.lib.text import hard_cut, short_hash
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class LLMClient:
                 hit = conn.execute(select(llm_cache).where(llm_cache.c.cache_key == key)).mappings().first()
             if hit is not None:
                 self.stats.cache_hits += 1
-                self._ledger(req, key, "cache_hit", 0, 0, 0, 0, None)
+                self._ledger(req, key, LedgerOutcome.CACHE_HIT, 0, 0, 0, 0, None)
                 return LLMResult(hit["response"], cached=True)
 
         started = time.monotonic()
@@ -129,7 +130,7 @@ class LLMClient:
                     continue
                 latency = int((time.monotonic() - started) * 1000)
                 self.stats.failures += 1
-                self._ledger(req, key, "error", 0, 0, latency, attempts, f"{type(exc).__name__}: {exc}")
+                self._ledger(req, key, LedgerOutcome.ERROR, 0, 0, latency, attempts, f"{type(exc).__name__}: {exc}")
                 raise LLMHardFailure(f"{self.model} failed for {req.task} after {attempts} attempt(s): {exc}") from exc
 
         if req.max_chars:
@@ -138,7 +139,7 @@ class LLMClient:
         self.stats.calls += 1
         self.stats.tokens_in += tin
         self.stats.tokens_out += tout
-        self._ledger(req, key, "ok", tin, tout, latency, attempts, None, cost)
+        self._ledger(req, key, LedgerOutcome.OK, tin, tout, latency, attempts, None, cost)
         if self.use_cache and not req.tools:
             with self.store.begin() as conn:
                 upsert(

@@ -8,8 +8,6 @@ from functools import lru_cache
 from sqlalchemy import Engine, Table, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 
-from memory_pipeline.lib.store.schema import metadata
-
 
 def _normalize(url: str) -> str:
     # SQLAlchemy 2.0 + psycopg2 is what dagster-postgres uses too; accept bare postgres URLs.
@@ -35,7 +33,6 @@ def make_engine(url: str) -> Engine:
 
     else:
         engine = create_engine(url, pool_pre_ping=True)
-    metadata.create_all(engine)
     return engine
 
 
@@ -67,6 +64,11 @@ class Store:
     def __init__(self, url: str):
         self.url = _normalize(url)
         self.engine = make_engine(url)
+
+    @staticmethod
+    def kind_of(url: str) -> str:
+        """The technology behind a URL, as Dagster asset kinds name it."""
+        return "sqlite" if _normalize(url).startswith("sqlite") else "postgres"
 
     @property
     def dialect(self) -> str:

@@ -1,0 +1,32 @@
+"""`memory-pipeline`: one root command; each domain adds its own sub-app of commands."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from memory_pipeline.cli import db, events, temporal
+from memory_pipeline.cli.console import console, err
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app.add_typer(events.app)
+app.add_typer(temporal.app)
+app.add_typer(db.app, name="db", help="Schema migrations of the operational store.")
+
+
+@app.command()
+def demo(
+    fresh: bool = typer.Option(True, "--fresh/--keep", help="Start from an empty store and instance under data/"),
+):
+    """The main job on the embedded default: sample data -> ingest -> every temporal asset as real
+    Dagster runs in the instance under data/dagster_home -> results."""
+    from memory_pipeline.cli.demo import run_demo
+
+    sys.exit(run_demo(fresh=fresh, console=console, err=err))
+
+
+def main() -> None:  # pragma: no cover - console entry
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    app()

@@ -1,0 +1,59 @@
+"""What every command shares: the consoles, progress bars, the store handle."""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+# Off a terminal (pipes, CI, files) rich would wrap at 80 columns; keep lines whole there.
+_WIDTH = None if os.isatty(1) else 200
+console = Console(width=_WIDTH)
+err = Console(stderr=True, width=None if os.isatty(2) else 200)
+
+
+def open_store():
+    """The store of MEMORY_DATABASE_URL (SQLite under data/ by default), migrated to head."""
+    from memory_pipeline import domains
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.store import Store
+    from memory_pipeline.lib.store.migrate import ensure_schema
+
+    store = Store(settings.database_url())
+    ensure_schema(store, domains.version_locations())
+    return store
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+
+
+def with_ingest_progress(store, label: str, fn) -> object:
+    """Run ``fn(progress)`` showing one bar per ingestion phase (validate bytes, write rows)."""
+    with progress_bar() as progress:
+        tasks: dict[str, int] = {}
+
+        def tick(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = progress.add_task(f"{label}: {phase}", total=total or 1)
+            progress.update(tasks[phase], completed=done if total else 1, total=total or 1)
+
+        return fn(tick)
+
+
+def print_ingest(report) -> None:
+    console.print(
+        f"{report.source}: {report.lines} lines, [green]{report.inserted} inserted[/], "
+        f"{report.duplicates} already present, {len(report.rejected)} rejected, "
+        f"{report.new_conversations} new conversations, {report.new_worlds} new worlds"
+    )
+    for e in report.rejected[:50]:
+        err.print(f"[yellow]rejected[/] {e}")

@@ -1,0 +1,203 @@
+"""Seed 000 on the command line: regenerate / backfill / rebuild, system rolls, read, status."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import typer
+from rich.table import Table
+
+from memory_pipeline.cli.console import console, err, open_store, progress_bar
+
+app = typer.Typer()
+
+
+def _run_operation(
+    window: str, start: str | None, end: str | None, mode: str, force_llm: bool, worlds: list[str], as_of: str
+) -> None:
+    from memory_pipeline import operations
+
+    try:
+        with progress_bar() as progress:
+            task = progress.add_task(f"{mode} {window}", total=None)
+            report = operations.materialize(
+                window,
+                start,
+                end,
+                mode=mode,
+                force_llm=force_llm,
+                worlds=worlds,
+                as_of=as_of,
+                progress=lambda d, t: progress.update(task, completed=d, total=t),
+            )
+    except operations.RangeError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    for note in report.notes:
+        err.print(f"[yellow]{note}[/]")
+    console.print(
+        f"{window}: {report.requested} partition(s) requested, {report.skipped_existing} already "
+        f"materialized and skipped, {len(report.runs)} run(s)"
+    )
+    for r in report.runs:
+        status = "[green]ok[/]" if r.success else f"[red]failed[/] {r.error}"
+        console.print(
+            f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partitions, {r.seconds:.1f}s) {status}"
+        )
+    if not report.success:
+        raise typer.Exit(1)
+
+
+WINDOW_HELP = "chunks | peer_rolls | day | month | year"
+
+
+@app.command()
+def regenerate(
+    window: str = typer.Argument(..., help=WINDOW_HELP),
+    partition: str = typer.Argument(..., help="Partition key: 2026-01-14, 2026-01 or 2026"),
+    force_llm: bool = typer.Option(False, "--force-llm", help="Fresh model calls instead of cached answers"),
+    world: list[str] = typer.Option([], "--world", help="Only this world (repeatable)"),
+):
+    """Regenerate one partition (placeholders are upserted as well)."""
+    _run_operation(window, partition, partition, "rebuild", force_llm, world, "")
+
+
+@app.command()
+def backfill(
+    window: str = typer.Argument(..., help=WINDOW_HELP),
+    start: str | None = typer.Option(None, "--from"),
+    end: str | None = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
+):
+    """Backfill missing: only partitions never materialized; an existing placeholder is not re-run."""
+    _run_operation(window, start, end, "missing", False, [], "")
+
+
+@app.command()
+def rebuild(
+    window: str = typer.Argument(..., help=WINDOW_HELP),
+    start: str | None = typer.Option(None, "--from"),
+    end: str | None = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
+    force_llm: bool = typer.Option(False, "--force-llm"),
+    as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now (chunks, peer rolls)"),
+):
+    """Rebuild a range (force): every partition in it, one run for the whole range."""
+    _run_operation(window, start, end, "rebuild", force_llm, [], as_of)
+
+
+@app.command("system-rolls")
+def system_rolls(
+    as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now"),
+    force: bool = typer.Option(False, "--force"),
+):
+    """Regenerate the past_days / past_months / past_years rolls (reused while sources_fp matches)."""
+    from memory_pipeline import operations
+
+    r = operations.run_system_rolls(as_of, force)
+    console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else r.error}")
+    if not r.success:
+        raise typer.Exit(1)
+
+
+@app.command()
+def read(
+    world: str = typer.Option(..., "--world"),
+    conversation: str | None = typer.Option(None, "--conversation", help="The viewing conversation"),
+    at: str | None = typer.Option(None, "--at", help="ISO datetime with offset (default: now)"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Print the <temporal_summary> block and today's peer insertions (never calls an LLM)."""
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.cache import KVCache
+    from memory_pipeline.lib.timeutil import utcnow
+    from memory_pipeline.temporal import config as temporal_config
+    from memory_pipeline.temporal.read import temporal_view, viewer_timeline
+
+    tz = ZoneInfo(settings.timezone_name())
+    when = datetime.fromisoformat(at) if at else utcnow()
+    if when.tzinfo is None:
+        err.print(f"[red]--at {at!r} needs an offset, e.g. 2026-01-15T10:00+08:00[/]")
+        raise typer.Exit(2) from None
+    store = open_store()
+    cache = KVCache(settings.redis_url())
+    cfg = temporal_config.load()
+    view = temporal_view(store, cache, cfg, world, conversation, when, tz)
+    timeline = viewer_timeline(store, view, tz)
+    if as_json:
+        console.print_json(
+            json.dumps(
+                {
+                    "system_block": view.system_block,
+                    "truncated": view.system_truncated,
+                    "rolls": view.rolls,
+                    "timeline": timeline,
+                },
+                ensure_ascii=False,
+            )
+        )
+        return
+    print_view(view, timeline, cache.backend)
+
+
+def print_view(view, timeline, backend: str) -> None:
+    console.rule(f"system prompt segment for {view.world_id} at {view.at.isoformat()} (cache: {backend})")
+    console.print(view.system_block or "(no roll cached: the block is skipped)", markup=False)
+    if view.system_truncated:
+        console.print("[yellow]truncated to system_prompt_max_chars; Inbox warning written[/]")
+    console.rule(f"timeline of {view.viewer_conversation_id or '(no viewer)'} with peer insertions")
+    for m in timeline:
+        who = f"{m['role']}:{m['name']}" if m.get("name") else m["role"]
+        extra = f" [dim](bucket {m['bucket']}, roll {m['cache']})[/]" if m.get("name") else ""
+        content = m["content"] or (
+            "(tool calls: " + ", ".join(c.get("name", "?") for c in m["tool_calls"]) + ")"
+            if m.get("tool_calls")
+            else ""
+        )
+        console.print(f"{m['at'][11:16]} [bold]{who}[/]: {content}{extra}", highlight=False)
+    if view.warmups_requested:
+        console.print(f"[dim]{view.warmups_requested} peer-roll warm-up(s) requested for the background[/]")
+
+
+@app.command()
+def status():
+    """Rows per world and window, placeholders by empty_reason, the LLM ledger."""
+    print_status(open_store())
+
+
+def print_status(store) -> None:  # noqa: F811 - the store handle, not the helper
+    from memory_pipeline.temporal import reports
+
+    counts = reports.store_counts(store)
+    console.print(
+        f"store: {counts['messages']} messages, {counts['chunks']} chunks, {counts['summaries']} summary rows"
+    )
+    table = Table(title="Temporal summary rows per world")
+    for col in ("world", "window", "rows", "non-empty", "placeholders", "first", "last"):
+        table.add_column(col, justify="right" if col in ("rows", "non-empty", "placeholders") else "left")
+    for r in reports.rows_per_world(store):
+        table.add_row(
+            r["world_id"],
+            r["window"],
+            str(r["rows"]),
+            str(r["non_empty"]),
+            str(r["rows"] - r["non_empty"]),
+            str(r["first"]),
+            str(r["last"]),
+        )
+    console.print(table)
+    reasons = Table(title="Empty placeholders by empty_reason")
+    reasons.add_column("empty_reason", no_wrap=True)
+    for w in ("day", "month", "year"):
+        reasons.add_column(w, justify="right")
+    for reason, by_window in sorted(reports.placeholders_by_reason(store).items()):
+        reasons.add_row(reason, *(str(by_window.get(w, 0)) for w in ("day", "month", "year")))
+    console.print(reasons)
+    totals = reports.ledger_totals(store)
+    models = sorted({r["model"] for r in totals})
+    ledger = Table(title=f"LLM ledger (model: {', '.join(models) or 'none yet'})")
+    for col in ("asset", "outcome", "calls", "tokens in", "tokens out"):
+        ledger.add_column(col, overflow="fold", justify="left" if col in ("asset", "outcome") else "right")
+    for r in totals:
+        ledger.add_row(str(r["asset"]), r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]))
+    console.print(ledger)

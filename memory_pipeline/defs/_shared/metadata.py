@@ -1,0 +1,36 @@
+"""Metadata helpers every domain's assets attach: LLM stats of a run and Markdown previews."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from dagster import AssetExecutionContext, MetadataValue
+
+from memory_pipeline.lib.llm.client import CallStats
+from memory_pipeline.lib.timeutil import local_date
+
+
+def llm_metadata(stats: CallStats) -> dict[str, Any]:
+    return {
+        "llm_calls": stats.calls,
+        "llm_cache_hits": stats.cache_hits,
+        "llm_tokens_in": stats.tokens_in,
+        "llm_tokens_out": stats.tokens_out,
+        "llm_failures": stats.failures,
+    }
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> MetadataValue:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(" ".join(str(c).split()).replace("|", "/") for c in r) + " |" for r in rows]
+    return MetadataValue.md("\n".join(lines))
+
+
+def partition_dates(context: AssetExecutionContext) -> list[tuple[str, date]]:
+    """(key, local start date) of every partition of the run, in order."""
+    defn = context.assets_def.partitions_def
+    tz = ZoneInfo(defn.timezone)  # type: ignore[union-attr]
+    return [(k, local_date(defn.time_window_for_partition_key(k).start, tz)) for k in context.partition_keys]  # type: ignore[union-attr]

@@ -1,0 +1,257 @@
+"""Seed 000 as Dagster assets. Each asset loops over the partition keys of its run (a backfill is
+one run per range: BackfillPolicy.single_run) and calls the plain chunks / summaries / rolls
+functions per key."""
+
+from collections import Counter
+from datetime import datetime
+
+from dagster import (
+    AssetExecutionContext,
+    BackfillPolicy,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    RetryRequested,
+    asset,
+)
+from pydantic import Field
+
+from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
+from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
+from memory_pipeline.defs.events.definitions import raw_conversation_events
+from memory_pipeline.defs.temporal.resources import TemporalResource
+from memory_pipeline.lib.timeutil import local_date, utcnow
+from memory_pipeline.temporal import chunks, rolls, summaries
+
+GROUP = "temporal"
+# The code location adds the store's technology (postgres or sqlite) to assets with this tag.
+STORE_TAG = {"memory_pipeline/store": ""}
+# Every LLM-calling asset of every domain shares this pool, so no run can flood a provider.
+LLM_POOL = "llm"
+
+
+class TemporalRunConfig(Config):
+    force_llm: bool = Field(False, description="Ignore cached answers and call the model afresh.")
+    worlds: list[str] = Field(default_factory=list, description="Only these world ids (default: all).")
+    as_of: str = Field("", description="ISO datetime standing for 'now' (default: the real now).")
+    child_wait_retries: int = Field(12, description="Month/year: retries while child rows are missing.")
+    child_wait_seconds: int = Field(300, description="Month/year: seconds between those retries.")
+
+
+def _now(config: TemporalRunConfig) -> datetime:
+    if not config.as_of:
+        return utcnow()
+    at = datetime.fromisoformat(config.as_of)
+    if at.tzinfo is None:
+        raise Failure(f"as_of {config.as_of!r} must carry an offset, e.g. 2026-01-15T10:00+08:00")
+    return min(at, utcnow())  # never a future 'now'
+
+
+def _tctx(context: AssetExecutionContext, config: TemporalRunConfig, temporal: TemporalResource, partition):
+    return temporal.context(context.assets_def.key.to_user_string(), partition, config.force_llm)
+
+
+def _materialize_periods(window, context, config, temporal) -> MaterializeResult:
+    failures: dict[str, str] = {}
+    totals = Counter()
+    worlds = config.worlds or None
+    periods = partition_dates(context)
+    if window != "day" and temporal.cfg().enabled:
+        # A month reads its day rows, a year its month rows: wait (retry) until they all exist, so
+        # the cascade scheduled at 00:05 on the 1st follows the day write of the same night.
+        tctx = _tctx(context, config, temporal, None)
+        missing = {key: m for key, period in periods if (m := summaries.missing_children(tctx, window, period, worlds))}
+        if missing and context.retry_number < config.child_wait_retries:
+            context.log.warning(f"{window}: child rows missing for {sorted(missing)}; waiting for the child partitions")
+            raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
+        for key, m in missing.items():
+            failures[key] = f"{window} {key}: {len(m)} child row(s) missing, e.g. {m[:3]}"
+    for key, period in periods:
+        if key in failures:
+            continue
+        tctx = _tctx(context, config, temporal, key)
+        try:
+            result = summaries.regenerate(tctx, window, period, worlds)
+        except summaries.PartitionFailure as exc:
+            failures[key] = str(exc)
+            context.add_asset_metadata({"failed": str(exc), **llm_metadata(tctx.llm.stats)}, partition_key=key)
+            continue
+        if result.disabled:
+            context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
+        totals.update(rows_written=result.written, non_empty=result.non_empty, llm_calls=tctx.llm.stats.calls)
+        totals.update({f"placeholder_{r}": n for r, n in result.placeholders.items()})
+        context.add_asset_metadata(
+            {
+                "worlds": result.worlds,
+                "rows_written": result.written,
+                "rows_unchanged": result.unchanged,
+                "summaries_reused": result.reused,
+                "non_empty": result.non_empty,
+                "placeholders": dict(result.placeholders),
+                "disabled": result.disabled,
+                **llm_metadata(tctx.llm.stats),
+                "preview": md_table(("world", "period", "summary"), result.preview),
+            },
+            partition_key=key,
+        )
+    context.log.info(f"{window}: {dict(totals)}")
+    if failures:
+        raise Failure(
+            description=f"{len(failures)} of {len(context.partition_keys)} {window} partition(s) failed; rows of "
+            "the others are written. " + " | ".join(list(failures.values())[:5]),
+            metadata={"failed_partitions": MetadataValue.json(sorted(failures))},
+        )
+    return MaterializeResult()
+
+
+@asset(
+    partitions_def=cst_day_open,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[raw_conversation_events],
+    group_name=GROUP,
+    kinds={"llm"},
+    tags=STORE_TAG,
+    pool=LLM_POOL,
+    description="Seed 000 conversation day chunks: one per closed 30-minute CST bucket with material "
+    "after the watermark; append-only within the day.",
+)
+def temporal_day_chunks(
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    temporal: TemporalResource,
+) -> MaterializeResult:
+    now = _now(config)
+    failures = {}
+    for key, day in partition_dates(context):
+        tctx = _tctx(context, config, temporal, key)
+        result = chunks.run_tick(tctx, day, now)
+        failures.update(result.failures)
+        context.add_asset_metadata(
+            {
+                "conversations": result.conversations,
+                "chunks_written": result.chunks_written,
+                "failed_conversations": len(result.failures),
+                **llm_metadata(tctx.llm.stats),
+            },
+            partition_key=key,
+        )
+    if failures:
+        raise Failure(
+            description=f"chunk summaries failed for {len(failures)} conversation(s): "
+            + " | ".join(list(failures.values())[:3])
+        )
+    return MaterializeResult()
+
+
+@asset(
+    partitions_def=cst_day_open,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[temporal_day_chunks],
+    group_name=GROUP,
+    kinds={"redis", "llm"},
+    pool=LLM_POOL,
+    description="Seed 000 peer rolls of closed buckets, cached under {prefix}:peer_roll:... for ~36 h; "
+    "also serves the read path's warm-up requests.",
+)
+def temporal_peer_rolls(
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    temporal: TemporalResource,
+) -> MaterializeResult:
+    now = _now(config)
+    for key, day in partition_dates(context):
+        tctx = _tctx(context, config, temporal, key)
+        result = rolls.warm_peer_rolls(tctx, day, now)
+        context.add_asset_metadata(
+            {
+                "buckets": result.buckets,
+                "warmed": result.warmed,
+                "reused": result.reused,
+                "requests_served": result.requests_done,
+                "failures": len(result.failures),
+                "cache_backend": tctx.cache.backend,
+                **llm_metadata(tctx.llm.stats),
+            },
+            partition_key=key,
+        )
+    return MaterializeResult()
+
+
+def _period_asset(window: str, partitions_def, dep, description: str):
+    """The day, month and year rows share one body: loop over the run's keys, regenerate each."""
+
+    @asset(
+        name=f"temporal_{window}_summaries",
+        partitions_def=partitions_def,
+        deps=[dep],
+        backfill_policy=BackfillPolicy.single_run(),
+        group_name=GROUP,
+        kinds={"llm"},
+        tags=STORE_TAG,
+        pool=LLM_POOL,
+        description=description,
+    )
+    def _asset(
+        context: AssetExecutionContext,
+        config: TemporalRunConfig,
+        temporal: TemporalResource,
+    ) -> MaterializeResult:
+        return _materialize_periods(window, context, config, temporal)
+
+    return _asset
+
+
+temporal_day_summaries = _period_asset(
+    "day",
+    cst_day,
+    raw_conversation_events,
+    "Seed 000 per-world day rows (one per world, placeholders with empty_reason).",
+)
+temporal_month_summaries = _period_asset(
+    "month", cst_month, temporal_day_summaries, "Seed 000 per-world month rows, from the month's non-empty day rows."
+)
+temporal_year_summaries = _period_asset(
+    "year", cst_year, temporal_month_summaries, "Seed 000 per-world year rows, from the year's non-empty month rows."
+)
+
+
+@asset(
+    deps=[temporal_day_summaries, temporal_month_summaries, temporal_year_summaries],
+    group_name=GROUP,
+    kinds={"redis", "llm"},
+    pool=LLM_POOL,
+    description="Seed 000 system rolls past_days / past_months / past_years for 'today', reused while "
+    "their sources_fp matches; regenerated after the day write and after each cascade.",
+)
+def temporal_system_rolls(
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    temporal: TemporalResource,
+) -> MaterializeResult:
+    now = _now(config)
+    tctx = _tctx(context, config, temporal, None)
+    today = local_date(now, tctx.tz)
+    result = rolls.regenerate_system_rolls(tctx, today, config.worlds or None, force=config.force_llm)
+    if result.failures:
+        raise Failure(description=f"system rolls failed: {list(result.failures.items())[:3]}")
+    return MaterializeResult(
+        metadata={
+            "today": today.isoformat(),
+            "regenerated": result.regenerated,
+            "reused": result.reused,
+            "empty": result.empty,
+            "cache_backend": tctx.cache.backend,
+            **llm_metadata(tctx.llm.stats),
+        }
+    )
+
+
+temporal_assets = [
+    temporal_day_chunks,
+    temporal_peer_rolls,
+    temporal_day_summaries,
+    temporal_month_summaries,
+    temporal_year_summaries,
+    temporal_system_rolls,
+]

@@ -1,0 +1,101 @@
+"""Asset checks: every figure audits down to its ledger lines, and nothing is in the future."""
+
+import warnings
+from zoneinfo import ZoneInfo
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    MetadataValue,
+    asset_check,
+    build_sensor_for_freshness_checks,
+    build_time_partition_freshness_checks,
+)
+from dagster._utils.warnings import SupersessionWarning
+
+from memory_pipeline.defs._shared.partitions import TZ, cst_day, cst_day_open, cst_month, cst_year
+from memory_pipeline.defs.temporal import assets
+from memory_pipeline.lib.timeutil import local_date
+from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.temporal import chunks, summaries
+
+
+def _dates(context: AssetCheckExecutionContext, defn):
+    tz = ZoneInfo(defn.timezone)
+    return [local_date(defn.time_window_for_partition_key(k).start, tz) for k in context.partition_keys]
+
+
+def _result(problems: list[str], checked: int) -> AssetCheckResult:
+    return AssetCheckResult(
+        passed=not problems,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={
+            "partitions_checked": checked,
+            "problems": len(problems),
+            "first_problems": MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none"),
+        },
+    )
+
+
+def _period_check(asset_def, window, defn):
+    @asset_check(
+        asset=asset_def,
+        partitions_def=defn,
+        name=f"{window}_rows_have_sources_and_no_future",
+        description=f"Every non-empty {window} row lists sources inside its window and world; "
+        "no row is written for an open or future period.",
+    )
+    def _check(
+        context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
+    ) -> AssetCheckResult:
+        store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
+        days = _dates(context, defn)
+        problems = [p for d in days for p in summaries.audit_period(store, window, d, tz)]
+        return _result(problems, len(days))
+
+    return _check
+
+
+@asset_check(
+    asset=assets.temporal_day_chunks,
+    partitions_def=cst_day_open,
+    name="chunks_have_sources_in_closed_buckets",
+    description="Every chunk lists its messages and sits in a closed bucket of its own day.",
+)
+def chunks_check(
+    context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
+) -> AssetCheckResult:
+    store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
+    days = _dates(context, cst_day_open)
+    problems = [p for d in days for p in chunks.audit_chunks(store, d, tz)]
+    return _result(problems, len(days))
+
+
+temporal_checks = [
+    chunks_check,
+    _period_check(assets.temporal_day_summaries, "day", cst_day),
+    _period_check(assets.temporal_month_summaries, "month", cst_month),
+    _period_check(assets.temporal_year_summaries, "year", cst_year),
+]
+
+# Staleness is an explicit property: the newest closed window must be materialized by a deadline
+# (the nightly runs start at 00:05 CST and a cascade may wait up to an hour for its children).
+# Dagster now prefers FreshnessPolicy, which looks at the last materialization of any partition: a
+# backfill of old days would hide a missed night. These checks look at the newest partition itself.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", category=SupersessionWarning)
+    temporal_freshness_checks = [
+        *build_time_partition_freshness_checks(
+            assets=[assets.temporal_day_summaries], deadline_cron="0 2 * * *", timezone=TZ
+        ),
+        *build_time_partition_freshness_checks(
+            assets=[assets.temporal_month_summaries], deadline_cron="0 3 1 * *", timezone=TZ
+        ),
+        *build_time_partition_freshness_checks(
+            assets=[assets.temporal_year_summaries], deadline_cron="0 4 1 1 *", timezone=TZ
+        ),
+    ]
+    temporal_freshness_sensor = build_sensor_for_freshness_checks(
+        freshness_checks=temporal_freshness_checks, name="temporal_freshness_checks_sensor"
+    )

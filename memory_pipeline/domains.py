@@ -1,0 +1,24 @@
+"""The domains of the project, in migration order. The platform (``lib``) never names them; this
+module does, for the two things that span all of them: the migration history and the tables."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+# Every domain with tables; each has <domain>/tables.py and <domain>/migrations/.
+DOMAINS = ("events", "temporal")
+
+
+def version_locations() -> list[str]:
+    """Alembic version folders: the platform's, then each domain's."""
+    folders = [PACKAGE / "lib" / "store" / "migrations" / "versions"]
+    folders += [PACKAGE / d / "migrations" for d in DOMAINS]
+    return [str(f) for f in folders]
+
+
+def load_tables() -> None:
+    """Import every domain's tables onto the shared metadata (for the schema-drift test)."""
+    for d in DOMAINS:
+        importlib.import_module(f"memory_pipeline.{d}.tables")

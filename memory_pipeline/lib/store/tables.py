@@ -1,0 +1,143 @@
+"""Platform tables on the shared metadata: the raw events every domain reads (worlds,
+conversations, messages: append-only, never deleted), the LLM ledger and response cache, and the
+Inbox. Each domain declares its own tables on the same ``metadata`` in ``<domain>/tables.py``;
+the schema itself is created by the migrations (``memory-pipeline db upgrade``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.types import TypeDecorator
+
+metadata = MetaData()
+
+
+class UTCDateTime(TypeDecorator):
+    """Aware datetimes in, aware UTC datetimes out, on SQLite and PostgreSQL alike."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} written to the store")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+ID = String(128)
+
+worlds = Table(
+    "worlds",
+    metadata,
+    Column("world_id", ID, primary_key=True),
+    Column("name", String(256)),
+    Column("created_at", UTCDateTime, nullable=False, default=now_utc),
+    # Earliest message timestamp seen: no placeholder rows are written for periods before it.
+    Column("first_event_at", UTCDateTime),
+)
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("conversation_id", ID, primary_key=True),
+    Column("world_id", ID, ForeignKey("worlds.world_id"), nullable=False, index=True),
+    Column("platform", String(64), nullable=False),
+    Column("debug", Boolean, nullable=False, default=False),
+    Column("title", String(512)),
+    Column("created_at", UTCDateTime, nullable=False, default=now_utc),
+    # Bumped by the ORM-style onupdate on any UPDATE that does not pin it: the chunk writer never
+    # updates this table at all (seed: writing temporal_day must not bump updated_at).
+    Column("updated_at", UTCDateTime, nullable=False, default=now_utc, onupdate=now_utc),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("message_id", ID, primary_key=True),
+    Column("conversation_id", ID, ForeignKey("conversations.conversation_id"), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content", Text, nullable=False, default=""),
+    Column("tool_calls", JSON),
+    Column("at", UTCDateTime, nullable=False),  # payload timestamp, not ingest time
+    Column("ingested_at", UTCDateTime, nullable=False, default=now_utc),
+    Column("source", String(1024)),  # file:line it came from
+    Index("ix_messages_conversation_at", "conversation_id", "at"),
+    Index("ix_messages_at", "at"),
+)
+
+
+llm_ledger = Table(
+    "llm_ledger",
+    metadata,
+    Column("call_id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime, nullable=False, default=now_utc),
+    Column("asset", String(256)),
+    Column("partition", String(256)),
+    Column("task", String(64)),
+    Column("world_id", ID),
+    Column("model", String(256), nullable=False),
+    Column("prompt_version", String(64)),
+    Column("tokens_in", Integer, nullable=False, default=0),
+    Column("tokens_out", Integer, nullable=False, default=0),
+    Column("cost_usd", JSON),
+    Column("latency_ms", Integer, nullable=False, default=0),
+    Column("attempts", Integer, nullable=False, default=1),
+    Column("outcome", String(32), nullable=False),  # ok | cache_hit | error
+    Column("error", Text),
+    Column("cache_key", String(64)),
+    Index("ix_ledger_asset_partition", "asset", "partition"),
+)
+
+# Responses keyed by (model, prompt version, full prompt): an unchanged range costs no calls.
+llm_cache = Table(
+    "llm_cache",
+    metadata,
+    Column("cache_key", String(64), primary_key=True),
+    Column("model", String(256), nullable=False),
+    Column("prompt_version", String(64)),
+    Column("response", Text, nullable=False),
+    Column("tokens_in", Integer, nullable=False, default=0),
+    Column("tokens_out", Integer, nullable=False, default=0),
+    Column("created_at", UTCDateTime, nullable=False, default=now_utc),
+)
+
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("inbox_id", Integer, primary_key=True, autoincrement=True),
+    Column("subject", String(256), nullable=False),  # user:{world} | agent:{world}
+    Column("source_ref", String(256), nullable=False),
+    Column("title", String(512), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, default=now_utc),
+    UniqueConstraint("subject", "source_ref", name="uq_inbox_subject_ref"),
+)

@@ -1,0 +1,32 @@
+"""Operator actions as real Dagster runs (regenerate / backfill missing / rebuild), for any
+domain's registered targets."""
+
+from memory_pipeline.operations.runner import (
+    INSTANCE_YAML,
+    OperationReport,
+    RangeError,
+    RunSummary,
+    dagster_home,
+    get_instance,
+    materialize,
+    materialized,
+    partition_keys,
+    run_config,
+    run_range,
+    run_system_rolls,
+)
+
+__all__ = [
+    "INSTANCE_YAML",
+    "OperationReport",
+    "RangeError",
+    "RunSummary",
+    "dagster_home",
+    "get_instance",
+    "materialize",
+    "materialized",
+    "partition_keys",
+    "run_config",
+    "run_range",
+    "run_system_rolls",
+]

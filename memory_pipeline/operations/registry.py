@@ -1,0 +1,36 @@
+"""Operator targets (a window name → its job, partitions and asset). Each domain's defs register
+theirs; the runner and the CLI look them up here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dagster import AssetKey, PartitionsDefinition
+
+
+@dataclass(frozen=True)
+class Target:
+    job: str
+    partitions: PartitionsDefinition
+    asset_key: AssetKey
+    subset: bool = False  # the job holds another asset too: select this one
+
+    @property
+    def op_name(self) -> str:
+        return self.asset_key.path[-1]
+
+
+_TARGETS: dict[str, Target] = {}
+
+
+def register(name: str, target: Target) -> None:
+    if name in _TARGETS and _TARGETS[name] != target:
+        raise ValueError(f"operation target {name!r} is registered twice")
+    _TARGETS[name] = target
+
+
+def targets() -> dict[str, Target]:
+    """Every registered target (importing the code location registers them all)."""
+    import memory_pipeline.definitions  # noqa: F401 - each domain's defs register on import
+
+    return dict(_TARGETS)

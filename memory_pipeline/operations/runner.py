@@ -1,0 +1,225 @@
+"""Operator actions as real Dagster runs recorded in the instance: regenerate a partition, backfill
+missing partitions, rebuild a range, and the run-per-partition baseline the benchmark compares.
+
+A range is one run (the assets' BackfillPolicy.single_run), as the UI's backfill launches it."""
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from dagster import DagsterInstance, Definitions
+
+from memory_pipeline.lib import settings
+from memory_pipeline.operations.registry import targets
+
+INSTANCE_YAML = """\
+# Embedded default: SQLite run/event storage under this folder. Production: deploy/production/dagster.yaml.
+telemetry:
+  enabled: false
+"""
+
+
+def dagster_home() -> Path:
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(settings.data_dir() / "dagster_home")))
+    home.mkdir(parents=True, exist_ok=True)
+    yaml = home / "dagster.yaml"
+    if not yaml.exists():
+        yaml.write_text(INSTANCE_YAML)
+    return home
+
+
+def get_instance() -> DagsterInstance:
+    dagster_home()
+    return DagsterInstance.get()
+
+
+class RangeError(ValueError):
+    pass
+
+
+def partition_keys(window: str, start: str | None, end: str | None) -> tuple[list[str], list[str]]:
+    """Keys of ``window`` within [start, end] and notes. End is capped at the last closed window
+    (CST today for chunks): a future partition is never generated."""
+    known = targets()
+    if window not in known:
+        raise RangeError(f"unknown window {window!r} (one of {', '.join(known)})")
+    defn = known[window].partitions
+    keys = defn.get_partition_keys()
+    if not keys:
+        return [], ["no closed partition yet"]
+    notes = []
+    for name, value in (("from", start), ("to", end)):
+        if value is not None:
+            try:
+                canonical = defn.time_window_for_partition_key(value).start.strftime(defn.fmt)
+            except Exception:  # noqa: BLE001 - re-raised with the expected format
+                canonical = None
+            if canonical != value:  # keys compare as strings: 2026-1-5 must be written 2026-01-05
+                raise RangeError(
+                    f"--{name} {value!r} is not a {window} partition key (expected the format of {keys[-1]!r})"
+                )
+    lo = start or keys[0]
+    hi = end or keys[-1]
+    if hi > keys[-1]:
+        notes.append(f"--to {hi} capped at {keys[-1]}: the window after it is not closed yet")
+        hi = keys[-1]
+    if lo > hi:
+        raise RangeError(f"empty range: from {lo} is after to {hi}")
+    return [k for k in keys if lo <= k <= hi], notes
+
+
+def materialized(instance: DagsterInstance, window: str) -> set[str]:
+    return set(instance.get_materialized_partitions(targets()[window].asset_key))
+
+
+def contiguous(all_keys: list[str], chosen: set[str]) -> list[tuple[str, str]]:
+    """Runs of consecutive chosen keys, in order, as (first, last)."""
+    out, cur = [], None
+    for k in all_keys:
+        if k in chosen:
+            cur = (cur[0], k) if cur else (k, k)
+        elif cur:
+            out.append(cur)
+            cur = None
+    if cur:
+        out.append(cur)
+    return out
+
+
+@dataclass
+class RunSummary:
+    window: str
+    first: str
+    last: str
+    partitions: int
+    run_id: str
+    success: bool
+    error: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class OperationReport:
+    window: str
+    mode: str
+    requested: int = 0
+    skipped_existing: int = 0
+    runs: list[RunSummary] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        return all(r.success for r in self.runs)
+
+
+def run_config(
+    window: str,
+    *,
+    force_llm: bool = False,
+    worlds: list[str] | None = None,
+    as_of: str = "",
+    child_wait_retries: int | None = None,
+) -> dict:
+    cfg: dict = {"force_llm": force_llm, "worlds": worlds or [], "as_of": as_of}
+    if child_wait_retries is not None:
+        cfg["child_wait_retries"] = child_wait_retries
+    return {"ops": {targets()[window].op_name: {"config": cfg}}, **QUIET}
+
+
+# Runs started from the CLI log warnings and errors to the console; the instance keeps everything.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def _defs(defs: Definitions | None) -> Definitions:
+    if defs is not None:
+        return defs
+    from memory_pipeline.definitions import build_defs
+
+    return build_defs()  # resources from the environment as it is now
+
+
+def run_range(
+    instance: DagsterInstance, window: str, first: str, last: str, config: dict, defs: Definitions | None = None
+) -> RunSummary:
+    target = targets()[window]
+    job = _defs(defs).resolve_job_def(target.job)
+    tags = {"memory_pipeline/operation": window}
+    started = datetime.now()
+    kwargs = dict(instance=instance, run_config=config, raise_on_error=False)
+    if target.subset:  # selecting an asset in execute_in_process would also select every check of it
+        kwargs["asset_selection"] = [target.asset_key]
+    if first == last:
+        result = job.execute_in_process(partition_key=first, tags=tags, **kwargs)
+    else:
+        tags |= {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+        result = job.execute_in_process(tags=tags, **kwargs)
+    error = ""
+    if not result.success:
+        failures = [e for e in result.all_events if e.is_step_failure]
+        error = failures[0].event_specific_data.error.message.strip() if failures else "run failed"
+    n = len([k for k in target.partitions.get_partition_keys() if first <= k <= last])
+    return RunSummary(
+        window, first, last, n, result.run_id, result.success, error, (datetime.now() - started).total_seconds()
+    )
+
+
+def materialize(
+    window: str,
+    start: str | None = None,
+    end: str | None = None,
+    *,
+    mode: str = "rebuild",
+    force_llm: bool = False,
+    worlds: list[str] | None = None,
+    as_of: str = "",
+    per_partition: bool = False,
+    instance: DagsterInstance | None = None,
+    child_wait_retries: int | None = 0,
+    progress=None,
+    defs: Definitions | None = None,
+) -> OperationReport:
+    """mode "rebuild": every partition in the range (regenerate = a one-partition range);
+    mode "missing": only partitions never materialized (an existing placeholder is not re-run)."""
+    if mode not in ("rebuild", "missing"):
+        raise RangeError(f"unknown mode {mode!r} (rebuild or missing)")
+    instance = instance or get_instance()
+    keys, notes = partition_keys(window, start, end)
+    report = OperationReport(window, mode, notes=notes)
+    chosen = set(keys)
+    if mode == "missing":
+        done = materialized(instance, window)
+        report.skipped_existing = len(chosen & done)
+        chosen -= done
+    report.requested = len(chosen)
+    spans = [(k, k) for k in keys if k in chosen] if per_partition else contiguous(keys, chosen)
+    config = run_config(window, force_llm=force_llm, worlds=worlds, as_of=as_of, child_wait_retries=child_wait_retries)
+    for i, (first, last) in enumerate(spans):
+        report.runs.append(run_range(instance, window, first, last, config, defs))
+        if progress:
+            progress(i + 1, len(spans))
+    return report
+
+
+def run_system_rolls(
+    as_of: str = "", force: bool = False, instance: DagsterInstance | None = None, defs: Definitions | None = None
+) -> RunSummary:
+    instance = instance or get_instance()
+    job = _defs(defs).resolve_job_def("temporal_system_rolls_job")
+    started = datetime.now()
+    result = job.execute_in_process(
+        instance=instance,
+        raise_on_error=False,
+        run_config={"ops": {"temporal_system_rolls": {"config": {"as_of": as_of, "force_llm": force}}}, **QUIET},
+    )
+    error = "" if result.success else "system rolls run failed"
+    return RunSummary(
+        "system_rolls",
+        as_of or "now",
+        as_of or "now",
+        1,
+        result.run_id,
+        result.success,
+        error,
+        (datetime.now() - started).total_seconds(),
+    )

@@ -1,0 +1,398 @@
+"""The Dagster layer on an ephemeral instance with the real PostgreSQL and Redis: every asset,
+ranges as one run, backfill missing vs rebuild, checks, metadata, schedules and sensors."""
+
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    DagsterEventType,
+    build_multi_asset_sensor_context,
+    build_schedule_context,
+    build_sensor_context,
+    instance_for_test,
+)
+from sqlalchemy import func, select
+
+from memory_pipeline import operations
+from memory_pipeline.definitions import build_defs
+from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open
+from memory_pipeline.defs.temporal import assets
+from memory_pipeline.lib.store.tables import llm_ledger
+from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.temporal.tables import temporal_summaries, warmup_requests
+from memory_pipeline_tests.conftest import CST, conversation, cst
+from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+
+def make_defs(pg_url, redis_url, **llm):
+    return build_defs(
+        {
+            "memory_store": MemoryStoreResource(database_url=pg_url),
+            "kv_cache": CacheResource(redis_url=redis_url),
+            "llm": LLMResource(**llm),
+            "memory_config": MemoryConfigResource(),
+        }
+    )
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def defs(pg_url, redis_url):
+    return make_defs(pg_url, redis_url)
+
+
+@pytest.fixture
+def new_year(ingest):
+    ingest(
+        conversation("w1", "a", cst(2025, 12, 30, 9), ["tomatoes planted", "tomatoes watered"])
+        + conversation("w1", "b", cst(2025, 12, 31, 22), ["compost turned", "compost warm"])
+        + conversation("w1", "c", cst(2026, 1, 2, 9, 5), ["harvest plan", "harvest basket"])
+        + conversation("w1", "d", cst(2026, 1, 2, 9, 12), ["deploy fixed", "deploy shipped"])
+        + conversation("w2", "e", cst(2025, 12, 31, 8), ["marathon pacing", "marathon intervals"])
+    )
+
+
+def _materializations(instance, asset) -> dict:
+    records = instance.fetch_materializations(asset.key, limit=1000).records
+    out = {}
+    for r in reversed(records):
+        m = r.asset_materialization
+        out[m.partition] = {k: v.value for k, v in m.metadata.items()}
+    return out
+
+
+def _check_results(instance, run_id) -> list[bool]:
+    logs = instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    return [e.dagster_event.event_specific_data.passed for e in logs]
+
+
+def _ok_calls(store) -> int:
+    with store.connect() as conn:
+        return conn.execute(
+            select(func.count()).select_from(llm_ledger).where(llm_ledger.c.outcome == "ok")
+        ).scalar_one()
+
+
+def test_every_asset_materializes_as_one_run_per_range_with_metadata(defs, instance, store, new_year):
+    steps = [
+        ("chunks", "2025-12-30", "2026-01-02", "2026-01-02T10:00:00+08:00"),
+        ("peer_rolls", "2026-01-02", "2026-01-02", "2026-01-02T10:00:00+08:00"),
+        ("day", "2025-12-30", "2026-01-01", ""),
+        ("month", "2025-12", "2025-12", ""),
+        ("year", "2025", "2025", ""),
+    ]
+    for window, lo, hi, as_of in steps:
+        report = operations.materialize(window, lo, hi, as_of=as_of, instance=instance, defs=defs)
+        assert report.success, report.runs[0].error
+        assert len(report.runs) == 1  # a range is one run (BackfillPolicy.single_run)
+        assert all(_check_results(instance, report.runs[0].run_id))
+    rolls = operations.run_system_rolls("2026-01-02T10:00:00+08:00", instance=instance, defs=defs)
+    assert rolls.success
+
+    days = _materializations(instance, assets.temporal_day_summaries)
+    assert sorted(days) == ["2025-12-30", "2025-12-31", "2026-01-01"]
+    d31 = days["2025-12-31"]
+    assert d31["worlds"] == 2 and d31["non_empty"] == 2 and d31["rows_written"] == 2
+    assert d31["llm_calls"] == 2 and d31["llm_tokens_in"] > 0 and d31["placeholders"] == {}
+    assert days["2026-01-01"]["placeholders"] == {"no_sessions": 2}
+    assert days["2025-12-30"]["placeholders"] == {}  # w2 did not exist yet: no row at all
+    assert "| world | period | summary |" in d31["preview"] and "| w1 | 2025-12-31 |" in d31["preview"]
+    chunks = _materializations(instance, assets.temporal_day_chunks)
+    assert chunks["2026-01-02"]["chunks_written"] == 2 and chunks["2025-12-31"]["chunks_written"] == 2
+    month = _materializations(instance, assets.temporal_month_summaries)["2025-12"]
+    assert month["non_empty"] == 2
+    assert _materializations(instance, assets.temporal_year_summaries)["2025"]["non_empty"] == 2
+    assert _materializations(instance, assets.temporal_peer_rolls)["2026-01-02"]["warmed"] >= 1
+    with store.connect() as conn:
+        windows = dict(
+            conn.execute(select(temporal_summaries.c.window, func.count()).group_by(temporal_summaries.c.window)).all()
+        )
+    assert windows == {"day": 5, "month": 2, "year": 2}
+
+
+def test_backfill_missing_skips_placeholders_and_rebuild_reruns_everything(defs, instance, store, new_year):
+    assert operations.materialize("day", "2026-01-01", "2026-01-01", instance=instance, defs=defs).success
+    with store.connect() as conn:
+        placeholder = conn.execute(
+            select(temporal_summaries.c.updated_at, temporal_summaries.c.empty_reason).where(
+                temporal_summaries.c.period_start == date(2026, 1, 1)
+            )
+        ).all()
+    assert {r[1] for r in placeholder} == {"no_sessions"}
+    missing = operations.materialize("day", "2025-12-29", "2026-01-03", mode="missing", instance=instance, defs=defs)
+    assert (missing.requested, missing.skipped_existing) == (5, 1)
+    assert [(r.first, r.last) for r in missing.runs] == [("2025-12-29", "2025-12-31"), ("2026-01-02", "2026-01-03")]
+    again = operations.materialize("day", "2025-12-29", "2026-01-03", mode="missing", instance=instance, defs=defs)
+    assert again.requested == 0 and again.runs == []
+    rebuild = operations.materialize("day", "2025-12-29", "2026-01-03", mode="rebuild", instance=instance, defs=defs)
+    assert rebuild.requested == 6 and [(r.first, r.last, r.partitions) for r in rebuild.runs] == [
+        ("2025-12-29", "2026-01-03", 6)
+    ]
+
+
+def test_to_is_capped_at_cst_today_and_bad_ranges_are_named():
+    today = datetime.now(ZoneInfo("Asia/Shanghai")).date()
+    keys, notes = operations.partition_keys("day", (today - timedelta(days=3)).isoformat(), "2099-01-01")
+    assert keys[-1] == (today - timedelta(days=1)).isoformat() and "capped" in notes[0]
+    chunk_keys, _ = operations.partition_keys("chunks", (today - timedelta(days=1)).isoformat(), "2099-01-01")
+    assert chunk_keys[-1] == today.isoformat()  # the open day exists for the */30 tick only
+    assert cst_day.get_last_partition_key() == (today - timedelta(days=1)).isoformat()
+    assert cst_day_open.get_last_partition_key() == today.isoformat()
+    with pytest.raises(operations.RangeError, match="--from '2026/01/01' is not a day partition key"):
+        operations.partition_keys("day", "2026/01/01", None)
+    with pytest.raises(operations.RangeError, match="--to '2026-1-5' is not a day partition key"):
+        operations.partition_keys("day", "2026-01-01", "2026-1-5")
+    with pytest.raises(operations.RangeError, match="empty range"):
+        operations.partition_keys("month", "2026-03", "2026-01")
+    with pytest.raises(operations.RangeError, match="unknown window"):
+        operations.partition_keys("week", None, None)
+
+
+def test_unchanged_range_costs_no_llm_calls_unless_forced(defs, instance, store, new_year):
+    operations.materialize("day", "2025-12-30", "2026-01-02", instance=instance, defs=defs)
+    first = _ok_calls(store)
+    assert first == 4  # one per non-empty (day, world) pair
+    operations.materialize("day", "2025-12-30", "2026-01-02", instance=instance, defs=defs)
+    assert _ok_calls(store) == first
+    operations.materialize("day", "2025-12-30", "2026-01-02", force_llm=True, instance=instance, defs=defs)
+    assert _ok_calls(store) == 2 * first
+
+
+def test_llm_hard_failure_fails_only_that_partition(pg_url, redis_url, instance, store, new_year):
+    with FakeOpenAI() as server:
+        defs = make_defs(
+            pg_url,
+            redis_url,
+            model="openai/fake",
+            api_base=server.api_base,
+            api_key="k",
+            max_retries=0,
+            backoff_seconds=0.01,
+        )
+        server.push("status", 500)
+        failed = operations.materialize("day", "2025-12-30", "2025-12-30", instance=instance, defs=defs)
+        assert not failed.success and "LLM hard failure" in failed.runs[0].error
+        ok = operations.materialize("day", "2025-12-31", "2025-12-31", instance=instance, defs=defs)
+        assert ok.success
+        assert operations.materialized(instance, "day") == {"2025-12-31"}
+        with store.connect() as conn:
+            periods = {r[0] for r in conn.execute(select(temporal_summaries.c.period_start))}
+        assert periods == {date(2025, 12, 31)}  # no placeholder for the failed day
+        # In a range, the other partitions' rows are still written and the failure is named.
+        server.push("status", 500)
+        ranged = operations.materialize("day", "2025-12-30", "2026-01-02", force_llm=True, instance=instance, defs=defs)
+        assert not ranged.success and "1 of 4 day partition(s) failed" in ranged.runs[0].error
+        with store.connect() as conn:
+            periods = {r[0] for r in conn.execute(select(temporal_summaries.c.period_start))}
+        assert date(2026, 1, 2) in periods
+
+
+def test_month_waits_for_missing_day_rows(defs, instance, new_year):
+    report = operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs, child_wait_retries=0)
+    assert not report.success and "child row(s) missing" in report.runs[0].error
+    # With retries the run is put up for retry (the cascade waits for the day write) before failing.
+    config = operations.run_config("month", child_wait_retries=1)
+    config["ops"]["temporal_month_summaries"]["config"]["child_wait_seconds"] = 0
+    run = operations.run_range(instance, "month", "2025-12", "2025-12", config, defs)
+    assert not run.success
+    retries = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)
+    assert len(retries) == 1
+    operations.materialize("day", "2025-12-01", "2025-12-31", instance=instance, defs=defs)
+    assert operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs).success
+
+
+def test_a_thousand_worlds_are_one_partition_in_one_run(defs, instance, store, ingest):
+    events = []
+    for i in range(1000):
+        events += conversation(
+            f"w{i:04d}", f"c{i:04d}", cst(2026, 3, 4, 9, i % 60), [f"topic{i} garden", f"topic{i} reply"]
+        )
+    ingest(events)
+    report = operations.materialize("day", "2026-03-04", "2026-03-04", instance=instance, defs=defs)
+    assert report.success and len(report.runs) == 1
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(temporal_summaries)).scalar_one() == 1000
+    assert len(cst_day.get_partition_keys()) < 25_000  # worlds are not a partition dimension
+
+
+def test_redis_unreachable_keeps_the_pipeline_green(pg_url, instance, new_year):
+    defs = make_defs(pg_url, "redis://127.0.0.1:1/0")
+    for window, lo, hi in (
+        ("chunks", "2026-01-02", "2026-01-02"),
+        ("peer_rolls", "2026-01-02", "2026-01-02"),
+        ("day", "2025-12-31", "2025-12-31"),
+    ):
+        assert operations.materialize(window, lo, hi, instance=instance, defs=defs).success
+    assert operations.run_system_rolls("2026-01-01T09:00:00+08:00", instance=instance, defs=defs).success
+    peer = _materializations(instance, assets.temporal_peer_rolls)["2026-01-02"]
+    assert peer["cache_backend"] == "memory"
+
+
+@pytest.mark.parametrize(
+    "schedule,at,expected",
+    [
+        ("temporal_month_schedule", cst(2026, 2, 1, 0, 5), ["2026-01"]),
+        ("temporal_month_schedule", cst(2026, 1, 1, 0, 5), ["2025-12"]),
+        ("temporal_year_schedule", cst(2026, 1, 1, 0, 5), ["2025"]),
+        ("temporal_day_schedule", cst(2026, 2, 1, 0, 5), ["2026-01-31"]),
+        ("temporal_day_schedule", cst(2026, 1, 1, 0, 5), ["2025-12-31"]),
+        ("temporal_tick_schedule", cst(2026, 7, 18, 6, 30), ["2026-07-18"]),
+        ("temporal_tick_schedule", cst(2026, 7, 18, 0, 0), ["2026-07-17"]),  # closes yesterday's last bucket
+    ],
+)
+def test_schedules_at_fixed_clocks(defs, instance, schedule, at, expected):
+    sched = defs.get_schedule_def(schedule)
+    assert sched.execution_timezone == "Asia/Shanghai"
+    ctx = build_schedule_context(
+        instance=instance, scheduled_execution_time=at, repository_def=defs.get_repository_def()
+    )
+    assert [r.partition_key for r in sched.evaluate_tick(ctx).run_requests] == expected
+
+
+def test_schedule_crons(defs):
+    crons = {s.name: defs.get_schedule_def(s.name).cron_schedule for s in defs.schedules}
+    assert crons["temporal_tick_schedule"] == "*/30 * * * *"
+    assert crons["temporal_day_schedule"] == "5 0 * * *"
+    assert crons["temporal_month_schedule"] == "5 0 1 * *"
+    assert crons["temporal_year_schedule"] == "5 0 1 1 *"
+
+
+def test_nightly_schedule_catches_up_the_nights_it_missed(defs, instance):
+    repo = defs.get_repository_def()
+    sched = defs.get_schedule_def("temporal_day_schedule")
+
+    def tick(at):
+        ctx = build_schedule_context(instance=instance, scheduled_execution_time=at, repository_def=repo)
+        return [r.partition_key for r in sched.evaluate_tick(ctx).run_requests]
+
+    instance.report_runless_asset_event(AssetMaterialization(assets.temporal_day_summaries.key, partition="2026-01-09"))
+    # The daemon was down from the 10th to the 14th: its first tick back creates the four missed runs.
+    assert tick(cst(2026, 1, 14, 0, 5)) == ["2026-01-10", "2026-01-11", "2026-01-12", "2026-01-13"]
+    for day in ("2026-01-10", "2026-01-11", "2026-01-12", "2026-01-13"):
+        instance.report_runless_asset_event(AssetMaterialization(assets.temporal_day_summaries.key, partition=day))
+    assert tick(cst(2026, 1, 15, 0, 5)) == ["2026-01-14"]
+    assert tick(cst(2026, 1, 14, 23, 0)) == []  # nothing new closed since the last materialization
+
+
+def test_system_rolls_follow_summary_writes(defs, instance, new_year):
+    sensor = defs.get_sensor_def("temporal_system_rolls_sensor")
+    repo = defs.get_repository_def()
+
+    def evaluate(cursor=None):
+        ctx = build_multi_asset_sensor_context(
+            monitored_assets=[
+                assets.temporal_day_summaries.key,
+                assets.temporal_month_summaries.key,
+                assets.temporal_year_summaries.key,
+            ],
+            instance=instance,
+            repository_def=repo,
+            cursor=cursor,
+        )
+        return sensor.evaluate_tick(ctx)
+
+    assert evaluate().run_requests == []
+    operations.materialize("day", "2025-12-31", "2025-12-31", instance=instance, defs=defs)
+    fired = evaluate()
+    assert len(fired.run_requests) == 1 and fired.run_requests[0].job_name in (None, "temporal_system_rolls_job")
+    assert evaluate(fired.cursor).run_requests == []
+
+
+def test_read_path_warmups_are_served_in_the_background(defs, instance, store, pg_url, redis_url, new_year):
+    from memory_pipeline.lib.cache import KVCache
+    from memory_pipeline.temporal.config import TemporalSummaryConfig
+    from memory_pipeline.temporal.read import peer_messages
+
+    operations.materialize(
+        "chunks", "2026-01-02", "2026-01-02", as_of="2026-01-02T10:00:00+08:00", instance=instance, defs=defs
+    )
+    msgs, requested = peer_messages(
+        store, KVCache(redis_url), TemporalSummaryConfig(), "w1", "viewer", cst(2026, 1, 2, 10), CST
+    )
+    assert requested == 1 and msgs[0]["cache"] == "miss"
+    sensor = defs.get_sensor_def("temporal_peer_roll_warmup_sensor")
+    ctx = build_sensor_context(
+        instance=instance,
+        resources={"memory_store": MemoryStoreResource(database_url=pg_url)},
+        repository_def=defs.get_repository_def(),
+    )
+    (req,) = sensor.evaluate_tick(ctx).run_requests
+    assert req.partition_key == "2026-01-02" and req.asset_selection == [AssetKey("temporal_peer_rolls")]
+    operations.materialize(
+        "peer_rolls", "2026-01-02", "2026-01-02", as_of="2026-01-02T10:00:00+08:00", instance=instance, defs=defs
+    )
+    with store.connect() as conn:
+        assert (
+            conn.execute(
+                select(func.count()).select_from(warmup_requests).where(warmup_requests.c.done_at.is_(None))
+            ).scalar_one()
+            == 0
+        )
+    msgs, _ = peer_messages(
+        store, KVCache(redis_url), TemporalSummaryConfig(), "w1", "viewer", cst(2026, 1, 2, 10), CST
+    )
+    assert msgs[0]["cache"] == "hit"
+
+
+def test_new_year_cascade_writes_december_and_the_year(defs, instance, store, new_year):
+    """2026-01-01 00:05 CST: the day, month and year schedules fire; their runs write 2025-12-31,
+    2025-12 and 2025 (the seed's example)."""
+    assert operations.materialize("day", "2025-12-30", "2025-12-30", instance=instance, defs=defs).success
+    repo = defs.get_repository_def()
+    requested = []
+    for name in ("temporal_day_schedule", "temporal_month_schedule", "temporal_year_schedule"):
+        ctx = build_schedule_context(
+            instance=instance, scheduled_execution_time=cst(2026, 1, 1, 0, 5), repository_def=repo
+        )
+        for req in defs.get_schedule_def(name).evaluate_tick(ctx).run_requests:
+            requested.append((name, req.partition_key))
+    assert requested == [
+        ("temporal_day_schedule", "2025-12-31"),
+        ("temporal_month_schedule", "2025-12"),
+        ("temporal_year_schedule", "2025"),
+    ]
+    for (_, key), window in zip(requested, ("day", "month", "year"), strict=True):
+        config = operations.run_config(window, child_wait_retries=0)
+        assert operations.run_range(instance, window, key, key, config, defs).success
+    with store.connect() as conn:
+        rows = conn.execute(
+            select(temporal_summaries.c.world_id, temporal_summaries.c.window, temporal_summaries.c.period_start).where(
+                temporal_summaries.c.window != "day", temporal_summaries.c.empty_reason.is_(None)
+            )
+        ).all()
+    assert sorted(rows) == [
+        ("w1", "month", date(2025, 12, 1)),
+        ("w1", "year", date(2025, 1, 1)),
+        ("w2", "month", date(2025, 12, 1)),
+        ("w2", "year", date(2025, 1, 1)),
+    ]
+
+
+def test_freshness_checks_flag_a_day_not_written_by_its_deadline(defs, instance):
+    from dagster import AssetSelection, Definitions, define_asset_job
+    from dagster._core.test_utils import freeze_time
+
+    from memory_pipeline.defs.temporal.checks import temporal_freshness_checks
+
+    job = define_asset_job("freshness", selection=AssetSelection.checks(*temporal_freshness_checks))
+    merged = Definitions.merge(defs, Definitions(jobs=[job]))
+
+    def evaluate(at) -> dict:
+        with freeze_time(at):
+            result = merged.resolve_job_def("freshness").execute_in_process(instance=instance, raise_on_error=False)
+        events = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        return {e.event_specific_data.asset_key.path[-1]: e.event_specific_data.passed for e in events}
+
+    key = assets.temporal_day_summaries.key
+    assert evaluate(cst(2026, 1, 15, 3, 0))["temporal_day_summaries"] is False  # 2026-01-14 missing at 03:00
+    instance.report_runless_asset_event(AssetMaterialization(key, partition="2026-01-14"))
+    assert evaluate(cst(2026, 1, 15, 3, 0))["temporal_day_summaries"] is True
+    assert evaluate(cst(2026, 1, 16, 3, 0))["temporal_day_summaries"] is False  # the next night was missed

@@ -1,0 +1,134 @@
+"""The LLM resource over litellm against a local OpenAI-compatible server, and its ledger."""
+
+import pytest
+from sqlalchemy import select
+
+from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest, offline
+from memory_pipeline.lib.store.tables import llm_ledger
+from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+REQ = LLMRequest(
+    task="day", system="spec", user="material about tomatoes", prompt_version="t-1", max_chars=20, world_id="w1"
+)
+
+
+def _client(store, server, **kw):
+    kw.setdefault("max_retries", 2)
+    kw.setdefault("backoff_seconds", 0.01)
+    kw.setdefault("timeout_seconds", 5)
+    return LLMClient(
+        store,
+        model="openai/fake-model",
+        api_base=server.api_base,
+        api_key="test",
+        asset="temporal_day_summaries",
+        partition="2026-07-18",
+        **kw,
+    )
+
+
+def _ledger(store):
+    with store.connect() as conn:
+        return [dict(r) for r in conn.execute(select(llm_ledger).order_by(llm_ledger.c.call_id)).mappings()]
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAI() as s:
+        yield s
+
+
+def test_success_records_the_servers_usage_and_hard_cuts(store, server):
+    server.push("ok", "x" * 100)
+    result = _client(store, server).complete(REQ)
+    assert result.text == "x" * 30  # ceil(20 * 1.5)
+    assert (result.tokens_in, result.tokens_out) == (21, 9)
+    (row,) = _ledger(store)
+    assert (row["asset"], row["partition"], row["model"], row["outcome"]) == (
+        "temporal_day_summaries",
+        "2026-07-18",
+        "openai/fake-model",
+        "ok",
+    )
+    assert (row["tokens_in"], row["tokens_out"], row["attempts"], row["world_id"]) == (21, 9, 1, "w1")
+    assert row["latency_ms"] >= 0
+    sent = server.requests[0]
+    assert sent["model"] == "fake-model"
+    assert [m["role"] for m in sent["messages"]] == ["system", "user"]
+
+
+def test_same_prompt_is_served_from_cache_unless_forced(store, server):
+    client = _client(store, server)
+    client.complete(REQ)
+    again = client.complete(REQ)
+    assert again.cached and len(server.requests) == 1
+    client.complete(REQ, force=True)
+    assert len(server.requests) == 2
+    assert [r["outcome"] for r in _ledger(store)] == ["ok", "cache_hit", "ok"]
+
+
+def test_429_is_retried_with_backoff(store, server):
+    server.push("status", 429).push("ok", "fine")
+    result = _client(store, server).complete(REQ)
+    assert result.text == "fine" and len(server.requests) == 2
+    assert _ledger(store)[0]["attempts"] == 2
+
+
+def test_persistent_500_is_a_hard_failure_with_an_error_row(store, server):
+    for _ in range(3):
+        server.push("status", 500)
+    with pytest.raises(LLMHardFailure, match="after 3 attempt"):
+        _client(store, server).complete(REQ)
+    (row,) = _ledger(store)
+    assert row["outcome"] == "error" and row["attempts"] == 3 and "500" in row["error"]
+    assert len(server.requests) == 3  # max_retries=2: one call and two retries, nothing hidden below
+
+
+def test_timeout_is_a_hard_failure(store, server):
+    server.push("sleep", 3).push("sleep", 3)
+    with pytest.raises(LLMHardFailure):
+        _client(store, server, timeout_seconds=0.5, max_retries=1).complete(REQ)
+    assert _ledger(store)[0]["outcome"] == "error"
+
+
+def test_malformed_body_is_a_hard_failure(store, server):
+    for _ in range(3):
+        server.push("malformed")
+    with pytest.raises(LLMHardFailure):
+        _client(store, server).complete(REQ)
+    assert _ledger(store)[-1]["outcome"] == "error"
+
+
+def test_tool_calls_come_back_parsed(store, server):
+    server.push("tools", [("create_semantic_memory", {"text": "likes tomatoes", "importance": 3})])
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "create_semantic_memory",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}, "importance": {"type": "integer"}},
+                },
+            },
+        }
+    ]
+    req = LLMRequest(task="extract", system="s", user="u", prompt_version="t-1", tools=tools)
+    result = _client(store, server).complete(req)
+    assert result.tool_calls == [
+        {"id": "call_0", "name": "create_semantic_memory", "arguments": {"text": "likes tomatoes", "importance": 3}}
+    ]
+    assert server.requests[0]["tools"][0]["function"]["name"] == "create_semantic_memory"
+    assert _ledger(store)[0]["tokens_in"] == 21
+
+
+def test_offline_model_is_deterministic_and_within_target(store):
+    client = LLMClient(store)
+    assert client.model == offline.NAME == "offline/deterministic-headline-v1"
+    material = "We staked the tomatoes. Tomatoes need sun. The compost is warm. Compost turned twice."
+    a = offline.headline(material, 30)
+    assert a == offline.headline(material, 30) and a.startswith("compost · tomatoes")
+    assert len(a) <= 30
+    assert offline.headline("", 50) == "" and offline.headline("ok, yes. no!", 50) == ""
+    result = client.complete(LLMRequest("day", "spec", material, "t-1", max_chars=30))
+    assert result.text == a and _ledger(store)[0]["model"] == offline.NAME

@@ -1,0 +1,68 @@
+"""The layering rules of the package (STYLE.md): the platform (lib/) names no domain and imports
+no dagster; a domain's core (logic, prompts, I/O) imports no dagster and no other domain's core;
+only defs/, operations/, cli/ and the root modules touch Dagster."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from memory_pipeline import domains
+
+PACKAGE = Path(domains.__file__).resolve().parent
+DOMAIN_NAMES = (*domains.DOMAINS, "tower", "sleep", "conversation", "objects", "analyst")
+
+
+def _imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+    return out
+
+
+def _py(folder: str) -> list[Path]:
+    return sorted((PACKAGE / folder).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _py("lib"), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_lib_imports_no_dagster_and_no_domain(path):
+    for module in _imports(path):
+        assert not module.startswith("dagster"), f"{path}: imports {module}"
+        parts = module.split(".")
+        assert not (parts[0] == "memory_pipeline" and len(parts) > 1 and parts[1] != "lib"), f"{path}: imports {module}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for d in domains.DOMAINS for p in _py(d)],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_domain_cores_import_no_dagster_and_no_other_domain(path):
+    own = path.relative_to(PACKAGE).parts[0]
+    for module in _imports(path):
+        assert not module.startswith("dagster"), f"{path}: imports {module}"
+        parts = module.split(".")
+        if parts[0] == "memory_pipeline" and len(parts) > 1 and parts[1] in DOMAIN_NAMES:
+            # Every domain may read the raw events' tables and rules; nothing else crosses over.
+            assert parts[1] in (own, "events"), f"{path}: imports {module}"
+
+
+def test_lib_source_names_no_domain():
+    for path in _py("lib"):
+        if "migrations" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        for name in ("temporal", "tower", "sleep", "objects"):
+            assert f"memory_pipeline.{name}" not in text, f"{path} names the {name} domain"
+
+
+def test_every_domain_has_its_parts():
+    for d in domains.DOMAINS:
+        for part in ("tables.py", "migrations"):
+            assert (PACKAGE / d / part).exists(), f"{d}/{part} missing"
+        assert (PACKAGE / "defs" / d / "definitions.py").exists(), f"defs/{d}/definitions.py missing"
