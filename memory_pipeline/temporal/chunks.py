@@ -76,9 +76,10 @@ def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> Ti
                             "watermark_at": chunk.watermark_at,
                             "source_ids": list(chunk.message_ids),
                             "model": ctx.llm.model,
+                            "seq": 0,
                         }
                     ],
-                    keys=["conversation_id", "cst_date", "bucket"],
+                    keys=["conversation_id", "cst_date", "bucket", "seq"],
                     update=[],
                 )
             result.chunks_written += 1

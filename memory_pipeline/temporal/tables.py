@@ -21,7 +21,10 @@ temporal_day_chunks = Table(
     Column("watermark_at", UTCDateTime, nullable=False),
     Column("source_ids", JSON, nullable=False),
     Column("model", String(256), nullable=False),
-    UniqueConstraint("conversation_id", "cst_date", "bucket", name="uq_chunk_conversation_bucket"),
+    # 0 for the tick's chunk of a bucket; 1, 2, ... for further chunks appended when messages of an
+    # already-chunked bucket arrive late (append-only: an earlier chunk is never rewritten).
+    Column("seq", Integer, nullable=False, default=0, server_default="0"),
+    UniqueConstraint("conversation_id", "cst_date", "bucket", "seq", name="uq_chunk_conversation_bucket_seq"),
     Index("ix_chunks_world_date", "world_id", "cst_date"),
 )
 
@@ -61,4 +64,17 @@ warmup_requests = Table(
     Column("requested_at", UTCDateTime, nullable=False, default=now_utc),
     Column("done_at", UTCDateTime),
     UniqueConstraint("kind", "world_id", "bucket", "sources_fp", name="uq_warmup_key"),
+)
+
+# The record of what each period's rows were built from: when the period was last materialized and
+# the newest ingest among the events it read. Events ingested later (late data, a new world) make
+# the period stale: the reconcile sensor and `memory-pipeline reconcile` request exactly those.
+temporal_period_runs = Table(
+    "temporal_period_runs",
+    metadata,
+    Column("window", String(8), primary_key=True),
+    Column("period_start", Date, primary_key=True),
+    Column("materialized_at", UTCDateTime, nullable=False),
+    Column("material_ingested_at", UTCDateTime),  # newest messages.ingested_at seen (day) or None
+    Column("worlds", Integer, nullable=False, default=0),
 )
