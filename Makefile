@@ -16,7 +16,8 @@ $(STAMP):
 demo: $(STAMP)  ## the main job on the embedded default (SQLite, in-process cache, offline model)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/memory-pipeline demo
 
-test: $(STAMP)  ## the test suite against PostgreSQL and Redis on 127.0.0.1
+test: $(STAMP)  ## strict type check, then the test suite against PostgreSQL and Redis on 127.0.0.1
+	$(BIN)/mypy
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/pytest -q
 
 ui: $(STAMP)  ## the Dagster UI on the instance the demo wrote (data/dagster_home)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import typer
 
@@ -29,4 +30,9 @@ def demo(
 
 def main() -> None:  # pragma: no cover - console entry
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # Dagster's Beta/Preview/Supersession notices are for us, not for an operator at a prompt.
+    from dagster._utils.warnings import BetaWarning, PreviewWarning, SupersessionWarning
+
+    for category in (BetaWarning, PreviewWarning, SupersessionWarning):
+        warnings.filterwarnings("ignore", category=category)
     app()

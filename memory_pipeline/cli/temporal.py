@@ -201,3 +201,99 @@ def print_status(store) -> None:  # noqa: F811 - the store handle, not the helpe
     for r in totals:
         ledger.add_row(str(r["asset"]), r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]))
     console.print(ledger)
+
+
+rolls_app = typer.Typer(no_args_is_help=True, help="System-roll slots in the cache (list, regenerate one).")
+app.add_typer(rolls_app, name="rolls")
+
+
+def _today(at: str | None):
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.timeutil import local_date, utcnow
+
+    tz = ZoneInfo(settings.timezone_name())
+    when = utcnow()
+    if at:
+        try:
+            when = datetime.fromisoformat(at)
+        except ValueError:
+            err.print(f"[red]--at {at!r} is not an ISO datetime (e.g. 2026-01-15T10:00+08:00)[/]")
+            raise typer.Exit(2) from None
+        if when.tzinfo is None:
+            err.print(f"[red]--at {at!r} needs an offset, e.g. 2026-01-15T10:00+08:00[/]")
+            raise typer.Exit(2)
+    return local_date(when, tz), when
+
+
+@rolls_app.command("list")
+def rolls_list(
+    world: list[str] = typer.Option([], "--world", help="Only this world (repeatable)"),
+    at: str | None = typer.Option(None, "--at", help="ISO datetime standing for now"),
+):
+    """Each world's past_days / past_months / past_years slot: state, sources_fp, age and TTL."""
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.cache import KVCache
+    from memory_pipeline.temporal import config as temporal_config
+    from memory_pipeline.temporal.slots import list_slots
+
+    today, when = _today(at)
+    cache = KVCache(settings.redis_url())
+    slots = list_slots(open_store(), cache, temporal_config.load(), today, world or None, when)
+    table = Table(title=f"System-roll slots for {today} (cache: {cache.backend})")
+    for col in ("world", "slot", "state", "rows", "sources_fp", "cached fp", "age", "ttl"):
+        table.add_column(col, no_wrap=True)
+    for s in slots:
+        table.add_row(
+            s.world_id,
+            s.kind,
+            s.state,
+            str(s.sources),
+            s.sources_fp or "-",
+            s.cached_fp or "-",
+            f"{s.age_seconds}s" if s.age_seconds is not None else "-",
+            f"{s.ttl_seconds}s" if s.ttl_seconds is not None else "-",
+        )
+    console.print(table)
+    if cache.backend == "memory":
+        err.print("[yellow]no REDIS_URL: this process's in-process cache is empty; set REDIS_URL to see the slots[/]")
+
+
+@rolls_app.command("regenerate")
+def rolls_regenerate(
+    world: str = typer.Option(..., "--world"),
+    kind: str = typer.Option(..., "--kind", help="past_days | past_months | past_years"),
+    at: str | None = typer.Option(None, "--at", help="ISO datetime standing for now"),
+):
+    """Regenerate one slot afresh (an LLM call, recorded in the ledger)."""
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.cache import KVCache
+    from memory_pipeline.lib.llm import LLMClient
+    from memory_pipeline.temporal import config as temporal_config
+    from memory_pipeline.temporal import logic
+    from memory_pipeline.temporal.context import TemporalContext
+    from memory_pipeline.temporal.slots import regenerate_slot
+
+    if kind not in logic.SYS_ROLL_KINDS:
+        err.print(f"[red]--kind {kind!r} is not a slot (one of {', '.join(logic.SYS_ROLL_KINDS)})[/]")
+        raise typer.Exit(2)
+    today, _ = _today(at)
+    store = open_store()
+    ctx = TemporalContext(
+        store=store,
+        llm=LLMClient.from_settings(store, asset="temporal_system_rolls"),
+        cache=KVCache(settings.redis_url()),
+        cfg=temporal_config.load(),
+        tz=ZoneInfo(settings.timezone_name()),
+    )
+    result = regenerate_slot(ctx, world, kind, today)
+    if result.failures:
+        err.print(f"[red]{world} {kind}: {next(iter(result.failures.values()))}[/]")
+        raise typer.Exit(1)
+    state = (
+        "regenerated"
+        if result.regenerated
+        else "nothing to cover (no non-empty rows)"
+        if not result.empty
+        else "empty answer"
+    )
+    console.print(f"{world} {kind} for {today}: {state} (cache: {ctx.cache.backend})")

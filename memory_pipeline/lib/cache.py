@@ -77,7 +77,7 @@ class KVCache:
             )
             self.backend = "redis"
 
-    def _redis(self):
+    def _redis(self) -> Any:
         if self._client is None or time.monotonic() < self._down_until:
             return None
         return self._client

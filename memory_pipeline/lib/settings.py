@@ -82,7 +82,7 @@ def partition_start() -> str:
 
 
 def llm_timeout_seconds() -> float:
-    return _number("MEMORY_LLM_TIMEOUT_SECONDS", "60", float)
+    return float(_number("MEMORY_LLM_TIMEOUT_SECONDS", "60", float))
 
 
 def llm_max_retries() -> int:

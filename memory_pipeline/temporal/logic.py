@@ -61,7 +61,7 @@ def is_eligible_conversation(platform: str, debug: bool) -> bool:
     return not debug and platform != "cron"
 
 
-def is_material(role: str, content: str | None, tool_calls=None) -> bool:
+def is_material(role: str, content: str | None, tool_calls: object = None) -> bool:
     """Recallable user/assistant body text; tool turns and empty assistant+tool_calls turns are not."""
     return role in ("user", "assistant") and bool((content or "").strip())
 

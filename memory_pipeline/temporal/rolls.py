@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
 from memory_pipeline.lib.llm import LLMHardFailure
 from memory_pipeline.lib.store import Store
@@ -49,29 +49,11 @@ def regenerate_system_rolls(
     if not ctx.cfg.enabled:
         return result
     for kind in kinds:
-        window, first, end = logic.sys_roll_scope(kind, today)
-        q = (
-            select(
-                temporal_summaries.c.world_id,
-                temporal_summaries.c.window,
-                temporal_summaries.c.period_start,
-                temporal_summaries.c.content,
-            )
-            .where(temporal_summaries.c.window == window, temporal_summaries.c.period_start < end)
-            .where(temporal_summaries.c.empty_reason.is_(None), temporal_summaries.c.content != "")
-            .order_by(temporal_summaries.c.world_id, temporal_summaries.c.period_start.desc())
-        )
-        if first is not None:
-            q = q.where(temporal_summaries.c.period_start >= first)
-        if world_ids is not None:
-            q = q.where(temporal_summaries.c.world_id.in_(world_ids))
+        window = logic.SYS_ROLL_WINDOW[logic.RollKind(kind)]
         with ctx.store.connect() as conn:
-            rows = conn.execute(q).mappings().all()
-        by_world: dict[str, list] = defaultdict(list)
-        for r in rows:
-            by_world[r["world_id"]].append(r)
+            by_world = roll_sources(conn, kind, today, world_ids)
         for world_id, src in sorted(by_world.items()):
-            fp = logic.rows_fp((r["window"], r["period_start"], r["content"]) for r in src)
+            fp = roll_sources_fp(src)
             key = logic.sys_roll_key(ctx.cfg.redis_key_prefix, world_id, kind, today)
             cached = ctx.cache.get_json(key)
             if cached and cached.get("sources_fp") == fp and not force:
@@ -94,6 +76,30 @@ def regenerate_system_rolls(
             )
             result.regenerated += 1
     return result
+
+
+def roll_sources(conn: Connection, kind: str, today: date, world_ids: list[str] | None = None) -> dict[str, list]:
+    """Per world, the non-empty rows a system roll covers on ``today`` (newest first)."""
+    window, first, end = logic.sys_roll_scope(kind, today)
+    t = temporal_summaries.c
+    q = (
+        select(t.world_id, t.window, t.period_start, t.content)
+        .where(t.window == window, t.period_start < end)
+        .where(t.empty_reason.is_(None), t.content != "")
+        .order_by(t.world_id, t.period_start.desc())
+    )
+    if first is not None:
+        q = q.where(t.period_start >= first)
+    if world_ids is not None:
+        q = q.where(t.world_id.in_(world_ids))
+    by_world: dict[str, list] = defaultdict(list)
+    for r in conn.execute(q).mappings():
+        by_world[r["world_id"]].append(r)
+    return by_world
+
+
+def roll_sources_fp(rows: list) -> str:
+    return logic.rows_fp((r["window"], r["period_start"], r["content"]) for r in rows)
 
 
 # --- peer rolls (Redis: peer_roll:{cst_date}:{bucket}:{sources_fp}) ---------------------------

@@ -20,7 +20,14 @@ from memory_pipeline.defs.temporal import assets
 from memory_pipeline.defs.temporal.jobs import day_job, month_job, tick_job, year_job
 
 
-@schedule(job=tick_job, cron_schedule="*/30 * * * *", execution_timezone=TZ, name="temporal_tick_schedule")
+@schedule(
+    job=tick_job,
+    cron_schedule="*/30 * * * *",
+    execution_timezone=TZ,
+    name="temporal_tick_schedule",
+    description="Every 30 minutes (CST): chunk the conversations' closed half-hour buckets, then warm "
+    "the peer rolls of those buckets.",
+)
 def temporal_tick_schedule(context: ScheduleEvaluationContext):
     """At hh:00/hh:30 the bucket that just closed belongs to the day of (tick - 1 minute): the
     00:00 tick finishes yesterday's last bucket."""

@@ -18,6 +18,8 @@ from memory_pipeline.temporal import rolls
     job=system_rolls_job,
     name="temporal_system_rolls_sensor",
     minimum_interval_seconds=60,
+    description="After any day, month or year write: rebuild the past_days / past_months / past_years "
+    "system rolls (reused while their sources_fp matches).",
 )
 def temporal_system_rolls_sensor(context):
     """Seed 000: past_days after the day write, past_months / past_years after each cascade."""
@@ -30,7 +32,13 @@ def temporal_system_rolls_sensor(context):
     return RunRequest(run_key=f"sys-rolls-after-{newest}")
 
 
-@sensor(job=tick_job, name="temporal_peer_roll_warmup_sensor", minimum_interval_seconds=30)
+@sensor(
+    job=tick_job,
+    name="temporal_peer_roll_warmup_sensor",
+    minimum_interval_seconds=30,
+    description="Serves the read path's peer-roll warm-up requests (the read path never calls an LLM; "
+    "on a cache miss it files a request that runs here).",
+)
 def temporal_peer_roll_warmup_sensor(context: SensorEvaluationContext, memory_store: MemoryStoreResource):
     """The read path never calls an LLM; on a peer-roll miss it files a request served here."""
     pending = rolls.pending_warmup_days(memory_store.store())

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from memory_pipeline.lib import settings
 from memory_pipeline.lib.kinds import LedgerOutcome
 from memory_pipeline.lib.llm import offline
 from memory_pipeline.lib.store import Store, upsert
@@ -61,12 +62,12 @@ class CallStats:
 def _is_retryable(exc: Exception) -> bool:
     import litellm
 
-    retryable = (
-        litellm.RateLimitError,
-        litellm.InternalServerError,
-        litellm.ServiceUnavailableError,
-        litellm.APIConnectionError,
-        litellm.Timeout,
+    retryable: tuple[type[Exception], ...] = (
+        litellm.RateLimitError,  # type: ignore[attr-defined]
+        litellm.InternalServerError,  # type: ignore[attr-defined]
+        litellm.ServiceUnavailableError,  # type: ignore[attr-defined]
+        litellm.APIConnectionError,  # type: ignore[attr-defined]
+        litellm.Timeout,  # type: ignore[attr-defined]
     )
     return isinstance(exc, retryable)
 
@@ -96,6 +97,21 @@ class LLMClient:
         self.asset = asset
         self.partition = partition
         self.stats = CallStats()
+
+    @classmethod
+    def from_settings(cls, store: Store, asset: str | None = None, partition: str | None = None) -> LLMClient:
+        """The client the environment configures (what the Dagster resource holds), for callers
+        outside a run; its ledger rows still name ``asset``."""
+        return cls(
+            store,
+            model=settings.env(settings.ENV_LLM_MODEL) or settings.OFFLINE_MODEL,
+            api_base=settings.env(settings.ENV_LLM_API_BASE),
+            api_key=settings.env(settings.ENV_LLM_API_KEY),
+            timeout_seconds=settings.llm_timeout_seconds(),
+            max_retries=settings.llm_max_retries(),
+            asset=asset,
+            partition=partition,
+        )
 
     @property
     def is_offline(self) -> bool:
@@ -159,7 +175,7 @@ class LLMClient:
                 )
         return LLMResult(text, cached=False, tokens_in=tin, tokens_out=tout, tool_calls=tool_calls)
 
-    def _call(self, req: LLMRequest):
+    def _call(self, req: LLMRequest) -> tuple[str, int, int, list[dict[str, Any]], float | None]:
         if self.is_offline:
             target = req.max_chars or 200
             text = offline.headline(req.user, target)
@@ -200,7 +216,18 @@ class LLMClient:
             cost = None
         return text, tin, tout, tool_calls, cost
 
-    def _ledger(self, req, key, outcome, tin, tout, latency, attempts, error, cost=None) -> None:
+    def _ledger(
+        self,
+        req: LLMRequest,
+        key: str,
+        outcome: LedgerOutcome,
+        tin: int,
+        tout: int,
+        latency: int,
+        attempts: int,
+        error: str | None,
+        cost: float | None = None,
+    ) -> None:
         with self.store.begin() as conn:
             conn.execute(
                 llm_ledger.insert().values(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from functools import lru_cache
+from typing import Any
 
-from sqlalchemy import Engine, Table, create_engine, event
+from sqlalchemy import Connection, Engine, Table, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 
 
@@ -25,7 +27,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
@@ -36,12 +38,19 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
-def upsert(conn, table: Table, rows: Sequence[dict], keys: Iterable[str], update: Iterable[str] | None = None) -> None:
+def upsert(
+    conn: Connection,
+    table: Table,
+    rows: Sequence[dict[str, Any]],
+    keys: Iterable[str],
+    update: Iterable[str] | None = None,
+) -> None:
     """INSERT .. ON CONFLICT (keys) DO UPDATE (update) / DO NOTHING when ``update`` is empty."""
     if not rows:
         return
     keys = list(keys)
     dialect = conn.dialect.name
+    stmt: postgresql.Insert | sqlite.Insert
     if dialect == "postgresql":
         stmt = postgresql.insert(table)
     elif dialect == "sqlite":
@@ -74,8 +83,8 @@ class Store:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
-    def begin(self):
+    def begin(self) -> AbstractContextManager[Connection]:
         return self.engine.begin()
 
-    def connect(self):
+    def connect(self) -> Connection:
         return self.engine.connect()

@@ -1,0 +1,105 @@
+"""The schema is managed by migrations: an empty database and one at the previous revision both
+reach head, on PostgreSQL and on SQLite; the head schema is exactly what the tables declare; two
+processes migrating a fresh database at once do not race."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from datetime import UTC, date, datetime
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, insert, inspect, select, text
+
+from memory_pipeline import domains
+from memory_pipeline.lib.store import Store, make_engine, metadata
+from memory_pipeline.lib.store.migrate import VERSION_TABLE, current, ensure_schema, forget_checked, head, upgrade
+from memory_pipeline.lib.store.tables import conversations, messages, worlds
+from memory_pipeline.temporal.tables import temporal_day_chunks
+from memory_pipeline_tests.conftest import PG_URL
+
+LOCATIONS = domains.version_locations()
+PREVIOUS = "0003_temporal"
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def empty_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'memory.sqlite'}"
+        return
+    schema = f"m_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    make_engine.cache_clear()
+    forget_checked()
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+def test_an_empty_database_reaches_head_and_matches_the_declared_tables(empty_url):
+    store = Store(empty_url)
+    assert current(store) is None
+    before, after = upgrade(store, LOCATIONS)
+    assert (before, after) == (None, head(LOCATIONS))
+    domains.load_tables()
+    with store.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}), metadata)
+    # Only what SQLite cannot reflect exactly (server defaults) may differ; no table or column.
+    assert [d for d in diff if d[0] in ("add_table", "remove_table", "add_column", "remove_column")] == []
+    assert VERSION_TABLE in inspect(store.engine).get_table_names()
+    assert "alembic_version" not in inspect(store.engine).get_table_names()  # Dagster's name stays free
+    assert upgrade(store, LOCATIONS) == (after, after)  # idempotent
+
+
+def test_a_database_at_the_previous_revision_keeps_its_rows(empty_url):
+    store = Store(empty_url)
+    upgrade(store, LOCATIONS, PREVIOUS)
+    at = datetime(2026, 1, 5, 2, 0, tzinfo=UTC)
+    with store.begin() as conn:
+        conn.execute(insert(worlds).values(world_id="w1", name="w1", created_at=at, first_event_at=at))
+        conn.execute(
+            insert(conversations).values(
+                conversation_id="c1", world_id="w1", platform="local", debug=False, created_at=at, updated_at=at
+            )
+        )
+        conn.execute(insert(messages).values(message_id="m1", conversation_id="c1", role="user", content="hi", at=at))
+        conn.execute(
+            text(
+                "INSERT INTO temporal_day_chunks (conversation_id, world_id, cst_date, bucket, at, summary,"
+                " watermark_message_id, watermark_at, source_ids, model)"
+                " VALUES ('c1', 'w1', :d, :b, :b, 'hi', 'm1', :b, '[\"m1\"]', 'offline')"
+            ),
+            {"d": date(2026, 1, 5), "b": at},
+        )
+    assert upgrade(store, LOCATIONS) == (PREVIOUS, head(LOCATIONS))
+    with store.connect() as conn:
+        assert conn.execute(select(messages.c.content)).scalar_one() == "hi"
+        chunk = conn.execute(select(temporal_day_chunks)).mappings().one()
+    assert chunk["seq"] == 0 and chunk["source_ids"] == ["m1"]
+
+
+def _migrate_in_a_process(url: str, queue) -> None:
+    try:
+        store = Store(url)
+        forget_checked()
+        ensure_schema(store, LOCATIONS)
+        queue.put(current(store))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        queue.put(f"error: {type(exc).__name__}: {exc}")
+
+
+def test_two_processes_migrating_a_fresh_database_at_once_do_not_race(empty_url):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_migrate_in_a_process, args=(empty_url, queue)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    results = [queue.get(timeout=5) for _ in procs]
+    assert results == [head(LOCATIONS)] * 3

@@ -1,0 +1,102 @@
+"""A snapshot of the code location: asset keys, groups, kinds, partitions, dependencies, checks,
+jobs, schedules with their crons, sensors and the resource configuration the UI shows. A domain
+that lands, or a renamed cron, shows up here first (`pytest --snapshot-update` after review)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory_pipeline.definitions import build_defs
+from memory_pipeline.resources import default_resources
+
+SECRET = "sk-this-must-never-be-shown"
+PASSWORD_URL = "postgresql://memory:hunter2@db.internal:5432/memory"
+
+
+@pytest.fixture
+def production_env(monkeypatch):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", PASSWORD_URL)
+    monkeypatch.setenv("REDIS_URL", "redis://:hunter2@cache.internal:6379/0")
+    monkeypatch.setenv("MEMORY_LLM_MODEL", "openai/gpt-4o-mini")
+    monkeypatch.setenv("MEMORY_LLM_API_BASE", "https://llm.internal/v1")
+    monkeypatch.setenv("MEMORY_LLM_API_KEY", SECRET)
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", "/etc/memory/memory.yaml")
+
+
+def _partitions(defn) -> str | None:
+    if defn is None:
+        return None
+    fmt = getattr(defn, "fmt", None)
+    return f"{type(defn).__name__}({fmt}, {getattr(defn, 'timezone', None)}, end_offset={defn.end_offset})"
+
+
+def describe(defs) -> dict:
+    graph = defs.resolve_asset_graph()
+    assets = {}
+    for node in sorted(graph.asset_nodes, key=lambda n: n.key.to_user_string()):
+        assets[node.key.to_user_string()] = {
+            "group": node.group_name,
+            "kinds": sorted(node.kinds),
+            "partitions": _partitions(node.partitions_def),
+            "deps": sorted(k.to_user_string() for k in node.parent_keys),
+            "pool": node.pools and sorted(node.pools),
+            "backfill_policy": str(node.backfill_policy) if node.backfill_policy else None,
+        }
+    checks = sorted(f"{k.asset_key.to_user_string()}:{k.name}" for k in graph.asset_check_keys)
+    repo = defs.get_repository_def()
+    jobs = {j.name: j.description for j in sorted(repo.get_all_jobs(), key=lambda j: j.name) if j.name != "__ASSET_JOB"}
+    schedules = {
+        s.name: {
+            "cron": s.cron_schedule,
+            "tz": s.execution_timezone,
+            "job": s.job_name,
+            "status": str(s.default_status),
+        }
+        for s in sorted(repo.schedule_defs, key=lambda s: s.name)
+    }
+    sensors = {
+        s.name: {"status": str(s.default_status), "has_description": bool(s.description)}
+        for s in sorted(repo.sensor_defs, key=lambda s: s.name)
+    }
+    return {"assets": assets, "checks": checks, "jobs": jobs, "schedules": schedules, "sensors": sensors}
+
+
+def resource_config_shown(defs) -> dict:
+    """What the UI's Resources page and GraphQL show: each resource's configured values."""
+    repo = defs.get_repository_def()
+    out = {}
+    for name, resource in sorted(repo.get_top_level_resources().items()):
+        schema = resource.config_schema
+        out[name] = json.loads(schema.default_value_as_json_str) if schema.default_provided else {}
+    return out
+
+
+def test_definitions_snapshot(snapshot):
+    assert describe(build_defs()) == snapshot
+
+
+def test_every_automation_says_what_it_does():
+    repo = build_defs().get_repository_def()
+    for automation in [*repo.schedule_defs, *repo.sensor_defs]:
+        assert automation.description, f"{automation.name} has no description"
+
+
+def test_urls_and_keys_are_shown_by_variable_name_never_by_value(production_env):
+    shown = resource_config_shown(build_defs(default_resources()))
+    text = json.dumps(shown)
+    assert SECRET not in text and "hunter2" not in text and "llm.internal" not in text
+    assert shown["memory_store"]["database_url"] == {"env": "MEMORY_DATABASE_URL"}
+    assert shown["kv_cache"]["redis_url"] == {"env": "REDIS_URL"}
+    assert shown["llm"]["api_key"] == {"env": "MEMORY_LLM_API_KEY"}
+    assert shown["llm"]["api_base"] == {"env": "MEMORY_LLM_API_BASE"}
+    assert shown["memory_config"]["config_file"] == {"env": "MEMORY_CONFIG_FILE"}
+
+
+def test_kinds_name_the_store_behind_the_assets(production_env):
+    graph = build_defs(default_resources()).resolve_asset_graph()
+    kinds = {n.key.to_user_string(): n.kinds for n in graph.asset_nodes}
+    assert "postgres" in kinds["temporal_day_summaries"] and "sqlite" not in kinds["temporal_day_summaries"]
+    assert "postgres" in kinds["raw_conversation_events"]
+    assert {"redis", "llm"} <= kinds["temporal_system_rolls"]
