@@ -38,7 +38,7 @@ class PeriodResult:
     window: str
     period_start: date
     worlds: int = 0
-    written: int = 0  # rows inserted or changed
+    written: int = 0  # rows inserted or changed (the upsert's rowcount)
     unchanged: int = 0
     reused: int = 0  # summaries kept without a model call (same model, prompt and material)
     non_empty: int = 0
@@ -111,7 +111,7 @@ def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existin
                 result.unchanged += 1
             else:
                 changed.append(row | {"created_at": old["created_at"] if old else now, "updated_at": now})
-        upsert(
+        result.written += upsert(
             conn,
             temporal_summaries,
             changed,
@@ -120,7 +120,6 @@ def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existin
             if changed
             else [],
         )
-        result.written += len(changed)
     for row in rows:
         if row["empty_reason"]:
             result.placeholders[row["empty_reason"]] += 1
