@@ -114,7 +114,8 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
     tags=STORE_TAG,
     pool=LLM_POOL,
     description="Seed 000 conversation day chunks: one per closed 30-minute CST bucket with material "
-    "after the watermark; append-only within the day.",
+    "after the watermark, and a further chunk (seq+1) for late material of an already-chunked bucket; "
+    "append-only within the day, every material message in exactly one chunk.",
 )
 def temporal_day_chunks(
     context: AssetExecutionContext,
@@ -123,6 +124,7 @@ def temporal_day_chunks(
 ) -> MaterializeResult:
     now = _now(config)
     failures = {}
+    totals = Counter()
     for key, day in partition_dates(context):
         tctx = _tctx(context, config, temporal, key)
         result = chunks.run_tick(tctx, day, now)
@@ -131,11 +133,19 @@ def temporal_day_chunks(
             {
                 "conversations": result.conversations,
                 "chunks_written": result.chunks_written,
+                "late_messages": result.late_messages,
                 "failed_conversations": len(result.failures),
+                "disabled": not tctx.cfg.enabled,
+                # The chunk check audits coverage as this tick saw it: buckets closed at tick_now,
+                # messages ingested by read_at.
+                "tick_now": result.now.isoformat() if result.now else "",
+                "read_at": result.read_at.isoformat() if result.read_at else "",
                 **llm_metadata(tctx.llm.stats),
             },
             partition_key=key,
         )
+        totals.update(chunks_written=result.chunks_written, late_messages=result.late_messages)
+    context.log.info(f"chunks: {dict(totals)}")
     if failures:
         raise Failure(
             description=f"chunk summaries failed for {len(failures)} conversation(s): "
