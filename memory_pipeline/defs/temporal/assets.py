@@ -79,7 +79,12 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
             continue
         if result.disabled:
             context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
-        totals.update(rows_written=result.written, non_empty=result.non_empty, llm_calls=tctx.llm.stats.calls)
+        totals.update(
+            rows_written=result.written,
+            non_empty=result.non_empty,
+            partial_summaries=result.partial_summaries,
+            llm_calls=tctx.llm.stats.calls,
+        )
         totals.update({f"placeholder_{r}": n for r, n in result.placeholders.items()})
         context.add_asset_metadata(
             {
@@ -87,6 +92,10 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
                 "rows_written": result.written,
                 "rows_unchanged": result.unchanged,
                 "summaries_reused": result.reused,
+                # Day rows whose material exceeded day_material_max_chars, and the partial
+                # summaries (per conversation, per part, per group) they were built from.
+                "worlds_over_budget": result.over_budget,
+                "partial_summaries": result.partial_summaries,
                 "non_empty": result.non_empty,
                 "placeholders": dict(result.placeholders),
                 "disabled": result.disabled,
@@ -216,7 +225,8 @@ temporal_day_summaries = _period_asset(
     "day",
     cst_day,
     raw_conversation_events,
-    "Seed 000 per-world day rows (one per world, placeholders with empty_reason).",
+    "Seed 000 per-world day rows (one per world, placeholders with empty_reason), from all of the day's "
+    "material: per-conversation partial summaries first when it exceeds day_material_max_chars.",
 )
 temporal_month_summaries = _period_asset(
     "month", cst_month, temporal_day_summaries, "Seed 000 per-world month rows, from the month's non-empty day rows."

@@ -41,11 +41,13 @@ def _result(problems: list[str], checked: int) -> AssetCheckResult:
 
 
 def _period_check(asset_def, window, defn):
+    covers = ", including every eligible conversation with material (or says why not)" if window == "day" else ""
+
     @asset_check(
         asset=asset_def,
         partitions_def=defn,
         name=f"{window}_rows_have_sources_and_no_future",
-        description=f"Every non-empty {window} row lists sources inside its window and world; "
+        description=f"Every non-empty {window} row lists sources inside its window and world{covers}; "
         "no row is written for an open or future period.",
     )
     def _check(
