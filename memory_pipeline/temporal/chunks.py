@@ -1,5 +1,6 @@
 """Conversation day chunks (seed 000 `conversations.temporal_day`): the */30 tick appends one chunk
-per closed half-hour bucket with material after the watermark; append-only within the CST day."""
+per closed half-hour bucket with material after the watermark, and a further chunk (seq 1, 2, ...)
+for material of an already-chunked bucket that arrived late; append-only within the CST day."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from memory_pipeline.lib.llm import LLMHardFailure
 from memory_pipeline.lib.store import Store, upsert
-from memory_pipeline.lib.timeutil import bucket_end, day_bounds, utcnow
+from memory_pipeline.lib.timeutil import bucket_end, bucket_start, day_bounds, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize
 from memory_pipeline.temporal.tables import temporal_day_chunks
@@ -21,26 +22,56 @@ from memory_pipeline.temporal.tables import temporal_day_chunks
 @dataclass
 class TickResult:
     day: date
+    now: datetime | None = None  # the tick's "now": buckets ending by then are closed
+    read_at: datetime | None = None  # when the tick read the messages (later ingests wait)
     conversations: int = 0
-    chunks_written: int = 0
+    chunks_written: int = 0  # rows actually inserted
+    late_messages: int = 0  # chunked into an already-chunked bucket or from at/before the watermark gate
     failures: dict[str, str] = field(default_factory=dict)
 
 
+def _chunk_state(conn, day: date) -> dict[str, dict]:
+    """Per conversation of ``day``: the union of its chunks' source_ids, the highest seq per
+    bucket and the newest watermark."""
+    rows = conn.execute(
+        select(
+            temporal_day_chunks.c.conversation_id,
+            temporal_day_chunks.c.bucket,
+            temporal_day_chunks.c.seq,
+            temporal_day_chunks.c.watermark_at,
+            temporal_day_chunks.c.source_ids,
+        ).where(temporal_day_chunks.c.cst_date == day)
+    ).all()
+    state: dict[str, dict] = defaultdict(lambda: {"ids": set(), "seqs": {}, "watermark_at": None})
+    for conv_id, bucket, seq, watermark_at, source_ids in rows:
+        s = state[conv_id]
+        s["ids"].update(source_ids or [])
+        s["seqs"][bucket] = max(seq, s["seqs"].get(bucket, seq))
+        if s["watermark_at"] is None or watermark_at > s["watermark_at"]:
+            s["watermark_at"] = watermark_at
+    return state
+
+
+def append_chunk(conn, row: dict) -> bool:
+    """Insert one chunk; False when its (conversation, day, bucket, seq) exists already (a
+    concurrent tick got there first: the next tick plans what is left, from the source set)."""
+    return (
+        upsert(conn, temporal_day_chunks, [row], keys=["conversation_id", "cst_date", "bucket", "seq"], update=[]) == 1
+    )
+
+
 def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> TickResult:
-    """Append chunks for every closed bucket of ``day`` up to ``now`` (a past day: all of it)."""
+    """Append chunks for every closed bucket of ``day`` up to ``now`` (a past day: all of it): every
+    material message no chunk of its conversation-day lists yet goes into a new chunk of its own
+    bucket (logic.plan_chunks), so late arrivals are appended rather than lost."""
     now = min(now or utcnow(), utcnow(), day_bounds(day, ctx.tz)[1])  # never a future "now"
-    result = TickResult(day)
+    result = TickResult(day, now=now)
     if not ctx.cfg.enabled:
         return result
     with ctx.store.connect() as conn:
+        result.read_at = utcnow()
         rows = day_messages(conn, day, ctx.tz)
-        marks = dict(
-            conn.execute(
-                select(temporal_day_chunks.c.conversation_id, func.max(temporal_day_chunks.c.watermark_at))
-                .where(temporal_day_chunks.c.cst_date == day)
-                .group_by(temporal_day_chunks.c.conversation_id)
-            ).all()
-        )
+        state = _chunk_state(conn, day)
     by_conv: dict[str, list] = defaultdict(list)
     for r in rows:
         if logic.is_material(r["role"], r["content"], r["tool_calls"]):
@@ -48,7 +79,16 @@ def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> Ti
     result.conversations = len(by_conv)
     for conv_id, msgs in sorted(by_conv.items()):
         index = {m["message_id"]: m for m in msgs}
-        planned = logic.plan_chunks([(m["message_id"], m["at"]) for m in msgs], marks.get(conv_id), day, now, ctx.tz)
+        s = state.get(conv_id, {})
+        planned = logic.plan_chunks(
+            [(m["message_id"], m["at"]) for m in msgs],
+            day,
+            now,
+            ctx.tz,
+            chunked_ids=s.get("ids", ()),
+            bucket_seqs=s.get("seqs"),
+            watermark_at=s.get("watermark_at"),
+        )
         for chunk in planned:
             material = "\n".join(
                 material_line(index[i]["at"], index[i]["role"], index[i]["content"], ctx.tz) for i in chunk.message_ids
@@ -57,55 +97,77 @@ def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> Ti
             try:
                 summary = summarize(ctx, "chunk", material, ctx.cfg.chunk_max_chars, world_id)
             except LLMHardFailure as exc:
-                # Later buckets wait: chunks are append-only and ordered by watermark.
+                # Later buckets wait for the next tick, which plans them again from the source set.
                 result.failures[conv_id] = str(exc)
                 break
             with ctx.store.begin() as conn:
-                upsert(
+                written = append_chunk(
                     conn,
-                    temporal_day_chunks,
-                    [
-                        {
-                            "conversation_id": conv_id,
-                            "world_id": world_id,
-                            "cst_date": day,
-                            "bucket": chunk.bucket,
-                            "at": bucket_end(chunk.bucket),
-                            "summary": summary,
-                            "watermark_message_id": chunk.watermark_message_id,
-                            "watermark_at": chunk.watermark_at,
-                            "source_ids": list(chunk.message_ids),
-                            "model": ctx.llm.model,
-                            "seq": 0,
-                        }
-                    ],
-                    keys=["conversation_id", "cst_date", "bucket", "seq"],
-                    update=[],
+                    {
+                        "conversation_id": conv_id,
+                        "world_id": world_id,
+                        "cst_date": day,
+                        "bucket": chunk.bucket,
+                        "at": bucket_end(chunk.bucket),
+                        "summary": summary,
+                        "watermark_message_id": chunk.watermark_message_id,
+                        "watermark_at": chunk.watermark_at,
+                        "source_ids": list(chunk.message_ids),
+                        "model": ctx.llm.model,
+                        "seq": chunk.seq,
+                    },
                 )
-            result.chunks_written += 1
+            if written:
+                result.chunks_written += 1
+                result.late_messages += chunk.late
     return result
 
 
 def closed_bucket_chunks(conn, world_id: str | None, day: date, now: datetime) -> list[dict]:
-    """Chunks of ``day`` in buckets already closed at ``now``."""
+    """Chunks of ``day`` in buckets already closed at ``now``; a bucket may hold several chunks of
+    one conversation (late arrivals, seq 1, 2, ...): its peers are all of them."""
     q = select(temporal_day_chunks).where(temporal_day_chunks.c.cst_date == day)
     if world_id is not None:
         q = q.where(temporal_day_chunks.c.world_id == world_id)
-    rows = (
-        conn.execute(q.order_by(temporal_day_chunks.c.bucket, temporal_day_chunks.c.conversation_id)).mappings().all()
-    )
+    q = q.order_by(temporal_day_chunks.c.bucket, temporal_day_chunks.c.conversation_id, temporal_day_chunks.c.seq)
+    rows = conn.execute(q).mappings().all()
     return [dict(r) for r in rows if bucket_end(r["bucket"]) <= now]
 
 
-def audit_chunks(store: Store, day: date, tz: ZoneInfo, now: datetime | None = None) -> list[str]:
-    """Chunks of ``day``: sources present, bucket inside the day and closed, watermark inside it."""
+def audit_chunks(
+    store: Store,
+    day: date,
+    tz: ZoneInfo,
+    now: datetime | None = None,
+    *,
+    coverage: bool = True,
+    tick_now: datetime | None = None,
+    ingested_before: datetime | None = None,
+) -> list[str]:
+    """Chunks of ``day``: sources present, bucket inside the day and closed at ``now``, watermark
+    inside it, no message in two chunks; with ``coverage``, every material message of an eligible
+    conversation in a bucket closed at ``tick_now`` (default ``now``) is in a chunk, counting only
+    messages ingested by ``ingested_before`` when given (the tick could not see later ones)."""
     now = now or utcnow()
+    tick_now = min(tick_now or now, now)
     problems = []
     start, end = day_bounds(day, tz)
     with store.connect() as conn:
-        rows = conn.execute(select(temporal_day_chunks).where(temporal_day_chunks.c.cst_date == day)).mappings().all()
+        rows = (
+            conn.execute(
+                select(temporal_day_chunks)
+                .where(temporal_day_chunks.c.cst_date == day)
+                .order_by(
+                    temporal_day_chunks.c.conversation_id, temporal_day_chunks.c.bucket, temporal_day_chunks.c.seq
+                )
+            )
+            .mappings()
+            .all()
+        )
+        msgs = day_messages(conn, day, tz) if coverage else []
+    seen: dict[str, int] = defaultdict(int)
     for r in rows:
-        tag = f"chunk {r['conversation_id']} {r['bucket'].astimezone(tz):%Y-%m-%dT%H:%M}"
+        tag = f"chunk {r['conversation_id']} {r['bucket'].astimezone(tz):%Y-%m-%dT%H:%M}#{r['seq']}"
         if not r["source_ids"]:
             problems.append(f"{tag}: no sources")
         if not (start <= r["bucket"] < end):
@@ -114,4 +176,26 @@ def audit_chunks(store: Store, day: date, tz: ZoneInfo, now: datetime | None = N
             problems.append(f"{tag}: bucket not closed yet")
         if not (r["watermark_at"] < bucket_end(r["bucket"])):
             problems.append(f"{tag}: watermark after the bucket end")
+        for i in r["source_ids"] or []:
+            seen[i] += 1
+    twice: dict[str, list[str]] = defaultdict(list)
+    for r in rows:
+        for i in r["source_ids"] or []:
+            if seen[i] > 1 and i not in twice[r["conversation_id"]]:
+                twice[r["conversation_id"]].append(i)
+    for conv_id, ids in sorted(twice.items()):
+        problems.append(f"conversation {conv_id}: {len(ids)} message(s) in two or more chunks, e.g. {ids[:3]}")
+    missing: dict[str, list[str]] = defaultdict(list)
+    for m in msgs:
+        if (
+            logic.is_material(m["role"], m["content"], m["tool_calls"])
+            and m["message_id"] not in seen
+            and bucket_end(bucket_start(m["at"], tz)) <= tick_now
+            and (ingested_before is None or m["ingested_at"] <= ingested_before)
+        ):
+            missing[m["conversation_id"]].append(m["message_id"])
+    for conv_id, ids in sorted(missing.items()):
+        problems.append(
+            f"conversation {conv_id}: {len(ids)} material message(s) of closed buckets in no chunk, e.g. {ids[:3]}"
+        )
     return problems

@@ -3,7 +3,7 @@ the system block. No I/O, no Dagster."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
@@ -14,6 +14,7 @@ from memory_pipeline.lib.text import hard_cap, short_hash, truncate
 from memory_pipeline.lib.timeutil import (
     bucket_end,
     bucket_label,
+    bucket_start,
     closed_buckets,
     day_start,
     local_date,
@@ -81,35 +82,72 @@ def after_gate(at: datetime, watermark_at: datetime | None, day: date, tz: ZoneI
 @dataclass(frozen=True)
 class PlannedChunk:
     bucket: datetime
+    seq: int  # 0 for the bucket's first chunk, max(existing seq) + 1 for a further one
     message_ids: tuple[str, ...]
-    watermark_message_id: str
+    watermark_message_id: str  # the chunk's last message
     watermark_at: datetime
+    late: int = 0  # messages the seed's gate alone would lose: in a chunked bucket, or at/before the gate
 
 
 def plan_chunks(
     messages: Sequence[tuple[str, datetime]],
-    watermark_at: datetime | None,
     day: date,
     now: datetime,
     tz: ZoneInfo,
+    *,
+    chunked_ids: Collection[str] = (),
+    bucket_seqs: Mapping[datetime, int] | None = None,
+    watermark_at: datetime | None = None,
 ) -> list[PlannedChunk]:
-    """Replay the */30 tick over the closed buckets of ``day`` up to ``now``.
+    """The chunks one */30 tick appends for one conversation-day.
 
-    ``messages`` are (message_id, at) of one conversation's material, any order. Each closed
-    bucket whose end is reached pushes one chunk when material newer than the gate exists; the
-    open bucket waits for the next tick. Existing chunks are never rewritten (append-only)."""
-    msgs = sorted((m for m in messages if local_date(m[1], tz) == day), key=lambda m: (m[1], m[0]))
-    out: list[PlannedChunk] = []
-    wm = watermark_at
-    for b in closed_buckets(day, now, tz):
-        end = bucket_end(b)
-        batch = [m for m in msgs if m[1] < end and after_gate(m[1], wm, day, tz)]
-        if not batch:
+    ``messages`` are (message_id, at) of the conversation's material, any order; ``chunked_ids``
+    the union of source_ids of its chunks of ``day`` so far, ``bucket_seqs`` their highest seq per
+    bucket, ``watermark_at`` the newest chunk watermark. Every material message of ``day`` in a
+    bucket closed at ``now`` that no chunk lists yet is planned, grouped by its own bucket (one
+    chunk per bucket and tick); a bucket that already has chunks gets seq max+1: earlier chunks are
+    never rewritten (append-only). The seed's gate max(watermark_at, day start) still marks the
+    normal path (messages after it); messages at or before it are late arrivals (a file ingested
+    after its bucket was chunked, a message sharing the watermark's timestamp) and are chunked the
+    same way, so no message is lost and none is in two chunks: correctness comes from the source
+    set, not from timestamps. The open bucket waits for the next tick."""
+    seen = set(chunked_ids)
+    seqs = bucket_seqs or {}
+    closed = {b: bucket_end(b) for b in closed_buckets(day, now, tz)}
+    by_bucket: dict[datetime, list[tuple[str, datetime]]] = {}
+    for mid, at in messages:
+        if mid in seen or local_date(at, tz) != day:
             continue
+        b = bucket_start(at, tz)
+        if b in closed:
+            by_bucket.setdefault(b, []).append((mid, at))
+    out = []
+    for b in sorted(by_bucket):
+        batch = sorted(by_bucket[b], key=lambda m: (m[1], m[0]))
         last = batch[-1]
-        out.append(PlannedChunk(b, tuple(m[0] for m in batch), last[0], last[1]))
-        wm = last[1]
+        seq = seqs[b] + 1 if b in seqs else 0
+        # Late: in a bucket chunked already, or at or before the gate (the seed's tick skips both).
+        late = len(batch) if seq else sum(1 for _, at in batch if not after_gate(at, watermark_at, day, tz))
+        out.append(PlannedChunk(b, seq, tuple(m[0] for m in batch), last[0], last[1], late))
     return out
+
+
+def pack(sizes: Sequence[int], budget: int, min_group: int = 1) -> list[list[int]]:
+    """Consecutive groups of item indexes whose sizes add up to at most ``budget``. A group holds
+    at least ``min_group`` items even over the budget (only the last may hold fewer), so every item
+    is placed and a reduction with ``min_group=2`` always shrinks."""
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    used = 0
+    for i, size in enumerate(sizes):
+        if cur and used + size > budget and len(cur) >= min_group:
+            groups.append(cur)
+            cur, used = [], 0
+        cur.append(i)
+        used += size
+    if cur:
+        groups.append(cur)
+    return groups
 
 
 def peer_sources_fp(chunks: Iterable[tuple[str, datetime | str, str]], viewer_conversation_id: str | None) -> str:

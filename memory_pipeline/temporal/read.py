@@ -74,8 +74,10 @@ def peer_messages(
     at: datetime,
     tz: ZoneInfo,
 ) -> tuple[list[dict], int]:
-    """One runtime-only assistant message per closed bucket of today that has peer chunks, placed at
-    the bucket's end. Older buckets never change because chunks are append-only per bucket."""
+    """One runtime-only assistant message per closed bucket of today that has peer chunks (all of
+    the bucket's chunks, seq 0, 1, ...), placed at the bucket's end. Chunks are append-only, so an
+    older bucket's insertion stays byte-identical unless a late arrival appends a chunk to that very
+    bucket: then its sources_fp, and so its roll, changes once."""
     today = local_date(require_aware(at, "at"), tz)
     with store.connect() as conn:
         chunks = closed_bucket_chunks(conn, world_id, today, at)

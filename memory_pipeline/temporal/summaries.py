@@ -38,9 +38,11 @@ class PeriodResult:
     window: str
     period_start: date
     worlds: int = 0
-    written: int = 0  # rows inserted or changed
+    written: int = 0  # rows inserted or changed (the upsert's rowcount)
     unchanged: int = 0
     reused: int = 0  # summaries kept without a model call (same model, prompt and material)
+    over_budget: int = 0  # day rows built from partial summaries (material over the budget)
+    partial_summaries: int = 0  # day_conversation / day_part / day_group answers those took
     non_empty: int = 0
     placeholders: Counter = field(default_factory=Counter)
     failures: dict[str, str] = field(default_factory=dict)
@@ -111,7 +113,7 @@ def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existin
                 result.unchanged += 1
             else:
                 changed.append(row | {"created_at": old["created_at"] if old else now, "updated_at": now})
-        upsert(
+        result.written += upsert(
             conn,
             temporal_summaries,
             changed,
@@ -120,7 +122,6 @@ def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existin
             if changed
             else [],
         )
-        result.written += len(changed)
     for row in rows:
         if row["empty_reason"]:
             result.placeholders[row["empty_reason"]] += 1
@@ -132,12 +133,11 @@ def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existin
             )
 
 
-def _summarize_or_placeholder(
-    ctx, result, prev, world_id, task, material, max_chars, source_kind, source_ids, source_count
-):
+def _summarize_or_placeholder(ctx, result, prev, world_id, fp_parts, produce, source_kind, source_ids, source_count):
     """The row for one world: reused as is when model, prompt version and material fingerprint
-    match the stored row (no call at all), else asked of the model; None on a hard failure."""
-    fp = short_hash([material, source_ids])
+    (``fp_parts`` and the sources) match the stored row (no call at all), else ``produce()`` asks
+    the model (one or more calls); None on a hard failure."""
+    fp = short_hash([*fp_parts, source_ids])
 
     def row(content, reason, ids, count, model):
         return _row(world_id, result.window, result.period_start, content, reason, source_kind, ids, count, fp, model)
@@ -150,13 +150,80 @@ def _summarize_or_placeholder(
         result.reused += 1
         return row(prev["content"], prev["empty_reason"], prev["source_ids"], prev["source_count"], prev["model"])
     try:
-        text = summarize(ctx, task, material, max_chars, world_id)
+        text = produce()
     except LLMHardFailure as exc:
         result.failures[world_id] = str(exc)  # no placeholder for a hard failure
         return None
     if not text:
         return row("", EmptyReason.EMPTY_SUMMARY, [], 0, ctx.llm.model)
     return row(text, None, source_ids, source_count, ctx.llm.model)
+
+
+@dataclass(frozen=True)
+class _Partial:
+    """A partial summary of a busy day: a conversation, a part of one, or a group of partials."""
+
+    first: datetime
+    last: datetime
+    label: str
+    text: str
+
+    def render(self, tz: ZoneInfo) -> str:
+        """A header line (time span and what it summarizes) and the summary on the next line."""
+        return f"# {self.first.astimezone(tz):%H:%M}-{self.last.astimezone(tz):%H:%M} {self.label}\n{self.text}"
+
+
+# Room kept for the "# <platform> conversation, part i of n" header of a conversation part.
+_PART_HEADER_ROOM = 80
+
+
+def _day_from_partials(ctx: TemporalContext, result: PeriodResult, world_id: str, convs: list[list]) -> str:
+    """A day whose material exceeds day_material_max_chars: every conversation is summarized on
+    its own (task day_conversation), one over the budget in consecutive parts that each fit
+    (day_part); then the day from those partial summaries (day_reduce), after merging consecutive
+    groups of them (day_group) while they still exceed the budget. Every call is a ledger row."""
+    budget, n, tz = ctx.cfg.day_material_max_chars, ctx.cfg.global_day_max_chars, ctx.tz
+    partials: list[_Partial] = []
+    for msgs in convs:
+        platform = msgs[0]["platform"]
+        lines = [material_line(m["at"], m["role"], m["content"], tz) for m in msgs]
+        block = f"# {platform} conversation\n" + "\n".join(lines)
+        if len(block) <= budget:
+            parts = [("day_conversation", f"{platform} conversation", block, msgs[0], msgs[-1])]
+        else:
+            groups = logic.pack([len(ln) + 1 for ln in lines], budget - _PART_HEADER_ROOM)
+            parts = [
+                (
+                    "day_part",
+                    f"{platform} conversation, part {k} of {len(groups)}",
+                    f"# {platform} conversation, part {k} of {len(groups)}\n" + "\n".join(lines[i] for i in g),
+                    msgs[g[0]],
+                    msgs[g[-1]],
+                )
+                for k, g in enumerate(groups, 1)
+            ]
+        for task, label, material, first, last in parts:
+            text = summarize(ctx, task, material, n, world_id)
+            result.partial_summaries += 1
+            if text:
+                partials.append(_Partial(first["at"], last["at"], label, text))
+    while partials:
+        items = [p.render(tz) for p in partials]
+        if len(partials) == 1 or sum(len(it) + 1 for it in items) - 1 <= budget:
+            return summarize(ctx, "day_reduce", "\n".join(items), n, world_id)
+        merged = []
+        for g in logic.pack([len(it) + 1 for it in items], budget, min_group=2):
+            if len(g) == 1:
+                merged.append(partials[g[0]])
+                continue
+            text = summarize(ctx, "day_group", "\n".join(items[i] for i in g), n, world_id)
+            result.partial_summaries += 1
+            if text:
+                group = [partials[i] for i in g]
+                first, last = min(p.first for p in group), max(p.last for p in group)
+                merged.append(_Partial(first, last, f"{len(g)} partial summaries merged", text))
+        partials = merged
+    return ""
 
 
 class OpenWindowError(ValueError):
@@ -166,6 +233,39 @@ class OpenWindowError(ValueError):
 def _require_closed(window: str, period_start: date, end: datetime) -> None:
     if end > utcnow():
         raise OpenWindowError(f"{window} {period_start.isoformat()} is not closed yet (it ends {end.isoformat()})")
+
+
+def _day_row(ctx: TemporalContext, result: PeriodResult, prev, world_id: str, material: list) -> dict | None:
+    """A world's day row from ALL of its material, conversation by conversation (seed 000: every
+    active conversation is covered, no editorial selection): one call when the day fits
+    day_material_max_chars, else partial summaries first. Sources are every material message,
+    source_count the conversations; the fingerprint covers all of it, so an unchanged day is reused
+    without a call."""
+    by_conv: dict[str, list] = defaultdict(list)
+    for m in material:
+        by_conv[m["conversation_id"]].append(m)
+    convs = sorted(by_conv.values(), key=lambda ms: (ms[0]["at"], ms[0]["conversation_id"]))
+    full = "\n\n".join(
+        f"# {ms[0]['platform']} conversation\n"
+        + "\n".join(material_line(m["at"], m["role"], m["content"], ctx.tz) for m in ms)
+        for ms in convs
+    )
+    budget = ctx.cfg.day_material_max_chars
+    if len(full) <= budget:
+        fp_parts = [full]
+
+        def produce() -> str:
+            return summarize(ctx, "day", full, ctx.cfg.global_day_max_chars, world_id)
+
+    else:
+        fp_parts = [full, {"day_material_max_chars": budget}]  # how it is split depends on the budget
+
+        def produce() -> str:
+            result.over_budget += 1
+            return _day_from_partials(ctx, result, world_id, convs)
+
+    ids = [m["message_id"] for m in material]
+    return _summarize_or_placeholder(ctx, result, prev, world_id, fp_parts, produce, "message", ids, len(convs))
 
 
 def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None = None) -> PeriodResult:
@@ -193,35 +293,7 @@ def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None 
         if not material:
             out.append(_row(world_id, "day", day, "", EmptyReason.EMPTY, "message", [], 0, None, None))
             continue
-        # Keep the newest lines within the material budget; sources are exactly the lines sent.
-        used, budget = [], ctx.cfg.day_material_max_chars
-        for m in reversed(material):
-            cost = len(material_line(m["at"], m["role"], m["content"], ctx.tz)) + 1
-            if cost > budget and used:
-                break
-            budget -= cost
-            used.append(m)
-        used.reverse()
-        by_conv: dict[str, list] = defaultdict(list)
-        for m in used:
-            by_conv[m["conversation_id"]].append(m)
-        blocks = [
-            f"# {ms[0]['platform']} conversation\n"
-            + "\n".join(material_line(m["at"], m["role"], m["content"], ctx.tz) for m in ms)
-            for ms in sorted(by_conv.values(), key=lambda ms: ms[0]["at"])
-        ]
-        row = _summarize_or_placeholder(
-            ctx,
-            result,
-            existing.get(world_id),
-            world_id,
-            "day",
-            "\n\n".join(blocks),
-            ctx.cfg.global_day_max_chars,
-            "message",
-            [m["message_id"] for m in used],
-            len({m["conversation_id"] for m in used}),
-        )
+        row = _day_row(ctx, result, existing.get(world_id), world_id, material)
         if row is not None:
             out.append(row)
     _write(ctx, result, out, existing)
@@ -278,9 +350,8 @@ def regenerate_rollup(
             result,
             existing.get(world_id),
             world_id,
-            window,
-            material,
-            max_chars,
+            [material],
+            lambda material=material, world_id=world_id: summarize(ctx, window, material, max_chars, world_id),
             child,
             [k["summary_id"] for k in kids],
             len(kids),
@@ -330,10 +401,35 @@ def regenerate(
     return regenerate_rollup(ctx, window, period_start, world_ids)
 
 
+def _day_coverage(tag: str, row, convs: dict[str, set]) -> list[str]:
+    """A day row lists every material message of every eligible conversation of its world and day,
+    or says why not: a placeholder for an empty model answer. A no_sessions / empty placeholder
+    while material exists is stale."""
+    if not convs:
+        return []
+    reason = row["empty_reason"]
+    if reason == EmptyReason.EMPTY_SUMMARY:
+        return []
+    if reason is not None:
+        return [f"{tag}: placeholder {reason} but {len(convs)} conversation(s) have material"]
+    sources = set(row["source_ids"] or [])
+    out = []
+    for conv_id, ids in sorted(convs.items()):
+        covered = ids & sources
+        if not covered:
+            out.append(f"{tag}: conversation {conv_id} ({len(ids)} material message(s)) is not among the sources")
+        elif covered != ids:
+            out.append(
+                f"{tag}: conversation {conv_id}: {len(ids - covered)} of {len(ids)} material message(s) not among the sources"
+            )
+    return out
+
+
 def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, now: datetime | None = None) -> list[str]:
     """Problems with one window's rows: a non-empty row without sources, a source outside the
-    window or world (or a debug, cron or non-material message), or any row for a period that is not
-    closed yet (the future). Sources are fetched in one query per kind."""
+    window or world (or a debug, cron or non-material message), a day row that leaves out an
+    eligible conversation with material (or some of its messages) without saying why, or any row
+    for a period that is not closed yet (the future). Sources are fetched in one query per kind."""
     today = local_date(now or utcnow(), tz)
     problems: list[str] = []
     start, end = period_bounds(window, period_start, tz)
@@ -360,11 +456,19 @@ def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, no
         if children:
             q = select(temporal_summaries).where(t.summary_id.in_(children))
             found_children = {k["summary_id"]: k for k in conn.execute(q).mappings()}
+        # A day row covers every eligible conversation of the day that has material.
+        day_material: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
+        if window == "day":
+            for m in day_messages(conn, period_start, tz):
+                if logic.is_material(m["role"], m["content"], m["tool_calls"]):
+                    day_material[m["world_id"]][m["conversation_id"]].add(m["message_id"])
     for r in rows:
         tag = f"{r['world_id']} {window} {period_start}"
         if r["empty_reason"] is None and (not r["content"] or r["source_count"] <= 0 or not r["source_ids"]):
             problems.append(f"{tag}: non-empty row without sources")
             continue
+        if window == "day":
+            problems.extend(_day_coverage(tag, r, day_material.get(r["world_id"], {})))
         if r["empty_reason"] is not None and r["content"]:
             problems.append(f"{tag}: placeholder ({r['empty_reason']}) carries content")
         if not r["source_ids"]:

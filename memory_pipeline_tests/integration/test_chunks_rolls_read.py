@@ -1,13 +1,13 @@
 """Day chunks (*/30 tick), peer and system rolls in Redis, and the read path (never an LLM call)."""
 
-from datetime import date
+from datetime import date, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
 
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient
-from memory_pipeline.lib.store.tables import inbox, llm_ledger
+from memory_pipeline.lib.store.tables import inbox, llm_ledger, messages
 from memory_pipeline.lib.timeutil import bucket_label
 from memory_pipeline.temporal import chunks, context, logic, read, rolls, summaries
 from memory_pipeline.temporal.config import TemporalSummaryConfig
@@ -15,6 +15,7 @@ from memory_pipeline.temporal.tables import temporal_day_chunks, warmup_requests
 from memory_pipeline_tests.conftest import CST, conversation, cst, event
 
 DAY = date(2026, 7, 18)
+HALF = timedelta(minutes=30)
 
 
 def _chunks(store):
@@ -298,3 +299,149 @@ def test_redis_stopped_mid_pipeline_falls_back_in_process(ctx, store, busy_morni
     assert result.failures == {} and result.warmed > 0 and ctx.cache.backend == "memory"
     msgs, _ = read.peer_messages(store, ctx.cache, ctx.cfg, "w1", "v", cst(2026, 7, 18, 7, 1), CST)
     assert msgs[-1]["cache"] == "hit" and msgs[-1]["bucket"] == "2026-07-18T06:30+08:00"
+
+
+# --- late arrivals: every material message of the day in exactly one chunk ------------------------
+
+
+def _late_day_events() -> dict[str, dict]:
+    """Two conversations of w1 on DAY with fixed ids; 'a-tool' is not material."""
+    specs = [
+        ("a1", "a", "user", "sourdough starter feeding schedule", (6, 5)),
+        ("a2", "a", "assistant", "feed the starter twice daily", (6, 13)),
+        ("a3", "a", "user", "sourdough crumb too dense", (6, 13)),  # the same instant as a2
+        ("a4", "a", "user", "oven spring questions", (6, 40)),
+        ("a5", "a", "assistant", "steam the oven for spring", (7, 10)),
+        ("a-tool", "a", "tool", "thermometer reading", (6, 20)),
+        ("b1", "b", "user", "kayak trip packing list", (6, 10)),
+        ("b4", "b", "assistant", "pack a dry bag for the kayak", (6, 25)),
+        ("b2", "b", "user", "river levels this weekend", (7, 35)),
+        ("b3", "b", "assistant", "river is high after rain", (7, 50)),
+    ]
+    return {mid: event("w1", conv, role, text, cst(2026, 7, 18, *hm), mid=mid) for mid, conv, role, text, hm in specs}
+
+
+def _at(mid: str) -> datetime:
+    return datetime.fromisoformat(_late_day_events()[mid]["timestamp"])
+
+
+MATERIAL = {"a1", "a2", "a3", "a4", "a5", "b1", "b2", "b3", "b4"}
+ALL_IDS = sorted(_late_day_events())
+
+# (files of message ids, the tick's now after each file as (hour, minute))
+ORDERS = {
+    "all_at_once": [(ALL_IDS, (8, 0))],
+    "three_files_middle_for_chunked_buckets": [
+        (["a1", "a2", "b1", "b2"], (7, 0)),
+        (["a3", "b4", "a4"], (7, 5)),  # a3 at a's watermark instant, b4 into b's chunked 06:00 bucket
+        (["a5", "b3", "a-tool"], (8, 0)),
+    ],
+    "one_message_at_the_watermark_instant": [
+        ([i for i in ALL_IDS if i != "a3"], (8, 0)),
+        (["a3"], (8, 10)),
+    ],
+    "earlier_buckets_after_later_ones": [
+        (["a4", "a5", "b2", "b3"], (8, 0)),
+        (["a1", "a2", "a3", "b1", "b4", "a-tool"], (8, 5)),
+    ],
+    "one_file_per_message_newest_first": [([mid], (8, i)) for i, mid in enumerate(sorted(ALL_IDS, key=_at)[::-1])],
+}
+
+
+@pytest.mark.parametrize("order", sorted(ORDERS))
+def test_every_material_message_ends_up_in_exactly_one_chunk_in_any_order(ctx, store, ingest, order):
+    events = _late_day_events()
+    written = 0
+    for ids, (hour, minute) in ORDERS[order]:
+        ingest([events[i] for i in ids])
+        before = _chunks(store)
+        written += chunks.run_tick(ctx, DAY, cst(2026, 7, 18, hour, minute)).chunks_written
+        after = {c["chunk_id"]: c for c in _chunks(store)}
+        assert all(after[c["chunk_id"]] == c for c in before)  # append-only: never rewritten
+    written += chunks.run_tick(ctx, DAY).chunks_written  # the day is past: every bucket closed
+    rows = _chunks(store)
+    sources = [i for c in rows for i in c["source_ids"]]
+    assert set(sources) == MATERIAL and len(sources) == len(MATERIAL)  # all of them, none twice
+    assert written == len(rows)  # the counts are rows actually inserted
+    for c in rows:  # each chunk's watermark is its own last message, inside its bucket
+        last = max((_at(i), i) for i in c["source_ids"])
+        assert (c["watermark_at"], c["watermark_message_id"]) == last
+        assert all(c["bucket"] <= _at(i) < c["bucket"] + HALF for i in c["source_ids"])
+    per_bucket = {}
+    for c in rows:
+        per_bucket.setdefault((c["conversation_id"], c["bucket"]), []).append(c["seq"])
+    assert all(sorted(s) == list(range(len(s))) for s in per_bucket.values())
+    assert chunks.audit_chunks(store, DAY, CST) == []
+    assert chunks.run_tick(ctx, DAY).chunks_written == 0
+
+
+def test_a_late_message_appends_a_further_chunk_with_a_true_count(ctx, store, ingest):
+    events = _late_day_events()
+    ingest([events[i] for i in ("a1", "a2", "b1")])
+    assert chunks.run_tick(ctx, DAY, cst(2026, 7, 18, 7, 0)).chunks_written == 2
+    ingest([events["a3"], events["b4"]])  # a3 shares a2's timestamp, which is a's watermark
+    late = chunks.run_tick(ctx, DAY, cst(2026, 7, 18, 7, 1))
+    assert (late.chunks_written, late.late_messages) == (2, 2)
+    rows = _chunks(store)
+    assert sorted((c["conversation_id"], c["seq"], tuple(c["source_ids"])) for c in rows) == [
+        ("a", 0, ("a1", "a2")),
+        ("a", 1, ("a3",)),
+        ("b", 0, ("b1",)),
+        ("b", 1, ("b4",)),
+    ]
+    # A concurrent tick that planned the same (conversation, bucket, seq) writes nothing and says so.
+    row = {k: v for k, v in rows[0].items() if k != "chunk_id"}
+    with store.begin() as conn:
+        assert chunks.append_chunk(conn, row) is False
+    with store.begin() as conn:
+        assert chunks.append_chunk(conn, row | {"seq": 7, "source_ids": ["x"]}) is True
+
+
+def test_audit_names_a_message_in_two_chunks_and_one_in_none(ctx, store, ingest):
+    events = _late_day_events()
+    ingest(list(events.values()))
+    chunks.run_tick(ctx, DAY, cst(2026, 7, 18, 7, 0))
+    assert chunks.audit_chunks(store, DAY, CST) == [
+        "conversation a: 1 material message(s) of closed buckets in no chunk, e.g. ['a5']",
+        "conversation b: 2 material message(s) of closed buckets in no chunk, e.g. ['b2', 'b3']",
+    ]  # the real now: every bucket of the past day is closed, the tick at 07:00 saw fewer
+    assert chunks.audit_chunks(store, DAY, CST, tick_now=cst(2026, 7, 18, 7, 0)) == []
+    a = [c for c in _chunks(store) if c["conversation_id"] == "a"][0]
+    with store.begin() as conn:
+        chunks.append_chunk(conn, {k: v for k, v in a.items() if k != "chunk_id"} | {"seq": 1})
+        conn.execute(temporal_day_chunks.delete().where(temporal_day_chunks.c.conversation_id == "b"))
+    assert chunks.audit_chunks(store, DAY, CST, tick_now=cst(2026, 7, 18, 7, 0)) == [
+        "conversation a: 3 message(s) in two or more chunks, e.g. ['a1', 'a2', 'a3']",
+        "conversation b: 2 material message(s) of closed buckets in no chunk, e.g. ['b1', 'b4']",
+    ]
+    # A message ingested after the tick read is not the tick's loss (the next tick takes it).
+    ingest([event("w1", "c", "user", "fresh import", cst(2026, 7, 18, 6, 1), mid="c1")])
+    with store.connect() as conn:
+        read_at = conn.execute(select(func.min(messages.c.ingested_at))).scalar_one()
+    late_problems = chunks.audit_chunks(store, DAY, CST, tick_now=cst(2026, 7, 18, 7, 0), ingested_before=read_at)
+    assert not any("conversation c" in p for p in late_problems)
+    assert chunks.audit_chunks(store, DAY, CST, coverage=False) == [late_problems[0]]
+
+
+def test_peers_of_a_bucket_are_all_its_chunks(store, redis_url, ingest):
+    cfg = TemporalSummaryConfig(peer_roll_max_chars=400)
+    ctx = context.TemporalContext(store, LLMClient(store), KVCache(redis_url), cfg, CST)
+    events = _late_day_events()
+    ingest([events[i] for i in ("a1", "a2", "b1")])
+    chunks.run_tick(ctx, DAY, cst(2026, 7, 18, 6, 30))
+    rolls.warm_peer_rolls(ctx, DAY, cst(2026, 7, 18, 6, 30))
+    at = cst(2026, 7, 18, 7, 5)
+    (before,), _ = read.peer_messages(store, ctx.cache, cfg, "w1", "b", at, CST)
+    assert before["cache"] == "hit"
+    ingest([events["a3"]])  # late: a's 06:00 bucket gets a second chunk
+    chunks.run_tick(ctx, DAY, cst(2026, 7, 18, 7, 0))
+    a_chunks = [c["summary"] for c in _chunks(store) if c["conversation_id"] == "a"]
+    assert len(a_chunks) == 2
+    (miss,), requested = read.peer_messages(store, ctx.cache, cfg, "w1", "b", at, CST)
+    assert miss["cache"] == "miss" and requested == 1  # the bucket's sources changed: a new key
+    assert all(s in miss["content"] for s in a_chunks)
+    (own,), _ = read.peer_messages(store, ctx.cache, cfg, "w1", "a", at, CST)
+    assert not any(s in own["content"] for s in a_chunks)  # the viewer's chunks all stay out
+    warm = rolls.warm_peer_rolls(ctx, DAY, at)
+    assert warm.buckets == 1 and warm.requests_done == 1 and not warm.failures
+    assert [m["cache"] for m in read.peer_messages(store, ctx.cache, cfg, "w1", "b", at, CST)[0]] == ["hit"]

@@ -396,3 +396,43 @@ def test_freshness_checks_flag_a_day_not_written_by_its_deadline(defs, instance)
     instance.report_runless_asset_event(AssetMaterialization(key, partition="2026-01-14"))
     assert evaluate(cst(2026, 1, 15, 3, 0))["temporal_day_summaries"] is True
     assert evaluate(cst(2026, 1, 16, 3, 0))["temporal_day_summaries"] is False  # the next night was missed
+
+
+def test_a_late_file_appends_chunks_and_a_busy_day_is_covered_with_true_metadata(defs, instance, store, ingest):
+    from memory_pipeline.temporal.tables import temporal_day_chunks
+    from memory_pipeline_tests.conftest import event
+    from memory_pipeline_tests.integration.test_temporal_summaries import _busy_day
+
+    ingest(
+        conversation("w1", "a", cst(2026, 1, 2, 9, 5), ["tomatoes planted", "tomatoes watered"])
+        + conversation("w1", "a", cst(2026, 1, 2, 11, 0), ["after the tick", "not yet closed then"])
+    )
+    as_of = "2026-01-02T10:00:00+08:00"
+
+    def tick():
+        report = operations.materialize("chunks", "2026-01-02", "2026-01-02", as_of=as_of, instance=instance, defs=defs)
+        assert report.success and all(_check_results(instance, report.runs[0].run_id))
+        return _materializations(instance, assets.temporal_day_chunks)["2026-01-02"]
+
+    first = tick()
+    assert (first["chunks_written"], first["late_messages"], first["tick_now"]) == (1, 0, as_of)
+    # A second file brings a message for the 09:00 bucket, chunked already, and one at 09:40.
+    ingest(
+        [
+            event("w1", "a", "user", "compost turned late", cst(2026, 1, 2, 9, 20)),
+            event("w1", "a", "assistant", "compost warm", cst(2026, 1, 2, 9, 40)),
+        ]
+    )
+    second = tick()
+    assert (second["chunks_written"], second["late_messages"]) == (2, 1)
+    assert tick()["chunks_written"] == 0
+    with store.connect() as conn:
+        seqs = sorted(conn.execute(select(temporal_day_chunks.c.seq)).scalars())
+    assert seqs == [0, 0, 1]
+
+    _busy_day(ingest)
+    report = operations.materialize("day", "2026-07-18", "2026-07-18", instance=instance, defs=defs)
+    assert report.success and all(_check_results(instance, report.runs[0].run_id))
+    day = _materializations(instance, assets.temporal_day_summaries)["2026-07-18"]
+    assert (day["worlds_over_budget"], day["partial_summaries"], day["llm_calls"]) == (1, 42, 43)
+    assert day["rows_written"] == 1

@@ -1,5 +1,6 @@
 """Per-world day/month/year rows: placeholders exactly where seed 000 writes them."""
 
+from collections import Counter
 from datetime import date, timedelta
 
 import pytest
@@ -230,6 +231,8 @@ def test_audit_catches_rows_without_sources_and_future_periods(ctx, store, world
             .values(source_ids=[tool_turn, debug_turn, quiet_turn, "no-such-id"], source_count=2)
         )
     assert summaries.audit_period(store, "day", DAY, ctx.tz) == [
+        "w_ok day 2026-07-18: conversation ok-1 (2 material message(s)) is not among the sources",
+        "w_ok day 2026-07-18: conversation ok-2 (2 material message(s)) is not among the sources",
         "w_ok day 2026-07-18: 1 source message(s) do not exist",
         "w_ok day 2026-07-18: 2 source message(s) outside the window or world",
         "w_ok day 2026-07-18: 2 source message(s) are debug, cron or not material",
@@ -252,22 +255,103 @@ def test_an_open_window_is_never_summarized(ctx):
     summaries.regenerate_day(ctx, today - timedelta(days=1))  # yesterday is closed
 
 
-def test_a_long_day_keeps_its_newest_material_and_lists_exactly_what_was_sent(store, redis_url, ingest):
+def _busy_day(ingest, afternoon: int = 40) -> None:
+    """w1 on DAY: one long morning conversation (120 turns from 06:00, about 16,000 characters of
+    material) and ``afternoon`` short ones from 13:00; every conversation has its own topic."""
+    morning = [f"sourdough step {i:03d}: " + "hydration levain autolyse folding " * 3 for i in range(120)]
+    events = conversation("w1", "morning", cst(2026, 7, 18, 6), morning, step=timedelta(minutes=2))
+    for i in range(afternoon):
+        texts = [f"afternoon topic{i:02d} turn {j}: " + f"garden{i:02d} compost trellis " * 2 for j in range(6)]
+        events += conversation("w1", f"pm{i:02d}", cst(2026, 7, 18, 13, 0) + timedelta(minutes=5 * i), texts)
+    ingest(events)
+
+
+def _material_ids(store, conversation_id: str | None = None) -> list[str]:
+    q = select(messages.c.message_id).where(messages.c.role.in_(("user", "assistant")))
+    q = q.order_by(messages.c.at, messages.c.message_id)
+    if conversation_id:
+        q = q.where(messages.c.conversation_id == conversation_id)
+    with store.connect() as conn:
+        return list(conn.execute(q).scalars())
+
+
+def _ledger_tasks(store) -> Counter:
+    with store.connect() as conn:
+        return Counter(conn.execute(select(llm_ledger.c.task).where(llm_ledger.c.outcome == "ok")).scalars())
+
+
+def test_a_busy_day_covers_every_conversation_with_per_conversation_calls(store, redis_url, ingest):
     from memory_pipeline.lib.cache import KVCache
     from memory_pipeline_tests.conftest import CST
 
-    texts = [f"message number {i:02d} about the garden beds" for i in range(20)]
-    ingest(conversation("w1", "long", cst(2026, 7, 18, 9), texts))
+    _busy_day(ingest)
     with FakeOpenAI() as server:
         llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k")
-        ctx = context.TemporalContext(
-            store, llm, KVCache(redis_url), TemporalSummaryConfig(day_material_max_chars=200), CST
-        )
-        summaries.regenerate_day(ctx, DAY)
-        sent = server.requests[0]["messages"][1]["content"]
+        ctx = context.TemporalContext(store, llm, KVCache(redis_url), TemporalSummaryConfig(), CST)
+        result = summaries.regenerate_day(ctx, DAY)
+        tasks = {prompts.spec(t, 100): t for t in prompts.SPECS}
+        sent = [(tasks[r["messages"][0]["content"]], r["messages"][1]["content"]) for r in server.requests]
+    # The morning alone exceeds day_material_max_chars (12,000): it went in two consecutive parts;
+    # each afternoon conversation on its own; then the day from those 42 partial summaries.
+    assert _ledger_tasks(store) == Counter({"day_conversation": 40, "day_part": 2, "day_reduce": 1})
+    assert (result.over_budget, result.partial_summaries) == (1, 42)
+    lines_sent = [ln for task, text in sent if task in ("day_conversation", "day_part") for ln in text.splitlines()]
+    lines_sent = [ln for ln in lines_sent if ln.startswith("[")]
+    assert len(lines_sent) == len(set(lines_sent)) == len(_material_ids(store))  # every message once
+    parts = [text for task, text in sent if task == "day_part"]
+    assert parts[0].startswith("# local conversation, part 1 of 2\n[06:00] user: sourdough step 000")
+    assert all(len(text) <= ctx.cfg.day_material_max_chars for _, text in sent)
+    (reduce_material,) = [text for task, text in sent if task == "day_reduce"]
+    headers = [ln for ln in reduce_material.splitlines() if ln.startswith("# ")]
+    assert headers[:2] == [
+        "# 06:00-08:50 local conversation, part 1 of 2",
+        "# 08:52-09:58 local conversation, part 2 of 2",
+    ]
+    assert len(headers) == 42 and headers[-1] == "# 16:15-16:30 local conversation"
     row = _rows(store)["w1"]
-    assert "message number 19" in sent and "message number 00" not in sent
-    lines = [ln for ln in sent.splitlines() if ln.startswith("[")]
-    assert len(row["source_ids"]) == len(lines) < 20
-    assert sum(len(ln) + 1 for ln in lines) <= 200
+    assert row["source_ids"] == _material_ids(store) and row["source_count"] == 41
+    assert set(_material_ids(store, "morning")) <= set(row["source_ids"])
     assert summaries.audit_period(store, "day", DAY, CST) == []
+    # Unchanged: the fingerprint covers all of it, so the row is reused without a single call.
+    again = summaries.regenerate_day(ctx, DAY)
+    assert (again.reused, again.partial_summaries, sum(_ledger_tasks(store).values())) == (1, 0, 43)
+    # A row that leaves a conversation out, or part of one, is a problem the day check reports.
+    morning = set(_material_ids(store, "morning"))
+    with store.begin() as conn:
+        conn.execute(
+            update(temporal_summaries)
+            .where(temporal_summaries.c.world_id == "w1")
+            .values(source_ids=[i for i in row["source_ids"] if i not in morning][1:])
+        )
+    assert summaries.audit_period(store, "day", DAY, CST) == [
+        "w1 day 2026-07-18: conversation morning (120 material message(s)) is not among the sources",
+        "w1 day 2026-07-18: conversation pm00: 1 of 6 material message(s) not among the sources",
+    ]
+
+
+def test_partial_summaries_are_reduced_again_while_they_exceed_the_budget(ctx, store, ingest):
+    _busy_day(ingest, afternoon=12)
+    ctx.cfg = TemporalSummaryConfig(day_material_max_chars=1500)
+    result = summaries.regenerate_day(ctx, DAY)
+    tasks = _ledger_tasks(store)
+    assert set(tasks) == {"day_part", "day_conversation", "day_group", "day_reduce"} and tasks["day_reduce"] == 1
+    assert tasks["day_conversation"] == 12 and tasks["day_part"] >= 10  # the morning is ~16,000 characters
+    assert result.partial_summaries == sum(tasks.values()) - 1
+    row = _rows(store)["w1"]
+    assert row["content"] and row["source_ids"] == _material_ids(store) and row["source_count"] == 13
+    assert summaries.audit_period(store, "day", DAY, ctx.tz) == []
+    # Another budget splits differently: the fingerprint changes and the day is built again.
+    ctx.cfg = TemporalSummaryConfig(day_material_max_chars=3000)
+    assert summaries.regenerate_day(ctx, DAY).reused == 0
+    ctx.cfg = TemporalSummaryConfig()
+    assert summaries.regenerate_day(ctx, DAY).over_budget == 1  # 12,000 still does not hold the day
+
+
+def test_a_placeholder_that_contradicts_the_material_is_a_problem(ctx, store, ingest, worlds_day):
+    summaries.regenerate_day(ctx, DAY)
+    ingest(conversation("w_quiet", "q-2", cst(2026, 7, 18, 15), ["a late import", "of a real chat"]))
+    assert summaries.audit_period(store, "day", DAY, ctx.tz) == [
+        "w_quiet day 2026-07-18: placeholder no_sessions but 1 conversation(s) have material"
+    ]
+    summaries.regenerate_day(ctx, DAY)
+    assert summaries.audit_period(store, "day", DAY, ctx.tz) == []

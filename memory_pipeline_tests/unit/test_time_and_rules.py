@@ -86,19 +86,68 @@ def test_plan_chunks_replays_the_tick_over_closed_buckets():
         ("c", cst(2026, 7, 18, 7, 40)),
         ("y", cst(2026, 7, 17, 23, 59)),
     ]  # yesterday: never in today's chunks
-    plan = logic.plan_chunks(msgs, None, day, cst(2026, 7, 18, 8, 0), CST)
-    assert [(tu.bucket_label(p.bucket), p.message_ids) for p in plan] == [
-        ("2026-07-18T06:00+08:00", ("a", "b")),
-        ("2026-07-18T07:30+08:00", ("c",)),
+    plan = logic.plan_chunks(msgs, day, cst(2026, 7, 18, 8, 0), CST)
+    assert [(tu.bucket_label(p.bucket), p.seq, p.message_ids, p.late) for p in plan] == [
+        ("2026-07-18T06:00+08:00", 0, ("a", "b"), 0),
+        ("2026-07-18T07:30+08:00", 0, ("c",), 0),
     ]
     assert plan[0].watermark_message_id == "b" and plan[0].watermark_at == cst(2026, 7, 18, 6, 20)
     # At 07:45 the 07:30 bucket is still open: only the first chunk.
-    assert len(logic.plan_chunks(msgs, None, day, cst(2026, 7, 18, 7, 45), CST)) == 1
-    # With a watermark at b only c remains.
-    again = logic.plan_chunks(msgs, cst(2026, 7, 18, 6, 20), day, cst(2026, 7, 18, 8, 0), CST)
-    assert [p.message_ids for p in again] == [("c",)]
-    # Nothing after the watermark: no chunk.
-    assert logic.plan_chunks(msgs, cst(2026, 7, 18, 7, 40), day, cst(2026, 7, 18, 9, 0), CST) == []
+    assert len(logic.plan_chunks(msgs, day, cst(2026, 7, 18, 7, 45), CST)) == 1
+    # With a and b chunked (watermark at b) only c remains.
+    state = dict(chunked_ids={"a", "b"}, bucket_seqs={cst(2026, 7, 18, 6): 0}, watermark_at=cst(2026, 7, 18, 6, 20))
+    again = logic.plan_chunks(msgs, day, cst(2026, 7, 18, 8, 0), CST, **state)
+    assert [(p.message_ids, p.seq) for p in again] == [(("c",), 0)]
+    # Everything chunked: no chunk.
+    done = dict(state, chunked_ids={"a", "b", "c"}, watermark_at=cst(2026, 7, 18, 7, 40))
+    assert logic.plan_chunks(msgs, day, cst(2026, 7, 18, 9, 0), CST, **done) == []
+
+
+def test_plan_chunks_appends_late_arrivals_by_source_set_not_by_timestamp():
+    day = date(2026, 7, 18)
+    chunked = dict(
+        chunked_ids={"a", "b", "c"},
+        bucket_seqs={cst(2026, 7, 18, 6): 0, cst(2026, 7, 18, 7, 30): 2},
+        watermark_at=cst(2026, 7, 18, 7, 40),
+    )
+    msgs = [
+        ("a", cst(2026, 7, 18, 6, 5)),
+        ("b", cst(2026, 7, 18, 6, 20)),
+        ("c", cst(2026, 7, 18, 7, 40)),
+        ("late-early", cst(2026, 7, 18, 6, 10)),  # an earlier bucket, after a later one was chunked
+        ("same-instant", cst(2026, 7, 18, 7, 40)),  # exactly at the watermark
+        ("after-wm", cst(2026, 7, 18, 7, 45)),  # after the gate, but its bucket has chunks already
+        ("new", cst(2026, 7, 18, 8, 5)),  # the normal path: after the gate
+        ("open", cst(2026, 7, 18, 8, 31)),  # the open bucket waits
+        ("never", cst(2026, 7, 18, 2, 0)),  # a bucket nobody chunked yet
+    ]
+    plan = logic.plan_chunks(msgs, day, cst(2026, 7, 18, 8, 40), CST, **chunked)
+    assert [(tu.bucket_label(p.bucket), p.seq, p.message_ids, p.late) for p in plan] == [
+        ("2026-07-18T02:00+08:00", 0, ("never",), 1),
+        ("2026-07-18T06:00+08:00", 1, ("late-early",), 1),
+        ("2026-07-18T07:30+08:00", 3, ("same-instant", "after-wm"), 2),
+        ("2026-07-18T08:00+08:00", 0, ("new",), 0),
+    ]
+    assert plan[1].watermark_message_id == "late-early" and plan[1].watermark_at == cst(2026, 7, 18, 6, 10)
+    planned = [i for p in plan for i in p.message_ids]
+    assert len(planned) == len(set(planned)) and not set(planned) & chunked["chunked_ids"]
+    # Ticking again with those chunks added plans nothing but the bucket that closed since.
+    after = dict(
+        chunked_ids=chunked["chunked_ids"] | set(planned),
+        bucket_seqs={p.bucket: p.seq for p in plan},
+        watermark_at=cst(2026, 7, 18, 8, 5),
+    )  # the newest watermark
+    assert logic.plan_chunks(msgs, day, cst(2026, 7, 18, 8, 40), CST, **after) == []
+    assert [p.message_ids for p in logic.plan_chunks(msgs, day, cst(2026, 7, 18, 9), CST, **after)] == [("open",)]
+
+
+def test_pack_keeps_order_and_progress():
+    assert logic.pack([3, 3, 3, 3], 6) == [[0, 1], [2, 3]]
+    assert logic.pack([5, 9, 2], 6) == [[0], [1], [2]]  # an item over the budget stands alone
+    assert logic.pack([5, 9, 2], 6, min_group=2) == [[0, 1], [2]]  # a reduction always shrinks
+    assert logic.pack([], 6) == []
+    groups = logic.pack([1] * 10, 3)
+    assert [i for g in groups for i in g] == list(range(10)) and all(len(g) <= 3 for g in groups)
 
 
 def test_peer_sources_fp_excludes_the_viewer_and_is_canonical():

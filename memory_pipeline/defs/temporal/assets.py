@@ -79,7 +79,12 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
             continue
         if result.disabled:
             context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
-        totals.update(rows_written=result.written, non_empty=result.non_empty, llm_calls=tctx.llm.stats.calls)
+        totals.update(
+            rows_written=result.written,
+            non_empty=result.non_empty,
+            partial_summaries=result.partial_summaries,
+            llm_calls=tctx.llm.stats.calls,
+        )
         totals.update({f"placeholder_{r}": n for r, n in result.placeholders.items()})
         context.add_asset_metadata(
             {
@@ -87,6 +92,10 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
                 "rows_written": result.written,
                 "rows_unchanged": result.unchanged,
                 "summaries_reused": result.reused,
+                # Day rows whose material exceeded day_material_max_chars, and the partial
+                # summaries (per conversation, per part, per group) they were built from.
+                "worlds_over_budget": result.over_budget,
+                "partial_summaries": result.partial_summaries,
                 "non_empty": result.non_empty,
                 "placeholders": dict(result.placeholders),
                 "disabled": result.disabled,
@@ -114,7 +123,8 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
     tags=STORE_TAG,
     pool=LLM_POOL,
     description="Seed 000 conversation day chunks: one per closed 30-minute CST bucket with material "
-    "after the watermark; append-only within the day.",
+    "after the watermark, and a further chunk (seq+1) for late material of an already-chunked bucket; "
+    "append-only within the day, every material message in exactly one chunk.",
 )
 def temporal_day_chunks(
     context: AssetExecutionContext,
@@ -123,6 +133,7 @@ def temporal_day_chunks(
 ) -> MaterializeResult:
     now = _now(config)
     failures = {}
+    totals = Counter()
     for key, day in partition_dates(context):
         tctx = _tctx(context, config, temporal, key)
         result = chunks.run_tick(tctx, day, now)
@@ -131,11 +142,19 @@ def temporal_day_chunks(
             {
                 "conversations": result.conversations,
                 "chunks_written": result.chunks_written,
+                "late_messages": result.late_messages,
                 "failed_conversations": len(result.failures),
+                "disabled": not tctx.cfg.enabled,
+                # The chunk check audits coverage as this tick saw it: buckets closed at tick_now,
+                # messages ingested by read_at.
+                "tick_now": result.now.isoformat() if result.now else "",
+                "read_at": result.read_at.isoformat() if result.read_at else "",
                 **llm_metadata(tctx.llm.stats),
             },
             partition_key=key,
         )
+        totals.update(chunks_written=result.chunks_written, late_messages=result.late_messages)
+    context.log.info(f"chunks: {dict(totals)}")
     if failures:
         raise Failure(
             description=f"chunk summaries failed for {len(failures)} conversation(s): "
@@ -206,7 +225,8 @@ temporal_day_summaries = _period_asset(
     "day",
     cst_day,
     raw_conversation_events,
-    "Seed 000 per-world day rows (one per world, placeholders with empty_reason).",
+    "Seed 000 per-world day rows (one per world, placeholders with empty_reason), from all of the day's "
+    "material: per-conversation partial summaries first when it exceeds day_material_max_chars.",
 )
 temporal_month_summaries = _period_asset(
     "month", cst_month, temporal_day_summaries, "Seed 000 per-world month rows, from the month's non-empty day rows."

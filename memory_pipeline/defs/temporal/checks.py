@@ -1,12 +1,14 @@
 """Asset checks: every figure audits down to its ledger lines, and nothing is in the future."""
 
 import warnings
+from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSeverity,
+    AssetRecordsFilter,
     MetadataValue,
     asset_check,
     build_sensor_for_freshness_checks,
@@ -39,11 +41,13 @@ def _result(problems: list[str], checked: int) -> AssetCheckResult:
 
 
 def _period_check(asset_def, window, defn):
+    covers = ", including every eligible conversation with material (or says why not)" if window == "day" else ""
+
     @asset_check(
         asset=asset_def,
         partitions_def=defn,
         name=f"{window}_rows_have_sources_and_no_future",
-        description=f"Every non-empty {window} row lists sources inside its window and world; "
+        description=f"Every non-empty {window} row lists sources inside its window and world{covers}; "
         "no row is written for an open or future period.",
     )
     def _check(
@@ -57,18 +61,38 @@ def _period_check(asset_def, window, defn):
     return _check
 
 
+def _tick_seen(context: AssetCheckExecutionContext, key: str) -> tuple[datetime | None, datetime | None, bool]:
+    """(tick_now, read_at, disabled) of the newest chunk materialization of partition ``key``."""
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=assets.temporal_day_chunks.key, asset_partitions=[key]), limit=1
+    ).records
+    if not records:
+        return None, None, False
+    meta = {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+
+    def at(name):
+        return datetime.fromisoformat(meta[name]) if meta.get(name) else None
+
+    return at("tick_now"), at("read_at"), bool(meta.get("disabled"))
+
+
 @asset_check(
     asset=assets.temporal_day_chunks,
     partitions_def=cst_day_open,
     name="chunks_have_sources_in_closed_buckets",
-    description="Every chunk lists its messages and sits in a closed bucket of its own day.",
+    description="Every chunk lists its messages and sits in a closed bucket of its own day; no message is "
+    "in two chunks, and every material message of a bucket closed at the tick (ingested before it read) "
+    "is in a chunk.",
 )
 def chunks_check(
     context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
 ) -> AssetCheckResult:
     store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
     days = _dates(context, cst_day_open)
-    problems = [p for d in days for p in chunks.audit_chunks(store, d, tz)]
+    problems = []
+    for key, d in zip(context.partition_keys, days, strict=True):
+        tick_now, read_at, disabled = _tick_seen(context, key)
+        problems += chunks.audit_chunks(store, d, tz, coverage=not disabled, tick_now=tick_now, ingested_before=read_at)
     return _result(problems, len(days))
 
 

@@ -44,10 +44,13 @@ def upsert(
     rows: Sequence[dict[str, Any]],
     keys: Iterable[str],
     update: Iterable[str] | None = None,
-) -> None:
-    """INSERT .. ON CONFLICT (keys) DO UPDATE (update) / DO NOTHING when ``update`` is empty."""
+) -> int:
+    """INSERT .. ON CONFLICT (keys) DO UPDATE (update) / DO NOTHING when ``update`` is empty.
+
+    Returns the rows actually written (the statement's rowcount): a row skipped by DO NOTHING
+    does not count. Both PostgreSQL (psycopg2) and SQLite report it for batched rows too."""
     if not rows:
-        return
+        return 0
     keys = list(keys)
     dialect = conn.dialect.name
     stmt: postgresql.Insert | sqlite.Insert
@@ -64,7 +67,7 @@ def upsert(
         stmt = stmt.on_conflict_do_nothing(index_elements=keys)
     # executemany: SQLAlchemy batches the rows into multi-VALUES statements (insertmanyvalues)
     # while compiling the statement once.
-    conn.execute(stmt, list(rows))
+    return max(conn.execute(stmt, list(rows)).rowcount, 0)
 
 
 class Store:
