@@ -60,6 +60,7 @@ def day_messages(conn, d: date, tz: ZoneInfo, world_ids: list[str] | None = None
             messages.c.content,
             messages.c.tool_calls,
             messages.c.at,
+            messages.c.ingested_at,
             conversations.c.world_id,
             conversations.c.platform,
         )
