@@ -1,4 +1,5 @@
-"""Seed 000 on the command line: regenerate / backfill / rebuild, system rolls, read, status."""
+"""Seed 000 on the command line: regenerate / backfill / rebuild / reconcile, system rolls, read,
+status."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ from memory_pipeline.cli.console import console, err, open_store, progress_bar
 app = typer.Typer()
 
 
-def _run_operation(
-    window: str, start: str | None, end: str | None, mode: str, force_llm: bool, worlds: list[str], as_of: str
-) -> None:
+def _materialize(
+    window: str,
+    start: str | None,
+    end: str | None,
+    mode: str,
+    force_llm: bool = False,
+    worlds: list[str] | None = None,
+    as_of: str = "",
+):
+    """One operation (a run per contiguous range), with a progress bar and its report printed."""
     from memory_pipeline import operations
 
     try:
@@ -35,6 +43,18 @@ def _run_operation(
     except operations.RangeError as exc:
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
+    _print_report(window, report)
+    return report
+
+
+def _run_operation(
+    window: str, start: str | None, end: str | None, mode: str, force_llm: bool, worlds: list[str], as_of: str
+) -> None:
+    if not _materialize(window, start, end, mode, force_llm, worlds, as_of).success:
+        raise typer.Exit(1)
+
+
+def _print_report(window: str, report) -> None:
     for note in report.notes:
         err.print(f"[yellow]{note}[/]")
     console.print(
@@ -46,8 +66,6 @@ def _run_operation(
         console.print(
             f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partitions, {r.seconds:.1f}s) {status}"
         )
-    if not report.success:
-        raise typer.Exit(1)
 
 
 WINDOW_HELP = "chunks | peer_rolls | day | month | year"
@@ -84,6 +102,70 @@ def rebuild(
 ):
     """Rebuild a range (force): every partition in it, one run for the whole range."""
     _run_operation(window, start, end, "rebuild", force_llm, [], as_of)
+
+
+@app.command("reconcile")
+def reconcile_command(
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what is stale and why; materialize nothing"),
+):
+    """Late data and new worlds: rebuild exactly the materialized days that got messages ingested after
+    they were written (or lack a row for a world that existed by then), then the months and years
+    above them, one run per contiguous range; then the system rolls if they read any of them.
+    Partitions never materialized are left to `backfill`."""
+    from memory_pipeline import operations
+    from memory_pipeline.temporal import reconcile
+
+    store = open_store()
+    tz = _zone()
+    stale = reconcile.stale_periods(store, tz)
+    print_pending(stale)
+    if not stale:
+        return
+    if dry_run:
+        console.print("dry run: nothing materialized")
+        return
+    for window in ("day", "month", "year"):
+        for first, last in reconcile.spans(window, [p.period_start for p in stale.of(window)]):
+            report = _materialize(
+                window, reconcile.period_key(window, first), reconcile.period_key(window, last), "rebuild"
+            )
+            if not report.success:  # a month must not be built from a day that failed
+                err.print(f"[red]reconcile stopped: a {window} run failed; fix it and run reconcile again[/]")
+                raise typer.Exit(1)
+    if stale.needs_system_rolls:
+        r = operations.run_system_rolls()
+        console.print(
+            f"system rolls ({', '.join(stale.system_rolls)}) run {r.run_id[:8]}: {'ok' if r.success else r.error}"
+        )
+        if not r.success:
+            raise typer.Exit(1)
+    left = reconcile.stale_periods(store, tz)
+    if left:  # e.g. messages ingested while the runs were going on
+        console.print(
+            f"[yellow]{len(left.periods)} period(s) stale again (new input meanwhile): run reconcile again[/]"
+        )
+    else:
+        console.print("reconciled: no stale period left")
+
+
+def _zone() -> ZoneInfo:
+    from memory_pipeline.lib import settings
+
+    return ZoneInfo(settings.timezone_name())
+
+
+def print_pending(stale) -> None:
+    """The "Pending repairs" table: what reconcile (or its sensor) would rebuild, and why."""
+    table = Table(title="Pending repairs (reconcile)")
+    for col in ("window", "period", "reason"):
+        table.add_column(col, overflow="fold", no_wrap=col != "reason")
+    for window, key, reason in stale.reasons:
+        table.add_row(window, key, reason)
+    if not stale:
+        table.caption = "none: every materialized day, month and year matches its input"
+    console.print(table)
+    if stale.needs_system_rolls:
+        console.print(f"system rolls to rebuild after the repair: {', '.join(stale.system_rolls)}")
 
 
 @app.command("system-rolls")
@@ -161,7 +243,7 @@ def print_view(view, timeline, backend: str) -> None:
 
 @app.command()
 def status():
-    """Rows per world and window, placeholders by empty_reason, the LLM ledger."""
+    """Rows per world and window, placeholders by empty_reason, pending repairs, the LLM ledger."""
     print_status(open_store())
 
 
@@ -193,6 +275,9 @@ def print_status(store) -> None:  # noqa: F811 - the store handle, not the helpe
     for reason, by_window in sorted(reports.placeholders_by_reason(store).items()):
         reasons.add_row(reason, *(str(by_window.get(w, 0)) for w in ("day", "month", "year")))
     console.print(reasons)
+    from memory_pipeline.temporal import reconcile
+
+    print_pending(reconcile.stale_periods(store, _zone()))
     totals = reports.ledger_totals(store)
     models = sorted({r["model"] for r in totals})
     ledger = Table(title=f"LLM ledger (model: {', '.join(models) or 'none yet'})")

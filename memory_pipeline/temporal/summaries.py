@@ -1,6 +1,10 @@
 """Per-world day / month / year rows (seed 000 entity bodies): one row per (world, window,
 period_start), placeholders with empty_reason exactly where the seed writes them, sources on
-every row. Writes are idempotent: only rows whose content, reason or sources changed are written."""
+every row. Writes are idempotent: only rows whose content, reason or sources changed are written.
+
+A run over all worlds that completes a period also records it in ``temporal_period_runs`` (same
+transaction as the rows): when it started reading and the newest input it read. The reconcile
+(``reconcile.stale_periods``) compares later input against that record."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from memory_pipeline.lib.llm import LLMHardFailure
 from memory_pipeline.lib.store import Store, upsert
@@ -19,7 +23,7 @@ from memory_pipeline.lib.timeutil import day_bounds, expected_periods, local_dat
 from memory_pipeline.temporal import logic, prompts
 from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize, worlds_alive
 from memory_pipeline.temporal.logic import EmptyReason
-from memory_pipeline.temporal.tables import temporal_summaries
+from memory_pipeline.temporal.tables import temporal_period_runs, temporal_summaries
 
 
 class PartitionFailure(RuntimeError):
@@ -90,8 +94,34 @@ def _row(
     }
 
 
-def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existing: dict[str, dict]) -> None:
-    """Upsert rows whose meaningful fields changed; a successful row clears empty_reason."""
+def _run_record(
+    result: PeriodResult, started: datetime, newest_input: datetime | None, world_ids: list[str] | None
+) -> dict | None:
+    """The ``temporal_period_runs`` row of a completed run, or None when the run does not vouch for
+    the whole period: a ``world_ids`` subset read only some worlds' input (recording it would hide
+    the other worlds' late messages), and a run with hard failures left some worlds without a row.
+    ``materialized_at`` is when the run started reading, so input committed while it ran counts as
+    newer than the record (at worst one more, model-free, re-run) instead of being missed."""
+    if world_ids is not None or result.failures:
+        return None
+    return {
+        "window": result.window,
+        "period_start": result.period_start,
+        "materialized_at": started,
+        "material_ingested_at": newest_input,
+        "worlds": result.worlds,
+    }
+
+
+def _write(
+    ctx: TemporalContext,
+    result: PeriodResult,
+    rows: list[dict],
+    existing: dict[str, dict],
+    record: dict | None = None,
+) -> None:
+    """Upsert rows whose meaningful fields changed (a successful row clears empty_reason) and, in
+    the same transaction, the period's run record."""
     with ctx.store.begin() as conn:
         now = datetime.now(UTC)
         changed = []
@@ -122,6 +152,8 @@ def _write(ctx: TemporalContext, result: PeriodResult, rows: list[dict], existin
             if changed
             else [],
         )
+        if record is not None:
+            upsert(conn, temporal_period_runs, [record], keys=["window", "period_start"])
     for row in rows:
         if row["empty_reason"]:
             result.placeholders[row["empty_reason"]] += 1
@@ -275,6 +307,7 @@ def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None 
     if not ctx.cfg.enabled:
         result.disabled = True
         return result
+    started = utcnow()
     with ctx.store.connect() as conn:
         alive = worlds_alive(conn, end, world_ids)
         rows = day_messages(conn, day, ctx.tz, world_ids)
@@ -296,7 +329,8 @@ def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None 
         row = _day_row(ctx, result, existing.get(world_id), world_id, material)
         if row is not None:
             out.append(row)
-    _write(ctx, result, out, existing)
+    newest = max((r["ingested_at"] for r in rows), default=None)  # every eligible message read
+    _write(ctx, result, out, existing, _run_record(result, started, newest, world_ids))
     if result.failures:
         raise PartitionFailure("day", day.isoformat(), result.failures)
     return result
@@ -315,8 +349,16 @@ def regenerate_rollup(
         return result
     last = local_date(end - timedelta(seconds=1), ctx.tz)
     max_chars = ctx.cfg.month_max_chars if window == "month" else ctx.cfg.year_max_chars
+    started = utcnow()
     with ctx.store.connect() as conn:
         alive = worlds_alive(conn, end, world_ids)
+        # The newest change among the child rows (placeholders too: a child turning empty changes
+        # this period as much as a new summary does).
+        newest = conn.execute(
+            select(func.max(temporal_summaries.c.updated_at))
+            .where(temporal_summaries.c.window == child)
+            .where(temporal_summaries.c.period_start >= period_start, temporal_summaries.c.period_start <= last)
+        ).scalar_one()
         q = (
             select(
                 temporal_summaries.c.summary_id,
@@ -358,7 +400,7 @@ def regenerate_rollup(
         )
         if row is not None:
             out.append(row)
-    _write(ctx, result, out, existing)
+    _write(ctx, result, out, existing, _run_record(result, started, newest, world_ids))
     if result.failures:
         raise PartitionFailure(window, period_start.isoformat(), result.failures)
     return result

@@ -1,0 +1,301 @@
+"""Late data and new worlds: which materialized day / month / year periods no longer match their
+input, found set-based from the ``temporal_period_runs`` records (no Dagster).
+
+Only a closed period with a record (a completed run over all worlds) is judged; a period never
+materialized is *Backfill missing*'s business, not the reconcile's.
+
+- day: an eligible message (conversation not debug, platform != cron) timestamped in the CST day
+  was ingested after the record's ``materialized_at`` (late data), or a world that existed before
+  the day's end (``worlds.first_event_at``) has no row for it (a world that appeared, or whose
+  first event moved earlier, after the day was materialized);
+- month / year: a child row (day / month, placeholders included) was written after the record's
+  ``materialized_at``, or a child period is itself stale (the month above a stale day, the year
+  above a stale month). Such a parent *waits* for its children: repair them first; once they are
+  written the parent is stale by its changed children, or not at all when they did not change.
+
+A few queries in all, whatever the number of periods (ranges passed as one VALUES list, in batches
+of ``BATCH``). The system rolls need a rebuild when a stale period lies in one of today's roll
+scopes."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import Date, String, and_, column, exists, func, select, values
+
+from memory_pipeline.lib.kinds import Window
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.tables import UTCDateTime, conversations, messages, worlds
+from memory_pipeline.lib.text import short_hash
+from memory_pipeline.lib.timeutil import local_date, next_month, period_bounds, utcnow
+from memory_pipeline.temporal import logic
+from memory_pipeline.temporal.tables import temporal_period_runs, temporal_summaries
+
+# Partition keys as the Dagster partitions spell them (cst_day, cst_month, cst_year).
+KEY_FORMAT = {Window.DAY: "%Y-%m-%d", Window.MONTH: "%Y-%m", Window.YEAR: "%Y"}
+BATCH = 1000  # periods per VALUES list (keeps bind parameters well under SQLite's and psycopg2's limits)
+
+
+def period_key(window: str, period_start: date) -> str:
+    return period_start.strftime(KEY_FORMAT[Window(window)])
+
+
+def next_period(window: str, period_start: date) -> date:
+    if window == Window.DAY:
+        return period_start + timedelta(days=1)
+    if window == Window.MONTH:
+        return next_month(period_start)
+    return date(period_start.year + 1, 1, 1)
+
+
+def spans(window: str, starts: list[date]) -> list[tuple[date, date]]:
+    """Runs of consecutive periods, in order, as (first, last): one operation run each."""
+    out: list[tuple[date, date]] = []
+    for d in sorted(set(starts)):
+        if out and next_period(window, out[-1][1]) == d:
+            out[-1] = (out[-1][0], d)
+        else:
+            out.append((d, d))
+    return out
+
+
+@dataclass(frozen=True)
+class StalePeriod:
+    window: str
+    period_start: date
+    reasons: tuple[str, ...]
+    # Changes whenever the cause changes (newer late data, another missing world, another child
+    # write, a new run record): a sensor keys its request on it, so one staleness is requested once.
+    marker: str
+    # Keys of stale child periods: repair them first (a month above a stale day, a year above a
+    # stale month). Empty when the period can be repaired now.
+    waits_for: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return period_key(self.window, self.period_start)
+
+    @property
+    def ready(self) -> bool:
+        return not self.waits_for
+
+
+@dataclass
+class Staleness:
+    periods: list[StalePeriod] = field(default_factory=list)
+    # Roll kinds (past_days / past_months / past_years) of ``today`` that read a stale period.
+    system_rolls: tuple[str, ...] = ()
+    today: date | None = None
+
+    def of(self, window: str) -> list[StalePeriod]:
+        return [p for p in self.periods if p.window == window]
+
+    @property
+    def days(self) -> list[date]:
+        return [p.period_start for p in self.of(Window.DAY)]
+
+    @property
+    def months(self) -> list[date]:
+        return [p.period_start for p in self.of(Window.MONTH)]
+
+    @property
+    def years(self) -> list[date]:
+        return [p.period_start for p in self.of(Window.YEAR)]
+
+    @property
+    def reasons(self) -> list[tuple[str, str, str]]:
+        """(window, partition key, reason) rows, days first."""
+        return [(str(p.window), p.key, r) for p in self.periods for r in p.reasons]
+
+    @property
+    def ready(self) -> list[StalePeriod]:
+        """What can be repaired now: stale periods with no stale period below them."""
+        return [p for p in self.periods if p.ready]
+
+    @property
+    def needs_system_rolls(self) -> bool:
+        return bool(self.system_rolls)
+
+    def __bool__(self) -> bool:
+        return bool(self.periods)
+
+
+def _batches(rows: list[tuple]) -> list[list[tuple]]:
+    return [rows[i : i + BATCH] for i in range(0, len(rows), BATCH)]
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _late_messages(conn, days: list[tuple]) -> dict[date, tuple[int, datetime]]:
+    """Per recorded day: eligible messages ingested after the day's materialized_at (count, newest)."""
+    out = {}
+    for batch in _batches(days):
+        r = (
+            values(
+                column("period_start", Date),
+                column("lo", UTCDateTime),
+                column("hi", UTCDateTime),
+                column("materialized_at", UTCDateTime),
+                name="r",
+            )
+            .data(batch)
+            .cte("r")
+        )
+        q = (
+            select(r.c.period_start, func.count(), func.max(messages.c.ingested_at))
+            .select_from(r)
+            .join(
+                messages,
+                and_(
+                    messages.c.at >= r.c.lo,
+                    messages.c.at < r.c.hi,
+                    messages.c.ingested_at > r.c.materialized_at,
+                ),
+            )
+            .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+            .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
+            .group_by(r.c.period_start)
+        )
+        out.update({p: (n, newest) for p, n, newest in conn.execute(q)})
+    return out
+
+
+def _missing_worlds(conn, days: list[tuple]) -> dict[date, tuple[int, str, str]]:
+    """Per recorded day: worlds that existed before its end but have no row (count, first, last id)."""
+    out = {}
+    for batch in _batches([(p, hi) for p, _lo, hi, _at in days]):
+        r = values(column("period_start", Date), column("hi", UTCDateTime), name="r").data(batch).cte("r")
+        t = temporal_summaries.c
+        has_row = exists().where(
+            t.world_id == worlds.c.world_id, t.window == Window.DAY, t.period_start == r.c.period_start
+        )
+        q = (
+            select(r.c.period_start, func.count(), func.min(worlds.c.world_id), func.max(worlds.c.world_id))
+            .select_from(r)
+            .join(worlds, worlds.c.first_event_at < r.c.hi)
+            .where(~has_row)
+            .group_by(r.c.period_start)
+        )
+        out.update({p: (n, lo, hi) for p, n, lo, hi in conn.execute(q)})
+    return out
+
+
+def _changed_children(conn, parents: list[tuple]) -> dict[tuple[str, date], tuple[int, datetime]]:
+    """Per recorded month / year: child rows written after its materialized_at (count, newest)."""
+    out = {}
+    for batch in _batches(parents):
+        r = (
+            values(
+                column("window", String),
+                column("period_start", Date),
+                column("child", String),
+                column("first", Date),
+                column("last", Date),
+                column("materialized_at", UTCDateTime),
+                name="r",
+            )
+            .data(batch)
+            .cte("r")
+        )
+        t = temporal_summaries.c
+        q = (
+            select(r.c.window, r.c.period_start, func.count(), func.max(t.updated_at))
+            .select_from(r)
+            .join(
+                temporal_summaries,
+                and_(
+                    t.window == r.c.child,
+                    t.period_start >= r.c.first,
+                    t.period_start <= r.c.last,
+                    t.updated_at > r.c.materialized_at,
+                ),
+            )
+            .group_by(r.c.window, r.c.period_start)
+        )
+        out.update({(w, p): (n, newest) for w, p, n, newest in conn.execute(q)})
+    return out
+
+
+def _parent_start(window: str, child_start: date) -> date:
+    return child_start.replace(day=1) if window == Window.MONTH else date(child_start.year, 1, 1)
+
+
+def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> Staleness:
+    """Every closed, materialized day / month / year whose rows no longer match their input, with
+    the reasons, days first, oldest first. Never an open or future period."""
+    now = min(now or utcnow(), utcnow())  # never a future 'now'
+    today = local_date(now, tz)
+    with store.connect() as conn:
+        records: dict[tuple[str, date], dict] = {}
+        for rec in conn.execute(select(temporal_period_runs)).mappings():
+            lo, hi = period_bounds(rec["window"], rec["period_start"], tz)
+            if hi <= now:  # closed only: an open period is never stale
+                records[(rec["window"], rec["period_start"])] = dict(rec) | {"lo": lo, "hi": hi}
+        days = sorted(
+            (p, rec["lo"], rec["hi"], rec["materialized_at"]) for (w, p), rec in records.items() if w == Window.DAY
+        )
+        late = _late_messages(conn, days) if days else {}
+        missing = _missing_worlds(conn, days) if days else {}
+        parents = []
+        for (w, p), rec in sorted(records.items()):
+            if w in (Window.MONTH, Window.YEAR):
+                last = next_period(w, p) - timedelta(days=1)
+                parents.append((w, p, logic.CHILD_WINDOW[w], p, last, rec["materialized_at"]))
+        changed = _changed_children(conn, parents) if parents else {}
+
+    stale: dict[tuple[str, date], StalePeriod] = {}
+    for p in sorted(set(late) | set(missing)):
+        rec, reasons = records[(Window.DAY, p)], []
+        if p in late:
+            n, newest = late[p]
+            reasons.append(
+                f"{n} message(s) ingested after the day was materialized (newest {newest:%Y-%m-%d %H:%M} UTC)"
+            )
+        if p in missing:
+            n, first, last = missing[p]
+            names = first if n == 1 else f"{first} .. {last}"
+            reasons.append(f"{n} world(s) without a row ({names})")
+        cause = [
+            _iso(rec["materialized_at"]),
+            _iso(late.get(p, (0, None))[1]),
+            list(missing.get(p, (0, None, None))),
+        ]
+        stale[(Window.DAY, p)] = StalePeriod(Window.DAY, p, tuple(reasons), short_hash(cause))
+
+    for window in (Window.MONTH, Window.YEAR):
+        child = logic.CHILD_WINDOW[window]
+        below: dict[date, list[str]] = defaultdict(list)
+        for (w, p), sp in sorted(stale.items()):
+            if w == child:
+                below[_parent_start(window, p)].append(sp.key)
+        for p in sorted({p for w, p in records if w == window} & (set(below) | {p for w, p in changed if w == window})):
+            rec, reasons = records[(window, p)], []
+            n_changed, newest = changed.get((window, p), (0, None))
+            if n_changed:
+                reasons.append(
+                    f"{n_changed} {child} row(s) written after the {window} was materialized "
+                    f"(newest {newest:%Y-%m-%d %H:%M} UTC)"
+                )
+            waits = tuple(below.get(p, ()))
+            if waits:
+                reasons.append(
+                    f"{len(waits)} stale {child}(s) below: {', '.join(waits[:3])}{' ...' if len(waits) > 3 else ''}"
+                )
+            cause = [_iso(rec["materialized_at"]), _iso(newest), n_changed]
+            stale[(window, p)] = StalePeriod(window, p, tuple(reasons), short_hash(cause), waits)
+
+    periods = [stale[k] for k in sorted(stale, key=lambda k: (list(Window).index(Window(k[0])), k[1]))]
+    rolls = []
+    for kind in logic.SYS_ROLL_KINDS:
+        window, first, end = logic.sys_roll_scope(kind, today)
+        if any(
+            sp.window == window and sp.period_start < end and (first is None or sp.period_start >= first)
+            for sp in periods
+        ):
+            rolls.append(str(kind))
+    return Staleness(periods, tuple(rolls), today)
