@@ -156,13 +156,14 @@ def _zone() -> ZoneInfo:
 
 def print_pending(stale) -> None:
     """The "Pending repairs" table: what reconcile (or its sensor) would rebuild, and why."""
+    if not stale:
+        console.print("Pending repairs (reconcile) — none: every materialized day, month and year matches its input")
+        return
     table = Table(title="Pending repairs (reconcile)")
     for col in ("window", "period", "reason"):
         table.add_column(col, overflow="fold", no_wrap=col != "reason")
     for window, key, reason in stale.reasons:
         table.add_row(window, key, reason)
-    if not stale:
-        table.caption = "none: every materialized day, month and year matches its input"
     console.print(table)
     if stale.needs_system_rolls:
         console.print(f"system rolls to rebuild after the repair: {', '.join(stale.system_rolls)}")
@@ -247,12 +248,15 @@ def status():
     print_status(open_store())
 
 
-def print_status(store) -> None:  # noqa: F811 - the store handle, not the helper
+def print_status(store) -> None:
+    from memory_pipeline.events.reports import event_counts
+    from memory_pipeline.lib.llm.reports import ledger_totals
     from memory_pipeline.temporal import reports
 
-    counts = reports.store_counts(store)
+    counts = {**event_counts(store), **reports.store_counts(store)}
     console.print(
-        f"store: {counts['messages']} messages, {counts['chunks']} chunks, {counts['summaries']} summary rows"
+        f"store: {counts['worlds']} worlds, {counts['conversations']} conversations, {counts['messages']} messages, "
+        f"{counts['chunks']} chunks, {counts['summaries']} summary rows"
     )
     table = Table(title="Temporal summary rows per world")
     for col in ("world", "window", "rows", "non-empty", "placeholders", "first", "last"):
@@ -278,7 +282,7 @@ def print_status(store) -> None:  # noqa: F811 - the store handle, not the helpe
     from memory_pipeline.temporal import reconcile
 
     print_pending(reconcile.stale_periods(store, _zone()))
-    totals = reports.ledger_totals(store)
+    totals = ledger_totals(store)
     models = sorted({r["model"] for r in totals})
     ledger = Table(title=f"LLM ledger (model: {', '.join(models) or 'none yet'})")
     for col in ("asset", "outcome", "calls", "tokens in", "tokens out"):

@@ -7,7 +7,6 @@ from collections import defaultdict
 from sqlalchemy import case, func, select
 
 from memory_pipeline.lib.store import Store
-from memory_pipeline.lib.store.tables import llm_ledger, messages
 from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_summaries
 
 
@@ -44,28 +43,9 @@ def placeholders_by_reason(store: Store) -> dict[str, dict[str, int]]:
     return dict(out)
 
 
-def ledger_totals(store: Store) -> list[dict]:
-    lc = llm_ledger.c
-    q = (
-        select(
-            lc.asset,
-            lc.model,
-            lc.outcome,
-            func.count().label("calls"),
-            func.coalesce(func.sum(lc.tokens_in), 0).label("tokens_in"),
-            func.coalesce(func.sum(lc.tokens_out), 0).label("tokens_out"),
-        )
-        .group_by(lc.asset, lc.model, lc.outcome)
-        .order_by(lc.asset, lc.outcome)
-    )
-    with store.connect() as conn:
-        return [dict(r) for r in conn.execute(q).mappings()]
-
-
 def store_counts(store: Store) -> dict[str, int]:
     with store.connect() as conn:
         return {
-            "messages": conn.execute(select(func.count()).select_from(messages)).scalar_one(),
             "chunks": conn.execute(select(func.count()).select_from(temporal_day_chunks)).scalar_one(),
             "summaries": conn.execute(select(func.count()).select_from(temporal_summaries)).scalar_one(),
         }
