@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 
@@ -29,7 +28,9 @@ def demo(
 
 
 def main() -> None:  # pragma: no cover - console entry
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from memory_pipeline.lib import settings
+
+    settings.offline_litellm()
     # Dagster's Beta/Preview/Supersession notices are for us, not for an operator at a prompt.
     from dagster._utils.warnings import BetaWarning, PreviewWarning, SupersessionWarning
 

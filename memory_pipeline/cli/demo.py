@@ -14,10 +14,9 @@ from memory_pipeline.lib import settings
 
 
 def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
-    import os
 
     data = settings.data_dir()
-    if fresh and not os.environ.get("MEMORY_DATABASE_URL"):
+    if fresh and not settings.env(settings.ENV_DATABASE_URL):
         for name in ("memory.sqlite", "memory.sqlite-wal", "memory.sqlite-shm"):
             (data / name).unlink(missing_ok=True)
         shutil.rmtree(data / "dagster_home", ignore_errors=True)

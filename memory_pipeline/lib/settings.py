@@ -56,6 +56,18 @@ def redis_url() -> str | None:
     return env(ENV_REDIS_URL)
 
 
+def dagster_home() -> Path:
+    """The Dagster instance folder: DAGSTER_HOME, else data/dagster_home (exported for Dagster)."""
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(data_dir() / "dagster_home")))
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def offline_litellm() -> None:
+    """litellm fetches its cost map from the internet at import unless told not to."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
 def config_file() -> str | None:
     return env(ENV_CONFIG_FILE)
 

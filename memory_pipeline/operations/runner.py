@@ -3,7 +3,6 @@ missing partitions, rebuild a range, and the run-per-partition baseline the benc
 
 A range is one run (the assets' BackfillPolicy.single_run), as the UI's backfill launches it."""
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -21,8 +20,7 @@ telemetry:
 
 
 def dagster_home() -> Path:
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(settings.data_dir() / "dagster_home")))
-    home.mkdir(parents=True, exist_ok=True)
+    home = settings.dagster_home()
     yaml = home / "dagster.yaml"
     if not yaml.exists():
         yaml.write_text(INSTANCE_YAML)

@@ -66,3 +66,12 @@ def test_every_domain_has_its_parts():
         for part in ("tables.py", "migrations"):
             assert (PACKAGE / d / part).exists(), f"{d}/{part} missing"
         assert (PACKAGE / "defs" / d / "definitions.py").exists(), f"defs/{d}/definitions.py missing"
+
+
+def test_the_environment_is_read_in_one_place():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "settings.py" and path.parent.name == "lib":
+            continue
+        text = path.read_text(encoding="utf-8")
+        for needle in ("os.environ", "os.getenv"):
+            assert needle not in text, f"{path.relative_to(PACKAGE)} reads the environment ({needle})"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -181,7 +180,7 @@ class LLMClient:
             text = offline.headline(req.user, target)
             return text, offline.approx_tokens(req.system + req.user), offline.approx_tokens(text), [], None
 
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        settings.offline_litellm()
         import litellm  # heavy: imported only when a real model is configured
 
         kwargs: dict[str, Any] = dict(
