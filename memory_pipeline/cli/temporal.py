@@ -7,9 +7,11 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, open_store, progress_bar
+from memory_pipeline.cli.console import console, err, open_store, progress_bar, refuse
+from memory_pipeline.lib.text import shown
 
 app = typer.Typer()
 
@@ -20,6 +22,7 @@ def _run_operation(
     from memory_pipeline import operations
 
     try:
+        as_of, worlds = operations.check_as_of(as_of), operations.check_worlds(worlds)  # before any run
         with progress_bar() as progress:
             task = progress.add_task(f"{mode} {window}", total=None)
             report = operations.materialize(
@@ -33,10 +36,9 @@ def _run_operation(
                 progress=lambda d, t: progress.update(task, completed=d, total=t),
             )
     except operations.RangeError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
+        refuse(str(exc))
     for note in report.notes:
-        err.print(f"[yellow]{note}[/]")
+        err.print(f"[yellow]{escape(note)}[/]")
     console.print(
         f"{window}: {report.requested} partition(s) requested, {report.skipped_existing} already "
         f"materialized and skipped, {len(report.runs)} run(s)"
@@ -94,7 +96,10 @@ def system_rolls(
     """Regenerate the past_days / past_months / past_years rolls (reused while sources_fp matches)."""
     from memory_pipeline import operations
 
-    r = operations.run_system_rolls(as_of, force)
+    try:
+        r = operations.run_system_rolls(operations.check_as_of(as_of), force)
+    except operations.RangeError as exc:
+        refuse(str(exc))
     console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else r.error}")
     if not r.success:
         raise typer.Exit(1)
@@ -107,7 +112,8 @@ def read(
     at: str | None = typer.Option(None, "--at", help="ISO datetime with offset (default: now)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """Print the <temporal_summary> block and today's peer insertions (never calls an LLM)."""
+    """Print the <temporal_summary> block and today's peer insertions (never calls an LLM).
+    Exit 2 on a bad option, 1 for a world with no events."""
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.cache import KVCache
     from memory_pipeline.lib.timeutil import utcnow
@@ -115,11 +121,13 @@ def read(
     from memory_pipeline.temporal.read import temporal_view, viewer_timeline
 
     tz = ZoneInfo(settings.timezone_name())
-    when = datetime.fromisoformat(at) if at else utcnow()
-    if when.tzinfo is None:
-        err.print(f"[red]--at {at!r} needs an offset, e.g. 2026-01-15T10:00+08:00[/]")
-        raise typer.Exit(2) from None
+    when = _instant_option("--at", at) if at else utcnow()
+    _id_option("--world", world)
+    if conversation is not None:
+        _id_option("--conversation", conversation)
     store = open_store()
+    if not _world_known(store, world):
+        refuse(f"no such world {world!r}: nothing has been ingested for it", code=1)
     cache = KVCache(settings.redis_url())
     cfg = temporal_config.load()
     view = temporal_view(store, cache, cfg, world, conversation, when, tz)
@@ -140,6 +148,32 @@ def read(
     print_view(view, timeline, cache.backend)
 
 
+def _instant_option(name: str, value: str) -> datetime:
+    from memory_pipeline.lib.timeutil import parse_instant
+
+    try:
+        return parse_instant(value)
+    except ValueError as exc:
+        refuse(f"{name} {shown(value)} {exc}")
+
+
+def _id_option(name: str, value: str) -> None:
+    from memory_pipeline.lib.ids import validate_id
+
+    problem = validate_id(value)
+    if problem:
+        refuse(f"{name} {shown(value)}: {problem}")
+
+
+def _world_known(store, world_id: str) -> bool:
+    from sqlalchemy import select
+
+    from memory_pipeline.lib.store.tables import worlds
+
+    with store.connect() as conn:
+        return conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world_id)).first() is not None
+
+
 def print_view(view, timeline, backend: str) -> None:
     console.rule(f"system prompt segment for {view.world_id} at {view.at.isoformat()} (cache: {backend})")
     console.print(view.system_block or "(no roll cached: the block is skipped)", markup=False)
@@ -150,13 +184,17 @@ def print_view(view, timeline, backend: str) -> None:
         who = f"{m['role']}:{m['name']}" if m.get("name") else m["role"]
         extra = f" [dim](bucket {m['bucket']}, roll {m['cache']})[/]" if m.get("name") else ""
         content = m["content"] or (
-            "(tool calls: " + ", ".join(c.get("name", "?") for c in m["tool_calls"]) + ")"
-            if m.get("tool_calls")
-            else ""
+            "(tool calls: " + ", ".join(_tool_name(c) for c in m["tool_calls"]) + ")" if m.get("tool_calls") else ""
         )
-        console.print(f"{m['at'][11:16]} [bold]{who}[/]: {content}{extra}", highlight=False)
+        console.print(f"{m['at'][11:16]} [bold]{escape(who)}[/]: {escape(content)}{extra}", highlight=False)
     if view.warmups_requested:
         console.print(f"[dim]{view.warmups_requested} peer-roll warm-up(s) requested for the background[/]")
+
+
+def _tool_name(call) -> str:
+    """Ingest admits only objects with a string name; rows stored before that rule may differ."""
+    name = call.get("name") if isinstance(call, dict) else None
+    return name if isinstance(name, str) else "?"
 
 
 @app.command()
