@@ -35,7 +35,7 @@ def ingest(
 def _zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder of the zone database ("America")
         refuse(f"--tz {name!r}: unknown time zone (an IANA name such as Asia/Shanghai or UTC)")
 
 

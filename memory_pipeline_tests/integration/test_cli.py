@@ -96,9 +96,10 @@ def _counts(store) -> tuple[int, int, int]:
 
 def test_import_locomo_refuses_bad_files_before_writing_any(env, store):
     good = write_locomo(env, locomo_doc(), name="26.json")
-    result = runner.invoke(app, ["import-locomo", str(good), "--tz", "Mars/Olympus"])
-    assert result.exit_code == 2
-    assert "--tz 'Mars/Olympus': unknown time zone (an IANA name such as Asia/Shanghai or UTC)" in _out(result)
+    for zone in ("Mars/Olympus", "America", "../etc"):
+        result = runner.invoke(app, ["import-locomo", str(good), "--tz", zone])
+        assert result.exit_code == 2
+        assert f"--tz '{zone}': unknown time zone (an IANA name such as Asia/Shanghai or UTC)" in _out(result)
     bad = write_locomo(env, {**locomo_doc(), "session_1_date_time": None}, name="27.json")
     result = runner.invoke(app, ["import-locomo", str(good), str(bad)])
     assert result.exit_code == 2 and "Traceback" not in result.output
