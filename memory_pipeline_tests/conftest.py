@@ -1,4 +1,5 @@
-"""Fixtures on the real services: a fresh PostgreSQL schema per test and Redis database 15."""
+"""Fixtures on the real services: a fresh PostgreSQL schema per test and Redis (TEST_REDIS_URL, database 15
+by default)."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def event(
     tool_calls=None,
     mid: str | None = None,
 ) -> dict:
-    mid = mid or f"{conv}-{at.isoformat()}-{role}-{abs(hash(content)) % 10**8}"
+    mid = mid or f"{conv}-{at:%Y%m%dT%H%M%S.%f%z}-{role}-{abs(hash(content)) % 10**8}"  # ids have no ':'
     return event_line(mid, world, conv, role, content, at, platform=platform, debug=debug, tool_calls=tool_calls)
 
 
@@ -124,3 +125,27 @@ def conversation(
         event(world, conv, "user" if i % 2 == 0 else "assistant", t, start + step * i, **kw)
         for i, t in enumerate(texts)
     ]
+
+
+def locomo_doc(sessions: int = 2, turns: int = 3) -> dict:
+    """A tiny LoCoMo-shaped conversation (the real files' keys; turns alternate speaker_a / speaker_b)."""
+    doc: dict = {"speaker_a": "Caroline", "speaker_b": "Melanie", "qa": [{"question": "ignored"}]}
+    for n in range(1, sessions + 1):
+        doc[f"session_{n}_date_time"] = f"1:56 pm on {7 + n} May, 2023"
+        doc[f"session_{n}"] = [
+            {"speaker": "Caroline" if i % 2 == 0 else "Melanie", "dia_id": f"D{n}:{i + 1}", "text": f"turn {i + 1}"}
+            for i in range(turns)
+        ]
+        doc[f"session_{n}_summary"] = "ignored"
+    doc[f"session_{sessions + 1}_date_time"] = "10:00 am on 1 June, 2023"  # a date without a session: ignored
+    return doc
+
+
+def write_locomo(folder: Path, doc, name: str = "26.json") -> Path:
+    """Write a LoCoMo file: a document as JSON, or text / bytes as they are."""
+    path = Path(folder) / name
+    if isinstance(doc, bytes):
+        path.write_bytes(doc)
+    else:
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc), encoding="utf-8")
+    return path

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
+import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 # Off a terminal (pipes, CI, files) rich would wrap at 80 columns; keep lines whole there.
 _WIDTH = None if os.isatty(1) else 200
 console = Console(width=_WIDTH)
 err = Console(stderr=True, width=None if os.isatty(2) else 200)
+
+
+def refuse(message: str, code: int = 2) -> NoReturn:
+    """Print a refusal (markup-escaped: ids and paths may hold '[') and exit (2: bad input)."""
+    err.print(f"[red]{escape(message)}[/]")
+    raise typer.Exit(code)
 
 
 def open_store():
@@ -51,9 +60,9 @@ def with_ingest_progress(store, label: str, fn) -> object:
 
 def print_ingest(report) -> None:
     console.print(
-        f"{report.source}: {report.lines} lines, [green]{report.inserted} inserted[/], "
+        f"{escape(report.source)}: {report.lines} lines, [green]{report.inserted} inserted[/], "
         f"{report.duplicates} already present, {len(report.rejected)} rejected, "
         f"{report.new_conversations} new conversations, {report.new_worlds} new worlds"
     )
     for e in report.rejected[:50]:
-        err.print(f"[yellow]rejected[/] {e}")
+        err.print(f"[yellow]rejected[/] {escape(str(e))}")

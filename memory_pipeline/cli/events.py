@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
 
-from memory_pipeline.cli.console import console, err, open_store, print_ingest, with_ingest_progress
+from memory_pipeline.cli.console import console, open_store, print_ingest, refuse, with_ingest_progress
 
 app = typer.Typer()
 
@@ -18,7 +18,7 @@ def ingest(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Write the good lines and report the bad ones"),
 ):
     """Ingest a JSONL file (all or nothing unless --skip-bad); re-ingesting adds nothing."""
-    from memory_pipeline.events.ingest import IngestError, ingest_file
+    from memory_pipeline.events.ingest import IngestError, ingest_file, source_label
 
     store = open_store()
     try:
@@ -26,9 +26,17 @@ def ingest(
             store, f"ingest {path.name}", lambda tick: ingest_file(store, path, skip_bad=skip_bad, progress=tick)
         )
     except IngestError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
+        refuse(str(exc))
+    except OSError as exc:
+        refuse(f"{source_label(path)}: cannot read: {exc.strerror}")
     print_ingest(report)
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder of the zone database ("America")
+        refuse(f"--tz {name!r}: unknown time zone (an IANA name such as Asia/Shanghai or UTC)")
 
 
 @app.command("import-locomo")
@@ -37,24 +45,31 @@ def import_locomo(
     tz: str = typer.Option("Asia/Shanghai", "--tz", help="Zone of the session times (they carry none)"),
     skip_bad: bool = typer.Option(False, "--skip-bad"),
 ):
-    """Import LoCoMo conversations: one world per file, one conversation per session."""
-    from memory_pipeline.events.ingest import IngestError, ingest_events
+    """Import LoCoMo conversations: one world per file, one conversation per session. Every file is
+    validated before anything is written; each file is then written in one transaction."""
+    from memory_pipeline.events.ingest import IngestError, ingest_events, source_label
     from memory_pipeline.events.locomo import locomo_events
 
+    zone = _zone(tz)
+    try:
+        checked = [(path, *locomo_events(path, zone)) for path in paths]
+    except OSError as exc:
+        refuse(f"{source_label(exc.filename or '')}: cannot read: {exc.strerror}")
+    errors = [e for _, _, errs in checked for e in errs]
+    if errors and not skip_bad:
+        refuse(str(IngestError(errors)))
     store = open_store()
-    for path in paths:
-        events, errors = locomo_events(path, ZoneInfo(tz))
+    for path, events, errs in checked:
         try:
             report = with_ingest_progress(
                 store,
                 f"import {path.name}",
-                lambda tick, events=events, path=path, errors=errors: ingest_events(
-                    store, events, source=str(path), errors=errors, skip_bad=skip_bad, progress=tick
+                lambda tick, events=events, path=path, errs=errs: ingest_events(
+                    store, events, source=source_label(path), errors=errs, skip_bad=skip_bad, progress=tick
                 ),
             )
         except IngestError as exc:
-            err.print(f"[red]{exc}[/]")
-            raise typer.Exit(2) from None
+            refuse(str(exc))
         print_ingest(report)
 
 

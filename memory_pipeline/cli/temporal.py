@@ -8,9 +8,11 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, open_store, progress_bar
+from memory_pipeline.cli.console import console, err, open_store, progress_bar, refuse
+from memory_pipeline.lib.text import shown
 
 app = typer.Typer()
 
@@ -28,6 +30,7 @@ def _materialize(
     from memory_pipeline import operations
 
     try:
+        as_of, worlds = operations.check_as_of(as_of), operations.check_worlds(worlds)  # before any run
         with progress_bar() as progress:
             task = progress.add_task(f"{mode} {window}", total=None)
             report = operations.materialize(
@@ -41,8 +44,7 @@ def _materialize(
                 progress=lambda d, t: progress.update(task, completed=d, total=t),
             )
     except operations.RangeError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
+        refuse(str(exc))
     _print_report(window, report)
     return report
 
@@ -56,7 +58,7 @@ def _run_operation(
 
 def _print_report(window: str, report) -> None:
     for note in report.notes:
-        err.print(f"[yellow]{note}[/]")
+        err.print(f"[yellow]{escape(note)}[/]")
     console.print(
         f"{window}: {report.requested} partition(s) requested, {report.skipped_existing} already "
         f"materialized and skipped, {len(report.runs)} run(s)"
@@ -177,7 +179,10 @@ def system_rolls(
     """Regenerate the past_days / past_months / past_years rolls (reused while sources_fp matches)."""
     from memory_pipeline import operations
 
-    r = operations.run_system_rolls(as_of, force)
+    try:
+        r = operations.run_system_rolls(operations.check_as_of(as_of), force)
+    except operations.RangeError as exc:
+        refuse(str(exc))
     console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else r.error}")
     if not r.success:
         raise typer.Exit(1)
@@ -190,7 +195,8 @@ def read(
     at: str | None = typer.Option(None, "--at", help="ISO datetime with offset (default: now)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """Print the <temporal_summary> block and today's peer insertions (never calls an LLM)."""
+    """Print the <temporal_summary> block and today's peer insertions (never calls an LLM).
+    Exit 2 on a bad option, 1 for a world with no events."""
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.cache import KVCache
     from memory_pipeline.lib.timeutil import utcnow
@@ -198,11 +204,13 @@ def read(
     from memory_pipeline.temporal.read import temporal_view, viewer_timeline
 
     tz = ZoneInfo(settings.timezone_name())
-    when = datetime.fromisoformat(at) if at else utcnow()
-    if when.tzinfo is None:
-        err.print(f"[red]--at {at!r} needs an offset, e.g. 2026-01-15T10:00+08:00[/]")
-        raise typer.Exit(2) from None
+    when = _instant_option("--at", at) if at else utcnow()
+    _id_option("--world", world)
+    if conversation is not None:
+        _id_option("--conversation", conversation)
     store = open_store()
+    if not _world_known(store, world):
+        refuse(f"no such world {world!r}: nothing has been ingested for it", code=1)
     cache = KVCache(settings.redis_url())
     cfg = temporal_config.load()
     view = temporal_view(store, cache, cfg, world, conversation, when, tz)
@@ -223,6 +231,32 @@ def read(
     print_view(view, timeline, cache.backend)
 
 
+def _instant_option(name: str, value: str) -> datetime:
+    from memory_pipeline.lib.timeutil import parse_instant
+
+    try:
+        return parse_instant(value)
+    except ValueError as exc:
+        refuse(f"{name} {shown(value)} {exc}")
+
+
+def _id_option(name: str, value: str) -> None:
+    from memory_pipeline.lib.ids import validate_id
+
+    problem = validate_id(value)
+    if problem:
+        refuse(f"{name} {shown(value)}: {problem}")
+
+
+def _world_known(store, world_id: str) -> bool:
+    from sqlalchemy import select
+
+    from memory_pipeline.lib.store.tables import worlds
+
+    with store.connect() as conn:
+        return conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world_id)).first() is not None
+
+
 def print_view(view, timeline, backend: str) -> None:
     console.rule(f"system prompt segment for {view.world_id} at {view.at.isoformat()} (cache: {backend})")
     console.print(view.system_block or "(no roll cached: the block is skipped)", markup=False)
@@ -233,13 +267,17 @@ def print_view(view, timeline, backend: str) -> None:
         who = f"{m['role']}:{m['name']}" if m.get("name") else m["role"]
         extra = f" [dim](bucket {m['bucket']}, roll {m['cache']})[/]" if m.get("name") else ""
         content = m["content"] or (
-            "(tool calls: " + ", ".join(c.get("name", "?") for c in m["tool_calls"]) + ")"
-            if m.get("tool_calls")
-            else ""
+            "(tool calls: " + ", ".join(_tool_name(c) for c in m["tool_calls"]) + ")" if m.get("tool_calls") else ""
         )
-        console.print(f"{m['at'][11:16]} [bold]{who}[/]: {content}{extra}", highlight=False)
+        console.print(f"{m['at'][11:16]} [bold]{escape(who)}[/]: {escape(content)}{extra}", highlight=False)
     if view.warmups_requested:
         console.print(f"[dim]{view.warmups_requested} peer-roll warm-up(s) requested for the background[/]")
+
+
+def _tool_name(call) -> str:
+    """Ingest admits only objects with a string name; rows stored before that rule may differ."""
+    name = call.get("name") if isinstance(call, dict) else None
+    return name if isinstance(name, str) else "?"
 
 
 @app.command()
@@ -300,18 +338,8 @@ def _today(at: str | None):
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.timeutil import local_date, utcnow
 
-    tz = ZoneInfo(settings.timezone_name())
-    when = utcnow()
-    if at:
-        try:
-            when = datetime.fromisoformat(at)
-        except ValueError:
-            err.print(f"[red]--at {at!r} is not an ISO datetime (e.g. 2026-01-15T10:00+08:00)[/]")
-            raise typer.Exit(2) from None
-        if when.tzinfo is None:
-            err.print(f"[red]--at {at!r} needs an offset, e.g. 2026-01-15T10:00+08:00[/]")
-            raise typer.Exit(2)
-    return local_date(when, tz), when
+    when = _instant_option("--at", at) if at else utcnow()
+    return local_date(when, ZoneInfo(settings.timezone_name())), when
 
 
 @rolls_app.command("list")
@@ -325,6 +353,8 @@ def rolls_list(
     from memory_pipeline.temporal import config as temporal_config
     from memory_pipeline.temporal.slots import list_slots
 
+    for w in world:
+        _id_option("--world", w)
     today, when = _today(at)
     cache = KVCache(settings.redis_url())
     slots = list_slots(open_store(), cache, temporal_config.load(), today, world or None, when)
@@ -362,9 +392,9 @@ def rolls_regenerate(
     from memory_pipeline.temporal.context import TemporalContext
     from memory_pipeline.temporal.slots import regenerate_slot
 
+    _id_option("--world", world)
     if kind not in logic.SYS_ROLL_KINDS:
-        err.print(f"[red]--kind {kind!r} is not a slot (one of {', '.join(logic.SYS_ROLL_KINDS)})[/]")
-        raise typer.Exit(2)
+        refuse(f"--kind {kind!r} is not a slot (one of {', '.join(logic.SYS_ROLL_KINDS)})")
     today, _ = _today(at)
     store = open_store()
     ctx = TemporalContext(

@@ -1,14 +1,21 @@
 """JSONL ingestion of raw conversation events (append-only, idempotent on message_id).
 
-One JSON object per line (UTF-8):
+One JSON object per line (UTF-8; a byte order mark before the first line is ignored):
 
     {"message_id": "m-1", "world_id": "agent-a", "conversation_id": "c-1",
      "platform": "local", "debug": false, "role": "user",
      "content": "hello", "tool_calls": null, "timestamp": "2026-07-18T06:12:00+08:00"}
 
-Required: message_id, world_id, conversation_id, role, timestamp (ISO 8601 with an offset).
-Optional: platform (default "local"), debug (default false), content (default ""), tool_calls
-(list or null), world_name, conversation_title.
+Required: message_id, world_id, conversation_id (ids: see ``memory_pipeline.lib.ids``), role,
+timestamp (ISO 8601 with an offset, 1970 .. now + 1 minute). Optional: platform (default "local",
+at most 64 characters), debug (default false), content (default "", at most 100,000 characters),
+tool_calls (null or a list of objects, each with a non-empty string ``name``), world_name (at most
+256 characters), conversation_title (at most 512). No string may hold a NUL or a lone surrogate;
+names, titles and the platform hold no control characters either. Other keys are ignored.
+
+Every refusal reads ``{file}:{where}: field '{name}': {problem}``: ``where`` is a line number
+here and a JSON path (``$.session_3[4].text``) for a LoCoMo file. Messages name ids, fields and
+positions, never a message body.
 
 A file is written whole or not at all; with ``skip_bad=True`` good lines are written and bad ones
 reported. Either way nothing is half-written: the write is one transaction.
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -27,15 +36,25 @@ from typing import Any
 from sqlalchemy import func, select, update
 
 from memory_pipeline.events.tables import ingest_batches
+from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
+from memory_pipeline.lib.text import json_type, shown, text_problem
+from memory_pipeline.lib.timeutil import parse_instant
 
 ROLES = {"user", "assistant", "tool", "system"}
-REQUIRED = ("message_id", "world_id", "conversation_id", "role", "timestamp")
+ID_FIELDS = ("message_id", "world_id", "conversation_id")
+REQUIRED = (*ID_FIELDS, "role", "timestamp")
 MAX_LINE_BYTES = 1_048_576
 MAX_CONTENT_CHARS = 100_000
-MAX_ID_CHARS = 128
+MAX_PLATFORM_CHARS = conversations.c.platform.type.length  # 64
+MAX_SOURCE_CHARS = messages.c.source.type.length  # 1024
+NAME_LIMITS = {"world_name": worlds.c.name.type.length, "conversation_title": conversations.c.title.type.length}
+MAX_TOOL_NAME_CHARS = 256
+MAX_TOOL_DEPTH = 32
 FUTURE_TOLERANCE = timedelta(minutes=1)
+SIMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,40}")
+_BLANK = object()
 
 
 def event_line(
@@ -66,22 +85,29 @@ def event_line(
 
 @dataclass(frozen=True)
 class LineError:
+    """One refusal. ``where`` is a line number (JSONL) or a JSON path such as ``$.session_3[4].text``."""
+
     source: str
-    line: int
+    where: int | str
     field: str
     problem: str
 
+    @property
+    def line(self) -> int:
+        """The line number, 0 when the location is a JSON path."""
+        return self.where if isinstance(self.where, int) else 0
+
     def __str__(self) -> str:
-        return f"{self.source}:{self.line}: field '{self.field}': {self.problem}"
+        return f"{self.source}:{self.where}: field '{self.field}': {self.problem}"
 
 
 class IngestError(ValueError):
     def __init__(self, errors: list[LineError], written: bool = False):
         self.errors = errors
-        shown = "\n".join(f"  {e}" for e in errors[:50])
+        shown_ = "\n".join(f"  {e}" for e in errors[:50])
         more = f"\n  ... and {len(errors) - 50} more" if len(errors) > 50 else ""
-        verdict = "bad lines were skipped" if written else "nothing was written"
-        super().__init__(f"{len(errors)} bad line(s); {verdict}:\n{shown}{more}")
+        verdict = "bad input was skipped" if written else "nothing was written"
+        super().__init__(f"{len(errors)} problem(s); {verdict}:\n{shown_}{more}")
 
 
 @dataclass
@@ -95,82 +121,239 @@ class IngestReport:
     new_worlds: int = 0
 
 
+def source_label(path: str | Path) -> str:
+    """A path as printable, storable text (undecodable file-name bytes become backslash escapes)."""
+    return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def fit(text: str, limit: int) -> str:
+    """At most ``limit`` characters, keeping the end (the line or path of a source label)."""
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+
+
 def parse_timestamp(value: Any) -> datetime:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError("missing or not a string")
-    text = value.strip().replace("Z", "+00:00") if value.strip().endswith("Z") else value.strip()
+    """ISO 8601 with an offset, within the supported range, as UTC; ValueError names the problem."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {json_type(value)}")
+    if not value.strip():
+        raise ValueError("missing")
     try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"unparsable timestamp {value!r} (want ISO 8601 with an offset)") from None
-    if dt.tzinfo is None or dt.utcoffset() is None:
-        raise ValueError(f"timestamp {value!r} has no time zone offset")
-    return dt.astimezone(UTC)
+        return parse_instant(value).astimezone(UTC)
+    except ValueError as exc:
+        raise ValueError(f"{shown(value)} {exc}") from None
 
 
-def _validate(obj: Any, source: str, lineno: int, now: datetime) -> tuple[dict | None, list[LineError]]:
-    def err(f: str, p: str) -> LineError:
-        return LineError(source, lineno, f, p)
+# Validation: each check returns (field, problem) pairs.
 
-    if not isinstance(obj, dict):
-        return None, [err("<line>", f"expected a JSON object, got {type(obj).__name__}")]
-    errors: list[LineError] = []
-    for name in REQUIRED:
-        if obj.get(name) in (None, ""):
-            errors.append(err(name, "missing"))
-    for name in ("message_id", "world_id", "conversation_id"):
+Problems = list[tuple[str, str]]
+
+
+def _check_ids(obj: dict) -> Problems:
+    out = []
+    for name in ID_FIELDS:
         value = obj.get(name)
-        if value not in (None, "") and (not isinstance(value, str) or len(value) > MAX_ID_CHARS):
-            errors.append(err(name, f"must be a string of at most {MAX_ID_CHARS} characters"))
-    role = obj.get("role")
-    if role not in (None, "") and role not in ROLES:
-        errors.append(err("role", f"unknown role {role!r} (expected one of {', '.join(sorted(ROLES))})"))
-    at = None
-    if obj.get("timestamp") not in (None, ""):
-        try:
-            at = parse_timestamp(obj["timestamp"])
-            if at > now + FUTURE_TOLERANCE:
-                errors.append(err("timestamp", f"{obj['timestamp']} is in the future"))
-        except ValueError as exc:
-            errors.append(err("timestamp", str(exc)))
-    content = obj.get("content", "")
+        problem = "missing" if value in (None, "") else validate_id(value)
+        if problem:
+            out.append((name, problem))
+    return out
+
+
+def _check_role(role: Any) -> Problems:
+    if role in (None, ""):
+        return [("role", "missing")]
+    if not isinstance(role, str):
+        return [("role", f"must be a string, got {json_type(role)}")]
+    if role not in ROLES:
+        return [("role", f"unknown role {shown(role)} (expected one of {', '.join(sorted(ROLES))})")]
+    return []
+
+
+def _check_timestamp(value: Any, now: datetime) -> Problems:
+    if value in (None, ""):
+        return [("timestamp", "missing")]
+    try:
+        at = parse_timestamp(value)
+    except ValueError as exc:
+        return [("timestamp", str(exc))]
+    return [("timestamp", f"{shown(value)} is in the future")] if at > now + FUTURE_TOLERANCE else []
+
+
+def _check_content(content: Any) -> Problems:
     if content is None:
-        content = ""
-    if not isinstance(content, str):
-        errors.append(err("content", "must be a string"))
-    elif len(content) > MAX_CONTENT_CHARS:
-        errors.append(err("content", f"oversized body: {len(content)} characters (limit {MAX_CONTENT_CHARS})"))
-    tool_calls = obj.get("tool_calls")
-    if tool_calls is not None and not isinstance(tool_calls, list):
-        errors.append(err("tool_calls", "must be a list or null"))
-    debug = obj.get("debug", False)
-    if not isinstance(debug, bool):
-        errors.append(err("debug", "must be true or false"))
-    platform = obj.get("platform", "local") or "local"
-    if not isinstance(platform, str) or len(platform) > 64:
-        errors.append(err("platform", "must be a string of at most 64 characters"))
-    if errors:
-        return None, errors
+        return []
+    if isinstance(content, str) and len(content) > MAX_CONTENT_CHARS:
+        return [("content", f"oversized body: {len(content)} characters (limit {MAX_CONTENT_CHARS})")]
+    problem = text_problem(content, MAX_CONTENT_CHARS, controls=True)
+    return [("content", problem)] if problem else []
+
+
+def _check_labels(obj: dict) -> Problems:
+    """platform, world_name, conversation_title: optional bounded strings without control characters."""
+    out = []
+    for name, limit in (("platform", MAX_PLATFORM_CHARS), *NAME_LIMITS.items()):
+        value = obj.get(name)
+        problem = None if value in (None, "") else text_problem(value, limit)
+        if problem:
+            out.append((name, problem))
+    return out
+
+
+def _check_debug(debug: Any) -> Problems:
+    return [] if isinstance(debug, bool) else [("debug", "must be true or false")]
+
+
+def _check_tool_calls(calls: Any) -> Problems:
+    """null or a list of objects, each with a non-empty string ``name`` (other keys: any JSON)."""
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        return [("tool_calls", f"must be null or a list of objects, got {json_type(calls)}")]
+    for i, call in enumerate(calls):
+        if not isinstance(call, dict):
+            return [(f"tool_calls[{i}]", f"must be an object with a string 'name', got {json_type(call)}")]
+        name = call.get("name")
+        problem = "missing" if name in (None, "") else text_problem(name, MAX_TOOL_NAME_CHARS)
+        if problem:
+            return [(f"tool_calls[{i}].name", problem)]
+    bad = _json_problem(calls, "tool_calls")
+    return [bad] if bad else []
+
+
+def _json_problem(value: Any, path: str) -> tuple[str, str] | None:
+    """The first value under ``path`` that JSON storage refuses: a non-finite number, a string or
+    key with a NUL or lone surrogate, nesting deeper than MAX_TOOL_DEPTH."""
+    stack = [(value, path, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_TOOL_DEPTH:
+            return where, f"nested deeper than {MAX_TOOL_DEPTH} levels"
+        if isinstance(item, float) and not math.isfinite(item):
+            return where, "non-finite number (NaN or Infinity is not JSON)"
+        if isinstance(item, str) and (problem := text_problem(item, MAX_LINE_BYTES, controls=True)):
+            return where, problem
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                if problem := text_problem(key, MAX_LINE_BYTES, controls=True):
+                    return where, f"key: {problem}"
+                stack.append((sub, _json_path(where, key), depth + 1))
+        elif isinstance(item, list):
+            stack.extend((sub, _json_path(where, i), depth + 1) for i, sub in enumerate(item))
+    return None
+
+
+def _json_path(where: str, step: str | int) -> str:
+    """``where`` one step down: ``.key`` for a plain key, ``[i]`` for an index, ``['…']`` otherwise."""
+    if len(where) > 200:
+        return where
+    if isinstance(step, int):
+        return f"{where}[{step}]"
+    return f"{where}.{step}" if SIMPLE_KEY.fullmatch(step) else f"{where}[{shown(step, 20)}]"
+
+
+def event_problems(obj: dict, now: datetime) -> Problems:
+    """Every (field, problem) of one event in the ingestion format; empty when it is valid."""
+    return (
+        _check_ids(obj)
+        + _check_role(obj.get("role"))
+        + _check_timestamp(obj.get("timestamp"), now)
+        + _check_content(obj.get("content"))
+        + _check_tool_calls(obj.get("tool_calls"))
+        + _check_labels(obj)
+        + _check_debug(obj.get("debug", False))
+    )
+
+
+def validate_event(obj: Any, source: str, where: int | str, now: datetime) -> tuple[dict | None, list[LineError]]:
+    """The one validator of raw events (JSONL lines and LoCoMo turns alike): the event to write, or
+    the refusals located at ``source``:``where``."""
+    if not isinstance(obj, dict):
+        return None, [LineError(source, where, "<line>", f"expected a JSON object, got {json_type(obj)}")]
+    problems = event_problems(obj, now)
+    if problems:
+        return None, [LineError(source, where, name, problem) for name, problem in problems]
     return {
         "message_id": obj["message_id"],
         "world_id": obj["world_id"],
-        "world_name": obj.get("world_name"),
+        "world_name": obj.get("world_name") or None,
         "conversation_id": obj["conversation_id"],
-        "conversation_title": obj.get("conversation_title"),
-        "platform": platform,
-        "debug": debug,
-        "role": role,
-        "content": content,
-        "tool_calls": tool_calls or None,
-        "at": at,
-        "source": f"{source}:{lineno}",
+        "conversation_title": obj.get("conversation_title") or None,
+        "platform": obj.get("platform") or "local",
+        "debug": obj.get("debug", False),
+        "role": obj["role"],
+        "content": obj.get("content") or "",
+        "tool_calls": obj.get("tool_calls") or None,
+        "at": parse_timestamp(obj["timestamp"]),
+        "source": fit(f"{source}:{where}", MAX_SOURCE_CHARS),
         "_file": source,
-        "_line": lineno,
+        "_where": where,
     }, []
 
 
 def _event_error(event: dict, field_name: str, problem: str) -> LineError:
-    return LineError(event.get("_file", "<events>"), event.get("_line", 0), field_name, problem)
+    return LineError(event.get("_file", "<events>"), event.get("_where", 0), field_name, problem)
+
+
+class EventBatch:
+    """Validated events of one source, in order: a repeated message_id with the same body is dropped,
+    with another body refused; a conversation keeps one (world, platform, debug)."""
+
+    def __init__(self, source: str, now: datetime):
+        self.source, self.now = source, now
+        self.events: list[dict] = []
+        self._seen: dict[str, dict] = {}
+        self._conv_meta: dict[str, tuple] = {}
+
+    def add(self, obj: Any, where: int | str) -> list[LineError]:
+        event, errors = validate_event(obj, self.source, where, self.now)
+        if errors:
+            return errors
+        conflict = self._conflict(event)
+        if conflict:
+            return [LineError(self.source, where, *conflict)]
+        if event["message_id"] not in self._seen:
+            self._seen[event["message_id"]] = event
+            self._conv_meta.setdefault(event["conversation_id"], _meta(event))
+            self.events.append(event)
+        return []
+
+    def _conflict(self, event: dict) -> tuple[str, str] | None:
+        prev = self._seen.get(event["message_id"])
+        if prev is not None:
+            if (prev["content"], prev["role"], prev["at"]) != (event["content"], event["role"], event["at"]):
+                return "message_id", f"{shown(event['message_id'])} repeats {prev['source']} with different content"
+            return None
+        known = self._conv_meta.get(event["conversation_id"])
+        if known is not None and known != _meta(event):
+            return (
+                "conversation_id",
+                f"{shown(event['conversation_id'])} has (world, platform, debug) {_meta(event)}, "
+                f"earlier lines say {known}",
+            )
+        return None
+
+
+def _meta(event: dict) -> tuple:
+    return event["world_id"], event["platform"], event["debug"]
+
+
+def parse_line(raw: bytes, first: bool = False) -> tuple[Any, str | None]:
+    """(parsed JSON, None), (_BLANK, None) for a blank line, or (None, problem)."""
+    if len(raw) > MAX_LINE_BYTES:
+        return None, f"oversized line: {len(raw)} bytes (limit {MAX_LINE_BYTES})"
+    try:
+        text = raw.decode("utf-8-sig" if first else "utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"bad encoding (not UTF-8) at byte offset {exc.start}"
+    if not text.strip():
+        return _BLANK, None
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as exc:
+        return None, f"malformed JSON: {exc.msg} at column {exc.pos + 1}"
+    except RecursionError:
+        return None, "malformed JSON: nested too deeply"
+    except ValueError:  # e.g. an integer beyond Python's digit limit
+        return None, "malformed JSON: unreadable number"
 
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total): "validate" in bytes, "write" in rows
@@ -180,12 +363,9 @@ def read_events(
     path: Path, now: datetime | None = None, progress: Progress | None = None
 ) -> tuple[list[dict], list[LineError], int, str]:
     """Parse and validate every line; returns (events, errors, line_count, sha256)."""
-    now = now or datetime.now(UTC)
-    source = str(path)
-    events: list[dict] = []
+    source = source_label(path)
+    batch = EventBatch(source, now or datetime.now(UTC))
     errors: list[LineError] = []
-    seen: dict[str, dict] = {}
-    conv_meta: dict[str, tuple] = {}
     digest = hashlib.sha256()
     lineno = 0
     total, done = path.stat().st_size, 0
@@ -195,56 +375,14 @@ def read_events(
             done += len(raw)
             if progress and lineno % 5000 == 0:
                 progress("validate", done, total)
-            if len(raw) > MAX_LINE_BYTES:
-                errors.append(
-                    LineError(source, lineno, "<line>", f"oversized line: {len(raw)} bytes (limit {MAX_LINE_BYTES})")
-                )
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                errors.append(LineError(source, lineno, "<line>", f"bad encoding (not UTF-8) at byte {exc.start}"))
-                continue
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                errors.append(LineError(source, lineno, "<line>", f"malformed JSON: {exc.msg} at column {exc.colno}"))
-                continue
-            event, errs = _validate(obj, source, lineno, now)
-            if errs:
-                errors.extend(errs)
-                continue
-            prev = seen.get(event["message_id"])
-            if prev is not None:
-                if (prev["content"], prev["role"], prev["at"]) != (event["content"], event["role"], event["at"]):
-                    errors.append(
-                        LineError(
-                            source,
-                            lineno,
-                            "message_id",
-                            f"{event['message_id']!r} repeats {prev['source']} with different content",
-                        )
-                    )
-                continue
-            meta = (event["world_id"], event["platform"], event["debug"])
-            known = conv_meta.setdefault(event["conversation_id"], meta)
-            if known != meta:
-                errors.append(
-                    LineError(
-                        source,
-                        lineno,
-                        "conversation_id",
-                        f"{event['conversation_id']!r} has (world, platform, debug) {meta}, earlier lines say {known}",
-                    )
-                )
-                continue
-            seen[event["message_id"]] = event
-            events.append(event)
+            obj, problem = parse_line(raw, first=lineno == 1)
+            if problem:
+                errors.append(LineError(source, lineno, "<line>", problem))
+            elif obj is not _BLANK:
+                errors.extend(batch.add(obj, lineno))
     if progress:
         progress("validate", total, total)
-    return events, errors, lineno, digest.hexdigest()
+    return batch.events, errors, lineno, digest.hexdigest()
 
 
 def ingest_file(
@@ -258,7 +396,14 @@ def ingest_file(
     path = Path(path)
     events, errors, lines, sha = read_events(path, now, progress)
     report = ingest_events(
-        store, events, source=str(path), errors=errors, lines=lines, sha256=sha, skip_bad=skip_bad, progress=progress
+        store,
+        events,
+        source=source_label(path),
+        errors=errors,
+        lines=lines,
+        sha256=sha,
+        skip_bad=skip_bad,
+        progress=progress,
     )
     return report
 
@@ -328,8 +473,8 @@ def ingest_events(
         if conflicts:
             if not skip_bad:
                 raise IngestError(errors + conflicts)
-            bad = {(c.source, c.line) for c in conflicts}
-            fresh = [e for e in fresh if (e["_file"], e["_line"]) not in bad]
+            bad = {(c.source, c.where) for c in conflicts}
+            fresh = [e for e in fresh if (e["_file"], e["_where"]) not in bad]
             report.rejected.extend(conflicts)
 
         now = datetime.now(UTC)
@@ -399,7 +544,7 @@ def ingest_events(
         report.inserted = len(fresh)
         conn.execute(
             ingest_batches.insert().values(
-                source=source,
+                source=fit(source, MAX_SOURCE_CHARS),
                 sha256=sha256,
                 lines=report.lines,
                 inserted=report.inserted,

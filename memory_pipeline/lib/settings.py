@@ -76,7 +76,7 @@ def timezone_name() -> str:
     name = env("MEMORY_TIMEZONE", "Asia/Shanghai") or "Asia/Shanghai"
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder such as "America"
         raise ConfigError(f"MEMORY_TIMEZONE: unknown time zone {name!r}") from None
     return name
 

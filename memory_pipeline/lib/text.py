@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,6 +25,48 @@ def truncate(text: str, limit: int, marker: str = "…") -> str:
     if len(text) <= limit:
         return text
     return text[: max(0, limit - len(marker))].rstrip() + marker
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (for messages: "got array", never the value)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number" if not isinstance(value, float) or math.isfinite(value) else "non-finite number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """A short repr for messages (ids, names, timestamps; never a message body)."""
+    if not isinstance(value, str):
+        return json_type(value)
+    text = repr(value[:limit])
+    return text if len(value) <= limit else text + "…"
+
+
+def text_problem(value: Any, max_chars: int, *, controls: bool = False) -> str | None:
+    """Why ``value`` cannot be stored as UTF-8 text on PostgreSQL, or None: not a string, longer
+    than ``max_chars``, a NUL, a lone surrogate, or (unless ``controls``) any control character.
+    Names positions, never the text."""
+    if not isinstance(value, str):
+        return f"must be a string, got {json_type(value)}"
+    if len(value) > max_chars:
+        return f"too long: {len(value)} characters (limit {max_chars})"
+    nul = value.find("\x00")
+    if nul >= 0:
+        return f"contains a NUL character (\\u0000) at position {nul}"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains a lone surrogate at position {exc.start} (not encodable as UTF-8)"
+    if not controls and (bad := _CONTROL.search(value)):
+        return f"contains a control character at position {bad.start()}"
+    return None
 
 
 def short_hash(parts: Iterable[Any], length: int = 16) -> str:

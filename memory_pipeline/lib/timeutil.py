@@ -18,6 +18,44 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# Instants the store accepts: from the Unix epoch to the end of year 9998 (UTC). Year 9999 would
+# overflow the end of its own year (and every zone east of UTC); years before 1970 are no
+# conversation this store can hold.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)  # exclusive
+RANGE_TEXT = "supported: 1970-01-01 to 9998-12-31 UTC"
+
+
+def instant_problem(dt: datetime) -> str | None:
+    """Why ``dt`` cannot be stored or converted to any zone ("has ..." / "is ..."), or None."""
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        return "has no time zone offset"
+    try:
+        utc = dt.astimezone(UTC)
+    except OverflowError:
+        return f"is out of range ({RANGE_TEXT})"
+    if not EARLIEST <= utc < LATEST:
+        return f"is out of range ({RANGE_TEXT})"
+    return None
+
+
+def parse_instant(text: object) -> datetime:
+    """An aware datetime from ISO 8601 text with an offset (``Z`` allowed), within the supported
+    range. The ValueError says what is wrong ("is ..." / "has ...") without echoing the text."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("is empty or not a string")
+    value = text.strip()
+    value = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError("is not an ISO 8601 datetime (want e.g. 2026-01-15T10:00:00+08:00)") from None
+    problem = instant_problem(dt)
+    if problem:
+        raise ValueError(problem)
+    return dt
+
+
 def require_aware(dt: datetime, what: str = "datetime") -> datetime:
     if dt.tzinfo is None or dt.utcoffset() is None:
         raise ValueError(f"{what} must carry a time zone, got naive {dt.isoformat()}")

@@ -10,6 +10,9 @@ from pathlib import Path
 from dagster import DagsterInstance, Definitions
 
 from memory_pipeline.lib import settings
+from memory_pipeline.lib.ids import validate_id
+from memory_pipeline.lib.text import shown
+from memory_pipeline.lib.timeutil import parse_instant
 from memory_pipeline.operations.registry import targets
 
 INSTANCE_YAML = """\
@@ -36,6 +39,25 @@ class RangeError(ValueError):
     pass
 
 
+def check_as_of(as_of: str) -> str:
+    """'' (the real now) or an ISO datetime with an offset in the supported range, normalized;
+    RangeError before any run is launched otherwise."""
+    if not as_of:
+        return ""
+    try:
+        return parse_instant(as_of).isoformat()
+    except ValueError as exc:
+        raise RangeError(f"--as-of {shown(as_of)} {exc}") from None
+
+
+def check_worlds(worlds: list[str] | None) -> list[str]:
+    for world in worlds or []:
+        problem = validate_id(world)
+        if problem:
+            raise RangeError(f"--world {shown(world)}: {problem}")
+    return list(worlds or [])
+
+
 def partition_keys(window: str, start: str | None, end: str | None) -> tuple[list[str], list[str]]:
     """Keys of ``window`` within [start, end] and notes. End is capped at the last closed window
     (CST today for chunks): a future partition is never generated."""
@@ -59,6 +81,14 @@ def partition_keys(window: str, start: str | None, end: str | None) -> tuple[lis
                 )
     lo = start or keys[0]
     hi = end or keys[-1]
+    if hi < keys[0]:
+        raise RangeError(
+            f"empty range: --to {hi} is before the first partition {keys[0]} "
+            "(nothing is partitioned before MEMORY_PARTITION_START)"
+        )
+    if lo < keys[0]:
+        notes.append(f"--from {lo} starts at {keys[0]}: nothing is partitioned before MEMORY_PARTITION_START")
+        lo = keys[0]
     if hi > keys[-1]:
         notes.append(f"--to {hi} capped at {keys[-1]}: the window after it is not closed yet")
         hi = keys[-1]
@@ -181,8 +211,9 @@ def materialize(
     mode "missing": only partitions never materialized (an existing placeholder is not re-run)."""
     if mode not in ("rebuild", "missing"):
         raise RangeError(f"unknown mode {mode!r} (rebuild or missing)")
-    instance = instance or get_instance()
+    as_of, worlds = check_as_of(as_of), check_worlds(worlds)
     keys, notes = partition_keys(window, start, end)
+    instance = instance or get_instance()
     report = OperationReport(window, mode, notes=notes)
     chosen = set(keys)
     if mode == "missing":
@@ -202,6 +233,7 @@ def materialize(
 def run_system_rolls(
     as_of: str = "", force: bool = False, instance: DagsterInstance | None = None, defs: Definitions | None = None
 ) -> RunSummary:
+    as_of = check_as_of(as_of)
     instance = instance or get_instance()
     job = _defs(defs).resolve_job_def("temporal_system_rolls_job")
     started = datetime.now()

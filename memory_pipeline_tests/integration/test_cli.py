@@ -3,12 +3,16 @@
 import json
 
 import pytest
+from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from memory_pipeline.cli import app
-from memory_pipeline_tests.conftest import conversation, cst, event
+from memory_pipeline.lib.store.tables import conversations, messages, worlds
+from memory_pipeline_tests.conftest import conversation, cst, event, locomo_doc, write_locomo
 
 runner = CliRunner()
+RANGE = "is out of range (supported: 1970-01-01 to 9998-12-31 UTC)"
+GOOD = conversation("w1", "c1", cst(2026, 7, 18, 6), ["hello garden", "tomatoes!"])
 
 
 @pytest.fixture
@@ -77,3 +81,78 @@ def test_operate_and_read_from_the_command_line(env):
     assert runner.invoke(app, ["read", "--world", "w1", "--at", "2026-07-18T07:00"]).exit_code == 2
     status = runner.invoke(app, ["status"])
     assert "no_sessions" in status.output and "temporal_day_s" in status.output
+
+
+def _out(result) -> str:
+    return result.output.replace("\n", "")
+
+
+def _counts(store) -> tuple[int, int, int]:
+    with store.connect() as conn:
+        return tuple(
+            conn.execute(select(func.count()).select_from(t)).scalar_one() for t in (messages, conversations, worlds)
+        )
+
+
+def test_import_locomo_refuses_bad_files_before_writing_any(env, store):
+    good = write_locomo(env, locomo_doc(), name="26.json")
+    for zone in ("Mars/Olympus", "America", "../etc"):
+        result = runner.invoke(app, ["import-locomo", str(good), "--tz", zone])
+        assert result.exit_code == 2
+        assert f"--tz '{zone}': unknown time zone (an IANA name such as Asia/Shanghai or UTC)" in _out(result)
+    bad = write_locomo(env, {**locomo_doc(), "session_1_date_time": None}, name="27.json")
+    result = runner.invoke(app, ["import-locomo", str(good), str(bad)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{bad}:$.session_1_date_time: field 'session_1_date_time': missing" in _out(result)
+    assert _counts(store) == (0, 0, 0)  # the good file first in line was not written either
+    result = runner.invoke(app, ["import-locomo", str(good), "--tz", "UTC"])
+    assert result.exit_code == 0 and "6 inserted" in result.output
+    assert _counts(store) == (6, 2, 1)
+
+
+def test_ingest_refusals_print_ids_verbatim(env, store):
+    """Rich markup in an id ('[/]' would close a tag) is printed as text, not interpreted."""
+    bad = _jsonl(env / "markup.jsonl", [{**event("w[/]1", "c1", "user", "hi", cst(2026, 7, 18, 6)), "message_id": "m"}])
+    result = runner.invoke(app, ["ingest", str(bad)])
+    assert result.exit_code == 2
+    assert f"{bad}:1: field 'world_id': character '[' at position 1 is not allowed" in _out(result)
+    assert _counts(store) == (0, 0, 0)
+
+
+def test_bad_options_are_refused_before_anything_runs(env):
+    assert runner.invoke(app, ["ingest", str(_jsonl(env / "e.jsonl", GOOD))]).exit_code == 0
+    cases = [
+        (["read", "--world", "w1", "--at", "garbage"], "--at 'garbage' is not an ISO 8601 datetime"),
+        (["read", "--world", "w1", "--at", "0001-01-01T00:00:00+08:00"], f"--at '0001-01-01T00:00:00+08:00' {RANGE}"),
+        (["read", "--world", "w1", "--at", "9999-12-31T23:59:00-08:00"], f"--at '9999-12-31T23:59:00-08:00' {RANGE}"),
+        (["read", "--world", "w1", "--at", "2026-07-18T07:00"], "--at '2026-07-18T07:00' has no time zone offset"),
+        (["read", "--world", "w:1"], "--world 'w:1': character ':' at position 1 is not allowed (ids are 1-128"),
+        (["read", "--world", "w1", "--conversation", "c*"], "--conversation 'c*': character '*' at position 1"),
+        (["rebuild", "chunks", "--as-of", "notadate"], "--as-of 'notadate' is not an ISO 8601 datetime"),
+        (["rebuild", "chunks", "--as-of", "2026-07-18T07:00:00"], "--as-of '2026-07-18T07:00:00' has no time zone"),
+        (["system-rolls", "--as-of", "0001-01-01T00:00:00+08:00"], f"--as-of '0001-01-01T00:00:00+08:00' {RANGE}"),
+        (["regenerate", "day", "2026-07-17", "--world", "a:b"], "--world 'a:b': character ':' at position 1"),
+        (
+            ["rebuild", "day", "--from", "2019-01-01", "--to", "2019-12-31"],
+            "empty range: --to 2019-12-31 is before the first partition 2022-01-01 "
+            "(nothing is partitioned before MEMORY_PARTITION_START)",
+        ),
+        (["regenerate", "year", "2019"], "empty range: --to 2019 is before the first partition 2022"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and message in _out(result), (args, result.output)
+        assert "run(s)" not in result.output and "Traceback" not in result.output
+    assert not (env / "dagster_home").exists()  # no Dagster instance was even opened
+    unknown = runner.invoke(app, ["read", "--world", "nobody", "--at", "2026-07-18T07:00:00+08:00"])
+    assert unknown.exit_code == 1 and "no such world 'nobody': nothing has been ingested for it" in _out(unknown)
+
+
+def test_a_range_starting_before_the_first_partition_starts_there_with_a_note():
+    from memory_pipeline import operations
+
+    keys, notes = operations.partition_keys("day", "2019-01-01", "2022-01-02")
+    assert keys == ["2022-01-01", "2022-01-02"]
+    assert notes == ["--from 2019-01-01 starts at 2022-01-01: nothing is partitioned before MEMORY_PARTITION_START"]
+    with pytest.raises(operations.RangeError, match="--as-of 'x' is not an ISO 8601 datetime"):
+        operations.materialize("day", "2022-01-01", "2022-01-01", as_of="x")

@@ -1,7 +1,7 @@
 """Ingestion: idempotent, all-or-nothing, every bad input named by file, line and field."""
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
 
 import pytest
 from sqlalchemy import func, select
@@ -52,42 +52,137 @@ def test_ingest_is_idempotent_on_message_id(store, tmp_path):
     assert first_at == cst(2026, 7, 18, 6, 1)
 
 
+RANGE = "is out of range (supported: 1970-01-01 to 9998-12-31 UTC)"
+ID_RULE = "ids are 1-128 characters of A-Z a-z 0-9 . _ - @ + = / #, not starting with '/', without '..'"
+
+
+def _with(**fields) -> dict:
+    return {**GOOD[0], "message_id": "b0", **fields}
+
+
+def _without(name: str) -> dict:
+    return {k: v for k, v in _with().items() if k != name}
+
+
+# (case, line 2 of the file, field, exact problem): each refuses the whole file, names line 2.
 BAD_CASES = [
-    ("malformed", b'{"message_id": "x",\n', "<line>", "malformed JSON"),
-    ("role", {**GOOD[0], "message_id": "b1", "role": "narrator"}, "role", "unknown role 'narrator'"),
     (
-        "no timestamp",
-        {k: v for k, v in GOOD[0].items() if k != "timestamp"} | {"message_id": "b2"},
-        "timestamp",
-        "missing",
+        "malformed",
+        b'{"message_id": "x",\n',
+        "<line>",
+        "malformed JSON: Expecting property name enclosed in double quotes at column 21",
     ),
+    ("role", _with(role="narrator"), "role", "unknown role 'narrator' (expected one of assistant, system, tool, user)"),
+    ("role type", _with(role=["user"]), "role", "must be a string, got array"),
+    ("no timestamp", _without("timestamp"), "timestamp", "missing"),
     (
         "bad timestamp",
-        {**GOOD[0], "message_id": "b3", "timestamp": "yesterday at noon"},
+        _with(timestamp="yesterday at noon"),
         "timestamp",
-        "unparsable timestamp",
+        "'yesterday at noon' is not an ISO 8601 datetime (want e.g. 2026-01-15T10:00:00+08:00)",
     ),
     (
         "naive timestamp",
-        {**GOOD[0], "message_id": "b4", "timestamp": "2026-07-18T06:00:00"},
+        _with(timestamp="2026-07-18T06:00:00"),
         "timestamp",
-        "no time zone",
+        "'2026-07-18T06:00:00' has no time zone offset",
     ),
+    ("timestamp type", _with(timestamp=20260718), "timestamp", "must be a string, got number"),
     (
         "future",
-        {**GOOD[0], "message_id": "b5", "timestamp": (datetime.now(UTC) + timedelta(days=1)).isoformat()},
+        _with(timestamp="2099-07-18T06:00:00+08:00"),
         "timestamp",
-        "in the future",
+        "'2099-07-18T06:00:00+08:00' is in the future",
     ),
-    ("encoding", b'{"message_id": "b6", "content": "caf\xe9"}\n', "<line>", "bad encoding"),
-    ("oversized", {**GOOD[0], "message_id": "b7", "content": "x" * 100_001}, "content", "oversized body"),
+    ("year 1", _with(timestamp="0001-01-01T00:00:00+08:00"), "timestamp", f"'0001-01-01T00:00:00+08:00' {RANGE}"),
+    ("year 9999", _with(timestamp="9999-12-31T23:59:59-08:00"), "timestamp", f"'9999-12-31T23:59:59-08:00' {RANGE}"),
+    ("before 1970", _with(timestamp="1969-12-31T23:59:59Z"), "timestamp", f"'1969-12-31T23:59:59Z' {RANGE}"),
     (
-        "missing world",
-        {k: v for k, v in GOOD[0].items() if k != "world_id"} | {"message_id": "b8"},
-        "world_id",
-        "missing",
+        "encoding",
+        b'{"message_id": "b6", "content": "caf\xe9"}\n',
+        "<line>",
+        "bad encoding (not UTF-8) at byte offset 36",
     ),
-    ("debug type", {**GOOD[0], "message_id": "b9", "debug": "no"}, "debug", "true or false"),
+    ("deep nesting", b"[" * 100_000 + b"\n", "<line>", "malformed JSON: nested too deeply"),
+    ("huge number", b'{"debug": ' + b"1" * 5000 + b"}\n", "<line>", "malformed JSON: unreadable number"),
+    ("not an object", b"[1, 2]\n", "<line>", "expected a JSON object, got array"),
+    ("oversized", _with(content="x" * 100_001), "content", "oversized body: 100001 characters (limit 100000)"),
+    ("content type", _with(content={"text": "hi"}), "content", "must be a string, got object"),
+    (
+        "surrogate in content",
+        _with(content="caf\ud800"),
+        "content",
+        "contains a lone surrogate at position 3 (not encodable as UTF-8)",
+    ),
+    ("NUL in content", _with(content="ab\x00c"), "content", "contains a NUL character (\\u0000) at position 2"),
+    ("missing world", _without("world_id"), "world_id", "missing"),
+    ("id type", _with(world_id=7), "world_id", f"must be a string ({ID_RULE[8:]})"),
+    ("id colon", _with(world_id="w:1"), "world_id", f"character ':' at position 1 is not allowed ({ID_RULE})"),
+    (
+        "id glob",
+        _with(conversation_id="c*"),
+        "conversation_id",
+        f"character '*' at position 1 is not allowed ({ID_RULE})",
+    ),
+    ("id space", _with(message_id="m 1"), "message_id", f"character ' ' at position 1 is not allowed ({ID_RULE})"),
+    ("id NUL", _with(message_id="m\x00"), "message_id", f"character '\\x00' at position 1 is not allowed ({ID_RULE})"),
+    (
+        "id surrogate",
+        _with(message_id="\ud800"),
+        "message_id",
+        f"character '\\ud800' at position 0 is not allowed ({ID_RULE})",
+    ),
+    ("id non-ASCII", _with(world_id="wé"), "world_id", f"character 'é' at position 1 is not allowed ({ID_RULE})"),
+    ("id slash", _with(world_id="/w"), "world_id", f"must not start with '/' ({ID_RULE})"),
+    ("id dots", _with(world_id="w/../x"), "world_id", f"must not contain '..' ({ID_RULE})"),
+    ("id length", _with(message_id="m" * 129), "message_id", f"too long: 129 characters ({ID_RULE})"),
+    ("debug type", _with(debug="no"), "debug", "must be true or false"),
+    ("world_name object", _with(world_name={"en": "w"}), "world_name", "must be a string, got object"),
+    ("world_name length", _with(world_name="n" * 257), "world_name", "too long: 257 characters (limit 256)"),
+    ("world_name NUL", _with(world_name="a\x00"), "world_name", "contains a NUL character (\\u0000) at position 1"),
+    ("title list", _with(conversation_title=["t"]), "conversation_title", "must be a string, got array"),
+    ("title length", _with(conversation_title="t" * 513), "conversation_title", "too long: 513 characters (limit 512)"),
+    (
+        "title surrogate",
+        _with(conversation_title="t\udc80"),
+        "conversation_title",
+        "contains a lone surrogate at position 1 (not encodable as UTF-8)",
+    ),
+    ("platform length", _with(platform="p" * 65), "platform", "too long: 65 characters (limit 64)"),
+    ("platform control", _with(platform="local\n"), "platform", "contains a control character at position 5"),
+    ("platform type", _with(platform=3), "platform", "must be a string, got number"),
+    (
+        "tool_calls object",
+        _with(tool_calls={"name": "x"}),
+        "tool_calls",
+        "must be null or a list of objects, got object",
+    ),
+    (
+        "tool_calls strings",
+        _with(tool_calls=["x"]),
+        "tool_calls[0]",
+        "must be an object with a string 'name', got string",
+    ),
+    ("tool_calls no name", _with(tool_calls=[{"arguments": {}}]), "tool_calls[0].name", "missing"),
+    ("tool_calls name type", _with(tool_calls=[{"name": 1}]), "tool_calls[0].name", "must be a string, got number"),
+    (
+        "tool_calls NaN",
+        _with(tool_calls=[{"name": "search", "arguments": {"n": float("nan")}}]),
+        "tool_calls[0].arguments.n",
+        "non-finite number (NaN or Infinity is not JSON)",
+    ),
+    (
+        "tool_calls NUL",
+        _with(tool_calls=[{"name": "search", "arguments": {"q": ["ok", "a\x00"]}}]),
+        "tool_calls[0].arguments.q[1]",
+        "contains a NUL character (\\u0000) at position 1",
+    ),
+    (
+        "tool_calls deep",
+        _with(tool_calls=[{"name": "search", "arguments": json.loads("[" * 40 + "]" * 40)}]),
+        "tool_calls[0].arguments" + "[0]" * 31,
+        "nested deeper than 32 levels",
+    ),
 ]
 
 
@@ -96,12 +191,27 @@ def test_bad_line_refuses_the_whole_batch(store, tmp_path, name, bad, field, pro
     path = _write(tmp_path, [GOOD[0], bad, GOOD[1]])
     with pytest.raises(IngestError) as info:
         ingest_file(store, path)
-    assert len(info.value.errors) == 1
-    err = info.value.errors[0]
-    assert (err.source, err.line, err.field) == (str(path), 2, field)
-    assert problem in err.problem
-    assert f"{path}:2: field '{field}'" in str(info.value) and "nothing was written" in str(info.value)
+    assert [str(e) for e in info.value.errors] == [f"{path}:2: field '{field}': {problem}"]
+    assert (info.value.errors[0].line, info.value.errors[0].where) == (2, 2)
+    assert "1 problem(s); nothing was written" in str(info.value)
     assert _count(store, messages) == 0 and _count(store, conversations) == 0 and _count(store, worlds) == 0
+    assert _count(store, ingest_batches) == 0
+
+
+def test_timestamps_convert_and_tool_calls_read_back(store, tmp_path):
+    """Z and any offset are accepted; a BOM before line 1 is ignored; tool_calls are objects with a name."""
+    calls = [{"name": "search", "arguments": {"q": "tomatoes", "n": 3}}, {"id": "t2", "name": "fetch"}]
+    lines = [
+        _with(message_id="z1", timestamp="2026-07-17T22:01:00Z", tool_calls=calls, content=""),
+        _with(message_id="z2", timestamp="2026-07-18T06:02:00+08:00", world_name="W " + "n" * 254),
+    ]
+    path = _write(tmp_path, lines)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert ingest_file(store, path).inserted == 2
+    with store.connect() as conn:
+        rows = dict(conn.execute(select(messages.c.message_id, messages.c.tool_calls)).all())
+        name = conn.execute(select(worlds.c.name)).scalar_one()
+    assert rows == {"z1": calls, "z2": None} and len(name) == 256
 
 
 def test_skip_bad_writes_good_lines_and_reports_bad_ones(store, tmp_path):

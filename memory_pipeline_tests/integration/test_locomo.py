@@ -1,27 +1,295 @@
-"""Real multi-month conversations (LoCoMo, external data read from ../shared/data/locomo)."""
+"""LoCoMo conversations: a small fixture the tests write themselves for the importer's rules, and the
+real multi-month data (external, read from LOCOMO_DIR, default ../shared/data/locomo) end to end."""
 
+import json
 import os
 from datetime import UTC, date, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
 from sqlalchemy import func, select
 
-from memory_pipeline.events.ingest import ingest_events
-from memory_pipeline.events.locomo import locomo_events, parse_session_time
+from memory_pipeline.events.ingest import IngestError, ingest_events
+from memory_pipeline.events.locomo import import_locomo, locomo_events, parse_session_time
 from memory_pipeline.lib.settings import REPO_ROOT
-from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.temporal import summaries
 from memory_pipeline.temporal.tables import temporal_summaries
-from memory_pipeline_tests.conftest import CST
+from memory_pipeline_tests.conftest import CST, cst, locomo_doc, write_locomo
 
 LOCOMO = Path(os.environ.get("LOCOMO_DIR", REPO_ROOT.parent / "shared" / "data" / "locomo"))
+ID_RULE = "ids are 1-128 characters of A-Z a-z 0-9 . _ - @ + = / #, not starting with '/', without '..'"
+RANGE = "is out of range (supported: 1970-01-01 to 9998-12-31 UTC)"
+EXAMPLE = "'1:56 pm on 8 May, 2023'"
+
+
+def _counts(store) -> tuple[int, int, int]:
+    with store.connect() as conn:
+        return tuple(
+            conn.execute(select(func.count()).select_from(t)).scalar_one() for t in (messages, conversations, worlds)
+        )
 
 
 def test_session_time_takes_the_zone_given():
     assert parse_session_time("1:56 pm on 8 May, 2023", CST) == datetime(2023, 5, 8, 13, 56, tzinfo=CST)
     utc = parse_session_time("1:56 pm on 8 May, 2023", ZoneInfo("UTC"))
     assert utc.astimezone(UTC) == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+
+
+def test_fixture_imports_one_world_with_a_conversation_per_session(store, tmp_path):
+    path = write_locomo(tmp_path, locomo_doc(sessions=2, turns=3))
+    report = import_locomo(store, path, CST)
+    assert (report.inserted, report.new_worlds, report.new_conversations) == (6, 1, 2)
+    assert import_locomo(store, path, CST).inserted == 0  # idempotent
+    with store.connect() as conn:
+        rows = conn.execute(
+            select(
+                messages.c.message_id, messages.c.conversation_id, messages.c.role, messages.c.at, messages.c.source
+            ).order_by(messages.c.at)
+        ).all()
+        world = conn.execute(select(worlds.c.world_id, worlds.c.name)).one()
+        titles = conn.execute(select(conversations.c.title).order_by(conversations.c.title)).scalars().all()
+    assert tuple(world) == ("locomo-26", "Melanie (with Caroline)")
+    assert titles == ["Caroline & Melanie, session 1", "Caroline & Melanie, session 2"]
+    assert [r[0] for r in rows[:3]] == ["locomo-26.D1.1", "locomo-26.D1.2", "locomo-26.D1.3"]
+    assert {r[1] for r in rows} == {"locomo-26.session-1", "locomo-26.session-2"}
+    assert [r[2] for r in rows[:3]] == ["user", "assistant", "user"]
+    assert [r[3] for r in rows[:2]] == [cst(2023, 5, 8, 13, 56), cst(2023, 5, 8, 13, 57)]
+    assert rows[0][4] == f"{path}:$.session_1[0]"
+
+
+def test_every_session_present_is_imported_gaps_and_all(store, tmp_path):
+    """Sessions 1 and 3 (no 2): both are imported; here the file wraps them in "conversation"."""
+    doc = locomo_doc(sessions=3)
+    del doc["session_2"]  # session_2_date_time stays: a date without a session is ignored
+    report = import_locomo(store, write_locomo(tmp_path, {"conversation": doc}), CST)
+    assert report.inserted == 6
+    with store.connect() as conn:
+        convs = conn.execute(select(conversations.c.conversation_id).order_by(conversations.c.conversation_id))
+        assert convs.scalars().all() == ["locomo-26.session-1", "locomo-26.session-3"]
+
+
+def test_a_byte_order_mark_is_accepted(store, tmp_path):
+    path = write_locomo(tmp_path, b"\xef\xbb\xbf" + json.dumps(locomo_doc()).encode())
+    assert import_locomo(store, path, CST).inserted == 6
+
+
+def _edit(change):
+    doc = locomo_doc()
+    change(doc)
+    return doc
+
+
+def _set(*keys_and_value):
+    *keys, value = keys_and_value
+
+    def change(doc):
+        target = doc
+        for k in keys[:-1]:
+            target = target[k]
+        target[keys[-1]] = value
+
+    return change
+
+
+NOW = datetime(2026, 7, 17, 15, 59, tzinfo=UTC)  # 23:59 CST
+# (case, file content or a change of locomo_doc(), where, field, exact problem)
+BAD_FILES = [
+    (
+        "malformed JSON",
+        '{\n  "speaker_a": "A",\n  "speaker_b":\n}',
+        4,
+        "<file>",
+        "malformed JSON: Expecting value at column 1",
+    ),
+    ("empty file", "", "$", "<file>", "empty file"),
+    ("blank file", " \n\t\n", "$", "<file>", "empty file"),
+    ("not UTF-8", b'{"speaker_a": "Ren\xe9"}', "$", "<file>", "bad encoding (not UTF-8) at byte offset 18"),
+    ("top-level list", "[]", "$", "<file>", "expected a JSON object, got array"),
+    ("deep nesting", "[" * 100_000, "$", "<file>", "malformed JSON: nested too deeply"),
+    (
+        "wrapper not an object",
+        '{"conversation": []}',
+        "$.conversation",
+        "conversation",
+        "expected an object, got array",
+    ),
+    ("missing speaker", _edit(lambda d: d.pop("speaker_b")), "$.speaker_b", "speaker_b", "missing"),
+    ("speaker type", _set("speaker_a", ["C"]), "$.speaker_a", "speaker_a", "must be a string, got array"),
+    ("same speakers", _set("speaker_b", "Caroline"), "$.speaker_b", "speaker_b", "must differ from speaker_a"),
+    (
+        "future session",
+        _set("session_2_date_time", "1:56 pm on 8 May, 2099"),
+        "$.session_2_date_time",
+        "session_2_date_time",
+        "'1:56 pm on 8 May, 2099' is in the future",
+    ),
+    (
+        "year 1 session",
+        _set("session_1_date_time", "1:56 pm on 8 May, 0001"),
+        "$.session_1_date_time",
+        "session_1_date_time",
+        f"'1:56 pm on 8 May, 0001' {RANGE}",
+    ),
+    (
+        "null session date",
+        _set("session_2_date_time", None),
+        "$.session_2_date_time",
+        "session_2_date_time",
+        f"missing (the session's start, e.g. {EXAMPLE})",
+    ),
+    (
+        "session date type",
+        _set("session_1_date_time", 20230508),
+        "$.session_1_date_time",
+        "session_1_date_time",
+        f"must be a string like {EXAMPLE}, got number",
+    ),
+    (
+        "unparsable session date",
+        _set("session_1_date_time", "yesterday"),
+        "$.session_1_date_time",
+        "session_1_date_time",
+        f"unparsable session time 'yesterday' (want e.g. {EXAMPLE})",
+    ),
+    (
+        "session runs into the future",
+        _set("session_2_date_time", "11:59 pm on 17 July, 2026"),  # 3 turns: the last at NOW + 2 minutes
+        "$.session_2_date_time",
+        "session_2_date_time",
+        "'11:59 pm on 17 July, 2026': the session's last turn (#3, one minute apart) would be in the future",
+    ),
+    (
+        "session not a list",
+        _set("session_1", {"a": 1}),
+        "$.session_1",
+        "session_1",
+        "expected a list of turns, got object",
+    ),
+    ("session null", _set("session_1", None), "$.session_1", "session_1", "expected a list of turns, got null"),
+    (
+        "leading zero",
+        _set("session_01", []),
+        "$.session_01",
+        "session_01",
+        "session number must be 1-999999 without leading zeros",
+    ),
+    (
+        "turn a string",
+        _set("session_1", 1, "hello"),
+        "$.session_1[1]",
+        "session_1[1]",
+        "expected a turn object, got string",
+    ),
+    ("turn null", _set("session_1", 1, None), "$.session_1[1]", "session_1[1]", "expected a turn object, got null"),
+    (
+        "unknown speaker",
+        _set("session_1", 0, "speaker", "Bob"),
+        "$.session_1[0].speaker",
+        "speaker",
+        "unknown speaker 'Bob' (expected speaker_a or speaker_b)",
+    ),
+    (
+        "150,000-character turn",
+        _set("session_1", 1, "text", "x" * 150_000),
+        "$.session_1[1].text",
+        "text",
+        "oversized body: 150000 characters (limit 100000)",
+    ),
+    (
+        "NaN text",
+        _set("session_1", 0, "text", float("nan")),
+        "$.session_1[0].text",
+        "text",
+        "must be a string, got non-finite number",
+    ),
+    ("text type", _set("session_1", 0, "text", ["hi"]), "$.session_1[0].text", "text", "must be a string, got array"),
+    (
+        "NUL in text",
+        _set("session_1", 0, "text", "a\x00"),
+        "$.session_1[0].text",
+        "text",
+        "contains a NUL character (\\u0000) at position 1",
+    ),
+    (
+        "surrogate in text",
+        _set("session_1", 0, "text", "\ud800"),
+        "$.session_1[0].text",
+        "text",
+        "contains a lone surrogate at position 0 (not encodable as UTF-8)",
+    ),
+    (
+        "surrogate in caption",
+        _set("session_1", 0, "blip_caption", "a photo \udfff"),
+        "$.session_1[0].blip_caption",
+        "blip_caption",
+        "contains a lone surrogate at position 8 (not encodable as UTF-8)",
+    ),
+    (
+        "over-long dia_id",
+        _set("session_1", 0, "dia_id", "D1:" + "9" * 130),
+        "$.session_1[0].dia_id",
+        "dia_id",
+        f"the message id it makes: too long: 143 characters ({ID_RULE})",
+    ),
+    (
+        "dia_id outside the alphabet",
+        _set("session_1", 0, "dia_id", "D1 1"),
+        "$.session_1[0].dia_id",
+        "dia_id",
+        f"the message id it makes: character ' ' at position 12 is not allowed ({ID_RULE})",
+    ),
+    (
+        "dia_id type",
+        _set("session_1", 0, "dia_id", 11),
+        "$.session_1[0].dia_id",
+        "dia_id",
+        "must be a string, got number",
+    ),
+    (
+        "duplicate dia_id",
+        _set("session_2", 0, "dia_id", "D1:1"),
+        "$.session_2[0].dia_id",
+        "dia_id",
+        "duplicate: message id 'locomo-26.D1.1' is also made by $.session_1[0]",
+    ),
+    (
+        "wrapped conversation",
+        {"conversation": _edit(_set("session_1", 1, "text", 5))},
+        "$.conversation.session_1[1].text",
+        "text",
+        "must be a string, got number",
+    ),
+]
+
+
+@pytest.mark.parametrize("case,content,where,field,problem", BAD_FILES, ids=[c[0] for c in BAD_FILES])
+def test_bad_locomo_file_is_refused_whole_and_named_by_json_path(store, tmp_path, case, content, where, field, problem):
+    content = _edit(content) if callable(content) else content
+    path = write_locomo(tmp_path, content)
+    with pytest.raises(IngestError) as info:
+        import_locomo(store, path, CST, now=NOW)
+    assert [str(e) for e in info.value.errors] == [f"{path}:{where}: field '{field}': {problem}"]
+    assert "nothing was written" in str(info.value)
+    assert _counts(store) == (0, 0, 0)
+
+
+def test_a_file_name_outside_the_id_alphabet_is_refused(store, tmp_path):
+    path = write_locomo(tmp_path, locomo_doc(), name="my file.json")
+    events, errors = locomo_events(path, CST)
+    assert events == []
+    assert [str(e) for e in errors] == [
+        f"{path}:$: field 'world_id': world id 'locomo-my file' (from the file name): "
+        f"character ' ' at position 9 is not allowed ({ID_RULE})"
+    ]
+
+
+def test_skip_bad_imports_the_good_turns(store, tmp_path):
+    doc = _edit(_set("session_1", 1, "text", float("inf")))
+    report = import_locomo(store, write_locomo(tmp_path, doc), CST, skip_bad=True)
+    assert report.inserted == 5 and [e.where for e in report.rejected] == ["$.session_1[1].text"]
+    assert _counts(store) == (5, 2, 1)
 
 
 def test_import_locomo_and_summarize_real_days(ctx, store):

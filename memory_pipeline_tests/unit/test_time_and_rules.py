@@ -1,6 +1,6 @@
 """Pure rules of seed 000: buckets, gates, fingerprints, keys, TTLs, truncation, cascade dates."""
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
@@ -254,3 +254,34 @@ def test_config_file_shape_errors_name_the_file(tmp_path, content, message):
     f.write_text(content)
     with pytest.raises(ConfigError, match=message):
         load_temporal_config(f)
+
+
+@pytest.mark.parametrize("name", ["Mars/Olympus", "America", "../etc", ""])
+def test_a_bad_memory_timezone_is_a_config_error(monkeypatch, name):
+    from memory_pipeline.lib import settings
+
+    monkeypatch.setenv("MEMORY_TIMEZONE", name or " ")
+    with pytest.raises(ConfigError, match="MEMORY_TIMEZONE: unknown time zone"):
+        settings.timezone_name()
+
+
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("garbage", "is not an ISO 8601 datetime"),
+        ("2026-01-15T10:00", "has no time zone offset"),
+        ("0001-01-01T00:00+08:00", "is out of range"),
+        ("9999-12-31T23:00-08:00", "is out of range"),
+        ("9999-01-01T00:00Z", "is out of range"),
+        ("1969-12-31T23:59:59Z", "is out of range"),
+    ],
+)
+def test_instants_outside_the_supported_range_are_refused(text, problem):
+    with pytest.raises(ValueError, match=problem):
+        tu.parse_instant(text)
+
+
+def test_instants_at_the_edges_convert_to_every_zone():
+    for text in ("1970-01-01T00:00Z", "9998-12-31T23:59:59Z", "2026-01-15T10:00z"):
+        at = tu.parse_instant(text)
+        assert at.astimezone(CST) and at.astimezone(timezone(timedelta(hours=-23, minutes=-59)))
