@@ -38,7 +38,8 @@ def json_type(value: Any) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number" if not isinstance(value, float) or math.isfinite(value) else "non-finite number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), type(value).__name__)
 
 
 def shown(value: Any, limit: int = 40) -> str:
