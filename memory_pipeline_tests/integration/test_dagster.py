@@ -436,3 +436,26 @@ def test_a_late_file_appends_chunks_and_a_busy_day_is_covered_with_true_metadata
     day = _materializations(instance, assets.temporal_day_summaries)["2026-07-18"]
     assert (day["worlds_over_budget"], day["partial_summaries"], day["llm_calls"]) == (1, 42, 43)
     assert day["rows_written"] == 1
+
+
+@pytest.mark.parametrize(
+    "job, asset, config, message",
+    [
+        ("temporal_tick_job", "temporal_day_chunks", {"as_of": "notadate"}, "run config: --as-of 'notadate' is not"),
+        ("temporal_tick_job", "temporal_day_chunks", {"as_of": "2026-01-02T10:00"}, "has no time zone offset"),
+        ("temporal_day_job", "temporal_day_summaries", {"worlds": ["w:1"]}, "run config: --world 'w:1': character"),
+    ],
+)
+def test_a_run_launched_with_bad_config_fails_with_the_reason_first(defs, instance, job, asset, config, message):
+    """What the launchpad sends: no traceback as the cause, the reason in the failure's first line."""
+    result = defs.resolve_job_def(job).execute_in_process(
+        instance=instance,
+        partition_key="2026-01-01",
+        run_config={"ops": {asset: {"config": config}}},
+        asset_selection=[AssetKey(asset)],
+        raise_on_error=False,
+    )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    first_line = failure.event_specific_data.error.message.strip().splitlines()[0]
+    assert message in first_line

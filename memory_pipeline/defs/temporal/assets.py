@@ -21,7 +21,8 @@ from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partit
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.temporal.resources import TemporalResource
-from memory_pipeline.lib.timeutil import local_date, utcnow
+from memory_pipeline.lib.timeutil import local_date, parse_instant, utcnow
+from memory_pipeline.operations.runner import RangeError, check_as_of, check_worlds
 from memory_pipeline.temporal import chunks, rolls, summaries
 
 GROUP = "temporal"
@@ -40,12 +41,20 @@ class TemporalRunConfig(Config):
 
 
 def _now(config: TemporalRunConfig) -> datetime:
-    if not config.as_of:
-        return utcnow()
-    at = datetime.fromisoformat(config.as_of)
-    if at.tzinfo is None:
-        raise Failure(f"as_of {config.as_of!r} must carry an offset, e.g. 2026-01-15T10:00+08:00")
-    return min(at, utcnow())  # never a future 'now'
+    """The run's 'now': the real one, or as_of (checked as the CLI checks it), never in the future."""
+    try:
+        as_of = check_as_of(config.as_of)
+    except RangeError as exc:
+        raise Failure(description=f"run config: {exc}", allow_retries=False) from None
+    return min(parse_instant(as_of), utcnow()) if as_of else utcnow()
+
+
+def _worlds(config: TemporalRunConfig) -> list[str] | None:
+    """The run's world filter (None: all), refused by name when an id is outside the alphabet."""
+    try:
+        return check_worlds(config.worlds) or None
+    except RangeError as exc:
+        raise Failure(description=f"run config: {exc}", allow_retries=False) from None
 
 
 def _tctx(context: AssetExecutionContext, config: TemporalRunConfig, temporal: TemporalResource, partition):
@@ -55,7 +64,7 @@ def _tctx(context: AssetExecutionContext, config: TemporalRunConfig, temporal: T
 def _materialize_periods(window, context, config, temporal) -> MaterializeResult:
     failures: dict[str, str] = {}
     totals = Counter()
-    worlds = config.worlds or None
+    worlds = _worlds(config)
     periods = partition_dates(context)
     if window != "day" and temporal.cfg().enabled:
         # A month reads its day rows, a year its month rows: wait (retry) until they all exist, so
@@ -252,7 +261,7 @@ def temporal_system_rolls(
     now = _now(config)
     tctx = _tctx(context, config, temporal, None)
     today = local_date(now, tctx.tz)
-    result = rolls.regenerate_system_rolls(tctx, today, config.worlds or None, force=config.force_llm)
+    result = rolls.regenerate_system_rolls(tctx, today, _worlds(config), force=config.force_llm)
     if result.failures:
         raise Failure(description=f"system rolls failed: {list(result.failures.items())[:3]}")
     return MaterializeResult(
