@@ -151,9 +151,11 @@ def main() -> None:
 
     from dagster import DagsterInstance
 
+    from memory_pipeline import domains
     from memory_pipeline.definitions import build_defs
     from memory_pipeline.events.ingest import ingest_file
     from memory_pipeline.lib.store import Store
+    from memory_pipeline.lib.store.migrate import ensure_schema
     from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
 
     out = Path(__file__).resolve().parent / "out"
@@ -165,6 +167,8 @@ def main() -> None:
     schemas = [fresh_schema(), fresh_schema()]
     try:
         stores = [Store(url(s)) for s in schemas]
+        for store in stores:
+            ensure_schema(store, domains.version_locations())
         t = time.perf_counter()
         report = ingest_file(stores[0], events)
         ingest_s = time.perf_counter() - t
