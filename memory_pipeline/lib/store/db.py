@@ -22,9 +22,11 @@ def _normalize(url: str) -> str:
 
 @lru_cache(maxsize=16)
 def make_engine(url: str) -> Engine:
+    """hide_parameters: a database error's text shows the statement but never the values bound to
+    it (message bodies, summaries, cached answers)."""
     url = _normalize(url)
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 60})
+        engine = create_engine(url, connect_args={"timeout": 60}, hide_parameters=True)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -34,7 +36,7 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
     else:
-        engine = create_engine(url, pool_pre_ping=True)
+        engine = create_engine(url, pool_pre_ping=True, hide_parameters=True)
     return engine
 
 
