@@ -7,6 +7,7 @@ from typing import Any
 
 from dagster import AssetSpec, Definitions
 
+from memory_pipeline.defs._shared.definitions import defs as shared_defs
 from memory_pipeline.defs.events.definitions import defs as events_defs
 from memory_pipeline.defs.temporal.definitions import defs as temporal_defs
 from memory_pipeline.defs.temporal.resources import temporal_resources
@@ -28,7 +29,7 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
-    merged = Definitions.merge(events_defs, temporal_defs)
+    merged = Definitions.merge(shared_defs, events_defs, temporal_defs)
     located = Definitions(
         assets=[*(merged.assets or [])],
         asset_checks=merged.asset_checks,

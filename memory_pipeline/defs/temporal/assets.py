@@ -17,7 +17,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
+from memory_pipeline.defs._shared.metadata import cache_metadata, llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.temporal.resources import TemporalResource
@@ -235,6 +235,7 @@ def temporal_peer_rolls(
                 "requests_served": result.requests_done,
                 "failures": len(result.failures),
                 "cache_backend": tctx.cache.backend,
+                **cache_metadata(context, tctx.cache, f"peer rolls {key}"),
                 **llm_metadata(tctx.llm.stats),
             },
             partition_key=key,
@@ -310,6 +311,7 @@ def temporal_system_rolls(
             "reused": result.reused,
             "empty": result.empty,
             "cache_backend": tctx.cache.backend,
+            **cache_metadata(context, tctx.cache, "system rolls"),
             **llm_metadata(tctx.llm.stats),
         }
     )
