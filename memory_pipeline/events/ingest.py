@@ -18,7 +18,9 @@ here and a JSON path (``$.session_3[4].text``) for a LoCoMo file. Messages name 
 positions, never a message body.
 
 A file is written whole or not at all; with ``skip_bad=True`` good lines are written and bad ones
-reported. Either way nothing is half-written: the write is one transaction.
+reported. Either way nothing is half-written: the write is one transaction. Two ingests of the
+same (or overlapping) files at once are safe: a line the other stored first counts as already
+present (another body under its id is a conflict), so their inserted counts add up to one ingest.
 """
 
 from __future__ import annotations
