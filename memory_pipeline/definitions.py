@@ -9,6 +9,7 @@ from dagster import AssetSpec, Definitions
 
 # Modules, not their `defs`: Dagster's loader (workspace.yaml, `dagster dev`) refuses a module that
 # holds more than one Definitions object at module scope.
+from memory_pipeline.defs._shared import definitions as shared_domain
 from memory_pipeline.defs.events import definitions as events_domain
 from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
@@ -30,7 +31,7 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
-    merged = Definitions.merge(events_domain.defs, temporal_domain.defs)
+    merged = Definitions.merge(shared_domain.defs, events_domain.defs, temporal_domain.defs)
     located = Definitions(
         assets=[*(merged.assets or [])],
         asset_checks=merged.asset_checks,

@@ -36,12 +36,13 @@ class MemoryStoreResource(ConfigurableResource):
 
 
 class CacheResource(ConfigurableResource):
-    """Redis by REDIS_URL, with the in-process fallback when it is unset or unreachable."""
+    """Redis by REDIS_URL, with the in-process fallback when it is unset or unreachable; given the
+    store, a write Redis did not take is kept there until cache_writeback_sensor writes it back."""
 
     redis_url: str = Field("", description="redis://host:6379/0; empty: the in-process cache")
 
-    def cache(self) -> KVCache:
-        return KVCache(self.redis_url or None)
+    def cache(self, store: Store | None = None) -> KVCache:
+        return KVCache(self.redis_url or None, store=store)
 
 
 class LLMResource(ConfigurableResource):

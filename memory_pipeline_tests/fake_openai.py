@@ -17,6 +17,7 @@ class FakeOpenAI:
         self.script: deque = deque()
         self.requests: list[dict] = []
         self.usage = (21, 9)
+        self.echo_url = "https://svc-user:proxy-pass-123@llm-proxy.internal/v1"
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,6 +35,12 @@ class FakeOpenAI:
                     kind, arg = "ok", server.default_text
                 if kind == "status":
                     self._send(arg, {"error": {"message": f"scripted {arg}", "type": "server_error", "code": arg}})
+                elif kind == "echo_key":
+                    # What some providers and proxies do: the key they were sent, and the URL with
+                    # its credentials, back in the error text.
+                    auth = self.headers.get("Authorization", "")
+                    message = f"Incorrect API key provided: {auth}. Upstream {server.echo_url} refused it"
+                    self._send(arg, {"error": {"message": message, "type": "invalid_request_error", "code": arg}})
                 elif kind == "malformed":
                     self._raw(200, b"this is not json {")
                 elif kind == "tools":

@@ -7,12 +7,13 @@ import warnings
 
 import typer
 
-from memory_pipeline.cli import db, events, temporal
+from memory_pipeline.cli import cache, db, events, temporal
 from memory_pipeline.cli.console import console, err
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(events.app)
 app.add_typer(temporal.app)
+app.add_typer(cache.app)
 app.add_typer(db.app, name="db", help="Schema migrations of the operational store.")
 
 

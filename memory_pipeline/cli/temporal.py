@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from memory_pipeline.cli.cache import note_pending_cache
 from memory_pipeline.cli.console import console, err, open_store, progress_bar, refuse
 from memory_pipeline.lib.text import shown
 
@@ -52,7 +53,10 @@ def _materialize(
 def _run_operation(
     window: str, start: str | None, end: str | None, mode: str, force_llm: bool, worlds: list[str], as_of: str
 ) -> None:
-    if not _materialize(window, start, end, mode, force_llm, worlds, as_of).success:
+    report = _materialize(window, start, end, mode, force_llm, worlds, as_of)
+    if window == "peer_rolls":
+        note_pending_cache(open_store())
+    if not report.success:
         raise typer.Exit(1)
 
 
@@ -184,6 +188,7 @@ def system_rolls(
     except operations.RangeError as exc:
         refuse(str(exc))
     console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else r.error}")
+    note_pending_cache(open_store())
     if not r.success:
         raise typer.Exit(1)
 
@@ -287,6 +292,7 @@ def status():
 
 
 def print_status(store) -> None:
+    from memory_pipeline.cli.cache import print_pending_cache
     from memory_pipeline.events.reports import event_counts
     from memory_pipeline.lib.llm.reports import ledger_totals
     from memory_pipeline.temporal import reports
@@ -320,6 +326,7 @@ def print_status(store) -> None:
     from memory_pipeline.temporal import reconcile
 
     print_pending(reconcile.stale_periods(store, _zone()))
+    print_pending_cache(store)
     totals = ledger_totals(store)
     models = sorted({r["model"] for r in totals})
     ledger = Table(title=f"LLM ledger (model: {', '.join(models) or 'none yet'})")
@@ -400,7 +407,7 @@ def rolls_regenerate(
     ctx = TemporalContext(
         store=store,
         llm=LLMClient.from_settings(store, asset="temporal_system_rolls"),
-        cache=KVCache(settings.redis_url()),
+        cache=KVCache(settings.redis_url(), store=store),
         cfg=temporal_config.load(),
         tz=ZoneInfo(settings.timezone_name()),
     )

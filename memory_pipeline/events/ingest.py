@@ -18,7 +18,9 @@ here and a JSON path (``$.session_3[4].text``) for a LoCoMo file. Messages name 
 positions, never a message body.
 
 A file is written whole or not at all; with ``skip_bad=True`` good lines are written and bad ones
-reported. Either way nothing is half-written: the write is one transaction.
+reported. Either way nothing is half-written: the write is one transaction. Two ingests of the
+same (or overlapping) files at once are safe: a line the other stored first counts as already
+present (another body under its id is a conflict), so their inserted counts add up to one ingest.
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, select, update
+from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.events.tables import ingest_batches
 from memory_pipeline.lib.ids import validate_id
-from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store import Store, insert_missing, retry_transient
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import json_type, shown, text_problem
 from memory_pipeline.lib.timeutil import parse_instant
@@ -419,117 +422,170 @@ def ingest_events(
     skip_bad: bool = False,
     progress: Progress | None = None,
 ) -> IngestReport:
-    """Write validated events in one transaction (see module docstring)."""
+    """Write validated events in one transaction (see module docstring).
+
+    Safe against a concurrent ingest of the same or overlapping events: rows are inserted with
+    ON CONFLICT DO NOTHING, and an id another transaction stored meanwhile is re-read in this one,
+    a duplicate when its content is the same, a conflict otherwise (never an overwrite). A
+    transient database error (a dropped connection, a deadlock between overlapping files) redoes
+    the transaction whole. A refusal by the store is an IngestError naming ids and the
+    constraint, never a message body."""
     errors = list(errors or [])
     if errors and not skip_bad:
         raise IngestError(errors)
-    report = IngestReport(source=source, lines=lines if lines is not None else len(events), rejected=errors)
+
+    def once() -> IngestReport:
+        for attempt in range(1, _RACE_REDOS + 1):
+            report = IngestReport(
+                source=source, lines=lines if lines is not None else len(events), rejected=list(errors)
+            )
+            try:
+                with store.begin() as conn:
+                    _write_events(conn, report, events, errors, sha256, skip_bad, progress, attempt == _RACE_REDOS)
+            except _Raced:
+                continue  # rolled back; the concurrent rows are committed now and read up front
+            return report
+        raise AssertionError("unreachable")  # the last attempt never raises _Raced
+
+    try:
+        return retry_transient(once, what=f"ingest {source}")
+    except IntegrityError as exc:
+        raise IngestError([_store_refusal(source, exc, events)]) from None
+
+
+def _store_refusal(source: str, exc: IntegrityError, events: list[dict]) -> LineError:
+    """What a constraint violation says without the row: the driver's first line (a constraint
+    or column name), the key when every key column is an id, and the file's first message ids."""
+    driver = exc.orig if isinstance(exc.orig, BaseException) else exc
+    first = (str(driver).strip().splitlines() or [type(driver).__name__])[0]
+    detail = getattr(getattr(driver, "diag", None), "message_detail", None) or ""
+    key = _ID_KEY.match(detail)
+    said = f"; {key.group(0)}" if key and all(c.strip().endswith("_id") for c in key.group(1).split(",")) else ""
+    ids = [e["message_id"] for e in events[:3]]
+    more = f" (of {len(events)})" if len(events) > 3 else ""
+    return LineError(
+        source,
+        "<write>",
+        "message_id",
+        f"the store refused the write: {first}{said}; message ids {', '.join(map(shown, ids))}{more}",
+    )
+
+
+class _Raced(Exception):
+    """A concurrent ingest stored a conflicting row after this transaction's read: redo it."""
+
+
+# Redoing the transaction sees the rows of the ingest it raced (committed by then) in its first
+# read, where they are classified exactly as a sequential ingest would; the last attempt treats a
+# further race as a conflict.
+_RACE_REDOS = 3
+
+_ID_KEY = re.compile(r"Key \(([A-Za-z0-9_, ]+)\)=\([^\n]*?\)")
+
+
+def _write_events(
+    conn: Connection,
+    report: IngestReport,
+    events: list[dict],
+    errors: list[LineError],
+    sha256: str,
+    skip_bad: bool,
+    progress: Progress | None,
+    final: bool,
+) -> None:
     batch = 2000
-    with store.begin() as conn:
-        conv_ids = sorted({e["conversation_id"] for e in events})
-        existing_conv: dict[str, tuple] = {}
-        for i in range(0, len(conv_ids), 1000):
-            rows = conn.execute(
-                select(
-                    conversations.c.conversation_id,
-                    conversations.c.world_id,
-                    conversations.c.platform,
-                    conversations.c.debug,
-                ).where(conversations.c.conversation_id.in_(conv_ids[i : i + 1000]))
-            ).all()
-            existing_conv.update({r[0]: (r[1], r[2], bool(r[3])) for r in rows})
-        conflicts = []
-        for e in events:
-            known = existing_conv.get(e["conversation_id"])
-            if known is not None and known != (e["world_id"], e["platform"], e["debug"]):
-                conflicts.append(
-                    _event_error(
-                        e,
-                        "conversation_id",
-                        f"{e['conversation_id']!r} is stored with (world, platform, debug) {known}",
-                    )
-                )
-        # Existing message ids: a same-id, different-body line is a conflict, never an overwrite.
-        ids = [e["message_id"] for e in events]
-        stored: dict[str, tuple] = {}
-        for i in range(0, len(ids), 1000):
-            for r in conn.execute(
-                select(messages.c.message_id, messages.c.content, messages.c.role, messages.c.at).where(
-                    messages.c.message_id.in_(ids[i : i + 1000])
-                )
-            ):
-                stored[r[0]] = (r[1], r[2], r[3])
-        fresh = []
-        for e in events:
-            old = stored.get(e["message_id"])
-            if old is None:
-                fresh.append(e)
-            elif old != (e["content"], e["role"], e["at"]):
-                conflicts.append(
-                    _event_error(e, "message_id", f"{e['message_id']!r} is already stored with different content")
-                )
-            else:
-                report.duplicates += 1
-        if conflicts:
-            if not skip_bad:
-                raise IngestError(errors + conflicts)
-            bad = {(c.source, c.where) for c in conflicts}
-            fresh = [e for e in fresh if (e["_file"], e["_where"]) not in bad]
-            report.rejected.extend(conflicts)
+    conflicts: list[LineError] = []
 
-        now = datetime.now(UTC)
-        first_at: dict[str, datetime] = {}
-        for e in fresh:
-            w = e["world_id"]
-            first_at[w] = min(first_at.get(w, e["at"]), e["at"])
-        world_rows = [
-            {
-                "world_id": w,
-                "name": next((e["world_name"] for e in fresh if e["world_id"] == w and e["world_name"]), w),
+    def refuse(found: list[LineError]) -> None:
+        """Conflicts: the whole file refused, or (skip_bad) their lines left out and reported."""
+        if not found:
+            return
+        if not skip_bad:
+            raise IngestError(errors + conflicts + found)
+        conflicts.extend(found)
+
+    def drop(found: list[LineError], fresh: list[dict]) -> list[dict]:
+        bad = {(c.source, c.where) for c in found}
+        return [e for e in fresh if (e["_file"], e["_where"]) not in bad]
+
+    conv_ids = sorted({e["conversation_id"] for e in events})
+    existing_conv = _stored_conversations(conn, conv_ids)
+    found = _conversation_conflicts(events, existing_conv)
+    # Existing message ids: a same-id, different-body line is a conflict, never an overwrite.
+    stored = _stored_messages(conn, [e["message_id"] for e in events])
+    fresh = []
+    for e in events:
+        old = stored.get(e["message_id"])
+        if old is None:
+            fresh.append(e)
+        elif old != (e["content"], e["role"], e["at"]):
+            found.append(_event_error(e, "message_id", f"{e['message_id']!r} is already stored with different content"))
+        else:
+            report.duplicates += 1
+    refuse(found)
+    fresh = drop(found, fresh)
+
+    now = datetime.now(UTC)
+    first_at: dict[str, datetime] = {}
+    for e in fresh:
+        w = e["world_id"]
+        first_at[w] = min(first_at.get(w, e["at"]), e["at"])
+    world_rows = [
+        {
+            "world_id": w,
+            "name": next((e["world_name"] for e in fresh if e["world_id"] == w and e["world_name"]), w),
+            "created_at": now,
+            "first_event_at": at,
+        }
+        for w, at in sorted(first_at.items())
+    ]
+    # Rows in key order: two transactions writing overlapping files lock them in the same order.
+    report.new_worlds = len(insert_missing(conn, worlds, world_rows, "world_id"))
+    for w, at in sorted(first_at.items()):
+        conn.execute(
+            update(worlds)
+            .where(worlds.c.world_id == w)
+            .where((worlds.c.first_event_at.is_(None)) | (worlds.c.first_event_at > at))
+            .values(first_event_at=at)
+        )
+
+    conv_rows: dict[str, dict] = {}
+    for e in sorted(fresh, key=lambda e: e["conversation_id"]):
+        if e["conversation_id"] not in existing_conv and e["conversation_id"] not in conv_rows:
+            conv_rows[e["conversation_id"]] = {
+                "conversation_id": e["conversation_id"],
+                "world_id": e["world_id"],
+                "platform": e["platform"],
+                "debug": e["debug"],
+                "title": e["conversation_title"],
                 "created_at": now,
-                "first_event_at": at,
+                "updated_at": now,
             }
-            for w, at in sorted(first_at.items())
-        ]
-        before = conn.execute(select(func.count()).select_from(worlds)).scalar_one()
-        upsert(conn, worlds, world_rows, keys=["world_id"], update=[])
-        report.new_worlds = conn.execute(select(func.count()).select_from(worlds)).scalar_one() - before
-        for w, at in first_at.items():
-            conn.execute(
-                update(worlds)
-                .where(worlds.c.world_id == w)
-                .where((worlds.c.first_event_at.is_(None)) | (worlds.c.first_event_at > at))
-                .values(first_event_at=at)
-            )
+    created = set(insert_missing(conn, conversations, list(conv_rows.values()), "conversation_id"))
+    report.new_conversations = len(created)
+    raced = sorted(set(conv_rows) - created)  # stored by a concurrent ingest since the read above
+    if raced:
+        found = _conversation_conflicts(fresh, _stored_conversations(conn, raced))
+        if found and not final:
+            raise _Raced
+        refuse(found)
+        fresh = drop(found, fresh)
+    touched = sorted({e["conversation_id"] for e in fresh} - created)
+    for i in range(0, len(touched), 1000):
+        conn.execute(
+            update(conversations)
+            .where(conversations.c.conversation_id.in_(touched[i : i + 1000]))
+            .values(updated_at=now)
+        )
 
-        conv_rows = {}
-        for e in fresh:
-            if e["conversation_id"] not in existing_conv and e["conversation_id"] not in conv_rows:
-                conv_rows[e["conversation_id"]] = {
-                    "conversation_id": e["conversation_id"],
-                    "world_id": e["world_id"],
-                    "platform": e["platform"],
-                    "debug": e["debug"],
-                    "title": e["conversation_title"],
-                    "created_at": now,
-                    "updated_at": now,
-                }
-        upsert(conn, conversations, list(conv_rows.values()), keys=["conversation_id"], update=[])
-        report.new_conversations = len(conv_rows)
-        touched = sorted({e["conversation_id"] for e in fresh} - set(conv_rows))
-        for i in range(0, len(touched), 1000):
-            conn.execute(
-                update(conversations)
-                .where(conversations.c.conversation_id.in_(touched[i : i + 1000]))
-                .values(updated_at=now)
-            )
-
-        for i in range(0, len(fresh), batch):
-            chunk = fresh[i : i + batch]
-            # Plain INSERT: ids were checked above in this transaction; a concurrent ingest of the
-            # same ids fails this transaction whole rather than half-writing it.
-            conn.execute(
-                messages.insert(),
+    fresh.sort(key=lambda e: e["message_id"])
+    inserted: set[str] = set()
+    for i in range(0, len(fresh), batch):
+        chunk = fresh[i : i + batch]
+        inserted.update(
+            insert_missing(
+                conn,
+                messages,
                 [
                     {
                         k: e[k]
@@ -538,21 +594,79 @@ def ingest_events(
                     | {"ingested_at": now}
                     for e in chunk
                 ],
-            )
-            if progress:
-                progress("write", min(i + batch, len(fresh)), len(fresh))
-        report.inserted = len(fresh)
-        conn.execute(
-            ingest_batches.insert().values(
-                source=fit(source, MAX_SOURCE_CHARS),
-                sha256=sha256,
-                lines=report.lines,
-                inserted=report.inserted,
-                duplicates=report.duplicates,
-                rejected=len(report.rejected),
-                at=now,
+                "message_id",
             )
         )
+        if progress:
+            progress("write", min(i + batch, len(fresh)), len(fresh))
+    raced_ids = [e["message_id"] for e in fresh if e["message_id"] not in inserted]
+    if raced_ids:  # stored by a concurrent ingest since the read above: same body or a conflict
+        again = _stored_messages(conn, raced_ids)
+        found = []
+        for e in fresh:
+            if e["message_id"] in inserted:
+                continue
+            if again.get(e["message_id"]) == (e["content"], e["role"], e["at"]):
+                report.duplicates += 1
+            else:
+                found.append(
+                    _event_error(e, "message_id", f"{e['message_id']!r} is already stored with different content")
+                )
+        if found and not final:
+            raise _Raced  # rows of its file are written already (world, conversation): start over
+        refuse(found)
+    report.inserted = len(inserted)
+    report.rejected.extend(conflicts)
+    conn.execute(
+        ingest_batches.insert().values(
+            source=fit(report.source, MAX_SOURCE_CHARS),
+            sha256=sha256,
+            lines=report.lines,
+            inserted=report.inserted,
+            duplicates=report.duplicates,
+            rejected=len(report.rejected),
+            at=now,
+        )
+    )
     if progress and not fresh:
         progress("write", 0, 0)
-    return report
+
+
+def _stored_conversations(conn: Connection, conv_ids: list[str]) -> dict[str, tuple]:
+    out: dict[str, tuple] = {}
+    for i in range(0, len(conv_ids), 1000):
+        rows = conn.execute(
+            select(
+                conversations.c.conversation_id,
+                conversations.c.world_id,
+                conversations.c.platform,
+                conversations.c.debug,
+            ).where(conversations.c.conversation_id.in_(conv_ids[i : i + 1000]))
+        ).all()
+        out.update({r[0]: (r[1], r[2], bool(r[3])) for r in rows})
+    return out
+
+
+def _conversation_conflicts(events: list[dict], stored: dict[str, tuple]) -> list[LineError]:
+    out = []
+    for e in events:
+        known = stored.get(e["conversation_id"])
+        if known is not None and known != (e["world_id"], e["platform"], e["debug"]):
+            out.append(
+                _event_error(
+                    e, "conversation_id", f"{e['conversation_id']!r} is stored with (world, platform, debug) {known}"
+                )
+            )
+    return out
+
+
+def _stored_messages(conn: Connection, ids: list[str]) -> dict[str, tuple]:
+    stored: dict[str, tuple] = {}
+    for i in range(0, len(ids), 1000):
+        for r in conn.execute(
+            select(messages.c.message_id, messages.c.content, messages.c.role, messages.c.at).where(
+                messages.c.message_id.in_(ids[i : i + 1000])
+            )
+        ):
+            stored[r[0]] = (r[1], r[2], r[3])
+    return stored

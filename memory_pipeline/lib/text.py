@@ -74,3 +74,17 @@ def short_hash(parts: Iterable[Any], length: int = 16) -> str:
     """Stable short hash over JSON-serialisable parts (order matters: sort before calling)."""
     payload = json.dumps(list(parts), ensure_ascii=False, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:length]
+
+
+# scheme://user:password@ -> scheme://user:***@ (a database, Redis or proxy URL in an error text)
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*):(?P<password>[^/@\s]+)@")
+REDACTED = "***"
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` without any of ``secrets`` (an API key, a password: each occurrence becomes ***)
+    and without the password of any ``scheme://user:password@`` URL in it. Secrets shorter than
+    four characters are not searched for (they would blank out ordinary words)."""
+    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return _URL_PASSWORD.sub(lambda m: f"{m['head']}:{REDACTED}@", text)

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 
 from memory_pipeline.lib.llm import LLMHardFailure
-from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store import Store, retry_transient, upsert
 from memory_pipeline.lib.timeutil import bucket_end, bucket_start, day_bounds, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize
@@ -28,6 +28,7 @@ class TickResult:
     chunks_written: int = 0  # rows actually inserted
     late_messages: int = 0  # chunked into an already-chunked bucket or from at/before the watermark gate
     failures: dict[str, str] = field(default_factory=dict)
+    db_retries: int = 0  # ticks redone after a transient database error
 
 
 def _chunk_state(conn, day: date) -> dict[str, dict]:
@@ -68,6 +69,18 @@ def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> Ti
     result = TickResult(day, now=now)
     if not ctx.cfg.enabled:
         return result
+
+    def retried(_attempt: int, _exc: BaseException) -> None:
+        result.db_retries += 1
+
+    # A transient database error redoes the tick: each chunk is its own transaction, so the chunks
+    # committed before it stay (and stay counted) and the retry plans only what is left.
+    retry_transient(lambda: _tick_once(ctx, day, now, result), what=f"chunks {day.isoformat()}", on_retry=retried)
+    return result
+
+
+def _tick_once(ctx: TemporalContext, day: date, now: datetime, result: TickResult) -> None:
+    result.conversations, result.failures = 0, {}
     with ctx.store.connect() as conn:
         result.read_at = utcnow()
         rows = day_messages(conn, day, ctx.tz)
@@ -120,7 +133,6 @@ def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> Ti
             if written:
                 result.chunks_written += 1
                 result.late_messages += chunk.late
-    return result
 
 
 def closed_bucket_chunks(conn, world_id: str | None, day: date, now: datetime) -> list[dict]:

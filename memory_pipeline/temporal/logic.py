@@ -22,6 +22,13 @@ from memory_pipeline.lib.timeutil import (
 )
 
 WINDOWS = tuple(Window)
+# Partition keys as the Dagster partitions spell them (cst_day, cst_month, cst_year).
+KEY_FORMAT = {Window.DAY: "%Y-%m-%d", Window.MONTH: "%Y-%m", Window.YEAR: "%Y"}
+
+
+def period_key(window: str, period_start: date) -> str:
+    """``2026-01-03``, ``2026-01`` or ``2026``: how a period is named in runs and messages."""
+    return period_start.strftime(KEY_FORMAT[Window(window)])
 
 
 class EmptyReason(StrEnum):

@@ -34,13 +34,9 @@ from memory_pipeline.lib.timeutil import local_date, next_month, period_bounds, 
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.tables import temporal_period_runs, temporal_summaries
 
-# Partition keys as the Dagster partitions spell them (cst_day, cst_month, cst_year).
-KEY_FORMAT = {Window.DAY: "%Y-%m-%d", Window.MONTH: "%Y-%m", Window.YEAR: "%Y"}
 BATCH = 1000  # periods per VALUES list (keeps bind parameters well under SQLite's and psycopg2's limits)
-
-
-def period_key(window: str, period_start: date) -> str:
-    return period_start.strftime(KEY_FORMAT[Window(window)])
+KEY_FORMAT = logic.KEY_FORMAT
+period_key = logic.period_key
 
 
 def next_period(window: str, period_start: date) -> date:

@@ -11,7 +11,7 @@ from datetime import date, datetime
 from sqlalchemy import Connection, func, select
 
 from memory_pipeline.lib.llm import LLMHardFailure
-from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store import Store, retry_transient
 from memory_pipeline.lib.timeutil import day_bounds, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.chunks import closed_bucket_chunks
@@ -48,6 +48,23 @@ def regenerate_system_rolls(
     result = RollResult()
     if not ctx.cfg.enabled:
         return result
+    done: set[str] = set()  # slots settled by an attempt before a transient database error
+    retry_transient(
+        lambda: _system_rolls_once(ctx, result, done, today, world_ids, kinds, force), what=f"system rolls {today}"
+    )
+    return result
+
+
+def _system_rolls_once(
+    ctx: TemporalContext,
+    result: RollResult,
+    done: set[str],
+    today: date,
+    world_ids: list[str] | None,
+    kinds: tuple[str, ...],
+    force: bool,
+) -> None:
+    result.failures = {}
     for kind in kinds:
         window = logic.SYS_ROLL_WINDOW[logic.RollKind(kind)]
         with ctx.store.connect() as conn:
@@ -55,9 +72,12 @@ def regenerate_system_rolls(
         for world_id, src in sorted(by_world.items()):
             fp = roll_sources_fp(src)
             key = logic.sys_roll_key(ctx.cfg.redis_key_prefix, world_id, kind, today)
+            if key in done:
+                continue
             cached = ctx.cache.get_json(key)
             if cached and cached.get("sources_fp") == fp and not force:
                 result.reused += 1
+                done.add(key)
                 continue
             fmt = {"day": "%Y-%m-%d", "month": "%Y-%m", "year": "%Y"}[window]
             material = "\n".join(f"{r['period_start']:{fmt}}: {r['content']}" for r in src)
@@ -68,14 +88,15 @@ def regenerate_system_rolls(
                 continue
             if not summary:
                 result.empty += 1
+                done.add(key)
                 continue
             ctx.cache.set_json(
                 key,
                 {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()},
                 logic.SYS_ROLL_TTL_SECONDS[kind],
             )
+            done.add(key)
             result.regenerated += 1
-    return result
 
 
 def roll_sources(conn: Connection, kind: str, today: date, world_ids: list[str] | None = None) -> dict[str, list]:
@@ -142,10 +163,12 @@ def _warm_one(
     fp = logic.peer_sources_fp(((s["conversation_id"], s["at"], s["summary"]) for s in sources), viewer)
     key = logic.peer_roll_key(ctx.cfg.redis_key_prefix, world_id, day, bucket.astimezone(ctx.tz), fp)
     if key in done:
-        return key not in result.failures
-    done.add(key)
+        return True
+    if key in result.failures:
+        return False
     if ctx.cache.get_json(key):
         result.reused += 1
+        done.add(key)
         return True
     try:
         summary = peer_roll_summary(ctx, world_id, peers)
@@ -155,6 +178,7 @@ def _warm_one(
     ctx.cache.set_json(
         key, {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()}, ctx.cfg.peer_roll_ttl_seconds
     )
+    done.add(key)  # only once written: a database error before that redoes the key
     result.warmed += 1
     return True
 
@@ -166,6 +190,13 @@ def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None
     result = PeerWarmResult()
     if not ctx.cfg.enabled:
         return result
+    done: set[str] = set()  # keys written or found by an attempt before a transient database error
+    retry_transient(lambda: _warm_once(ctx, result, done, day, now), what=f"peer rolls {day.isoformat()}")
+    return result
+
+
+def _warm_once(ctx: TemporalContext, result: PeerWarmResult, done: set[str], day: date, now: datetime) -> None:
+    result.buckets, result.failures = 0, {}
     with ctx.store.connect() as conn:
         chunks = closed_bucket_chunks(conn, None, day, now)
         pending = (
@@ -184,7 +215,6 @@ def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None
     for c in chunks:
         by_world_bucket[(c["world_id"], c["bucket"])].append(c)
         viewers[c["world_id"]].add(c["conversation_id"])
-    done: set[str] = set()
     for (world_id, bucket), sources in sorted(by_world_bucket.items()):
         result.buckets += 1
         for viewer in sorted(viewers[world_id]) + [None]:
@@ -202,7 +232,6 @@ def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None
                 .values(done_at=utcnow())
             )
         result.requests_done += 1
-    return result
 
 
 def pending_warmup_days(store: Store) -> list[tuple[date, int]]:

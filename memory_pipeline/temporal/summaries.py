@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import func, select
 
 from memory_pipeline.lib.llm import LLMHardFailure
-from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store import Store, retry_transient, upsert
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds, expected_periods, local_date, period_bounds, utcnow
@@ -52,6 +52,26 @@ class PeriodResult:
     failures: dict[str, str] = field(default_factory=dict)
     disabled: bool = False
     preview: list[tuple[str, str, str]] = field(default_factory=list)  # (world, period, content or reason)
+    db_retries: int = 0  # attempts redone whole after a transient database error
+
+
+def _retried(window: str, period_start: date, once) -> PeriodResult:
+    """One period's unit of work (read, model calls, one write transaction), redone whole on a
+    transient database error (lib.store.retry_transient): the write is idempotent and a failed
+    transaction wrote nothing, so a retry never doubles nor half-writes a row; answers the failed
+    attempt got are served from the LLM cache. StoreUnavailable names the period after the last
+    attempt."""
+    retries = 0
+
+    def count(_attempt: int, _exc: BaseException) -> None:
+        nonlocal retries
+        retries += 1
+
+    result: PeriodResult = retry_transient(
+        once, what=f"{window} {logic.period_key(window, period_start)}", on_retry=count
+    )
+    result.db_retries = retries
+    return result
 
 
 def _existing_rows(conn, window: str, period_start: date) -> dict[str, dict]:
@@ -301,6 +321,10 @@ def _day_row(ctx: TemporalContext, result: PeriodResult, prev, world_id: str, ma
 
 
 def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None = None) -> PeriodResult:
+    return _retried("day", day, lambda: _regenerate_day_once(ctx, day, world_ids))
+
+
+def _regenerate_day_once(ctx: TemporalContext, day: date, world_ids: list[str] | None) -> PeriodResult:
     result = PeriodResult("day", day)
     start, end = day_bounds(day, ctx.tz)
     _require_closed("day", day, end)
@@ -340,6 +364,12 @@ def regenerate_rollup(
     ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None
 ) -> PeriodResult:
     """Month from its day rows, year from its month rows, ignoring empty children."""
+    return _retried(window, period_start, lambda: _regenerate_rollup_once(ctx, window, period_start, world_ids))
+
+
+def _regenerate_rollup_once(
+    ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None
+) -> PeriodResult:
     child = logic.CHILD_WINDOW[window]
     result = PeriodResult(window, period_start)
     start, end = period_bounds(window, period_start, ctx.tz)
@@ -410,6 +440,15 @@ def missing_children(
     ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None
 ) -> list[tuple[str, str]]:
     """(world, child period) pairs a month/year needs but has no row for yet (placeholders count)."""
+    return retry_transient(
+        lambda: _missing_children_once(ctx, window, period_start, world_ids),
+        what=f"{window} {logic.period_key(window, period_start)}",
+    )
+
+
+def _missing_children_once(
+    ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None
+) -> list[tuple[str, str]]:
     child = logic.CHILD_WINDOW[window]
     _, end = period_bounds(window, period_start, ctx.tz)
     last = local_date(end - timedelta(seconds=1), ctx.tz)

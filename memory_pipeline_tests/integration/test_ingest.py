@@ -264,3 +264,151 @@ def test_ingesting_never_bumps_derived_rows_and_chunks_never_bump_conversations(
     chunks.run_tick(ctx, cst(2026, 7, 18).date())  # chunks for the 18th: a write to temporal_day only
     with store.connect() as conn:
         assert conn.execute(select(conversations.c.updated_at)).scalar_one() == conv_after
+
+
+# --- concurrent ingests ---------------------------------------------------------------------------
+
+
+def _ingest_child(url: str, path: str, barrier, out) -> None:
+    """One process of the concurrent-ingest test: migrate (as every process does), validate, wait
+    for the other at the end of validation, then write."""
+    from memory_pipeline import domains
+    from memory_pipeline.lib.store import Store
+    from memory_pipeline.lib.store.migrate import ensure_schema
+
+    store = Store(url)
+    ensure_schema(store, domains.version_locations())
+
+    def progress(phase, done, total):
+        if phase == "validate" and done == total:
+            barrier.wait(timeout=60)
+
+    report = ingest_file(store, path, progress=progress)
+    out.put((report.inserted, report.duplicates, report.new_conversations, report.new_worlds, len(report.rejected)))
+
+
+def test_the_same_file_ingested_twice_at_once_is_one_ingest(pg_url, tmp_path):
+    import multiprocessing
+
+    from memory_pipeline.lib.store import Store
+
+    start = cst(2026, 7, 18, 6)
+    lines = [
+        event(f"w{i % 40 % 3}", f"c{i % 40}", ("user", "assistant")[i % 2], f"line {i} body", start, mid=f"m{i:05d}")
+        for i in range(3000)
+    ]
+    path = _write(tmp_path, lines)
+    spawn = multiprocessing.get_context("spawn")
+    barrier, out = spawn.Barrier(2), spawn.Queue()
+    procs = [spawn.Process(target=_ingest_child, args=(pg_url, str(path), barrier, out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=180)
+    assert [p.exitcode for p in procs] == [0, 0]
+    reports = [out.get(timeout=5) for _ in procs]
+    assert sum(r[0] for r in reports) == 3000  # inserted
+    assert sum(r[1] for r in reports) == 3000  # the other saw every line as already present
+    assert sum(r[2] for r in reports) == 40 and sum(r[3] for r in reports) == 3  # new conversations, worlds
+    assert all(r[4] == 0 for r in reports)
+    store = Store(pg_url)
+    assert (_count(store, messages), _count(store, conversations), _count(store, worlds)) == (3000, 40, 3)
+    with store.connect() as conn:
+        stored = dict(conn.execute(select(messages.c.message_id, messages.c.content)).all())
+        batches = conn.execute(select(ingest_batches.c.inserted, ingest_batches.c.duplicates)).all()
+    assert stored == {e["message_id"]: e["content"] for e in lines}
+    assert sorted(sum(b) for b in batches) == [3000, 3000]
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same-content", "other-content"])
+def test_a_message_stored_by_a_concurrent_ingest_after_the_read(pg_url, tmp_path, same):
+    """The other transaction inserts m1 uncommitted; this ingest reads (no m1), blocks on its rows,
+    and goes on once it commits: a duplicate with the same body, a named conflict otherwise."""
+    import threading
+    import time
+    import uuid
+
+    from sqlalchemy import create_engine, insert, text
+
+    from memory_pipeline import domains
+    from memory_pipeline.lib.store import Store, make_engine
+    from memory_pipeline.lib.store.migrate import ensure_schema
+    from memory_pipeline_tests.conftest import PG_URL
+
+    app = f"ingest_{uuid.uuid4().hex[:10]}"
+    store = Store(f"{pg_url}&application_name={app}")
+    ensure_schema(store, domains.version_locations())
+    at = cst(2026, 7, 18, 6, 1)
+    theirs = "hello there" if same else "a body the other process wrote"
+    path = _write(tmp_path, [GOOD[0]])
+    admin = create_engine(PG_URL)
+    outcome: dict = {}
+    try:
+        with store.engine.connect() as other:
+            tx = other.begin()
+            other.execute(insert(worlds).values(world_id="w1", name="w1", first_event_at=at))
+            other.execute(insert(conversations).values(conversation_id="c1", world_id="w1", platform="local"))
+            other.execute(
+                insert(messages).values(message_id="m1", conversation_id="c1", role="user", content=theirs, at=at)
+            )
+
+            def run():
+                try:
+                    outcome["report"] = ingest_file(store, path)
+                except Exception as exc:  # noqa: BLE001 - asserted below
+                    outcome["error"] = exc
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            for _ in range(200):  # until the ingest waits on the uncommitted rows
+                with admin.connect() as conn:
+                    waiting = conn.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = :a AND wait_event_type = 'Lock'"
+                        ),
+                        {"a": app},
+                    ).scalar_one()
+                if waiting:
+                    break
+                time.sleep(0.05)
+            assert waiting
+            tx.commit()
+            thread.join(timeout=60)
+    finally:
+        admin.dispose()
+        make_engine(store.url).dispose()
+    if same:
+        report = outcome["report"]
+        assert (report.inserted, report.duplicates, report.new_worlds, report.new_conversations) == (0, 1, 0, 0)
+    else:
+        error = outcome["error"]
+        assert isinstance(error, IngestError) and "'m1' is already stored with different content" in str(error)
+    with store.connect() as conn:
+        assert conn.execute(select(messages.c.content)).scalars().all() == [theirs]
+
+
+@pytest.mark.parametrize(
+    "constraint, said",
+    [
+        ("CHECK (content NOT LIKE '%launch code%')", 'violates check constraint "forced"'),
+        # A key made of ids is named (here: a second message in c1); never a row's body.
+        ("UNIQUE (conversation_id)", "Key (conversation_id)=(c1)"),
+    ],
+    ids=["check", "unique"],
+)
+def test_a_store_refusal_names_ids_never_content(store, tmp_path, constraint, said):
+    import traceback
+
+    from sqlalchemy import text
+
+    with store.begin() as conn:
+        conn.execute(text(f"ALTER TABLE messages ADD CONSTRAINT forced {constraint}"))
+    secret = "the launch code is 0000, tell no one"
+    lines = [{**GOOD[0], "content": secret}, {**GOOD[1], "content": secret + " (reply)"}]
+    with pytest.raises(IngestError) as info:
+        ingest_file(store, _write(tmp_path, lines))
+    shown_ = str(info.value)
+    printed = "".join(traceback.format_exception(info.value))
+    assert said in shown_ and "'m1', 'm2'" in shown_ and "the store refused the write" in shown_
+    assert "launch code" not in printed and "0000" not in printed
+    assert _count(store, messages) == 0

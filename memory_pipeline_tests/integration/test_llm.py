@@ -132,3 +132,39 @@ def test_offline_model_is_deterministic_and_within_target(store):
     assert offline.headline("", 50) == "" and offline.headline("ok, yes. no!", 50) == ""
     result = client.complete(LLMRequest("day", "spec", material, "t-1", max_chars=30))
     assert result.text == a and _ledger(store)[0]["model"] == offline.NAME
+
+
+KEY = "sk-test-0123456789abcdefSECRET"
+
+
+@pytest.mark.parametrize("status, retries", [(401, 0), (500, 1)], ids=["auth-error", "retried-server-error"])
+def test_an_error_echoing_the_key_is_stored_and_raised_redacted(store, server, caplog, status, retries):
+    """The provider echoes the key and a credentialed URL: neither reaches the ledger, the
+    exception (nor its chain), nor the logs."""
+    import logging
+    import traceback
+
+    for _ in range(retries + 1):
+        server.push("echo_key", status)
+    client = LLMClient(
+        store,
+        model="openai/fake-model",
+        api_base=server.api_base,
+        api_key=KEY,
+        max_retries=retries,
+        backoff_seconds=0.01,
+        timeout_seconds=5,
+    )
+    with caplog.at_level(logging.DEBUG), pytest.raises(LLMHardFailure) as info:
+        client.complete(REQ)
+    assert len(server.requests) == retries + 1
+    printed = "".join(traceback.format_exception(info.value))
+    (row,) = _ledger(store)
+    for text in (str(info.value), printed, row["error"], caplog.text):
+        assert KEY not in text and "proxy-pass-123" not in text
+    # The rest of the provider's message is kept: what happened, with the secrets blanked.
+    assert "Incorrect API key provided: Bearer ***" in row["error"]
+    assert "https://svc-user:***@llm-proxy.internal/v1" in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    if retries:
+        assert "retrying" in caplog.text and "Bearer ***" in caplog.text

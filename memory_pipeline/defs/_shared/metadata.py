@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from dagster import AssetExecutionContext, MetadataValue
 
+from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm.client import CallStats
 from memory_pipeline.lib.timeutil import local_date
 
@@ -20,6 +21,21 @@ def llm_metadata(stats: CallStats) -> dict[str, Any]:
         "llm_tokens_in": stats.tokens_in,
         "llm_tokens_out": stats.tokens_out,
         "llm_failures": stats.failures,
+    }
+
+
+def cache_metadata(context: AssetExecutionContext, cache: KVCache, what: str) -> dict[str, Any]:
+    """Whether a configured Redis failed during the run, and how many writes wait in the store's
+    write-behind for cache_writeback_sensor (the run still succeeds: nothing is lost)."""
+    if cache.degraded:
+        context.log.warning(
+            f"{what}: Redis did not answer ({cache.last_error or 'unreachable'}); {cache.pending_writes} "
+            "cache write(s) kept in the store until cache_writeback_sensor writes them back"
+            + (f", {cache.unsaved_writes} held in this process only" if cache.unsaved_writes else "")
+        )
+    return {
+        "cache_degraded": cache.degraded,
+        "cache_writes_pending": cache.pending_writes,
     }
 
 

@@ -17,10 +17,11 @@ from dagster import (
 )
 from pydantic import Field
 
-from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
+from memory_pipeline.defs._shared.metadata import cache_metadata, llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.temporal.resources import TemporalResource
+from memory_pipeline.lib.store import StoreUnavailable
 from memory_pipeline.lib.timeutil import local_date, parse_instant, utcnow
 from memory_pipeline.operations.runner import RangeError, check_as_of, check_worlds
 from memory_pipeline.temporal import chunks, rolls, summaries
@@ -61,8 +62,29 @@ def _tctx(context: AssetExecutionContext, config: TemporalRunConfig, temporal: T
     return temporal.context(context.assets_def.key.to_user_string(), partition, config.force_llm)
 
 
+def _store_failure(exc: StoreUnavailable, what: str, finished: int, total: int, failures: dict[str, str]) -> Failure:
+    """A database that stayed unreachable through the retries: the run stops (the next partitions
+    would only meet the same outage) and says which partition and why in the first line; the
+    partitions before it are written, and a re-run reuses their rows without model calls."""
+    others = f" Also failed: {' | '.join(list(failures.values())[:3])}" if failures else ""
+    return Failure(
+        description=f"{exc}. {finished} of {total} {what} partition(s) finished before it (their rows are "
+        f"written; a re-run reuses them without model calls), {total - finished} not done.{others}",
+        metadata={"failed_partition": exc.what, "cause": exc.cause_text, "finished_partitions": finished},
+        allow_retries=True,
+    )
+
+
 def _materialize_periods(window, context, config, temporal) -> MaterializeResult:
     failures: dict[str, str] = {}
+    finished = [0]
+    try:
+        return _periods(window, context, config, temporal, failures, finished)
+    except StoreUnavailable as exc:
+        raise _store_failure(exc, window, finished[0], len(context.partition_keys), failures) from None
+
+
+def _periods(window, context, config, temporal, failures: dict[str, str], finished: list[int]) -> MaterializeResult:
     totals = Counter()
     worlds = _worlds(config)
     periods = partition_dates(context)
@@ -84,8 +106,12 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
             result = summaries.regenerate(tctx, window, period, worlds)
         except summaries.PartitionFailure as exc:
             failures[key] = str(exc)
+            finished[0] += 1
             context.add_asset_metadata({"failed": str(exc), **llm_metadata(tctx.llm.stats)}, partition_key=key)
             continue
+        finished[0] += 1
+        if result.db_retries:
+            context.log.warning(f"{window} {key}: redone {result.db_retries} time(s) after a transient database error")
         if result.disabled:
             context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
         totals.update(
@@ -108,6 +134,7 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
                 "non_empty": result.non_empty,
                 "placeholders": dict(result.placeholders),
                 "disabled": result.disabled,
+                "db_retries": result.db_retries,
                 **llm_metadata(tctx.llm.stats),
                 "preview": md_table(("world", "period", "summary"), result.preview),
             },
@@ -143,9 +170,13 @@ def temporal_day_chunks(
     now = _now(config)
     failures = {}
     totals = Counter()
-    for key, day in partition_dates(context):
+    dates = partition_dates(context)
+    for i, (key, day) in enumerate(dates):
         tctx = _tctx(context, config, temporal, key)
-        result = chunks.run_tick(tctx, day, now)
+        try:
+            result = chunks.run_tick(tctx, day, now)
+        except StoreUnavailable as exc:
+            raise _store_failure(exc, "chunk", i, len(dates), failures) from None
         failures.update(result.failures)
         context.add_asset_metadata(
             {
@@ -154,6 +185,7 @@ def temporal_day_chunks(
                 "late_messages": result.late_messages,
                 "failed_conversations": len(result.failures),
                 "disabled": not tctx.cfg.enabled,
+                "db_retries": result.db_retries,
                 # The chunk check audits coverage as this tick saw it: buckets closed at tick_now,
                 # messages ingested by read_at.
                 "tick_now": result.now.isoformat() if result.now else "",
@@ -188,9 +220,13 @@ def temporal_peer_rolls(
     temporal: TemporalResource,
 ) -> MaterializeResult:
     now = _now(config)
-    for key, day in partition_dates(context):
+    dates = partition_dates(context)
+    for i, (key, day) in enumerate(dates):
         tctx = _tctx(context, config, temporal, key)
-        result = rolls.warm_peer_rolls(tctx, day, now)
+        try:
+            result = rolls.warm_peer_rolls(tctx, day, now)
+        except StoreUnavailable as exc:
+            raise _store_failure(exc, "peer roll", i, len(dates), {}) from None
         context.add_asset_metadata(
             {
                 "buckets": result.buckets,
@@ -199,6 +235,7 @@ def temporal_peer_rolls(
                 "requests_served": result.requests_done,
                 "failures": len(result.failures),
                 "cache_backend": tctx.cache.backend,
+                **cache_metadata(context, tctx.cache, f"peer rolls {key}"),
                 **llm_metadata(tctx.llm.stats),
             },
             partition_key=key,
@@ -261,7 +298,10 @@ def temporal_system_rolls(
     now = _now(config)
     tctx = _tctx(context, config, temporal, None)
     today = local_date(now, tctx.tz)
-    result = rolls.regenerate_system_rolls(tctx, today, _worlds(config), force=config.force_llm)
+    try:
+        result = rolls.regenerate_system_rolls(tctx, today, _worlds(config), force=config.force_llm)
+    except StoreUnavailable as exc:
+        raise Failure(description=str(exc), allow_retries=True) from None
     if result.failures:
         raise Failure(description=f"system rolls failed: {list(result.failures.items())[:3]}")
     return MaterializeResult(
@@ -271,6 +311,7 @@ def temporal_system_rolls(
             "reused": result.reused,
             "empty": result.empty,
             "cache_backend": tctx.cache.backend,
+            **cache_metadata(context, tctx.cache, "system rolls"),
             **llm_metadata(tctx.llm.stats),
         }
     )

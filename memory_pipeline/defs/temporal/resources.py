@@ -28,7 +28,7 @@ class TemporalResource(ConfigurableResource):
         return TemporalContext(
             store=store,
             llm=self.llm.client(store, asset=asset, partition=partition),
-            cache=self.kv_cache.cache(),
+            cache=self.kv_cache.cache(store),
             cfg=self.cfg(),
             tz=ZoneInfo(self.memory_config.timezone),
             force_llm=force_llm,

@@ -9,6 +9,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import select
 
@@ -17,7 +18,7 @@ from memory_pipeline.lib.kinds import LedgerOutcome
 from memory_pipeline.lib.llm import offline
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import llm_cache, llm_ledger
-from memory_pipeline.lib.text import hard_cut, short_hash
+from memory_pipeline.lib.text import hard_cut, redact, short_hash
 
 log = logging.getLogger(__name__)
 
@@ -138,15 +139,20 @@ class LLMClient:
                 break
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised as hard failure
                 retry = attempts <= self.max_retries and not self.is_offline and _is_retryable(exc)
+                said = self._redacted(str(exc))
                 if retry:
                     delay = self.backoff_seconds * (2 ** (attempts - 1)) * (1 + random.random() * 0.1)
-                    log.warning("LLM %s attempt %s failed (%s); retrying in %.2fs", req.task, attempts, exc, delay)
+                    log.warning("LLM %s attempt %s failed (%s); retrying in %.2fs", req.task, attempts, said, delay)
                     time.sleep(delay)
                     continue
                 latency = int((time.monotonic() - started) * 1000)
                 self.stats.failures += 1
-                self._ledger(req, key, LedgerOutcome.ERROR, 0, 0, latency, attempts, f"{type(exc).__name__}: {exc}")
-                raise LLMHardFailure(f"{self.model} failed for {req.task} after {attempts} attempt(s): {exc}") from exc
+                self._ledger(req, key, LedgerOutcome.ERROR, 0, 0, latency, attempts, f"{type(exc).__name__}: {said}")
+                # Not chained: the provider's exception (and any traceback printing it) may carry
+                # the key; its type and redacted text are all that is kept.
+                raise LLMHardFailure(
+                    f"{self.model} failed for {req.task} after {attempts} attempt(s): {type(exc).__name__}: {said}"
+                ) from None
 
         if req.max_chars:
             text = hard_cut(text, req.max_chars)
@@ -174,6 +180,17 @@ class LLMClient:
                 )
         return LLMResult(text, cached=False, tokens_in=tin, tokens_out=tout, tool_calls=tool_calls)
 
+    def _redacted(self, text: str) -> str:
+        """An error text as it may be stored, logged or raised: without the API key, the password
+        of the api_base URL, or any other ``user:password@`` in a URL."""
+        secrets = [self.api_key]
+        if self.api_base:
+            try:
+                secrets.append(urlsplit(self.api_base).password)
+            except ValueError:
+                pass
+        return redact(text, secrets)
+
     def _call(self, req: LLMRequest) -> tuple[str, int, int, list[dict[str, Any]], float | None]:
         if self.is_offline:
             target = req.max_chars or 200
@@ -182,6 +199,8 @@ class LLMClient:
 
         settings.offline_litellm()
         import litellm  # heavy: imported only when a real model is configured
+
+        litellm.suppress_debug_info = True  # no "Give Feedback" banners around errors on stdout
 
         kwargs: dict[str, Any] = dict(
             model=self.model,

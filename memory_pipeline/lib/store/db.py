@@ -22,9 +22,11 @@ def _normalize(url: str) -> str:
 
 @lru_cache(maxsize=16)
 def make_engine(url: str) -> Engine:
+    """hide_parameters: a database error's text shows the statement but never the values bound to
+    it (message bodies, summaries, cached answers)."""
     url = _normalize(url)
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 60})
+        engine = create_engine(url, connect_args={"timeout": 60}, hide_parameters=True)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -34,8 +36,28 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
     else:
-        engine = create_engine(url, pool_pre_ping=True)
+        engine = create_engine(url, pool_pre_ping=True, hide_parameters=True)
     return engine
+
+
+def _insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(table)
+    if dialect == "sqlite":
+        return sqlite.insert(table)
+    raise ValueError(f"upsert supports sqlite and postgresql, not {dialect}")
+
+
+def insert_missing(conn: Connection, table: Table, rows: Sequence[dict[str, Any]], key: str) -> list[Any]:
+    """INSERT .. ON CONFLICT (key) DO NOTHING RETURNING key: the keys of the rows this statement
+    inserted. A row whose key exists, or that a concurrent transaction inserts and commits first
+    (the statement waits for it), is skipped, never an error: the caller re-reads the skipped
+    keys in its own transaction to tell a duplicate from a conflict."""
+    if not rows:
+        return []
+    stmt = _insert(conn, table).on_conflict_do_nothing(index_elements=[key]).returning(table.c[key])
+    return list(conn.execute(stmt, list(rows)).scalars())
 
 
 def upsert(
@@ -52,14 +74,7 @@ def upsert(
     if not rows:
         return 0
     keys = list(keys)
-    dialect = conn.dialect.name
-    stmt: postgresql.Insert | sqlite.Insert
-    if dialect == "postgresql":
-        stmt = postgresql.insert(table)
-    elif dialect == "sqlite":
-        stmt = sqlite.insert(table)
-    else:
-        raise ValueError(f"upsert supports sqlite and postgresql, not {dialect}")
+    stmt = _insert(conn, table)
     update = list(update) if update is not None else [c for c in rows[0] if c not in keys]
     if update:
         stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})

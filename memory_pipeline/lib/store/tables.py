@@ -142,3 +142,18 @@ inbox = Table(
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
     UniqueConstraint("subject", "source_ref", name="uq_inbox_subject_ref"),
 )
+
+# Write-behind of the key-value cache: a write Redis could not take (unreachable) is kept here with
+# its absolute expiry and written through once Redis answers again (lib.cache.flush_pending); one
+# row per key, the newest write wins. Expired rows are dropped, never written.
+pending_cache_writes = Table(
+    "pending_cache_writes",
+    metadata,
+    Column("key", String(1024), primary_key=True),
+    Column("value", JSON, nullable=False),
+    Column("ttl_seconds", Integer, nullable=False),  # as asked; the write-back honours expires_at
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, default=now_utc),
+    Column("reason", String(512), nullable=False),
+    Index("ix_pending_cache_writes_created_at", "created_at"),
+)

@@ -1,0 +1,7 @@
+"""Platform automations every domain shares (resources injected by the root)."""
+
+from dagster import Definitions
+
+from memory_pipeline.defs._shared.cache import cache_writeback_sensor
+
+defs = Definitions(sensors=[cache_writeback_sensor])
