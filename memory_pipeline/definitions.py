@@ -7,8 +7,10 @@ from typing import Any
 
 from dagster import AssetSpec, Definitions
 
-from memory_pipeline.defs.events.definitions import defs as events_defs
-from memory_pipeline.defs.temporal.definitions import defs as temporal_defs
+# Modules, not their `defs`: Dagster's loader (workspace.yaml, `dagster dev`) refuses a module that
+# holds more than one Definitions object at module scope.
+from memory_pipeline.defs.events import definitions as events_domain
+from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
 from memory_pipeline.resources import default_resources
 
@@ -28,7 +30,7 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
-    merged = Definitions.merge(events_defs, temporal_defs)
+    merged = Definitions.merge(events_domain.defs, temporal_domain.defs)
     located = Definitions(
         assets=[*(merged.assets or [])],
         asset_checks=merged.asset_checks,

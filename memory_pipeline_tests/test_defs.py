@@ -100,3 +100,13 @@ def test_kinds_name_the_store_behind_the_assets(production_env):
     assert "postgres" in kinds["temporal_day_summaries"] and "sqlite" not in kinds["temporal_day_summaries"]
     assert "postgres" in kinds["raw_conversation_events"]
     assert {"redis", "llm"} <= kinds["temporal_system_rolls"]
+
+
+def test_the_code_location_loads_as_workspace_yaml_and_dagster_dev_load_it():
+    """Dagster's loader refuses a module with more than one Definitions object at module scope."""
+    from dagster._core.workspace.autodiscovery import loadable_targets_from_python_module
+
+    from memory_pipeline.lib.settings import REPO_ROOT
+
+    (target,) = loadable_targets_from_python_module("memory_pipeline.definitions", str(REPO_ROOT))
+    assert target.attribute == "defs"
