@@ -87,7 +87,7 @@ CHECK_EXECUTIONS = """
 query CheckExecutions($assetKey: AssetKeyInput!, $checkName: String!, $limit: Int!) {
   assetCheckExecutions(assetKey: $assetKey, checkName: $checkName, limit: $limit) {
     runId status partition
-    evaluation { success partition }
+    evaluation { success partition targetMaterialization { runId } }
   }
 }
 """

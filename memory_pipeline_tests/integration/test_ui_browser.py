@@ -6,6 +6,7 @@ memory_pipeline_tests/artifacts/ui/."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -21,10 +22,21 @@ from memory_pipeline_tests.integration.conftest import (
     artifacts_dir,
 )
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (see requirements.lock)")
+
+def _unavailable(reason: str) -> None:
+    """Skipped on a developer's machine without the browser; in CI (CI=true) a failure instead."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI runs the browser tests", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+try:
+    from playwright import sync_api
+except ImportError:
+    _unavailable("playwright is not installed (requirements.lock)")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists():
-    pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)", allow_module_level=True)
+    _unavailable("Debian's chromium is not installed (apt-get install -y chromium)")
 
 pytestmark = pytest.mark.e2e
 
@@ -94,6 +106,8 @@ def test_the_day_checks_partitions_view_shows_no_failure(page):
     counts = status_counts(page.inner_text("body"))
     assert counts["Failed"] == 0 and counts["Execution Failed"] == 0 and counts["In Progress"] == 0, counts
     if STRICT_PER_PARTITION_CHECKS:
+        # "Passed" counts only evaluations that name their target materialization; others show
+        # as "Missing" even though GraphQL lists them as succeeded.
         assert counts["Passed"] == len(E2E_DAYS) and counts["Skipped"] == 0, counts
     else:  # today: one evaluation without a partition, so the range's partitions show as skipped
         assert counts["Passed"] + counts["Skipped"] == len(E2E_DAYS), counts

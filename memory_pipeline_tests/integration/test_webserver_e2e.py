@@ -109,6 +109,10 @@ def assert_day_check(deployed, run_id: str, *, strict: bool) -> None:
     if strict:
         by_partition = sorted((e.partition, e.passed) for e in evaluations)
         assert by_partition == [(d, True) for d in E2E_DAYS], by_partition
+        # Each names the materialization it checked: without it the UI counts the partition as
+        # missing (its result is not "current"), though GraphQL lists the execution as succeeded.
+        targets = {e.partition: e.target_materialization_data for e in evaluations}
+        assert all(t is not None and t.run_id == run_id for t in targets.values()), targets
         # GraphQL (what the check's Partitions tab shows): one succeeded execution per partition,
         # none skipped, none without a partition.
         assert sorted((x["partition"], x["status"]) for x in ours) == [(d, "SUCCEEDED") for d in E2E_DAYS], ours
