@@ -4,7 +4,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha1sum | cut -c1-12)
 PYTHON ?= python3
 
-.PHONY: demo test ui bench clean
+.PHONY: demo test ui bench clean chromium
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,12 @@ $(STAMP):
 demo: $(STAMP)  ## the main job on the embedded default (SQLite, in-process cache, offline model)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/memory-pipeline demo
 
-test: $(STAMP)  ## strict type check, then the test suite against PostgreSQL and Redis on 127.0.0.1
+test: $(STAMP) chromium  ## strict type check, then the test suite against PostgreSQL and Redis on 127.0.0.1
 	$(BIN)/mypy
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/pytest -q
+
+chromium:  ## Debian's chromium for the browser tests (Playwright drives it; no browser download)
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 ui: $(STAMP)  ## the Dagster UI on the instance the demo wrote (data/dagster_home)
 	DAGSTER_HOME=$(CURDIR)/data/dagster_home $(BIN)/dagster dev -w workspace.yaml
