@@ -118,6 +118,103 @@ def test_every_asset_materializes_as_one_run_per_range_with_metadata(defs, insta
     assert windows == {"day": 5, "month": 2, "year": 2}
 
 
+AUDITS = {
+    "chunks": (assets.temporal_day_chunks, "chunks_have_sources_in_closed_buckets", "chunks_audited"),
+    "day": (assets.temporal_day_summaries, "day_rows_have_sources_and_no_future", "rows_audited"),
+    "month": (assets.temporal_month_summaries, "month_rows_have_sources_and_no_future", "rows_audited"),
+    "year": (assets.temporal_year_summaries, "year_rows_have_sources_and_no_future", "rows_audited"),
+}
+
+
+def test_a_range_run_records_one_current_check_result_per_partition(defs, instance, new_year):
+    """What the UI counts: after a single-run range over N partitions, each audit check holds N
+    evaluations of that run, one per partition key, passed, none left planned (shown "skipped"),
+    each tied to the materialization of its own partition (so shown as current)."""
+    import asyncio
+
+    from dagster import AssetCheckKey
+    from dagster._core.loader import LoadingContextForTest
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionResolvedStatus
+
+    steps = [
+        ("chunks", "2025-12-30", "2026-01-02", "2026-01-02T10:00:00+08:00", {"2025-12-30": 1, "2026-01-01": 0}),
+        ("day", "2025-12-29", "2026-01-02", "", {"2025-12-29": 0, "2025-12-30": 1, "2025-12-31": 2}),
+        ("month", "2025-11", "2025-12", "", {"2025-11": 0, "2025-12": 2}),
+        ("year", "2024", "2025", "", {"2024": 0, "2025": 2}),
+    ]
+    loading = LoadingContextForTest(instance)
+    for window, lo, hi, as_of, audited in steps:
+        asset, check_name, unit = AUDITS[window]
+        report = operations.materialize(window, lo, hi, as_of=as_of, instance=instance, defs=defs)
+        assert report.success, report.runs[0].error
+        (run,) = report.runs
+        keys, _ = operations.partition_keys(window, lo, hi)
+        assert run.partitions == len(keys) > 1
+        records = [
+            r
+            for r in instance.event_log_storage.get_asset_check_execution_history(
+                AssetCheckKey(asset.key, check_name), limit=1000
+            )
+            if r.run_id == run.run_id
+        ]
+        assert sorted(r.partition for r in records) == keys  # no result without a partition
+        materialized = {
+            r.partition_key: r.storage_id
+            for r in instance.fetch_materializations(asset.key, limit=1000).records
+            if r.run_id == run.run_id
+        }
+        for r in records:
+            assert asyncio.run(r.resolve_status(loading)) == AssetCheckExecutionResolvedStatus.SUCCEEDED
+            assert r.evaluation.target_materialization_data.storage_id == materialized[r.partition]
+            assert asyncio.run(r.targets_latest_materialization(loading))
+            meta = {k: v.value for k, v in r.evaluation.metadata.items()}
+            assert meta["problems"] == 0 and meta["first_problems"] == "none"
+            if r.partition in audited:
+                assert meta[unit] == audited[r.partition], (window, r.partition, meta)
+        events = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+        assert sorted(e.dagster_event.event_specific_data.partition for e in events) == keys
+
+
+def test_a_failed_audit_is_a_failed_result_of_that_partition_only(defs, instance, store, new_year):
+    """A row without sources fails the day check of its own partition only, the problem named."""
+    from dagster import AssetCheckKey, AssetSelection, Definitions, define_asset_job
+    from sqlalchemy import update
+
+    from memory_pipeline.defs.temporal.checks import temporal_checks
+
+    assert operations.materialize("day", "2025-12-30", "2025-12-31", instance=instance, defs=defs).success
+    with store.begin() as conn:
+        conn.execute(
+            update(temporal_summaries)
+            .where(temporal_summaries.c.period_start == date(2025, 12, 31), temporal_summaries.c.world_id == "w2")
+            .values(source_ids=[], source_count=0)
+        )
+    asset, check_name, _ = AUDITS["day"]
+    (day_check,) = [c for c in temporal_checks if c.check_key.name == check_name]
+    audit = define_asset_job("audit_days", selection=AssetSelection.checks(day_check))
+    result = (
+        Definitions.merge(defs, Definitions(jobs=[audit]))
+        .resolve_job_def("audit_days")
+        .execute_in_process(
+            instance=instance,
+            tags={
+                "dagster/asset_partition_range_start": "2025-12-30",
+                "dagster/asset_partition_range_end": "2025-12-31",
+            },
+            raise_on_error=False,
+        )
+    )
+    assert result.success  # a failed audit is a result, not a crash
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(asset.key, check_name), limit=10
+    )
+    latest = {r.partition: r for r in reversed(records)}
+    assert latest["2025-12-30"].evaluation.passed
+    bad = latest["2025-12-31"].evaluation
+    assert not bad.passed and bad.metadata["problems"].value == 1 and bad.metadata["rows_audited"].value == 2
+    assert "w2 day 2025-12-31: non-empty row without sources" in bad.metadata["first_problems"].value
+
+
 def test_backfill_missing_skips_placeholders_and_rebuild_reruns_everything(defs, instance, store, new_year):
     assert operations.materialize("day", "2026-01-01", "2026-01-01", instance=instance, defs=defs).success
     with store.connect() as conn:
