@@ -292,18 +292,61 @@ def test_llm_hard_failure_fails_only_that_partition(pg_url, redis_url, instance,
         assert date(2026, 1, 2) in periods
 
 
-def test_month_waits_for_missing_day_rows(defs, instance, new_year):
-    report = operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs, child_wait_retries=0)
-    assert not report.success and "child row(s) missing" in report.runs[0].error
-    # With retries the run is put up for retry (the cascade waits for the day write) before failing.
-    config = operations.run_config("month", child_wait_retries=1)
-    config["ops"]["temporal_month_summaries"]["config"]["child_wait_seconds"] = 0
-    run = operations.run_range(instance, "month", "2025-12", "2025-12", config, defs)
-    assert not run.success
-    retries = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)
-    assert len(retries) == 1
+MISSING_DECEMBER = (
+    "month 2025-12: 3 child row(s) missing: w1 2025-12-30, w1 2025-12-31, w2 2025-12-31; "
+    "run those day partitions first (or select them in the same launch)"
+)
+FAILURE = "dagster._core.definitions.events.Failure: "  # how the UI and the CLI print a Failure
+
+
+def _first_line(result) -> str:
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    return failure.event_specific_data.error.message.strip().splitlines()[0]
+
+
+def test_a_month_with_missing_days_fails_at_once_naming_them(defs, instance, new_year):
+    """CLI and UI launches (no nightly tag) never wait: the first line names the missing rows."""
+    report = operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs)
+    assert not report.success and report.runs[0].error.splitlines()[0] == f"{FAILURE}{MISSING_DECEMBER}"
+    # What the launchpad sends: the default config (child_wait_retries 12) and no cascade tag.
+    ui = defs.resolve_job_def("temporal_month_job").execute_in_process(
+        instance=instance, partition_key="2025-12", raise_on_error=False
+    )
+    assert not ui.success and _first_line(ui) == f"{FAILURE}{MISSING_DECEMBER}"
+    for run_id in (report.runs[0].run_id, ui.run_id):
+        assert instance.all_logs(run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY) == []
+    # A range names each month that lacks children; the complete ones are written.
+    ranged = operations.materialize("month", "2025-11", "2025-12", instance=instance, defs=defs)
+    error = ranged.runs[0].error.splitlines()[0]
+    assert error == f"{FAILURE}1 of 2 month partition(s) failed; rows of the others are written: {MISSING_DECEMBER}"
+    assert operations.materialized(instance, "month") == set()  # a failed step materializes nothing
+
+
+def test_only_the_nightly_cascade_waits_for_its_children(defs, instance, new_year):
+    repo = defs.get_repository_def()
+    ctx = build_schedule_context(instance=instance, scheduled_execution_time=cst(2026, 1, 1, 0, 5), repository_def=repo)
+    (req,) = defs.get_schedule_def("temporal_month_schedule").evaluate_tick(ctx).run_requests
+    assert req.tags["memory_pipeline/cascade"] == "nightly" and req.partition_key == "2025-12"
+    (day_req,) = defs.get_schedule_def("temporal_day_schedule").evaluate_tick(ctx).run_requests
+    assert "memory_pipeline/cascade" not in day_req.tags
+    config = {"ops": {"temporal_month_summaries": {"config": {"child_wait_retries": 1, "child_wait_seconds": 0}}}}
+    job = defs.resolve_job_def("temporal_month_job")
+    tags = {"memory_pipeline/cascade": "nightly"}  # execute_in_process sets the partition tags itself
+    waited = job.execute_in_process(
+        instance=instance, partition_key=req.partition_key, tags=tags, run_config=config, raise_on_error=False
+    )
+    assert not waited.success and _first_line(waited) == f"{FAILURE}{MISSING_DECEMBER}"
+    assert len(instance.all_logs(waited.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)) == 1
+    warnings = [
+        e.user_message for e in instance.all_logs(waited.run_id) if "nightly cascade: waiting" in e.user_message
+    ]
+    assert len(warnings) == 1 and MISSING_DECEMBER in warnings[0]
+    # The day run of the same night writes the children; the next retry finds them.
     operations.materialize("day", "2025-12-01", "2025-12-31", instance=instance, defs=defs)
-    assert operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs).success
+    done = job.execute_in_process(
+        instance=instance, partition_key=req.partition_key, tags=tags, run_config=config, raise_on_error=False
+    )
+    assert done.success
 
 
 def test_a_thousand_worlds_are_one_partition_in_one_run(defs, instance, store, ingest):
@@ -457,7 +500,7 @@ def test_new_year_cascade_writes_december_and_the_year(defs, instance, store, ne
         ("temporal_year_schedule", "2025"),
     ]
     for (_, key), window in zip(requested, ("day", "month", "year"), strict=True):
-        config = operations.run_config(window, child_wait_retries=0)
+        config = operations.run_config(window)
         assert operations.run_range(instance, window, key, key, config, defs).success
     with store.connect() as conn:
         rows = conn.execute(
