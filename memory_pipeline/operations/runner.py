@@ -147,11 +147,10 @@ def run_config(
     force_llm: bool = False,
     worlds: list[str] | None = None,
     as_of: str = "",
-    child_wait_retries: int | None = None,
 ) -> dict:
+    """The run config of an operator's run. It never waits for missing child rows (only runs tagged
+    as the nightly cascade do), so a month or year with missing children fails at once, naming them."""
     cfg: dict = {"force_llm": force_llm, "worlds": worlds or [], "as_of": as_of}
-    if child_wait_retries is not None:
-        cfg["child_wait_retries"] = child_wait_retries
     return {"ops": {targets()[window].op_name: {"config": cfg}}, **QUIET}
 
 
@@ -203,7 +202,6 @@ def materialize(
     as_of: str = "",
     per_partition: bool = False,
     instance: DagsterInstance | None = None,
-    child_wait_retries: int | None = 0,
     progress=None,
     defs: Definitions | None = None,
 ) -> OperationReport:
@@ -222,7 +220,7 @@ def materialize(
         chosen -= done
     report.requested = len(chosen)
     spans = [(k, k) for k in keys if k in chosen] if per_partition else contiguous(keys, chosen)
-    config = run_config(window, force_llm=force_llm, worlds=worlds, as_of=as_of, child_wait_retries=child_wait_retries)
+    config = run_config(window, force_llm=force_llm, worlds=worlds, as_of=as_of)
     for i, (first, last) in enumerate(spans):
         report.runs.append(run_range(instance, window, first, last, config, defs))
         if progress:

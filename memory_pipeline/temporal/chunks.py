@@ -156,10 +156,27 @@ def audit_chunks(
     tick_now: datetime | None = None,
     ingested_before: datetime | None = None,
 ) -> list[str]:
+    """The problems :func:`chunk_audit` finds."""
+    return chunk_audit(
+        store, day, tz, now, coverage=coverage, tick_now=tick_now, ingested_before=ingested_before
+    ).problems
+
+
+def chunk_audit(
+    store: Store,
+    day: date,
+    tz: ZoneInfo,
+    now: datetime | None = None,
+    *,
+    coverage: bool = True,
+    tick_now: datetime | None = None,
+    ingested_before: datetime | None = None,
+) -> logic.Audit:
     """Chunks of ``day``: sources present, bucket inside the day and closed at ``now``, watermark
     inside it, no message in two chunks; with ``coverage``, every material message of an eligible
     conversation in a bucket closed at ``tick_now`` (default ``now``) is in a chunk, counting only
-    messages ingested by ``ingested_before`` when given (the tick could not see later ones)."""
+    messages ingested by ``ingested_before`` when given (the tick could not see later ones).
+    ``audited`` is the number of chunks of the day read."""
     now = now or utcnow()
     tick_now = min(tick_now or now, now)
     problems = []
@@ -210,4 +227,4 @@ def audit_chunks(
         problems.append(
             f"conversation {conv_id}: {len(ids)} material message(s) of closed buckets in no chunk, e.g. {ids[:3]}"
         )
-    return problems
+    return logic.Audit(len(rows), problems)

@@ -41,6 +41,29 @@ class EmptyReason(StrEnum):
     NO_MONTHS = "no_months"  # a year without non-empty month rows
 
 
+@dataclass(frozen=True)
+class Audit:
+    """What an audit looked at (rows or chunks of one partition) and the problems it found."""
+
+    audited: int
+    problems: list[str]
+
+
+def missing_children_message(window: str, key: str, missing: Sequence[tuple[str, str]], shown: int = 10) -> str:
+    """One line naming the (world, child period) rows a month/year lacks, and what to do: run those
+    child partitions first or select them in the same launch (a backfill orders them before)."""
+    child = CHILD_WINDOW[Window(window)]
+    pairs = ", ".join(f"{w} {p}" for w, p in missing[:shown])
+    more = f" (+{len(missing) - shown} more)" if len(missing) > shown else ""
+    periods = sorted({p for _, p in missing})
+    span = periods[0] if len(periods) == 1 else f"{periods[0]}...{periods[-1]}"
+    where = f" in {len(periods)} {child} partition(s) {span}" if more else ""
+    return (
+        f"{window} {key}: {len(missing)} child row(s) missing{where}: {pairs}{more}; "
+        f"run those {child} partitions first (or select them in the same launch)"
+    )
+
+
 class RollKind(StrEnum):
     """The three system-roll slots of the <temporal_summary> block, near to far."""
 

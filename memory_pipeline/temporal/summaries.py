@@ -507,10 +507,18 @@ def _day_coverage(tag: str, row, convs: dict[str, set]) -> list[str]:
 
 
 def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, now: datetime | None = None) -> list[str]:
+    """The problems :func:`period_audit` finds."""
+    return period_audit(store, window, period_start, tz, now).problems
+
+
+def period_audit(
+    store: Store, window: str, period_start: date, tz: ZoneInfo, now: datetime | None = None
+) -> logic.Audit:
     """Problems with one window's rows: a non-empty row without sources, a source outside the
     window or world (or a debug, cron or non-material message), a day row that leaves out an
     eligible conversation with material (or some of its messages) without saying why, or any row
-    for a period that is not closed yet (the future). Sources are fetched in one query per kind."""
+    for a period that is not closed yet (the future). Sources are fetched in one query per kind.
+    ``audited`` is the number of rows (placeholders included) of the period read."""
     today = local_date(now or utcnow(), tz)
     problems: list[str] = []
     start, end = period_bounds(window, period_start, tz)
@@ -581,4 +589,4 @@ def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, no
             ]
             if len(ok) != len(r["source_ids"]):
                 problems.append(f"{tag}: {len(r['source_ids']) - len(ok)} child source(s) missing, empty or outside")
-    return problems
+    return logic.Audit(len(rows), problems)

@@ -118,6 +118,103 @@ def test_every_asset_materializes_as_one_run_per_range_with_metadata(defs, insta
     assert windows == {"day": 5, "month": 2, "year": 2}
 
 
+AUDITS = {
+    "chunks": (assets.temporal_day_chunks, "chunks_have_sources_in_closed_buckets", "chunks_audited"),
+    "day": (assets.temporal_day_summaries, "day_rows_have_sources_and_no_future", "rows_audited"),
+    "month": (assets.temporal_month_summaries, "month_rows_have_sources_and_no_future", "rows_audited"),
+    "year": (assets.temporal_year_summaries, "year_rows_have_sources_and_no_future", "rows_audited"),
+}
+
+
+def test_a_range_run_records_one_current_check_result_per_partition(defs, instance, new_year):
+    """What the UI counts: after a single-run range over N partitions, each audit check holds N
+    evaluations of that run, one per partition key, passed, none left planned (shown "skipped"),
+    each tied to the materialization of its own partition (so shown as current)."""
+    import asyncio
+
+    from dagster import AssetCheckKey
+    from dagster._core.loader import LoadingContextForTest
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionResolvedStatus
+
+    steps = [
+        ("chunks", "2025-12-30", "2026-01-02", "2026-01-02T10:00:00+08:00", {"2025-12-30": 1, "2026-01-01": 0}),
+        ("day", "2025-12-29", "2026-01-02", "", {"2025-12-29": 0, "2025-12-30": 1, "2025-12-31": 2}),
+        ("month", "2025-11", "2025-12", "", {"2025-11": 0, "2025-12": 2}),
+        ("year", "2024", "2025", "", {"2024": 0, "2025": 2}),
+    ]
+    loading = LoadingContextForTest(instance)
+    for window, lo, hi, as_of, audited in steps:
+        asset, check_name, unit = AUDITS[window]
+        report = operations.materialize(window, lo, hi, as_of=as_of, instance=instance, defs=defs)
+        assert report.success, report.runs[0].error
+        (run,) = report.runs
+        keys, _ = operations.partition_keys(window, lo, hi)
+        assert run.partitions == len(keys) > 1
+        records = [
+            r
+            for r in instance.event_log_storage.get_asset_check_execution_history(
+                AssetCheckKey(asset.key, check_name), limit=1000
+            )
+            if r.run_id == run.run_id
+        ]
+        assert sorted(r.partition for r in records) == keys  # no result without a partition
+        materialized = {
+            r.partition_key: r.storage_id
+            for r in instance.fetch_materializations(asset.key, limit=1000).records
+            if r.run_id == run.run_id
+        }
+        for r in records:
+            assert asyncio.run(r.resolve_status(loading)) == AssetCheckExecutionResolvedStatus.SUCCEEDED
+            assert r.evaluation.target_materialization_data.storage_id == materialized[r.partition]
+            assert asyncio.run(r.targets_latest_materialization(loading))
+            meta = {k: v.value for k, v in r.evaluation.metadata.items()}
+            assert meta["problems"] == 0 and meta["first_problems"] == "none"
+            if r.partition in audited:
+                assert meta[unit] == audited[r.partition], (window, r.partition, meta)
+        events = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+        assert sorted(e.dagster_event.event_specific_data.partition for e in events) == keys
+
+
+def test_a_failed_audit_is_a_failed_result_of_that_partition_only(defs, instance, store, new_year):
+    """A row without sources fails the day check of its own partition only, the problem named."""
+    from dagster import AssetCheckKey, AssetSelection, Definitions, define_asset_job
+    from sqlalchemy import update
+
+    from memory_pipeline.defs.temporal.checks import temporal_checks
+
+    assert operations.materialize("day", "2025-12-30", "2025-12-31", instance=instance, defs=defs).success
+    with store.begin() as conn:
+        conn.execute(
+            update(temporal_summaries)
+            .where(temporal_summaries.c.period_start == date(2025, 12, 31), temporal_summaries.c.world_id == "w2")
+            .values(source_ids=[], source_count=0)
+        )
+    asset, check_name, _ = AUDITS["day"]
+    (day_check,) = [c for c in temporal_checks if c.check_key.name == check_name]
+    audit = define_asset_job("audit_days", selection=AssetSelection.checks(day_check))
+    result = (
+        Definitions.merge(defs, Definitions(jobs=[audit]))
+        .resolve_job_def("audit_days")
+        .execute_in_process(
+            instance=instance,
+            tags={
+                "dagster/asset_partition_range_start": "2025-12-30",
+                "dagster/asset_partition_range_end": "2025-12-31",
+            },
+            raise_on_error=False,
+        )
+    )
+    assert result.success  # a failed audit is a result, not a crash
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(asset.key, check_name), limit=10
+    )
+    latest = {r.partition: r for r in reversed(records)}
+    assert latest["2025-12-30"].evaluation.passed
+    bad = latest["2025-12-31"].evaluation
+    assert not bad.passed and bad.metadata["problems"].value == 1 and bad.metadata["rows_audited"].value == 2
+    assert "w2 day 2025-12-31: non-empty row without sources" in bad.metadata["first_problems"].value
+
+
 def test_backfill_missing_skips_placeholders_and_rebuild_reruns_everything(defs, instance, store, new_year):
     assert operations.materialize("day", "2026-01-01", "2026-01-01", instance=instance, defs=defs).success
     with store.connect() as conn:
@@ -195,18 +292,61 @@ def test_llm_hard_failure_fails_only_that_partition(pg_url, redis_url, instance,
         assert date(2026, 1, 2) in periods
 
 
-def test_month_waits_for_missing_day_rows(defs, instance, new_year):
-    report = operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs, child_wait_retries=0)
-    assert not report.success and "child row(s) missing" in report.runs[0].error
-    # With retries the run is put up for retry (the cascade waits for the day write) before failing.
-    config = operations.run_config("month", child_wait_retries=1)
-    config["ops"]["temporal_month_summaries"]["config"]["child_wait_seconds"] = 0
-    run = operations.run_range(instance, "month", "2025-12", "2025-12", config, defs)
-    assert not run.success
-    retries = instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)
-    assert len(retries) == 1
+MISSING_DECEMBER = (
+    "month 2025-12: 3 child row(s) missing: w1 2025-12-30, w1 2025-12-31, w2 2025-12-31; "
+    "run those day partitions first (or select them in the same launch)"
+)
+FAILURE = "dagster._core.definitions.events.Failure: "  # how the UI and the CLI print a Failure
+
+
+def _first_line(result) -> str:
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    return failure.event_specific_data.error.message.strip().splitlines()[0]
+
+
+def test_a_month_with_missing_days_fails_at_once_naming_them(defs, instance, new_year):
+    """CLI and UI launches (no nightly tag) never wait: the first line names the missing rows."""
+    report = operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs)
+    assert not report.success and report.runs[0].error.splitlines()[0] == f"{FAILURE}{MISSING_DECEMBER}"
+    # What the launchpad sends: the default config (child_wait_retries 12) and no cascade tag.
+    ui = defs.resolve_job_def("temporal_month_job").execute_in_process(
+        instance=instance, partition_key="2025-12", raise_on_error=False
+    )
+    assert not ui.success and _first_line(ui) == f"{FAILURE}{MISSING_DECEMBER}"
+    for run_id in (report.runs[0].run_id, ui.run_id):
+        assert instance.all_logs(run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY) == []
+    # A range names each month that lacks children; the complete ones are written.
+    ranged = operations.materialize("month", "2025-11", "2025-12", instance=instance, defs=defs)
+    error = ranged.runs[0].error.splitlines()[0]
+    assert error == f"{FAILURE}1 of 2 month partition(s) failed; rows of the others are written: {MISSING_DECEMBER}"
+    assert operations.materialized(instance, "month") == set()  # a failed step materializes nothing
+
+
+def test_only_the_nightly_cascade_waits_for_its_children(defs, instance, new_year):
+    repo = defs.get_repository_def()
+    ctx = build_schedule_context(instance=instance, scheduled_execution_time=cst(2026, 1, 1, 0, 5), repository_def=repo)
+    (req,) = defs.get_schedule_def("temporal_month_schedule").evaluate_tick(ctx).run_requests
+    assert req.tags["memory_pipeline/cascade"] == "nightly" and req.partition_key == "2025-12"
+    (day_req,) = defs.get_schedule_def("temporal_day_schedule").evaluate_tick(ctx).run_requests
+    assert "memory_pipeline/cascade" not in day_req.tags
+    config = {"ops": {"temporal_month_summaries": {"config": {"child_wait_retries": 1, "child_wait_seconds": 0}}}}
+    job = defs.resolve_job_def("temporal_month_job")
+    tags = {"memory_pipeline/cascade": "nightly"}  # execute_in_process sets the partition tags itself
+    waited = job.execute_in_process(
+        instance=instance, partition_key=req.partition_key, tags=tags, run_config=config, raise_on_error=False
+    )
+    assert not waited.success and _first_line(waited) == f"{FAILURE}{MISSING_DECEMBER}"
+    assert len(instance.all_logs(waited.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)) == 1
+    warnings = [
+        e.user_message for e in instance.all_logs(waited.run_id) if "nightly cascade: waiting" in e.user_message
+    ]
+    assert len(warnings) == 1 and MISSING_DECEMBER in warnings[0]
+    # The day run of the same night writes the children; the next retry finds them.
     operations.materialize("day", "2025-12-01", "2025-12-31", instance=instance, defs=defs)
-    assert operations.materialize("month", "2025-12", "2025-12", instance=instance, defs=defs).success
+    done = job.execute_in_process(
+        instance=instance, partition_key=req.partition_key, tags=tags, run_config=config, raise_on_error=False
+    )
+    assert done.success
 
 
 def test_a_thousand_worlds_are_one_partition_in_one_run(defs, instance, store, ingest):
@@ -360,7 +500,7 @@ def test_new_year_cascade_writes_december_and_the_year(defs, instance, store, ne
         ("temporal_year_schedule", "2025"),
     ]
     for (_, key), window in zip(requested, ("day", "month", "year"), strict=True):
-        config = operations.run_config(window, child_wait_retries=0)
+        config = operations.run_config(window)
         assert operations.run_range(instance, window, key, key, config, defs).success
     with store.connect() as conn:
         rows = conn.execute(

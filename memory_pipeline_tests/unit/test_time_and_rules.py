@@ -285,3 +285,20 @@ def test_instants_at_the_edges_convert_to_every_zone():
     for text in ("1970-01-01T00:00Z", "9998-12-31T23:59:59Z", "2026-01-15T10:00z"):
         at = tu.parse_instant(text)
         assert at.astimezone(CST) and at.astimezone(timezone(timedelta(hours=-23, minutes=-59)))
+
+
+def test_missing_children_are_named_in_one_line():
+    two = [("aria", "2025-12-30"), ("aria", "2025-12-31")]
+    assert logic.missing_children_message("month", "2025-12", two) == (
+        "month 2025-12: 2 child row(s) missing: aria 2025-12-30, aria 2025-12-31; "
+        "run those day partitions first (or select them in the same launch)"
+    )
+    many = [(f"w{i:04d}", f"2025-12-{d:02d}") for i in range(100) for d in range(1, 32)]
+    line = logic.missing_children_message("month", "2025-12", many)
+    assert "\n" not in line and len(line) < 400
+    assert line.startswith("month 2025-12: 3100 child row(s) missing in 31 day partition(s) 2025-12-01...2025-12-31: ")
+    assert "w0000 2025-12-10 (+3090 more); run those day partitions first" in line
+    year = logic.missing_children_message("year", "2025", [("aria", "2025-11"), ("aria", "2025-12")])
+    assert year.endswith(
+        "aria 2025-11, aria 2025-12; run those month partitions first (or select them in the same launch)"
+    )

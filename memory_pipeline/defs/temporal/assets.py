@@ -24,21 +24,29 @@ from memory_pipeline.defs.temporal.resources import TemporalResource
 from memory_pipeline.lib.store import StoreUnavailable
 from memory_pipeline.lib.timeutil import local_date, parse_instant, utcnow
 from memory_pipeline.operations.runner import RangeError, check_as_of, check_worlds
-from memory_pipeline.temporal import chunks, rolls, summaries
+from memory_pipeline.temporal import chunks, logic, rolls, summaries
 
 GROUP = "temporal"
 # The code location adds the store's technology (postgres or sqlite) to assets with this tag.
 STORE_TAG = {"memory_pipeline/store": ""}
 # Every LLM-calling asset of every domain shares this pool, so no run can flood a provider.
 LLM_POOL = "llm"
+# Runs of the nightly cascade (month / year schedules) carry this tag: only they wait for child rows
+# written by the same night's runs. Any other run (UI, CLI, backfill) fails at once and names them.
+CASCADE_TAG = "memory_pipeline/cascade"
+NIGHTLY = "nightly"
 
 
 class TemporalRunConfig(Config):
     force_llm: bool = Field(False, description="Ignore cached answers and call the model afresh.")
     worlds: list[str] = Field(default_factory=list, description="Only these world ids (default: all).")
     as_of: str = Field("", description="ISO datetime standing for 'now' (default: the real now).")
-    child_wait_retries: int = Field(12, description="Month/year: retries while child rows are missing.")
-    child_wait_seconds: int = Field(300, description="Month/year: seconds between those retries.")
+    child_wait_retries: int = Field(
+        12,
+        description="Month/year runs of the nightly cascade (tag memory_pipeline/cascade=nightly) only: "
+        "retries while child rows are missing. Other runs fail at once, naming the missing rows.",
+    )
+    child_wait_seconds: int = Field(300, description="Nightly cascade only: seconds between those retries.")
 
 
 def _now(config: TemporalRunConfig) -> datetime:
@@ -89,15 +97,21 @@ def _periods(window, context, config, temporal, failures: dict[str, str], finish
     worlds = _worlds(config)
     periods = partition_dates(context)
     if window != "day" and temporal.cfg().enabled:
-        # A month reads its day rows, a year its month rows: wait (retry) until they all exist, so
-        # the cascade scheduled at 00:05 on the 1st follows the day write of the same night.
+        # A month reads its day rows, a year its month rows. The nightly cascade (scheduled at 00:05
+        # on the 1st, beside the day run of the same night) waits (retries) until they all exist.
+        # Any other run does not wait: a launch that selected the child partitions too runs after
+        # them (the backfill orders it), so a missing child is the operator's to run; say which.
         tctx = _tctx(context, config, temporal, None)
         missing = {key: m for key, period in periods if (m := summaries.missing_children(tctx, window, period, worlds))}
-        if missing and context.retry_number < config.child_wait_retries:
-            context.log.warning(f"{window}: child rows missing for {sorted(missing)}; waiting for the child partitions")
+        messages = {key: logic.missing_children_message(window, key, m) for key, m in missing.items()}
+        nightly = context.run.tags.get(CASCADE_TAG) == NIGHTLY
+        if missing and nightly and context.retry_number < config.child_wait_retries:
+            context.log.warning(
+                f"nightly cascade: waiting {config.child_wait_seconds} s for child rows (retry "
+                f"{context.retry_number + 1} of {config.child_wait_retries}): " + " | ".join(messages.values())
+            )
             raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
-        for key, m in missing.items():
-            failures[key] = f"{window} {key}: {len(m)} child row(s) missing, e.g. {m[:3]}"
+        failures.update(messages)
     for key, period in periods:
         if key in failures:
             continue
@@ -143,11 +157,21 @@ def _periods(window, context, config, temporal, failures: dict[str, str], finish
     context.log.info(f"{window}: {dict(totals)}")
     if failures:
         raise Failure(
-            description=f"{len(failures)} of {len(context.partition_keys)} {window} partition(s) failed; rows of "
-            "the others are written. " + " | ".join(list(failures.values())[:5]),
+            description=_failure_line(window, len(context.partition_keys), failures),
             metadata={"failed_partitions": MetadataValue.json(sorted(failures))},
+            allow_retries=False,  # a missing child or a hard LLM failure does not heal by re-running now
         )
     return MaterializeResult()
+
+
+def _failure_line(window: str, n: int, failures: dict[str, str]) -> str:
+    """One line: how many partitions failed, whether other rows were written, the first reasons."""
+    shown = " | ".join(list(failures.values())[:5])
+    more = f" | (+{len(failures) - 5} more)" if len(failures) > 5 else ""
+    if n == 1:
+        return shown
+    others = "rows of the others are written" if len(failures) < n else "no row written"
+    return f"{len(failures)} of {n} {window} partition(s) failed; {others}: {shown}{more}"
 
 
 @asset(

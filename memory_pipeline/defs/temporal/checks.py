@@ -1,18 +1,25 @@
 """Asset checks: every figure audits down to its ledger lines, and nothing is in the future."""
 
 import warnings
+from collections.abc import Iterator
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckExecutionContext,
-    AssetCheckResult,
     AssetCheckSeverity,
+    AssetKey,
     AssetRecordsFilter,
+    EventLogRecord,
     MetadataValue,
+    Output,
     asset_check,
     build_sensor_for_freshness_checks,
     build_time_partition_freshness_checks,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
 )
 from dagster._utils.warnings import SupersessionWarning
 
@@ -21,54 +28,82 @@ from memory_pipeline.defs.temporal import assets
 from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
 from memory_pipeline.temporal import chunks, summaries
+from memory_pipeline.temporal.logic import Audit
+
+# A check over a range run (BackfillPolicy.single_run) is one step for many partitions. An
+# AssetCheckResult carries no partition: Dagster would record it once, without a partition, and
+# every planned partition would stay "skipped". So each check yields one AssetCheckEvaluation per
+# partition of its run, tied to that partition's newest materialization (what the UI compares to
+# decide whether a result is current), then the step's one output.
+CheckEvents = Iterator[AssetCheckEvaluation | Output]
 
 
-def _dates(context: AssetCheckExecutionContext, defn):
-    tz = ZoneInfo(defn.timezone)
-    return [local_date(defn.time_window_for_partition_key(k).start, tz) for k in context.partition_keys]
+def _latest(context: AssetCheckExecutionContext, asset_key: AssetKey, key: str) -> EventLogRecord | None:
+    """The newest materialization of partition ``key``: the one this evaluation audits."""
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset_key, asset_partitions=[key]), limit=1
+    ).records
+    return records[0] if records else None
 
 
-def _result(problems: list[str], checked: int) -> AssetCheckResult:
-    return AssetCheckResult(
-        passed=not problems,
+def _evaluation(
+    context: AssetCheckExecutionContext,
+    asset_key: AssetKey,
+    key: str,
+    record: EventLogRecord | None,
+    audit: Audit,
+    unit: str,
+) -> AssetCheckEvaluation:
+    (spec,) = context.check_specs
+    return AssetCheckEvaluation(
+        asset_key=asset_key,
+        check_name=spec.name,
+        passed=not audit.problems,
+        partition=key,
         severity=AssetCheckSeverity.ERROR,
+        blocking=spec.blocking,
+        target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
+            storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
+        )
+        if record
+        else None,
         metadata={
-            "partitions_checked": checked,
-            "problems": len(problems),
-            "first_problems": MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none"),
+            f"{unit}_audited": audit.audited,
+            "problems": len(audit.problems),
+            "first_problems": MetadataValue.md("\n".join(f"- {p}" for p in audit.problems[:20]) or "none"),
         },
     )
 
 
 def _period_check(asset_def, window, defn):
     covers = ", including every eligible conversation with material (or says why not)" if window == "day" else ""
+    tz_of_keys = ZoneInfo(defn.timezone)
 
     @asset_check(
         asset=asset_def,
         partitions_def=defn,
         name=f"{window}_rows_have_sources_and_no_future",
         description=f"Every non-empty {window} row lists sources inside its window and world{covers}; "
-        "no row is written for an open or future period.",
+        "no row is written for an open or future period. One result per partition.",
     )
     def _check(
         context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
-    ) -> AssetCheckResult:
+    ) -> CheckEvents:
         store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
-        days = _dates(context, defn)
-        problems = [p for d in days for p in summaries.audit_period(store, window, d, tz)]
-        return _result(problems, len(days))
+        for key in context.partition_keys:
+            period = local_date(defn.time_window_for_partition_key(key).start, tz_of_keys)
+            audit = summaries.period_audit(store, window, period, tz)
+            yield _evaluation(context, asset_def.key, key, _latest(context, asset_def.key, key), audit, "rows")
+        yield Output(None)
 
     return _check
 
 
-def _tick_seen(context: AssetCheckExecutionContext, key: str) -> tuple[datetime | None, datetime | None, bool]:
-    """(tick_now, read_at, disabled) of the newest chunk materialization of partition ``key``."""
-    records = context.instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=assets.temporal_day_chunks.key, asset_partitions=[key]), limit=1
-    ).records
-    if not records:
+def _tick_seen(record: EventLogRecord | None) -> tuple[datetime | None, datetime | None, bool]:
+    """(tick_now, read_at, disabled) of a chunk materialization (its metadata)."""
+    if record is None or record.asset_materialization is None:
         return None, None, False
-    meta = {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+    meta = {k: v.value for k, v in record.asset_materialization.metadata.items()}
 
     def at(name):
         return datetime.fromisoformat(meta[name]) if meta.get(name) else None
@@ -82,18 +117,20 @@ def _tick_seen(context: AssetCheckExecutionContext, key: str) -> tuple[datetime 
     name="chunks_have_sources_in_closed_buckets",
     description="Every chunk lists its messages and sits in a closed bucket of its own day; no message is "
     "in two chunks, and every material message of a bucket closed at the tick (ingested before it read) "
-    "is in a chunk.",
+    "is in a chunk. One result per partition.",
 )
 def chunks_check(
     context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
-) -> AssetCheckResult:
+) -> CheckEvents:
     store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
-    days = _dates(context, cst_day_open)
-    problems = []
-    for key, d in zip(context.partition_keys, days, strict=True):
-        tick_now, read_at, disabled = _tick_seen(context, key)
-        problems += chunks.audit_chunks(store, d, tz, coverage=not disabled, tick_now=tick_now, ingested_before=read_at)
-    return _result(problems, len(days))
+    asset_key, tz_of_keys = assets.temporal_day_chunks.key, ZoneInfo(cst_day_open.timezone)
+    for key in context.partition_keys:
+        day = local_date(cst_day_open.time_window_for_partition_key(key).start, tz_of_keys)
+        record = _latest(context, asset_key, key)
+        tick_now, read_at, disabled = _tick_seen(record)
+        audit = chunks.chunk_audit(store, day, tz, coverage=not disabled, tick_now=tick_now, ingested_before=read_at)
+        yield _evaluation(context, asset_key, key, record, audit, "chunks")
+    yield Output(None)
 
 
 temporal_checks = [

@@ -36,19 +36,24 @@ def temporal_tick_schedule(context: ScheduleEvaluationContext):
     return RunRequest(run_key=f"tick-{at.isoformat()}", partition_key=day)
 
 
-def _nightly(name: str, job, cron: str, partitions_def, asset_def, lookback: int, doc: str):
+def _nightly(name: str, job, cron: str, partitions_def, asset_def, lookback: int, doc: str, tags=None):
     @schedule(name=name, job=job, cron_schedule=cron, execution_timezone=TZ, description=doc)
     def _schedule(context: ScheduleEvaluationContext):
         closed = partitions_def.get_partition_keys(current_time=context.scheduled_execution_time)
         done = context.instance.get_materialized_partitions(asset_def.key)
         # run_key = partition: a partition requested once by this schedule is not requested again.
-        return [RunRequest(run_key=f"{name}:{key}", partition_key=key) for key in catchup_keys(closed, done, lookback)]
+        return [
+            RunRequest(run_key=f"{name}:{key}", partition_key=key, tags=tags or {})
+            for key in catchup_keys(closed, done, lookback)
+        ]
 
     return _schedule
 
 
-# 00:05 CST: yesterday's day rows; on the 1st last month's; on 1 January last year's. A month or
-# year run waits (retries) until its child rows exist, so the cascade follows the day write.
+# 00:05 CST: yesterday's day rows; on the 1st last month's; on 1 January last year's. Month and
+# year runs of these schedules are tagged as the nightly cascade: they wait (retry) until their
+# child rows exist, so the cascade follows the day write of the same night. No other run waits.
+CASCADE = {assets.CASCADE_TAG: assets.NIGHTLY}
 temporal_day_schedule = _nightly(
     "temporal_day_schedule",
     day_job,
@@ -65,7 +70,8 @@ temporal_month_schedule = _nightly(
     cst_month,
     assets.temporal_month_summaries,
     12,
-    "Cascade on the 1st: last month's rows (and missed months, up to 12).",
+    "Cascade on the 1st: last month's rows (and missed months, up to 12); waits for the day rows.",
+    CASCADE,
 )
 temporal_year_schedule = _nightly(
     "temporal_year_schedule",
@@ -74,7 +80,8 @@ temporal_year_schedule = _nightly(
     cst_year,
     assets.temporal_year_summaries,
     3,
-    "Cascade on 1 January: last year's rows (and missed years, up to 3).",
+    "Cascade on 1 January: last year's rows (and missed years, up to 3); waits for the month rows.",
+    CASCADE,
 )
 
 temporal_schedules = [
