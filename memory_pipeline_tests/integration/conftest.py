@@ -36,7 +36,7 @@ DAY_CHECK = "day_rows_have_sources_and_no_future"
 # Today a range run records one day-check evaluation without a partition, and the partitions of
 # the range show as skipped. Once it records one AssetCheckEvaluation per partition, set this to
 # True: test_webserver_e2e and test_ui_browser then ask for one passed evaluation per partition.
-STRICT_PER_PARTITION_CHECKS = False
+STRICT_PER_PARTITION_CHECKS = True
 # The backfilled range; the seed's rows for it are spelled out in test_webserver_e2e.
 E2E_DAYS = ["2026-03-02", "2026-03-03", "2026-03-04", "2026-03-05"]
 
