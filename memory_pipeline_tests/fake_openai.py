@@ -17,6 +17,7 @@ class FakeOpenAI:
         self.script: deque = deque()
         self.requests: list[dict] = []
         self.usage = (21, 9)
+        self.latency = 0.0  # seconds every answer takes (a provider is never instant)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -27,6 +28,7 @@ class FakeOpenAI:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 server.requests.append(body)
+                time.sleep(server.latency)
                 step = server.script.popleft() if server.script else ("ok", server.default_text)
                 kind, arg = step
                 if kind == "sleep":

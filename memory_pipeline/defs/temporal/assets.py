@@ -17,6 +17,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from memory_pipeline.defs._shared.leases import under_leases
 from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs.events.definitions import raw_conversation_events
@@ -46,6 +47,11 @@ class TemporalRunConfig(Config):
         "retries while child rows are missing. Other runs fail at once, naming the missing rows.",
     )
     child_wait_seconds: int = Field(300, description="Nightly cascade only: seconds between those retries.")
+    lease_wait_seconds: int = Field(
+        1800,
+        description="How long to wait for a partition another run is working on (its lease) before "
+        "leaving it to that run; after the wait the partition reuses that run's rows.",
+    )
 
 
 def _now(config: TemporalRunConfig) -> datetime:
@@ -69,6 +75,11 @@ def _tctx(context: AssetExecutionContext, config: TemporalRunConfig, temporal: T
     return temporal.context(context.assets_def.key.to_user_string(), partition, config.force_llm)
 
 
+def _leased(context, config: TemporalRunConfig, temporal: TemporalResource, items, work) -> dict[str, str]:
+    """``work(key, day)`` per partition under its lease; {key: reason} of those left to another run."""
+    return under_leases(context, temporal.memory_store.store(), items, work, wait_seconds=config.lease_wait_seconds)
+
+
 def _materialize_periods(window, context, config, temporal) -> MaterializeResult:
     failures: dict[str, str] = {}
     totals = Counter()
@@ -90,16 +101,15 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
             )
             raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
         failures.update(messages)
-    for key, period in periods:
-        if key in failures:
-            continue
+
+    def work(key: str, period) -> None:
         tctx = _tctx(context, config, temporal, key)
         try:
             result = summaries.regenerate(tctx, window, period, worlds)
         except summaries.PartitionFailure as exc:
             failures[key] = str(exc)
             context.add_asset_metadata({"failed": str(exc), **llm_metadata(tctx.llm.stats)}, partition_key=key)
-            continue
+            return
         if result.disabled:
             context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
         totals.update(
@@ -127,6 +137,9 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
             },
             partition_key=key,
         )
+
+    todo = [(key, period) for key, period in periods if key not in failures]
+    failures.update(_leased(context, config, temporal, todo, work))
     context.log.info(f"{window}: {dict(totals)}")
     if failures:
         raise Failure(
@@ -143,8 +156,8 @@ def _failure_line(window: str, n: int, failures: dict[str, str]) -> str:
     more = f" | (+{len(failures) - 5} more)" if len(failures) > 5 else ""
     if n == 1:
         return shown
-    others = "rows of the others are written" if len(failures) < n else "no row written"
-    return f"{len(failures)} of {n} {window} partition(s) failed; {others}: {shown}{more}"
+    others = "; rows of the others are written" if len(failures) < n else ""
+    return f"{len(failures)} of {n} {window} partition(s) failed{others}: {shown}{more}"
 
 
 @asset(
@@ -165,9 +178,10 @@ def temporal_day_chunks(
     temporal: TemporalResource,
 ) -> MaterializeResult:
     now = _now(config)
-    failures = {}
+    failures: dict[str, str] = {}
     totals = Counter()
-    for key, day in partition_dates(context):
+
+    def work(key: str, day) -> None:
         tctx = _tctx(context, config, temporal, key)
         result = chunks.run_tick(tctx, day, now)
         failures.update(result.failures)
@@ -187,11 +201,15 @@ def temporal_day_chunks(
             partition_key=key,
         )
         totals.update(chunks_written=result.chunks_written, late_messages=result.late_messages)
+
+    undone = _leased(context, config, temporal, partition_dates(context), work)
     context.log.info(f"chunks: {dict(totals)}")
-    if failures:
+    if failures or undone:
+        parts = [f"chunk summaries failed for {len(failures)} conversation(s)"] if failures else []
+        parts += [f"{len(undone)} day(s) left to the run working on them"] if undone else []
         raise Failure(
-            description=f"chunk summaries failed for {len(failures)} conversation(s): "
-            + " | ".join(list(failures.values())[:3])
+            description="; ".join(parts) + ": " + " | ".join([*failures.values(), *undone.values()][:3]),
+            metadata={"left_to_other_runs": MetadataValue.json(sorted(undone))},
         )
     return MaterializeResult()
 
@@ -212,7 +230,8 @@ def temporal_peer_rolls(
     temporal: TemporalResource,
 ) -> MaterializeResult:
     now = _now(config)
-    for key, day in partition_dates(context):
+
+    def work(key: str, day) -> None:
         tctx = _tctx(context, config, temporal, key)
         result = rolls.warm_peer_rolls(tctx, day, now)
         context.add_asset_metadata(
@@ -226,6 +245,14 @@ def temporal_peer_rolls(
                 **llm_metadata(tctx.llm.stats),
             },
             partition_key=key,
+        )
+
+    undone = _leased(context, config, temporal, partition_dates(context), work)
+    if undone:
+        raise Failure(
+            description=f"{len(undone)} day(s) left to the run working on them: "
+            + " | ".join(list(undone.values())[:3]),
+            metadata={"left_to_other_runs": MetadataValue.json(sorted(undone))},
         )
     return MaterializeResult()
 
