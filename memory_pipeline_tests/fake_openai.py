@@ -18,6 +18,7 @@ class FakeOpenAI:
         self.requests: list[dict] = []
         self.usage = (21, 9)
         self.echo_url = "https://svc-user:proxy-pass-123@llm-proxy.internal/v1"
+        self.latency = 0.0  # seconds every answer takes (a provider is never instant)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -28,6 +29,7 @@ class FakeOpenAI:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 server.requests.append(body)
+                time.sleep(server.latency)
                 step = server.script.popleft() if server.script else ("ok", server.default_text)
                 kind, arg = step
                 if kind == "sleep":

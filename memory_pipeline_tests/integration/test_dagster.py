@@ -1,7 +1,7 @@
 """The Dagster layer on an ephemeral instance with the real PostgreSQL and Redis: every asset,
 ranges as one run, backfill missing vs rebuild, checks, metadata, schedules and sensors."""
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -20,7 +20,7 @@ from memory_pipeline import operations
 from memory_pipeline.definitions import build_defs
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open
 from memory_pipeline.defs.temporal import assets
-from memory_pipeline.lib.store.tables import llm_ledger
+from memory_pipeline.lib.store.tables import llm_ledger, partition_leases
 from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
 from memory_pipeline.temporal.tables import temporal_summaries, warmup_requests
 from memory_pipeline_tests.conftest import CST, conversation, cst
@@ -261,6 +261,102 @@ def test_unchanged_range_costs_no_llm_calls_unless_forced(defs, instance, store,
     assert _ok_calls(store) == first
     operations.materialize("day", "2025-12-30", "2026-01-02", force_llm=True, instance=instance, defs=defs)
     assert _ok_calls(store) == 2 * first
+
+
+def _backfill_in_a_process(pg_url, redis_url, llm, lo, hi, queue) -> None:
+    """One operator's backfill in a process of its own (as two launched runs are)."""
+    try:
+        with instance_for_test() as own:
+            report = operations.materialize("day", lo, hi, instance=own, defs=make_defs(pg_url, redis_url, **llm))
+            waits = [
+                e.user_message
+                for e in own.all_logs(report.runs[0].run_id)
+                if "is working on this partition" in e.user_message
+            ]
+        queue.put((report.success, report.runs[0].error, waits))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        queue.put((False, f"{type(exc).__name__}: {exc}", []))
+
+
+def test_overlapping_backfills_never_pay_twice(pg_url, redis_url, store, ingest):
+    """Two runs over overlapping day ranges at once, in two processes (two UI backfills): each
+    partition is worked on by one run at a time (its lease), the other does it afterwards by reusing
+    the rows. Together they pay one model call per non-empty (world, day) pair, as one run would,
+    and leave the rows one run leaves."""
+    import multiprocessing
+
+    events = []
+    for w in range(6):
+        for d in range(5):  # 2025-12-29 .. 2026-01-02
+            at = cst(2025, 12, 29, 9, w) + timedelta(days=d)
+            events += conversation(f"w{w}", f"c{w}-{d}", at, [f"garden {w} {d}", f"reply {w} {d}"])
+    ingest(events)
+    pairs = 6 * 5
+    with FakeOpenAI() as server:
+        server.latency = 0.1
+        llm = dict(model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        procs = [
+            ctx.Process(target=_backfill_in_a_process, args=(pg_url, redis_url, llm, lo, hi, queue))
+            for lo, hi in (("2025-12-28", "2026-01-02"), ("2025-12-29", "2026-01-03"))
+        ]
+        for p in procs:
+            p.start()
+        results = [queue.get(timeout=300) for _ in procs]
+        for p in procs:
+            p.join(60)
+        assert all(ok for ok, _, _ in results), results
+        assert len(server.requests) == pairs
+        with store.connect() as conn:
+            outcomes = dict(
+                conn.execute(select(llm_ledger.c.outcome, func.count()).group_by(llm_ledger.c.outcome)).all()
+            )
+            rows = conn.execute(select(temporal_summaries)).mappings().all()
+        assert outcomes == {"ok": pairs}  # not a single duplicate call, not even a cache hit
+        assert len([r for r in rows if r["empty_reason"] is None]) == pairs
+        assert {r["period_start"] for r in rows} == {date(2025, 12, 29) + timedelta(days=i) for i in range(6)}
+        # One more run over the whole range finds every row as it would have written it.
+        with instance_for_test() as own:
+            again = operations.materialize(
+                "day", "2025-12-28", "2026-01-03", instance=own, defs=make_defs(pg_url, redis_url, **llm)
+            )
+            assert again.success
+            meta = _materializations(own, assets.temporal_day_summaries)
+        assert sum(m["rows_written"] for m in meta.values()) == 0 and sum(m["llm_calls"] for m in meta.values()) == 0
+        assert len(server.requests) == pairs
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(partition_leases)).scalar_one() == 0  # all released
+
+
+def test_a_dead_runs_lease_is_taken_over_and_a_live_one_is_left_to_its_run(defs, instance, store, new_year):
+    from memory_pipeline.lib.store import leases
+
+    asset = "temporal_day_summaries"
+    # A worker died holding 2025-12-30 (its lease expired); another run is alive on 2025-12-31.
+    past = datetime.now(UTC) - timedelta(minutes=1)
+    with store.begin() as conn:
+        conn.execute(
+            partition_leases.insert().values(
+                asset=asset, partition="2025-12-30", holder="dead-run", acquired_at=past, expires_at=past
+            )
+        )
+    assert leases.try_acquire(store, asset, "2025-12-31", "live-run") is None
+    config = operations.run_config("day")
+    config["ops"]["temporal_day_summaries"]["config"]["lease_wait_seconds"] = 1
+    run = operations.run_range(instance, "day", "2025-12-30", "2026-01-01", config, defs)
+    assert not run.success
+    assert (
+        "1 of 3 day partition(s) failed; rows of the others are written: temporal_day_summaries 2025-12-31: "
+        in run.error
+    )
+    assert "still held by run live-run" in run.error.splitlines()[0]
+    with store.connect() as conn:
+        days = {r[0] for r in conn.execute(select(temporal_summaries.c.period_start))}
+    assert days == {date(2025, 12, 30), date(2026, 1, 1)}  # the dead run's day was taken over and done
+    assert leases.current(store, asset, "2025-12-31").holder == "live-run"  # the live lease is untouched
+    waited = [e.user_message for e in instance.all_logs(run.run_id) if "is working on this partition" in e.user_message]
+    assert len(waited) == 1 and "run live-run" in waited[0]
 
 
 def test_llm_hard_failure_fails_only_that_partition(pg_url, redis_url, instance, store, new_year):

@@ -81,6 +81,11 @@ def test_a_database_at_the_previous_revision_keeps_its_rows(empty_url):
         assert conn.execute(select(messages.c.content)).scalar_one() == "hi"
         chunk = conn.execute(select(temporal_day_chunks)).mappings().one()
     assert chunk["seq"] == 0 and chunk["source_ids"] == ["m1"]
+    assert "partition_leases" in inspect(store.engine).get_table_names()  # the platform's 0005
+
+
+def test_the_history_is_one_line_and_the_leases_come_last():
+    assert head(LOCATIONS) == "0005_partition_leases"
 
 
 def _migrate_in_a_process(url: str, queue) -> None:

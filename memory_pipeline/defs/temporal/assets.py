@@ -17,6 +17,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from memory_pipeline.defs._shared.leases import under_leases
 from memory_pipeline.defs._shared.metadata import cache_metadata, llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs.events.definitions import raw_conversation_events
@@ -47,6 +48,11 @@ class TemporalRunConfig(Config):
         "retries while child rows are missing. Other runs fail at once, naming the missing rows.",
     )
     child_wait_seconds: int = Field(300, description="Nightly cascade only: seconds between those retries.")
+    lease_wait_seconds: int = Field(
+        1800,
+        description="How long to wait for a partition another run is working on (its lease) before "
+        "leaving it to that run; after the wait the partition reuses that run's rows.",
+    )
 
 
 def _now(config: TemporalRunConfig) -> datetime:
@@ -68,6 +74,11 @@ def _worlds(config: TemporalRunConfig) -> list[str] | None:
 
 def _tctx(context: AssetExecutionContext, config: TemporalRunConfig, temporal: TemporalResource, partition):
     return temporal.context(context.assets_def.key.to_user_string(), partition, config.force_llm)
+
+
+def _leased(context, config: TemporalRunConfig, temporal: TemporalResource, items, work) -> dict[str, str]:
+    """``work(key, day)`` per partition under its lease; {key: reason} of those left to another run."""
+    return under_leases(context, temporal.memory_store.store(), items, work, wait_seconds=config.lease_wait_seconds)
 
 
 def _store_failure(exc: StoreUnavailable, what: str, finished: int, total: int, failures: dict[str, str]) -> Failure:
@@ -112,9 +123,8 @@ def _periods(window, context, config, temporal, failures: dict[str, str], finish
             )
             raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
         failures.update(messages)
-    for key, period in periods:
-        if key in failures:
-            continue
+
+    def work(key: str, period) -> None:
         tctx = _tctx(context, config, temporal, key)
         try:
             result = summaries.regenerate(tctx, window, period, worlds)
@@ -122,7 +132,7 @@ def _periods(window, context, config, temporal, failures: dict[str, str], finish
             failures[key] = str(exc)
             finished[0] += 1
             context.add_asset_metadata({"failed": str(exc), **llm_metadata(tctx.llm.stats)}, partition_key=key)
-            continue
+            return
         finished[0] += 1
         if result.db_retries:
             context.log.warning(f"{window} {key}: redone {result.db_retries} time(s) after a transient database error")
@@ -154,6 +164,9 @@ def _periods(window, context, config, temporal, failures: dict[str, str], finish
             },
             partition_key=key,
         )
+
+    todo = [(key, period) for key, period in periods if key not in failures]
+    failures.update(_leased(context, config, temporal, todo, work))
     context.log.info(f"{window}: {dict(totals)}")
     if failures:
         raise Failure(
@@ -192,15 +205,15 @@ def temporal_day_chunks(
     temporal: TemporalResource,
 ) -> MaterializeResult:
     now = _now(config)
-    failures = {}
+    failures: dict[str, str] = {}
     totals = Counter()
     dates = partition_dates(context)
-    for i, (key, day) in enumerate(dates):
+    finished = [0]
+
+    def work(key: str, day) -> None:
         tctx = _tctx(context, config, temporal, key)
-        try:
-            result = chunks.run_tick(tctx, day, now)
-        except StoreUnavailable as exc:
-            raise _store_failure(exc, "chunk", i, len(dates), failures) from None
+        result = chunks.run_tick(tctx, day, now)
+        finished[0] += 1
         failures.update(result.failures)
         context.add_asset_metadata(
             {
@@ -219,11 +232,18 @@ def temporal_day_chunks(
             partition_key=key,
         )
         totals.update(chunks_written=result.chunks_written, late_messages=result.late_messages)
+
+    try:
+        undone = _leased(context, config, temporal, dates, work)
+    except StoreUnavailable as exc:
+        raise _store_failure(exc, "chunk", finished[0], len(dates), failures) from None
     context.log.info(f"chunks: {dict(totals)}")
-    if failures:
+    if failures or undone:
+        parts = [f"chunk summaries failed for {len(failures)} conversation(s)"] if failures else []
+        parts += [f"{len(undone)} day(s) left to the run working on them"] if undone else []
         raise Failure(
-            description=f"chunk summaries failed for {len(failures)} conversation(s): "
-            + " | ".join(list(failures.values())[:3])
+            description="; ".join(parts) + ": " + " | ".join([*failures.values(), *undone.values()][:3]),
+            metadata={"left_to_other_runs": MetadataValue.json(sorted(undone))},
         )
     return MaterializeResult()
 
@@ -245,12 +265,12 @@ def temporal_peer_rolls(
 ) -> MaterializeResult:
     now = _now(config)
     dates = partition_dates(context)
-    for i, (key, day) in enumerate(dates):
+    finished = [0]
+
+    def work(key: str, day) -> None:
         tctx = _tctx(context, config, temporal, key)
-        try:
-            result = rolls.warm_peer_rolls(tctx, day, now)
-        except StoreUnavailable as exc:
-            raise _store_failure(exc, "peer roll", i, len(dates), {}) from None
+        result = rolls.warm_peer_rolls(tctx, day, now)
+        finished[0] += 1
         context.add_asset_metadata(
             {
                 "buckets": result.buckets,
@@ -263,6 +283,17 @@ def temporal_peer_rolls(
                 **llm_metadata(tctx.llm.stats),
             },
             partition_key=key,
+        )
+
+    try:
+        undone = _leased(context, config, temporal, dates, work)
+    except StoreUnavailable as exc:
+        raise _store_failure(exc, "peer roll", finished[0], len(dates), {}) from None
+    if undone:
+        raise Failure(
+            description=f"{len(undone)} day(s) left to the run working on them: "
+            + " | ".join(list(undone.values())[:3]),
+            metadata={"left_to_other_runs": MetadataValue.json(sorted(undone))},
         )
     return MaterializeResult()
 

@@ -1,6 +1,6 @@
 """Platform tables on the shared metadata: the raw events every domain reads (worlds,
-conversations, messages: append-only, never deleted), the LLM ledger and response cache, and the
-Inbox. Each domain declares its own tables on the same ``metadata`` in ``<domain>/tables.py``;
+conversations, messages: append-only, never deleted), the LLM ledger and response cache, the
+Inbox, and the partition leases every domain's runs take. Each domain declares its own tables on the same ``metadata`` in ``<domain>/tables.py``;
 the schema itself is created by the migrations (``memory-pipeline db upgrade``)."""
 
 from __future__ import annotations
@@ -156,4 +156,18 @@ pending_cache_writes = Table(
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
     Column("reason", String(512), nullable=False),
     Index("ix_pending_cache_writes_created_at", "created_at"),
+)
+
+
+# Who is working on one partition of one asset right now (lib.store.leases): one row per (asset,
+# partition) while a run holds it, renewed while it works, deleted when it is done. A row past
+# expires_at belongs to a dead worker and is taken over.
+partition_leases = Table(
+    "partition_leases",
+    metadata,
+    Column("asset", String(256), primary_key=True),
+    Column("partition", String(256), primary_key=True),
+    Column("holder", String(256), nullable=False),  # a run id
+    Column("acquired_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
 )

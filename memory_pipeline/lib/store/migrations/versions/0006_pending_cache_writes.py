@@ -1,8 +1,8 @@
 """Platform: the write-behind of the key-value cache (writes Redis could not take while it was
 unreachable, written through when it is back).
 
-Revision ID: 0005b_pending_cache_writes
-Revises: 0004_chunk_seq_period_runs
+Revision ID: 0006_pending_cache_writes
+Revises: 0005_partition_leases
 """
 
 import sqlalchemy as sa
@@ -10,8 +10,8 @@ from alembic import op
 
 from memory_pipeline.lib.store import tables
 
-revision = "0005b_pending_cache_writes"
-down_revision = "0004_chunk_seq_period_runs"
+revision = "0006_pending_cache_writes"
+down_revision = "0005_partition_leases"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,64 @@
+"""Every partition an asset works on is leased in the store for the run (lib.store.leases): two
+overlapping runs (two backfills of the same range, a backfill and a schedule) never work on the
+same partition at once. The second waits, then does the partition, finding the first run's rows
+(reused by model, prompt version and material fingerprint: no LLM call)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from dagster import AssetExecutionContext
+
+from memory_pipeline.lib.store import Store, leases
+
+T = TypeVar("T")
+
+
+def under_leases(
+    context: AssetExecutionContext,
+    store: Store,
+    items: Sequence[tuple[str, T]],
+    work: Callable[[str, T], None],
+    *,
+    wait_seconds: float,
+    poll_seconds: float = leases.DEFAULT_POLL_SECONDS,
+) -> dict[str, str]:
+    """``work(key, item)`` for every partition of the run, each while holding the lease of (asset,
+    partition) with the run id as holder. Partitions free now go first; those another run holds
+    come after, waiting for it (a log line names it). Returns {key: reason} of the partitions left
+    undone because they stayed held for more than ``wait_seconds``."""
+    asset, holder = context.assets_def.key.to_user_string(), context.run.run_id
+    undone: dict[str, str] = {}
+
+    def waiting(key: str) -> Callable[[leases.Holder, float], None]:
+        def log(other: leases.Holder, waited: float) -> None:
+            context.log.info(
+                f"{asset} {key}: run {other.holder} is working on this partition (lease until "
+                f"{other.expires_at:%H:%M:%S} UTC); waiting up to {wait_seconds:.0f} s, then doing it "
+                "(its rows are reused, no LLM call twice)"
+            )
+
+        return log
+
+    def run(key: str, item: T, wait: float) -> None:
+        with leases.held(store, asset, key, holder, wait=wait, poll=poll_seconds, on_wait=waiting(key)) as lease:
+            work(key, item)
+        if lease.lost:
+            context.log.warning(
+                f"{asset} {key}: the lease expired while this run worked (no renewal got through) and "
+                "another run took it over; both may have worked on this partition"
+            )
+
+    busy = []
+    for key, item in items:
+        if leases.try_acquire(store, asset, key, holder) is not None:
+            busy.append((key, item))
+            continue
+        run(key, item, 0.0)  # taken above: held() finds it ours
+    for key, item in busy:
+        try:
+            run(key, item, wait_seconds)
+        except leases.LeaseTimeout as exc:
+            undone[key] = str(exc)
+    return undone

@@ -1,0 +1,188 @@
+"""Partition leases in the store: while a run works on one partition of one asset it holds the
+lease of (asset, partition); a second run that wants the same partition waits until it is released
+and then does it (finding the first run's rows, so paying nothing twice). Leases live in the store,
+never in a process, so they hold across processes, workers and machines.
+
+A lease expires ``ttl`` after it was taken or last renewed; the holder renews it from a background
+thread while it works. A lease past its expiry belongs to a dead worker and is taken over. Taking
+is one atomic statement on both dialects: ``INSERT .. ON CONFLICT (asset, partition) DO UPDATE ..
+WHERE the lease expired or is already ours`` (its row count says whether it was taken).
+
+Expiry compares the workers' clocks with each other (UTC): keep them in sync (NTP) to well within
+the TTL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from memory_pipeline.lib.store.db import Store
+from memory_pipeline.lib.store.tables import partition_leases
+from memory_pipeline.lib.timeutil import utcnow
+
+DEFAULT_TTL = timedelta(minutes=5)
+DEFAULT_POLL_SECONDS = 1.0
+DEFAULT_WAIT_SECONDS = 1800.0
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease, and until when (unless renewed)."""
+
+    holder: str
+    expires_at: datetime
+
+
+class LeaseTimeout(RuntimeError):
+    """The partition stayed held by another run for longer than the caller would wait."""
+
+    def __init__(self, asset: str, partition: str, other: Holder, waited: float):
+        self.other = other
+        self.waited = waited
+        super().__init__(
+            f"{asset} {partition}: still held by run {other.holder} (lease until "
+            f"{other.expires_at:%Y-%m-%d %H:%M:%S} UTC) after waiting {waited:.0f} s; not done by this run"
+        )
+
+
+def try_acquire(
+    store: Store, asset: str, partition: str, holder: str, ttl: timedelta = DEFAULT_TTL, now: datetime | None = None
+) -> Holder | None:
+    """Take the lease when it is free, expired, or already ``holder``'s (renewing it then). Returns
+    None when taken, else who holds it."""
+    now = now or utcnow()
+    t = partition_leases.c
+    values = {"asset": asset, "partition": partition, "holder": holder, "acquired_at": now, "expires_at": now + ttl}
+    with store.begin() as conn:
+        ins: postgresql.Insert | sqlite.Insert
+        if conn.dialect.name == "postgresql":
+            ins = postgresql.insert(partition_leases).values(values)
+        else:
+            ins = sqlite.insert(partition_leases).values(values)
+        stmt = ins.on_conflict_do_update(
+            index_elements=["asset", "partition"],
+            set_={
+                "holder": ins.excluded.holder,
+                "acquired_at": ins.excluded.acquired_at,
+                "expires_at": ins.excluded.expires_at,
+            },
+            where=(t.expires_at <= now) | (t.holder == holder),
+        )
+        if conn.execute(stmt).rowcount == 1:
+            return None
+        row = conn.execute(
+            select(t.holder, t.expires_at).where(t.asset == asset, t.partition == partition)
+        ).one_or_none()
+    # Released between the two statements: free now, the next attempt takes it.
+    return Holder(row.holder, row.expires_at) if row is not None else Holder("", now)
+
+
+def renew(
+    store: Store, asset: str, partition: str, holder: str, ttl: timedelta = DEFAULT_TTL, now: datetime | None = None
+) -> bool:
+    """Push the expiry of ``holder``'s lease to now + ttl. False when it is no longer theirs (it
+    expired and another run took it over)."""
+    now = now or utcnow()
+    t = partition_leases.c
+    with store.begin() as conn:
+        stmt = (
+            update(partition_leases)
+            .where(t.asset == asset, t.partition == partition, t.holder == holder)
+            .values(expires_at=now + ttl)
+        )
+        return bool(conn.execute(stmt).rowcount)
+
+
+def release(store: Store, asset: str, partition: str, holder: str) -> bool:
+    """Give the lease up (only ``holder``'s own: a lease taken over is left to its new holder)."""
+    t = partition_leases.c
+    with store.begin() as conn:
+        stmt = delete(partition_leases).where(t.asset == asset, t.partition == partition, t.holder == holder)
+        return bool(conn.execute(stmt).rowcount)
+
+
+def current(store: Store, asset: str, partition: str) -> Holder | None:
+    t = partition_leases.c
+    with store.connect() as conn:
+        row = conn.execute(
+            select(t.holder, t.expires_at).where(t.asset == asset, t.partition == partition)
+        ).one_or_none()
+    return Holder(row.holder, row.expires_at) if row is not None else None
+
+
+@dataclass
+class Lease:
+    """A lease held by this process: what it waited for, and whether a renewal found it lost."""
+
+    asset: str
+    partition: str
+    holder: str
+    waited: float = 0.0
+    waited_for: list[str] = field(default_factory=list)  # the other holders it waited for
+    lost: bool = False
+    renewals: int = 0
+
+
+def _renew_until(stop: threading.Event, store: Store, lease: Lease, ttl: timedelta, every: float) -> None:
+    while not stop.wait(every):
+        try:
+            if renew(store, lease.asset, lease.partition, lease.holder, ttl):
+                lease.renewals += 1
+            else:
+                lease.lost = True
+                return
+        except Exception:  # noqa: BLE001 - a store hiccup: the lease lasts ttl, try again next time
+            continue
+
+
+@contextmanager
+def held(
+    store: Store,
+    asset: str,
+    partition: str,
+    holder: str,
+    *,
+    ttl: timedelta = DEFAULT_TTL,
+    wait: float = DEFAULT_WAIT_SECONDS,
+    poll: float = DEFAULT_POLL_SECONDS,
+    renew_every: float | None = None,
+    on_wait: Callable[[Holder, float], None] | None = None,
+) -> Iterator[Lease]:
+    """Hold the lease of (asset, partition) for the body of the ``with``: take it, waiting (polling
+    every ``poll`` seconds, at most ``wait`` seconds, then LeaseTimeout) while another live holder
+    has it; ``on_wait(holder, waited)`` is called when the wait starts and whenever the holder
+    changes. It is renewed every ``renew_every`` seconds (ttl/5) while the body runs and released
+    after it, also when it raises."""
+    started = time.monotonic()
+    lease = Lease(asset, partition, holder)
+    while (other := try_acquire(store, asset, partition, holder, ttl)) is not None:
+        waited = time.monotonic() - started
+        if not other.holder:
+            continue  # released just now
+        if waited >= wait:
+            raise LeaseTimeout(asset, partition, other, waited)
+        if not lease.waited_for or lease.waited_for[-1] != other.holder:
+            lease.waited_for.append(other.holder)
+            if on_wait is not None:
+                on_wait(other, waited)
+        time.sleep(max(0.0, min(poll, wait - waited)))
+    lease.waited = time.monotonic() - started
+    stop = threading.Event()
+    every = renew_every if renew_every is not None else ttl.total_seconds() / 5
+    beat = threading.Thread(
+        target=_renew_until, args=(stop, store, lease, ttl, every), name=f"lease {asset} {partition}", daemon=True
+    )
+    beat.start()
+    try:
+        yield lease
+    finally:
+        stop.set()
+        beat.join()
+        release(store, asset, partition, holder)

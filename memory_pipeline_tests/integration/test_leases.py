@@ -1,0 +1,138 @@
+"""Partition leases in the store (lib.store.leases), on PostgreSQL and SQLite: one holder at a time,
+a waiter gets the partition when it is released, a dead holder's lease is taken over once it has
+expired, a live one is renewed while it works, and the lease holds across processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from datetime import timedelta
+from itertools import pairwise
+
+import pytest
+from sqlalchemy import insert, select
+
+from memory_pipeline import domains
+from memory_pipeline.lib.store import Store, leases
+from memory_pipeline.lib.store.migrate import ensure_schema
+from memory_pipeline.lib.store.tables import partition_leases
+from memory_pipeline.lib.timeutil import utcnow
+
+A, P = "temporal_day_summaries", "2025-12-31"
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def lease_store(request, tmp_path) -> Store:
+    if request.param == "postgresql":
+        return request.getfixturevalue("store")
+    store = Store(f"sqlite:///{tmp_path / 'memory.sqlite'}")
+    ensure_schema(store, domains.version_locations())
+    return store
+
+
+def test_one_holder_at_a_time_and_the_next_takes_it_after_release(lease_store):
+    assert leases.try_acquire(lease_store, A, P, "run-a") is None
+    other = leases.try_acquire(lease_store, A, P, "run-b")
+    assert other is not None and other.holder == "run-a" and other.expires_at > utcnow()
+    assert leases.try_acquire(lease_store, A, P, "run-a") is None  # the holder's own: renewed
+    assert leases.try_acquire(lease_store, A, "2025-12-30", "run-b") is None  # another partition is free
+    assert not leases.release(lease_store, A, P, "run-b")  # not theirs
+    assert leases.release(lease_store, A, P, "run-a")
+    assert leases.try_acquire(lease_store, A, P, "run-b") is None
+    assert leases.current(lease_store, A, P).holder == "run-b"
+
+
+def test_a_dead_holder_is_taken_over_once_its_lease_expired(lease_store):
+    past = utcnow() - timedelta(seconds=1)
+    with lease_store.begin() as conn:
+        conn.execute(
+            insert(partition_leases).values(
+                asset=A, partition=P, holder="dead-run", acquired_at=past - timedelta(minutes=5), expires_at=past
+            )
+        )
+    with leases.held(lease_store, A, P, "run-b", wait=5, poll=0.05) as lease:
+        assert lease.waited_for == [] and leases.current(lease_store, A, P).holder == "run-b"
+    assert not leases.renew(lease_store, A, P, "dead-run")  # the dead run lost it for good
+    assert leases.current(lease_store, A, P) is None
+
+
+def test_a_waiter_logs_the_holder_and_takes_over_when_the_dead_lease_expires(lease_store):
+    # Held by a worker that died without releasing: nobody renews it, it expires in a second.
+    assert leases.try_acquire(lease_store, A, P, "dead-run", ttl=timedelta(seconds=1)) is None
+    seen = []
+    started = time.monotonic()
+    with leases.held(lease_store, A, P, "run-b", wait=30, poll=0.1, on_wait=lambda h, w: seen.append(h.holder)):
+        took = time.monotonic() - started
+    assert seen == ["dead-run"] and 0.5 < took < 10
+
+
+def test_a_waiter_runs_after_the_holder_releases(lease_store):
+    order = []
+    holding = threading.Event()
+
+    def first():
+        with leases.held(lease_store, A, P, "run-a", poll=0.05):
+            holding.set()
+            order.append("a starts")
+            time.sleep(0.6)
+            order.append("a ends")
+
+    t = threading.Thread(target=first)
+    t.start()
+    holding.wait(10)
+    waited_for = []
+    with leases.held(lease_store, A, P, "run-b", poll=0.05, on_wait=lambda h, w: waited_for.append(h.holder)) as lease:
+        order.append("b starts")
+    t.join()
+    assert order == ["a starts", "a ends", "b starts"]
+    assert waited_for == ["run-a"] and lease.waited > 0.3
+
+
+def test_a_live_holder_is_renewed_while_it_works_and_a_bounded_wait_times_out(lease_store):
+    ttl = timedelta(seconds=1)
+    with leases.held(lease_store, A, P, "run-a", ttl=ttl, renew_every=0.2) as lease:
+        time.sleep(2.0)  # twice the TTL: only the renewals keep it
+        with pytest.raises(leases.LeaseTimeout, match=r"still held by run run-a .* after waiting \d+ s"):
+            with leases.held(lease_store, A, P, "run-b", wait=0.5, poll=0.1):
+                pass
+    assert lease.renewals >= 5 and not lease.lost
+    assert leases.current(lease_store, A, P) is None  # released on the way out
+
+
+def test_a_lease_is_released_when_the_work_raises(lease_store):
+    with pytest.raises(RuntimeError):
+        with leases.held(lease_store, A, P, "run-a"):
+            raise RuntimeError("LLM hard failure")
+    assert leases.current(lease_store, A, P) is None
+
+
+def _worker(url: str, name: str, queue) -> None:
+    try:
+        store = Store(url)
+        spans = []
+        for _ in range(4):
+            with leases.held(store, A, P, name, poll=0.02, wait=60):
+                start = time.time()
+                time.sleep(0.15)
+                spans.append((start, time.time()))
+        queue.put(spans)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        queue.put(f"error: {type(exc).__name__}: {exc}")
+
+
+def test_the_lease_holds_across_processes(lease_store):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(lease_store.url, f"run-{i}", queue)) for i in range(2)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert all(isinstance(r, list) for r in results), results
+    spans = sorted(s for r in results for s in r)
+    assert len(spans) == 8
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in pairwise(spans)), spans  # never two at once
+    with lease_store.connect() as conn:
+        assert conn.execute(select(partition_leases)).all() == []
