@@ -81,11 +81,29 @@ def test_a_database_at_the_previous_revision_keeps_its_rows(empty_url):
         assert conn.execute(select(messages.c.content)).scalar_one() == "hi"
         chunk = conn.execute(select(temporal_day_chunks)).mappings().one()
     assert chunk["seq"] == 0 and chunk["source_ids"] == ["m1"]
-    assert "partition_leases" in inspect(store.engine).get_table_names()  # the platform's 0005
+    assert {"partition_leases", "pending_cache_writes"} <= set(inspect(store.engine).get_table_names())
 
 
-def test_the_history_is_one_line_and_the_leases_come_last():
-    assert head(LOCATIONS) == "0005_partition_leases"
+def test_the_history_is_one_line_across_the_platform_and_the_domains():
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from memory_pipeline.lib.store.migrate import SCRIPT_LOCATION
+
+    cfg = Config()
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    cfg.set_main_option("path_separator", "os")
+    cfg.set_main_option("version_locations", ":".join(LOCATIONS))
+    chain = [s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()][::-1]
+    assert chain == [
+        "0001_platform",
+        "0002_events",
+        "0003_temporal",
+        "0004_chunk_seq_period_runs",
+        "0005_partition_leases",
+        "0006_pending_cache_writes",
+    ]
+    assert head(LOCATIONS) == chain[-1]
 
 
 def _migrate_in_a_process(url: str, queue) -> None:
