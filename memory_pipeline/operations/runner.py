@@ -17,6 +17,14 @@ from memory_pipeline.operations.registry import targets
 
 INSTANCE_YAML = """\
 # Embedded default: SQLite run/event storage under this folder. Production: deploy/production/dagster.yaml.
+# Every LLM-calling asset is in the pool "llm": the run queue (dagster dev, the UI) launches one run
+# that uses it at a time (default_limit: the limit of any pool not set in the UI). Run granularity:
+# a run launched outside the queue (the CLI's runs) is not held back, and one killed mid-step
+# leaves no claimed slot behind that would block the next run.
+concurrency:
+  pools:
+    default_limit: 1
+    granularity: run
 telemetry:
   enabled: false
 """

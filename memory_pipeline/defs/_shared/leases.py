@@ -33,7 +33,7 @@ def under_leases(
 
     def waiting(key: str) -> Callable[[leases.Holder, float], None]:
         def log(other: leases.Holder, waited: float) -> None:
-            context.log.info(
+            context.log.warning(  # a warning: the CLI shows warnings, and this wait may be long
                 f"{asset} {key}: run {other.holder} is working on this partition (lease until "
                 f"{other.expires_at:%H:%M:%S} UTC); waiting up to {wait_seconds:.0f} s, then doing it "
                 "(its rows are reused, no LLM call twice)"
