@@ -172,7 +172,9 @@ def _periods(window, context, config, temporal, failures: dict[str, str], finish
         raise Failure(
             description=_failure_line(window, len(context.partition_keys), failures),
             metadata={"failed_partitions": MetadataValue.json(sorted(failures))},
-            allow_retries=False,  # a missing child or a hard LLM failure does not heal by re-running now
+            # No op retry policy may re-run this step at once: missing children or an LLM hard failure
+            # fail the same way again (the first line says what to do).
+            allow_retries=False,
         )
     return MaterializeResult()
 
