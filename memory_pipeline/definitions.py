@@ -7,6 +7,8 @@ from typing import Any
 
 from dagster import AssetSpec, Definitions
 
+from memory_pipeline.defs.analyst.definitions import defs as analyst_defs
+from memory_pipeline.defs.analyst.resources import analyst_resources
 from memory_pipeline.defs.events.definitions import defs as events_defs
 from memory_pipeline.defs.temporal.definitions import defs as temporal_defs
 from memory_pipeline.defs.temporal.resources import temporal_resources
@@ -28,14 +30,14 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
-    merged = Definitions.merge(events_defs, temporal_defs)
+    merged = Definitions.merge(events_defs, temporal_defs, analyst_defs)
     located = Definitions(
         assets=[*(merged.assets or [])],
         asset_checks=merged.asset_checks,
         jobs=merged.jobs,
         schedules=merged.schedules,
         sensors=merged.sensors,
-        resources={**shared, **temporal_resources(shared)},
+        resources={**shared, **temporal_resources(shared), **analyst_resources(shared)},
     )
     with warnings.catch_warnings():  # map_asset_specs is marked preview; its behaviour here is tested
         warnings.simplefilter("ignore")

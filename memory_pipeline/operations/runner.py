@@ -149,6 +149,8 @@ def run_config(
     as_of: str = "",
     child_wait_retries: int | None = None,
 ) -> dict:
+    if not targets()[window].configurable:
+        return dict(QUIET)
     cfg: dict = {"force_llm": force_llm, "worlds": worlds or [], "as_of": as_of}
     if child_wait_retries is not None:
         cfg["child_wait_retries"] = child_wait_retries
@@ -177,6 +179,8 @@ def run_range(
     kwargs = dict(instance=instance, run_config=config, raise_on_error=False)
     if target.subset:  # selecting an asset in execute_in_process would also select every check of it
         kwargs["asset_selection"] = [target.asset_key]
+    elif target.selection:
+        kwargs["asset_selection"] = list(target.selection)
     if first == last:
         result = job.execute_in_process(partition_key=first, tags=tags, **kwargs)
     else:
