@@ -6,6 +6,6 @@ select
     inserted,
     duplicates,
     rejected,
-    "at",
+    "at" as ingested_at,
     cst_day
 from {{ source('memory', 'ingest_batches') }}

@@ -1,6 +1,6 @@
 select
     call_id,
-    "at",
+    "at" as called_at,
     cst_day,
     asset,
     "partition",

@@ -17,8 +17,8 @@ select
     m.role = 'tool'
         or (m.role = 'assistant' and trim(coalesce(m.content, '')) = ''
             and m.tool_calls is not null and json_array_length(m.tool_calls) > 0) as is_tool_only,
-    m.at,
-    timezone('{{ var("timezone") }}', m.at) as at_local,
+    m.at as sent_at,
+    timezone('{{ var("timezone") }}', m.at) as sent_at_local,
     m.cst_day,
     m.ingested_at,
     m.source

@@ -4,7 +4,7 @@ select
     world_id,
     cst_date,
     bucket,
-    "at",
+    "at" as effective_at,  -- the bucket end, where the chunk takes effect
     summary,
     length(summary) as summary_chars,
     watermark_message_id,
