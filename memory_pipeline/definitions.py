@@ -7,7 +7,8 @@ from typing import Any
 
 from dagster import AssetSpec, Definitions
 
-from memory_pipeline.defs.analyst.definitions import defs as analyst_defs
+# The module, not its `defs`: Dagster's loader refuses a module holding several Definitions.
+from memory_pipeline.defs.analyst import definitions as analyst_domain
 from memory_pipeline.defs.analyst.resources import analyst_resources
 from memory_pipeline.defs.events.definitions import defs as events_defs
 from memory_pipeline.defs.temporal.definitions import defs as temporal_defs
@@ -30,7 +31,7 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
-    merged = Definitions.merge(events_defs, temporal_defs, analyst_defs)
+    merged = Definitions.merge(events_defs, temporal_defs, analyst_domain.defs)
     located = Definitions(
         assets=[*(merged.assets or [])],
         asset_checks=merged.asset_checks,
