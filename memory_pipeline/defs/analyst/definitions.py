@@ -23,7 +23,7 @@ analyst_automation_sensor = AutomationConditionSensorDefinition(
     minimum_interval_seconds=60,
     description="Declarative automation of the analyst layer: a table's export after its upstream writes (the "
     "very days written), then the dbt models reading it, then the picture; tables written outside runs "
-    "every 30 minutes.",
+    "every 30 minutes. Ships stopped, like every schedule and sensor here; its first tick requests nothing.",
 )
 
 defs = Definitions(
