@@ -3,6 +3,9 @@ Dagster runs), and show what the DuckDB file holds."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -20,13 +23,16 @@ def analytics_files():
     return AnalyticsFiles.at(settings.duckdb_path(), analyst_config.load())
 
 
-def run_steps(steps: list[tuple[str, str, str]], instance=None) -> bool:
+def run_steps(steps: list[tuple[str, str, str | None]], instance=None) -> bool:
     """(target, from, to) as Dagster runs, one per range; prints one line per run."""
     from memory_pipeline import operations
 
     ok = True
     for target, lo, hi in steps:
-        report = operations.materialize(target, lo, hi, mode="rebuild", instance=instance)
+        # dagster-dbt echoes every line of dbt's log to stdout (a run's compute log); here the
+        # summary line below says what happened, and the instance keeps the rest.
+        with contextlib.redirect_stdout(io.StringIO()):
+            report = operations.materialize(target, lo, hi, mode="rebuild", instance=instance)
         for note in report.notes:
             err.print(f"[yellow]{escape(note)}[/]")
         for r in report.runs:
@@ -58,20 +64,36 @@ def print_analytics(files) -> None:
         console.print(f"Coverage and cost picture: {files.report}")
 
 
+def export_steps(start: str, end: str | None, marts: bool) -> list[tuple[str, str, str | None]]:
+    """The runs of an export of [start, end]: the tables by day, the months and years the range
+    touches (those closed), the whole tables, then the marts."""
+    from memory_pipeline import operations
+
+    steps: list[tuple[str, str, str | None]] = [("exports", start, end)]
+    for target, cut in (("month_exports", 7), ("year_exports", 4)):
+        lo, hi = start[:cut], end[:cut] if end else None
+        try:
+            if operations.partition_keys(target, lo, hi)[0]:
+                steps.append((target, lo, hi))
+        except operations.RangeError:
+            pass  # the range lies in a month (year) that is not closed yet: no row to export
+    return steps + ([("marts", start, end)] if marts else [])
+
+
 @app.command("export")
 def export(
-    start: str = typer.Option(None, "--from", help="First CST day (YYYY-MM-DD); default: the first partition"),
+    start: str = typer.Option(..., "--from", help="First CST day (YYYY-MM-DD)"),
     end: str = typer.Option(None, "--to", help="Last CST day; default: today"),
     marts: bool = typer.Option(True, "--marts/--no-marts", help="Then dbt build the marts for the same days"),
 ):
-    """Export every operational table for a range of CST days (replacing exactly those days) to the
-    DuckDB file and Parquet, then build the dbt marts: Dagster runs, as the automation would."""
+    """Export every operational table for a range of CST days to the DuckDB file and Parquet
+    (replacing exactly those days, and the months and years they touch), then build the dbt
+    marts: Dagster runs, as the automation would."""
     from memory_pipeline import operations
 
-    steps = [("exports", start, end)] + ([("marts", start, end)] if marts else [])
     try:
-        for target, lo, hi in steps:
-            operations.partition_keys(target, lo, hi)  # refuse a bad range before any run
+        operations.partition_keys("exports", start, end)  # refuse a bad range before any run
+        steps = export_steps(start, end, marts)
         with progress_bar() as progress:
             progress.add_task("export", total=None)
             ok = run_steps(steps)
