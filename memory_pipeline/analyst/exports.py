@@ -133,7 +133,10 @@ def _write_parquet(
 
     def copy(where: str, params: list[Any], target: Path) -> None:
         def write(tmp: Path) -> None:
-            con.execute(f"COPY (SELECT * FROM {name} {where}) TO '{tmp}' (FORMAT parquet, COMPRESSION zstd)", params)
+            target_sql = logic.sql_string(str(tmp))
+            con.execute(
+                f"COPY (SELECT * FROM {name} {where}) TO {target_sql} (FORMAT parquet, COMPRESSION zstd)", params
+            )
 
         replace_file(files, write, target)
 

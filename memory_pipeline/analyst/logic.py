@@ -61,7 +61,14 @@ def insert_sql(export: ExportTable, source: str) -> str:
     if export.day_column is not None:
         day = quote(export.day_column)
         casts.append(f"CAST({day} AS DATE)" if export.day_is_date else f"CAST(timezone(?, {day}) AS DATE)")
-    return f"INSERT INTO {quote(export.name)} SELECT {', '.join(casts)} FROM {source}"
+    # Named columns: a column the store no longer has stays in the file, NULL for new rows.
+    names = ", ".join(quote(n) for n, _ in columns(export))
+    return f"INSERT INTO {quote(export.name)} ({names}) SELECT {', '.join(casts)} FROM {source}"
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal (for the file names COPY takes, which cannot be bound parameters)."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 @dataclass(frozen=True)

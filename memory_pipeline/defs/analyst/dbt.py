@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dagster import AssetDep, AssetExecutionContext, AssetKey, AssetSelection, AssetSpec, AutomationCondition, Failure
+from dagster._utils import run_with_concurrent_update_guard
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 
 from memory_pipeline.analyst.files import publishing
@@ -39,7 +40,10 @@ def prepared_manifest() -> Path:
     sources += [p for folder in ("models", "macros", "tests") for p in (root / folder).rglob("*") if p.is_file()]
     if not manifest.exists() or any(p.stat().st_mtime > manifest.stat().st_mtime for p in sources):
         dbt = DbtCliResource(project_dir=analytics_dbt, dbt_executable=dbt_executable())
-        dbt.cli(["parse", "--quiet"], target_path=analytics_dbt.target_path).wait()
+        # As dagster-dbt's own preparer: processes loading at once parse once, the others wait.
+        run_with_concurrent_update_guard(
+            manifest, lambda: dbt.cli(["parse", "--quiet"], target_path=analytics_dbt.target_path).wait()
+        )
     return manifest
 
 
