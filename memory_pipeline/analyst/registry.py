@@ -83,6 +83,10 @@ EXPORTS: tuple[ExportTable, ...] = (
 
 BY_NAME: dict[str, ExportTable] = {e.name: e for e in EXPORTS}
 
+# Tables on the shared metadata that are deliberately not exported, each with the reason: only
+# coordination state of the running system (rows that live for seconds), never data.
+NOT_EXPORTED: dict[str, str] = {}
+
 
 def split_tables() -> dict[str, list[ExportTable]]:
     """Store tables exported as several tables (one per period): the file's view name -> parts."""
