@@ -204,14 +204,14 @@ def _cst_day(at: datetime) -> date:
 
 
 def test_dbt_parse_needs_no_network_and_no_package(tmp_path):
-    """No packages.yml (dbt deps would download); `dbt parse` writes a manifest with every model
-    (this machine has no internet: the run itself is the proof)."""
+    """No packages.yml (dbt deps would download), usage stats off in the project; `dbt parse` writes a
+    manifest with every model (this machine has no internet: the run itself is the proof)."""
     project = analytics_dbt.project_dir
     assert not (project / "packages.yml").exists() and not (project / "dependencies.yml").exists()
     done = subprocess.run(
         [dbt_executable(), "parse", "--quiet", "--target-path", str(tmp_path / "target")],
         cwd=project,
-        env={"PATH": "/usr/bin:/bin", "DBT_SEND_ANONYMOUS_USAGE_STATS": "false", "HOME": str(tmp_path)},
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},  # the project itself turns usage stats off
         capture_output=True,
         text=True,
         timeout=300,
