@@ -10,6 +10,8 @@ from dagster import AssetSpec, Definitions
 # Modules, not their `defs`: Dagster's loader (workspace.yaml, `dagster dev`) refuses a module that
 # holds more than one Definitions object at module scope.
 from memory_pipeline.defs._shared import definitions as shared_domain
+from memory_pipeline.defs.analyst import definitions as analyst_domain
+from memory_pipeline.defs.analyst.resources import analyst_resources
 from memory_pipeline.defs.events import definitions as events_domain
 from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
@@ -31,14 +33,14 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
-    merged = Definitions.merge(shared_domain.defs, events_domain.defs, temporal_domain.defs)
+    merged = Definitions.merge(shared_domain.defs, events_domain.defs, temporal_domain.defs, analyst_domain.defs)
     located = Definitions(
         assets=[*(merged.assets or [])],
         asset_checks=merged.asset_checks,
         jobs=merged.jobs,
         schedules=merged.schedules,
         sensors=merged.sensors,
-        resources={**shared, **temporal_resources(shared)},
+        resources={**shared, **temporal_resources(shared), **analyst_resources(shared)},
     )
     with warnings.catch_warnings():  # map_asset_specs is marked preview; its behaviour here is tested
         warnings.simplefilter("ignore")

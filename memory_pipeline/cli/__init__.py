@@ -7,13 +7,14 @@ import warnings
 
 import typer
 
-from memory_pipeline.cli import cache, db, events, temporal
+from memory_pipeline.cli import analyst, cache, db, events, temporal
 from memory_pipeline.cli.console import console, err
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(events.app)
 app.add_typer(temporal.app)
 app.add_typer(cache.app)
+app.add_typer(analyst.app)
 app.add_typer(db.app, name="db", help="Schema migrations of the operational store.")
 
 
@@ -22,7 +23,7 @@ def demo(
     fresh: bool = typer.Option(True, "--fresh/--keep", help="Start from an empty store and instance under data/"),
 ):
     """The main job on the embedded default: sample data -> ingest -> every temporal asset as real
-    Dagster runs in the instance under data/dagster_home -> results."""
+    Dagster runs in the instance under data/dagster_home -> DuckDB exports and dbt marts -> results."""
     from memory_pipeline.cli.demo import run_demo
 
     sys.exit(run_demo(fresh=fresh, console=console, err=err))

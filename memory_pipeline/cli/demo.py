@@ -1,11 +1,11 @@
 """The main job on the embedded default (SQLite store and instance under data/, in-process cache,
 offline model): generate and ingest the sample, materialize the whole temporal graph for its
-range as real Dagster runs, and print what came out."""
+range as real Dagster runs, export it to DuckDB and build the dbt marts, and print what came out."""
 
 from __future__ import annotations
 
 import shutil
-from datetime import timedelta
+from datetime import date, timedelta
 
 from rich.console import Console
 
@@ -20,6 +20,10 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
         for name in ("memory.sqlite", "memory.sqlite-wal", "memory.sqlite-shm"):
             (data / name).unlink(missing_ok=True)
         shutil.rmtree(data / "dagster_home", ignore_errors=True)
+        if not settings.env(settings.ENV_DUCKDB_PATH):  # the analyst's files of the default location
+            for name in ("analytics.duckdb", "analytics.duckdb.next", "analytics_report.png"):
+                (data / name).unlink(missing_ok=True)
+            shutil.rmtree(data / "analytics_parquet", ignore_errors=True)
 
     from datetime import datetime
     from zoneinfo import ZoneInfo
@@ -74,7 +78,9 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
         )
         progress.advance(task)
 
-    console.print("[bold]3.[/] results")
+    ok &= _analyst_step(console, instance)
+
+    console.print("[bold]4.[/] results")
     print_status(store)
     tz = ZoneInfo(settings.timezone_name())
     world = next(iter(sample_data.WORLDS))
@@ -82,5 +88,34 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     cache = KVCache(settings.redis_url())
     view = temporal_view(store, cache, temporal_config.load(), world, viewer, datetime.fromisoformat(read_at), tz)
     print_view(view, viewer_timeline(store, view, tz), cache.backend)
+    from memory_pipeline.cli.analyst import analytics_files, print_analytics
+
+    print_analytics(analytics_files())
     console.print(f"\nThe runs are in {operations.dagster_home()}: `make ui` opens them in the Dagster UI.")
     return 0 if ok else 1
+
+
+def _analyst_step(console: Console, instance) -> bool:
+    """Exports and marts as Dagster runs: the tables by the day of their data for the sample's days,
+    the tables by the day their rows were written (the LLM ledger of the runs above: today) for
+    the last two days, then the dbt models for the same two slices (and the picture)."""
+    from memory_pipeline.cli.analyst import run_steps
+    from memory_pipeline.defs._shared.partitions import cst_day_open
+
+    today = cst_day_open.get_last_partition_key()
+    assert today is not None
+    yesterday = (date.fromisoformat(today) - timedelta(days=1)).isoformat()
+    first, last = sample_data.SAMPLE_START, sample_data.SAMPLE_END
+    last_month = (last.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+    console.print(f"[bold]3.[/] DuckDB exports and dbt marts ({settings.duckdb_path()})")
+    return run_steps(
+        [
+            ("exports_by_data_day", first.isoformat(), last.isoformat()),
+            ("month_exports", first.strftime("%Y-%m"), last_month),
+            ("year_exports", str(first.year), str(last.year - 1)),
+            ("exports_by_write_day", yesterday, today),
+            ("marts", first.isoformat(), last.isoformat()),
+            ("daily_marts", yesterday, today),
+        ],
+        instance,
+    )

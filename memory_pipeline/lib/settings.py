@@ -1,7 +1,8 @@
 """The one place the environment is read, and the strict loader of ``memory.<section>`` config.
 
 The embedded default needs nothing: SQLite under ``data/``, an in-process cache and the offline
-model. Production sets ``MEMORY_DATABASE_URL``, ``REDIS_URL`` and ``MEMORY_LLM_MODEL``. Each domain
+model. Production sets ``MEMORY_DATABASE_URL``, ``REDIS_URL`` and ``MEMORY_LLM_MODEL`` (and
+``MEMORY_DUCKDB_PATH`` for the analyst's DuckDB file). Each domain
 declares its section as a frozen dataclass and loads it with :func:`load_section`.
 """
 
@@ -27,6 +28,7 @@ ENV_LLM_MODEL = "MEMORY_LLM_MODEL"
 ENV_LLM_API_BASE = "MEMORY_LLM_API_BASE"
 ENV_LLM_API_KEY = "MEMORY_LLM_API_KEY"
 ENV_CONFIG_FILE = "MEMORY_CONFIG_FILE"
+ENV_DUCKDB_PATH = "MEMORY_DUCKDB_PATH"
 
 
 class ConfigError(ValueError):
@@ -50,6 +52,11 @@ def default_sqlite_url() -> str:
 
 def database_url() -> str:
     return env(ENV_DATABASE_URL) or default_sqlite_url()
+
+
+def duckdb_path() -> Path:
+    """The analyst's DuckDB file (MEMORY_DUCKDB_PATH), by default data/analytics.duckdb."""
+    return Path(env(ENV_DUCKDB_PATH) or data_dir() / "analytics.duckdb")
 
 
 def redis_url() -> str | None:

@@ -14,6 +14,8 @@ class Target:
     partitions: PartitionsDefinition
     asset_key: AssetKey
     subset: bool = False  # the job holds another asset too: select this one
+    configurable: bool = True  # its asset takes the run config (force_llm, worlds, as_of, ...)
+    selection: tuple[AssetKey, ...] = ()  # run only these assets of the job (and their checks)
 
     @property
     def op_name(self) -> str:

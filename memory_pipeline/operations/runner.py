@@ -158,6 +158,8 @@ def run_config(
 ) -> dict:
     """The run config of an operator's run. It never waits for missing child rows (only runs tagged
     as the nightly cascade do), so a month or year with missing children fails at once, naming them."""
+    if not targets()[window].configurable:
+        return dict(QUIET)
     cfg: dict = {"force_llm": force_llm, "worlds": worlds or [], "as_of": as_of}
     return {"ops": {targets()[window].op_name: {"config": cfg}}, **QUIET}
 
@@ -184,6 +186,8 @@ def run_range(
     kwargs = dict(instance=instance, run_config=config, raise_on_error=False)
     if target.subset:  # selecting an asset in execute_in_process would also select every check of it
         kwargs["asset_selection"] = [target.asset_key]
+    elif target.selection:
+        kwargs["asset_selection"] = list(target.selection)
     if first == last:
         result = job.execute_in_process(partition_key=first, tags=tags, **kwargs)
     else:

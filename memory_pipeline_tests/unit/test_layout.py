@@ -1,6 +1,7 @@
 """The layering rules of the package (STYLE.md): the platform (lib/) names no domain and imports
-no dagster; a domain's core (logic, prompts, I/O) imports no dagster and no other domain's core;
-only defs/, operations/, cli/ and the root modules touch Dagster."""
+no dagster; a domain's core (logic, prompts, I/O) imports no dagster and no other domain's core
+(the analyst layer, which exports every domain's tables, reads their ``tables`` modules and
+nothing else of them); only defs/, operations/, cli/ and the root modules touch Dagster."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from memory_pipeline import domains
 
 PACKAGE = Path(domains.__file__).resolve().parent
 DOMAIN_NAMES = (*domains.DOMAINS, "tower", "sleep", "conversation", "objects", "analyst")
+# Domain cores on disk: the domains with tables, and the analyst layer (no tables of its own).
+CORES = (*domains.DOMAINS, "analyst")
 
 
 def _imports(path: Path) -> list[str]:
@@ -39,7 +42,7 @@ def test_lib_imports_no_dagster_and_no_domain(path):
 
 @pytest.mark.parametrize(
     "path",
-    [p for d in domains.DOMAINS for p in _py(d)],
+    [p for d in CORES for p in _py(d)],
     ids=lambda p: str(p.relative_to(PACKAGE)),
 )
 def test_domain_cores_import_no_dagster_and_no_other_domain(path):
@@ -48,8 +51,15 @@ def test_domain_cores_import_no_dagster_and_no_other_domain(path):
         assert not module.startswith("dagster"), f"{path}: imports {module}"
         parts = module.split(".")
         if parts[0] == "memory_pipeline" and len(parts) > 1 and parts[1] in DOMAIN_NAMES:
-            # Every domain may read the raw events' tables and rules; nothing else crosses over.
-            assert parts[1] in (own, "events"), f"{path}: imports {module}"
+            # Every domain may read the raw events' tables and rules; nothing else crosses over,
+            # except that the analyst layer reads every domain's table declarations to export them.
+            tables = own == "analyst" and parts[2:] == ["tables"]
+            assert parts[1] in (own, "events") or tables, f"{path}: imports {module}"
+
+
+def test_the_analyst_reads_other_domains_through_their_tables_only():
+    imported = {m for p in _py("analyst") for m in _imports(p) if m.startswith("memory_pipeline.temporal")}
+    assert imported == {"memory_pipeline.temporal.tables"}
 
 
 def test_lib_source_names_no_domain():

@@ -1,0 +1,17 @@
+select
+    chunk_id,
+    conversation_id,
+    world_id,
+    cst_date,
+    bucket,
+    "at" as effective_at,  -- the bucket end, where the chunk takes effect
+    summary,
+    length(summary) as summary_chars,
+    watermark_message_id,
+    watermark_at,
+    source_ids,
+    json_array_length(source_ids) as source_id_count,
+    model,
+    seq,
+    cst_day
+from {{ source('memory', 'temporal_day_chunks') }}

@@ -1,0 +1,13 @@
+select
+    request_id,
+    kind,
+    world_id,
+    cst_date,
+    bucket,
+    viewer_conversation_id,
+    sources_fp,
+    requested_at,
+    done_at,
+    done_at is not null as is_done,
+    cst_day
+from {{ source('memory', 'warmup_requests') }}

@@ -1,0 +1,214 @@
+"""Copy operational tables into the analyst's DuckDB file and Parquet (core I/O, no Dagster).
+
+One call is one published version: under the writer lock, every requested table is brought up to
+date in a private copy of the file, which then replaces the published one atomically (see
+``files``). For a table by day the rows of exactly the window's CST days are replaced (so a
+backfill, a rebuild or a late-data repair of a day flows through by exporting that day again); a
+table without a day column is replaced whole. Every registered table exists in the file after any
+export (empty until exported), so the dbt sources always resolve."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import duckdb
+import pandas as pd
+from sqlalchemy import JSON, Boolean, ColumnElement, Date, DateTime, Integer, select
+
+from memory_pipeline.analyst import logic
+from memory_pipeline.analyst.files import AnalyticsFiles, publishing, replace_file
+from memory_pipeline.analyst.logic import DayWindow, quote
+from memory_pipeline.analyst.registry import DAY, EXPORTS, ExportTable, split_tables
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.timeutil import day_start
+
+# Rows fetched from the store and inserted into DuckDB at a time (bounded memory on big days).
+BATCH_ROWS = 50_000
+
+
+@dataclass
+class TableExport:
+    table: str
+    rows: int = 0  # rows now in the file for the exported days (or the whole table)
+    days: int = 0  # CST days replaced (0: the table was replaced whole)
+    parquet_files: int = 0  # Parquet files (re)written
+    rows_by_day: dict[str, int] = field(default_factory=dict)  # days that hold rows
+
+
+@dataclass
+class ExportReport:
+    duckdb_path: Path
+    window: DayWindow | None
+    tables: list[TableExport] = field(default_factory=list)
+    seconds: float = 0.0
+    file_bytes: int = 0
+
+    def table(self, name: str) -> TableExport:
+        return next(t for t in self.tables if t.table == name)
+
+
+def ensure_tables(con: duckdb.DuckDBPyConnection, exports: Sequence[ExportTable] = EXPORTS) -> None:
+    """Create every registered table (empty) if missing, add columns a migration added since, and
+    the view with a store table's name over the tables it is split into."""
+    for export in exports:
+        con.execute(logic.create_sql(export))
+        have = {r[0] for r in con.execute(f"SELECT * FROM {quote(export.name)} LIMIT 0").description or []}
+        for name, kind in logic.columns(export):
+            if name not in have:
+                con.execute(f"ALTER TABLE {quote(export.name)} ADD COLUMN {quote(name)} {kind}")
+    for view, parts in split_tables().items():
+        union = " UNION ALL BY NAME ".join(f"SELECT * FROM {quote(p.name)}" for p in parts)
+        con.execute(f"CREATE OR REPLACE VIEW {quote(view)} AS {union}")
+
+
+def _store_filter(export: ExportTable, window: DayWindow, tz: ZoneInfo) -> ColumnElement[bool]:
+    assert export.day_column is not None
+    col = export.table.c[export.day_column]
+    if export.day_is_date:
+        return col.between(window.first, window.last)
+    return (col >= day_start(window.first, tz)) & (col < day_start(window.last + timedelta(days=1), tz))
+
+
+def _frame(export: ExportTable, rows: Sequence[Any]) -> pd.DataFrame:
+    """A batch of store rows as a frame DuckDB scans with stable types (None stays NULL)."""
+    data: dict[str, Any] = {}
+    for i, col in enumerate(export.table.columns):
+        values = [r[i] for r in rows]
+        kind = col.type
+        if isinstance(kind, JSON):
+            data[col.name] = pd.Series(
+                [None if v is None else json.dumps(v, ensure_ascii=False) for v in values], dtype=object
+            )
+        elif isinstance(kind, DateTime) or isinstance(getattr(kind, "impl", None), DateTime):
+            data[col.name] = pd.to_datetime(pd.Series(values, dtype=object), utc=True)
+        elif isinstance(kind, Integer) and not isinstance(kind, Boolean):
+            data[col.name] = pd.array(values, dtype="Int64")
+        elif isinstance(kind, Date):
+            data[col.name] = pd.Series([None if v is None else v.isoformat() for v in values], dtype=object)
+        else:
+            data[col.name] = pd.Series(values, dtype=object)
+    return pd.DataFrame(data)
+
+
+def _copy_rows(
+    con: duckdb.DuckDBPyConnection, store: Store, export: ExportTable, window: DayWindow | None, tz: ZoneInfo
+) -> None:
+    """Delete the window's rows (or all) in the file and insert the store's, in batches."""
+    name = quote(export.name)
+    q = select(export.table)
+    if export.rows is not None:
+        q = q.where(export.table.c[export.rows[0]] == export.rows[1])
+    if window is not None and export.by_day:
+        con.execute(f"DELETE FROM {name} WHERE {DAY} BETWEEN ? AND ?", [window.first, window.last])
+        q = q.where(_store_filter(export, window, tz))
+    else:
+        con.execute(f"DELETE FROM {name}")
+    params = [tz.key] if export.by_day and not export.day_is_date else []
+    insert = logic.insert_sql(export, "incoming")
+    with store.connect() as conn:
+        result = conn.execution_options(yield_per=BATCH_ROWS).execute(q)
+        for batch in result.partitions():
+            con.register("incoming", _frame(export, batch))
+            try:
+                con.execute(insert, params)
+            finally:
+                con.unregister("incoming")
+
+
+def _write_parquet(
+    con: duckdb.DuckDBPyConnection, files: AnalyticsFiles, export: ExportTable, days: list[date] | None
+) -> int:
+    """Rewrite the Parquet file of every exported day that has rows or had a file (an emptied day
+    gets an empty file rather than a deletion under a reader's feet); a whole table's one file."""
+    assert files.parquet is not None
+    name = quote(export.name)
+    written = 0
+
+    def copy(where: str, params: list[Any], target: Path) -> None:
+        def write(tmp: Path) -> None:
+            target_sql = logic.sql_string(str(tmp))
+            con.execute(
+                f"COPY (SELECT * FROM {name} {where}) TO {target_sql} (FORMAT parquet, COMPRESSION zstd)", params
+            )
+
+        replace_file(files, write, target)
+
+    if days is None:
+        copy("", [], logic.parquet_file(files.parquet, export.name, None))
+        return 1
+    with_rows = {
+        r[0]
+        for r in con.execute(
+            f"SELECT DISTINCT {DAY} FROM {name} WHERE {DAY} BETWEEN ? AND ?", [days[0], days[-1]]
+        ).fetchall()
+    }
+    for day in days:
+        target = logic.parquet_file(files.parquet, export.name, day)
+        if day in with_rows or target.exists():
+            copy(f"WHERE {DAY} = ?", [day], target)
+            written += 1
+    return written
+
+
+def export_tables(
+    store: Store,
+    files: AnalyticsFiles,
+    exports: Sequence[ExportTable],
+    window: DayWindow | None,
+    tz: ZoneInfo,
+) -> ExportReport:
+    """Bring ``exports`` up to date for ``window`` (a table by day: exactly those days; ``None``:
+    every day it has) in one new published version of the file."""
+    started = time.monotonic()
+    report = ExportReport(files.duckdb, window)
+    with publishing(files) as staging:
+        with duckdb.connect(str(staging), config=files.duckdb_config()) as con:
+            ensure_tables(con)
+            for export in exports:
+                report.tables.append(_export_one(con, store, files, export, window, tz))
+            con.execute("CHECKPOINT")
+    report.seconds = time.monotonic() - started
+    report.file_bytes = files.duckdb.stat().st_size
+    return report
+
+
+def _export_one(
+    con: duckdb.DuckDBPyConnection,
+    store: Store,
+    files: AnalyticsFiles,
+    export: ExportTable,
+    window: DayWindow | None,
+    tz: ZoneInfo,
+) -> TableExport:
+    _copy_rows(con, store, export, window, tz)  # the copy is private: a failure discards it whole
+    out = TableExport(export.name)
+    name = quote(export.name)
+    if export.by_day:
+        if window is None:
+            bounds = con.execute(f"SELECT min({DAY}), max({DAY}) FROM {name}").fetchone()
+            days = list(DayWindow(bounds[0], bounds[1]).days()) if bounds and bounds[0] is not None else []
+        else:
+            days = list(window.days())
+        out.days = len(days)
+        if days:
+            counts = con.execute(
+                f"SELECT {DAY}, count(*) FROM {name} WHERE {DAY} BETWEEN ? AND ? GROUP BY 1 ORDER BY 1",
+                [days[0], days[-1]],
+            ).fetchall()
+            out.rows_by_day = {d.isoformat(): n for d, n in counts}
+            out.rows = sum(out.rows_by_day.values())
+        if files.parquet is not None and days:
+            out.parquet_files = _write_parquet(con, files, export, days)
+    else:
+        row = con.execute(f"SELECT count(*) FROM {name}").fetchone()
+        out.rows = int(row[0]) if row else 0
+        if files.parquet is not None:
+            out.parquet_files = _write_parquet(con, files, export, None)
+    return out

@@ -1,0 +1,141 @@
+"""The analyst's files and the one way to change them (core I/O, no Dagster).
+
+DuckDB lets one process write a database file at a time, and a process holding it open (even read-
+only) keeps any other from opening it read-write. So no writer ever opens the published file:
+under an exclusive lock (``<file>.lock``: writers queue, never collide), the writer copies the
+published file to ``<file>.next``, changes the copy, checkpoints and closes it, and renames it over
+the published path (``os.replace``, atomic). A reader that has the file open keeps reading the
+version it opened, undisturbed; a reader that (re)connects afterwards sees the new version whole.
+Parquet files are replaced the same way, one file at a time, from a temporary folder outside every
+reader's glob."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from memory_pipeline.analyst.config import AnalystConfig
+
+
+@dataclass(frozen=True)
+class AnalyticsFiles:
+    duckdb: Path  # the published DuckDB file analysts open
+    parquet: Path | None  # the Parquet root, None when Parquet is off
+    report: Path  # the coverage and cost picture
+    threads: int = 2
+    memory_limit: str = ""
+
+    @classmethod
+    def at(cls, duckdb_path: str | os.PathLike[str], cfg: AnalystConfig) -> AnalyticsFiles:
+        path = Path(duckdb_path).expanduser().resolve()
+        parquet = (
+            Path(cfg.parquet_dir).expanduser().resolve() if cfg.parquet_dir else path.parent / f"{path.stem}_parquet"
+        )
+        report = (
+            Path(cfg.report_file).expanduser().resolve() if cfg.report_file else path.parent / f"{path.stem}_report.png"
+        )
+        return cls(path, parquet if cfg.parquet else None, report, cfg.duckdb_threads, cfg.duckdb_memory_limit)
+
+    @property
+    def staging(self) -> Path:
+        return self.duckdb.with_name(self.duckdb.name + ".next")
+
+    @property
+    def lock(self) -> Path:
+        return self.duckdb.with_name(self.duckdb.name + ".lock")
+
+    @property
+    def parquet_tmp(self) -> Path | None:
+        return None if self.parquet is None else self.parquet / ".tmp"
+
+    def duckdb_config(self) -> dict[str, Any]:
+        """No extension is ever installed or loaded on demand: the ones used (parquet, json, icu)
+        are built into the duckdb wheel."""
+        config: dict[str, Any] = {
+            "threads": self.threads,
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+        }
+        if self.memory_limit:
+            config["memory_limit"] = self.memory_limit
+        return config
+
+
+@contextmanager
+def writer_lock(files: AnalyticsFiles) -> Iterator[None]:
+    """One writer at a time, across processes (the Dagster pool ``duckdb`` does the same for runs
+    of one instance; this also covers the CLI and a second instance)."""
+    files.lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(files.lock, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _remove(path: Path) -> None:
+    for p in (path, path.with_name(path.name + ".wal")):
+        p.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def publishing(files: AnalyticsFiles) -> Iterator[Path]:
+    """Yield a private copy of the published file to change (``<file>.next``); publish it
+    atomically when the block ends without an exception, discard it otherwise. Whoever writes the
+    copy must have closed it by then."""
+    with writer_lock(files):
+        staging = files.staging
+        _remove(staging)  # left by a writer that died
+        if files.duckdb.exists():
+            shutil.copyfile(files.duckdb, staging)
+        try:
+            yield staging
+            # Fold any write-ahead log into the file: the published file never has one.
+            with duckdb.connect(str(staging), config=files.duckdb_config()) as con:
+                con.execute("CHECKPOINT")
+            if staging.with_name(staging.name + ".wal").exists():
+                raise RuntimeError(f"{staging}: a write-ahead log is left after the checkpoint")
+            _fsync(staging)
+            os.replace(staging, files.duckdb)
+            _fsync(files.duckdb.parent)
+        except BaseException:
+            _remove(staging)
+            raise
+
+
+def replace_file(files: AnalyticsFiles, write: Any, target: Path) -> None:
+    """Write a file with ``write(tmp_path)`` in the temporary folder, then move it over ``target``
+    in one rename: a reader's glob never matches a half-written file."""
+    tmp_dir = files.parquet_tmp
+    assert tmp_dir is not None
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_dir / f"{uuid.uuid4().hex}.parquet"
+    try:
+        write(tmp)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def connect_read_only(files: AnalyticsFiles) -> duckdb.DuckDBPyConnection:
+    """What analysts and the report do: a read-only connection to the published version."""
+    return duckdb.connect(str(files.duckdb), read_only=True, config=files.duckdb_config())

@@ -1,0 +1,104 @@
+"""Every operational table the analyst layer exports, with the column that gives each row its CST
+day (core, no Dagster).
+
+A table with a day column is exported one CST day at a time: the export of a day replaces exactly
+that day's rows in the DuckDB table and rewrites that day's Parquet file. A ``Date`` column is the
+day itself; a timestamp column gives the day it falls on in the configured zone. A table without
+one is small and exported whole.
+
+A table whose rows belong to periods of different lengths (day, month and year summaries) is
+exported as one table per period, each exported along its own partitions (a month's rows per
+month), and the file has a view with the table's name over them.
+
+A domain that lands with tables adds them here (and what writes them in
+``defs/analyst/assets.py``); a unit test fails while a table on the shared metadata is missing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Date, Table
+
+from memory_pipeline.events.tables import ingest_batches
+from memory_pipeline.lib.kinds import Window
+from memory_pipeline.lib.store.tables import conversations, inbox, llm_cache, llm_ledger, messages, worlds
+from memory_pipeline.temporal.tables import (
+    temporal_day_chunks,
+    temporal_period_runs,
+    temporal_summaries,
+    warmup_requests,
+)
+
+# The column every day-partitioned export adds: the row's CST day (the Parquet partition key).
+DAY = "cst_day"
+
+
+@dataclass(frozen=True)
+class ExportTable:
+    table: Table
+    day_column: str | None  # the column whose CST day partitions the rows; None: exported whole
+    description: str
+    export_name: str = ""  # the table in the file; default: the store table's name
+    rows: tuple[str, str] | None = None  # (column, value): only these rows of the store table
+    grain: Window = Window.DAY  # the period one export partition covers
+
+    @property
+    def name(self) -> str:
+        return self.export_name or self.table.name
+
+    @property
+    def by_day(self) -> bool:
+        return self.day_column is not None
+
+    @property
+    def day_is_date(self) -> bool:
+        """The day column holds the CST day itself (a Date), not an instant."""
+        return self.day_column is not None and isinstance(self.table.c[self.day_column].type, Date)
+
+
+EXPORTS: tuple[ExportTable, ...] = (
+    ExportTable(worlds, None, "One row per world (agent): name, creation, first event."),
+    ExportTable(conversations, None, "One row per conversation: world, platform, debug flag, title."),
+    ExportTable(messages, "at", "Raw messages (append-only), by the CST day of their timestamp."),
+    ExportTable(ingest_batches, "at", "One row per ingested file: lines, inserted, duplicates, rejected."),
+    ExportTable(temporal_day_chunks, "cst_date", "Seed 000 30-minute conversation chunks, by their CST day."),
+    *(
+        ExportTable(
+            temporal_summaries,
+            "period_start",
+            f"Seed 000 per-world {w} rows (placeholders with empty_reason), with source_kind and source_ids; "
+            f"by the first day of their {w}.",
+            export_name=f"temporal_{w}_summaries",
+            rows=("window", w.value),
+            grain=w,
+        )
+        for w in Window
+    ),
+    ExportTable(temporal_period_runs, None, "When each day, month and year was last materialized, and its input."),
+    ExportTable(warmup_requests, "cst_date", "Peer-roll warm-up requests of the read path, by their CST day."),
+    ExportTable(llm_ledger, "at", "One row per LLM call (asset, partition, model, tokens, latency, cost, outcome)."),
+    ExportTable(llm_cache, "created_at", "Cached model answers by (model, prompt version, prompt) key."),
+    ExportTable(inbox, "created_at", "Warnings to users and agents (e.g. a truncated temporal_summary block)."),
+)
+
+BY_NAME: dict[str, ExportTable] = {e.name: e for e in EXPORTS}
+
+# Tables on the shared metadata that are deliberately not exported, each with the reason: only
+# coordination state of the running system (rows that live for seconds), never data.
+NOT_EXPORTED: dict[str, str] = {}
+
+
+def split_tables() -> dict[str, list[ExportTable]]:
+    """Store tables exported as several tables (one per period): the file's view name -> parts."""
+    parts: dict[str, list[ExportTable]] = {}
+    for e in EXPORTS:
+        if e.name != e.table.name:
+            parts.setdefault(e.table.name, []).append(e)
+    return parts
+
+
+def export_table(name: str) -> ExportTable:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no exported table {name!r} (one of {', '.join(BY_NAME)})") from None

@@ -1,0 +1,193 @@
+"""What the analyst file holds, and the coverage and cost picture (core, no Dagster).
+
+Everything here reads the published DuckDB file through a read-only connection, like an analyst
+does: it never blocks an export, and an export never blocks it."""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+
+from memory_pipeline.analyst.files import AnalyticsFiles, connect_read_only
+from memory_pipeline.analyst.registry import EXPORTS
+
+MARTS_SCHEMA = "marts"
+
+
+def table_counts(files: AnalyticsFiles) -> dict[str, int]:
+    """Rows per table and model in the published file (``schema.name``; exports in ``main``)."""
+    if not files.duckdb.exists():
+        return {}
+    with connect_read_only(files) as con:
+        names = con.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables ORDER BY table_schema, table_name"
+        ).fetchall()
+        out = {}
+        for schema, name in names:
+            row = con.execute(f'SELECT count(*) FROM "{schema}"."{name}"').fetchone()
+            out[f"{schema}.{name}"] = int(row[0]) if row else 0
+        return out
+
+
+@dataclass
+class CoverageCost:
+    """The figures the picture shows (also the asset's metadata)."""
+
+    days: list[date] = field(default_factory=list)
+    day_summaries: list[int] = field(default_factory=list)  # worlds with a non-empty day row, per day
+    day_placeholders: list[int] = field(default_factory=list)
+    day_missing: list[int] = field(default_factory=list)
+    placeholders_by_reason: dict[str, dict[str, int]] = field(default_factory=dict)  # reason -> window -> n
+    cost_days: list[date] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    total_calls: int = 0
+    total_tokens_in: int = 0
+    total_tokens_out: int = 0
+    total_cost_usd: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "days": len(self.days),
+            "first_day": self.days[0].isoformat() if self.days else "",
+            "last_day": self.days[-1].isoformat() if self.days else "",
+            "day_summaries": sum(self.day_summaries),
+            "day_placeholders": sum(self.day_placeholders),
+            "day_missing": sum(self.day_missing),
+            "placeholders_by_reason": self.placeholders_by_reason,
+            "llm_calls": self.total_calls,
+            "llm_tokens_in": self.total_tokens_in,
+            "llm_tokens_out": self.total_tokens_out,
+            "llm_cost_usd": self.total_cost_usd,
+        }
+
+
+def coverage_cost(files: AnalyticsFiles) -> CoverageCost:
+    """Read the figures from the marts ``mart_temporal_coverage`` and ``mart_llm_cost_daily``."""
+    out = CoverageCost()
+    with connect_read_only(files) as con:
+        rows = con.execute(
+            f"""SELECT period_start,
+                       count(*) FILTER (WHERE status = 'summary'),
+                       count(*) FILTER (WHERE status = 'placeholder'),
+                       count(*) FILTER (WHERE status = 'missing')
+                FROM {MARTS_SCHEMA}.mart_temporal_coverage WHERE "window" = 'day' GROUP BY 1 ORDER BY 1"""
+        ).fetchall()
+        for d, s, p, m in rows:
+            out.days.append(d)
+            out.day_summaries.append(s)
+            out.day_placeholders.append(p)
+            out.day_missing.append(m)
+        for reason, window, n in con.execute(
+            f"""SELECT empty_reason, "window", count(*) FROM {MARTS_SCHEMA}.mart_temporal_coverage
+                WHERE status = 'placeholder' GROUP BY 1, 2 ORDER BY 1, 2"""
+        ).fetchall():
+            out.placeholders_by_reason.setdefault(reason, {})[window] = n
+        for d, calls, tokens in con.execute(
+            f"""SELECT cst_day, sum(calls + cache_hits), sum(tokens_in + tokens_out)
+                FROM {MARTS_SCHEMA}.mart_llm_cost_daily GROUP BY 1 ORDER BY 1"""
+        ).fetchall():
+            out.cost_days.append(d)
+            out.calls.append(int(calls))
+            out.tokens.append(int(tokens))
+        total = con.execute(
+            f"SELECT sum(calls), sum(tokens_in), sum(tokens_out), sum(cost_usd) FROM {MARTS_SCHEMA}.mart_llm_cost_daily"
+        ).fetchone()
+    if total is not None:
+        out.total_calls, out.total_tokens_in, out.total_tokens_out = (int(v or 0) for v in total[:3])
+        out.total_cost_usd = None if total[3] is None else float(total[3])
+    return out
+
+
+def render_png(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM cost") -> bytes:
+    """Three panels: worlds per day with a summary / a placeholder / no row; placeholders by
+    reason and window; LLM calls (bars) and tokens (line) per day of the calls."""
+    import matplotlib  # heavy: only where the picture is drawn
+
+    matplotlib.use("Agg")
+    from matplotlib import dates as mdates
+    from matplotlib import pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    def by_day(ax: Any, days: list[date]) -> None:
+        locator = mdates.AutoDateLocator(minticks=3, maxticks=10)  # type: ignore[no-untyped-call,unused-ignore]
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call,unused-ignore]
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        if days:  # a day of margin each side, so one day is a bar, not the whole axis
+            ax.set_xlim(days[0] - timedelta(days=1), days[-1] + timedelta(days=1))
+
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(11, 9), height_ratios=[3, 2, 3])
+    try:
+        fig.suptitle(title)
+        if figures.days:
+            top.bar(figures.days, figures.day_summaries, width=1.0, color="#2e7d32", label="summary")
+            top.bar(
+                figures.days,
+                figures.day_placeholders,
+                width=1.0,
+                bottom=figures.day_summaries,
+                color="#f9a825",
+                label="placeholder",
+            )
+            stacked = [s + p for s, p in zip(figures.day_summaries, figures.day_placeholders, strict=True)]
+            top.bar(figures.days, figures.day_missing, width=1.0, bottom=stacked, color="#c62828", label="no row")
+            top.legend(loc="upper left", fontsize=8)
+        by_day(top, figures.days)
+        top.set_title("Worlds per CST day: day summary, placeholder, or no row", fontsize=10)
+        top.set_ylabel("worlds")
+
+        labels, counts = [], []
+        for reason, by_window in sorted(figures.placeholders_by_reason.items()):
+            for window, n in sorted(by_window.items()):
+                labels.append(f"{reason} ({window})")
+                counts.append(n)
+        if labels:
+            middle.barh(labels, counts, color="#f9a825")
+            for y, n in enumerate(counts):
+                middle.text(n, y, f" {n}", va="center", fontsize=8)
+        else:
+            middle.text(0.5, 0.5, "no placeholders", ha="center", va="center", transform=middle.transAxes)
+        middle.set_title("Placeholders by empty_reason", fontsize=10)
+        middle.tick_params(axis="y", labelsize=8)
+
+        if figures.cost_days:
+            bottom.bar(figures.cost_days, figures.calls, width=0.8, color="#1565c0", label="calls (incl. cache hits)")
+            tokens = bottom.twinx()
+            tokens.plot(figures.cost_days, figures.tokens, color="#6a1b9a", marker="o", markersize=3, label="tokens")
+            tokens.set_ylabel("tokens in + out")
+            bottom.legend(loc="upper left", fontsize=8)
+            tokens.legend(loc="upper right", fontsize=8)
+            tokens.yaxis.set_major_locator(MaxNLocator(integer=True))
+        by_day(bottom, figures.cost_days)
+        cost = "n/a (no priced model)" if figures.total_cost_usd is None else f"${figures.total_cost_usd:.4f}"
+        bottom.set_title(f"LLM calls and tokens per CST day of the call (cost: {cost})", fontsize=10)
+        bottom.set_ylabel("calls")
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90)
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def write_report(files: AnalyticsFiles) -> tuple[CoverageCost, bytes]:
+    """Render the picture from the published file and write it to ``files.report`` atomically."""
+    figures = coverage_cost(files)
+    png = render_png(figures)
+    files.report.parent.mkdir(parents=True, exist_ok=True)
+    tmp = files.report.with_name(f".{files.report.name}.{uuid.uuid4().hex}")
+    try:
+        tmp.write_bytes(png)
+        os.replace(tmp, files.report)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return figures, png
+
+
+def exported_tables() -> list[str]:
+    return [e.name for e in EXPORTS]

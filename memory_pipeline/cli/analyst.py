@@ -1,0 +1,110 @@
+"""The analyst layer on the command line: export a range of CST days and build the marts (as
+Dagster runs), and show what the DuckDB file holds."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from memory_pipeline.cli.console import console, err, progress_bar, refuse
+
+app = typer.Typer()
+
+
+def analytics_files():
+    from memory_pipeline.analyst import config as analyst_config
+    from memory_pipeline.analyst.files import AnalyticsFiles
+    from memory_pipeline.lib import settings
+
+    return AnalyticsFiles.at(settings.duckdb_path(), analyst_config.load())
+
+
+def run_steps(steps: list[tuple[str, str, str | None]], instance=None) -> bool:
+    """(target, from, to) as Dagster runs, one per range; prints one line per run."""
+    from memory_pipeline import operations
+
+    ok = True
+    for target, lo, hi in steps:
+        # dagster-dbt echoes every line of dbt's log to stdout (a run's compute log); here the
+        # summary line below says what happened, and the instance keeps the rest.
+        with contextlib.redirect_stdout(io.StringIO()):
+            report = operations.materialize(target, lo, hi, mode="rebuild", instance=instance)
+        for note in report.notes:
+            err.print(f"[yellow]{escape(note)}[/]")
+        for r in report.runs:
+            ok &= r.success
+            console.print(
+                f"   {target:<20} {r.first}..{r.last}: {r.partitions} partition(s) in one run {r.run_id[:8]} "
+                f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + escape(r.error[:400])}"
+            )
+    return ok
+
+
+def print_analytics(files) -> None:
+    from memory_pipeline.analyst import reports
+
+    counts = reports.table_counts(files)
+    if not counts:
+        console.print(f"{files.duckdb}: no DuckDB file yet (`memory-pipeline export`)")
+        return
+    table = Table(title=f"{files.duckdb} (open it with `duckdb -readonly {files.duckdb}`)")
+    table.add_column("schema.table")
+    table.add_column("rows", justify="right")
+    for name, n in counts.items():
+        if not name.startswith("dbt_test__audit."):
+            table.add_row(name, str(n))
+    console.print(table)
+    if files.parquet is not None:
+        console.print(f"Parquet by CST day: {files.parquet}/<table>/cst_day=<day>/<table>.parquet")
+    if files.report.exists():
+        console.print(f"Coverage and cost picture: {files.report}")
+
+
+def export_steps(start: str, end: str | None, marts: bool) -> list[tuple[str, str, str | None]]:
+    """The runs of an export of [start, end]: the tables by day, the months and years the range
+    touches (those closed), the whole tables, then the marts."""
+    from memory_pipeline import operations
+
+    steps: list[tuple[str, str, str | None]] = [("exports", start, end)]
+    for target, cut in (("month_exports", 7), ("year_exports", 4)):
+        lo, hi = start[:cut], end[:cut] if end else None
+        try:
+            if operations.partition_keys(target, lo, hi)[0]:
+                steps.append((target, lo, hi))
+        except operations.RangeError:
+            pass  # the range lies in a month (year) that is not closed yet: no row to export
+    return steps + ([("marts", start, end)] if marts else [])
+
+
+@app.command("export")
+def export(
+    start: str = typer.Option(..., "--from", help="First CST day (YYYY-MM-DD)"),
+    end: str = typer.Option(None, "--to", help="Last CST day; default: today"),
+    marts: bool = typer.Option(True, "--marts/--no-marts", help="Then dbt build the marts for the same days"),
+):
+    """Export every operational table for a range of CST days to the DuckDB file and Parquet
+    (replacing exactly those days, and the months and years they touch), then build the dbt
+    marts: Dagster runs, as the automation would."""
+    from memory_pipeline import operations
+
+    try:
+        operations.partition_keys("exports", start, end)  # refuse a bad range before any run
+        steps = export_steps(start, end, marts)
+        with progress_bar() as progress:
+            progress.add_task("export", total=None)
+            ok = run_steps(steps)
+    except operations.RangeError as exc:
+        refuse(str(exc))
+    print_analytics(analytics_files())
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command("analytics")
+def analytics():
+    """What the analyst's DuckDB file holds: tables and marts with their rows, Parquet, the picture."""
+    print_analytics(analytics_files())

@@ -1,0 +1,210 @@
+"""The analyst domain as Dagster assets: one export asset per exported table (``analyst_<table>``;
+a multi-asset per partitioning: by CST day, by month, by year, whole), and the coverage and cost
+picture. Each export run is one new version of the DuckDB file (see ``analyst.files``); every
+writer of the file runs in the ``duckdb`` pool."""
+
+import base64
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from zoneinfo import ZoneInfo
+
+from dagster import (
+    AllPartitionMapping,
+    AssetDep,
+    AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+    multi_asset,
+)
+
+from memory_pipeline.analyst import exports as core
+from memory_pipeline.analyst import reports
+from memory_pipeline.analyst.logic import DayWindow
+from memory_pipeline.analyst.registry import EXPORTS, ExportTable
+from memory_pipeline.defs._shared.partitions import cst_day_open, cst_month, cst_year
+from memory_pipeline.defs.analyst.automation import Trigger, after_upstream, condition_for
+from memory_pipeline.defs.analyst.resources import AnalystResource
+from memory_pipeline.defs.events.definitions import raw_conversation_events
+from memory_pipeline.defs.temporal import assets as temporal
+from memory_pipeline.lib.kinds import Window
+from memory_pipeline.lib.timeutil import local_date
+
+GROUP = "analyst"
+# The code location adds the store's technology (postgres or sqlite) to assets with this tag.
+STORE_TAG = {"memory_pipeline/store": ""}
+# Every asset that writes the DuckDB file: one at a time (the file lock in analyst.files backs it).
+DUCKDB_POOL = "duckdb"
+
+_ALL = AllPartitionMapping()
+# Every asset whose runs call a model: each call is a ledger row (and a cache row) of the call's day.
+LLM_ASSETS = [
+    temporal.temporal_day_chunks,
+    temporal.temporal_peer_rolls,
+    temporal.temporal_day_summaries,
+    temporal.temporal_month_summaries,
+    temporal.temporal_year_summaries,
+]
+
+
+@dataclass(frozen=True)
+class Upstream:
+    deps: tuple[object, ...]
+    trigger: Trigger
+
+
+def _calls() -> tuple[object, ...]:
+    return (*(AssetDep(a, partition_mapping=_ALL) for a in LLM_ASSETS), temporal.temporal_system_rolls)
+
+
+# What writes each exported table, and so when its export runs. A domain that lands with tables
+# adds them to analyst/registry.py and here (a unit test checks both lists match).
+UPSTREAM: dict[str, Upstream] = {
+    "worlds": Upstream((raw_conversation_events,), Trigger.REFRESH),
+    "conversations": Upstream((raw_conversation_events,), Trigger.REFRESH),
+    # A day's messages: after the tick that chunks them and after the day rows (nightly, reconcile).
+    "messages": Upstream(
+        (raw_conversation_events, temporal.temporal_day_chunks, temporal.temporal_day_summaries), Trigger.ALIGNED
+    ),
+    "ingest_batches": Upstream((raw_conversation_events,), Trigger.REFRESH),
+    "temporal_day_chunks": Upstream((temporal.temporal_day_chunks,), Trigger.ALIGNED),
+    # Each window's rows along that window's partitions: a rebuilt month re-exports that month.
+    "temporal_day_summaries": Upstream((temporal.temporal_day_summaries,), Trigger.ALIGNED),
+    "temporal_month_summaries": Upstream((temporal.temporal_month_summaries,), Trigger.ALIGNED),
+    "temporal_year_summaries": Upstream((temporal.temporal_year_summaries,), Trigger.ALIGNED),
+    "temporal_period_runs": Upstream(
+        (temporal.temporal_day_summaries, temporal.temporal_month_summaries, temporal.temporal_year_summaries),
+        Trigger.ALIGNED,
+    ),
+    "warmup_requests": Upstream((temporal.temporal_peer_rolls,), Trigger.ALIGNED),
+    "llm_ledger": Upstream(_calls(), Trigger.RECENT),
+    "llm_cache": Upstream(_calls(), Trigger.RECENT),
+    "inbox": Upstream((), Trigger.REFRESH),  # written by the read path
+}
+
+_WHEN = {
+    Trigger.ALIGNED: "Runs after any upstream partition of its day is written (backfills, rebuilds, reconcile).",
+    Trigger.RECENT: "Rows land on the day of the call: runs for the newest two days after any upstream run.",
+    Trigger.REFRESH: "Written outside runs: refreshed every 30 minutes.",
+}
+
+
+def export_key(table: str) -> AssetKey:
+    return AssetKey(f"analyst_{table}")
+
+
+def _spec(export: ExportTable) -> AssetSpec:
+    up = UPSTREAM[export.name]
+    by = f"by the CST day of `{export.day_column}`" if export.by_day else "whole"
+    if export.grain is not Window.DAY:
+        by += f", one {export.grain} partition at a time"
+    return AssetSpec(
+        key=export_key(export.name),
+        deps=up.deps,  # type: ignore[arg-type]
+        group_name=GROUP,
+        kinds={"duckdb", "parquet"},
+        tags=STORE_TAG,
+        skippable=True,
+        automation_condition=condition_for(up.trigger, export.by_day),
+        description=f"`{export.name}` in the DuckDB file and as Parquet, {by}. {export.description} {_WHEN[up.trigger]}",
+    )
+
+
+WHOLE_EXPORTS = [e for e in EXPORTS if not e.by_day]
+PARTITIONS = {Window.DAY: cst_day_open, Window.MONTH: cst_month, Window.YEAR: cst_year}
+
+
+def _selected(context: AssetExecutionContext, exports: list[ExportTable]) -> list[ExportTable]:
+    keys = context.selected_asset_keys
+    return [e for e in exports if export_key(e.name) in keys]
+
+
+def _window(context: AssetExecutionContext) -> DayWindow:
+    """The CST days of the run's partition range (a month partition: its days)."""
+    span = context.partition_time_window
+    tz = ZoneInfo(context.assets_def.partitions_def.timezone)  # type: ignore[union-attr]
+    return DayWindow(local_date(span.start, tz), local_date(span.end, tz) - timedelta(days=1))
+
+
+def _results(report: core.ExportReport) -> Iterator[MaterializeResult]:
+    for t in report.tables:
+        metadata = {
+            "rows": t.rows,
+            "parquet_files": t.parquet_files,
+            "duckdb_file": MetadataValue.path(str(report.duckdb_path)),
+            "file_bytes": report.file_bytes,
+            "export_seconds": round(report.seconds, 2),
+        }
+        if report.window is not None and t.days:
+            metadata |= {"days": t.days, "days_with_rows": len(t.rows_by_day), "window": str(report.window)}
+        yield MaterializeResult(asset_key=export_key(t.table), metadata=metadata)
+
+
+def _period_exports(grain: Window):
+    """The tables by day whose export partitions are ``grain`` periods: one multi-asset, so a run
+    over several of them is one new version of the file."""
+    exports = [e for e in EXPORTS if e.by_day and e.grain is grain]
+
+    @multi_asset(
+        name=f"analyst_{grain}_exports",
+        specs=[_spec(e) for e in exports],
+        partitions_def=PARTITIONS[grain],
+        backfill_policy=BackfillPolicy.single_run(),
+        can_subset=True,
+        pool=DUCKDB_POOL,
+    )
+    def _exports(context: AssetExecutionContext, analyst: AnalystResource) -> Iterator[MaterializeResult]:
+        window = _window(context)
+        report = core.export_tables(analyst.store(), analyst.files(), _selected(context, exports), window, analyst.tz)
+        context.log.info(f"exported {len(report.tables)} table(s) for {window} in {report.seconds:.1f}s")
+        yield from _results(report)
+
+    return _exports
+
+
+analyst_day_exports = _period_exports(Window.DAY)
+analyst_month_exports = _period_exports(Window.MONTH)
+analyst_year_exports = _period_exports(Window.YEAR)
+
+
+@multi_asset(name="analyst_table_exports", specs=[_spec(e) for e in WHOLE_EXPORTS], can_subset=True, pool=DUCKDB_POOL)
+def analyst_table_exports(context: AssetExecutionContext, analyst: AnalystResource) -> Iterator[MaterializeResult]:
+    """The selected tables without a day, whole: one new version of the file."""
+    report = core.export_tables(analyst.store(), analyst.files(), _selected(context, WHOLE_EXPORTS), None, analyst.tz)
+    yield from _results(report)
+
+
+REPORT_DEPS = [AssetKey("analyst_mart_temporal_coverage"), AssetKey("analyst_mart_llm_cost_daily")]
+
+
+@asset(
+    name="analyst_coverage_report",
+    deps=REPORT_DEPS,
+    group_name=GROUP,
+    kinds={"duckdb", "matplotlib"},
+    automation_condition=after_upstream(),
+    description="A PNG of the coverage and the cost: worlds per CST day with a day summary, a placeholder or "
+    "no row; placeholders by empty_reason; LLM calls and tokens per day. Written beside the DuckDB file and "
+    "shown in this materialization.",
+)
+def analyst_coverage_report(context: AssetExecutionContext, analyst: AnalystResource) -> MaterializeResult:
+    files = analyst.files()
+    figures, png = reports.write_report(files)
+    image = base64.b64encode(png).decode("ascii")
+    summary = figures.summary()
+    return MaterializeResult(
+        metadata={
+            "picture": MetadataValue.md(f"![coverage and cost](data:image/png;base64,{image})"),
+            "path": MetadataValue.path(str(files.report)),
+            "png_bytes": len(png),
+            **{k: v for k, v in summary.items() if k != "placeholders_by_reason"},
+            "placeholders_by_reason": MetadataValue.json(summary["placeholders_by_reason"]),
+        }
+    )
+
+
+analyst_export_assets = [analyst_day_exports, analyst_month_exports, analyst_year_exports, analyst_table_exports]

@@ -1,0 +1,163 @@
+"""The dbt project in Dagster (dagster-dbt): every model an asset ``analyst_<model>`` in group
+analyst, downstream of the export asset each source is; dbt tests as asset checks.
+
+Two definitions over one manifest. The daily marts (dbt tag ``cst_day``) are partitioned by CST
+day and get their run's partition range as the vars ``min_day``/``max_day``; each also depends,
+partition to partition, on the exports its staging views read, so a day exported again re-runs
+exactly that day. Everything else (the staging views, coverage, lineage) is not partitioned and
+runs first. Each build runs on a private copy of the DuckDB file that replaces the published one
+when dbt ends (``analyst.files.publishing``): readers are never blocked and never see half a
+build."""
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from dagster import AssetDep, AssetExecutionContext, AssetKey, AssetSelection, AssetSpec, AutomationCondition, Failure
+from dagster._utils import run_with_concurrent_update_guard
+from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
+
+from memory_pipeline.analyst.files import publishing
+from memory_pipeline.analyst.registry import BY_NAME
+from memory_pipeline.defs._shared.partitions import cst_day_open
+from memory_pipeline.defs.analyst.assets import DUCKDB_POOL, GROUP, WHOLE_EXPORTS, export_key
+from memory_pipeline.defs.analyst.automation import after_upstream
+from memory_pipeline.defs.analyst.project import analytics_dbt, dbt_executable
+from memory_pipeline.defs.analyst.resources import AnalystResource
+
+DAILY_TAG = "cst_day"
+
+
+def prepared_manifest() -> Path:
+    """``dagster dev`` re-parses on every load (prepare_if_dev); elsewhere the manifest comes from
+    ``make`` (dagster-dbt project prepare-and-package), and one that is missing or older than a
+    file of the project (a fresh clone under a bare ``pytest``, an edited model) is parsed here."""
+    analytics_dbt.prepare_if_dev()
+    manifest = analytics_dbt.manifest_path
+    root = analytics_dbt.project_dir
+    sources = [root / "dbt_project.yml", root / "profiles.yml"]
+    sources += [p for folder in ("models", "macros", "tests") for p in (root / folder).rglob("*") if p.is_file()]
+    if not manifest.exists() or any(p.stat().st_mtime > manifest.stat().st_mtime for p in sources):
+        dbt = DbtCliResource(project_dir=analytics_dbt, dbt_executable=dbt_executable())
+        # As dagster-dbt's own preparer: processes loading at once parse once, the others wait.
+        run_with_concurrent_update_guard(
+            manifest, lambda: dbt.cli(["parse", "--quiet"], target_path=analytics_dbt.target_path).wait()
+        )
+    return manifest
+
+
+MANIFEST = prepared_manifest()
+
+
+def _whole_table_models(manifest: Mapping[str, Any]) -> set[str]:
+    return {
+        n["name"]
+        for n in manifest["nodes"].values()
+        if n["resource_type"] == "model" and DAILY_TAG not in n.get("tags", [])
+    }
+
+
+def _sources_behind(manifest: Mapping[str, Any], unique_id: str) -> set[str]:
+    """The source tables a node reads, through any models in between."""
+    out: set[str] = set()
+    stack = list(manifest["nodes"][unique_id]["depends_on"]["nodes"])
+    while stack:
+        uid = stack.pop()
+        if uid in manifest["sources"]:
+            out.add(manifest["sources"][uid]["name"])
+        elif uid in manifest["nodes"]:
+            stack.extend(manifest["nodes"][uid]["depends_on"]["nodes"])
+    return out
+
+
+_MANIFEST = json.loads(MANIFEST.read_text(encoding="utf-8"))
+DAILY_MARTS = tuple(
+    sorted(
+        AssetKey(f"analyst_{n['name']}")
+        for n in _MANIFEST["nodes"].values()
+        if n["resource_type"] == "model" and DAILY_TAG in n.get("tags", [])
+    )
+)
+# Upstreams of a daily mart that are not partitioned: their update must not request every day.
+_WHOLE_UPSTREAMS = AssetSelection.assets(
+    *(export_key(e.name) for e in WHOLE_EXPORTS),
+    *(AssetKey(f"analyst_{m}") for m in _whole_table_models(_MANIFEST)),
+)
+
+
+class AnalystDbtTranslator(DagsterDbtTranslator):
+    """Models are ``analyst_<model>`` in group analyst; a source is the export asset
+    ``analyst_<table>`` that writes it; a daily mart also depends on the exports by day behind it."""
+
+    def get_asset_spec(self, manifest: Mapping[str, Any], unique_id: str, project: Any) -> AssetSpec:
+        spec = super().get_asset_spec(manifest, unique_id, project)
+        props = self.get_resource_props(manifest, unique_id)
+        if props["resource_type"] != "model" or DAILY_TAG not in props.get("tags", []):
+            return spec
+        days = sorted(t for t in _sources_behind(manifest, unique_id) if t in BY_NAME and BY_NAME[t].by_day)
+        return spec.replace_attributes(deps=[*spec.deps, *(AssetDep(export_key(t)) for t in days)])
+
+    def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> AssetKey:
+        return AssetKey(f"analyst_{dbt_resource_props['name']}")
+
+    def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
+        return GROUP
+
+    def get_automation_condition(self, dbt_resource_props: Mapping[str, Any]) -> AutomationCondition | None:
+        if dbt_resource_props["resource_type"] == "source":
+            return None
+        daily = DAILY_TAG in dbt_resource_props.get("tags", [])
+        return after_upstream(ignore=_WHOLE_UPSTREAMS if daily else None)
+
+
+TRANSLATOR = AnalystDbtTranslator()
+
+
+def _build(
+    context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource, window: dict[str, str]
+) -> Iterator[Any]:
+    """``dbt build`` of the run's selection on a private copy of the file, published when dbt ends
+    (whatever it built is whole: dbt replaces a model's table in one statement); the events are
+    reported after the new version is published."""
+    files = analyst.files()
+    with publishing(files) as staging:
+        dbt_vars = analyst.dbt_vars(staging) | window
+        invocation = dbt.cli(["build", "--vars", json.dumps(dbt_vars)], context=context, raise_on_error=False)
+        events = list(invocation.stream())
+    yield from events
+    if not invocation.is_successful():
+        error = invocation.get_error()
+        raise Failure(
+            description="dbt build failed; the models and tests that ran are reported and the file holds what "
+            f"they built. {str(error)[:500] if error else ''}"
+        )
+
+
+@dbt_assets(
+    manifest=MANIFEST,
+    project=analytics_dbt,
+    select=f"tag:{DAILY_TAG}",
+    name="analyst_dbt_daily",
+    partitions_def=cst_day_open,
+    dagster_dbt_translator=TRANSLATOR,
+    pool=DUCKDB_POOL,
+)
+def analyst_dbt_daily(context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource):
+    keys = context.partition_key_range
+    yield from _build(context, dbt, analyst, {"min_day": keys.start, "max_day": keys.end})
+
+
+@dbt_assets(
+    manifest=MANIFEST,
+    project=analytics_dbt,
+    exclude=f"tag:{DAILY_TAG}",
+    name="analyst_dbt_models",
+    dagster_dbt_translator=TRANSLATOR,
+    pool=DUCKDB_POOL,
+)
+def analyst_dbt_models(context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource):
+    yield from _build(context, dbt, analyst, {})
+
+
+analyst_dbt_assets = [analyst_dbt_daily, analyst_dbt_models]

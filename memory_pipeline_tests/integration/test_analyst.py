@@ -1,0 +1,493 @@
+"""The analyst layer end to end on the real PostgreSQL and Redis: a sample graph materialized as
+Dagster runs, exported to DuckDB and Parquet, `dbt parse` and `dbt build` (tests as asset checks),
+every mart's numbers against counts computed from the operational store, a reader that keeps the
+file open while an export runs, a late message that re-exports exactly its day, and the
+automation that requests it."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import threading
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import duckdb
+import pytest
+import redis
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    DagsterEventType,
+    DagsterInstance,
+    Definitions,
+    evaluate_automation_conditions,
+    instance_for_test,
+)
+from sqlalchemy import create_engine, func, insert, select, text
+
+from memory_pipeline import domains, operations
+from memory_pipeline.analyst.files import AnalyticsFiles
+from memory_pipeline.definitions import build_defs
+from memory_pipeline.defs._shared.partitions import cst_day_open
+from memory_pipeline.defs.analyst.project import analytics_dbt, dbt_executable
+from memory_pipeline.defs.analyst.resources import AnalystResource
+from memory_pipeline.events.ingest import ingest_file
+from memory_pipeline.lib.cache import _PROCESS_CACHE
+from memory_pipeline.lib.store import Store, make_engine
+from memory_pipeline.lib.store.migrate import ensure_schema, forget_checked
+from memory_pipeline.lib.store.tables import conversations, inbox, llm_ledger, messages, worlds
+from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_summaries
+from memory_pipeline_tests.conftest import PG_URL, REDIS_URL, conversation, cst, event
+
+CST = ZoneInfo("Asia/Shanghai")
+D1, D2, D3, D4 = date(2025, 12, 30), date(2025, 12, 31), date(2026, 1, 1), date(2026, 1, 2)
+DAYS = (D1.isoformat(), D4.isoformat())
+PRICED = "openai/priced-model"
+
+
+@dataclass
+class Sample:
+    store: Store
+    defs: Definitions
+    instance: DagsterInstance
+    files: AnalyticsFiles
+    tmp: Path
+    runs: dict[str, str] = field(default_factory=dict)  # target -> run id
+
+    def duck(self) -> duckdb.DuckDBPyConnection:
+        return duckdb.connect(str(self.files.duckdb), read_only=True)
+
+    def query(self, sql: str, params: list | None = None) -> list[tuple]:
+        with self.duck() as con:
+            return con.execute(sql, params or []).fetchall()
+
+
+def _events() -> list[dict]:
+    tool = [{"name": "search", "arguments": {"q": "compost"}}]
+    return (
+        conversation("w1", "w1-a", cst(2025, 12, 30, 9), ["tomatoes planted", "tomatoes watered"])
+        + conversation("w1", "w1-b", cst(2025, 12, 31, 22), ["compost turned", "compost warm"], platform="discord")
+        + [
+            event("w1", "w1-b", "assistant", "", cst(2025, 12, 31, 22, 10), platform="discord", tool_calls=tool),
+            event("w1", "w1-b", "tool", '{"results": 2}', cst(2025, 12, 31, 22, 11), platform="discord"),
+        ]
+        + conversation("w1", "w1-cron", cst(2025, 12, 31, 3), ["nightly job", "job done"], platform="cron")
+        + conversation("w1", "w1-dbg", cst(2026, 1, 1, 11), ["debug ping", "debug pong"], debug=True)
+        + conversation("w2", "w2-a", cst(2025, 12, 31, 8), ["marathon pacing", "marathon intervals"], platform="weixin")
+        + conversation("w2", "w2-b", cst(2026, 1, 2, 9), ["deploy fixed", "deploy shipped"], platform="remote:coding")
+        + conversation("w3", "w3-a", cst(2026, 1, 2, 20), ["garden plan", "garden basket"])
+    )
+
+
+def _ingest(store: Store, folder: Path, events: list[dict]) -> None:
+    path = folder / f"batch-{uuid.uuid4().hex[:8]}.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    ingest_file(store, path)
+
+
+def _priced_ledger_rows(store: Store) -> None:
+    """Calls of a model with a price (and one without, a failure, a cache hit) on D2 and D3: the
+    store is the truth the cost mart must add up to."""
+    rows = []
+    for i, (latency, cost, outcome) in enumerate(
+        [(120, 0.0010, "ok"), (340, 0.0025, "ok"), (80, 0.0005, "ok"), (900, None, "error"), (0, None, "cache_hit")]
+    ):
+        rows.append(
+            {
+                "at": datetime(2025, 12, 31, 12, i, tzinfo=CST),
+                "asset": "temporal_day_summaries",
+                "partition": "2025-12-31",
+                "task": "day",
+                "world_id": "w1",
+                "model": PRICED,
+                "prompt_version": "temporal-v2",
+                "tokens_in": 0 if outcome == "cache_hit" else 100 + i,
+                "tokens_out": 0 if outcome == "cache_hit" else 10 + i,
+                "cost_usd": cost,
+                "latency_ms": latency,
+                "attempts": 1,
+                "outcome": outcome,
+            }
+        )
+    rows.append(
+        rows[0] | {"at": datetime(2026, 1, 1, 23, 59, tzinfo=CST), "model": "openai/unpriced", "cost_usd": None}
+    )
+    with store.begin() as conn:
+        conn.execute(insert(llm_ledger), rows)
+        conn.execute(
+            insert(inbox),
+            [
+                {
+                    "subject": "user:w1",
+                    "source_ref": "temporal_summary:truncated:2026-01-01",
+                    "title": "Temporal summary truncated",
+                    "body": "test",
+                    "created_at": datetime(2026, 1, 1, 8, tzinfo=CST),
+                }
+            ],
+        )
+
+
+def _run(sample: Sample, target: str, lo: str, hi: str, **kw) -> None:
+    report = operations.materialize(target, lo, hi, instance=sample.instance, defs=sample.defs, **kw)
+    assert report.success, f"{target}: {report.runs[0].error if report.runs else report.notes}"
+    sample.runs[target] = report.runs[-1].run_id
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> Sample:
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    url = f"{PG_URL}?options=-csearch_path%3D{schema}"
+    cache = redis.Redis.from_url(REDIS_URL)
+    cache.flushdb()
+    _PROCESS_CACHE.clear()
+    tmp = tmp_path_factory.mktemp("analyst")
+    store = Store(url)
+    ensure_schema(store, domains.version_locations())
+    memory_store, memory_config = MemoryStoreResource(database_url=url), MemoryConfigResource()
+    analyst = AnalystResource(
+        memory_store=memory_store, memory_config=memory_config, duckdb_path=str(tmp / "analytics.duckdb")
+    )
+    defs = build_defs(
+        {
+            "memory_store": memory_store,
+            "kv_cache": CacheResource(redis_url=REDIS_URL),
+            "llm": LLMResource(),
+            "memory_config": memory_config,
+            "analyst": analyst,
+        }
+    )
+    with instance_for_test() as instance:
+        s = Sample(store, defs, instance, analyst.files(), tmp)
+        _ingest(store, tmp, _events())
+        _run(s, "chunks", *DAYS, as_of="2026-01-02T23:00:00+08:00")
+        _run(s, "day", D1.isoformat(), D3.isoformat())
+        _run(s, "day", D4.isoformat(), D4.isoformat(), worlds=["w1", "w2"])  # w3's D4 row is missing
+        _run(s, "month", "2025-12", "2025-12")
+        _run(s, "year", "2025", "2025")
+        _priced_ledger_rows(store)
+        _run(s, "exports", *DAYS)
+        _run(s, "month_exports", "2025-12", "2025-12")
+        _run(s, "year_exports", "2025", "2025")
+        _run(s, "marts", *DAYS)
+        yield s
+    cache.flushdb()
+    cache.close()
+    make_engine(url).dispose()
+    make_engine.cache_clear()
+    forget_checked()
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+def _rows(store: Store, query) -> list[dict]:
+    with store.connect() as conn:
+        return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def _cst_day(at: datetime) -> date:
+    return at.astimezone(CST).date()
+
+
+# --- dbt ------------------------------------------------------------------------------------------
+
+
+def test_dbt_parse_needs_no_network_and_no_package(tmp_path):
+    """No packages.yml (dbt deps would download), usage stats off in the project; `dbt parse` writes a
+    manifest with every model (this machine has no internet: the run itself is the proof)."""
+    project = analytics_dbt.project_dir
+    assert not (project / "packages.yml").exists() and not (project / "dependencies.yml").exists()
+    done = subprocess.run(
+        [dbt_executable(), "parse", "--quiet", "--target-path", str(tmp_path / "target")],
+        cwd=project,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},  # the project itself turns usage stats off
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((tmp_path / "target" / "manifest.json").read_text())
+    models = {n["name"] for n in manifest["nodes"].values() if n["resource_type"] == "model"}
+    assert {"mart_temporal_coverage", "mart_llm_cost_daily", "mart_summary_lineage", "mart_ingest_daily"} <= models
+    assert {f"stg_{t}" for t in ("messages", "temporal_summaries", "llm_ledger", "worlds")} <= models
+
+
+def test_dbt_build_ran_every_model_and_its_tests_pass_as_asset_checks(sample):
+    logs = sample.instance.all_logs(sample.runs["marts"], of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    results = {e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data.passed for e in logs}
+    assert len(results) >= 50 and all(results.values()), [k for k, ok in results.items() if not ok]
+    for name in (
+        "non_empty_rows_have_sources_stg_temporal_summaries_",
+        "unique_mart_summary_lineage_lineage_key",
+        "relationships_mart_temporal_coverage_world_id__world_id__ref_stg_worlds_",
+    ):
+        assert name in results
+    assert any(n.startswith("accepted_values_stg_temporal_summaries") for n in results)
+    materialized = {
+        k.to_user_string()
+        for k in sample.instance.get_asset_keys()
+        if k.to_user_string().startswith("analyst_mart_") or k.to_user_string().startswith("analyst_stg_")
+    }
+    assert {"analyst_mart_temporal_coverage", "analyst_mart_llm_cost_daily", "analyst_stg_messages"} <= materialized
+    daily = sample.instance.get_materialized_partitions(AssetKey("analyst_mart_llm_cost_daily"))
+    assert daily == {(D1 + timedelta(days=i)).isoformat() for i in range(4)}
+
+
+def test_the_picture_is_attached_and_written(sample):
+    record = sample.instance.fetch_materializations(AssetKey("analyst_coverage_report"), limit=1).records[0]
+    meta = {k: v.value for k, v in record.asset_materialization.metadata.items()}
+    assert meta["picture"].startswith("![coverage and cost](data:image/png;base64,iVBORw0KGgo")
+    assert sample.files.report.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert meta["day_missing"] == 1 and meta["llm_cost_usd"] == pytest.approx(0.004)
+
+
+# --- exports against the store ----------------------------------------------------------------------
+
+
+def test_every_table_is_exported_with_exactly_the_stores_rows(sample):
+    lo, hi = datetime(2025, 12, 30, tzinfo=CST), datetime(2026, 1, 3, tzinfo=CST)
+    with sample.store.connect() as conn:
+        want = {
+            "worlds": conn.execute(select(worlds.c.world_id)).scalars().all(),
+            "conversations": conn.execute(select(conversations.c.conversation_id)).scalars().all(),
+            "messages": conn.execute(select(messages.c.message_id).where(messages.c.at >= lo, messages.c.at < hi))
+            .scalars()
+            .all(),
+            "temporal_day_chunks": conn.execute(select(temporal_day_chunks.c.chunk_id)).scalars().all(),
+            "temporal_summaries": conn.execute(select(temporal_summaries.c.summary_id)).scalars().all(),
+            "llm_ledger": conn.execute(select(llm_ledger.c.call_id).where(llm_ledger.c.at < hi)).scalars().all(),
+            "inbox": conn.execute(select(inbox.c.inbox_id)).scalars().all(),
+        }
+    keys = {
+        "worlds": "world_id",
+        "conversations": "conversation_id",
+        "messages": "message_id",
+        "temporal_day_chunks": "chunk_id",
+        "temporal_summaries": "summary_id",
+        "llm_ledger": "call_id",
+        "inbox": "inbox_id",
+    }
+    for table, ids in want.items():
+        got = [r[0] for r in sample.query(f"SELECT {keys[table]} FROM {table}")]
+        assert sorted(got) == sorted(ids), table
+    by_window = dict(sample.query('SELECT "window", count(*) FROM temporal_summaries GROUP BY 1'))
+    with sample.store.connect() as conn:
+        stored = dict(
+            conn.execute(select(temporal_summaries.c.window, func.count()).group_by(temporal_summaries.c.window)).all()
+        )
+    assert by_window == stored and set(stored) == {"day", "month", "year"}
+    # Parquet: one file per table and CST day, readable with hive partitioning.
+    root = sample.files.parquet
+    n = sample.query(
+        f"SELECT count(*) FROM read_parquet('{root}/messages/*/*.parquet', hive_partitioning = true)"
+        " WHERE cst_day BETWEEN DATE '2025-12-30' AND DATE '2026-01-02'"
+    )[0][0]
+    assert n == len(want["messages"])
+    assert sorted(p.parent.name for p in (root / "messages").glob("*/*.parquet")) == [
+        f"cst_day={d}" for d in ("2025-12-30", "2025-12-31", "2026-01-01", "2026-01-02")
+    ]
+    assert (root / "temporal_year_summaries" / "cst_day=2025-01-01" / "temporal_year_summaries.parquet").exists()
+    assert (root / "worlds" / "worlds.parquet").exists()
+
+
+# --- marts against the store ----------------------------------------------------------------------
+
+
+def test_mart_temporal_coverage_matches_the_store(sample):
+    rows = _rows(sample.store, select(temporal_summaries))
+    got = {
+        (r[0], r[1], r[2]): r[3:]
+        for r in sample.query(
+            'SELECT world_id, "window", period_start, status, empty_reason, source_count, content_chars, '
+            "cap_chars, hard_cap_chars, last_written_at FROM marts.mart_temporal_coverage"
+        )
+    }
+    for r in rows:
+        status = "placeholder" if r["empty_reason"] else "summary"
+        want = (status, r["empty_reason"], r["source_count"], len(r["content"]), 100, 150)
+        assert got[(r["world_id"], r["window"], r["period_start"])][:6] == want
+        written = got[(r["world_id"], r["window"], r["period_start"])][6]
+        assert written.astimezone(UTC) == r["updated_at"]
+    missing = {k for k, v in got.items() if v[0] == "missing"}
+    assert missing == {("w3", "day", D4)}  # the run of D4 covered w1 and w2 only
+    assert len(got) == len(rows) + 1
+    placeholders = Counter(v[1] for v in got.values() if v[0] == "placeholder")
+    assert placeholders == Counter(r["empty_reason"] for r in rows if r["empty_reason"])
+    assert placeholders["no_sessions"] >= 1  # w1 on 2026-01-01 had only a debug conversation
+
+
+def test_mart_llm_cost_daily_matches_the_ledger(sample):
+    ledger = _rows(sample.store, select(llm_ledger).where(llm_ledger.c.at < datetime(2026, 1, 3, tzinfo=CST)))
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in ledger:
+        groups[(_cst_day(r["at"]), r["asset"] or "(none)", r["model"])].append(r)
+    got = {
+        (r[0], r[1], r[2]): r[3:]
+        for r in sample.query(
+            "SELECT cst_day, asset, model, calls, cache_hits, failures, tokens_in, tokens_out, latency_p50_ms, "
+            "latency_p95_ms, priced_calls, cost_usd FROM marts.mart_llm_cost_daily"
+        )
+    }
+    assert set(got) == set(groups)
+    for key, calls in groups.items():
+        model_calls = [c for c in calls if c["outcome"] in ("ok", "error")]
+        latencies = sorted(c["latency_ms"] for c in model_calls)
+        priced = [c["cost_usd"] for c in calls if c["cost_usd"] is not None]
+        want = (
+            len(model_calls),
+            sum(c["outcome"] == "cache_hit" for c in calls),
+            sum(c["outcome"] == "error" for c in calls),
+            sum(c["tokens_in"] for c in calls),
+            sum(c["tokens_out"] for c in calls),
+        )
+        assert got[key][:5] == want, key
+        assert got[key][5] == pytest.approx(_quantile(latencies, 0.5)) and got[key][6] == pytest.approx(
+            _quantile(latencies, 0.95)
+        )
+        assert got[key][7] == len(priced)
+        assert (got[key][8] is None) if not priced else got[key][8] == pytest.approx(sum(priced))
+    day2 = got[(D2, "temporal_day_summaries", PRICED)]
+    assert day2[:3] == (4, 1, 1) and day2[8] == pytest.approx(0.004)
+    assert got[(D3, "temporal_day_summaries", "openai/unpriced")][8] is None
+
+
+def _quantile(values: list[int], q: float) -> float | None:
+    """Linear interpolation between closest ranks (DuckDB's quantile_cont)."""
+    if not values:
+        return None
+    pos = (len(values) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def test_mart_summary_lineage_walks_every_summary_to_its_raw_messages(sample):
+    rows = {r["summary_id"]: r for r in _rows(sample.store, select(temporal_summaries))}
+
+    def messages_of(summary_id: int) -> set[str]:
+        r = rows[summary_id]
+        if r["empty_reason"] or not r["content"]:
+            return set()
+        if r["source_kind"] == "message":
+            return set(r["source_ids"])
+        return set().union(*(messages_of(child) for child in r["source_ids"]))
+
+    got: dict[int, set[str]] = defaultdict(set)
+    for summary_id, message_id in sample.query("SELECT summary_id, message_id FROM marts.mart_summary_lineage"):
+        got[summary_id].add(message_id)
+    want = {sid: messages_of(sid) for sid in rows}
+    assert got == {sid: ids for sid, ids in want.items() if ids}
+    year = next(sid for sid, r in rows.items() if r["window"] == "year" and r["world_id"] == "w1")
+    # From a year summary to its raw messages with one join.
+    raw = sample.query(
+        "SELECT m.message_id, m.content FROM marts.mart_summary_lineage l JOIN main.messages m USING (message_id) "
+        "WHERE l.summary_id = ?",
+        [year],
+    )
+    assert {r[0] for r in raw} == want[year] and len(raw) == len(want[year])
+    assert {"tomatoes planted", "compost turned"} <= {r[1] for r in raw}
+
+
+def test_mart_ingest_daily_matches_the_messages(sample):
+    lo, hi = datetime(2025, 12, 30, tzinfo=CST), datetime(2026, 1, 3, tzinfo=CST)
+    rows = _rows(
+        sample.store,
+        select(messages, conversations.c.world_id, conversations.c.platform, conversations.c.debug)
+        .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+        .where(messages.c.at >= lo, messages.c.at < hi),
+    )
+    want: dict[tuple, Counter] = defaultdict(Counter)
+    for r in rows:
+        c = want[(_cst_day(r["at"]), r["world_id"], r["platform"])]
+        c["messages"] += 1
+        c["debug"] += r["debug"]
+        c["cron"] += r["platform"] == "cron"
+        c["tool_only"] += r["role"] == "tool" or (
+            r["role"] == "assistant" and not r["content"] and bool(r["tool_calls"])
+        )
+    got = {
+        (r[0], r[1], r[2]): r[3:]
+        for r in sample.query(
+            "SELECT cst_day, world_id, platform, messages, debug_messages, cron_messages, tool_only_messages, "
+            "debug_share, cron_share, tool_only_share FROM marts.mart_ingest_daily"
+        )
+    }
+    assert set(got) == set(want)
+    for key, c in want.items():
+        n = c["messages"]
+        assert got[key][:4] == (n, c["debug"], c["cron"], c["tool_only"]), key
+        assert got[key][4:] == pytest.approx((c["debug"] / n, c["cron"] / n, c["tool_only"] / n), abs=1e-4)
+    assert got[(D2, "w1", "discord")][3] == 2 and got[(D2, "w1", "cron")][5] == 1.0
+    assert got[(D3, "w1", "local")][4] == 1.0
+
+
+# --- readers, partition replacement, automation (these change the sample: keep them last) ----------
+
+
+def test_a_reader_keeps_working_while_an_export_runs_and_a_late_message_re_exports_exactly_its_day(sample):
+    before = dict(sample.query("SELECT cst_day, count(*) FROM messages GROUP BY 1"))
+    parquet = sample.files.parquet / "messages"
+    stamps = {p.parent.name: p.stat().st_mtime_ns for p in parquet.glob("*/*.parquet")}
+    late = conversation("w2", "w2-late", cst(2025, 12, 31, 23, 30), ["late marathon note"])
+    _ingest(sample.store, sample.tmp, late)
+    _run(sample, "day", D2.isoformat(), D2.isoformat())  # what the reconcile sensor would request
+
+    reader = duckdb.connect(str(sample.files.duckdb), read_only=True)
+    seen: list[int] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                seen.append(reader.execute("SELECT count(*) FROM messages").fetchone()[0])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    try:
+        _run(sample, "exports", D2.isoformat(), D2.isoformat())  # the export of exactly that day
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors and seen and set(seen) == {sum(before.values())}  # the version it opened, whole
+    reader.close()
+
+    after = dict(sample.query("SELECT cst_day, count(*) FROM messages GROUP BY 1"))
+    assert after == before | {D2: before[D2] + 1}
+    restamped = {p.parent.name: p.stat().st_mtime_ns for p in parquet.glob("*/*.parquet")}
+    assert {k for k in stamps if restamped[k] != stamps[k]} == {"cst_day=2025-12-31"}
+    assert not sample.files.staging.exists()
+
+
+def test_a_rebuilt_day_requests_the_export_of_that_day_and_its_daily_marts(sample):
+    selection = AssetSelection.groups("analyst")
+    first = evaluate_automation_conditions(defs=sample.defs, instance=sample.instance, asset_selection=selection)
+    _run(sample, "day", D3.isoformat(), D3.isoformat(), force_llm=True)
+    result = evaluate_automation_conditions(
+        defs=sample.defs, instance=sample.instance, asset_selection=selection, cursor=first.cursor
+    )
+
+    def requested(key: str) -> list[str | None]:
+        return sorted(result.get_requested_partitions(AssetKey(key)), key=str)
+
+    assert requested("analyst_temporal_day_summaries") == [D3.isoformat()]
+    assert requested("analyst_messages") == [D3.isoformat()]
+    assert requested("analyst_temporal_period_runs") == [None]  # exported whole
+    assert requested("analyst_mart_ingest_daily") == [D3.isoformat()]  # same tick, after its export
+    today = cst_day_open.get_last_partition_key()
+    yesterday = (date.fromisoformat(today) - timedelta(days=1)).isoformat()
+    assert requested("analyst_llm_ledger") == [yesterday, today]  # the calls of that run landed today
+    for untouched in ("analyst_temporal_month_summaries", "analyst_temporal_day_chunks", "analyst_worlds"):
+        assert requested(untouched) == [], untouched

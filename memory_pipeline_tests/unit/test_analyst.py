@@ -1,0 +1,234 @@
+"""The analyst layer without services: every table is exported (with a DuckDB type for every
+column), the registry and the Dagster side agree, the config is strict, the file is replaced
+atomically under readers, writers queue, and an export on a SQLite store replaces exactly the
+days of its window (the PostgreSQL path and dbt are in integration/test_analyst.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import date, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import duckdb
+import pytest
+from dagster_dbt import DbtCliResource
+
+from memory_pipeline import domains
+from memory_pipeline.analyst import config as analyst_config
+from memory_pipeline.analyst import logic, reports
+from memory_pipeline.analyst.config import AnalystConfig
+from memory_pipeline.analyst.exports import _frame, export_tables
+from memory_pipeline.analyst.files import AnalyticsFiles, publishing, writer_lock
+from memory_pipeline.analyst.logic import DayWindow
+from memory_pipeline.analyst.registry import BY_NAME, EXPORTS, NOT_EXPORTED, export_table, split_tables
+from memory_pipeline.events.ingest import event_line, ingest_file
+from memory_pipeline.lib.settings import ConfigError
+from memory_pipeline.lib.store import Store, metadata
+from memory_pipeline.lib.store.migrate import ensure_schema
+
+CST = ZoneInfo("Asia/Shanghai")
+
+
+def test_every_table_of_every_domain_is_exported():
+    domains.load_tables()
+    exported = {e.table.name for e in EXPORTS}
+    assert exported | set(NOT_EXPORTED) == set(metadata.tables), "add the table to analyst/registry.py"
+    assert not exported & set(NOT_EXPORTED) and all(NOT_EXPORTED.values())
+    assert len(BY_NAME) == len(EXPORTS)  # export names are unique
+
+
+@pytest.mark.parametrize("export", EXPORTS, ids=lambda e: e.name)
+def test_every_column_has_a_duckdb_type_and_the_day_column_exists(export):
+    cols = logic.columns(export)
+    assert [c for c, _ in cols][: len(export.table.columns)] == [c.name for c in export.table.columns]
+    if export.by_day:
+        assert export.day_column in export.table.c and cols[-1] == ("cst_day", "DATE")
+    assert logic.create_sql(export).startswith(f'CREATE TABLE IF NOT EXISTS "{export.name}"')
+    with duckdb.connect() as con:  # the DDL and the insert of a batch are valid DuckDB
+        con.execute(logic.create_sql(export))
+        con.register("incoming", _frame(export, []))
+        params = ["Asia/Shanghai"] if export.by_day and not export.day_is_date else []
+        con.execute(logic.insert_sql(export, "incoming"), params)
+
+
+def test_the_registry_and_the_dagster_side_agree():
+    from memory_pipeline.defs.analyst.assets import UPSTREAM
+
+    assert set(UPSTREAM) == set(BY_NAME)
+    assert {v: sorted(p.name for p in ps) for v, ps in split_tables().items()} == {
+        "temporal_summaries": ["temporal_day_summaries", "temporal_month_summaries", "temporal_year_summaries"]
+    }
+    with pytest.raises(KeyError, match="no exported table 'nope'"):
+        export_table("nope")
+
+
+def test_day_windows_and_parquet_paths():
+    w = DayWindow(date(2025, 12, 30), date(2026, 1, 2))
+    assert len(w) == 4 and list(w.days())[-1] == date(2026, 1, 2) and str(w) == "2025-12-30..2026-01-02"
+    assert str(DayWindow(date(2026, 1, 2), date(2026, 1, 2))) == "2026-01-02"
+    with pytest.raises(ValueError, match="empty day window"):
+        DayWindow(date(2026, 1, 2), date(2026, 1, 1))
+    root = Path("/p")
+    assert logic.parquet_file(root, "messages", date(2026, 1, 2)) == Path(
+        "/p/messages/cst_day=2026-01-02/messages.parquet"
+    )
+    assert logic.parquet_file(root, "worlds", None) == Path("/p/worlds/worlds.parquet")
+    assert logic.parquet_glob(root, BY_NAME["messages"]) == "/p/messages/*/*.parquet"
+
+
+def test_the_config_is_strict(tmp_path):
+    assert analyst_config.load(None) == AnalystConfig()
+    good = tmp_path / "good.yaml"
+    good.write_text("memory:\n  analyst:\n    parquet: false\n    duckdb_threads: 1\n    duckdb_memory_limit: 2GB\n")
+    cfg = analyst_config.load(good)
+    assert (cfg.parquet, cfg.duckdb_threads, cfg.duckdb_memory_limit) == (False, 1, "2GB")
+    files = AnalyticsFiles.at(tmp_path / "a.duckdb", cfg)
+    assert files.parquet is None and files.duckdb_config()["memory_limit"] == "2GB"
+    for body, error in [
+        ("parquet: 'no'", "memory.analyst.parquet: expected bool, got str 'no'"),
+        ("duckdb_threads: 0", "memory.analyst.duckdb_threads: must be a positive integer"),
+        ("duckdb_memory_limit: lots", "memory.analyst.duckdb_memory_limit: expected a size"),
+        ("parquett: true", "unknown key(s) in memory.analyst: parquett"),
+    ]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(f"memory:\n  analyst:\n    {body}\n")
+        with pytest.raises(ConfigError, match=error.replace("(", r"\(").replace(")", r"\)")):
+            analyst_config.load(bad)
+
+
+def test_files_sit_beside_the_duckdb_file_unless_configured(tmp_path):
+    files = AnalyticsFiles.at(tmp_path / "x" / "analytics.duckdb", AnalystConfig())
+    assert files.parquet == tmp_path / "x" / "analytics_parquet"
+    assert files.report == tmp_path / "x" / "analytics_report.png"
+    assert files.staging.name == "analytics.duckdb.next" and files.lock.name == "analytics.duckdb.lock"
+    cfg = AnalystConfig(parquet_dir=str(tmp_path / "pq"), report_file=str(tmp_path / "r.png"))
+    assert AnalyticsFiles.at(tmp_path / "a.duckdb", cfg).parquet == tmp_path / "pq"
+    config = files.duckdb_config()
+    assert config["autoinstall_known_extensions"] is False and config["autoload_known_extensions"] is False
+
+
+def _publish(files: AnalyticsFiles, value: int) -> None:
+    with publishing(files) as staging, duckdb.connect(str(staging)) as con:
+        con.execute("CREATE OR REPLACE TABLE t AS SELECT ? AS v", [value])
+
+
+def test_a_reader_keeps_its_version_and_a_new_reader_sees_the_new_one(tmp_path):
+    files = AnalyticsFiles.at(tmp_path / "a.duckdb", AnalystConfig())
+    _publish(files, 1)
+    reader = duckdb.connect(str(files.duckdb), read_only=True)
+    _publish(files, 2)  # not blocked by the reader, and the reader is not disturbed
+    assert reader.execute("SELECT v FROM t").fetchall() == [(1,)]
+    reader.close()
+    with duckdb.connect(str(files.duckdb), read_only=True) as again:
+        assert again.execute("SELECT v FROM t").fetchall() == [(2,)]
+    assert not files.staging.exists() and not Path(str(files.duckdb) + ".wal").exists()
+
+
+def test_a_failed_write_publishes_nothing(tmp_path):
+    files = AnalyticsFiles.at(tmp_path / "a.duckdb", AnalystConfig())
+    _publish(files, 1)
+    with pytest.raises(RuntimeError, match="boom"):
+        with publishing(files) as staging, duckdb.connect(str(staging)) as con:
+            con.execute("CREATE OR REPLACE TABLE t AS SELECT 99 AS v")
+            raise RuntimeError("boom")
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        assert con.execute("SELECT v FROM t").fetchall() == [(1,)]
+    assert not files.staging.exists()
+
+
+def test_writers_queue_on_the_lock(tmp_path):
+    files = AnalyticsFiles.at(tmp_path / "a.duckdb", AnalystConfig())
+    spans: list[tuple[float, float]] = []
+
+    def write() -> None:
+        with writer_lock(files):
+            start = time.monotonic()
+            time.sleep(0.2)
+            spans.append((start, time.monotonic()))
+
+    threads = [threading.Thread(target=write) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (a0, a1), (b0, b1) = sorted(spans)
+    assert a1 <= b0  # one after the other, never both at once
+
+
+def _sqlite_store(tmp_path: Path) -> Store:
+    store = Store(f"sqlite:///{tmp_path / 'memory.sqlite'}")
+    ensure_schema(store, domains.version_locations())
+    return store
+
+
+def _ingest(store: Store, path: Path, lines: list[dict]) -> None:
+    import json
+
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    ingest_file(store, path)
+
+
+def test_an_export_on_sqlite_replaces_exactly_the_days_of_its_window(tmp_path):
+    store = _sqlite_store(tmp_path)
+    days = [datetime(2026, 1, d, 23, 50, tzinfo=CST) for d in (1, 2, 3)]  # late in the CST day: UTC is the day before
+    _ingest(
+        store,
+        tmp_path / "a.jsonl",
+        [event_line(f"m{i}", "w1", f"c{i}", "user", f"hello {i}", at) for i, at in enumerate(days)],
+    )
+    files = AnalyticsFiles.at(tmp_path / "out" / "analytics.duckdb", AnalystConfig())
+    report = export_tables(
+        store, files, [BY_NAME["messages"], BY_NAME["worlds"]], DayWindow(date(2026, 1, 1), date(2026, 1, 3)), CST
+    )
+    assert report.table("messages").rows_by_day == {"2026-01-01": 1, "2026-01-02": 1, "2026-01-03": 1}
+    assert report.table("worlds").rows == 1
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        assert {e.name for e in EXPORTS} | {"temporal_summaries"} <= tables  # every table exists, even empty
+        assert con.execute("SELECT cst_day, \"at\" FROM messages WHERE message_id = 'm0'").fetchone()[0] == date(
+            2026, 1, 1
+        )
+    stamp = (files.parquet / "messages" / "cst_day=2026-01-01" / "messages.parquet").stat().st_mtime_ns
+    _ingest(store, tmp_path / "b.jsonl", [event_line("late", "w1", "c9", "user", "late", days[1])])
+    again = export_tables(store, files, [BY_NAME["messages"]], DayWindow(date(2026, 1, 2), date(2026, 1, 2)), CST)
+    assert again.table("messages").rows_by_day == {"2026-01-02": 2}
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        per_day = dict(con.execute("SELECT cst_day, count(*) FROM messages GROUP BY 1").fetchall())
+        # Parquet with hive partitioning gives the same answer as the table.
+        pq = dict(
+            con.execute(
+                f"SELECT cst_day, count(*) FROM read_parquet('{files.parquet}/messages/*/*.parquet', "
+                "hive_partitioning = true) GROUP BY 1"
+            ).fetchall()
+        )
+    assert per_day == {date(2026, 1, 1): 1, date(2026, 1, 2): 2, date(2026, 1, 3): 1}
+    assert {str(k): v for k, v in pq.items()} == {str(k): v for k, v in per_day.items()}
+    assert (files.parquet / "messages" / "cst_day=2026-01-01" / "messages.parquet").stat().st_mtime_ns == stamp
+    assert not list((files.parquet / ".tmp").iterdir())  # no temporary file left behind
+
+
+def test_the_picture_renders_from_figures():
+    figures = reports.CoverageCost(
+        days=[date(2026, 1, 1), date(2026, 1, 2)],
+        day_summaries=[2, 1],
+        day_placeholders=[0, 1],
+        day_missing=[0, 1],
+        placeholders_by_reason={"no_sessions": {"day": 1}},
+        cost_days=[date(2026, 1, 2)],
+        calls=[3],
+        tokens=[120],
+    )
+    png = reports.render_png(figures)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert reports.render_png(reports.CoverageCost())[:4] == b"\x89PNG"  # an empty file still renders
+
+
+def test_the_dagster_dbt_start_up_costs_we_skip_still_exist():
+    """AnalystDbtCliResource overrides two private methods of the pinned dagster-dbt; an upgrade that
+    renames them must fail here rather than silently cost 10 s per build again."""
+    from memory_pipeline.defs.analyst.resources import AnalystDbtCliResource
+
+    assert hasattr(DbtCliResource, "_cli_version") and hasattr(DbtCliResource, "_initialize_dbt_core_adapter")
+    assert AnalystDbtCliResource._initialize_dbt_core_adapter is not DbtCliResource._initialize_dbt_core_adapter
