@@ -10,12 +10,21 @@ from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from memory_pipeline.lib.llm import LLMHardFailure
 from memory_pipeline.lib.store import Store, retry_transient, upsert
-from memory_pipeline.lib.timeutil import bucket_end, bucket_start, day_bounds, utcnow
+from memory_pipeline.lib.timeutil import bucket_end, bucket_start, day_bounds, local_date, utcnow
 from memory_pipeline.temporal import logic
-from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize
+from memory_pipeline.temporal.context import (
+    TemporalContext,
+    buffered_llm,
+    day_messages,
+    material_line,
+    messages_between,
+    summarize,
+    summary_request,
+)
 from memory_pipeline.temporal.tables import temporal_day_chunks
 
 
@@ -64,7 +73,9 @@ def append_chunk(conn, row: dict) -> bool:
 def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> TickResult:
     """Append chunks for every closed bucket of ``day`` up to ``now`` (a past day: all of it): every
     material message no chunk of its conversation-day lists yet goes into a new chunk of its own
-    bucket (logic.plan_chunks), so late arrivals are appended rather than lost."""
+    bucket (logic.plan_chunks), so late arrivals are appended rather than lost. The day's cached
+    answers are read in one query, and its chunks are written in one transaction with the LLM
+    ledger and cache rows of its calls."""
     now = min(now or utcnow(), utcnow(), day_bounds(day, ctx.tz)[1])  # never a future "now"
     result = TickResult(day, now=now)
     if not ctx.cfg.enabled:
@@ -73,66 +84,98 @@ def run_tick(ctx: TemporalContext, day: date, now: datetime | None = None) -> Ti
     def retried(_attempt: int, _exc: BaseException) -> None:
         result.db_retries += 1
 
-    # A transient database error redoes the tick: each chunk is its own transaction, so the chunks
-    # committed before it stay (and stay counted) and the retry plans only what is left.
-    retry_transient(lambda: _tick_once(ctx, day, now, result), what=f"chunks {day.isoformat()}", on_retry=retried)
+    # A transient database error redoes the tick: its one transaction rolled back whole, so the
+    # retry plans the same chunks again (their answers are served from the client).
+    with buffered_llm(ctx):
+        retry_transient(lambda: _tick_once(ctx, day, now, result), what=f"chunks {day.isoformat()}", on_retry=retried)
     return result
+
+
+_CHUNK_KEY = ("conversation_id", "cst_date", "bucket", "seq")
 
 
 def _tick_once(ctx: TemporalContext, day: date, now: datetime, result: TickResult) -> None:
     result.conversations, result.failures = 0, {}
+    result.chunks_written = result.late_messages = 0
     with ctx.store.connect() as conn:
         result.read_at = utcnow()
         rows = day_messages(conn, day, ctx.tz)
         state = _chunk_state(conn, day)
-    by_conv: dict[str, list] = defaultdict(list)
-    for r in rows:
-        if logic.is_material(r["role"], r["content"], r["tool_calls"]):
-            by_conv[r["conversation_id"]].append(r)
-    result.conversations = len(by_conv)
-    for conv_id, msgs in sorted(by_conv.items()):
-        index = {m["message_id"]: m for m in msgs}
-        s = state.get(conv_id, {})
-        planned = logic.plan_chunks(
-            [(m["message_id"], m["at"]) for m in msgs],
-            day,
-            now,
-            ctx.tz,
-            chunked_ids=s.get("ids", ()),
-            bucket_seqs=s.get("seqs"),
-            watermark_at=s.get("watermark_at"),
-        )
-        for chunk in planned:
-            material = "\n".join(
-                material_line(index[i]["at"], index[i]["role"], index[i]["content"], ctx.tz) for i in chunk.message_ids
+        by_conv: dict[str, list] = defaultdict(list)
+        for r in rows:
+            if logic.is_material(r["role"], r["content"], r["tool_calls"]):
+                by_conv[r["conversation_id"]].append(r)
+        result.conversations = len(by_conv)
+        plans = []
+        for conv_id, msgs in sorted(by_conv.items()):
+            index = {m["message_id"]: m for m in msgs}
+            s = state.get(conv_id, {})
+            planned = logic.plan_chunks(
+                [(m["message_id"], m["at"]) for m in msgs],
+                day,
+                now,
+                ctx.tz,
+                chunked_ids=s.get("ids", ()),
+                bucket_seqs=s.get("seqs"),
+                watermark_at=s.get("watermark_at"),
             )
-            world_id = msgs[0]["world_id"]
-            try:
-                summary = summarize(ctx, "chunk", material, ctx.cfg.chunk_max_chars, world_id)
-            except LLMHardFailure as exc:
-                # Later buckets wait for the next tick, which plans them again from the source set.
-                result.failures[conv_id] = str(exc)
-                break
-            with ctx.store.begin() as conn:
-                written = append_chunk(
-                    conn,
-                    {
-                        "conversation_id": conv_id,
-                        "world_id": world_id,
-                        "cst_date": day,
-                        "bucket": chunk.bucket,
-                        "at": bucket_end(chunk.bucket),
-                        "summary": summary,
-                        "watermark_message_id": chunk.watermark_message_id,
-                        "watermark_at": chunk.watermark_at,
-                        "source_ids": list(chunk.message_ids),
-                        "model": ctx.llm.model,
-                        "seq": chunk.seq,
-                    },
+            for chunk in planned:
+                material = "\n".join(
+                    material_line(index[i]["at"], index[i]["role"], index[i]["content"], ctx.tz)
+                    for i in chunk.message_ids
                 )
-            if written:
-                result.chunks_written += 1
-                result.late_messages += chunk.late
+                plans.append((conv_id, msgs[0]["world_id"], chunk, material))
+        if plans and not ctx.force_llm:
+            reqs = [summary_request("chunk", m, ctx.cfg.chunk_max_chars, w) for _c, w, _ch, m in plans]
+            ctx.llm.prefetch(reqs, conn)
+    out, late = [], {}
+    for conv_id, world_id, chunk, material in plans:
+        if conv_id in result.failures:
+            continue  # later buckets wait for the next tick, which plans them again from the source set
+        try:
+            summary = summarize(ctx, "chunk", material, ctx.cfg.chunk_max_chars, world_id)
+        except LLMHardFailure as exc:
+            result.failures[conv_id] = str(exc)
+            continue
+        out.append(
+            {
+                "conversation_id": conv_id,
+                "world_id": world_id,
+                "cst_date": day,
+                "bucket": chunk.bucket,
+                "at": bucket_end(chunk.bucket),
+                "summary": summary,
+                "watermark_message_id": chunk.watermark_message_id,
+                "watermark_at": chunk.watermark_at,
+                "source_ids": list(chunk.message_ids),
+                "model": ctx.llm.model,
+                "seq": chunk.seq,
+            }
+        )
+        late[(conv_id, chunk.bucket, chunk.seq)] = chunk.late
+    with ctx.store.begin() as conn:
+        written = append_chunks(conn, out)
+        ctx.llm.write_pending(conn)
+    ctx.llm.clear_pending()
+    result.chunks_written = len(written)
+    result.late_messages = sum(late[k] for k in written)
+
+
+def append_chunks(conn, rows: list[dict]) -> set[tuple]:
+    """Insert chunks (batches of 500 rows); a (conversation, day, bucket, seq) that exists already
+    (a concurrent tick got there first: the next tick plans what is left) is skipped. Returns the
+    (conversation_id, bucket, seq) of the chunks inserted."""
+    c = temporal_day_chunks.c
+    written: set[tuple] = set()
+    for i in range(0, len(rows), 500):
+        ins = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(temporal_day_chunks)
+        stmt = (
+            ins.values(rows[i : i + 500])
+            .on_conflict_do_nothing(index_elements=list(_CHUNK_KEY))
+            .returning(c.conversation_id, c.bucket, c.seq)
+        )
+        written.update((conv, bucket, seq) for conv, bucket, seq in conn.execute(stmt))
+    return written
 
 
 def closed_bucket_chunks(conn, world_id: str | None, day: date, now: datetime) -> list[dict]:
@@ -162,6 +205,16 @@ def audit_chunks(
     ).problems
 
 
+@dataclass(frozen=True)
+class TickSeen:
+    """What the tick that materialized a day saw: buckets closed at ``tick_now``, messages
+    ingested by ``ingested_before``; ``coverage`` False when it wrote nothing (disabled)."""
+
+    tick_now: datetime | None = None
+    ingested_before: datetime | None = None
+    coverage: bool = True
+
+
 def chunk_audit(
     store: Store,
     day: date,
@@ -172,28 +225,45 @@ def chunk_audit(
     tick_now: datetime | None = None,
     ingested_before: datetime | None = None,
 ) -> logic.Audit:
-    """Chunks of ``day``: sources present, bucket inside the day and closed at ``now``, watermark
+    """:func:`chunk_audits` of one day."""
+    return chunk_audits(store, {day: TickSeen(tick_now, ingested_before, coverage)}, tz, now)[day]
+
+
+def chunk_audits(
+    store: Store, days: dict[date, TickSeen], tz: ZoneInfo, now: datetime | None = None
+) -> dict[date, logic.Audit]:
+    """Chunks of each day: sources present, bucket inside the day and closed at ``now``, watermark
     inside it, no message in two chunks; with ``coverage``, every material message of an eligible
     conversation in a bucket closed at ``tick_now`` (default ``now``) is in a chunk, counting only
     messages ingested by ``ingested_before`` when given (the tick could not see later ones).
-    ``audited`` is the number of chunks of the day read."""
+    Set-based: one read of the days' chunks and one of their messages, whatever the number of
+    days and worlds. ``audited`` is the number of chunks of a day read."""
+    if not days:
+        return {}
     now = now or utcnow()
-    tick_now = min(tick_now or now, now)
+    ordered = sorted(days)
+    c = temporal_day_chunks.c
+    by_day: dict[date, list] = defaultdict(list)
+    msgs_by_day: dict[date, list] = defaultdict(list)
+    with store.connect() as conn:
+        q = select(temporal_day_chunks).where(c.cst_date.in_(ordered)).order_by(c.conversation_id, c.bucket, c.seq)
+        for r in conn.execute(q).mappings():
+            by_day[r["cst_date"]].append(r)
+        covered = [d for d in ordered if days[d].coverage]
+        if covered:
+            lo, hi = day_bounds(covered[0], tz)[0], day_bounds(covered[-1], tz)[1]
+            for m in messages_between(conn, lo, hi):
+                d = local_date(m["at"], tz)
+                if d in days and days[d].coverage:
+                    msgs_by_day[d].append(m)
+    return {d: _audit_day(d, by_day[d], msgs_by_day[d], days[d], tz, now) for d in ordered}
+
+
+def _audit_day(day: date, rows: list, msgs: list, seen_by: TickSeen, tz: ZoneInfo, now: datetime) -> logic.Audit:
+    tick_now = min(seen_by.tick_now or now, now)
+    ingested_before = seen_by.ingested_before
     problems = []
     start, end = day_bounds(day, tz)
-    with store.connect() as conn:
-        rows = (
-            conn.execute(
-                select(temporal_day_chunks)
-                .where(temporal_day_chunks.c.cst_date == day)
-                .order_by(
-                    temporal_day_chunks.c.conversation_id, temporal_day_chunks.c.bucket, temporal_day_chunks.c.seq
-                )
-            )
-            .mappings()
-            .all()
-        )
-        msgs = day_messages(conn, day, tz) if coverage else []
     seen: dict[str, int] = defaultdict(int)
     for r in rows:
         tag = f"chunk {r['conversation_id']} {r['bucket'].astimezone(tz):%Y-%m-%dT%H:%M}#{r['seq']}"

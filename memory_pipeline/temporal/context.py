@@ -3,6 +3,8 @@ way to ask the model for a summary, and the message queries by CST day."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
@@ -31,8 +33,30 @@ class TemporalContext:
     force_llm: bool = False  # bypass cached answers (fresh calls)
 
 
-def summarize(ctx: TemporalContext, task: str, material: str, max_chars: int, world_id: str | None) -> str:
-    req = LLMRequest(
+@contextmanager
+def buffered_llm(ctx: TemporalContext) -> Iterator[None]:
+    """The client's ledger and cache rows are buffered while the body runs and written in one
+    transaction after it (also when it raises: every call keeps its ledger row, best effort when
+    the store itself is what failed). A body that writes its own transaction may write them there
+    (``ctx.llm.write_pending(conn)``, then ``clear_pending()``)."""
+    llm, buffering = ctx.llm, ctx.llm.buffering
+    llm.buffering = True
+    try:
+        yield
+    finally:
+        llm.buffering = buffering
+        if llm.pending:
+            try:
+                with ctx.store.begin() as conn:
+                    llm.write_pending(conn)
+                llm.clear_pending()
+            except Exception:  # noqa: BLE001 - the store is what failed; the caller reports that error
+                pass
+
+
+def summary_request(task: str, material: str, max_chars: int, world_id: str | None) -> LLMRequest:
+    """The request ``summarize`` sends (a batch prefetches the cached answers of many at once)."""
+    return LLMRequest(
         task=task,
         system=prompts.spec(task, max_chars),
         user=material,
@@ -40,6 +64,10 @@ def summarize(ctx: TemporalContext, task: str, material: str, max_chars: int, wo
         max_chars=max_chars,
         world_id=world_id,
     )
+
+
+def summarize(ctx: TemporalContext, task: str, material: str, max_chars: int, world_id: str | None) -> str:
+    req = summary_request(task, material, max_chars, world_id)
     return ctx.llm.complete(req, force=ctx.force_llm).text.strip()
 
 
@@ -52,6 +80,12 @@ def day_messages(conn, d: date, tz: ZoneInfo, world_ids: list[str] | None = None
     """Every message of eligible conversations timestamped in CST day ``d`` (by payload time,
     never by conversations.updated_at)."""
     start, end = day_bounds(d, tz)
+    return messages_between(conn, start, end, world_ids)
+
+
+def messages_between(conn, start: datetime, end: datetime, world_ids: list[str] | None = None):
+    """Every message of eligible conversations timestamped in [start, end), ordered by (at,
+    message_id): one read for a batch of days (group by ``local_date(at)``)."""
     q = (
         select(
             messages.c.message_id,

@@ -127,7 +127,7 @@ def _iso(at: datetime | None) -> str | None:
     return at.isoformat() if at is not None else None
 
 
-def _late_messages(conn, days: list[tuple]) -> dict[date, tuple[int, datetime]]:
+def late_messages(conn, days: list[tuple]) -> dict[date, tuple[int, datetime]]:
     """Per recorded day: eligible messages ingested after the day's materialized_at (count, newest)."""
     out = {}
     for batch in _batches(days):
@@ -161,14 +161,15 @@ def _late_messages(conn, days: list[tuple]) -> dict[date, tuple[int, datetime]]:
     return out
 
 
-def _missing_worlds(conn, days: list[tuple]) -> dict[date, tuple[int, str, str]]:
-    """Per recorded day: worlds that existed before its end but have no row (count, first, last id)."""
+def missing_worlds(conn, periods: list[tuple], window: str = Window.DAY) -> dict[date, tuple[int, str, str]]:
+    """Per (period_start, end) of ``window``: worlds that existed before its end but have no row
+    (count, first, last id)."""
     out = {}
-    for batch in _batches([(p, hi) for p, _lo, hi, _at in days]):
+    for batch in _batches(periods):
         r = values(column("period_start", Date), column("hi", UTCDateTime), name="r").data(batch).cte("r")
         t = temporal_summaries.c
         has_row = exists().where(
-            t.world_id == worlds.c.world_id, t.window == Window.DAY, t.period_start == r.c.period_start
+            t.world_id == worlds.c.world_id, t.window == window, t.period_start == r.c.period_start
         )
         q = (
             select(r.c.period_start, func.count(), func.min(worlds.c.world_id), func.max(worlds.c.world_id))
@@ -181,7 +182,7 @@ def _missing_worlds(conn, days: list[tuple]) -> dict[date, tuple[int, str, str]]
     return out
 
 
-def _changed_children(conn, parents: list[tuple]) -> dict[tuple[str, date], tuple[int, datetime]]:
+def changed_children(conn, parents: list[tuple]) -> dict[tuple[str, date], tuple[int, datetime]]:
     """Per recorded month / year: child rows written after its materialized_at (count, newest)."""
     out = {}
     for batch in _batches(parents):
@@ -235,14 +236,14 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
         days = sorted(
             (p, rec["lo"], rec["hi"], rec["materialized_at"]) for (w, p), rec in records.items() if w == Window.DAY
         )
-        late = _late_messages(conn, days) if days else {}
-        missing = _missing_worlds(conn, days) if days else {}
+        late = late_messages(conn, days) if days else {}
+        missing = missing_worlds(conn, [(p, hi) for p, _lo, hi, _at in days]) if days else {}
         parents = []
         for (w, p), rec in sorted(records.items()):
             if w in (Window.MONTH, Window.YEAR):
                 last = next_period(w, p) - timedelta(days=1)
                 parents.append((w, p, logic.CHILD_WINDOW[w], p, last, rec["materialized_at"]))
-        changed = _changed_children(conn, parents) if parents else {}
+        changed = changed_children(conn, parents) if parents else {}
 
     stale: dict[tuple[str, date], StalePeriod] = {}
     for p in sorted(set(late) | set(missing)):

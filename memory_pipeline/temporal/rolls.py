@@ -16,7 +16,7 @@ from memory_pipeline.lib.timeutil import day_bounds, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.chunks import closed_bucket_chunks
 from memory_pipeline.temporal.config import TemporalSummaryConfig
-from memory_pipeline.temporal.context import TemporalContext, summarize
+from memory_pipeline.temporal.context import TemporalContext, buffered_llm, summarize
 from memory_pipeline.temporal.tables import temporal_summaries, warmup_requests
 
 
@@ -49,9 +49,10 @@ def regenerate_system_rolls(
     if not ctx.cfg.enabled:
         return result
     done: set[str] = set()  # slots settled by an attempt before a transient database error
-    retry_transient(
-        lambda: _system_rolls_once(ctx, result, done, today, world_ids, kinds, force), what=f"system rolls {today}"
-    )
+    with buffered_llm(ctx):  # the ledger and cache rows of every call in one transaction at the end
+        retry_transient(
+            lambda: _system_rolls_once(ctx, result, done, today, world_ids, kinds, force), what=f"system rolls {today}"
+        )
     return result
 
 
@@ -191,7 +192,8 @@ def warm_peer_rolls(ctx: TemporalContext, day: date, now: datetime | None = None
     if not ctx.cfg.enabled:
         return result
     done: set[str] = set()  # keys written or found by an attempt before a transient database error
-    retry_transient(lambda: _warm_once(ctx, result, done, day, now), what=f"peer rolls {day.isoformat()}")
+    with buffered_llm(ctx):  # the ledger and cache rows of every call in one transaction at the end
+        retry_transient(lambda: _warm_once(ctx, result, done, day, now), what=f"peer rolls {day.isoformat()}")
     return result
 
 

@@ -2,26 +2,39 @@
 period_start), placeholders with empty_reason exactly where the seed writes them, sources on
 every row. Writes are idempotent: only rows whose content, reason or sources changed are written.
 
+A range is worked set-based, in batches of periods (``BATCH``): one read of the batch's material
+for all worlds, the cached answers in one query, and one transaction with the rows, the run
+records and the LLM ledger and cache rows.
+
 A run over all worlds that completes a period also records it in ``temporal_period_runs`` (same
-transaction as the rows): when it started reading and the newest input it read. The reconcile
-(``reconcile.stale_periods``) compares later input against that record."""
+transaction as the rows): when it started reading, the newest input it read, and the model, prompt
+version and settings. The reconcile (``reconcile.stale_periods``) compares later input against that
+record, and a run with ``skip_unchanged`` skips a period the record shows unchanged."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from memory_pipeline.lib.llm import LLMHardFailure
+from memory_pipeline.lib.llm.client import CallStats
 from memory_pipeline.lib.store import Store, retry_transient, upsert
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds, expected_periods, local_date, period_bounds, utcnow
 from memory_pipeline.temporal import logic, prompts
-from memory_pipeline.temporal.context import TemporalContext, day_messages, material_line, summarize, worlds_alive
+from memory_pipeline.temporal.context import (
+    TemporalContext,
+    buffered_llm,
+    material_line,
+    messages_between,
+    summarize,
+    summary_request,
+)
 from memory_pipeline.temporal.logic import EmptyReason
 from memory_pipeline.temporal.tables import temporal_period_runs, temporal_summaries
 
@@ -37,12 +50,17 @@ class PartitionFailure(RuntimeError):
         )
 
 
+# Partitions per set-based batch: one read of their material, one query for cached answers and one
+# write transaction each, so memory stays flat over a year-long range.
+BATCH = {"day": 31, "month": 12, "year": 5}
+
+
 @dataclass
 class PeriodResult:
     window: str
     period_start: date
     worlds: int = 0
-    written: int = 0  # rows inserted or changed (the upsert's rowcount)
+    written: int = 0  # rows inserted or changed (rows the upsert wrote)
     unchanged: int = 0
     reused: int = 0  # summaries kept without a model call (same model, prompt and material)
     over_budget: int = 0  # day rows built from partial summaries (material over the budget)
@@ -53,38 +71,99 @@ class PeriodResult:
     disabled: bool = False
     preview: list[tuple[str, str, str]] = field(default_factory=list)  # (world, period, content or reason)
     db_retries: int = 0  # attempts redone whole after a transient database error
+    llm: CallStats = field(default_factory=CallStats)  # this partition's calls (all attempts)
+    # Why the partition's input was not read at all (skip_unchanged and its record says nothing
+    # changed since it was materialized); "" when it was read.
+    skipped: str = ""
 
 
-def _retried(window: str, period_start: date, once) -> PeriodResult:
-    """One period's unit of work (read, model calls, one write transaction), redone whole on a
-    transient database error (lib.store.retry_transient): the write is idempotent and a failed
-    transaction wrote nothing, so a retry never doubles nor half-writes a row; answers the failed
-    attempt got are served from the LLM cache. StoreUnavailable names the period after the last
-    attempt."""
-    retries = 0
-
-    def count(_attempt: int, _exc: BaseException) -> None:
-        nonlocal retries
-        retries += 1
-
-    result: PeriodResult = retry_transient(
-        once, what=f"{window} {logic.period_key(window, period_start)}", on_retry=count
-    )
-    result.db_retries = retries
-    return result
+def config_fp(window: str, cfg) -> str:
+    """The settings a window's rows depend on (besides model and prompt version): a record made
+    with other caps is not "unchanged"."""
+    keys = {
+        "day": ("global_day_max_chars", "day_material_max_chars"),
+        "month": ("month_max_chars",),
+        "year": ("year_max_chars",),
+    }[window]
+    return short_hash([window, *(getattr(cfg, k) for k in keys)])
 
 
-def _existing_rows(conn, window: str, period_start: date) -> dict[str, dict]:
-    rows = (
-        conn.execute(
-            select(temporal_summaries).where(
-                temporal_summaries.c.window == window, temporal_summaries.c.period_start == period_start
+def _run_record(
+    ctx: TemporalContext,
+    result: PeriodResult,
+    started: datetime,
+    newest_input: datetime | None,
+    world_ids: list[str] | None,
+) -> dict | None:
+    """The ``temporal_period_runs`` row of a completed run, or None when the run does not vouch for
+    the whole period: a ``world_ids`` subset read only some worlds' input (recording it would hide
+    the other worlds' late messages), and a run with hard failures left some worlds without a row.
+    ``materialized_at`` is when the run started reading, so input committed while it ran counts as
+    newer than the record (at worst one more, model-free, re-run) instead of being missed. Model,
+    prompt version and settings let a later run tell that nothing changed (skip_unchanged)."""
+    if world_ids is not None or result.failures:
+        return None
+    return {
+        "window": result.window,
+        "period_start": result.period_start,
+        "materialized_at": started,
+        "material_ingested_at": newest_input,
+        "worlds": result.worlds,
+        "model": ctx.llm.model,
+        "prompt_version": prompts.PROMPT_VERSION,
+        "config_fp": config_fp(result.window, ctx.cfg),
+    }
+
+
+_COMPARED = ("content", "empty_reason", "source_count", "source_ids", "material_fp", "model", "prompt_version")
+_KEYS = ("world_id", "window", "period_start")
+
+
+def _write_batch(
+    ctx: TemporalContext,
+    results: dict[date, PeriodResult],
+    rows: dict[date, list[dict]],
+    existing: dict[tuple[date, str], dict],
+    records: list[dict],
+) -> None:
+    """One transaction for the batch: upsert the rows whose meaningful fields changed (a
+    successful row clears empty_reason), the periods' run records, and the LLM ledger and cache
+    rows the batch's calls buffered. ``written`` counts the rows of each period the upsert wrote."""
+    now = datetime.now(UTC)
+    changed = []
+    for p, result in results.items():
+        for row in rows.get(p, []):
+            old = existing.get((p, row["world_id"]))
+            if old is not None and all(old[k] == row[k] for k in _COMPARED):
+                result.unchanged += 1
+            else:
+                changed.append(row | {"created_at": old["created_at"] if old else now, "updated_at": now})
+                result.written += 1
+    with ctx.store.begin() as conn:
+        if changed:
+            n = upsert(
+                conn,
+                temporal_summaries,
+                changed,
+                keys=_KEYS,
+                update=[c for c in changed[0] if c not in (*_KEYS, "created_at")],
             )
-        )
-        .mappings()
-        .all()
-    )
-    return {r["world_id"]: dict(r) for r in rows}
+            if n != len(changed):  # DO UPDATE writes every row it is given; anything else is a bug
+                raise RuntimeError(f"upsert wrote {n} of {len(changed)} summary rows")
+        if records:
+            upsert(conn, temporal_period_runs, records, keys=["window", "period_start"])
+        ctx.llm.write_pending(conn)
+    ctx.llm.clear_pending()
+    for p, result in results.items():
+        for row in rows.get(p, []):
+            if row["empty_reason"]:
+                result.placeholders[row["empty_reason"]] += 1
+            else:
+                result.non_empty += 1
+            if len(result.preview) < 20:
+                result.preview.append(
+                    (row["world_id"], row["period_start"].isoformat(), row["content"] or f"({row['empty_reason']})")
+                )
 
 
 def _row(
@@ -114,75 +193,31 @@ def _row(
     }
 
 
-def _run_record(
-    result: PeriodResult, started: datetime, newest_input: datetime | None, world_ids: list[str] | None
-) -> dict | None:
-    """The ``temporal_period_runs`` row of a completed run, or None when the run does not vouch for
-    the whole period: a ``world_ids`` subset read only some worlds' input (recording it would hide
-    the other worlds' late messages), and a run with hard failures left some worlds without a row.
-    ``materialized_at`` is when the run started reading, so input committed while it ran counts as
-    newer than the record (at worst one more, model-free, re-run) instead of being missed."""
-    if world_ids is not None or result.failures:
-        return None
-    return {
-        "window": result.window,
-        "period_start": result.period_start,
-        "materialized_at": started,
-        "material_ingested_at": newest_input,
-        "worlds": result.worlds,
-    }
+def _existing(conn, window: str, periods: list[date]) -> dict[tuple[date, str], dict]:
+    t = temporal_summaries.c
+    q = select(temporal_summaries).where(t.window == window, t.period_start.in_(periods))
+    return {(r["period_start"], r["world_id"]): dict(r) for r in conn.execute(q).mappings()}
 
 
-def _write(
-    ctx: TemporalContext,
-    result: PeriodResult,
-    rows: list[dict],
-    existing: dict[str, dict],
-    record: dict | None = None,
-) -> None:
-    """Upsert rows whose meaningful fields changed (a successful row clears empty_reason) and, in
-    the same transaction, the period's run record."""
-    with ctx.store.begin() as conn:
-        now = datetime.now(UTC)
-        changed = []
-        for row in rows:
-            old = existing.get(row["world_id"])
-            same = old is not None and all(
-                old[k] == row[k]
-                for k in (
-                    "content",
-                    "empty_reason",
-                    "source_count",
-                    "source_ids",
-                    "material_fp",
-                    "model",
-                    "prompt_version",
-                )
-            )
-            if same:
-                result.unchanged += 1
-            else:
-                changed.append(row | {"created_at": old["created_at"] if old else now, "updated_at": now})
-        result.written += upsert(
-            conn,
-            temporal_summaries,
-            changed,
-            keys=["world_id", "window", "period_start"],
-            update=[c for c in changed[0] if c not in ("world_id", "window", "period_start", "created_at")]
-            if changed
-            else [],
-        )
-        if record is not None:
-            upsert(conn, temporal_period_runs, [record], keys=["window", "period_start"])
-    for row in rows:
-        if row["empty_reason"]:
-            result.placeholders[row["empty_reason"]] += 1
-        else:
-            result.non_empty += 1
-        if len(result.preview) < 20:
-            result.preview.append(
-                (row["world_id"], row["period_start"].isoformat(), row["content"] or f"({row['empty_reason']})")
-            )
+def _first_events(conn, before: datetime, world_ids: list[str] | None) -> list[tuple[str, datetime]]:
+    """(world, first_event_at) of the worlds whose first event is before ``before``, by id."""
+    q = select(worlds.c.world_id, worlds.c.first_event_at).where(worlds.c.first_event_at < before)
+    if world_ids is not None:
+        q = q.where(worlds.c.world_id.in_(world_ids))
+    return [(w, at) for w, at in conn.execute(q.order_by(worlds.c.world_id))]
+
+
+def _alive(first: list[tuple[str, datetime]], end: datetime) -> list[str]:
+    """Worlds whose first event is before the window's end: no placeholders before a world existed."""
+    return [w for w, at in first if at < end]
+
+
+def _reusable(ctx: TemporalContext, prev: dict | None, fp: str) -> bool:
+    return (
+        prev is not None
+        and not ctx.force_llm
+        and (prev["material_fp"], prev["model"], prev["prompt_version"]) == (fp, ctx.llm.model, prompts.PROMPT_VERSION)
+    )
 
 
 def _summarize_or_placeholder(ctx, result, prev, world_id, fp_parts, produce, source_kind, source_ids, source_count):
@@ -194,11 +229,7 @@ def _summarize_or_placeholder(ctx, result, prev, world_id, fp_parts, produce, so
     def row(content, reason, ids, count, model):
         return _row(world_id, result.window, result.period_start, content, reason, source_kind, ids, count, fp, model)
 
-    if (
-        prev is not None
-        and not ctx.force_llm
-        and (prev["material_fp"], prev["model"], prev["prompt_version"]) == (fp, ctx.llm.model, prompts.PROMPT_VERSION)
-    ):
+    if _reusable(ctx, prev, fp):
         result.reused += 1
         return row(prev["content"], prev["empty_reason"], prev["source_ids"], prev["source_count"], prev["model"])
     try:
@@ -287,12 +318,21 @@ def _require_closed(window: str, period_start: date, end: datetime) -> None:
         raise OpenWindowError(f"{window} {period_start.isoformat()} is not closed yet (it ends {end.isoformat()})")
 
 
-def _day_row(ctx: TemporalContext, result: PeriodResult, prev, world_id: str, material: list) -> dict | None:
-    """A world's day row from ALL of its material, conversation by conversation (seed 000: every
-    active conversation is covered, no editorial selection): one call when the day fits
-    day_material_max_chars, else partial summaries first. Sources are every material message,
-    source_count the conversations; the fingerprint covers all of it, so an unchanged day is reused
-    without a call."""
+@dataclass(frozen=True)
+class _DayMaterial:
+    """A world-day's material, conversation by conversation, as the day call reads it."""
+
+    convs: list[list]
+    full: str
+    ids: list[str]
+    fits: bool  # within day_material_max_chars: one `day` call
+
+    def fp_parts(self, budget: int) -> list:
+        # How a day over the budget is split depends on the budget.
+        return [self.full] if self.fits else [self.full, {"day_material_max_chars": budget}]
+
+
+def _day_material(ctx: TemporalContext, material: list) -> _DayMaterial:
     by_conv: dict[str, list] = defaultdict(list)
     for m in material:
         by_conv[m["conversation_id"]].append(m)
@@ -302,135 +342,326 @@ def _day_row(ctx: TemporalContext, result: PeriodResult, prev, world_id: str, ma
         + "\n".join(material_line(m["at"], m["role"], m["content"], ctx.tz) for m in ms)
         for ms in convs
     )
-    budget = ctx.cfg.day_material_max_chars
-    if len(full) <= budget:
-        fp_parts = [full]
+    fits = len(full) <= ctx.cfg.day_material_max_chars
+    return _DayMaterial(convs, full, [m["message_id"] for m in material], fits)
+
+
+def _day_row(ctx: TemporalContext, result: PeriodResult, prev, world_id: str, dm: _DayMaterial) -> dict | None:
+    """A world's day row from ALL of its material, conversation by conversation (seed 000: every
+    active conversation is covered, no editorial selection): one call when the day fits
+    day_material_max_chars, else partial summaries first. Sources are every material message,
+    source_count the conversations; the fingerprint covers all of it, so an unchanged day is reused
+    without a call."""
+    if dm.fits:
 
         def produce() -> str:
-            return summarize(ctx, "day", full, ctx.cfg.global_day_max_chars, world_id)
+            return summarize(ctx, "day", dm.full, ctx.cfg.global_day_max_chars, world_id)
 
     else:
-        fp_parts = [full, {"day_material_max_chars": budget}]  # how it is split depends on the budget
 
         def produce() -> str:
             result.over_budget += 1
-            return _day_from_partials(ctx, result, world_id, convs)
+            return _day_from_partials(ctx, result, world_id, dm.convs)
 
-    ids = [m["message_id"] for m in material]
-    return _summarize_or_placeholder(ctx, result, prev, world_id, fp_parts, produce, "message", ids, len(convs))
+    fp_parts = dm.fp_parts(ctx.cfg.day_material_max_chars)
+    return _summarize_or_placeholder(ctx, result, prev, world_id, fp_parts, produce, "message", dm.ids, len(dm.convs))
+
+
+def regenerate_many(
+    ctx: TemporalContext,
+    window: str,
+    periods: list[date],
+    world_ids: list[str] | None = None,
+    *,
+    skip_unchanged: bool = False,
+) -> dict[date, PeriodResult]:
+    """Day, month or year rows of a batch of periods, set-based: one read of their material (the
+    days' messages, or the child rows) for all worlds, their cached answers in one query, then one
+    transaction with the rows, the run records and the LLM ledger and cache rows of every call.
+    Each period gets its own result (hard failures included: PartitionFailure is the caller's to
+    raise per period). A transient database error redoes the whole batch (lib.store.retry_transient):
+    the transaction rolled back whole, and the calls already made are served from this client
+    (their ledger rows are written with the retry). With ``skip_unchanged`` (and no ``world_ids``,
+    no force_llm), a period whose run record shows nothing changed since it was materialized is
+    not read at all (``skipped`` says why)."""
+    periods = sorted(set(periods))
+    if not periods:
+        return {}
+    stats = {p: CallStats() for p in periods}
+    retries = 0
+
+    def count(_attempt: int, _exc: BaseException) -> None:
+        nonlocal retries
+        retries += 1
+
+    def once() -> dict[date, PeriodResult]:
+        if window == "day":
+            return _days_once(ctx, periods, world_ids, skip_unchanged, stats)
+        return _rollups_once(ctx, window, periods, world_ids, skip_unchanged, stats)
+
+    try:
+        with buffered_llm(ctx):
+            results = retry_transient(once, what=f"{window} {logic.period_key(window, periods[0])}", on_retry=count)
+    finally:
+        ctx.llm.partition = None
+    for p, result in results.items():
+        result.db_retries = retries
+        result.llm = stats[p]
+    return results
+
+
+def _calls_of(ctx: TemporalContext, stats: dict[date, CallStats], window: str, p: date):
+    """Bind the client's ledger rows to period ``p`` and count its calls in ``stats[p]``."""
+    ctx.llm.partition = logic.period_key(window, p)
+    return _Counting(ctx.llm.stats, stats[p])
+
+
+class _Counting:
+    """Adds what the client's stats gained inside the ``with`` to a period's stats."""
+
+    def __init__(self, total: CallStats, into: CallStats):
+        self.total, self.into = total, into
+
+    def __enter__(self) -> None:
+        self.before = replace(self.total)
+
+    def __exit__(self, *exc) -> None:
+        for f in fields(CallStats):
+            setattr(
+                self.into,
+                f.name,
+                getattr(self.into, f.name) + getattr(self.total, f.name) - getattr(self.before, f.name),
+            )
+
+
+def _prefetch(ctx: TemporalContext, conn, reqs: list) -> None:
+    if reqs and not ctx.force_llm:
+        ctx.llm.prefetch(reqs, conn)
+
+
+def _days_once(
+    ctx: TemporalContext,
+    days: list[date],
+    world_ids: list[str] | None,
+    skip_unchanged: bool,
+    stats: dict[date, CallStats],
+) -> dict[date, PeriodResult]:
+    results = {d: PeriodResult("day", d) for d in days}
+    bounds = {d: day_bounds(d, ctx.tz) for d in days}
+    for d in days:
+        _require_closed("day", d, bounds[d][1])
+    if not ctx.cfg.enabled:
+        for r in results.values():
+            r.disabled = True
+        return results
+    started = utcnow()
+    with ctx.store.connect() as conn:
+        skipped = _unchanged(conn, ctx, "day", days) if skip_unchanged and world_ids is None else {}
+        for d, why in skipped.items():
+            results[d].skipped = why
+        todo = [d for d in days if d not in skipped]
+        if not todo:
+            return results
+        first = _first_events(conn, bounds[todo[-1]][1], world_ids)
+        msgs = messages_between(conn, bounds[todo[0]][0], bounds[todo[-1]][1], world_ids)
+        existing = _existing(conn, "day", todo)
+        wanted = set(todo)
+        by_day_world: dict[tuple[date, str], list] = defaultdict(list)
+        newest: dict[date, datetime] = {}
+        for m in msgs:
+            d = local_date(m["at"], ctx.tz)
+            if d in wanted:
+                by_day_world[(d, m["world_id"])].append(m)
+                if d not in newest or m["ingested_at"] > newest[d]:
+                    newest[d] = m["ingested_at"]  # every eligible message read
+        plans: dict[tuple[date, str], _DayMaterial | EmptyReason] = {}
+        reqs = []
+        for d in todo:
+            for w in _alive(first, bounds[d][1]):
+                day_msgs = by_day_world.get((d, w), [])
+                material = [m for m in day_msgs if logic.is_material(m["role"], m["content"], m["tool_calls"])]
+                if not day_msgs or not material:
+                    plans[(d, w)] = EmptyReason.EMPTY if day_msgs else EmptyReason.NO_SESSIONS
+                    continue
+                dm = plans[(d, w)] = _day_material(ctx, material)
+                fp = short_hash([*dm.fp_parts(ctx.cfg.day_material_max_chars), dm.ids])
+                if dm.fits and not _reusable(ctx, existing.get((d, w)), fp):
+                    reqs.append(summary_request("day", dm.full, ctx.cfg.global_day_max_chars, w))
+        _prefetch(ctx, conn, reqs)
+    rows: dict[date, list[dict]] = defaultdict(list)
+    records = []
+    for d in todo:
+        result = results[d]
+        with _calls_of(ctx, stats, "day", d):
+            for w in _alive(first, bounds[d][1]):
+                result.worlds += 1
+                plan = plans[(d, w)]
+                if isinstance(plan, EmptyReason):
+                    rows[d].append(_row(w, "day", d, "", plan, "message", [], 0, None, None))
+                    continue
+                row = _day_row(ctx, result, existing.get((d, w)), w, plan)
+                if row is not None:
+                    rows[d].append(row)
+        record = _run_record(ctx, result, started, newest.get(d), world_ids)
+        if record is not None:
+            records.append(record)
+    _write_batch(ctx, {d: results[d] for d in todo}, rows, existing, records)
+    return results
+
+
+def _rollups_once(
+    ctx: TemporalContext,
+    window: str,
+    periods: list[date],
+    world_ids: list[str] | None,
+    skip_unchanged: bool,
+    stats: dict[date, CallStats],
+) -> dict[date, PeriodResult]:
+    """Months from their day rows, years from their month rows, ignoring empty children."""
+    child = logic.CHILD_WINDOW[window]
+    results = {p: PeriodResult(window, p) for p in periods}
+    bounds = {p: period_bounds(window, p, ctx.tz) for p in periods}
+    for p in periods:
+        _require_closed(window, p, bounds[p][1])
+    if not ctx.cfg.enabled:
+        for r in results.values():
+            r.disabled = True
+        return results
+    last = {p: local_date(bounds[p][1] - timedelta(seconds=1), ctx.tz) for p in periods}
+    max_chars = ctx.cfg.month_max_chars if window == "month" else ctx.cfg.year_max_chars
+    fmt = "%Y-%m-%d" if child == "day" else "%Y-%m"
+    started = utcnow()
+    with ctx.store.connect() as conn:
+        skipped = _unchanged(conn, ctx, window, periods) if skip_unchanged and world_ids is None else {}
+        for p, why in skipped.items():
+            results[p].skipped = why
+        todo = [p for p in periods if p not in skipped]
+        if not todo:
+            return results
+        first = _first_events(conn, bounds[todo[-1]][1], world_ids)
+        t = temporal_summaries.c
+        q = (
+            select(t.summary_id, t.world_id, t.period_start, t.content, t.empty_reason, t.updated_at)
+            .where(t.window == child, t.period_start >= todo[0], t.period_start <= last[todo[-1]])
+            .order_by(t.world_id, t.period_start)
+        )
+        wanted = set(todo)
+        kids: dict[tuple[date, str], list] = defaultdict(list)
+        # The newest change among the child rows (placeholders too: a child turning empty changes
+        # this period as much as a new summary does).
+        newest: dict[date, datetime] = {}
+        for k in conn.execute(q).mappings():
+            p = _parent_start(window, k["period_start"])
+            if p not in wanted:
+                continue
+            if p not in newest or k["updated_at"] > newest[p]:
+                newest[p] = k["updated_at"]
+            if k["empty_reason"] is None and k["content"] != "":
+                kids[(p, k["world_id"])].append(k)
+        existing = _existing(conn, window, todo)
+        reqs = []
+        for p in todo:
+            for w in _alive(first, bounds[p][1]):
+                ks = kids.get((p, w))
+                if ks:
+                    material = "\n".join(f"{k['period_start']:{fmt}}: {k['content']}" for k in ks)
+                    if not _reusable(ctx, existing.get((p, w)), short_hash([material, [k["summary_id"] for k in ks]])):
+                        reqs.append(summary_request(window, material, max_chars, w))
+        _prefetch(ctx, conn, reqs)
+    rows: dict[date, list[dict]] = defaultdict(list)
+    records = []
+    for p in todo:
+        result = results[p]
+        with _calls_of(ctx, stats, window, p):
+            for w in _alive(first, bounds[p][1]):
+                result.worlds += 1
+                ks = kids.get((p, w), [])
+                if not ks:
+                    rows[p].append(_row(w, window, p, "", logic.CHILD_EMPTY_REASON[window], child, [], 0, None, None))
+                    continue
+                material = "\n".join(f"{k['period_start']:{fmt}}: {k['content']}" for k in ks)
+                row = _summarize_or_placeholder(
+                    ctx,
+                    result,
+                    existing.get((p, w)),
+                    w,
+                    [material],
+                    lambda material=material, w=w: summarize(ctx, window, material, max_chars, w),
+                    child,
+                    [k["summary_id"] for k in ks],
+                    len(ks),
+                )
+                if row is not None:
+                    rows[p].append(row)
+        record = _run_record(ctx, result, started, newest.get(p), world_ids)
+        if record is not None:
+            records.append(record)
+    _write_batch(ctx, {p: results[p] for p in todo}, rows, existing, records)
+    return results
+
+
+def _parent_start(window: str, child_start: date) -> date:
+    return child_start.replace(day=1) if window == "month" else date(child_start.year, 1, 1)
+
+
+def _unchanged(conn, ctx: TemporalContext, window: str, periods: list[date]) -> dict[date, str]:
+    """Periods whose run record shows nothing changed since they were materialized: same model,
+    prompt version and settings, no eligible message ingested after it (day), no child row written
+    after it (month / year), and no world that existed by the period's end without a row. Their
+    rows are what a re-run would write, so the run does not read their input (a few set-based
+    queries for the whole batch)."""
+    if ctx.force_llm:
+        return {}
+    from memory_pipeline.temporal import reconcile
+
+    r = temporal_period_runs.c
+    recs = conn.execute(select(temporal_period_runs).where(r.window == window, r.period_start.in_(periods))).mappings()
+    same = (ctx.llm.model, prompts.PROMPT_VERSION, config_fp(window, ctx.cfg))
+    cand = {
+        rec["period_start"]: rec["materialized_at"]
+        for rec in recs
+        if (rec["model"], rec["prompt_version"], rec["config_fp"]) == same
+    }
+    if not cand:
+        return {}
+    bounds = {p: period_bounds(window, p, ctx.tz) for p in cand}
+    missing = reconcile.missing_worlds(conn, [(p, bounds[p][1]) for p in sorted(cand)], window)
+    if window == "day":
+        changed = set(reconcile.late_messages(conn, [(p, *bounds[p], cand[p]) for p in sorted(cand)]))
+        what = "no message ingested since"
+    else:
+        child = logic.CHILD_WINDOW[window]
+        parents = [
+            (window, p, child, p, local_date(bounds[p][1] - timedelta(seconds=1), ctx.tz), cand[p])
+            for p in sorted(cand)
+        ]
+        changed = {p for _w, p in reconcile.changed_children(conn, parents)}
+        what = f"no {child} row written since"
+    return {
+        p: f"unchanged since {at:%Y-%m-%d %H:%M:%S} UTC ({what}, no new world, same model, prompt version and "
+        "settings): input not read, rows kept"
+        for p, at in sorted(cand.items())
+        if p not in missing and p not in changed
+    }
 
 
 def regenerate_day(ctx: TemporalContext, day: date, world_ids: list[str] | None = None) -> PeriodResult:
-    return _retried("day", day, lambda: _regenerate_day_once(ctx, day, world_ids))
-
-
-def _regenerate_day_once(ctx: TemporalContext, day: date, world_ids: list[str] | None) -> PeriodResult:
-    result = PeriodResult("day", day)
-    start, end = day_bounds(day, ctx.tz)
-    _require_closed("day", day, end)
-    if not ctx.cfg.enabled:
-        result.disabled = True
-        return result
-    started = utcnow()
-    with ctx.store.connect() as conn:
-        alive = worlds_alive(conn, end, world_ids)
-        rows = day_messages(conn, day, ctx.tz, world_ids)
-        existing = _existing_rows(conn, "day", day)
-    by_world: dict[str, list] = defaultdict(list)
-    for r in rows:
-        by_world[r["world_id"]].append(r)
-    out = []
-    for world_id in alive:
-        result.worlds += 1
-        msgs = by_world.get(world_id, [])
-        if not msgs:
-            out.append(_row(world_id, "day", day, "", EmptyReason.NO_SESSIONS, "message", [], 0, None, None))
-            continue
-        material = [m for m in msgs if logic.is_material(m["role"], m["content"], m["tool_calls"])]
-        if not material:
-            out.append(_row(world_id, "day", day, "", EmptyReason.EMPTY, "message", [], 0, None, None))
-            continue
-        row = _day_row(ctx, result, existing.get(world_id), world_id, material)
-        if row is not None:
-            out.append(row)
-    newest = max((r["ingested_at"] for r in rows), default=None)  # every eligible message read
-    _write(ctx, result, out, existing, _run_record(result, started, newest, world_ids))
-    if result.failures:
-        raise PartitionFailure("day", day.isoformat(), result.failures)
-    return result
+    return regenerate(ctx, "day", day, world_ids)
 
 
 def regenerate_rollup(
     ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None
 ) -> PeriodResult:
     """Month from its day rows, year from its month rows, ignoring empty children."""
-    return _retried(window, period_start, lambda: _regenerate_rollup_once(ctx, window, period_start, world_ids))
+    return regenerate(ctx, window, period_start, world_ids)
 
 
-def _regenerate_rollup_once(
-    ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None
+def regenerate(
+    ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None
 ) -> PeriodResult:
-    child = logic.CHILD_WINDOW[window]
-    result = PeriodResult(window, period_start)
-    start, end = period_bounds(window, period_start, ctx.tz)
-    _require_closed(window, period_start, end)
-    if not ctx.cfg.enabled:
-        result.disabled = True
-        return result
-    last = local_date(end - timedelta(seconds=1), ctx.tz)
-    max_chars = ctx.cfg.month_max_chars if window == "month" else ctx.cfg.year_max_chars
-    started = utcnow()
-    with ctx.store.connect() as conn:
-        alive = worlds_alive(conn, end, world_ids)
-        # The newest change among the child rows (placeholders too: a child turning empty changes
-        # this period as much as a new summary does).
-        newest = conn.execute(
-            select(func.max(temporal_summaries.c.updated_at))
-            .where(temporal_summaries.c.window == child)
-            .where(temporal_summaries.c.period_start >= period_start, temporal_summaries.c.period_start <= last)
-        ).scalar_one()
-        q = (
-            select(
-                temporal_summaries.c.summary_id,
-                temporal_summaries.c.world_id,
-                temporal_summaries.c.period_start,
-                temporal_summaries.c.content,
-            )
-            .where(temporal_summaries.c.window == child)
-            .where(temporal_summaries.c.period_start >= period_start, temporal_summaries.c.period_start <= last)
-            .where(temporal_summaries.c.empty_reason.is_(None), temporal_summaries.c.content != "")
-            .order_by(temporal_summaries.c.world_id, temporal_summaries.c.period_start)
-        )
-        children = conn.execute(q).mappings().all()
-        existing = _existing_rows(conn, window, period_start)
-    by_world: dict[str, list] = defaultdict(list)
-    for c in children:
-        by_world[c["world_id"]].append(c)
-    fmt = "%Y-%m-%d" if child == "day" else "%Y-%m"
-    out = []
-    for world_id in alive:
-        result.worlds += 1
-        kids = by_world.get(world_id, [])
-        if not kids:
-            out.append(
-                _row(world_id, window, period_start, "", logic.CHILD_EMPTY_REASON[window], child, [], 0, None, None)
-            )
-            continue
-        material = "\n".join(f"{k['period_start']:{fmt}}: {k['content']}" for k in kids)
-        row = _summarize_or_placeholder(
-            ctx,
-            result,
-            existing.get(world_id),
-            world_id,
-            [material],
-            lambda material=material, world_id=world_id: summarize(ctx, window, material, max_chars, world_id),
-            child,
-            [k["summary_id"] for k in kids],
-            len(kids),
-        )
-        if row is not None:
-            out.append(row)
-    _write(ctx, result, out, existing, _run_record(result, started, newest, world_ids))
+    """One period (a batch of one); PartitionFailure when some worlds hit an LLM hard failure
+    (the other worlds' rows are written)."""
+    result = regenerate_many(ctx, window, [period_start], world_ids)[period_start]
     if result.failures:
         raise PartitionFailure(window, period_start.isoformat(), result.failures)
     return result
@@ -440,46 +671,56 @@ def missing_children(
     ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None
 ) -> list[tuple[str, str]]:
     """(world, child period) pairs a month/year needs but has no row for yet (placeholders count)."""
+    return missing_children_many(ctx, window, [period_start], world_ids).get(period_start, [])
+
+
+def missing_children_many(
+    ctx: TemporalContext, window: str, periods: list[date], world_ids: list[str] | None = None
+) -> dict[date, list[tuple[str, str]]]:
+    """:func:`missing_children` of many periods with two queries; periods lacking none are left out."""
+    periods = sorted(set(periods))
+    if not periods:
+        return {}
     return retry_transient(
-        lambda: _missing_children_once(ctx, window, period_start, world_ids),
-        what=f"{window} {logic.period_key(window, period_start)}",
+        lambda: _missing_children_once(ctx, window, periods, world_ids),
+        what=f"{window} {logic.period_key(window, periods[0])}",
     )
 
 
 def _missing_children_once(
-    ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None
-) -> list[tuple[str, str]]:
+    ctx: TemporalContext, window: str, periods: list[date], world_ids: list[str] | None
+) -> dict[date, list[tuple[str, str]]]:
     child = logic.CHILD_WINDOW[window]
-    _, end = period_bounds(window, period_start, ctx.tz)
-    last = local_date(end - timedelta(seconds=1), ctx.tz)
-    periods = expected_periods(child, period_start, last, local_date(utcnow(), ctx.tz))
+    today = local_date(utcnow(), ctx.tz)
+    ends = {p: period_bounds(window, p, ctx.tz)[1] for p in periods}
+    lasts = {p: local_date(ends[p] - timedelta(seconds=1), ctx.tz) for p in periods}
+    t = temporal_summaries.c
     with ctx.store.connect() as conn:
-        first = dict(
-            conn.execute(select(worlds.c.world_id, worlds.c.first_event_at).where(worlds.c.first_event_at < end)).all()
-        )
+        first = _first_events(conn, ends[periods[-1]], world_ids)
         have = set(
             conn.execute(
-                select(temporal_summaries.c.world_id, temporal_summaries.c.period_start)
-                .where(temporal_summaries.c.window == child)
-                .where(temporal_summaries.c.period_start >= period_start, temporal_summaries.c.period_start <= last)
+                select(t.world_id, t.period_start)
+                .where(t.window == child)
+                .where(t.period_start >= periods[0], t.period_start <= lasts[periods[-1]])
             ).all()
         )
-    missing = []
-    for world_id, first_at in sorted(first.items()):
-        if world_ids is not None and world_id not in world_ids:
-            continue
-        for p in periods:
-            if period_bounds(child, p, ctx.tz)[1] > first_at and (world_id, p) not in have:
-                missing.append((world_id, p.isoformat()))
-    return missing
-
-
-def regenerate(
-    ctx: TemporalContext, window: str, period_start: date, world_ids: list[str] | None = None
-) -> PeriodResult:
-    if window == "day":
-        return regenerate_day(ctx, period_start, world_ids)
-    return regenerate_rollup(ctx, window, period_start, world_ids)
+    child_end = {}
+    out: dict[date, list[tuple[str, str]]] = {}
+    for p in periods:
+        expected = expected_periods(child, p, lasts[p], today)
+        for c in expected:
+            if c not in child_end:
+                child_end[c] = period_bounds(child, c, ctx.tz)[1]
+        missing = [
+            (w, c.isoformat())
+            for w, first_at in first
+            if first_at < ends[p]
+            for c in expected
+            if child_end[c] > first_at and (w, c) not in have
+        ]
+        if missing:
+            out[p] = missing
+    return out
 
 
 def _day_coverage(tag: str, row, convs: dict[str, set]) -> list[str]:
@@ -514,79 +755,128 @@ def audit_period(store: Store, window: str, period_start: date, tz: ZoneInfo, no
 def period_audit(
     store: Store, window: str, period_start: date, tz: ZoneInfo, now: datetime | None = None
 ) -> logic.Audit:
-    """Problems with one window's rows: a non-empty row without sources, a source outside the
+    """:func:`period_audits` of one period."""
+    return period_audits(store, window, [period_start], tz, now)[period_start]
+
+
+def period_audits(
+    store: Store, window: str, periods: list[date], tz: ZoneInfo, now: datetime | None = None
+) -> dict[date, logic.Audit]:
+    """Problems with the rows of each period: a non-empty row without sources, a source outside the
     window or world (or a debug, cron or non-material message), a day row that leaves out an
     eligible conversation with material (or some of its messages) without saying why, or any row
-    for a period that is not closed yet (the future). Sources are fetched in one query per kind.
-    ``audited`` is the number of rows (placeholders included) of the period read."""
+    for a period that is not closed yet (the future). Set-based, whatever the number of periods
+    and worlds: one read of the periods' rows, one read of every message of the days (day) or of
+    the child rows of the periods (month / year), and sources found in neither looked up by id
+    (normally none). ``audited`` is the number of rows (placeholders included) of a period."""
+    periods = sorted(set(periods))
+    if not periods:
+        return {}
     today = local_date(now or utcnow(), tz)
-    problems: list[str] = []
-    start, end = period_bounds(window, period_start, tz)
-    last = local_date(end - timedelta(seconds=1), tz)
-    if period_start >= today or last >= today:
-        problems.append(f"{window} {period_start} is not closed on {today} (future or open window)")
+    bounds = {p: period_bounds(window, p, tz) for p in periods}
+    lasts = {p: local_date(bounds[p][1] - timedelta(seconds=1), tz) for p in periods}
+    wanted = set(periods)
     t = temporal_summaries.c
+    found_messages: dict[str, dict] = {}
+    found_children: dict[int, dict] = {}
+    # A day row covers every eligible conversation of the day that has material.
+    day_material: dict[tuple[date, str], dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    mq = select(
+        messages.c.message_id,
+        messages.c.role,
+        messages.c.content,
+        messages.c.tool_calls,
+        messages.c.at,
+        messages.c.conversation_id,
+        conversations.c.world_id,
+        conversations.c.platform,
+        conversations.c.debug,
+    ).join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
     with store.connect() as conn:
-        rows = conn.execute(select(temporal_summaries).where(t.window == window, t.period_start == period_start))
+        rows = conn.execute(select(temporal_summaries).where(t.window == window, t.period_start.in_(periods)))
         rows = rows.mappings().all()
-        ids = {
-            kind: sorted({i for r in rows if r["source_kind"] == kind for i in r["source_ids"] or []})
-            for kind in ("message", "day", "month")
-        }
-        found_messages, found_children = {}, {}
-        for i in range(0, len(ids["message"]), 5000):
-            q = (
-                select(messages, conversations.c.world_id, conversations.c.platform, conversations.c.debug)
-                .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
-                .where(messages.c.message_id.in_(ids["message"][i : i + 5000]))
-            )
-            found_messages.update({m["message_id"]: m for m in conn.execute(q).mappings()})
-        children = ids["day"] + ids["month"]
-        if children:
-            q = select(temporal_summaries).where(t.summary_id.in_(children))
-            found_children = {k["summary_id"]: k for k in conn.execute(q).mappings()}
-        # A day row covers every eligible conversation of the day that has material.
-        day_material: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
         if window == "day":
-            for m in day_messages(conn, period_start, tz):
-                if logic.is_material(m["role"], m["content"], m["tool_calls"]):
-                    day_material[m["world_id"]][m["conversation_id"]].add(m["message_id"])
-    for r in rows:
-        tag = f"{r['world_id']} {window} {period_start}"
-        if r["empty_reason"] is None and (not r["content"] or r["source_count"] <= 0 or not r["source_ids"]):
-            problems.append(f"{tag}: non-empty row without sources")
-            continue
-        if window == "day":
-            problems.extend(_day_coverage(tag, r, day_material.get(r["world_id"], {})))
-        if r["empty_reason"] is not None and r["content"]:
-            problems.append(f"{tag}: placeholder ({r['empty_reason']}) carries content")
-        if not r["source_ids"]:
-            continue
-        if r["source_kind"] == "message":
-            found = [found_messages[i] for i in r["source_ids"] if i in found_messages]
-            outside = [m for m in found if not (start <= m["at"] < end) or m["world_id"] != r["world_id"]]
-            excluded = [
-                m
-                for m in found
-                if not logic.is_eligible_conversation(m["platform"], m["debug"])
-                or not logic.is_material(m["role"], m["content"], m["tool_calls"])
-            ]
-            if len(found) != len(r["source_ids"]):
-                problems.append(f"{tag}: {len(r['source_ids']) - len(found)} source message(s) do not exist")
-            if outside:
-                problems.append(f"{tag}: {len(outside)} source message(s) outside the window or world")
-            if excluded:
-                problems.append(f"{tag}: {len(excluded)} source message(s) are debug, cron or not material")
+            q = mq.where(messages.c.at >= bounds[periods[0]][0], messages.c.at < bounds[periods[-1]][1])
+            for m in conn.execute(q).mappings():
+                found_messages[m["message_id"]] = m
+                d = local_date(m["at"], tz)
+                if (
+                    d in wanted
+                    and logic.is_eligible_conversation(m["platform"], m["debug"])
+                    and logic.is_material(m["role"], m["content"], m["tool_calls"])
+                ):
+                    day_material[(d, m["world_id"])][m["conversation_id"]].add(m["message_id"])
         else:
-            kids = [found_children[i] for i in r["source_ids"] if i in found_children]
-            ok = [
-                k
-                for k in kids
-                if k["window"] == r["source_kind"]
-                and k["world_id"] == r["world_id"]
-                and period_start <= k["period_start"] <= last
-                and k["empty_reason"] is None
-            ]
-            if len(ok) != len(r["source_ids"]):
-                problems.append(f"{tag}: {len(r['source_ids']) - len(ok)} child source(s) missing, empty or outside")
-    return logic.Audit(len(rows), problems)
+            q = select(temporal_summaries).where(
+                t.window == logic.CHILD_WINDOW[window],
+                t.period_start >= periods[0],
+                t.period_start <= lasts[periods[-1]],
+            )
+            found_children = {k["summary_id"]: k for k in conn.execute(q).mappings()}
+        # Sources the range read did not find: outside the window, or gone. Looked up by id.
+        other_messages = sorted(
+            {i for r in rows if r["source_kind"] == "message" for i in r["source_ids"] or []} - found_messages.keys()
+        )
+        for i in range(0, len(other_messages), 5000):
+            q = mq.where(messages.c.message_id.in_(other_messages[i : i + 5000]))
+            found_messages.update({m["message_id"]: m for m in conn.execute(q).mappings()})
+        other_children = sorted(
+            {i for r in rows if r["source_kind"] in ("day", "month") for i in r["source_ids"] or []}
+            - found_children.keys()
+        )
+        for i in range(0, len(other_children), 5000):
+            q = select(temporal_summaries).where(t.summary_id.in_(other_children[i : i + 5000]))
+            found_children.update({k["summary_id"]: k for k in conn.execute(q).mappings()})
+    problems: dict[date, list[str]] = {p: [] for p in periods}
+    audited: Counter = Counter()
+    for p in periods:
+        if p >= today or lasts[p] >= today:
+            problems[p].append(f"{window} {p} is not closed on {today} (future or open window)")
+    for r in rows:
+        p = r["period_start"]
+        audited[p] += 1
+        problems[p].extend(_row_problems(window, r, bounds[p], lasts[p], found_messages, found_children, day_material))
+    return {p: logic.Audit(audited[p], problems[p]) for p in periods}
+
+
+def _row_problems(window, r, bounds, last, found_messages, found_children, day_material) -> list[str]:
+    period_start = r["period_start"]
+    start, end = bounds
+    tag = f"{r['world_id']} {window} {period_start}"
+    if r["empty_reason"] is None and (not r["content"] or r["source_count"] <= 0 or not r["source_ids"]):
+        return [f"{tag}: non-empty row without sources"]
+    problems = []
+    if window == "day":
+        problems.extend(_day_coverage(tag, r, day_material.get((period_start, r["world_id"]), {})))
+    if r["empty_reason"] is not None and r["content"]:
+        problems.append(f"{tag}: placeholder ({r['empty_reason']}) carries content")
+    if not r["source_ids"]:
+        return problems
+    if r["source_kind"] == "message":
+        found = [found_messages[i] for i in r["source_ids"] if i in found_messages]
+        outside = [m for m in found if not (start <= m["at"] < end) or m["world_id"] != r["world_id"]]
+        excluded = [
+            m
+            for m in found
+            if not logic.is_eligible_conversation(m["platform"], m["debug"])
+            or not logic.is_material(m["role"], m["content"], m["tool_calls"])
+        ]
+        if len(found) != len(r["source_ids"]):
+            problems.append(f"{tag}: {len(r['source_ids']) - len(found)} source message(s) do not exist")
+        if outside:
+            problems.append(f"{tag}: {len(outside)} source message(s) outside the window or world")
+        if excluded:
+            problems.append(f"{tag}: {len(excluded)} source message(s) are debug, cron or not material")
+    else:
+        kids = [found_children[i] for i in r["source_ids"] if i in found_children]
+        ok = [
+            k
+            for k in kids
+            if k["window"] == r["source_kind"]
+            and k["world_id"] == r["world_id"]
+            and period_start <= k["period_start"] <= last
+            and k["empty_reason"] is None
+        ]
+        if len(ok) != len(r["source_ids"]):
+            problems.append(f"{tag}: {len(r['source_ids']) - len(ok)} child source(s) missing, empty or outside")
+    return problems

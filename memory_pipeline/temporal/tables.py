@@ -77,4 +77,8 @@ temporal_period_runs = Table(
     Column("materialized_at", UTCDateTime, nullable=False),
     Column("material_ingested_at", UTCDateTime),  # newest messages.ingested_at seen (day) or None
     Column("worlds", Integer, nullable=False, default=0),
+    # What the rows were built with: a run finding the same (and no newer input) skips the period.
+    Column("model", String(256)),
+    Column("prompt_version", String(64)),
+    Column("config_fp", String(64)),
 )

@@ -118,13 +118,22 @@ def _last_call(store) -> int:
         return conn.execute(select(func.coalesce(func.max(llm_ledger.c.call_id), 0))).scalar_one()
 
 
-def test_a_dropped_connection_mid_range_is_retried_with_identical_rows(app_url, redis_url, instance, five_days):
+@pytest.fixture
+def batches_of_two(monkeypatch):
+    """Set-based batches of two day partitions (01-01..02, 01-03..04, 01-05): each one read and one
+    write transaction."""
+    monkeypatch.setitem(summaries.BATCH, "day", 2)
+
+
+def test_a_dropped_connection_mid_range_is_retried_with_identical_rows(
+    app_url, redis_url, instance, five_days, batches_of_two
+):
     url, app = app_url
     store = Store(url)
     defs = make_defs(url, redis_url)
-    # Inside the third partition's write transaction, after its rows were upserted: that
-    # transaction is rolled back whole and the partition redone.
-    dropper = Dropper(url, app, "INSERT INTO temporal_period_runs", nth=3)
+    # Inside the second batch's write transaction (2026-01-03 and 01-04), after its rows were
+    # upserted: that transaction is rolled back whole and the batch redone.
+    dropper = Dropper(url, app, "INSERT INTO temporal_period_runs", nth=2)
     try:
         report = operations.materialize("day", DAYS[0], DAYS[-1], instance=instance, defs=defs)
     finally:
@@ -139,7 +148,17 @@ def test_a_dropped_connection_mid_range_is_retried_with_identical_rows(app_url, 
         assert summaries.audit_period(store, "day", date.fromisoformat(day), CST) == []
     meta = _metadata(instance, assets.temporal_day_summaries)
     assert meta["2026-01-03"]["db_retries"].value == 1 and meta["2026-01-02"]["db_retries"].value == 0
+    assert meta["2026-01-04"]["db_retries"].value == 1 and meta["2026-01-05"]["db_retries"].value == 0
     assert meta["2026-01-03"]["rows_written"].value == 2  # the rolled-back attempt wrote nothing
+    # Every call has its ledger row once: the rolled-back attempt's model calls are written with
+    # the retry's transaction (which got their answers from the client, as cache hits).
+    c = llm_ledger.c
+    with store.connect() as conn:
+        ok = conn.execute(select(c.partition, func.count()).where(c.outcome == "ok").group_by(c.partition)).all()
+        hits = conn.execute(select(c.partition, func.count()).where(c.outcome == "cache_hit").group_by(c.partition))
+        hits = dict(hits.all())
+    assert dict(ok) == {day: 2 for day in DAYS}
+    assert hits == {"2026-01-03": 2, "2026-01-04": 2}
 
     # The same range without the fault, from scratch: the same rows.
     with store.begin() as conn:
@@ -172,13 +191,14 @@ def test_a_dropped_connection_during_the_chunk_tick_is_retried(app_url, redis_ur
 
 
 def test_a_database_that_stays_down_names_the_partition_first_and_a_rerun_does_the_rest(
-    app_url, redis_url, instance, five_days
+    app_url, redis_url, instance, five_days, batches_of_two
 ):
     url, app = app_url
     store = Store(url)
     defs = make_defs(url, redis_url)
-    # From the third partition's write on, every write loses its connection.
-    dropper = Dropper(url, app, "INSERT INTO temporal_summaries", nth=3, every_from=True)
+    # From the second batch's write on (2026-01-03 and 01-04 in one transaction), every write
+    # loses its connection.
+    dropper = Dropper(url, app, "INSERT INTO temporal_summaries", nth=2, every_from=True)
     try:
         report = operations.materialize("day", DAYS[0], DAYS[-1], instance=instance, defs=defs)
     finally:
@@ -189,6 +209,7 @@ def test_a_database_that_stays_down_names_the_partition_first_and_a_rerun_does_t
         r"day 2026-01-03: database error after 3 attempts: (OperationalError|AdminShutdown): \S", first_line
     ), first_line
     assert "2 of 5 day partition(s) finished before it" in report.runs[0].error
+    assert "batch 2026-01-03..2026-01-04 (2 partitions) is one transaction" in report.runs[0].error
     assert dropper.dropped == 3  # three attempts, then the run stopped: 01-04 and 01-05 never started
     with store.connect() as conn:
         periods = sorted({r[0] for r in conn.execute(select(temporal_summaries.c.period_start))})

@@ -62,3 +62,41 @@ def under_leases(
         except leases.LeaseTimeout as exc:
             undone[key] = str(exc)
     return undone
+
+
+def under_leases_batched(
+    context: AssetExecutionContext,
+    store: Store,
+    items: Sequence[tuple[str, T]],
+    work: Callable[[list[tuple[str, T]]], None],
+    *,
+    batch_size: int,
+    wait_seconds: float,
+    poll_seconds: float = leases.DEFAULT_POLL_SECONDS,
+) -> dict[str, str]:
+    """:func:`under_leases` for set-based work: ``work(batch)`` per batch of at most
+    ``batch_size`` partitions, whose leases are taken in one statement (the free ones), renewed
+    together and released together. Partitions another run holds are done after, one by one,
+    waiting for their lease as :func:`under_leases` does. Returns {key: reason} of those left undone."""
+    asset, holder = context.assets_def.key.to_user_string(), context.run.run_id
+    busy: list[tuple[str, T]] = []
+    for i in range(0, len(items), batch_size):
+        batch = list(items[i : i + batch_size])
+        with leases.held_free(store, asset, [k for k, _ in batch], holder) as got:
+            mine = [(k, item) for k, item in batch if k in got.taken]
+            busy += [(k, item) for k, item in batch if k not in got.taken]
+            if mine:
+                work(mine)
+        if got.lost:
+            context.log.warning(
+                f"{asset} {', '.join(sorted(got.lost)[:5])}: the lease expired while this run worked (no renewal "
+                "got through) and another run took it over; both may have worked on these partitions"
+            )
+    return under_leases(
+        context,
+        store,
+        busy,
+        lambda key, item: work([(key, item)]),
+        wait_seconds=wait_seconds,
+        poll_seconds=poll_seconds,
+    )

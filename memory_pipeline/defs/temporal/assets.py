@@ -17,7 +17,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from memory_pipeline.defs._shared.leases import under_leases
+from memory_pipeline.defs._shared.leases import under_leases, under_leases_batched
 from memory_pipeline.defs._shared.metadata import cache_metadata, llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs.events.definitions import raw_conversation_events
@@ -81,13 +81,21 @@ def _leased(context, config: TemporalRunConfig, temporal: TemporalResource, item
     return under_leases(context, temporal.memory_store.store(), items, work, wait_seconds=config.lease_wait_seconds)
 
 
-def _store_failure(exc: StoreUnavailable, what: str, finished: int, total: int, failures: dict[str, str]) -> Failure:
+def _store_failure(
+    exc: StoreUnavailable, what: str, finished: int, total: int, failures: dict[str, str], batch: list[str] = ()
+) -> Failure:
     """A database that stayed unreachable through the retries: the run stops (the next partitions
     would only meet the same outage) and says which partition and why in the first line; the
-    partitions before it are written, and a re-run reuses their rows without model calls."""
+    partitions before it are written, and a re-run reuses their rows without model calls. A
+    set-based batch is one transaction: none of its partitions was written."""
     others = f" Also failed: {' | '.join(list(failures.values())[:3])}" if failures else ""
+    together = (
+        f" Its batch {batch[0]}..{batch[-1]} ({len(batch)} partitions) is one transaction: none of them was written."
+        if len(batch) > 1
+        else ""
+    )
     return Failure(
-        description=f"{exc}. {finished} of {total} {what} partition(s) finished before it (their rows are "
+        description=f"{exc}.{together} {finished} of {total} {what} partition(s) finished before it (their rows are "
         f"written; a re-run reuses them without model calls), {total - finished} not done.{others}",
         metadata={"failed_partition": exc.what, "cause": exc.cause_text, "finished_partitions": finished},
         allow_retries=True,
@@ -97,24 +105,29 @@ def _store_failure(exc: StoreUnavailable, what: str, finished: int, total: int, 
 def _materialize_periods(window, context, config, temporal) -> MaterializeResult:
     failures: dict[str, str] = {}
     finished = [0]
+    batch: list[str] = []
     try:
-        return _periods(window, context, config, temporal, failures, finished)
+        return _periods(window, context, config, temporal, failures, finished, batch)
     except StoreUnavailable as exc:
-        raise _store_failure(exc, window, finished[0], len(context.partition_keys), failures) from None
+        raise _store_failure(exc, window, finished[0], len(context.partition_keys), failures, batch) from None
 
 
-def _periods(window, context, config, temporal, failures: dict[str, str], finished: list[int]) -> MaterializeResult:
+def _periods(
+    window, context, config, temporal, failures: dict[str, str], finished: list[int], batch: list[str]
+) -> MaterializeResult:
     totals = Counter()
     worlds = _worlds(config)
     periods = partition_dates(context)
-    if window != "day" and temporal.cfg().enabled:
+    # One context (one LLM client) for the run: its ledger rows name each call's partition.
+    tctx = _tctx(context, config, temporal, None)
+    if window != "day" and tctx.cfg.enabled:
         # A month reads its day rows, a year its month rows. The nightly cascade (scheduled at 00:05
         # on the 1st, beside the day run of the same night) waits (retries) until they all exist.
         # Any other run does not wait: a launch that selected the child partitions too runs after
         # them (the backfill orders it), so a missing child is the operator's to run; say which.
-        tctx = _tctx(context, config, temporal, None)
-        missing = {key: m for key, period in periods if (m := summaries.missing_children(tctx, window, period, worlds))}
-        messages = {key: logic.missing_children_message(window, key, m) for key, m in missing.items()}
+        keys = {period: key for key, period in periods}
+        missing = summaries.missing_children_many(tctx, window, [p for _, p in periods], worlds)
+        messages = {keys[p]: logic.missing_children_message(window, keys[p], m) for p, m in missing.items()}
         nightly = context.run.tags.get(CASCADE_TAG) == NIGHTLY
         if missing and nightly and context.retry_number < config.child_wait_retries:
             context.log.warning(
@@ -124,49 +137,26 @@ def _periods(window, context, config, temporal, failures: dict[str, str], finish
             raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
         failures.update(messages)
 
-    def work(key: str, period) -> None:
-        tctx = _tctx(context, config, temporal, key)
-        try:
-            result = summaries.regenerate(tctx, window, period, worlds)
-        except summaries.PartitionFailure as exc:
-            failures[key] = str(exc)
-            finished[0] += 1
-            context.add_asset_metadata({"failed": str(exc), **llm_metadata(tctx.llm.stats)}, partition_key=key)
-            return
-        finished[0] += 1
-        if result.db_retries:
-            context.log.warning(f"{window} {key}: redone {result.db_retries} time(s) after a transient database error")
-        if result.disabled:
-            context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
-        totals.update(
-            rows_written=result.written,
-            non_empty=result.non_empty,
-            partial_summaries=result.partial_summaries,
-            llm_calls=tctx.llm.stats.calls,
+    def work(items: list) -> None:
+        batch[:] = [key for key, _ in items]
+        results = summaries.regenerate_many(
+            tctx, window, [period for _, period in items], worlds, skip_unchanged=not config.force_llm
         )
-        totals.update({f"placeholder_{r}": n for r, n in result.placeholders.items()})
-        context.add_asset_metadata(
-            {
-                "worlds": result.worlds,
-                "rows_written": result.written,
-                "rows_unchanged": result.unchanged,
-                "summaries_reused": result.reused,
-                # Day rows whose material exceeded day_material_max_chars, and the partial
-                # summaries (per conversation, per part, per group) they were built from.
-                "worlds_over_budget": result.over_budget,
-                "partial_summaries": result.partial_summaries,
-                "non_empty": result.non_empty,
-                "placeholders": dict(result.placeholders),
-                "disabled": result.disabled,
-                "db_retries": result.db_retries,
-                **llm_metadata(tctx.llm.stats),
-                "preview": md_table(("world", "period", "summary"), result.preview),
-            },
-            partition_key=key,
-        )
+        for key, period in items:
+            _report(context, window, key, results[period], failures, totals)
+        finished[0] += len(items)
 
     todo = [(key, period) for key, period in periods if key not in failures]
-    failures.update(_leased(context, config, temporal, todo, work))
+    failures.update(
+        under_leases_batched(
+            context,
+            temporal.memory_store.store(),
+            todo,
+            work,
+            batch_size=summaries.BATCH[window],
+            wait_seconds=config.lease_wait_seconds,
+        )
+    )
     context.log.info(f"{window}: {dict(totals)}")
     if failures:
         raise Failure(
@@ -177,6 +167,50 @@ def _periods(window, context, config, temporal, failures: dict[str, str], finish
             allow_retries=False,
         )
     return MaterializeResult()
+
+
+def _report(context, window: str, key: str, result: summaries.PeriodResult, failures: dict, totals: Counter) -> None:
+    """One partition's metadata (and its failure, if some worlds hit an LLM hard failure)."""
+    if result.failures:
+        failure = summaries.PartitionFailure(window, key, result.failures)
+        failures[key] = str(failure)
+        context.add_asset_metadata({"failed": str(failure), **llm_metadata(result.llm)}, partition_key=key)
+        return
+    if result.db_retries:
+        context.log.warning(f"{window} {key}: redone {result.db_retries} time(s) after a transient database error")
+    if result.disabled:
+        context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
+    totals.update(
+        rows_written=result.written,
+        non_empty=result.non_empty,
+        partial_summaries=result.partial_summaries,
+        llm_calls=result.llm.calls,
+        skipped_unchanged=1 if result.skipped else 0,
+    )
+    totals.update({f"placeholder_{r}": n for r, n in result.placeholders.items()})
+    context.add_asset_metadata(
+        {
+            "worlds": result.worlds,
+            "rows_written": result.written,
+            "rows_unchanged": result.unchanged,
+            "summaries_reused": result.reused,
+            # Day rows whose material exceeded day_material_max_chars, and the partial
+            # summaries (per conversation, per part, per group) they were built from.
+            "worlds_over_budget": result.over_budget,
+            "partial_summaries": result.partial_summaries,
+            "non_empty": result.non_empty,
+            "placeholders": dict(result.placeholders),
+            "disabled": result.disabled,
+            # Not re-read: the period's record shows nothing changed since it was materialized
+            # (force_llm re-reads it); its rows are kept as they are.
+            "skipped_unchanged": bool(result.skipped),
+            "skip_reason": result.skipped,
+            "db_retries": result.db_retries,
+            **llm_metadata(result.llm),
+            "preview": md_table(("world", "period", "summary"), result.preview),
+        },
+        partition_key=key,
+    )
 
 
 def _failure_line(window: str, n: int, failures: dict[str, str]) -> str:

@@ -38,12 +38,38 @@ from memory_pipeline.temporal.logic import Audit
 CheckEvents = Iterator[AssetCheckEvaluation | Output]
 
 
+# Partitions audited together (one set-based audit each): memory stays flat over a long range.
+AUDIT_BATCH = 31
+
+
 def _latest(context: AssetCheckExecutionContext, asset_key: AssetKey, key: str) -> EventLogRecord | None:
     """The newest materialization of partition ``key``: the one this evaluation audits."""
     records = context.instance.fetch_materializations(
         AssetRecordsFilter(asset_key=asset_key, asset_partitions=[key]), limit=1
     ).records
     return records[0] if records else None
+
+
+def _latest_many(
+    context: AssetCheckExecutionContext, asset_key: AssetKey, keys: list[str]
+) -> dict[str, EventLogRecord | None]:
+    """:func:`_latest` of many partitions: one query for the newest ``len(keys)`` records (normally
+    this run's, one per key); a key not among them is looked up on its own."""
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset_key, asset_partitions=keys), limit=len(keys)
+    ).records
+    out: dict[str, EventLogRecord | None] = {}
+    for r in records:  # newest first
+        out.setdefault(r.partition_key or "", r)
+    for key in keys:
+        if key not in out:
+            out[key] = _latest(context, asset_key, key)
+    return out
+
+
+def _batches(keys) -> list[list[str]]:
+    keys = list(keys)
+    return [keys[i : i + AUDIT_BATCH] for i in range(0, len(keys), AUDIT_BATCH)]
 
 
 def _evaluation(
@@ -90,10 +116,12 @@ def _period_check(asset_def, window, defn):
         context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
     ) -> CheckEvents:
         store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
-        for key in context.partition_keys:
-            period = local_date(defn.time_window_for_partition_key(key).start, tz_of_keys)
-            audit = summaries.period_audit(store, window, period, tz)
-            yield _evaluation(context, asset_def.key, key, _latest(context, asset_def.key, key), audit, "rows")
+        for keys in _batches(context.partition_keys):
+            periods = {key: local_date(defn.time_window_for_partition_key(key).start, tz_of_keys) for key in keys}
+            audits = summaries.period_audits(store, window, list(periods.values()), tz)
+            latest = _latest_many(context, asset_def.key, keys)
+            for key in keys:
+                yield _evaluation(context, asset_def.key, key, latest[key], audits[periods[key]], "rows")
         yield Output(None)
 
     return _check
@@ -124,12 +152,20 @@ def chunks_check(
 ) -> CheckEvents:
     store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
     asset_key, tz_of_keys = assets.temporal_day_chunks.key, ZoneInfo(cst_day_open.timezone)
-    for key in context.partition_keys:
-        day = local_date(cst_day_open.time_window_for_partition_key(key).start, tz_of_keys)
-        record = _latest(context, asset_key, key)
-        tick_now, read_at, disabled = _tick_seen(record)
-        audit = chunks.chunk_audit(store, day, tz, coverage=not disabled, tick_now=tick_now, ingested_before=read_at)
-        yield _evaluation(context, asset_key, key, record, audit, "chunks")
+    for keys in _batches(context.partition_keys):
+        latest = _latest_many(context, asset_key, keys)
+        days = {key: local_date(cst_day_open.time_window_for_partition_key(key).start, tz_of_keys) for key in keys}
+        seen = {days[key]: _tick_seen(latest[key]) for key in keys}
+        audits = chunks.chunk_audits(
+            store,
+            {
+                day: chunks.TickSeen(tick_now, read_at, coverage=not disabled)
+                for day, (tick_now, read_at, disabled) in seen.items()
+            },
+            tz,
+        )
+        for key in keys:
+            yield _evaluation(context, asset_key, key, latest[key], audits[days[key]], "chunks")
     yield Output(None)
 
 

@@ -1,5 +1,11 @@
 """The one way to call a model: litellm (or the offline model), retries, a response cache, and a
-ledger row per call (asset, partition, model, tokens, latency, outcome)."""
+ledger row per call (asset, partition, model, tokens, latency, outcome).
+
+Batch mode (set-based range runs): ``prefetch`` reads the cached answers of many requests in one
+query, and while ``buffering`` the ledger rows and new cache rows are kept in the client and
+written by ``write_pending(conn)`` in the caller's transaction (with the rows they produced), then
+dropped by ``clear_pending()`` once that transaction committed. A transaction that failed keeps
+them, so the retry writes them again: no call loses its ledger row."""
 
 from __future__ import annotations
 
@@ -8,10 +14,11 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.kinds import LedgerOutcome
@@ -97,6 +104,12 @@ class LLMClient:
         self.asset = asset
         self.partition = partition
         self.stats = CallStats()
+        # Batch mode: cached answers read ahead (key -> response, None: known to be absent), and
+        # ledger / cache rows waiting for the caller's transaction while ``buffering``.
+        self.buffering = False
+        self._known: dict[str, str | None] = {}
+        self._pending_ledger: list[dict[str, Any]] = []
+        self._pending_cache: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def from_settings(cls, store: Store, asset: str | None = None, partition: str | None = None) -> LLMClient:
@@ -120,15 +133,63 @@ class LLMClient:
     def _cache_key(self, req: LLMRequest) -> str:
         return short_hash([self.model, req.prompt_version, req.messages(), req.tools, req.max_chars], length=64)
 
+    def prefetch(self, reqs: list[LLMRequest], conn: Connection | None = None) -> int:
+        """Read the cached answers of ``reqs`` in one query (batches of 1,000 keys); ``complete``
+        then serves them, and knows the others are absent, without a query. Returns the hits."""
+        if not self.use_cache:
+            return 0
+        keys = sorted({self._cache_key(r) for r in reqs if not r.tools} - set(self._known))
+        if not keys:
+            return 0
+        found: dict[str, str] = {}
+
+        def read(c: Connection) -> None:
+            for i in range(0, len(keys), 1000):
+                q = select(llm_cache.c.cache_key, llm_cache.c.response).where(
+                    llm_cache.c.cache_key.in_(keys[i : i + 1000])
+                )
+                found.update({k: v for k, v in c.execute(q).all()})
+
+        if conn is not None:
+            read(conn)
+        else:
+            with self.store.connect() as c:
+                read(c)
+        for k in keys:
+            self._known[k] = found.get(k)
+        return len(found)
+
+    def _cached(self, key: str) -> str | None:
+        if key in self._known:
+            return self._known[key]
+        with self.store.connect() as conn:
+            hit = conn.execute(select(llm_cache.c.response).where(llm_cache.c.cache_key == key)).first()
+        return hit[0] if hit is not None else None
+
+    def write_pending(self, conn: Connection) -> None:
+        """Write the buffered ledger and cache rows in the caller's transaction (kept until
+        ``clear_pending``: a transaction that rolled back writes them again on its retry)."""
+        if self._pending_ledger:
+            conn.execute(llm_ledger.insert(), self._pending_ledger)
+        if self._pending_cache:
+            upsert(conn, llm_cache, list(self._pending_cache.values()), keys=["cache_key"])
+
+    def clear_pending(self) -> None:
+        self._pending_ledger = []
+        self._pending_cache = {}
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending_ledger) + len(self._pending_cache)
+
     def complete(self, req: LLMRequest, *, force: bool = False) -> LLMResult:
         key = self._cache_key(req)
         if self.use_cache and not force and not req.tools:
-            with self.store.connect() as conn:
-                hit = conn.execute(select(llm_cache).where(llm_cache.c.cache_key == key)).mappings().first()
-            if hit is not None:
+            response = self._cached(key)
+            if response is not None:
                 self.stats.cache_hits += 1
                 self._ledger(req, key, LedgerOutcome.CACHE_HIT, 0, 0, 0, 0, None)
-                return LLMResult(hit["response"], cached=True)
+                return LLMResult(response, cached=True)
 
         started = time.monotonic()
         attempts = 0
@@ -162,22 +223,20 @@ class LLMClient:
         self.stats.tokens_out += tout
         self._ledger(req, key, LedgerOutcome.OK, tin, tout, latency, attempts, None, cost)
         if self.use_cache and not req.tools:
-            with self.store.begin() as conn:
-                upsert(
-                    conn,
-                    llm_cache,
-                    [
-                        {
-                            "cache_key": key,
-                            "model": self.model,
-                            "prompt_version": req.prompt_version,
-                            "response": text,
-                            "tokens_in": tin,
-                            "tokens_out": tout,
-                        }
-                    ],
-                    keys=["cache_key"],
-                )
+            row = {
+                "cache_key": key,
+                "model": self.model,
+                "prompt_version": req.prompt_version,
+                "response": text,
+                "tokens_in": tin,
+                "tokens_out": tout,
+            }
+            if self.buffering:
+                self._pending_cache[key] = row
+                self._known[key] = text  # the same prompt again in this batch is a cache hit
+            else:
+                with self.store.begin() as conn:
+                    upsert(conn, llm_cache, [row], keys=["cache_key"])
         return LLMResult(text, cached=False, tokens_in=tin, tokens_out=tout, tool_calls=tool_calls)
 
     def _redacted(self, text: str) -> str:
@@ -246,22 +305,25 @@ class LLMClient:
         error: str | None,
         cost: float | None = None,
     ) -> None:
+        row = dict(
+            at=datetime.now(UTC),
+            asset=self.asset,
+            partition=self.partition,
+            task=req.task,
+            world_id=req.world_id,
+            model=self.model,
+            prompt_version=req.prompt_version,
+            tokens_in=tin,
+            tokens_out=tout,
+            cost_usd=cost,
+            latency_ms=latency,
+            attempts=attempts,
+            outcome=outcome,
+            error=error,
+            cache_key=key,
+        )
+        if self.buffering:
+            self._pending_ledger.append(row)
+            return
         with self.store.begin() as conn:
-            conn.execute(
-                llm_ledger.insert().values(
-                    asset=self.asset,
-                    partition=self.partition,
-                    task=req.task,
-                    world_id=req.world_id,
-                    model=self.model,
-                    prompt_version=req.prompt_version,
-                    tokens_in=tin,
-                    tokens_out=tout,
-                    cost_usd=cost,
-                    latency_ms=latency,
-                    attempts=attempts,
-                    outcome=outcome,
-                    error=error,
-                    cache_key=key,
-                )
-            )
+            conn.execute(llm_ledger.insert().values(**row))
