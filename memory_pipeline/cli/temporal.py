@@ -65,8 +65,13 @@ def _print_report(window: str, report) -> None:
         err.print(f"[yellow]{escape(note)}[/]")
     console.print(
         f"{window}: {report.requested} partition(s) requested, {report.skipped_existing} already "
-        f"materialized and skipped, {len(report.runs)} run(s)"
+        f"materialized and skipped{' (unchanged per their record)' if report.mode == 'changed' else ''}, "
+        f"{len(report.runs)} run(s)"
     )
+    for key, why in list(report.reasons.items())[:10]:
+        console.print(f"  {key}: re-run, {escape(why)}")
+    if len(report.reasons) > 10:
+        console.print(f"  (+{len(report.reasons) - 10} more re-run)")
     for r in report.runs:
         status = "[green]ok[/]" if r.success else f"[red]failed[/] {r.error}"
         console.print(
@@ -93,9 +98,14 @@ def backfill(
     window: str = typer.Argument(..., help=WINDOW_HELP),
     start: str | None = typer.Option(None, "--from"),
     end: str | None = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
+    missing_only: bool = typer.Option(
+        False, "--missing-only", help="Only partitions never materialized (not those stale per their record)"
+    ),
 ):
-    """Backfill missing: only partitions never materialized; an existing placeholder is not re-run."""
-    _run_operation(window, start, end, "missing", False, [], "")
+    """Backfill, incrementally: partitions never materialized, and (day, month, year) those whose
+    record shows them stale (late messages, a new world, child rows written since, another model,
+    prompt version or settings). Unchanged partitions, placeholders included, are not re-run."""
+    _run_operation(window, start, end, "missing" if missing_only else "changed", False, [], "")
 
 
 @app.command()
@@ -122,36 +132,35 @@ def reconcile_command(
     from memory_pipeline.temporal import reconcile
 
     store = open_store()
-    tz = _zone()
-    stale = reconcile.stale_periods(store, tz)
+    stale = reconcile.stale_periods(store, _zone())
     print_pending(stale)
     if not stale:
         return
     if dry_run:
         console.print("dry run: nothing materialized")
         return
-    for window in ("day", "month", "year"):
-        for first, last in reconcile.spans(window, [p.period_start for p in stale.of(window)]):
-            report = _materialize(
-                window, reconcile.period_key(window, first), reconcile.period_key(window, last), "rebuild"
-            )
-            if not report.success:  # a month must not be built from a day that failed
-                err.print(f"[red]reconcile stopped: a {window} run failed; fix it and run reconcile again[/]")
-                raise typer.Exit(1)
-    if stale.needs_system_rolls:
-        r = operations.run_system_rolls()
+    with progress_bar() as progress:
+        task = progress.add_task("reconcile", total=None)
+        report = operations.repair(progress=lambda d, t: progress.update(task, completed=d, total=t))
+    for r in report.runs:
+        status = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
+        console.print(
+            f"  {r.window} run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partitions, {r.seconds:.1f}s) {status}"
+        )
+    if report.stopped:  # a month must not be built from a day that failed
+        err.print(f"[red]reconcile stopped: {escape(report.stopped)}; fix it and run reconcile again[/]")
+        raise typer.Exit(1)
+    if report.system_rolls is not None:
+        r = report.system_rolls
         console.print(
             f"system rolls ({', '.join(stale.system_rolls)}) run {r.run_id[:8]}: {'ok' if r.success else r.error}"
         )
         if not r.success:
             raise typer.Exit(1)
-    left = reconcile.stale_periods(store, tz)
-    if left:  # e.g. messages ingested while the runs were going on
-        console.print(
-            f"[yellow]{len(left.periods)} period(s) stale again (new input meanwhile): run reconcile again[/]"
-        )
+    if report.left:  # e.g. messages ingested while the runs were going on
+        console.print(f"[yellow]{report.left} period(s) stale again (new input meanwhile): run reconcile again[/]")
     else:
-        console.print("reconciled: no stale period left")
+        console.print(f"reconciled: no stale period left ({report.partitions} partition(s) re-run)")
 
 
 def _zone() -> ZoneInfo:

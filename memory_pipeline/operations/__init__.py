@@ -1,8 +1,10 @@
 """Operator actions as real Dagster runs (regenerate / backfill missing / rebuild), for any
 domain's registered targets."""
 
+from memory_pipeline.operations.repair import RepairReport, repair
 from memory_pipeline.operations.runner import (
     INSTANCE_YAML,
+    MODES,
     OperationReport,
     RangeError,
     RunSummary,
@@ -20,8 +22,10 @@ from memory_pipeline.operations.runner import (
 
 __all__ = [
     "INSTANCE_YAML",
+    "MODES",
     "OperationReport",
     "RangeError",
+    "RepairReport",
     "RunSummary",
     "check_as_of",
     "check_worlds",
@@ -30,6 +34,7 @@ __all__ = [
     "materialize",
     "materialized",
     "partition_keys",
+    "repair",
     "run_config",
     "run_range",
     "run_system_rolls",

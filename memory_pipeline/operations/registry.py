@@ -3,9 +3,14 @@ theirs; the runner and the CLI look them up here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from dagster import AssetKey, PartitionsDefinition
+from dagster import AssetKey, Definitions, PartitionsDefinition
+
+# (definitions, partition keys, as_of) -> {key: why it needs a run} of the keys whose rows a run
+# would change (mode "changed"); the domain knows from its own records.
+ChangedFn = Callable[[Definitions, list[str], str], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -16,6 +21,7 @@ class Target:
     subset: bool = False  # the job holds another asset too: select this one
     configurable: bool = True  # its asset takes the run config (force_llm, worlds, as_of, ...)
     selection: tuple[AssetKey, ...] = ()  # run only these assets of the job (and their checks)
+    changed: ChangedFn | None = None  # mode "changed"; without it, "changed" means "missing"
 
     @property
     def op_name(self) -> str:

@@ -143,10 +143,20 @@ class OperationReport:
     skipped_existing: int = 0
     runs: list[RunSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # mode "changed": why each materialized partition is re-run (stale per its record, ...)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def partitions(self) -> int:
+        """Partitions the runs covered."""
+        return sum(r.partitions for r in self.runs)
 
     @property
     def success(self) -> bool:
         return all(r.success for r in self.runs)
+
+
+MODES = ("rebuild", "missing", "changed")
 
 
 def run_config(
@@ -218,21 +228,31 @@ def materialize(
     defs: Definitions | None = None,
 ) -> OperationReport:
     """mode "rebuild": every partition in the range (regenerate = a one-partition range);
-    mode "missing": only partitions never materialized (an existing placeholder is not re-run)."""
-    if mode not in ("rebuild", "missing"):
-        raise RangeError(f"unknown mode {mode!r} (rebuild or missing)")
+    mode "missing": only partitions never materialized (an existing placeholder is not re-run);
+    mode "changed" (incremental): partitions never materialized, and those whose rows a run would
+    change according to the domain's record (late data, a new world, child rows written since, another
+    model, prompt version or settings); an unchanged range launches no run at all. A target
+    without such a record treats "changed" as "missing"."""
+    if mode not in MODES:
+        raise RangeError(f"unknown mode {mode!r} ({', '.join(MODES)})")
     as_of, worlds = check_as_of(as_of), check_worlds(worlds)
     keys, notes = partition_keys(window, start, end)
     instance = instance or get_instance()
     report = OperationReport(window, mode, notes=notes)
     chosen = set(keys)
-    if mode == "missing":
+    if mode in ("missing", "changed"):
         done = materialized(instance, window)
+        changed_fn = targets()[window].changed
+        if mode == "changed" and changed_fn is not None:
+            defs = _defs(defs)
+            report.reasons = {k: why for k, why in changed_fn(defs, keys, as_of).items() if k in done}
+            done -= set(report.reasons)
         report.skipped_existing = len(chosen & done)
         chosen -= done
     report.requested = len(chosen)
     spans = [(k, k) for k in keys if k in chosen] if per_partition else contiguous(keys, chosen)
     config = run_config(window, force_llm=force_llm, worlds=worlds, as_of=as_of)
+    defs = _defs(defs) if spans else defs
     for i, (first, last) in enumerate(spans):
         report.runs.append(run_range(instance, window, first, last, config, defs))
         if progress:

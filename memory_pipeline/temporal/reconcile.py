@@ -296,3 +296,36 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
         ):
             rolls.append(str(kind))
     return Staleness(periods, tuple(rolls), today)
+
+
+def changed_periods(
+    store: Store,
+    tz: ZoneInfo,
+    window: str,
+    periods: list[date],
+    built_with: tuple[str, str, str],
+    now: datetime | None = None,
+) -> dict[date, str]:
+    """Of ``periods`` of ``window``, those a run would change, with the reason: no record (never
+    materialized over all worlds, or a run that failed for some worlds), a record built with
+    another (model, prompt version, settings fingerprint) than ``built_with``, or stale (late
+    data, a new world, child rows written since). The others are skipped by an incremental run:
+    their rows are what a run would write. A few queries, whatever the number of periods."""
+    r = temporal_period_runs.c
+    recs: dict[date, tuple] = {}
+    with store.connect() as conn:
+        for i in range(0, len(periods), BATCH):
+            q = select(r.period_start, r.model, r.prompt_version, r.config_fp).where(
+                r.window == window, r.period_start.in_(periods[i : i + BATCH])
+            )
+            recs.update({p: tuple(rest) for p, *rest in conn.execute(q)})
+    stale = {sp.period_start: sp for sp in stale_periods(store, tz, now).of(window)}
+    out = {}
+    for p in periods:
+        if p not in recs:
+            out[p] = "no record: never materialized over all worlds"
+        elif recs[p] != tuple(built_with):
+            out[p] = "built with another model, prompt version or settings"
+        elif p in stale:
+            out[p] = "; ".join(stale[p].reasons)
+    return out
