@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Date, String, and_, column, exists, func, select, values
+from sqlalchemy import Date, String, and_, column, exists, func, literal, select, union_all, values
 
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.store import Store
@@ -34,6 +34,7 @@ from memory_pipeline.lib.timeutil import local_date, next_month, period_bounds, 
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.tables import temporal_period_runs, temporal_summaries
 
+UNION_TERMS = 200  # selects per UNION ALL (SQLite allows 500)
 BATCH = 1000  # periods per VALUES list (keeps bind parameters well under SQLite's and psycopg2's limits)
 KEY_FORMAT = logic.KEY_FORMAT
 period_key = logic.period_key
@@ -128,36 +129,23 @@ def _iso(at: datetime | None) -> str | None:
 
 
 def late_messages(conn, days: list[tuple]) -> dict[date, tuple[int, datetime]]:
-    """Per recorded day: eligible messages ingested after the day's materialized_at (count, newest)."""
-    out = {}
-    for batch in _batches(days):
-        r = (
-            values(
-                column("period_start", Date),
-                column("lo", UTCDateTime),
-                column("hi", UTCDateTime),
-                column("materialized_at", UTCDateTime),
-                name="r",
+    """Per recorded day (period_start, lo, hi, materialized_at): eligible messages ingested after the
+    day's materialized_at (count, newest). One statement per ``UNION_TERMS`` days, a range select
+    per day (each an index range scan on ``at``, whatever plan a join would get)."""
+    out: dict[date, tuple[int, datetime]] = {}
+    for i in range(0, len(days), UNION_TERMS):
+        parts = [
+            select(
+                literal(p, Date).label("p"), func.count().label("n"), func.max(messages.c.ingested_at).label("newest")
             )
-            .data(batch)
-            .cte("r")
-        )
-        q = (
-            select(r.c.period_start, func.count(), func.max(messages.c.ingested_at))
-            .select_from(r)
-            .join(
-                messages,
-                and_(
-                    messages.c.at >= r.c.lo,
-                    messages.c.at < r.c.hi,
-                    messages.c.ingested_at > r.c.materialized_at,
-                ),
-            )
+            .select_from(messages)
             .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+            .where(messages.c.at >= lo, messages.c.at < hi, messages.c.ingested_at > materialized_at)
             .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
-            .group_by(r.c.period_start)
-        )
-        out.update({p: (n, newest) for p, n, newest in conn.execute(q)})
+            for p, lo, hi, materialized_at in days[i : i + UNION_TERMS]
+        ]
+        q = parts[0] if len(parts) == 1 else union_all(*parts)
+        out.update({p: (n, newest) for p, n, newest in conn.execute(q) if n})
     return out
 
 
