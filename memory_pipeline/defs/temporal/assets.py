@@ -1,6 +1,7 @@
-"""Seed 000 as Dagster assets. Each asset loops over the partition keys of its run (a backfill is
-one run per range: BackfillPolicy.single_run) and calls the plain chunks / summaries / rolls
-functions per key."""
+"""Seed 000 as Dagster assets. Each asset works the partition keys of its run (a backfill is one
+run per range: BackfillPolicy.single_run): the day / month / year rows in set-based batches of keys
+(summaries.regenerate_many, leases taken per batch), chunks and peer rolls per key; then one
+metadata entry per partition."""
 
 from collections import Counter
 from datetime import datetime
