@@ -29,6 +29,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     case,
     exists,
     func,
@@ -181,9 +182,7 @@ def load(conn: Connection, rows: Iterable[Row]) -> int:
         reader = CopyReader(rows)
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
-            cursor.copy_expert(
-                f"COPY {STAGING.name} ({', '.join(COLUMNS)}) FROM STDIN", reader, size=COPY_CHUNK_CHARS
-            )
+            cursor.copy_expert(f"COPY {STAGING.name} ({', '.join(COLUMNS)}) FROM STDIN", reader, size=COPY_CHUNK_CHARS)
         finally:
             cursor.close()
         return reader.count
@@ -271,7 +270,9 @@ def file_repeats(conn: Connection) -> FileRepeats:
         if prev is not None:
             gone.append(pos)
             if prev[0] != body:
-                out.problems.append(Problem(pos, "message_id", f"{shown(mid)} repeats {prev[1]} with different content"))
+                out.problems.append(
+                    Problem(pos, "message_id", f"{shown(mid)} repeats {prev[1]} with different content")
+                )
             else:
                 out.dropped += 1
             continue
@@ -366,9 +367,7 @@ def stored_messages(conn: Connection) -> tuple[int, list[Problem]]:
 def drop_stored_and_conflicting(conn: Connection, conflicting_convs: list[str]) -> int:
     """Leave only fresh rows: drop rows whose id is stored and rows of conflicting conversations."""
     s = STAGING.c
-    n = conn.execute(
-        STAGING.delete().where(exists().where(messages.c.message_id == s.message_id))
-    ).rowcount
+    n = conn.execute(STAGING.delete().where(exists().where(messages.c.message_id == s.message_id))).rowcount
     for i in range(0, len(conflicting_convs), 1000):
         n += conn.execute(STAGING.delete().where(s.conversation_id.in_(conflicting_convs[i : i + 1000]))).rowcount
     return n
@@ -407,16 +406,24 @@ def write_worlds(conn: Connection, now: datetime) -> int:
         for w, at, p in groups
     ]
     created = len(insert_missing(conn, worlds, rows, "world_id"))
-    firsts = values(
-        Column("world_id", String), Column("first_at", UTCDateTime), name="firsts"
-    ).data([(w, at) for w, at, _ in groups])
-    if conn.dialect.name == "postgresql":
+    pairs = [(w, at) for w, at, _ in groups]
+    lower = or_(worlds.c.first_event_at.is_(None), worlds.c.first_event_at > bindparam("first_at"))
+    if conn.dialect.name != "postgresql":  # one writer at a time; no UPDATE … FROM (VALUES) alias here
         conn.execute(
-            select(worlds.c.world_id)
-            .where(worlds.c.world_id.in_([w for w, _, _ in groups]))
-            .order_by(worlds.c.world_id)
-            .with_for_update()
+            update(worlds)
+            .where(worlds.c.world_id == bindparam("w"))
+            .where(lower)
+            .values(first_event_at=bindparam("first_at")),
+            [{"w": w, "first_at": at} for w, at in pairs],
         )
+        return created
+    conn.execute(  # overlapping ingests lock the worlds in one order
+        select(worlds.c.world_id)
+        .where(worlds.c.world_id.in_([w for w, _ in pairs]))
+        .order_by(worlds.c.world_id)
+        .with_for_update()
+    )
+    firsts = values(Column("world_id", String), Column("first_at", UTCDateTime), name="firsts").data(pairs)
     conn.execute(
         update(worlds)
         .where(worlds.c.world_id == firsts.c.world_id)
@@ -481,9 +488,7 @@ def touch_conversations(conn: Connection, now: datetime, raced: bool) -> None:
     conversations this transaction created carry ``now`` already; after a race, all of them)."""
     sc = STAGED_CONVS.c
     staged = select(sc.conversation_id) if raced else select(sc.conversation_id).where(sc.stored)
-    conn.execute(
-        update(conversations).where(conversations.c.conversation_id.in_(staged)).values(updated_at=now)
-    )
+    conn.execute(update(conversations).where(conversations.c.conversation_id.in_(staged)).values(updated_at=now))
 
 
 def write_messages(conn: Connection, now: datetime) -> int:
