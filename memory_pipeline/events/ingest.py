@@ -21,6 +21,14 @@ A file is written whole or not at all; with ``skip_bad=True`` good lines are wri
 reported. Either way nothing is half-written: the write is one transaction. Two ingests of the
 same (or overlapping) files at once are safe: a line the other stored first counts as already
 present (another body under its id is a conflict), so their inserted counts add up to one ingest.
+
+The file is streamed, never held whole: one pass reads each line (orjson; the exact validator
+for any line the fast check does not pass), validates it and streams it into a staging table
+inside the writing transaction (``events.staging``: COPY on PostgreSQL, batched executemany on
+SQLite). Repeats across lines, conflicts with stored rows and the writes are then set-based
+statements in the same transaction, so the all-or-nothing promise is the transaction's: a
+refusal rolls back the staged rows with everything else. A redo (a concurrent ingest raced this
+one, a transient database error) reads the file again.
 """
 
 from __future__ import annotations
