@@ -372,7 +372,6 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total): "validate" i
 # integer as a float) and one the fast check does not pass are read again by json.loads and
 # checked by the one validator above, so every refusal and every stored value is as before.
 _ID_FULL = ID_RE.fullmatch
-_LABEL_LIMITS = (("platform", MAX_PLATFORM_CHARS), *NAME_LIMITS.items())
 
 
 def _fast_row(obj: Any, pos: int, source: str, latest: datetime) -> staging.Row | None:
@@ -397,17 +396,24 @@ def _fast_row(obj: Any, pos: int, source: str, latest: datetime) -> staging.Row 
         content = ""
     elif type(content) is not str or len(content) > MAX_CONTENT_CHARS or "\x00" in content:
         return None
-    labels: list[str | None] = []
-    for name, limit in _LABEL_LIMITS:
-        value = get(name)
-        if value is None or value == "":
-            labels.append(None)
-        elif type(value) is not str or len(value) > limit or not value.isprintable():
-            return None  # isprintable: no control character (nor anything the exact check may want to word)
-        else:
-            labels.append(value)
+    platform, world_name, title = get("platform"), get("world_name"), get("conversation_title")
+    # isprintable: no control character (nor anything else the exact check may want to word)
+    if platform is None or platform == "":
+        platform = "local"
+    elif type(platform) is not str or len(platform) > MAX_PLATFORM_CHARS or not platform.isprintable():
+        return None
+    if world_name == "":
+        world_name = None
+    elif world_name is not None and (
+        type(world_name) is not str or len(world_name) > _MAX_WORLD_NAME or not world_name.isprintable()
+    ):
+        return None
+    if title == "":
+        title = None
+    elif title is not None and (type(title) is not str or len(title) > _MAX_TITLE or not title.isprintable()):
+        return None
     ts = get("timestamp")
-    if type(ts) is not str or not ts or ts[0].isspace() or ts[-1].isspace():
+    if type(ts) is not str or not ts or ts != ts.strip():
         return None
     try:
         at = datetime.fromisoformat(ts[:-1] + "+00:00" if ts[-1] in "Zz" else ts)
@@ -418,7 +424,6 @@ def _fast_row(obj: Any, pos: int, source: str, latest: datetime) -> staging.Row 
         return None
     if not EARLIEST <= at < LATEST or at > latest:
         return None
-    platform, world_name, title = labels
     return (
         pos,
         mid,
@@ -426,7 +431,7 @@ def _fast_row(obj: Any, pos: int, source: str, latest: datetime) -> staging.Row 
         world_name,
         cid,
         title,
-        platform or "local",
+        platform,
         debug,
         role,
         content,
@@ -436,6 +441,7 @@ def _fast_row(obj: Any, pos: int, source: str, latest: datetime) -> staging.Row 
     )
 
 
+_MAX_WORLD_NAME, _MAX_TITLE = NAME_LIMITS["world_name"], NAME_LIMITS["conversation_title"]
 _NULL_CALLS = staging.tool_calls_json(None)
 
 

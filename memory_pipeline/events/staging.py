@@ -131,7 +131,11 @@ _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\
 
 
 def _copy_text(value: str | None) -> str:
-    return "\\N" if value is None else value.translate(_COPY_ESCAPES)
+    if value is None:
+        return "\\N"
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.translate(_COPY_ESCAPES)
+    return value
 
 
 def copy_line(row: Row) -> str:
