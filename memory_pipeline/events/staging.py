@@ -41,6 +41,7 @@ from sqlalchemy import (
     values,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib.store import insert_missing
 from memory_pipeline.lib.store.tables import UTCDateTime, conversations, messages, worlds
@@ -497,7 +498,12 @@ def touch_conversations(conn: Connection, now: datetime, raced: bool) -> None:
 
 def write_messages(conn: Connection, now: datetime) -> int:
     """The fresh rows into messages in id order (overlapping ingests lock keys in the same
-    order); a row another transaction stored meanwhile is skipped. The number inserted."""
+    order); a row another transaction stored meanwhile is skipped. The number inserted.
+
+    On PostgreSQL a plain INSERT is tried first under a savepoint (no row of the set is stored:
+    they were checked a moment ago, so this is the common case, and it spares the speculative
+    insertion ON CONFLICT pays per row); if a concurrent ingest stored one of the ids since, the
+    savepoint is rolled back and the rows go in with ON CONFLICT DO NOTHING."""
     s = STAGING.c
     tool_calls = func.cast(s.tool_calls, postgresql.JSON) if conn.dialect.name == "postgresql" else s.tool_calls
     rows = (
@@ -510,7 +516,21 @@ def write_messages(conn: Connection, now: datetime) -> int:
     stmt = _insert(conn, messages).from_select(
         ["message_id", "conversation_id", "role", "content", "tool_calls", "at", "ingested_at", "source"], rows
     )
+    if conn.dialect.name == "postgresql":
+        savepoint = conn.begin_nested()
+        try:
+            inserted = int(conn.execute(stmt).rowcount)
+        except IntegrityError as exc:
+            savepoint.rollback()
+            if getattr(exc.orig, "pgcode", None) != UNIQUE_VIOLATION:
+                raise
+        else:
+            savepoint.commit()
+            return inserted
     return int(conn.execute(stmt.on_conflict_do_nothing(index_elements=["message_id"])).rowcount)
+
+
+UNIQUE_VIOLATION = "23505"
 
 
 def raced_messages(conn: Connection) -> list[Problem]:
