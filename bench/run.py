@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -534,10 +535,24 @@ class Bench:
         took = time.perf_counter() - started
         assert report.success, report
         new_calls = ok_calls(self.store) - calls
-        self.results |= {"incremental_partitions_rerun": report.partitions, "incremental_llm_calls": new_calls}
+        from memory_pipeline.lib.store.tables import llm_ledger
+
+        with self.store.connect() as conn:  # which assets made the calls (the newest ones)
+            newest = conn.execute(
+                select(llm_ledger.c.asset)
+                .where(llm_ledger.c.outcome == "ok")
+                .order_by(llm_ledger.c.call_id.desc())
+                .limit(new_calls)
+            ).scalars()
+            by_asset = dict(sorted(Counter(newest).items()))
+        self.results |= {
+            "incremental_partitions_rerun": report.partitions,
+            "incremental_llm_calls": new_calls,
+            "incremental_llm_calls_by_asset": by_asset,
+        }
         self.note(
             "one message appended to a past day, then repair()",
-            f"{report.partitions} partitions re-run, {new_calls} LLM calls, {took:.2f} s",
+            f"{report.partitions} partitions re-run, {new_calls} LLM calls ({by_asset}), {took:.2f} s",
             "that day, its month, its year",
         )
 
