@@ -311,6 +311,7 @@ class Bench:
             for worlds in (100, 1000):
                 path = Path(tmp, f"worlds-{worlds}.jsonl")
                 n = generate_worlds(path, worlds, s.worlds_days, s.worlds_per_day)
+                copy_s = floor.raw_copy(fresh_store(), path)[0]  # the baseline's own growth with size
                 store = fresh_store()
                 t = time.perf_counter()
                 ingest_file(store, path)
@@ -319,19 +320,21 @@ class Bench:
                 with sqlite_instance(home) as inst:
                     last = (date(YEAR, 3, 1) + timedelta(days=s.worlds_days - 1)).isoformat()
                     backfill_s = backfill(defs_for(store), inst, [("day", f"{YEAR}-03-01", last)])
-                out[worlds] = (n, ingest_s, backfill_s)
+                out[worlds] = (n, ingest_s, backfill_s, copy_s)
                 self.note(
                     f"{worlds} worlds x {s.worlds_days} days x {s.worlds_per_day} msgs",
                     f"ingest {ingest_s:.2f} s, day backfill {backfill_s:.2f} s",
+                    f"raw COPY of the file {copy_s:.2f} s",
                 )
         self.results |= {
             "worlds_1000_vs_100_ingest": round(out[1000][1] / out[100][1], 2),
             "worlds_1000_vs_100_backfill": round(out[1000][2] / out[100][2], 2),
+            "worlds_1000_vs_100_raw_copy": round(out[1000][3] / out[100][3], 2),
         }
         self.note(
             "1000 vs 100 worlds (10x the data)",
             f"ingest {out[1000][1] / out[100][1]:.1f}x, day backfill {out[1000][2] / out[100][2]:.1f}x",
-            "linear: 10x",
+            f"raw COPY {out[1000][3] / out[100][3]:.1f}x; linear: 10x",
         )
 
     def backfill_and_floors(self, store, events: Path, n: int):
