@@ -9,7 +9,7 @@ DBT_MANIFEST := dbt_project/target/manifest.json
 DBT_SOURCES  := $(shell find dbt_project -path dbt_project/target -prune -o -path dbt_project/logs -prune -o \
                   -type f \( -name '*.sql' -o -name '*.yml' \) -print)
 
-.PHONY: demo test ui bench clean chromium
+.PHONY: demo test ui bench bench-quick clean chromium
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,11 @@ ui: $(STAMP)  ## the Dagster UI on the instance the demo wrote (data/dagster_hom
 	PATH="$(CURDIR)/$(BIN):$$PATH" DBT_SEND_ANONYMOUS_USAGE_STATS=false \
 	  DAGSTER_HOME=$(CURDIR)/data/dagster_home $(BIN)/dagster dev -w workspace.yaml
 
-bench: $(STAMP)  ## the year-backfill benchmark on PostgreSQL (see bench/README.md)
-	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/temporal_backfill.py
+bench: $(STAMP)  ## every measurement against its floor, full scale, on PostgreSQL and Redis (see bench/README.md)
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/run.py --scale full
+
+bench-quick: $(STAMP)  ## the same measurements at a small scale (a few minutes)
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/run.py --scale quick
 
 clean:
 	rm -rf $(VENV) data/memory.sqlite* data/dagster_home data/sample

@@ -21,6 +21,14 @@ A file is written whole or not at all; with ``skip_bad=True`` good lines are wri
 reported. Either way nothing is half-written: the write is one transaction. Two ingests of the
 same (or overlapping) files at once are safe: a line the other stored first counts as already
 present (another body under its id is a conflict), so their inserted counts add up to one ingest.
+
+The file is streamed, never held whole: one pass reads each line (orjson; the exact validator
+for any line the fast check does not pass), validates it and streams it into a staging table
+inside the writing transaction (``events.staging``: COPY on PostgreSQL, batched executemany on
+SQLite). Repeats across lines, conflicts with stored rows and the writes are then set-based
+statements in the same transaction, so the all-or-nothing promise is the transaction's: a
+refusal rolls back the staged rows with everything else. A redo (a concurrent ingest raced this
+one, a transient database error) reads the file again.
 """
 
 from __future__ import annotations
@@ -29,21 +37,23 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+import orjson
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
+from memory_pipeline.events import staging
 from memory_pipeline.events.tables import ingest_batches
-from memory_pipeline.lib.ids import validate_id
-from memory_pipeline.lib.store import Store, insert_missing, retry_transient
+from memory_pipeline.lib.ids import ID_RE, validate_id
+from memory_pipeline.lib.store import Store, retry_transient
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import json_type, shown, text_problem
-from memory_pipeline.lib.timeutil import parse_instant
+from memory_pipeline.lib.timeutil import EARLIEST, LATEST, parse_instant
 
 ROLES = {"user", "assistant", "tool", "system"}
 ID_FIELDS = ("message_id", "world_id", "conversation_id")
@@ -292,10 +302,6 @@ def validate_event(obj: Any, source: str, where: int | str, now: datetime) -> tu
     }, []
 
 
-def _event_error(event: dict, field_name: str, problem: str) -> LineError:
-    return LineError(event.get("_file", "<events>"), event.get("_where", 0), field_name, problem)
-
-
 class EventBatch:
     """Validated events of one source, in order: a repeated message_id with the same body is dropped,
     with another body refused; a conversation keeps one (world, platform, debug)."""
@@ -361,31 +367,129 @@ def parse_line(raw: bytes, first: bool = False) -> tuple[Any, str | None]:
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total): "validate" in bytes, "write" in rows
 
+# orjson reads every line; a line it refuses (it refuses whatever json.loads does, and NaN,
+# lone surrogates and integers beyond a double), one with tool calls (orjson reads a 20-digit
+# integer as a float) and one the fast check does not pass are read again by json.loads and
+# checked by the one validator above, so every refusal and every stored value is as before.
+_ID_FULL = ID_RE.fullmatch
 
-def read_events(
-    path: Path, now: datetime | None = None, progress: Progress | None = None
-) -> tuple[list[dict], list[LineError], int, str]:
-    """Parse and validate every line; returns (events, errors, line_count, sha256)."""
-    source = source_label(path)
-    batch = EventBatch(source, now or datetime.now(UTC))
-    errors: list[LineError] = []
+
+def _fast_row(obj: Any, pos: int, source: str, latest: datetime) -> staging.Row | None:
+    """The staged row of a line orjson parsed, when it is certainly valid; None sends the line
+    to the exact validator (which alone words refusals). Never looser than ``event_problems``:
+    orjson's strings hold no lone surrogate, so only NUL and control characters are looked for."""
+    if type(obj) is not dict:
+        return None
+    get = obj.get
+    mid, wid, cid, role = get("message_id"), get("world_id"), get("conversation_id"), get("role")
+    if not (type(mid) is str and type(wid) is str and type(cid) is str and type(role) is str):
+        return None
+    if role not in ROLES or not (_ID_FULL(mid) and _ID_FULL(wid) and _ID_FULL(cid)):
+        return None
+    if get("tool_calls") is not None:
+        return None
+    debug = get("debug", False)
+    if debug is not True and debug is not False:
+        return None
+    content = get("content")
+    if content is None:
+        content = ""
+    elif type(content) is not str or len(content) > MAX_CONTENT_CHARS or "\x00" in content:
+        return None
+    platform, world_name, title = get("platform"), get("world_name"), get("conversation_title")
+    # isprintable: no control character (nor anything else the exact check may want to word)
+    if platform is None or platform == "":
+        platform = "local"
+    elif type(platform) is not str or len(platform) > MAX_PLATFORM_CHARS or not platform.isprintable():
+        return None
+    if world_name == "":
+        world_name = None
+    elif world_name is not None and (
+        type(world_name) is not str or len(world_name) > _MAX_WORLD_NAME or not world_name.isprintable()
+    ):
+        return None
+    if title == "":
+        title = None
+    elif title is not None and (type(title) is not str or len(title) > _MAX_TITLE or not title.isprintable()):
+        return None
+    ts = get("timestamp")
+    if type(ts) is not str or not ts or ts != ts.strip():
+        return None
+    try:
+        at = datetime.fromisoformat(ts[:-1] + "+00:00" if ts[-1] in "Zz" else ts)
+        if at.tzinfo is None or at.utcoffset() is None:
+            return None
+        at = at.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
+    if not EARLIEST <= at < LATEST or at > latest:
+        return None
+    return (
+        pos,
+        mid,
+        wid,
+        world_name,
+        cid,
+        title,
+        platform,
+        debug,
+        role,
+        content,
+        _NULL_CALLS,
+        at,
+        f"{source}:{pos}" if len(source) < MAX_SOURCE_CHARS - 12 else fit(f"{source}:{pos}", MAX_SOURCE_CHARS),
+    )
+
+
+_MAX_WORLD_NAME, _MAX_TITLE = NAME_LIMITS["world_name"], NAME_LIMITS["conversation_title"]
+_NULL_CALLS = staging.tool_calls_json(None)
+
+
+@dataclass
+class _FileScan:
+    """What streaming a file left besides its rows: refusals, line count, digest."""
+
+    errors: list[LineError] = field(default_factory=list)
+    lines: int = 0
+    sha256: str = ""
+
+
+def _file_rows(
+    path: Path, source: str, now: datetime, scan: _FileScan, progress: Progress | None
+) -> Iterator[staging.Row]:
+    """Every valid line of the file as a staged row, in file order, streamed; refusals go to
+    ``scan.errors`` (repeats across lines are the staging table's to find)."""
     digest = hashlib.sha256()
-    lineno = 0
-    total, done = path.stat().st_size, 0
+    latest = now + FUTURE_TOLERANCE
+    total, done, lineno = path.stat().st_size, 0, 0
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             digest.update(raw)
             done += len(raw)
             if progress and lineno % 5000 == 0:
                 progress("validate", done, total)
+            if len(raw) <= MAX_LINE_BYTES:
+                try:
+                    row = _fast_row(orjson.loads(raw), lineno, source, latest)
+                except orjson.JSONDecodeError:
+                    row = None
+                if row is not None:
+                    yield row
+                    continue
             obj, problem = parse_line(raw, first=lineno == 1)
             if problem:
-                errors.append(LineError(source, lineno, "<line>", problem))
-            elif obj is not _BLANK:
-                errors.extend(batch.add(obj, lineno))
+                scan.errors.append(LineError(source, lineno, "<line>", problem))
+                continue
+            if obj is _BLANK:
+                continue
+            event, errors = validate_event(obj, source, lineno, now)
+            if event is None:
+                scan.errors.extend(errors)
+            else:
+                yield staging.event_row(event, lineno)
+    scan.lines, scan.sha256 = lineno, digest.hexdigest()
     if progress:
         progress("validate", total, total)
-    return batch.events, errors, lineno, digest.hexdigest()
 
 
 def ingest_file(
@@ -396,19 +500,30 @@ def ingest_file(
     now: datetime | None = None,
     progress: Progress | None = None,
 ) -> IngestReport:
+    """Stream a JSONL file into the store (see the module docstring): one pass reads, validates
+    and stages the lines inside the writing transaction, then set-based statements check and
+    write them. Memory holds one batch of lines, not the file; a redo reads the file again."""
     path = Path(path)
-    events, errors, lines, sha = read_events(path, now, progress)
-    report = ingest_events(
+    source = source_label(path)
+    now = now or datetime.now(UTC)
+    scans: list[_FileScan] = []
+
+    def rows() -> Iterator[staging.Row]:
+        scan = _FileScan()
+        scans.append(scan)
+        # Progress of the validation is reported on the first pass only (a redo is no news).
+        return _file_rows(path, source, now, scan, progress if len(scans) == 1 else None)
+
+    return _ingest(
         store,
-        events,
-        source=source_label(path),
-        errors=errors,
-        lines=lines,
-        sha256=sha,
+        rows,
+        source=source,
+        locate=lambda pos: (source, pos),
+        scan=lambda: scans[-1],
         skip_bad=skip_bad,
         progress=progress,
+        by_line=True,
     )
-    return report
 
 
 def ingest_events(
@@ -422,7 +537,8 @@ def ingest_events(
     skip_bad: bool = False,
     progress: Progress | None = None,
 ) -> IngestReport:
-    """Write validated events in one transaction (see module docstring).
+    """Write validated events (``validate_event``/``EventBatch``, e.g. a LoCoMo file's) the same
+    way as a file: staged, checked and written set-based in one transaction.
 
     Safe against a concurrent ingest of the same or overlapping events: rows are inserted with
     ON CONFLICT DO NOTHING, and an id another transaction stored meanwhile is re-read in this one,
@@ -433,27 +549,71 @@ def ingest_events(
     errors = list(errors or [])
     if errors and not skip_bad:
         raise IngestError(errors)
+    scan = _FileScan(errors=errors, lines=lines if lines is not None else len(events), sha256=sha256)
+
+    def locate(pos: int) -> tuple[str, int | str]:
+        e = events[pos]
+        return e.get("_file", "<events>"), e.get("_where", 0)
+
+    return _ingest(
+        store,
+        lambda: (staging.event_row(e, i) for i, e in enumerate(events)),
+        source=source,
+        locate=locate,
+        scan=lambda: scan,
+        skip_bad=skip_bad,
+        progress=progress,
+        by_line=False,
+    )
+
+
+def _ingest(
+    store: Store,
+    rows: Callable[[], Iterator[staging.Row]],
+    *,
+    source: str,
+    locate: staging.Locate,
+    scan: Callable[[], _FileScan],
+    skip_bad: bool,
+    progress: Progress | None,
+    by_line: bool,
+) -> IngestReport:
+    first: list[str] = []
+    staged = [0]
+
+    def tapped() -> Iterator[staging.Row]:
+        """The rows, noting the first ids (a store refusal names them)."""
+        seen: list[tuple[int, str]] = []
+        for row in rows():
+            if len(seen) < 3:
+                seen.append((row[0], row[1]))
+                first[:] = [mid for _, mid in seen]
+            yield row
 
     def once() -> IngestReport:
         for attempt in range(1, _RACE_REDOS + 1):
-            report = IngestReport(
-                source=source, lines=lines if lines is not None else len(events), rejected=list(errors)
-            )
+            write = _Write(source, locate, skip_bad, final=attempt == _RACE_REDOS, by_line=by_line)
             try:
                 with store.begin() as conn:
-                    _write_events(conn, report, events, errors, sha256, skip_bad, progress, attempt == _RACE_REDOS)
+                    try:
+                        write.run(conn, tapped(), scan, progress)
+                    finally:
+                        staged[0] = write.staged
+                        if write.first_ids:
+                            first[:] = write.first_ids
+                        staging.drop(conn)
             except _Raced:
                 continue  # rolled back; the concurrent rows are committed now and read up front
-            return report
+            return write.report
         raise AssertionError("unreachable")  # the last attempt never raises _Raced
 
     try:
         return retry_transient(once, what=f"ingest {source}")
     except IntegrityError as exc:
-        raise IngestError([_store_refusal(source, exc, events)]) from None
+        raise IngestError([_store_refusal(source, exc, first, staged[0])]) from None
 
 
-def _store_refusal(source: str, exc: IntegrityError, events: list[dict]) -> LineError:
+def _store_refusal(source: str, exc: IntegrityError, ids: list[str], count: int) -> LineError:
     """What a constraint violation says without the row: the driver's first line (a constraint
     or column name), the key when every key column is an id, and the file's first message ids."""
     driver = exc.orig if isinstance(exc.orig, BaseException) else exc
@@ -461,13 +621,12 @@ def _store_refusal(source: str, exc: IntegrityError, events: list[dict]) -> Line
     detail = getattr(getattr(driver, "diag", None), "message_detail", None) or ""
     key = _ID_KEY.match(detail)
     said = f"; {key.group(0)}" if key and all(c.strip().endswith("_id") for c in key.group(1).split(",")) else ""
-    ids = [e["message_id"] for e in events[:3]]
-    more = f" (of {len(events)})" if len(events) > 3 else ""
+    more = f" (of {count})" if count > 3 else ""
     return LineError(
         source,
         "<write>",
         "message_id",
-        f"the store refused the write: {first}{said}; message ids {', '.join(map(shown, ids))}{more}",
+        f"the store refused the write: {first}{said}; message ids {', '.join(map(shown, ids[:3]))}{more}",
     )
 
 
@@ -483,190 +642,93 @@ _RACE_REDOS = 3
 _ID_KEY = re.compile(r"Key \(([A-Za-z0-9_, ]+)\)=\([^\n]*?\)")
 
 
-def _write_events(
-    conn: Connection,
-    report: IngestReport,
-    events: list[dict],
-    errors: list[LineError],
-    sha256: str,
-    skip_bad: bool,
-    progress: Progress | None,
-    final: bool,
-) -> None:
-    batch = 2000
-    conflicts: list[LineError] = []
+class _Write:
+    """One attempt of the write transaction: stage, check, write (``staging`` holds the SQL)."""
 
-    def refuse(found: list[LineError]) -> None:
+    def __init__(self, source: str, locate: staging.Locate, skip_bad: bool, final: bool, by_line: bool):
+        self.source, self.locate, self.skip_bad, self.final, self.by_line = source, locate, skip_bad, final, by_line
+        self.report = IngestReport(source=source)
+        self.errors: list[LineError] = []  # the file's own refusals (validation, repeats)
+        self.conflicts: list[LineError] = []  # refusals against stored rows, skipped with skip_bad
+        self.first_ids: list[str] = []
+        self.staged = 0
+
+    def error(self, p: staging.Problem) -> LineError:
+        file, where = self.locate(p.pos)
+        return LineError(file, where, p.field, p.problem)
+
+    def refuse(self, found: list[LineError]) -> None:
         """Conflicts: the whole file refused, or (skip_bad) their lines left out and reported."""
         if not found:
             return
-        if not skip_bad:
-            raise IngestError(errors + conflicts + found)
-        conflicts.extend(found)
+        if not self.skip_bad:
+            raise IngestError(self.errors + self.conflicts + found)
+        self.conflicts.extend(found)
 
-    def drop(found: list[LineError], fresh: list[dict]) -> list[dict]:
-        bad = {(c.source, c.where) for c in found}
-        return [e for e in fresh if (e["_file"], e["_where"]) not in bad]
+    def run(
+        self,
+        conn: Connection,
+        rows: Iterator[staging.Row],
+        scan: Callable[[], _FileScan],
+        progress: Progress | None,
+    ) -> None:
+        report = self.report
+        if conn.dialect.name == "postgresql":  # the id-ordered insert sorts the file in memory
+            conn.exec_driver_sql("SET LOCAL work_mem = '256MB'")
+        n = staging.load(conn, rows)
+        done = scan()
+        report.lines = done.lines
+        repeats = staging.file_repeats(conn)
+        n -= len(repeats.problems) + repeats.dropped
+        self.staged = n
+        if repeats.problems or repeats.dropped:  # the first lines may be gone
+            self.first_ids = staging.first_ids(conn)
+        self.errors = list(done.errors)
+        if repeats.problems:
+            self.errors += [self.error(p) for p in repeats.problems]
+            if self.by_line:  # one refusal source per line: file order is line order
+                self.errors.sort(key=lambda e: e.line)
+        if self.errors and not self.skip_bad:
+            raise IngestError(self.errors)
+        report.rejected = list(self.errors)
 
-    conv_ids = sorted({e["conversation_id"] for e in events})
-    existing_conv = _stored_conversations(conn, conv_ids)
-    found = _conversation_conflicts(events, existing_conv)
-    # Existing message ids: a same-id, different-body line is a conflict, never an overwrite.
-    stored = _stored_messages(conn, [e["message_id"] for e in events])
-    fresh = []
-    for e in events:
-        old = stored.get(e["message_id"])
-        if old is None:
-            fresh.append(e)
-        elif old != (e["content"], e["role"], e["at"]):
-            found.append(_event_error(e, "message_id", f"{e['message_id']!r} is already stored with different content"))
-        else:
-            report.duplicates += 1
-    refuse(found)
-    fresh = drop(found, fresh)
+        conv_conflicts = staging.conversation_conflicts(conn)
+        stored, msg_conflicts = staging.stored_messages(conn)
+        report.duplicates = stored - len(msg_conflicts)
+        self.refuse([self.error(p) for p in conv_conflicts + msg_conflicts])
+        bad_convs = staging.conversations_of(conn, [p.pos for p in conv_conflicts])
+        fresh = n - staging.drop_stored_and_conflicting(conn, bad_convs)
 
-    now = datetime.now(UTC)
-    first_at: dict[str, datetime] = {}
-    for e in fresh:
-        w = e["world_id"]
-        first_at[w] = min(first_at.get(w, e["at"]), e["at"])
-    world_rows = [
-        {
-            "world_id": w,
-            "name": next((e["world_name"] for e in fresh if e["world_id"] == w and e["world_name"]), w),
-            "created_at": now,
-            "first_event_at": at,
-        }
-        for w, at in sorted(first_at.items())
-    ]
-    # Rows in key order: two transactions writing overlapping files lock them in the same order.
-    report.new_worlds = len(insert_missing(conn, worlds, world_rows, "world_id"))
-    for w, at in sorted(first_at.items()):
-        conn.execute(
-            update(worlds)
-            .where(worlds.c.world_id == w)
-            .where((worlds.c.first_event_at.is_(None)) | (worlds.c.first_event_at > at))
-            .values(first_event_at=at)
-        )
-
-    conv_rows: dict[str, dict] = {}
-    for e in sorted(fresh, key=lambda e: e["conversation_id"]):
-        if e["conversation_id"] not in existing_conv and e["conversation_id"] not in conv_rows:
-            conv_rows[e["conversation_id"]] = {
-                "conversation_id": e["conversation_id"],
-                "world_id": e["world_id"],
-                "platform": e["platform"],
-                "debug": e["debug"],
-                "title": e["conversation_title"],
-                "created_at": now,
-                "updated_at": now,
-            }
-    created = set(insert_missing(conn, conversations, list(conv_rows.values()), "conversation_id"))
-    report.new_conversations = len(created)
-    raced = sorted(set(conv_rows) - created)  # stored by a concurrent ingest since the read above
-    if raced:
-        found = _conversation_conflicts(fresh, _stored_conversations(conn, raced))
-        if found and not final:
-            raise _Raced
-        refuse(found)
-        fresh = drop(found, fresh)
-    touched = sorted({e["conversation_id"] for e in fresh} - created)
-    for i in range(0, len(touched), 1000):
-        conn.execute(
-            update(conversations)
-            .where(conversations.c.conversation_id.in_(touched[i : i + 1000]))
-            .values(updated_at=now)
-        )
-
-    fresh.sort(key=lambda e: e["message_id"])
-    inserted: set[str] = set()
-    for i in range(0, len(fresh), batch):
-        chunk = fresh[i : i + batch]
-        inserted.update(
-            insert_missing(
-                conn,
-                messages,
-                [
-                    {
-                        k: e[k]
-                        for k in ("message_id", "conversation_id", "role", "content", "tool_calls", "at", "source")
-                    }
-                    | {"ingested_at": now}
-                    for e in chunk
-                ],
-                "message_id",
-            )
-        )
+        now = datetime.now(UTC)
+        if fresh:
+            report.new_worlds = staging.write_worlds(conn, now)
+            convs = staging.write_conversations(conn, now)
+            report.new_conversations = convs.created
+            if convs.raced:  # stored by a concurrent ingest since the check above
+                found = staging.conversation_conflicts(conn)
+                if found and not self.final:
+                    raise _Raced
+                self.refuse([self.error(p) for p in found])
+                fresh -= staging.drop_conversations(conn, staging.conversations_of(conn, [p.pos for p in found]))
+            staging.touch_conversations(conn, now, convs.raced)
+            report.inserted = staging.write_messages(conn, now)
+            if report.inserted < fresh:  # stored by a concurrent ingest since the check above
+                found_msgs = staging.raced_messages(conn)
+                if found_msgs and not self.final:
+                    raise _Raced  # rows of its file are written already (world, conversation): start over
+                report.duplicates += fresh - report.inserted - len(found_msgs)
+                self.refuse([self.error(p) for p in found_msgs])
         if progress:
-            progress("write", min(i + batch, len(fresh)), len(fresh))
-    raced_ids = [e["message_id"] for e in fresh if e["message_id"] not in inserted]
-    if raced_ids:  # stored by a concurrent ingest since the read above: same body or a conflict
-        again = _stored_messages(conn, raced_ids)
-        found = []
-        for e in fresh:
-            if e["message_id"] in inserted:
-                continue
-            if again.get(e["message_id"]) == (e["content"], e["role"], e["at"]):
-                report.duplicates += 1
-            else:
-                found.append(
-                    _event_error(e, "message_id", f"{e['message_id']!r} is already stored with different content")
-                )
-        if found and not final:
-            raise _Raced  # rows of its file are written already (world, conversation): start over
-        refuse(found)
-    report.inserted = len(inserted)
-    report.rejected.extend(conflicts)
-    conn.execute(
-        ingest_batches.insert().values(
-            source=fit(report.source, MAX_SOURCE_CHARS),
-            sha256=sha256,
-            lines=report.lines,
-            inserted=report.inserted,
-            duplicates=report.duplicates,
-            rejected=len(report.rejected),
-            at=now,
+            progress("write", fresh, fresh)
+        report.rejected.extend(self.conflicts)
+        conn.execute(
+            ingest_batches.insert().values(
+                source=fit(report.source, MAX_SOURCE_CHARS),
+                sha256=done.sha256,
+                lines=report.lines,
+                inserted=report.inserted,
+                duplicates=report.duplicates,
+                rejected=len(report.rejected),
+                at=now,
+            )
         )
-    )
-    if progress and not fresh:
-        progress("write", 0, 0)
-
-
-def _stored_conversations(conn: Connection, conv_ids: list[str]) -> dict[str, tuple]:
-    out: dict[str, tuple] = {}
-    for i in range(0, len(conv_ids), 1000):
-        rows = conn.execute(
-            select(
-                conversations.c.conversation_id,
-                conversations.c.world_id,
-                conversations.c.platform,
-                conversations.c.debug,
-            ).where(conversations.c.conversation_id.in_(conv_ids[i : i + 1000]))
-        ).all()
-        out.update({r[0]: (r[1], r[2], bool(r[3])) for r in rows})
-    return out
-
-
-def _conversation_conflicts(events: list[dict], stored: dict[str, tuple]) -> list[LineError]:
-    out = []
-    for e in events:
-        known = stored.get(e["conversation_id"])
-        if known is not None and known != (e["world_id"], e["platform"], e["debug"]):
-            out.append(
-                _event_error(
-                    e, "conversation_id", f"{e['conversation_id']!r} is stored with (world, platform, debug) {known}"
-                )
-            )
-    return out
-
-
-def _stored_messages(conn: Connection, ids: list[str]) -> dict[str, tuple]:
-    stored: dict[str, tuple] = {}
-    for i in range(0, len(ids), 1000):
-        for r in conn.execute(
-            select(messages.c.message_id, messages.c.content, messages.c.role, messages.c.at).where(
-                messages.c.message_id.in_(ids[i : i + 1000])
-            )
-        ):
-            stored[r[0]] = (r[1], r[2], r[3])
-    return stored

@@ -142,6 +142,25 @@ class KVCache:
             raw = self.fallback.get(key)
         return json.loads(raw) if raw else None
 
+    def get_many_json(self, keys: list[str]) -> dict[str, dict[str, Any] | None]:
+        """``get_json`` of every key in one Redis round trip (MGET); the in-process fallback and
+        the failure handling are ``get_json``'s."""
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}
+        raws: list[str | None]
+        client = self._redis()
+        if client is not None:
+            try:
+                raws = client.mget(keys)
+                self.backend = "redis"
+            except Exception as exc:  # noqa: BLE001 - filtered in _failed
+                self._failed("MGET", exc)
+                raws = [self.fallback.get(k) for k in keys]
+        else:
+            raws = [self.fallback.get(k) for k in keys]
+        return {k: json.loads(raw) if raw else None for k, raw in zip(keys, raws, strict=True)}
+
     def set_json(self, key: str, value: dict[str, Any], ttl_seconds: int) -> None:
         raw = dumps(value)
         client = self._redis()

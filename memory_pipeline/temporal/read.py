@@ -4,7 +4,7 @@ never calls an LLM; a peer-roll miss concatenates, truncates and asks for a back
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
@@ -31,13 +31,28 @@ class TemporalView:
     warmups_requested: int = 0
 
 
+def system_roll_keys(cfg: TemporalSummaryConfig, world_id: str, today: date) -> dict[str, str]:
+    return {kind: logic.sys_roll_key(cfg.redis_key_prefix, world_id, kind, today) for kind in logic.SYS_ROLL_KINDS}
+
+
 def system_block(
-    store: Store, cache: KVCache, cfg: TemporalSummaryConfig, world_id: str, at: datetime, tz: ZoneInfo
+    store: Store,
+    cache: KVCache,
+    cfg: TemporalSummaryConfig,
+    world_id: str,
+    at: datetime,
+    tz: ZoneInfo,
+    cached: dict[str, dict | None] | None = None,
 ) -> tuple[logic.SystemBlock, dict[str, str | None]]:
+    """The system segment from the cached rolls (``cached``: values already fetched by key, as
+    ``temporal_view`` does; otherwise fetched here in one round trip)."""
     today = local_date(require_aware(at, "at"), tz)
+    keys = system_roll_keys(cfg, world_id, today)
+    if cached is None:
+        cached = cache.get_many_json(list(keys.values()))
     rolls: dict[str, str | None] = {}
-    for kind in logic.SYS_ROLL_KINDS:
-        value = cache.get_json(logic.sys_roll_key(cfg.redis_key_prefix, world_id, kind, today))
+    for kind, key in keys.items():
+        value = cached.get(key)
         rolls[kind] = value.get("summary") if value else None
     block = logic.assemble_system_block(rolls, cfg.system_prompt_max_chars)
     if block.truncated:
@@ -65,26 +80,31 @@ def system_block(
     return block, rolls
 
 
-def peer_messages(
+@dataclass
+class _PeerBucket:
+    bucket: datetime
+    local_bucket: datetime
+    peers: list[dict]
+    fp: str
+    key: str
+
+
+def _peer_buckets(
     store: Store,
-    cache: KVCache,
     cfg: TemporalSummaryConfig,
     world_id: str,
     viewer_conversation_id: str | None,
     at: datetime,
     tz: ZoneInfo,
-) -> tuple[list[dict], int]:
-    """One runtime-only assistant message per closed bucket of today that has peer chunks (all of
-    the bucket's chunks, seq 0, 1, ...), placed at the bucket's end. Chunks are append-only, so an
-    older bucket's insertion stays byte-identical unless a late arrival appends a chunk to that very
-    bucket: then its sources_fp, and so its roll, changes once."""
+) -> list[_PeerBucket]:
+    """Today's closed buckets with peer chunks, each with its roll's key (one query)."""
     today = local_date(require_aware(at, "at"), tz)
     with store.connect() as conn:
         chunks = closed_bucket_chunks(conn, world_id, today, at)
     by_bucket: dict[datetime, list[dict]] = {}
     for c in chunks:
         by_bucket.setdefault(c["bucket"], []).append(c)
-    out, requests = [], []
+    out = []
     for bucket, sources in sorted(by_bucket.items()):
         peers = [s for s in sources if s["conversation_id"] != viewer_conversation_id]
         if not peers:
@@ -93,19 +113,47 @@ def peer_messages(
         fp = logic.peer_sources_fp(
             ((s["conversation_id"], s["at"], s["summary"]) for s in sources), viewer_conversation_id
         )
-        cached = cache.get_json(logic.peer_roll_key(cfg.redis_key_prefix, world_id, today, local_bucket, fp))
-        if cached:
-            content, hit = cached["summary"], True
+        key = logic.peer_roll_key(cfg.redis_key_prefix, world_id, today, local_bucket, fp)
+        out.append(_PeerBucket(bucket, local_bucket, peers, fp, key))
+    return out
+
+
+def peer_messages(
+    store: Store,
+    cache: KVCache,
+    cfg: TemporalSummaryConfig,
+    world_id: str,
+    viewer_conversation_id: str | None,
+    at: datetime,
+    tz: ZoneInfo,
+    *,
+    buckets: list[_PeerBucket] | None = None,
+    cached: dict[str, dict | None] | None = None,
+) -> tuple[list[dict], int]:
+    """One runtime-only assistant message per closed bucket of today that has peer chunks (all of
+    the bucket's chunks, seq 0, 1, ...), placed at the bucket's end. Chunks are append-only, so an
+    older bucket's insertion stays byte-identical unless a late arrival appends a chunk to that very
+    bucket: then its sources_fp, and so its roll, changes once. The rolls come in one round trip."""
+    today = local_date(require_aware(at, "at"), tz)
+    if buckets is None:
+        buckets = _peer_buckets(store, cfg, world_id, viewer_conversation_id, at, tz)
+    if cached is None:
+        cached = cache.get_many_json([b.key for b in buckets])
+    out, requests = [], []
+    for b in buckets:
+        hit_value = cached.get(b.key)
+        if hit_value:
+            content, hit = hit_value["summary"], True
         else:
-            content, hit = logic.concat_peer_chunks([p["summary"] for p in peers], cfg.peer_roll_max_chars), False
+            content, hit = logic.concat_peer_chunks([p["summary"] for p in b.peers], cfg.peer_roll_max_chars), False
             requests.append(
                 {
                     "kind": "peer_roll",
                     "world_id": world_id,
                     "cst_date": today,
-                    "bucket": bucket,
+                    "bucket": b.bucket,
                     "viewer_conversation_id": viewer_conversation_id or "",
-                    "sources_fp": fp,
+                    "sources_fp": b.fp,
                     "requested_at": utcnow(),
                     "done_at": None,
                 }
@@ -115,8 +163,8 @@ def peer_messages(
                 "role": "assistant",
                 "name": logic.PEER_MESSAGE_NAME,
                 "content": content,
-                "at": bucket_end(local_bucket).isoformat(),
-                "bucket": bucket_label(local_bucket),
+                "at": bucket_end(b.local_bucket).isoformat(),
+                "bucket": bucket_label(b.local_bucket),
                 "cache": "hit" if hit else "miss",
             }
         )
@@ -142,8 +190,16 @@ def temporal_view(
     at: datetime,
     tz: ZoneInfo,
 ) -> TemporalView:
-    block, rolls = system_block(store, cache, cfg, world_id, at, tz)
-    peers, warmups = peer_messages(store, cache, cfg, world_id, viewer_conversation_id, at, tz)
+    """The system segment and the peer insertions of one view: one query for today's chunks,
+    then every roll it needs (system and peer) in one cache round trip."""
+    today = local_date(require_aware(at, "at"), tz)
+    buckets = _peer_buckets(store, cfg, world_id, viewer_conversation_id, at, tz)
+    sys_keys = system_roll_keys(cfg, world_id, today)
+    cached = cache.get_many_json([*sys_keys.values(), *(b.key for b in buckets)])
+    block, rolls = system_block(store, cache, cfg, world_id, at, tz, cached=cached)
+    peers, warmups = peer_messages(
+        store, cache, cfg, world_id, viewer_conversation_id, at, tz, buckets=buckets, cached=cached
+    )
     return TemporalView(world_id, viewer_conversation_id, at, block.text, block.truncated, rolls, peers, warmups)
 
 

@@ -1,0 +1,634 @@
+"""The benchmark: every measurement with its floor or baseline, in one invocation.
+
+    make bench          # full scale
+    make bench-quick    # a few minutes
+    python bench/run.py --scale quick|full
+
+Generates the data, measures on PostgreSQL (``BENCH_DATABASE_URL``, fresh schemas, dropped after)
+and Redis (``BENCH_REDIS_URL``, keys under a fresh prefix, deleted after), prints a Markdown table
+and writes ``bench/results/latest.json``. What each key means: bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+import orjson  # noqa: E402
+from sqlalchemy import create_engine, func, select, text  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import floor  # noqa: E402
+
+PG = os.environ.get("BENCH_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+HERE = Path(__file__).resolve().parent
+TZ = ZoneInfo("Asia/Shanghai")
+YEAR = 2025
+TOPICS = (
+    "garden deploy marathon database tomatoes invoice travel piano kitchen reading budget compost "
+    "migration latency recipe harvest training concert library hiking"
+).split()
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    messages: int  # the year's data set (10 worlds)
+    worlds: int
+    per_partition_days: int  # days of the one-run-per-partition comparison (365: the whole year)
+    worlds_days: int  # days of the 100 vs 1000 worlds comparison
+    worlds_per_day: int  # messages a world has each of those days
+    rss_messages: int  # the file whose ingest's peak RSS is measured
+    reads: int
+    ingest_reps: int
+
+
+SCALES = {
+    "quick": Scale("quick", 8_000, 10, 31, 3, 4, 100_000, 2_000, 1),
+    "full": Scale("full", 100_000, 10, 365, 30, 20, 1_000_000, 10_000, 3),
+}
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+
+def event(mid, world, conv, role, content, at, platform="local"):
+    return {
+        "message_id": mid,
+        "world_id": world,
+        "conversation_id": conv,
+        "platform": platform,
+        "debug": False,
+        "role": role,
+        "content": content,
+        "tool_calls": None,
+        "timestamp": at.isoformat(),
+    }
+
+
+def generate_year(path: Path, n_messages: int, worlds: int, seed: int = 11) -> int:
+    """The year's data: two conversations a day per world, ~10% quiet days."""
+    rng = random.Random(seed)
+    days = [date(YEAR, 1, 1) + timedelta(days=i) for i in range(365)]
+    per_day = max(2, -(-n_messages // int(worlds * len(days) * 0.9)))
+    n = 0
+    with open(path, "wb") as fh:
+        for w in range(worlds):
+            for d in days:
+                if rng.random() < 0.1:
+                    continue
+                at = datetime(d.year, d.month, d.day, 8, 0, tzinfo=TZ)
+                platforms = [rng.choice(["local", "discord", "weixin"]) for _ in range(2)]
+                for i in range(per_day):
+                    at += timedelta(minutes=rng.randint(1, 20))
+                    a, b = rng.sample(TOPICS, 2)
+                    fh.write(
+                        orjson.dumps(
+                            event(
+                                f"b-{w}-{d:%Y%m%d}-{i}",
+                                f"bench-w{w}",
+                                f"bw{w}-{d:%Y%m%d}-{i % 2}",
+                                "user" if i // 2 % 2 == 0 else "assistant",
+                                f"Talking about {a} and {b}, item {i}.",
+                                at,
+                                platforms[i % 2],
+                            )
+                        )
+                        + b"\n"
+                    )
+                    n += 1
+    return n
+
+
+def generate_worlds(path: Path, worlds: int, days: int, per_day: int, seed: int = 5) -> int:
+    """``worlds`` worlds, each with ``per_day`` messages on each of ``days`` days from 2025-03-01."""
+    rng = random.Random(seed)
+    n = 0
+    with open(path, "wb") as fh:
+        for w in range(worlds):
+            for k in range(days):
+                d = date(YEAR, 3, 1) + timedelta(days=k)
+                at = datetime(d.year, d.month, d.day, 9, 0, tzinfo=TZ)
+                for i in range(per_day):
+                    at += timedelta(minutes=rng.randint(1, 15))
+                    a, b = rng.sample(TOPICS, 2)
+                    fh.write(
+                        orjson.dumps(
+                            event(
+                                f"x-{w}-{d:%m%d}-{i}",
+                                f"wx{w}",
+                                f"wx{w}-{d:%m%d}",
+                                ("user", "assistant")[i % 2],
+                                f"{a} and {b} {i}",
+                                at,
+                            )
+                        )
+                        + b"\n"
+                    )
+                    n += 1
+    return n
+
+
+# --- stores and instances -----------------------------------------------------------------------
+
+SCHEMAS: list[str] = []
+
+
+def fresh_store(prefix: str = "bench"):
+    from memory_pipeline import domains
+    from memory_pipeline.lib.store import Store
+    from memory_pipeline.lib.store.migrate import ensure_schema
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with create_engine(PG).begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    SCHEMAS.append(schema)
+    store = Store(schema_url(schema))
+    ensure_schema(store, domains.version_locations())
+    return store
+
+
+def schema_url(schema: str) -> str:
+    return f"{PG}?options=-csearch_path%3D{schema}"
+
+
+def drop_schemas() -> None:
+    from memory_pipeline.lib.store import make_engine
+
+    for schema in SCHEMAS:
+        make_engine(schema_url(schema)).dispose()
+    make_engine.cache_clear()
+    with create_engine(PG).begin() as conn:
+        for schema in SCHEMAS:
+            conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+
+
+def defs_for(store, redis_url: str = ""):
+    from memory_pipeline.definitions import build_defs
+    from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+
+    return build_defs(
+        {
+            "memory_store": MemoryStoreResource(database_url=store.url),
+            "kv_cache": CacheResource(redis_url=redis_url),
+            "llm": LLMResource(),
+            "memory_config": MemoryConfigResource(),
+        }
+    )
+
+
+def sqlite_instance(home: str):
+    from dagster import DagsterInstance
+
+    from memory_pipeline.operations import INSTANCE_YAML
+
+    Path(home, "dagster.yaml").write_text(INSTANCE_YAML)  # as the embedded default
+    return DagsterInstance.from_config(home)
+
+
+def postgres_instance(home: str):
+    from dagster import DagsterInstance
+
+    schema = f"bench_dg_{uuid.uuid4().hex[:8]}"
+    with create_engine(PG).begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    SCHEMAS.append(schema)
+    url = schema_url(schema).replace("postgresql+psycopg2://", "postgresql://", 1)
+    Path(home, "dagster.yaml").write_text(
+        f"storage:\n  postgres:\n    postgres_url: '{url}'\ntelemetry:\n  enabled: false\n"
+    )
+    return DagsterInstance.from_config(home)
+
+
+YEAR_RANGES = [
+    ("day", f"{YEAR}-01-01", f"{YEAR}-12-31"),
+    ("month", f"{YEAR}-01", f"{YEAR}-12"),
+    ("year", str(YEAR), str(YEAR)),
+]
+
+
+def backfill(defs, instance, ranges, per_partition=False, **kw) -> float:
+    from memory_pipeline import operations
+
+    started = time.perf_counter()
+    for window, lo, hi in ranges:
+        report = operations.materialize(window, lo, hi, per_partition=per_partition, instance=instance, defs=defs, **kw)
+        if not report.success:
+            raise RuntimeError(f"{window} backfill failed: {report.runs[0].error}")
+    return time.perf_counter() - started
+
+
+def ok_calls(store) -> int:
+    from memory_pipeline.lib.store.tables import llm_ledger
+
+    with store.connect() as conn:
+        return conn.execute(
+            select(func.count()).select_from(llm_ledger).where(llm_ledger.c.outcome == "ok")
+        ).scalar_one()
+
+
+def non_empty_pairs(store) -> int:
+    from memory_pipeline.temporal.tables import temporal_summaries
+
+    with store.connect() as conn:
+        return conn.execute(
+            select(func.count()).select_from(temporal_summaries).where(temporal_summaries.c.empty_reason.is_(None))
+        ).scalar_one()
+
+
+# --- the measurements ---------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, scale: Scale, out: Path):
+        self.scale, self.out = scale, out
+        self.results: dict = {"scale": scale.name}
+        self.rows: list[tuple[str, str, str]] = []  # (measurement, value, floor / baseline)
+
+    def note(self, what: str, value: str, against: str = "") -> None:
+        self.rows.append((what, value, against))
+        print(f"  {what}: {value}" + (f"  [{against}]" if against else ""), flush=True)
+
+    def ingest(self, events: Path, n: int):
+        from memory_pipeline.events.ingest import ingest_file
+
+        times, copies = [], []
+        store = None
+        for _ in range(self.scale.ingest_reps):  # alternating, so both see the same machine
+            raw_store = fresh_store()
+            copies.append(floor.raw_copy(raw_store, events)[0])
+            store = fresh_store()
+            t = time.perf_counter()
+            report = ingest_file(store, events)
+            times.append(time.perf_counter() - t)
+            assert report.inserted == n, report
+        ingest_s, copy_s = statistics.median(times), statistics.median(copies)
+        t = time.perf_counter()
+        again = ingest_file(store, events)
+        reingest = time.perf_counter() - t
+        assert again.inserted == 0 and again.duplicates == n
+        self.results |= {
+            "ingest_msgs_per_s": round(n / ingest_s),
+            "raw_copy_msgs_per_s": round(n / copy_s),
+            "ingest_ratio_to_copy": round(copy_s / ingest_s, 3),
+            "reingest_seconds": round(reingest, 2),
+        }
+        self.note(
+            f"ingest {n:,} messages (median of {len(times)})",
+            f"{ingest_s:.2f} s = {n / ingest_s:,.0f} msg/s",
+            f"raw COPY of the file's rows {copy_s:.2f} s = {n / copy_s:,.0f} msg/s; ratio {copy_s / ingest_s:.2f}",
+        )
+        self.note("re-ingest of the same file (0 inserted)", f"{reingest:.2f} s")
+        return store
+
+    def worlds(self):
+        """Same per-world volume at 100 and 1000 worlds: ingest and day backfill."""
+        from memory_pipeline.events.ingest import ingest_file
+
+        s = self.scale
+        out = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for worlds in (100, 1000):
+                path = Path(tmp, f"worlds-{worlds}.jsonl")
+                n = generate_worlds(path, worlds, s.worlds_days, s.worlds_per_day)
+                copy_s = floor.raw_copy(fresh_store(), path)[0]  # the baseline's own growth with size
+                store = fresh_store()
+                t = time.perf_counter()
+                ingest_file(store, path)
+                ingest_s = time.perf_counter() - t
+                home = tempfile.mkdtemp(dir=tmp)
+                with sqlite_instance(home) as inst:
+                    last = (date(YEAR, 3, 1) + timedelta(days=s.worlds_days - 1)).isoformat()
+                    backfill_s = backfill(defs_for(store), inst, [("day", f"{YEAR}-03-01", last)])
+                out[worlds] = (n, ingest_s, backfill_s, copy_s)
+                self.note(
+                    f"{worlds} worlds x {s.worlds_days} days x {s.worlds_per_day} msgs",
+                    f"ingest {ingest_s:.2f} s, day backfill {backfill_s:.2f} s",
+                    f"raw COPY of the file {copy_s:.2f} s",
+                )
+        self.results |= {
+            "worlds_1000_vs_100_ingest": round(out[1000][1] / out[100][1], 2),
+            "worlds_1000_vs_100_backfill": round(out[1000][2] / out[100][2], 2),
+            "worlds_1000_vs_100_raw_copy": round(out[1000][3] / out[100][3], 2),
+        }
+        self.note(
+            "1000 vs 100 worlds (10x the data)",
+            f"ingest {out[1000][1] / out[100][1]:.1f}x, day backfill {out[1000][2] / out[100][2]:.1f}x",
+            f"raw COPY {out[1000][3] / out[100][3]:.1f}x; linear: 10x",
+        )
+
+    def backfill_and_floors(self, store, events: Path, n: int):
+        from dagster import DagsterInstance  # noqa: F401 - the instance type
+
+        s = self.scale
+        self.home = tempfile.mkdtemp()
+        self.instance = sqlite_instance(self.home)
+        self.defs = defs_for(store)
+        self.store = store
+        backfill_s = backfill(self.defs, self.instance, YEAR_RANGES)
+        calls, pairs = ok_calls(store), non_empty_pairs(store)
+        self.backfill_s = backfill_s
+        self.results |= {
+            "backfill_seconds": round(backfill_s, 2),
+            "llm_calls_per_nonempty_pair": round(calls / pairs, 3) if pairs else None,
+        }
+        self.note("year backfill, one run per range (365 + 12 + 1 partitions)", f"{backfill_s:.2f} s")
+        self.note("LLM calls / non-empty (window, world) pairs", f"{calls} / {pairs}")
+
+        # (b) the set-based floor on the same data, checked against the rows just written
+        fl = floor.set_based_floor(store, YEAR, TZ)
+        problems = floor.compare_rows(store, fl)
+        self.note(
+            "set-based floor (one read, in-memory summaries, one COPY)",
+            f"{fl.seconds:.2f} s, {fl.rows} rows, {fl.calls} calls",
+            "same rows as the real run" if not problems else f"{len(problems)} differences, e.g. {problems[0]}",
+        )
+        # (a) the Dagster no-op over the same partitions, with the real run's metadata per partition
+        meta = {w: floor.real_metadata(self.instance, f"temporal_{w}_summaries") for w in ("day", "month", "year")}
+        with tempfile.TemporaryDirectory() as home, sqlite_instance(home) as inst:
+            noop_s = floor.run_noop(floor.noop_definitions(meta), inst, YEAR_RANGES)
+        self.note("Dagster no-op, same partitions, events and metadata", f"{noop_s:.2f} s")
+        floor_s = noop_s + fl.seconds
+        self.results |= {
+            "backfill_floor_seconds": round(floor_s, 2),
+            "backfill_noop_seconds": round(noop_s, 2),
+            "backfill_set_based_seconds": round(fl.seconds, 2),
+            "floor_rows_match": not problems,
+            "backfill_ratio_to_floor": round(backfill_s / floor_s, 2),
+        }
+        self.note("backfill / floor (no-op + set-based)", f"{backfill_s / floor_s:.2f}x", "target <= 1.25x")
+
+        # One run per partition on a fresh schema (the whole year at full scale, January at quick)
+        from memory_pipeline.events.ingest import ingest_file
+
+        days = s.per_partition_days
+        ranges = YEAR_RANGES if days == 365 else [("day", f"{YEAR}-01-01", f"{YEAR}-01-{days:02d}")]
+        pp_store = fresh_store()
+        ingest_file(pp_store, events)
+        with tempfile.TemporaryDirectory() as home, sqlite_instance(home) as inst:
+            per_s = backfill(defs_for(pp_store), inst, ranges, per_partition=True)
+        if days == 365:
+            range_s = backfill_s
+        else:
+            range_store = fresh_store()
+            ingest_file(range_store, events)
+            with tempfile.TemporaryDirectory() as home, sqlite_instance(home) as inst:
+                range_s = backfill(defs_for(range_store), inst, ranges)
+        self.results["per_partition_runs_ratio"] = round(per_s / range_s, 2)
+        self.note(
+            f"one run per partition ({'the year' if days == 365 else f'{days} days'})",
+            f"{per_s:.2f} s vs {range_s:.2f} s as range runs = {per_s / range_s:.1f}x",
+            "target >= 12x",
+        )
+
+        # The same backfill on a PostgreSQL Dagster instance, without and with event batching
+        timings = {}
+        for batch in ("", "100"):
+            pg_store = fresh_store()
+            ingest_file(pg_store, events)
+            old = os.environ.pop("DAGSTER_EVENT_BATCH_SIZE", None)
+            if batch:
+                os.environ["DAGSTER_EVENT_BATCH_SIZE"] = batch
+            try:
+                with tempfile.TemporaryDirectory() as home, postgres_instance(home) as inst:
+                    timings[batch] = backfill(defs_for(pg_store), inst, YEAR_RANGES)
+            finally:
+                os.environ.pop("DAGSTER_EVENT_BATCH_SIZE", None)
+                if old is not None:
+                    os.environ["DAGSTER_EVENT_BATCH_SIZE"] = old
+        self.results |= {
+            "backfill_pg_instance_seconds": round(timings[""], 2),
+            "backfill_pg_instance_event_batch_100_seconds": round(timings["100"], 2),
+        }
+        self.note(
+            "year backfill on a PostgreSQL Dagster instance",
+            f"{timings['']:.2f} s; with DAGSTER_EVENT_BATCH_SIZE=100: {timings['100']:.2f} s",
+            f"{timings[''] / timings['100']:.2f}x from batching",
+        )
+
+    def reads(self, redis_url: str):
+        """p99 of temporal_view over ``reads`` reads with Redis (and in-process, for reference)."""
+        import redis as redis_lib
+
+        from memory_pipeline.lib.cache import KVCache
+        from memory_pipeline.lib.llm import LLMClient
+        from memory_pipeline.temporal import chunks, read, rolls
+        from memory_pipeline.temporal.config import TemporalSummaryConfig
+        from memory_pipeline.temporal.context import TemporalContext
+
+        prefix = f"bench-{uuid.uuid4().hex[:8]}"
+        cfg = TemporalSummaryConfig(redis_key_prefix=prefix)
+        world = "bench-w0"
+        with self.store.connect() as conn:
+            from memory_pipeline.lib.store.tables import conversations, messages
+
+            viewer, first_at = conn.execute(  # a day of June the world talked on, and a conversation of it
+                select(conversations.c.conversation_id, messages.c.at)
+                .join(messages, messages.c.conversation_id == conversations.c.conversation_id)
+                .where(conversations.c.world_id == world, messages.c.at >= datetime(YEAR, 6, 10, tzinfo=TZ))
+                .order_by(messages.c.at)
+                .limit(1)
+            ).one()
+        day = first_at.astimezone(TZ).date()
+        at = datetime(day.year, day.month, day.day, 22, 0, tzinfo=TZ)
+        if not non_empty_pairs(self.store):  # the backfill was skipped: the past days' rows first
+            with tempfile.TemporaryDirectory() as home, sqlite_instance(home) as inst:
+                first = day.replace(day=1)
+                backfill(
+                    defs_for(self.store), inst, [("day", first.isoformat(), (day - timedelta(days=1)).isoformat())]
+                )
+        out = {}
+        client = redis_lib.Redis.from_url(redis_url)
+        try:
+            for name, url in (("redis", redis_url), ("in_process", "")):
+                cache = KVCache(url or None)
+                ctx = TemporalContext(self.store, LLMClient(self.store), cache, cfg, TZ)
+                chunks.run_tick(ctx, day, day_end := at + timedelta(hours=2))
+                rolls.warm_peer_rolls(ctx, day, day_end)
+                rolls.regenerate_system_rolls(ctx, day)
+                read.temporal_view(self.store, cache, cfg, world, viewer, at, TZ)  # warm-up requests, if any
+                rolls.warm_peer_rolls(ctx, day, day_end)
+                view = read.temporal_view(self.store, cache, cfg, world, viewer, at, TZ)
+                assert view.warmups_requested == 0 and view.system_block, view
+                lat = []
+                for _ in range(self.scale.reads):
+                    t = time.perf_counter()
+                    read.temporal_view(self.store, cache, cfg, world, viewer, at, TZ)
+                    lat.append((time.perf_counter() - t) * 1000)
+                lat.sort()
+                out[name] = (lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1], len(view.peer_messages))
+        finally:
+            for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+                client.delete(key)
+            client.close()
+        self.results |= {
+            "read_p99_ms_redis": round(out["redis"][1], 2),
+            "read_p50_ms_redis": round(out["redis"][0], 2),
+            "read_p99_ms_in_process": round(out["in_process"][1], 2),
+        }
+        self.note(
+            f"read path, {self.scale.reads:,} views ({out['redis'][2]} peer rolls + 3 system rolls each)",
+            f"Redis p50 {out['redis'][0]:.2f} ms, p99 {out['redis'][1]:.2f} ms",
+            f"in-process p99 {out['in_process'][1]:.2f} ms; target p99 <= 2 ms",
+        )
+
+    def rss(self):
+        """Peak RSS of a process ingesting a file of ``rss_messages`` messages."""
+        s = self.scale
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp, "rss.jsonl")
+            n = generate_year(path, s.rss_messages, 10, seed=3)
+            store = fresh_store()
+            child = subprocess.run(
+                [sys.executable, str(HERE / "ingest_rss.py"), store.url, str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=os.environ,
+            )
+            got = json.loads(child.stdout.strip().splitlines()[-1])
+        self.results |= {"ingest_peak_rss_mb": got["peak_rss_mb"], "ingest_peak_rss_messages": n}
+        self.note(
+            f"peak RSS ingesting {n:,} messages ({path.name}, {got['mb']:.0f} MB file)",
+            f"{got['peak_rss_mb']:.0f} MB, {got['seconds']:.1f} s = {n / got['seconds']:,.0f} msg/s",
+            "target < 300 MB",
+        )
+
+    def incremental(self):
+        """Needs operations.materialize(mode="changed") and operations.repair()."""
+        from memory_pipeline import operations
+        from memory_pipeline.events.ingest import ingest_file
+
+        started = time.perf_counter()
+        for window, lo, hi in YEAR_RANGES:
+            report = operations.materialize(window, lo, hi, mode="changed", instance=self.instance, defs=self.defs)
+            assert report.success, report
+        unchanged = time.perf_counter() - started
+        self.results["unchanged_rerun_ratio"] = round(unchanged / self.backfill_s, 3)
+        self.note(
+            "unchanged re-run of the range (mode changed)",
+            f"{unchanged:.2f} s = {unchanged / self.backfill_s:.1%} of the first run",
+            "target <= 10%",
+        )
+
+        calls = ok_calls(self.store)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp, "late.jsonl")
+            at = datetime(YEAR, 6, 15, 15, 0, tzinfo=TZ)
+            path.write_bytes(
+                orjson.dumps(event("late-1", "bench-w0", "bw0-late", "user", "late note on compost", at)) + b"\n"
+            )
+            assert ingest_file(self.store, path).inserted == 1
+        started = time.perf_counter()
+        report = operations.repair(as_of="", instance=self.instance, defs=self.defs)
+        took = time.perf_counter() - started
+        assert report.success, report
+        new_calls = ok_calls(self.store) - calls
+        from memory_pipeline.lib.store.tables import llm_ledger
+
+        with self.store.connect() as conn:  # which assets made the calls (the newest ones)
+            newest = conn.execute(
+                select(llm_ledger.c.asset)
+                .where(llm_ledger.c.outcome == "ok")
+                .order_by(llm_ledger.c.call_id.desc())
+                .limit(new_calls)
+            ).scalars()
+            by_asset = dict(sorted(Counter(newest).items()))
+        self.results |= {
+            "incremental_partitions_rerun": report.partitions,
+            "incremental_llm_calls": new_calls,
+            "incremental_llm_calls_by_asset": by_asset,
+        }
+        self.note(
+            "one message appended to a past day, then repair()",
+            f"{report.partitions} partitions re-run, {new_calls} LLM calls ({by_asset}), {took:.2f} s",
+            "that day, its month, its year",
+        )
+
+
+def table(rows) -> str:
+    lines = ["| measurement | value | floor / baseline / target |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scale", choices=sorted(SCALES), default="full")
+    parser.add_argument("--out", default=str(HERE / "results" / "latest.json"))
+    parser.add_argument("--messages", type=int, help="override the scale's data set size (trying the benchmark out)")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated stages left out (worlds, backfill, reads, rss, incremental)"
+    )
+    args = parser.parse_args()
+    scale = SCALES[args.scale]
+    if args.messages:
+        scale = dataclasses.replace(scale, messages=args.messages, rss_messages=min(scale.rss_messages, args.messages))
+    skip = set(filter(None, args.skip.split(",")))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    bench = Bench(scale, out)
+    started = time.perf_counter()
+    failure = None
+    print(f"benchmark, scale {scale.name}: PostgreSQL {PG.split('@')[-1]}, Redis {REDIS.split('@')[-1]}", flush=True)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            events = Path(tmp, "events.jsonl")
+            n = generate_year(events, scale.messages, scale.worlds)
+            bench.note("data", f"{n:,} messages over {YEAR} for {scale.worlds} worlds")
+            store = bench.ingest(events, n)
+            if "worlds" not in skip:
+                bench.worlds()
+            if "backfill" not in skip:
+                bench.backfill_and_floors(store, events, n)
+            bench.store = store
+            if "reads" not in skip:
+                bench.reads(REDIS)
+            if "rss" not in skip:
+                bench.rss()
+            if "incremental" not in skip:
+                bench.incremental()  # last: it needs the incremental API (operations.repair)
+    except Exception as exc:  # noqa: BLE001 - reported, written, then re-raised below
+        failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        raise
+    finally:
+        bench.results["seconds_total"] = round(time.perf_counter() - started, 1)
+        if failure:
+            bench.results["error"] = failure
+        bench.results["at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        out.write_text(json.dumps(bench.results, indent=2, sort_keys=True) + "\n")
+        print()
+        print(f"## Benchmark ({scale.name}; `make bench{'-quick' if scale.name == 'quick' else ''}`)")
+        print()
+        print(table(bench.rows))
+        print()
+        print(f"written: {out}" + (f"; FAILED: {bench.results['error']}" if failure else ""))
+        try:
+            if getattr(bench, "instance", None) is not None:
+                bench.instance.dispose()
+        finally:
+            drop_schemas()
+
+
+if __name__ == "__main__":
+    main()

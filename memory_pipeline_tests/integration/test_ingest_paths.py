@@ -1,0 +1,197 @@
+"""The streamed, set-based ingest: the PostgreSQL path (COPY into a staging table) and the SQLite
+path (batched executemany) store identical rows, and the set-based check of repeats inside a file
+decides every line exactly as the sequential rules (``EventBatch``, what LoCoMo files go through)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Text, cast, select, text
+
+from memory_pipeline import domains
+from memory_pipeline.events.ingest import EventBatch, IngestError, ingest_file
+from memory_pipeline.events.tables import ingest_batches
+from memory_pipeline.lib.store import Store, make_engine
+from memory_pipeline.lib.store.migrate import ensure_schema
+from memory_pipeline.lib.store.tables import conversations, messages, worlds
+from memory_pipeline_tests.conftest import cst, event
+
+NOW = datetime(2026, 7, 18, tzinfo=UTC)
+
+
+def _lines() -> list[dict]:
+    """Bodies with what COPY's text format escapes (tab, newline, CR, backslash), non-ASCII text,
+    tool calls, names and titles, debug and platforms; a repeated line; a world named late."""
+    at = cst(2026, 7, 17, 6, 1)
+    calls = [{"name": "search", "arguments": {"q": "tab\there", "n": 12345678901234567890123, "f": 1.5}}]
+    out = [
+        event("w1", "c1", "user", "tab\there, newline\nthere, cr\rhere, back\\slash \\N \\. end", at, mid="m1"),
+        event("w1", "c1", "assistant", "", at.replace(minute=2), tool_calls=calls, mid="m2"),
+        event("w1", "c2", "user", "汉字 and emoji 🍅 and \u2028", at.replace(minute=3), platform="discord", mid="m3"),
+        event("w2", "c3", "tool", '{"ok": true}', at.replace(minute=4), debug=True, mid="m4"),
+        event("w2", "c4", "system", "cron", at.replace(minute=5), platform="cron", mid="m5"),
+    ]
+    out[2] |= {"conversation_title": "a title\\with a backslash", "world_name": None}
+    out[3] |= {"world_name": "Second World", "conversation_title": ""}
+    out.append(dict(out[0]))  # the same line again: dropped
+    out.append(event("w2", "c3", "user", "later", at.replace(hour=23), debug=True, mid="m6") | {"world_name": "W2b"})
+    out.append(event("w3", "c5", "user", "zulu", at, mid="m7") | {"timestamp": "2026-07-16T22:01:00Z"})
+    return out
+
+
+def _rows(store: Store) -> dict:
+    with store.connect() as conn:
+        return {
+            "messages": sorted(
+                tuple(r)
+                for r in conn.execute(
+                    select(
+                        messages.c.message_id,
+                        messages.c.conversation_id,
+                        messages.c.role,
+                        messages.c.content,
+                        cast(messages.c.tool_calls, Text),  # the stored JSON text
+                        messages.c.at,
+                        messages.c.source,
+                    )
+                )
+            ),
+            "conversations": sorted(
+                tuple(r)
+                for r in conn.execute(
+                    select(
+                        conversations.c.conversation_id,
+                        conversations.c.world_id,
+                        conversations.c.platform,
+                        conversations.c.debug,
+                        conversations.c.title,
+                    )
+                )
+            ),
+            "worlds": sorted(
+                tuple(r) for r in conn.execute(select(worlds.c.world_id, worlds.c.name, worlds.c.first_event_at))
+            ),
+            "batches": sorted(
+                tuple(r)
+                for r in conn.execute(
+                    select(
+                        ingest_batches.c.lines,
+                        ingest_batches.c.inserted,
+                        ingest_batches.c.duplicates,
+                        ingest_batches.c.rejected,
+                    )
+                )
+            ),
+        }
+
+
+def test_postgresql_and_sqlite_paths_store_identical_rows(store, tmp_path):
+    lite = Store(f"sqlite:///{tmp_path}/memory.sqlite")
+    ensure_schema(lite, domains.version_locations())
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in _lines()), encoding="utf-8")
+    try:
+        reports = [ingest_file(s, path, now=NOW) for s in (store, lite)]
+        again = [ingest_file(s, path, now=NOW) for s in (store, lite)]
+        pg, sq = _rows(store), _rows(lite)
+    finally:
+        make_engine(lite.url).dispose()
+    for r in reports:
+        assert (r.lines, r.inserted, r.duplicates, r.new_conversations, r.new_worlds) == (8, 7, 0, 5, 3)
+    assert [(r.inserted, r.duplicates) for r in again] == [(0, 7), (0, 7)]
+    assert pg == sq
+    by_id = {m[0]: m for m in pg["messages"]}
+    assert by_id["m1"][3] == _lines()[0]["content"]  # every escaped character came back as it was
+    assert json.loads(by_id["m2"][4]) == json.loads(json.dumps(_lines()[1]["tool_calls"]))
+    assert by_id["m2"][4] == json.dumps(_lines()[1]["tool_calls"])  # the JSON text as the store writes it
+    assert by_id["m1"][4] == "null" and by_id["m1"][6].endswith("events.jsonl:1")
+    assert pg["worlds"] == [
+        ("w1", "w1", cst(2026, 7, 17, 6, 1)),
+        ("w2", "Second World", cst(2026, 7, 17, 6, 4)),
+        ("w3", "w3", cst(2026, 7, 17, 6, 1)),
+    ]
+    assert ("c2", "w1", "discord", False, "a title\\with a backslash") in pg["conversations"]
+    assert ("c3", "w2", "local", True, None) in pg["conversations"]
+
+
+def test_bad_lines_are_located_the_same_on_both_paths(store, tmp_path):
+    lite = Store(f"sqlite:///{tmp_path}/memory.sqlite")
+    ensure_schema(lite, domains.version_locations())
+    lines = _lines()[:3] + [{**_lines()[0], "content": "other body"}, {**_lines()[2], "world_id": "w9", "message_id": "m9"}]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines) + "{broken\n", encoding="utf-8")
+    try:
+        refused = []
+        for s in (store, lite):
+            with pytest.raises(IngestError) as info:
+                ingest_file(s, path, now=NOW)
+            refused.append([str(e) for e in info.value.errors])
+        skipped = [[str(e) for e in ingest_file(s, path, now=NOW, skip_bad=True).rejected] for s in (store, lite)]
+        pg, sq = _rows(store), _rows(lite)
+    finally:
+        make_engine(lite.url).dispose()
+    assert (
+        refused[0]
+        == refused[1]
+        == skipped[0]
+        == skipped[1]
+        == [
+            f"{path}:4: field 'message_id': 'm1' repeats {path}:1 with different content",
+            f"{path}:5: field 'conversation_id': 'c2' has (world, platform, debug) ('w9', 'discord', False), "
+            "earlier lines say ('w1', 'discord', False)",
+            f"{path}:6: field '<line>': malformed JSON: Expecting property name enclosed in double quotes at column 2",
+        ]
+    )
+    assert pg == sq and [m[0] for m in pg["messages"]] == ["m1", "m2", "m3"]
+
+
+# --- repeats inside a file: set-based against the sequential rules --------------------------------
+
+_files = itertools.count()
+line_strategy = st.fixed_dictionaries(
+    {
+        "message_id": st.sampled_from(["m1", "m2", "m3", "m4"]),
+        "world_id": st.sampled_from(["w1", "w2"]),
+        "conversation_id": st.sampled_from(["c1", "c2", "c3"]),
+        "role": st.sampled_from(["user", "assistant"]),
+        "content": st.sampled_from(["a", "b"]),
+        "timestamp": st.sampled_from(["2026-07-17T06:00:00+08:00", "2026-07-16T22:00:00Z"]),
+        "platform": st.sampled_from(["local", "discord"]),
+        "debug": st.booleans(),
+    }
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(line_strategy, min_size=1, max_size=8), stored=st.lists(line_strategy, max_size=2))
+def test_repeats_and_conflicts_are_decided_as_the_sequential_rules_decide(store, tmp_path, lines, stored):
+    with store.begin() as conn:  # each example starts from an empty store
+        for table in ("ingest_batches", "messages", "conversations", "worlds"):
+            conn.execute(text(f"DELETE FROM {table}"))
+    n = next(_files)
+    if stored:
+        first = tmp_path / f"stored-{n}.jsonl"
+        first.write_text("".join(json.dumps(e) + "\n" for e in stored), encoding="utf-8")
+        ingest_file(store, first, now=NOW, skip_bad=True)
+    with store.connect() as conn:
+        before = {r[0]: r for r in conn.execute(select(messages.c.message_id, messages.c.content))}
+    path = tmp_path / f"events-{n}.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines), encoding="utf-8")
+
+    batch = EventBatch(str(path), NOW)  # the sequential reference
+    expected = [str(e) for i, obj in enumerate(lines, start=1) for e in batch.add(obj, i)]
+    report = ingest_file(store, path, now=NOW, skip_bad=True)
+    got = [str(e) for e in report.rejected]
+    assert got[: len(expected)] == expected  # the file's own refusals first, in line order
+    with store.connect() as conn:
+        after = dict(conn.execute(select(messages.c.message_id, messages.c.content)).all())
+    refused = {e.where for e in report.rejected[len(expected) :]}  # conflicts with stored rows
+    for e in batch.events:
+        if e["message_id"] not in before and e["_where"] not in refused:
+            assert after[e["message_id"]] == e["content"]
+    assert report.inserted == len(set(after) - set(before))
