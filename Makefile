@@ -22,7 +22,10 @@ venv: $(STAMP)  ## the virtual environment alone, installed from the lock with -
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --require-hashes -r requirements.lock
+	# --no-deps: the lock lists every package, so pip installs exactly it and resolves nothing more;
+	# pip check then proves the set consistent.
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip check
 	# The project itself (editable, so no hash to check); setuptools is the lock's, not fetched for
 	# an isolated build.
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
