@@ -20,14 +20,13 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --custom-compi
 
 venv: $(STAMP)  ## the virtual environment alone, installed from the lock with --require-hashes
 
+# --no-deps: the lock lists every package, so pip installs exactly it and resolves nothing more;
+# pip check then proves the set consistent. The project itself is installed editable (no hash to
+# check) with the lock's setuptools, not one fetched unchecked for an isolated build.
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
-	# --no-deps: the lock lists every package, so pip installs exactly it and resolves nothing more;
-	# pip check then proves the set consistent.
 	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock
 	$(BIN)/pip check
-	# The project itself (editable, so no hash to check); setuptools is the lock's, not fetched for
-	# an isolated build.
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
