@@ -31,11 +31,10 @@ ENV_LLM_API_BASE = "MEMORY_LLM_API_BASE"
 ENV_LLM_API_KEY = "MEMORY_LLM_API_KEY"
 ENV_CONFIG_FILE = "MEMORY_CONFIG_FILE"
 ENV_DUCKDB_PATH = "MEMORY_DUCKDB_PATH"
-# Past one machine: the executor of every job, the Celery broker and result backend, and the
-# bounded runs a backfill is split into.
+# Past one machine: the executor of every job, the Celery broker (Redis: also the result backend),
+# and the bounded runs a backfill is split into.
 ENV_EXECUTOR = "MEMORY_EXECUTOR"
 ENV_CELERY_BROKER_URL = "MEMORY_CELERY_BROKER_URL"
-ENV_CELERY_BACKEND_URL = "MEMORY_CELERY_BACKEND_URL"
 ENV_BACKFILL_MAX_PARTITIONS_PER_RUN = "MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN"
 
 
@@ -127,11 +126,6 @@ def executor_kind() -> ExecutorKind:
     if kind is ExecutorKind.CELERY and not env(ENV_CELERY_BROKER_URL):
         raise ConfigError(f"{ENV_EXECUTOR}=celery needs {ENV_CELERY_BROKER_URL} (e.g. redis://host:6379/9)")
     return kind
-
-
-def celery_backend_variable() -> str:
-    """The variable holding the Celery result backend: its own, else the broker's (Redis is both)."""
-    return ENV_CELERY_BACKEND_URL if env(ENV_CELERY_BACKEND_URL) else ENV_CELERY_BROKER_URL
 
 
 def backfill_max_partitions_per_run() -> int:

@@ -3,9 +3,9 @@ where a run's steps execute (MEMORY_EXECUTOR) and how a backfill is split into r
 (MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN).
 
 - multiprocess (default): Dagster's executor, a process per step on the run worker's host.
-- celery: dagster-celery's executor; every step is a task on the broker (Redis), taken by any
-  `dagster-celery worker`. Broker and backend are given by variable name (`{"env": ...}`), so the
-  UI never shows the URL.
+- celery: dagster-celery's executor; every step is a task on the broker (Redis, which also keeps
+  the results), taken by any `dagster-celery worker` (deploy/celery/celery.yaml). The broker is
+  given by variable name (`{"env": ...}`), so the UI never shows its URL.
 - k8s: dagster-k8s' k8s_job_executor; every step is a Kubernetes Job, configured like the
   K8sRunLauncher's run pods (deploy/k8s/dagster.yaml).
 
@@ -36,7 +36,7 @@ def executor() -> ExecutorDefinition | None:
         return celery_executor.configured(
             {
                 "broker": {"env": settings.ENV_CELERY_BROKER_URL},
-                "backend": {"env": settings.celery_backend_variable()},
+                "backend": {"env": settings.ENV_CELERY_BROKER_URL},  # Redis is broker and result store
             },
             name="celery",
         )
