@@ -46,7 +46,7 @@ lock-upgrade: $(LOCK_VENV)/bin/uv  ## the same, moving every package to the newe
 audit:  ## known vulnerabilities of the locked packages (needs a reachable vulnerability database)
 	$(PYTHON) -m venv $(LOCK_VENV)-audit
 	$(LOCK_VENV)-audit/bin/pip install -q pip-audit
-	$(LOCK_VENV)-audit/bin/pip-audit --require-hashes --disable-pip -r requirements.lock
+	$(LOCK_VENV)-audit/bin/pip-audit --strict --require-hashes --disable-pip -r requirements.lock
 
 $(DBT_MANIFEST): $(STAMP) $(DBT_SOURCES)
 	PATH="$(CURDIR)/$(BIN):$$PATH" DBT_SEND_ANONYMOUS_USAGE_STATS=false \
