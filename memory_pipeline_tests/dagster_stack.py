@@ -294,9 +294,11 @@ class DagsterStack:
 
         return self.wait_until("the daemons to report healthy", healthy, timeout, interval=2.0)
 
-    def launch_backfill(self, asset: str, partitions: list[str]) -> str:
+    def launch_backfill(self, asset: str, partitions: list[str], tags: dict[str, str] | None = None) -> str:
+        """``tags``: more run tags, as the launch dialog's "Add tags" sets them."""
+        tags = {"dagster/from_ui": "true", **(tags or {})}
         params = {
-            "tags": [{"key": "dagster/from_ui", "value": "true"}],
+            "tags": [{"key": k, "value": v} for k, v in tags.items()],
             "assetSelection": [{"path": [asset]}],
             "partitionNames": partitions,
             "fromFailure": False,

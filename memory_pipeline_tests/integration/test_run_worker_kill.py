@@ -3,16 +3,19 @@
 The stack is production's (webserver + daemon on deploy/production/dagster.yaml, PostgreSQL
 instance and store, Redis) with run monitoring polling every 5 s, and a real model path: litellm
 against a local OpenAI-compatible server, which holds the call of one chosen day unanswered. A day
-range backfilled through the UI's GraphQL mutation runs until that call is in flight; then the
-run's worker process (and the step process it started) get SIGKILL, as the kernel's OOM killer or a
-`kill -9` would do. What must follow, without anyone's help:
+range backfilled through the UI's GraphQL mutation runs until that call is in flight; then SIGKILL,
+as the kernel's OOM killer or a `kill -9` would send it.
 
-- the run is marked failed, naming the signal (its code server sees its child die);
-- the daemon's run retries re-execute it from failure; the retry takes over the dead run's partition
-  lease (its run has ended and it stopped renewing) rather than waiting out its TTL;
-- the rows equal a clean in-process run's; the days finished before the kill cost no call again;
-  the one call in flight at the kill is the only call made twice;
-- an operator's re-execution from failure (the run page's button) costs no call at all."""
+1. The run's worker process (and the step process it started) is killed, its host lives on: the run
+   is marked failed naming the signal (its code server sees its child die), the daemon's run
+   retries re-execute it from failure (taking over the dead run's partition lease rather than
+   waiting out its TTL), and an operator's re-execution afterwards costs no call at all.
+2. The host is lost (the code server goes with the run worker): nothing is left to see the worker
+   die, so the daemon's run monitoring fails the run at its maximum runtime; the operator
+   re-executes it from failure.
+
+Either way the rows equal a clean in-process run's, the days finished before the kill cost no call
+again, and the one call in flight at the kill is the only call made twice."""
 
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ import hashlib
 import json
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -153,7 +159,19 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def test_a_run_worker_killed_mid_run_is_detected_retried_and_costs_no_call_twice(tmp_path):
+@dataclass
+class Killable:
+    stack: DagsterStack
+    instance: DagsterInstance
+    store: Store
+    server: FakeOpenAI
+    clean_url: str
+
+
+@contextmanager
+def killable_stack(tmp_path: Path) -> Iterator[Killable]:
+    """The stack over fresh schemas, the events ingested, the webserver up, the model server
+    holding the marked day's call; the daemon starts once a backfill is requested."""
     home = production_home(tmp_path / "dagster_home")
     config = yaml.safe_load((home / "dagster.yaml").read_text())
     config["run_monitoring"]["poll_interval_seconds"] = 5  # short intervals for the test only
@@ -179,99 +197,7 @@ def test_a_run_worker_killed_mid_run_is_detected_retried_and_costs_no_call_twice
             ingest_into(store, tmp_path / "events")
             stack.start("webserver")
             stack.wait_webserver(timeout=240)
-            backfill_id = stack.launch_backfill(DAY_ASSET, DAYS)
-            stack.start("daemon")
-
-            # Mid-run: the held day's call has reached the provider.
-            stack.wait_until(f"the call of {DAYS[HELD]} to arrive", server.held.is_set, timeout=600)
-            (run,) = instance.get_runs(filters=RunsFilter(tags={"dagster/backfill": backfill_id}))
-            assert days_written(store) == set(DAYS[:HELD])
-            calls_before_kill = last_call(store)
-            paid_before_kill = paid_calls(store)
-            requests_before_kill = len(server.requests)
-            pid = stack.wait_until("the run worker's pid", lambda: run_worker_pid(instance, run.run_id), timeout=60)
-            killed = process_tree(pid)
-            for victim in killed:
-                try:
-                    os.kill(victim, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            server.release()  # the provider answers into a closed socket; later calls pass
-            print(f"SIGKILL to run worker {pid} and its step processes: {killed}")
-
-            # Detected: the run is failed, naming the signal.
-            failed = stack.wait_until(
-                f"run {run.run_id} to be marked failed",
-                lambda: (r := instance.get_run_by_id(run.run_id)).status == DagsterRunStatus.FAILURE and r,
-                timeout=300,
-            )
-            messages = [e.message or "" for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT)]
-            assert any("was terminated by signal 9 (SIGKILL)" in m for m in messages), messages
-            assert failed.tags.get("dagster/will_retry") == "true", failed.tags
-
-            # Re-run by the daemon (run retries): from failure, the same range, to success.
-            def retried():
-                children = instance.get_runs(filters=RunsFilter(tags={"dagster/parent_run_id": run.run_id}))
-                done = [r for r in children if r.status == DagsterRunStatus.SUCCESS]
-                failed_children = [r for r in children if r.status == DagsterRunStatus.FAILURE]
-                assert not failed_children, [r.run_id for r in failed_children]
-                return done[0] if done else None
-
-            retry = stack.wait_until("the automatic retry to succeed", retried, timeout=900)
-            assert retry.tags["dagster/retry_number"] == "1"
-            assert retry.tags["dagster/backfill"] == backfill_id
-            assert (
-                retry.tags["dagster/asset_partition_range_start"],
-                retry.tags["dagster/asset_partition_range_end"],
-            ) == (
-                DAYS[0],
-                DAYS[-1],
-            )
-            took_over = [
-                e.message
-                for e in instance.all_logs(retry.run_id)
-                if "took over the lease of run " + run.run_id in (e.message or "")
-            ]
-            assert took_over, "the retry did not take over the killed run's lease"
-            final = stack.wait_backfill(backfill_id, timeout=300)
-            assert final["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), final
-
-            # Nothing lost, nothing paid twice but the call in flight at the kill.
-            got = summary_rows(store)
-            again = paid_calls(store, after=calls_before_kill)
-            assert not {p for p, _ in again} & set(DAYS[:HELD]), again  # finished days: no call
-            assert {(p, w): n for (p, w), n in paid_calls(store).items() if n != 1} == {}
-            assert paid_calls(store) == {**paid_before_kill, **again}
-            requests_after_retry = len(server.requests)
-
-            clean = Store(clean_url)
-            ingest_into(clean, tmp_path / "clean")
-            with instance_for_test() as local:
-                defs = make_defs(clean_url, REDIS_URL, model=MODEL, api_base=server.api_base, api_key="test-key")
-                report = operations.materialize("day", DAYS[0], DAYS[-1], instance=local, defs=defs)
-            assert report.success, report.runs[0].error
-            assert got == summary_rows(clean)
-            # w1 on 8 days; w2 on the 7 from its first day (the 7th), placeholders on its silent days.
-            assert len(got) == 15
-            assert paid_calls(store) == paid_calls(clean)
-            clean_requests = len(server.requests) - requests_after_retry
-            assert requests_after_retry == clean_requests + 1  # the held call, sent again by the retry
-            assert requests_before_kill == sum(paid_before_kill.values()) + 1
-
-            # The operator's way (the run page's "Re-execute from failure"): costs no call now.
-            before = last_call(store), len(server.requests)
-            result = stack.graphql(REEXECUTE, {"params": {"parentRunId": run.run_id, "strategy": "FROM_FAILURE"}})
-            launched = result["launchPipelineReexecution"]
-            assert launched["__typename"] == "LaunchRunSuccess", launched
-            rerun_id = launched["run"]["runId"]
-            stack.wait_until(
-                "the re-execution to finish",
-                lambda: instance.get_run_by_id(rerun_id).is_finished,
-                timeout=600,
-            )
-            assert instance.get_run_by_id(rerun_id).status == DagsterRunStatus.SUCCESS
-            assert paid_calls(store, after=before[0]) == {} and len(server.requests) == before[1]
-            assert summary_rows(store) == got
+            yield Killable(stack, instance, store, server, clean_url)
         finally:
             server.release()
             left = stack.stop()
@@ -287,3 +213,146 @@ def test_a_run_worker_killed_mid_run_is_detected_retried_and_costs_no_call_twice
             for schema in (dagster_schema, memory_schema, clean_schema):
                 drop_schema(schema)
     assert not left, f"processes of the stack still alive after SIGKILL: {left}"
+
+
+@dataclass
+class Killed:
+    run_id: str
+    calls_before: int  # the ledger's last call id at the kill
+    paid_before: dict[tuple[str, str], int]
+    requests_before: int
+
+
+def backfill_and_kill(k: Killable, tags: dict[str, str] | None, victim) -> tuple[str, Killed]:
+    """Backfill DAYS, wait for the held call, SIGKILL ``victim(run worker pid)``'s process tree."""
+    backfill_id = k.stack.launch_backfill(DAY_ASSET, DAYS, tags=tags)
+    k.stack.start("daemon")
+    k.stack.wait_until(f"the call of {DAYS[HELD]} to arrive", k.server.held.is_set, timeout=600)
+    (run,) = k.instance.get_runs(filters=RunsFilter(tags={"dagster/backfill": backfill_id}))
+    assert days_written(k.store) == set(DAYS[:HELD])
+    killed = Killed(run.run_id, last_call(k.store), paid_calls(k.store), len(k.server.requests))
+    pid = k.stack.wait_until("the run worker's pid", lambda: run_worker_pid(k.instance, run.run_id), timeout=60)
+    root = victim(pid)
+    tree = process_tree(root)
+    for target in tree:
+        try:
+            os.kill(target, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    k.server.release()  # the provider answers into a closed socket; later calls pass
+    print(f"run worker {pid}: SIGKILL to {root} and its descendants {tree}")
+    return backfill_id, killed
+
+
+def wait_failed(k: Killable, run_id: str, timeout: float):
+    return k.stack.wait_until(
+        f"run {run_id} to be marked failed",
+        lambda: (r := k.instance.get_run_by_id(run_id)).status == DagsterRunStatus.FAILURE and r,
+        timeout=timeout,
+    )
+
+
+def engine_messages(k: Killable, run_id: str) -> list[str]:
+    return [e.message or "" for e in k.instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)]
+
+
+def reexecute_from_failure(k: Killable, run_id: str, tags: dict[str, str] | None = None) -> str:
+    """What the run page's "Re-execute > From failure" sends; waits for the new run to finish."""
+    params = {"parentRunId": run_id, "strategy": "FROM_FAILURE"}
+    if tags:
+        params["extraTags"] = [{"key": key, "value": value} for key, value in tags.items()]
+    launched = k.stack.graphql(REEXECUTE, {"params": params})["launchPipelineReexecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    rerun_id = launched["run"]["runId"]
+    k.stack.wait_until("the re-execution to finish", lambda: k.instance.get_run_by_id(rerun_id).is_finished, 900)
+    assert k.instance.get_run_by_id(rerun_id).status == DagsterRunStatus.SUCCESS, engine_messages(k, rerun_id)
+    return rerun_id
+
+
+def took_over_lease(k: Killable, run_id: str, dead_run_id: str) -> bool:
+    return any(f"took over the lease of run {dead_run_id}" in (e.message or "") for e in k.instance.all_logs(run_id))
+
+
+def assert_nothing_lost_nor_paid_twice(k: Killable, killed: Killed) -> None:
+    """Rows of a clean run; finished days not called again; only the call in flight repeated."""
+    got = summary_rows(k.store)
+    again = paid_calls(k.store, after=killed.calls_before)
+    assert not {p for p, _ in again} & set(DAYS[:HELD]), again  # days finished before the kill
+    assert paid_calls(k.store) == {**killed.paid_before, **again}
+    assert {key: n for key, n in paid_calls(k.store).items() if n != 1} == {}  # one paid call each
+    assert killed.requests_before == sum(killed.paid_before.values()) + 1  # the one in flight
+    requests = len(k.server.requests)
+
+    clean = Store(k.clean_url)
+    ingest_into(clean, k.stack.home.parent / "clean")
+    with instance_for_test() as local:
+        defs = make_defs(k.clean_url, REDIS_URL, model=MODEL, api_base=k.server.api_base, api_key="test-key")
+        report = operations.materialize("day", DAYS[0], DAYS[-1], instance=local, defs=defs)
+    assert report.success, report.runs[0].error
+    assert got == summary_rows(clean)
+    # w1 on 8 days; w2 on the 7 from its first day (the 7th), placeholders on its silent days.
+    assert len(got) == 15
+    assert paid_calls(k.store) == paid_calls(clean)
+    assert requests == (len(k.server.requests) - requests) + 1  # a clean run's calls, and the held one again
+
+
+def test_a_run_worker_killed_mid_run_is_detected_retried_and_costs_no_call_twice(tmp_path):
+    with killable_stack(tmp_path) as k:
+        backfill_id, killed = backfill_and_kill(k, None, victim=lambda worker: worker)
+
+        # Detected: the run is failed, naming the signal, and marked for a retry.
+        failed = wait_failed(k, killed.run_id, timeout=300)
+        messages = engine_messages(k, killed.run_id)
+        assert any("was terminated by signal 9 (SIGKILL)" in m for m in messages), messages
+        assert failed.tags.get("dagster/will_retry") == "true", failed.tags
+
+        # Re-run by the daemon (run retries): from failure, the same range, inside the backfill.
+        def retried():
+            children = k.instance.get_runs(filters=RunsFilter(tags={"dagster/parent_run_id": killed.run_id}))
+            assert not [r.run_id for r in children if r.status == DagsterRunStatus.FAILURE]
+            done = [r for r in children if r.status == DagsterRunStatus.SUCCESS]
+            return done[0] if done else None
+
+        retry = k.stack.wait_until("the automatic retry to succeed", retried, timeout=900)
+        assert retry.tags["dagster/retry_number"] == "1" and retry.tags["dagster/backfill"] == backfill_id
+        assert (retry.tags["dagster/asset_partition_range_start"], retry.tags["dagster/asset_partition_range_end"]) == (
+            DAYS[0],
+            DAYS[-1],
+        )
+        assert took_over_lease(k, retry.run_id, killed.run_id), "the retry did not take over the dead run's lease"
+        final = k.stack.wait_backfill(backfill_id, timeout=300)
+        assert final["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), final
+        assert_nothing_lost_nor_paid_twice(k, killed)
+
+        # The operator's way too (the run page's "Re-execute from failure"): costs no call now.
+        rows, before = summary_rows(k.store), (last_call(k.store), len(k.server.requests))
+        reexecute_from_failure(k, killed.run_id)
+        assert paid_calls(k.store, after=before[0]) == {} and len(k.server.requests) == before[1]
+        assert summary_rows(k.store) == rows
+
+
+def test_a_run_whose_host_is_lost_is_failed_by_run_monitoring_and_reexecuted(tmp_path):
+    """The run worker and the code server that started it die together: only the daemon's run
+    monitoring is left to notice, at the run's maximum runtime (here the run tag dagster/max_runtime
+    of 120 s; 6 h by default). Retries are off for this run (dagster/max_retries 0): the operator
+    re-executes it from failure, with a runtime limit of its own."""
+
+    def code_server(worker: int) -> int:
+        parent = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        cmdline = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        assert "dagster" in cmdline and ("grpc" in cmdline or "code-server" in cmdline), cmdline
+        return parent
+
+    with killable_stack(tmp_path) as k:
+        tags = {"dagster/max_runtime": "120", "dagster/max_retries": "0"}
+        _, killed = backfill_and_kill(k, tags, victim=code_server)
+
+        failed = wait_failed(k, killed.run_id, timeout=600)
+        messages = [e.message or "" for e in k.instance.all_logs(killed.run_id)]
+        # The run monitoring daemon's words: it cancels the run, cannot reach its worker, fails it.
+        assert "Canceling due to exceeding maximum runtime of 120 seconds." in messages, messages
+        assert failed.tags.get("dagster/will_retry") != "true", failed.tags
+
+        rerun_id = reexecute_from_failure(k, killed.run_id, tags={"dagster/max_runtime": "3600"})
+        assert took_over_lease(k, rerun_id, killed.run_id), "the re-execution did not take over the dead run's lease"
+        assert_nothing_lost_nor_paid_twice(k, killed)
