@@ -1,4 +1,6 @@
-# Each target creates the virtual environment it needs from requirements.lock (pinned).
+# Each target creates the virtual environment it needs from requirements.lock: every package pinned
+# with its sha256, installed with --require-hashes (a file that differs from the locked one fails the
+# install). requirements.in holds the direct dependencies; `make lock` re-resolves it into the lock.
 VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha1sum | cut -c1-12)
@@ -9,14 +11,42 @@ DBT_MANIFEST := dbt_project/target/manifest.json
 DBT_SOURCES  := $(shell find dbt_project -path dbt_project/target -prune -o -path dbt_project/logs -prune -o \
                   -type f \( -name '*.sql' -o -name '*.yml' \) -print)
 
-.PHONY: demo test ui bench bench-quick clean chromium
+# The lock's own tool (uv), pinned with its hashes in requirements-tools.lock, in a throwaway venv.
+UV_VERSION := 0.13.8
+LOCK_VENV  := $(shell echo $${TMPDIR:-/tmp})/memory-pipeline-lock-venv
+LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock"
 
+.PHONY: venv demo test ui bench bench-quick clean chromium lock lock-upgrade audit
+
+venv: $(STAMP)  ## the virtual environment alone, installed from the lock with --require-hashes
+
+# --no-deps: the lock lists every package, so pip installs exactly it and resolves nothing more;
+# pip check then proves the set consistent. The project itself is installed editable (no hash to
+# check) with the lock's setuptools, not one fetched unchecked for an isolated build.
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.lock
-	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip check
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+$(LOCK_VENV)/bin/uv: requirements-tools.lock
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install -q --require-hashes -r requirements-tools.lock
+	touch $@
+
+lock: $(LOCK_VENV)/bin/uv  ## requirements.in -> requirements.lock (pins + hashes), keeping the versions already locked
+	$(LOCK_VENV)/bin/uv pip compile -q $(LOCK_FLAGS) -o requirements.lock requirements.in
+	echo "uv==$(UV_VERSION)" | $(LOCK_VENV)/bin/uv pip compile -q --generate-hashes \
+	  --custom-compile-command "make lock" -o requirements-tools.lock -
+
+lock-upgrade: $(LOCK_VENV)/bin/uv  ## the same, moving every package to the newest version requirements.in allows
+	$(LOCK_VENV)/bin/uv pip compile -q $(LOCK_FLAGS) --upgrade -o requirements.lock requirements.in
+
+audit:  ## known vulnerabilities of the locked packages (needs a reachable vulnerability database)
+	$(PYTHON) -m venv $(LOCK_VENV)-audit
+	$(LOCK_VENV)-audit/bin/pip install -q pip-audit
+	$(LOCK_VENV)-audit/bin/pip-audit --strict --require-hashes --disable-pip -r requirements.lock
 
 $(DBT_MANIFEST): $(STAMP) $(DBT_SOURCES)
 	PATH="$(CURDIR)/$(BIN):$$PATH" DBT_SEND_ANONYMOUS_USAGE_STATS=false \

@@ -10,6 +10,7 @@ from dagster import AssetSpec, Definitions
 # Modules, not their `defs`: Dagster's loader (workspace.yaml, `dagster dev`) refuses a module that
 # holds more than one Definitions object at module scope.
 from memory_pipeline.defs._shared import definitions as shared_domain
+from memory_pipeline.defs._shared import deployment
 from memory_pipeline.defs.analyst import definitions as analyst_domain
 from memory_pipeline.defs.analyst.resources import analyst_resources
 from memory_pipeline.defs.events import definitions as events_domain
@@ -22,7 +23,8 @@ STORE_TAG = "memory_pipeline/store"
 
 def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
     """Tests pass their own shared resources (a schema on PostgreSQL, Redis db 15); each domain's
-    resource is composed from the shared ones."""
+    resource is composed from the shared ones. The executor and the backfill split are deployment
+    settings (defs/_shared/deployment.py), read here at each build."""
     shared = dict(resources if resources is not None else default_resources())
     store_kind = shared["memory_store"].kind
 
@@ -35,12 +37,13 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
 
     merged = Definitions.merge(shared_domain.defs, events_domain.defs, temporal_domain.defs, analyst_domain.defs)
     located = Definitions(
-        assets=[*(merged.assets or [])],
+        assets=deployment.with_deployment_backfill_policy(merged.assets or []),
         asset_checks=merged.asset_checks,
         jobs=merged.jobs,
         schedules=merged.schedules,
         sensors=merged.sensors,
         resources={**shared, **temporal_resources(shared), **analyst_resources(shared)},
+        executor=deployment.executor(),
     )
     with warnings.catch_warnings():  # map_asset_specs is marked preview; its behaviour here is tested
         warnings.simplefilter("ignore")

@@ -294,9 +294,11 @@ class DagsterStack:
 
         return self.wait_until("the daemons to report healthy", healthy, timeout, interval=2.0)
 
-    def launch_backfill(self, asset: str, partitions: list[str]) -> str:
+    def launch_backfill(self, asset: str, partitions: list[str], tags: dict[str, str] | None = None) -> str:
+        """``tags``: more run tags, as the launch dialog's "Add tags" sets them."""
+        tags = {"dagster/from_ui": "true", **(tags or {})}
         params = {
-            "tags": [{"key": "dagster/from_ui", "value": "true"}],
+            "tags": [{"key": k, "value": v} for k, v in tags.items()],
             "assetSelection": [{"path": [asset]}],
             "partitionNames": partitions,
             "fromFailure": False,
@@ -368,3 +370,85 @@ def production_home(home: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO_ROOT / "deploy" / "production" / "dagster.yaml", home / "dagster.yaml")
     return home
+
+
+class CeleryWorkers:
+    """``dagster-celery worker start`` processes (one Celery worker each, concurrency 1) on the
+    broker of ``env`` (MEMORY_CELERY_BROKER_URL), each in a session of its own and logging to a file."""
+
+    def __init__(self, home: Path, env: dict[str, str], names: list[str]):
+        self.home, self.names = home, names
+        # `dagster-celery worker start` runs `celery` by name.
+        self.env = {**env, "PATH": os.pathsep.join([str(BIN), env.get("PATH", "")])}
+        self.logs = {name: home / f"celery-{name}.log" for name in names}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self) -> None:
+        config = REPO_ROOT / "deploy" / "celery" / "celery.yaml"
+        for name in self.names:
+            cmd = [
+                str(BIN / "dagster-celery"),
+                "worker",
+                "start",
+                "-A",
+                "dagster_celery.app",
+                "-y",
+                str(config),
+                "-n",
+                name,
+                "--",
+                "--concurrency=1",
+            ]
+            with open(self.logs[name], "wb") as log:
+                self.procs[name] = subprocess.Popen(
+                    cmd,
+                    cwd=REPO_ROOT,
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        """Each worker logs ``<name>@<host> ready.`` once it consumes from the broker."""
+        deadline = time.monotonic() + timeout
+        waiting = set(self.names)
+        while waiting and time.monotonic() < deadline:
+            for name in list(waiting):
+                proc = self.procs[name]
+                if proc.poll() is not None:
+                    raise StackError(f"celery worker {name} exited with code {proc.returncode}\n{self.log_tails()}")
+                text = self.logs[name].read_text(encoding="utf-8", errors="replace")
+                if f"{name}@" in text and " ready." in text:
+                    waiting.discard(name)
+            time.sleep(1.0)
+        if waiting:
+            raise StackError(
+                f"timed out after {timeout:.0f} s waiting for workers {sorted(waiting)}\n{self.log_tails()}"
+            )
+
+    def stop(self, timeout: float = 30.0) -> list[int]:
+        """SIGTERM (a warm shutdown), then SIGKILL to what is left; the pids still alive after that."""
+        for proc in self.procs.values():
+            _signal_group(proc, signal.SIGTERM)
+        groups = {proc.pid for proc in self.procs.values()}
+        deadline = time.monotonic() + timeout
+        while _group_members(groups) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for proc in self.procs.values():
+            _signal_group(proc, signal.SIGKILL)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + 5
+        while (left := _group_members(groups)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return left
+
+    def log_tails(self, lines: int = 40) -> str:
+        return "\n".join(
+            f"----- celery worker {name}: last {lines} lines of {path} -----\n{tail(path, lines)}"
+            for name, path in self.logs.items()
+        )

@@ -1,6 +1,8 @@
 """A local OpenAI-compatible HTTP server the tests start on 127.0.0.1 (no provider is reachable).
 
-Responses are scripted: each request pops the next step, or gets the default answer."""
+Responses are scripted: each request pops the next step, or gets the default answer (``answer(body)``
+when set, else ``default_text``). ``hold(marker)`` keeps every request whose messages contain
+``marker`` unanswered until ``release()``: a call in flight, for a fault injected at that moment."""
 
 from __future__ import annotations
 
@@ -19,6 +21,10 @@ class FakeOpenAI:
         self.usage = (21, 9)
         self.echo_url = "https://svc-user:proxy-pass-123@llm-proxy.internal/v1"
         self.latency = 0.0  # seconds every answer takes (a provider is never instant)
+        self.answer = None  # callable(request body) -> text of the default answer
+        self.hold_marker: str | None = None
+        self.held = threading.Event()  # a request with the marker has arrived and is held
+        self.released = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -29,8 +35,12 @@ class FakeOpenAI:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 server.requests.append(body)
+                if server.hold_marker and server.hold_marker in json.dumps(body.get("messages")):
+                    server.held.set()
+                    server.released.wait(timeout=900)
                 time.sleep(server.latency)
-                step = server.script.popleft() if server.script else ("ok", server.default_text)
+                default = server.answer(body) if server.answer else server.default_text
+                step = server.script.popleft() if server.script else ("ok", default)
                 kind, arg = step
                 if kind == "sleep":
                     time.sleep(arg)
@@ -95,10 +105,18 @@ class FakeOpenAI:
         self.script.append((kind, arg))
         return self
 
+    def hold(self, marker: str) -> FakeOpenAI:
+        self.hold_marker = marker
+        return self
+
+    def release(self) -> None:
+        self.released.set()
+
     def __enter__(self) -> FakeOpenAI:
         self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.released.set()  # no handler thread left waiting
         self.httpd.shutdown()
         self.httpd.server_close()

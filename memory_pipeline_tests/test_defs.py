@@ -5,10 +5,12 @@ that lands, or a renamed cron, shows up here first (`pytest --snapshot-update` a
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from memory_pipeline.definitions import build_defs
+from memory_pipeline.lib.settings import ConfigError
 from memory_pipeline.resources import default_resources
 
 SECRET = "sk-this-must-never-be-shown"
@@ -60,7 +62,15 @@ def describe(defs) -> dict:
         s.name: {"status": str(s.default_status), "has_description": bool(s.description)}
         for s in sorted(repo.sensor_defs, key=lambda s: s.name)
     }
-    return {"assets": assets, "checks": checks, "jobs": jobs, "schedules": schedules, "sensors": sensors}
+    executors = sorted({j.executor_def.name for j in repo.get_all_jobs()})
+    return {
+        "assets": assets,
+        "checks": checks,
+        "jobs": jobs,
+        "schedules": schedules,
+        "sensors": sensors,
+        "executors": executors,
+    }
 
 
 def resource_config_shown(defs) -> dict:
@@ -75,6 +85,69 @@ def resource_config_shown(defs) -> dict:
 
 def test_definitions_snapshot(snapshot):
     assert describe(build_defs()) == snapshot
+
+
+@pytest.fixture
+def distributed_env(monkeypatch):
+    """Past one machine: steps on Celery workers (Redis broker), backfills split into runs of 7."""
+    monkeypatch.setenv("MEMORY_EXECUTOR", "celery")
+    monkeypatch.setenv("MEMORY_CELERY_BROKER_URL", "redis://:hunter2@cache.internal:6379/9")
+    monkeypatch.setenv("MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN", "7")
+
+
+def test_definitions_snapshot_past_one_machine(distributed_env, snapshot):
+    """The same code location on Celery with bounded backfill runs: only the executor and the
+    LLM assets' backfill policy differ from the default (the assets do not change)."""
+    distributed = describe(build_defs())
+    assert distributed == snapshot
+    for name in ("MEMORY_EXECUTOR", "MEMORY_CELERY_BROKER_URL", "MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN"):
+        os.environ.pop(name)  # distributed_env's monkeypatch restores them
+    default = describe(build_defs())
+    assert default["executors"] == ["multi_or_in_process_executor"] and distributed["executors"] == ["celery"]
+    changed = {k for k, a in default["assets"].items() if a != distributed["assets"][k]}
+    assert changed == {
+        "temporal_day_chunks",
+        "temporal_peer_rolls",
+        "temporal_day_summaries",
+        "temporal_month_summaries",
+        "temporal_year_summaries",
+    }
+    for key in changed:
+        assert default["assets"][key]["backfill_policy"] == "BackfillPolicy.single_run()"
+        assert distributed["assets"][key] == {
+            **default["assets"][key],
+            "backfill_policy": "BackfillPolicy.multi_run(max_partitions_per_run=7)",
+        }
+    # The analyst exports keep one run per range: one DuckDB file, one writer at a time.
+    assert distributed["assets"]["analyst_messages"]["backfill_policy"] == "BackfillPolicy.single_run()"
+    assert {k: v for k, v in distributed.items() if k not in ("assets", "executors")} == {
+        k: v for k, v in default.items() if k not in ("assets", "executors")
+    }
+
+
+def test_deployment_settings_are_refused_by_name(monkeypatch):
+    monkeypatch.setenv("MEMORY_EXECUTOR", "spark")
+    with pytest.raises(ConfigError, match=r"MEMORY_EXECUTOR: 'spark' is not one of multiprocess, celery, k8s"):
+        build_defs()
+    monkeypatch.setenv("MEMORY_EXECUTOR", "celery")
+    monkeypatch.delenv("MEMORY_CELERY_BROKER_URL", raising=False)
+    with pytest.raises(ConfigError, match="MEMORY_EXECUTOR=celery needs MEMORY_CELERY_BROKER_URL"):
+        build_defs()
+    monkeypatch.setenv("MEMORY_EXECUTOR", "k8s")
+    monkeypatch.setenv("MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN", "-2")
+    with pytest.raises(ConfigError, match="MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN: must not be negative"):
+        build_defs()
+
+
+def test_the_celery_broker_is_shown_by_variable_name(distributed_env):
+    """The repository snapshot (what the webserver serves the UI) never holds the broker URL."""
+    from dagster._core.remote_representation.external_data import RepositorySnap
+    from dagster._serdes import serialize_value
+
+    repo = build_defs().get_repository_def()
+    assert repo.get_job("temporal_day_job").executor_def.name == "celery"
+    shown = serialize_value(RepositorySnap.from_def(repo))
+    assert "hunter2" not in shown and "cache.internal" not in shown
 
 
 def test_every_automation_says_what_it_does():

@@ -1,4 +1,4 @@
-"""Closed vocabularies shared by every domain (the calendar and the LLM ledger)."""
+"""Closed vocabularies shared by every domain (the calendar, the LLM ledger, the deployment)."""
 
 from __future__ import annotations
 
@@ -19,3 +19,12 @@ class LedgerOutcome(StrEnum):
     OK = "ok"
     CACHE_HIT = "cache_hit"
     ERROR = "error"
+
+
+class ExecutorKind(StrEnum):
+    """Where a run's steps execute (MEMORY_EXECUTOR): in the run worker's host (Dagster's default:
+    a process per step), on Celery workers fed by a broker, or as Kubernetes Jobs."""
+
+    MULTIPROCESS = "multiprocess"
+    CELERY = "celery"
+    K8S = "k8s"

@@ -18,6 +18,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
+from memory_pipeline.lib.kinds import ExecutorKind
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OFFLINE_MODEL = "offline/deterministic-headline-v1"
 
@@ -29,6 +31,11 @@ ENV_LLM_API_BASE = "MEMORY_LLM_API_BASE"
 ENV_LLM_API_KEY = "MEMORY_LLM_API_KEY"
 ENV_CONFIG_FILE = "MEMORY_CONFIG_FILE"
 ENV_DUCKDB_PATH = "MEMORY_DUCKDB_PATH"
+# Past one machine: the executor of every job, the Celery broker (Redis: also the result backend),
+# and the bounded runs a backfill is split into.
+ENV_EXECUTOR = "MEMORY_EXECUTOR"
+ENV_CELERY_BROKER_URL = "MEMORY_CELERY_BROKER_URL"
+ENV_BACKFILL_MAX_PARTITIONS_PER_RUN = "MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN"
 
 
 class ConfigError(ValueError):
@@ -106,6 +113,25 @@ def llm_timeout_seconds() -> float:
 
 def llm_max_retries() -> int:
     return int(_number("MEMORY_LLM_MAX_RETRIES", "3", int))
+
+
+def executor_kind() -> ExecutorKind:
+    """MEMORY_EXECUTOR: multiprocess (default), celery or k8s; anything else is refused by name."""
+    raw = env(ENV_EXECUTOR, ExecutorKind.MULTIPROCESS.value) or ExecutorKind.MULTIPROCESS.value
+    try:
+        kind = ExecutorKind(raw)
+    except ValueError:
+        allowed = ", ".join(k.value for k in ExecutorKind)
+        raise ConfigError(f"{ENV_EXECUTOR}: {raw!r} is not one of {allowed}") from None
+    if kind is ExecutorKind.CELERY and not env(ENV_CELERY_BROKER_URL):
+        raise ConfigError(f"{ENV_EXECUTOR}=celery needs {ENV_CELERY_BROKER_URL} (e.g. redis://host:6379/9)")
+    return kind
+
+
+def backfill_max_partitions_per_run() -> int:
+    """MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN: 0 (default) keeps a backfill one run per range;
+    N splits it into runs of at most N partitions, which the run queue hands to several workers."""
+    return int(_number(ENV_BACKFILL_MAX_PARTITIONS_PER_RUN, "0", int))
 
 
 def _number(name: str, default: str, kind: type) -> Any:

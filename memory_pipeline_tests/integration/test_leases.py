@@ -67,6 +67,46 @@ def test_a_waiter_logs_the_holder_and_takes_over_when_the_dead_lease_expires(lea
     assert seen == ["dead-run"] and 0.5 < took < 10
 
 
+def test_an_ended_holder_that_missed_a_renewal_is_taken_over_before_expiry(lease_store):
+    """A run marked failed after its worker was SIGKILLed: its lease (4 of 5 minutes left, so its
+    last renewal was 60 s ago while it renews every 60 s) is taken at once by the re-run, not after
+    the TTL; the same lease of a run still in progress is waited for."""
+    now = utcnow()
+    with lease_store.begin() as conn:
+        conn.execute(
+            insert(partition_leases).values(
+                asset=A,
+                partition=P,
+                holder="killed-run",
+                acquired_at=now - timedelta(minutes=2),
+                expires_at=now + timedelta(minutes=3, seconds=30),  # last renewed 90 s ago
+            )
+        )
+    with pytest.raises(leases.LeaseTimeout, match="still held by run killed-run"):
+        with leases.held(lease_store, A, P, "rerun", wait=0.3, poll=0.05, ended=lambda h: False):
+            pass
+    asked = []
+    with leases.held(
+        lease_store, A, P, "rerun", wait=30, poll=0.05, ended=lambda h: asked.append(h) or h == "killed-run"
+    ) as lease:
+        assert lease.taken_from == "killed-run" and leases.current(lease_store, A, P).holder == "rerun"
+    assert asked == ["killed-run"]
+    assert not leases.renew(lease_store, A, P, "killed-run")  # its lease is gone for good
+
+
+def test_an_ended_holder_that_still_renews_is_waited_for(lease_store):
+    """The run is recorded as failed, but a process it left (the step subprocess of a killed
+    orchestrator) renewed the lease just now: it is still working, so it is not taken over."""
+    assert leases.try_acquire(lease_store, A, P, "failed-run") is None  # just taken: 5 minutes left
+    with pytest.raises(leases.LeaseTimeout, match="still held by run failed-run"):
+        with leases.held(lease_store, A, P, "rerun", wait=0.5, poll=0.05, ended=lambda h: True):
+            pass
+    assert leases.current(lease_store, A, P).holder == "failed-run"
+    assert not leases.take_over(lease_store, A, P, "someone-else", "rerun")  # only from the holder named
+    assert leases.take_over(lease_store, A, P, "failed-run", "rerun")
+    assert leases.current(lease_store, A, P).holder == "rerun"
+
+
 def test_a_waiter_runs_after_the_holder_releases(lease_store):
     order = []
     holding = threading.Event()

@@ -1,7 +1,9 @@
 """Every partition an asset works on is leased in the store for the run (lib.store.leases): two
 overlapping runs (two backfills of the same range, a backfill and a schedule) never work on the
 same partition at once. The second waits, then does the partition, finding the first run's rows
-(reused by model, prompt version and material fingerprint: no LLM call)."""
+(reused by model, prompt version and material fingerprint: no LLM call). A lease whose run the
+instance records as finished (its worker was killed, so the run was marked failed) is taken over
+once it missed a renewal, rather than after its whole TTL: a re-run of a killed run starts at once."""
 
 from __future__ import annotations
 
@@ -41,8 +43,19 @@ def under_leases(
 
         return log
 
+    def ended(other: str) -> bool:
+        other_run = context.instance.get_run_by_id(other)
+        return other_run is not None and other_run.is_finished
+
     def run(key: str, item: T, wait: float) -> None:
-        with leases.held(store, asset, key, holder, wait=wait, poll=poll_seconds, on_wait=waiting(key)) as lease:
+        with leases.held(
+            store, asset, key, holder, wait=wait, poll=poll_seconds, on_wait=waiting(key), ended=ended
+        ) as lease:
+            if lease.taken_from:
+                context.log.warning(
+                    f"{asset} {key}: took over the lease of run {lease.taken_from}, which has ended "
+                    "(failed or canceled) without releasing it"
+                )
             work(key, item)
         if lease.lost:
             context.log.warning(

@@ -4,7 +4,9 @@ and then does it (finding the first run's rows, so paying nothing twice). Leases
 never in a process, so they hold across processes, workers and machines.
 
 A lease expires ``ttl`` after it was taken or last renewed; the holder renews it from a background
-thread while it works. A lease past its expiry belongs to a dead worker and is taken over. Taking
+thread while it works. A lease past its expiry belongs to a dead worker and is taken over; so is
+one whose holder the caller knows has ended (``gone``: a run its orchestrator recorded as failed
+after a SIGKILL) once it has also missed a renewal, so a re-run need not wait out the TTL. Taking
 is one atomic statement on both dialects: ``INSERT .. ON CONFLICT (asset, partition) DO UPDATE ..
 WHERE the lease expired or is already ours`` (its row count says whether it was taken).
 
@@ -84,6 +86,28 @@ def try_acquire(
     return Holder(row.holder, row.expires_at) if row is not None else Holder("", now)
 
 
+def take_over(
+    store: Store,
+    asset: str,
+    partition: str,
+    gone: str,
+    holder: str,
+    ttl: timedelta = DEFAULT_TTL,
+    now: datetime | None = None,
+) -> bool:
+    """Take the lease from ``gone``, a holder known to have ended, whatever its expiry. Atomic: only
+    while ``gone`` still holds it (two runs taking over at once: one wins, the other waits)."""
+    now = now or utcnow()
+    t = partition_leases.c
+    with store.begin() as conn:
+        stmt = (
+            update(partition_leases)
+            .where(t.asset == asset, t.partition == partition, t.holder == gone)
+            .values(holder=holder, acquired_at=now, expires_at=now + ttl)
+        )
+        return bool(conn.execute(stmt).rowcount)
+
+
 def renew(
     store: Store, asset: str, partition: str, holder: str, ttl: timedelta = DEFAULT_TTL, now: datetime | None = None
 ) -> bool:
@@ -126,6 +150,7 @@ class Lease:
     holder: str
     waited: float = 0.0
     waited_for: list[str] = field(default_factory=list)  # the other holders it waited for
+    taken_from: str = ""  # a holder that had ended, whose lease this one took over
     lost: bool = False
     renewals: int = 0
 
@@ -154,18 +179,28 @@ def held(
     poll: float = DEFAULT_POLL_SECONDS,
     renew_every: float | None = None,
     on_wait: Callable[[Holder, float], None] | None = None,
+    ended: Callable[[str], bool] | None = None,
 ) -> Iterator[Lease]:
     """Hold the lease of (asset, partition) for the body of the ``with``: take it, waiting (polling
     every ``poll`` seconds, at most ``wait`` seconds, then LeaseTimeout) while another live holder
     has it; ``on_wait(holder, waited)`` is called when the wait starts and whenever the holder
-    changes. It is renewed every ``renew_every`` seconds (ttl/5) while the body runs and released
-    after it, also when it raises."""
+    changes. ``ended(holder)`` says whether a holder has ended (its run failed or was canceled): its
+    lease is taken over once it has missed a renewal (a process it left behind, such as a step
+    subprocess of a killed orchestrator, still renews and is waited for). It is renewed every
+    ``renew_every`` seconds (ttl/5) while the body runs and released after it, also when it raises."""
     started = time.monotonic()
     lease = Lease(asset, partition, holder)
+    every = renew_every if renew_every is not None else ttl.total_seconds() / 5
     while (other := try_acquire(store, asset, partition, holder, ttl)) is not None:
         waited = time.monotonic() - started
         if not other.holder:
             continue  # released just now
+        silent = other.expires_at - utcnow() < ttl - timedelta(seconds=1.5 * every)
+        if silent and ended is not None and ended(other.holder):
+            if take_over(store, asset, partition, other.holder, holder, ttl):
+                lease.taken_from = other.holder
+                break
+            continue  # another run took it over first, or it was released: look again
         if waited >= wait:
             raise LeaseTimeout(asset, partition, other, waited)
         if not lease.waited_for or lease.waited_for[-1] != other.holder:
@@ -175,7 +210,6 @@ def held(
         time.sleep(max(0.0, min(poll, wait - waited)))
     lease.waited = time.monotonic() - started
     stop = threading.Event()
-    every = renew_every if renew_every is not None else ttl.total_seconds() / 5
     beat = threading.Thread(
         target=_renew_until, args=(stop, store, lease, ttl, every), name=f"lease {asset} {partition}", daemon=True
     )

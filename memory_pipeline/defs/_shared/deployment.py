@@ -1,0 +1,74 @@
+"""Past one machine, as deployment settings of the one code location (the assets never change):
+where a run's steps execute (MEMORY_EXECUTOR) and how a backfill is split into runs
+(MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN).
+
+- multiprocess (default): Dagster's executor, a process per step on the run worker's host.
+- celery: dagster-celery's executor; every step is a task on the broker (Redis, which also keeps
+  the results), taken by any `dagster-celery worker` (deploy/celery/celery.yaml). The broker is
+  given by variable name (`{"env": ...}`), so the UI never shows its URL.
+- k8s: dagster-k8s' k8s_job_executor; every step is a Kubernetes Job, configured like the
+  K8sRunLauncher's run pods (deploy/k8s/dagster.yaml).
+
+Locks and budgets hold across workers because none lives in a process: partition leases are rows
+of the store (`partition_leases`), the `llm` pool and the run queue are the instance's (PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from dagster import AssetsDefinition, BackfillPolicy, ExecutorDefinition
+
+from memory_pipeline.lib import settings
+from memory_pipeline.lib.kinds import ExecutorKind
+
+# Assets of this pool are the costly ones, whose backfills are worth sharing among workers.
+LLM_POOL = "llm"
+
+
+def executor() -> ExecutorDefinition | None:
+    """The executor of every job of the code location; None: Dagster's default."""
+    kind = settings.executor_kind()
+    if kind is ExecutorKind.CELERY:
+        from dagster_celery import celery_executor  # imported only where it is used
+
+        return celery_executor.configured(
+            {
+                "broker": {"env": settings.ENV_CELERY_BROKER_URL},
+                "backend": {"env": settings.ENV_CELERY_BROKER_URL},  # Redis is broker and result store
+            },
+            name="celery",
+        )
+    if kind is ExecutorKind.K8S:
+        from dagster_k8s import k8s_job_executor
+
+        # Unconfigured: the step Jobs take the image, namespace, service account and environment
+        # of the K8sRunLauncher's run pods (instance config), so the two cannot drift apart.
+        return k8s_job_executor
+    return None
+
+
+def range_backfill_policy() -> BackfillPolicy:
+    """One run per range by default; N > 0 splits a backfill into runs of at most N partitions."""
+    n = settings.backfill_max_partitions_per_run()
+    return BackfillPolicy.multi_run(max_partitions_per_run=n) if n else BackfillPolicy.single_run()
+
+
+def with_deployment_backfill_policy(assets: Iterable[Any]) -> list[Any]:
+    """Assets of the `llm` pool declared one run per range (BackfillPolicy.single_run) get the
+    deployment's policy. Others keep theirs: an export writes one DuckDB file under one lock, so
+    splitting it gains nothing."""
+    policy = range_backfill_policy()
+    single = BackfillPolicy.single_run()
+    out = []
+    for asset in assets:
+        if (
+            policy != single
+            and isinstance(asset, AssetsDefinition)
+            and asset.backfill_policy == single
+            and asset.node_def.pool == LLM_POOL
+        ):
+            asset = asset.with_attributes(backfill_policy=policy)
+        out.append(asset)
+    return out
