@@ -290,7 +290,7 @@ def validate_entry(
         raise TowerInputError("entry", f"must be an object, got {json_type(raw)}", where)
     unknown = sorted(set(raw) - {"content", "at", "id", "group"})
     if unknown:
-        raise TowerInputError(str(unknown[0])[:40], "unknown field (allowed: content, at, id, group)", where)
+        raise TowerInputError(json.dumps(unknown[0])[:40], "unknown field (allowed: content, at, id, group)", where)
     if "content" not in raw:
         raise TowerInputError("content", "is required (any JSON value or text)", where)
     content = raw["content"]
