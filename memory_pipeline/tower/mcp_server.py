@@ -42,7 +42,7 @@ WINDOW_DOC = (
 def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any:
     from mcp.server.fastmcp import FastMCP
 
-    logging.getLogger("mcp.server.fastmcp.tools.tool_manager").setLevel(logging.ERROR)  # the '/' warning, known
+    logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)  # the known warning about "/"
     server = FastMCP(
         "chronomem",
         instructions="Time tower memory (seed 004): memory types with raw and summary series; exact recall "
