@@ -360,7 +360,8 @@ def decode_cursor(cursor: object) -> int:
 
 def backoff_delay(failures: int, base: timedelta) -> timedelta:
     """Guardrail 4: the wait after ``failures`` consecutive failures doubles from ``base``."""
-    return base * (2 ** max(0, failures - 1))
+    factor: int = 2 ** max(0, failures - 1)
+    return base * factor
 
 
 def approx_tokens(text: str) -> int:

@@ -4,7 +4,9 @@ freshness of the structural view (entries past the materialization); the drift o
 summaries against a recompute from raw."""
 
 from collections.abc import Iterator
+from datetime import date
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetCheckEvaluation,
@@ -20,10 +22,10 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from memory_pipeline.defs._shared.metadata import partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day_open, cst_month, cst_week
 from memory_pipeline.defs.tower import assets
 from memory_pipeline.defs.tower.resources import TowerResource
+from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.tower import summaries, windows
 from memory_pipeline.tower.logic import Granularity
 
@@ -62,6 +64,12 @@ def _evaluation(
     )
 
 
+def _keys(context: AssetCheckExecutionContext, defn) -> list[tuple[str, date]]:
+    """(key, local start date) of every partition the check runs for."""
+    tz = ZoneInfo(defn.timezone)
+    return [(k, local_date(defn.time_window_for_partition_key(k).start, tz)) for k in context.partition_keys]
+
+
 def _problems(problems: list[str]) -> MetadataValue:
     return MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none")
 
@@ -76,7 +84,7 @@ def _problems(problems: list[str]) -> MetadataValue:
 )
 def day_windows_cover(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
     store, tz = tower.store(), tower.tz()
-    for key, day in partition_dates(context):  # type: ignore[arg-type]
+    for key, day in _keys(context, cst_day_open):
         audit = windows.audit_day(store, day, tz)
         yield _evaluation(
             context,
@@ -101,7 +109,7 @@ def day_windows_cover(context: AssetCheckExecutionContext, tower: TowerResource)
 )
 def day_windows_fresh(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
     store, tz = tower.store(), tower.tz()
-    for key, day in partition_dates(context):  # type: ignore[arg-type]
+    for key, day in _keys(context, cst_day_open):
         audit = windows.audit_day(store, day, tz)
         materialized = windows.window_run(store, "day", day)
         yield _evaluation(
@@ -128,7 +136,7 @@ def _coarse_check(asset_def, g: Granularity, defn):
     )
     def _check(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
         store, tz = tower.store(), tower.tz()
-        for key, period in partition_dates(context):  # type: ignore[arg-type]
+        for key, period in _keys(context, defn):
             audit = windows.audit_coarse(store, g, period, tz)
             yield _evaluation(
                 context,
@@ -155,7 +163,7 @@ def _coarse_check(asset_def, g: Granularity, defn):
     "text byte for byte (no compression happened). One result per partition.",
 )
 def week_summaries_drift(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
-    for key, period in partition_dates(context):  # type: ignore[arg-type]
+    for key, period in _keys(context, cst_week):
         sctx = tower.summary_context(DRIFT_CHECK, key)
         found = summaries.drift(sctx, Granularity.WEEK, period, sctx.cfg.drift_sample)
         identical = [d.window for d in found if d.identical_to_child]
