@@ -448,3 +448,82 @@ def test_jobs_return_at_once_in_the_background(store):
     done = tower.job_status(job["job_id"])
     assert done["state"] == "succeeded" and done["record_id"]
     tower.close()
+
+
+def test_the_tick_writes_sub_day_windows_as_they_settle_and_switching_on_starts_from_the_latest(store):
+    tower = make_tower(store)
+    tower.create_type("agent/notes", chain=["10min", "1h", "day"])  # summaries off: history without summaries
+    tower.append(
+        "agent/notes",
+        [{"content": f"step {i} of the deploy", "at": cst(2026, 1, 5, 10, i).isoformat()} for i in range(0, 30, 3)]
+        + [{"content": "older", "at": cst(2026, 1, 3, 9).isoformat()}],
+    )
+    sctx = SummaryContext(store, LLMClient(store), TowerConfig(), CST)
+    assert summaries.semantic_tick(sctx, cst(2026, 1, 5, 10, 16)).committed == 0  # off: nothing
+    tower.update_type("agent/notes", {"summaries": True})
+    at_1016 = summaries.semantic_tick(sctx, cst(2026, 1, 5, 10, 16))
+    assert at_1016.written == ["agent/notes 10min 2026-01-05T10:00+08:00"]  # 10:10-10:20 is not settled yet
+    at_1026 = summaries.semantic_tick(sctx, cst(2026, 1, 5, 10, 26))
+    assert at_1026.written == ["agent/notes 10min 2026-01-05T10:10+08:00"]
+    with store.connect() as conn:
+        starts = set(conn.execute(select(tower_summaries.c.start)).scalars())
+    assert not any(s < cst(2026, 1, 5) for s in starts)  # 2026-01-03 (history before the switch) is left alone
+
+
+def test_two_processes_summarizing_the_same_window_make_one_call(store):
+    import threading
+
+    with FakeOpenAI() as fake:
+        fake.latency = 1.0
+        fake.default_text = json.dumps({"decisions": ["use postgres"], "keywords": ["postgres"]})
+        towers = [make_tower(store, model="openai/fake", api_base=fake.api_base, api_key="k") for _ in range(2)]
+        towers[0].create_type("proj/log", chain=["day"], summaries=True)
+        towers[0].append("proj/log", {"content": "chose postgres", "at": cst(2026, 1, 5, 9).isoformat()})
+        out: list = []
+        threads = [
+            threading.Thread(target=lambda t=t: out.append(t.summarize("proj/log", "day", "2026-01-05")))
+            for t in towers
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert len(fake.requests) == 1  # the lease: the second waited, then reused the first's record
+    ids = {o["jobs"][0]["record_id"] for o in out}
+    assert len(ids) == 1 and count(store, tower_summaries) == 1
+    rec = towers[0].get_summary("proj/log", "day", "2026-01-05")["summaries"][0]
+    assert rec["sections"]["decisions"] == ["use postgres"] and rec["model"] == "openai/fake"
+
+
+def test_reading_never_calls_an_llm(tower, store):
+    tower.create_type("proj/decisions", summaries=True)
+    week_of_entries(tower, days=(5,))
+    build(store, cst(2026, 1, 5).date())
+    tower.windows("proj/decisions")
+    tower.windows("proj/decisions", "day", "2026-01-05")
+    tower.recall("proj/decisions", "day", "2026-01-05")
+    tower.recall("proj/decisions", from_="2026-01-01", to="2026-02-01")
+    assert tower.get_summary("proj/decisions", "day", "2026-01-05")["state"] == "missing"
+    assert tower.get_summary("proj/decisions", from_="2026-01-01", to="2027-01-01")["state"] == "cap_level"
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(llm_ledger)).scalar_one() == 0
+
+
+def test_config_section_is_strict(tmp_path):
+    from memory_pipeline.lib.settings import ConfigError
+    from memory_pipeline.tower import config as tower_config
+
+    path = tmp_path / "memory.yaml"
+    path.write_text("memory:\n  tower:\n    settle_minutes: 'five'\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"memory.yaml: memory.tower.settle_minutes: expected int, got str"):
+        tower_config.load(path)
+    path.write_text("memory:\n  tower:\n    max_commits: 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) in memory.tower: max_commits"):
+        tower_config.load(path)
+    path.write_text("memory:\n  tower:\n    give_up_after: 0\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="give_up_after"):
+        tower_config.load(path)
+    path.write_text("memory:\n  tower:\n    max_commits_per_round: 7\n    mcp_port: 8901\n", encoding="utf-8")
+    cfg = tower_config.load(path)
+    assert (cfg.max_commits_per_round, cfg.mcp_port, cfg.semantic_tick_minutes, cfg.settle_minutes) == (7, 8901, 10, 5)
+    assert (cfg.backoff_minutes, cfg.give_up_after, cfg.mcp_host) == (10, 5, "127.0.0.1")
