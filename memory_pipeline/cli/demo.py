@@ -92,9 +92,6 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     from memory_pipeline.cli.analyst import analytics_files, print_analytics
 
     print_analytics(analytics_files())
-    from memory_pipeline.cli.tower import print_status as print_tower_status
-
-    print_tower_status(store)
     console.print(f"\nThe runs are in {operations.dagster_home()}: `make ui` opens them in the Dagster UI.")
     return 0 if ok else 1
 

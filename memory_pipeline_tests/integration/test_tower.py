@@ -527,3 +527,13 @@ def test_config_section_is_strict(tmp_path):
     cfg = tower_config.load(path)
     assert (cfg.max_commits_per_round, cfg.mcp_port, cfg.semantic_tick_minutes, cfg.settle_minutes) == (7, 8901, 10, 5)
     assert (cfg.backoff_minutes, cfg.give_up_after, cfg.mcp_host) == (10, 5, "127.0.0.1")
+
+
+def test_an_aggregate_of_a_single_child_is_not_the_childs_text(tower, store):
+    tower.create_type("proj/weekly", chain=["day", "week"], summaries=True)
+    tower.append("proj/weekly", [{"content": "chose postgres over mysql", "at": cst(2026, 1, 6, 9).isoformat()}])
+    job = tower.summarize("proj/weekly", "week", "2026-01-05")["jobs"][0]
+    assert job["llm_calls"] == 2  # the child from raw, then the aggregate: never a copy without a call
+    day = tower.get_summary("proj/weekly", "day", "2026-01-06")["summaries"][0]
+    week = tower.get_summary("proj/weekly", "week", "2026-01-05")["summaries"][0]
+    assert week["refs"]["ids"] == [day["record_id"]] and week["text"] != day["text"]
