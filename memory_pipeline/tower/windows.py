@@ -239,27 +239,6 @@ def refresh_after_late_entries(store: Store, type_name: str, days: set[date], tz
 # ---- reading the view -------------------------------------------------------------------------------
 
 
-def current_counts(
-    conn: Connection, type_name: str, keys: Sequence[tuple[str, datetime, datetime]]
-) -> dict[tuple[str, datetime], int]:
-    """Entries now in each (group, start, end): compared with a window's entry_count, the entries
-    appended after it was materialized (entries are never deleted, so the difference is exact)."""
-    if not keys:
-        return {}
-    e = tower_entries.c
-    lo, hi = min(k[1] for k in keys), max(k[2] for k in keys)
-    q = select(e.group_value, e.at).where(e.type_name == type_name, e.at >= lo, e.at < hi)
-    groups = {k[0] for k in keys}
-    if len(groups) == 1:
-        q = q.where(e.group_value == next(iter(groups)))
-    out: Counter[tuple[str, datetime]] = Counter()
-    spans = sorted(keys, key=lambda k: k[1])
-    rows = list(conn.execute(q))
-    for group, start, end in spans:
-        out[(group, start)] = sum(1 for gv, at in rows if gv == group and start <= at < end)
-    return dict(out)
-
-
 def stale_days(store: Store, tz: ZoneInfo, now: datetime, lookback_days: int = 31) -> dict[date, int]:
     """Closed days already materialized with entries (or conversation messages, for the activity
     type) ingested after their materialization: {day: entries past it}. The late-data record."""

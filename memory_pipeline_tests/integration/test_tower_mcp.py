@@ -49,7 +49,12 @@ def _data(result):
 async def _drive(url: str, tower: Tower) -> dict:
     out: dict = {}
     async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as session:
-        await session.initialize()
+        init = await session.initialize()
+        caps = init.capabilities
+        # Nothing server-initiated carries memory: no resource subscriptions, no resources or prompts.
+        out["subscribe"] = bool(caps.resources and caps.resources.subscribe)
+        out["resources"] = (await session.list_resources()).resources
+        out["prompts"] = (await session.list_prompts()).prompts
         tools = await session.list_tools()
         out["tools"] = sorted(t.name for t in tools.tools)
         out["described"] = all(t.description for t in tools.tools)
@@ -112,6 +117,7 @@ def test_every_tool_over_http_at_the_seed_address(server):
     url, tower = server
     out = asyncio.run(_drive(url, tower))  # the seed's address: http://127.0.0.1:8900 (here a free port)
     assert out["tools"] == sorted(TOOL_NAMES) and len(out["tools"]) == 13 and out["described"]
+    assert not out["subscribe"] and out["resources"] == [] and out["prompts"] == []
     assert out["create"]["name"] == "proj/decisions" and out["create"]["summaries"] is True
     assert {"worklog", "agent/activity", "proj/decisions"} <= {t["name"] for t in out["list"]["types"]}
     assert out["get"]["chain"] == ["1h", "day", "week"] and out["update"]["retention"] == "2y"

@@ -67,13 +67,17 @@ def tower_semantic_tick_sensor(context: SensorEvaluationContext, tower: TowerRes
     "re-made: a read says how many entries a summary misses.",
 )
 def tower_late_data_sensor(context: SensorEvaluationContext, tower: TowerResource):
-    stale = windows.stale_days(tower.store(), tower.tz(), utcnow())
+    store = tower.store()
+    stale = windows.stale_days(store, tower.tz(), utcnow())
     if not stale:
         return SkipReason("no closed day with entries past its windows")
-    return [
-        RunRequest(run_key=f"tower-late-{d}-{n}-{context.cursor or 0}", partition_key=d.isoformat())
-        for d, n in sorted(stale.items())
-    ]
+    requests = []
+    for d, n in sorted(stale.items()):
+        # One request per staleness: the day's last materialization and what arrived after it.
+        built = windows.window_run(store, "day", d)
+        stamp = int(built.timestamp()) if built else 0
+        requests.append(RunRequest(run_key=f"tower-late-{d}-{stamp}-{n}", partition_key=d.isoformat()))
+    return requests
 
 
 tower_sensors = [tower_structural_refresh_sensor, tower_semantic_tick_sensor, tower_late_data_sensor]
