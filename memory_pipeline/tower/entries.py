@@ -17,8 +17,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, select
+from sqlalchemy.dialects import postgresql, sqlite
 
-from memory_pipeline.lib.store import Store, insert_missing
+from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import day_bounds, local_date, utcnow
 from memory_pipeline.tower import types as tower_types_io
@@ -103,12 +104,34 @@ def append(
                 report.duplicates += 1
             else:
                 raise TowerInputError("id", f"entry id {row['entry_id']!r} is stored with other content", where)
+        new_ids: set[str] = set()
         for i in range(0, len(fresh), BATCH):
-            inserted = insert_missing(conn, tower_entries, fresh[i : i + BATCH], "entry_pk")
-            report.inserted += len(inserted)
+            new_ids |= _insert_new(conn, fresh[i : i + BATCH])
+        # A row another append stored first (between our read and our insert) is a duplicate when
+        # it is the same entry, else a conflict that refuses this whole batch.
+        raced = [r for r in fresh if r["entry_id"] not in new_ids]
+        if raced:
+            now_stored = _stored(conn, mtype.name, [r["entry_id"] for r in raced])
+            by_id = {r["entry_id"]: (e, where) for r, e, where in zip(rows, batch, wheres, strict=True)}
+            for r in raced:
+                e, where = by_id[r["entry_id"]]
+                if not _same(now_stored[r["entry_id"]], e):
+                    raise TowerInputError("id", f"entry id {r['entry_id']!r} is stored with other content", where)
+                report.duplicates += 1
+        report.inserted = len(new_ids)
+        fresh = [r for r in fresh if r["entry_id"] in new_ids]
     report.entry_ids = [r["entry_id"] for r in rows]
     report.days = {local_date(r["at"], tz) for r in fresh}
     return report
+
+
+def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
+    """INSERT .. ON CONFLICT (type_name, entry_id) DO NOTHING RETURNING entry_id."""
+    if not rows:
+        return set()
+    ins = postgresql.insert(tower_entries) if conn.dialect.name == "postgresql" else sqlite.insert(tower_entries)
+    stmt = ins.on_conflict_do_nothing(index_elements=["type_name", "entry_id"]).returning(tower_entries.c.entry_id)
+    return set(conn.execute(stmt, rows).scalars())
 
 
 def _stored(conn: Connection, type_name: str, ids: list[str]) -> dict[str, Any]:
@@ -195,18 +218,8 @@ def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> 
                     "source": "messages",
                 }
             )
-        known = set()
-        ids = [r["entry_id"] for r in rows]
-        t = tower_entries.c
-        for i in range(0, len(ids), BATCH):
-            known |= set(
-                conn.execute(
-                    select(t.entry_id).where(t.type_name == activity_type, t.entry_id.in_(ids[i : i + BATCH]))
-                ).scalars()
-            )
-        fresh = [r for r in rows if r["entry_id"] not in known]
-        for i in range(0, len(fresh), BATCH):
-            inserted += len(insert_missing(conn, tower_entries, fresh[i : i + BATCH], "entry_pk"))
+        for i in range(0, len(rows), BATCH):
+            inserted += len(_insert_new(conn, rows[i : i + BATCH]))
     return inserted
 
 

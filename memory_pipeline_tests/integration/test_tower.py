@@ -537,3 +537,19 @@ def test_an_aggregate_of_a_single_child_is_not_the_childs_text(tower, store):
     day = tower.get_summary("proj/weekly", "day", "2026-01-06")["summaries"][0]
     week = tower.get_summary("proj/weekly", "week", "2026-01-05")["summaries"][0]
     assert week["refs"]["ids"] == [day["record_id"]] and week["text"] != day["text"]
+
+
+def test_concurrent_appends_of_the_same_ids_store_each_entry_once(store):
+    import threading
+
+    towers = [make_tower(store) for _ in range(4)]
+    towers[0].create_type("proj/log", chain=["day"])
+    batch = [{"content": f"entry {i}", "id": f"same-{i}", "at": cst(2026, 1, 5, 9, i).isoformat()} for i in range(50)]
+    reports: list = []
+    threads = [threading.Thread(target=lambda t=t: reports.append(t.append("proj/log", batch))) for t in towers]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(reports) == 4 and sum(r["inserted"] for r in reports) == 50
+    assert sum(r["duplicates"] for r in reports) == 150 and count(store, tower_entries) == 50
