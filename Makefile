@@ -9,7 +9,7 @@ DBT_MANIFEST := dbt_project/target/manifest.json
 DBT_SOURCES  := $(shell find dbt_project -path dbt_project/target -prune -o -path dbt_project/logs -prune -o \
                   -type f \( -name '*.sql' -o -name '*.yml' \) -print)
 
-.PHONY: demo test ui bench clean chromium
+.PHONY: demo test ui bench bench-tower clean chromium
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ ui: $(STAMP)  ## the Dagster UI on the instance the demo wrote (data/dagster_hom
 
 bench: $(STAMP)  ## the year-backfill benchmark on PostgreSQL (see bench/README.md)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/temporal_backfill.py
+
+bench-tower: $(STAMP)  ## the time tower's benchmark on PostgreSQL (see bench/README.md)
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/tower_windows.py
 
 clean:
 	rm -rf $(VENV) data/memory.sqlite* data/dagster_home data/sample
