@@ -126,6 +126,8 @@ def _tower_step(console: Console, store, instance) -> bool:
     """Seed 004 on the sample: a work log of the sample's last two weeks (one entry per world as a
     project per day), then the structural windows of every day (the activity type is fed from the
     conversation messages), the week windows, and the worklog's day and week summaries, as runs."""
+    from rich.markup import escape
+
     from memory_pipeline import operations
     from memory_pipeline.tower.api import Tower
 
@@ -165,7 +167,6 @@ def _tower_step(console: Console, store, instance) -> bool:
             )
     week = tower.get_summary("worklog", "week", (last - timedelta(days=7)).isoformat(), group="bolt")
     for s in week["summaries"]:
-        console.print(
-            f"   worklog week {s['window']['start'][:10]} [bolt] ({s['source']}, {s['provenance']}): {s['text']}"
-        )
+        line = f"   worklog week {s['window']['start'][:10]} [bolt] ({s['source']}, {s['provenance']}): {s['text']}"
+        console.print(escape(line))  # ids and text may hold '[': not markup
     return ok
