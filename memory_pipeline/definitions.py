@@ -16,6 +16,8 @@ from memory_pipeline.defs.analyst.resources import analyst_resources
 from memory_pipeline.defs.events import definitions as events_domain
 from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
+from memory_pipeline.defs.tower import definitions as tower_domain
+from memory_pipeline.defs.tower.resources import tower_resources
 from memory_pipeline.resources import default_resources
 
 STORE_TAG = "memory_pipeline/store"
@@ -35,14 +37,16 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
-    merged = Definitions.merge(shared_domain.defs, events_domain.defs, temporal_domain.defs, analyst_domain.defs)
+    merged = Definitions.merge(
+        shared_domain.defs, events_domain.defs, temporal_domain.defs, tower_domain.defs, analyst_domain.defs
+    )
     located = Definitions(
         assets=deployment.with_deployment_backfill_policy(merged.assets or []),
         asset_checks=merged.asset_checks,
         jobs=merged.jobs,
         schedules=merged.schedules,
         sensors=merged.sensors,
-        resources={**shared, **temporal_resources(shared), **analyst_resources(shared)},
+        resources={**shared, **temporal_resources(shared), **tower_resources(shared), **analyst_resources(shared)},
         executor=deployment.executor(),
     )
     with warnings.catch_warnings():  # map_asset_specs is marked preview; its behaviour here is tested

@@ -28,6 +28,15 @@ from memory_pipeline.temporal.tables import (
     temporal_summaries,
     warmup_requests,
 )
+from memory_pipeline.tower.tables import (
+    tower_entries,
+    tower_jobs,
+    tower_summaries,
+    tower_summary_attempts,
+    tower_types,
+    tower_window_runs,
+    tower_windows,
+)
 
 # The column every day-partitioned export adds: the row's CST day (the Parquet partition key).
 DAY = "cst_day"
@@ -76,6 +85,19 @@ EXPORTS: tuple[ExportTable, ...] = (
     ),
     ExportTable(temporal_period_runs, None, "When each day, month and year was last materialized, and its input."),
     ExportTable(warmup_requests, "cst_date", "Peer-roll warm-up requests of the read path, by their CST day."),
+    ExportTable(
+        tower_types, None, "Seed 004 memory types: chain, summaries switch, cap, group field, declared retention."
+    ),
+    ExportTable(
+        tower_entries, "at", "Seed 004 raw entries of every memory type (append-only), by the CST day of `at`."
+    ),
+    ExportTable(
+        tower_windows, "start", "Seed 004 structural windows (refs to finer windows or entries), by their start."
+    ),
+    ExportTable(tower_summaries, "start", "Seed 004 summary records (append-only; newest per window and group wins)."),
+    ExportTable(tower_summary_attempts, None, "Seed 004 retry ledger of summaries: failures, backoff, given up."),
+    ExportTable(tower_jobs, "created_at", "Seed 004 summarize / recompute / summarize_on_miss jobs and their states."),
+    ExportTable(tower_window_runs, None, "Seed 004 record of each window partition's materialization (late data)."),
     ExportTable(llm_ledger, "at", "One row per LLM call (asset, partition, model, tokens, latency, cost, outcome)."),
     ExportTable(llm_cache, "created_at", "Cached model answers by (model, prompt version, prompt) key."),
     ExportTable(inbox, "created_at", "Warnings to users and agents (e.g. a truncated temporal_summary block)."),

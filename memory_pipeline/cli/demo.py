@@ -78,6 +78,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
         )
         progress.advance(task)
 
+    ok &= _tower_step(console, store, instance)
     ok &= _analyst_step(console, instance)
 
     console.print("[bold]4.[/] results")
@@ -119,3 +120,53 @@ def _analyst_step(console: Console, instance) -> bool:
         ],
         instance,
     )
+
+
+def _tower_step(console: Console, store, instance) -> bool:
+    """Seed 004 on the sample: a work log of the sample's last two weeks (one entry per world as a
+    project per day), then the structural windows of every day (the activity type is fed from the
+    conversation messages), the week windows, and the worklog's day and week summaries, as runs."""
+    from rich.markup import escape
+
+    from memory_pipeline import operations
+    from memory_pipeline.tower.api import Tower
+
+    tower = Tower(store, run_jobs="inline")
+    first_log = sample_data.SAMPLE_END - timedelta(days=14)
+    entries = []
+    for n in range(14):
+        day = first_log + timedelta(days=n)
+        for world, topics in sample_data.WORLDS.items():
+            a, b = topics[n % len(topics)], topics[(n + 3) % len(topics)]
+            entries.append(
+                {
+                    "id": f"worklog-{world}-{day.isoformat()}",
+                    "at": f"{day.isoformat()}T18:00:00+08:00",
+                    "content": {"project": world, "did": f"worked on the {a}, decided to keep the {b}", "todo": b},
+                }
+            )
+    report = tower.append("worklog", entries, source="demo")
+    console.print(f"[bold]2b.[/] time tower: worklog {report['inserted']} entries appended ({len(entries)} given)")
+    start, last = sample_data.SAMPLE_START, sample_data.SAMPLE_END
+    last_monday = (last - timedelta(days=last.weekday())).isoformat()  # week keys are Mondays
+    week_lo = (first_log - timedelta(days=first_log.weekday())).isoformat()
+    steps = [
+        ("tower_windows", start.isoformat(), last.isoformat()),
+        ("tower_week_windows", (start - timedelta(days=start.weekday())).isoformat(), last_monday),
+        ("tower_day_summaries", first_log.isoformat(), (last - timedelta(days=1)).isoformat()),
+        ("tower_week_summaries", week_lo, last_monday),
+    ]
+    ok = True
+    for window, lo, hi in steps:
+        rep = operations.materialize(window, lo, hi, mode="rebuild", instance=instance)
+        for r in rep.runs:
+            ok &= r.success
+            console.print(
+                f"   {window:<22} {r.first}..{r.last}: {r.partitions} partition(s) in one run "
+                f"{r.run_id[:8]} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
+            )
+    week = tower.get_summary("worklog", "week", (last - timedelta(days=7)).isoformat(), group="bolt")
+    for s in week["summaries"]:
+        line = f"   worklog week {s['window']['start'][:10]} [bolt] ({s['source']}, {s['provenance']}): {s['text']}"
+        console.print(escape(line))  # ids and text may hold '[': not markup
+    return ok

@@ -103,6 +103,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0005_partition_leases",
         "0006_pending_cache_writes",
         "0007_period_run_settings",
+        "0009_tower",
     ]
     assert head(LOCATIONS) == chain[-1]
 

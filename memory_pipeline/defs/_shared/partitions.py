@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
-from dagster import DailyPartitionsDefinition, MonthlyPartitionsDefinition, TimeWindowPartitionsDefinition
+from dagster import (
+    DailyPartitionsDefinition,
+    MonthlyPartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+    WeeklyPartitionsDefinition,
+)
 
 from memory_pipeline.lib import settings
 
@@ -14,6 +19,8 @@ START = settings.partition_start()
 cst_day = DailyPartitionsDefinition(start_date=START, timezone=TZ, fmt="%Y-%m-%d")
 # The */30 tick appends chunks of the open day too, so today's partition exists for chunks.
 cst_day_open = DailyPartitionsDefinition(start_date=START, timezone=TZ, fmt="%Y-%m-%d", end_offset=1)
+# Weeks start Monday 00:00 (the tower's decision); a week partition exists once it is over.
+cst_week = WeeklyPartitionsDefinition(start_date=START, timezone=TZ, fmt="%Y-%m-%d", day_offset=1)
 cst_month = MonthlyPartitionsDefinition(start_date=START[:7], timezone=TZ, fmt="%Y-%m")
 # Dagster has no yearly class; the same zone keeps the year -> month -> day mapping valid.
 cst_year = TimeWindowPartitionsDefinition(cron_schedule="0 0 1 1 *", fmt="%Y", start=START[:4], timezone=TZ)

@@ -31,6 +31,7 @@ from memory_pipeline.defs.analyst.automation import Trigger, after_upstream, con
 from memory_pipeline.defs.analyst.resources import AnalystResource
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.temporal import assets as temporal
+from memory_pipeline.defs.tower import assets as tower
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.timeutil import local_date
 
@@ -84,6 +85,14 @@ UPSTREAM: dict[str, Upstream] = {
     "llm_ledger": Upstream(_calls(), Trigger.RECENT),
     "llm_cache": Upstream(_calls(), Trigger.RECENT),
     "inbox": Upstream((), Trigger.REFRESH),  # written by the read path
+    # Seed 004: types, entries, jobs and the retry ledger are written by the API / CLI / MCP too.
+    "tower_types": Upstream((), Trigger.REFRESH),
+    "tower_entries": Upstream((tower.tower_day_windows,), Trigger.ALIGNED),
+    "tower_windows": Upstream((tower.tower_day_windows,), Trigger.ALIGNED),
+    "tower_summaries": Upstream((tower.tower_day_summaries,), Trigger.ALIGNED),
+    "tower_summary_attempts": Upstream((), Trigger.REFRESH),
+    "tower_jobs": Upstream((), Trigger.REFRESH),
+    "tower_window_runs": Upstream((), Trigger.REFRESH),
 }
 
 _WHEN = {

@@ -1,0 +1,285 @@
+"""Seed 004 on the command line: `memory-pipeline tower ...` (types, append, windows, recall,
+summary, summarize, recompute, jobs, status) and `memory-pipeline mcp` (the MCP endpoint)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from memory_pipeline.cli.console import console, err, open_store, refuse
+
+app = typer.Typer(no_args_is_help=True, help="Seed 004 time tower: memory types, entries, windows, recall, summaries.")
+types_app = typer.Typer(no_args_is_help=True, help="Memory types: create, list, show, update, delete (archive).")
+app.add_typer(types_app, name="types")
+
+
+def _tower():
+    from memory_pipeline.tower import config as tower_config
+    from memory_pipeline.tower.api import Tower
+
+    try:
+        cfg = tower_config.load()
+    except ValueError as exc:
+        refuse(str(exc))
+    return Tower(open_store(), cfg, run_jobs="inline")
+
+
+def _do(fn, *args, **kwargs) -> Any:
+    from memory_pipeline.tower.logic import TowerInputError
+
+    try:
+        return fn(*args, **kwargs)
+    except TowerInputError as exc:
+        refuse(str(exc))
+
+
+def _json(value: Any) -> None:
+    console.print_json(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _parse_json(text: str | None, field: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        refuse(f"--{field}: not JSON ({exc.msg} at column {exc.colno})")
+
+
+@types_app.command("create")
+def types_create(
+    name: str,
+    description: str = typer.Option("", help="What the type records."),
+    chain: str = typer.Option(
+        "", help="Comma-separated granularities, e.g. day,week (default 10min,30min,1h,day,week)."
+    ),
+    summaries: bool = typer.Option(False, "--summaries/--no-summaries", help="Semantic summaries on (default off)."),
+    group_field: str = typer.Option("", help="The field that groups entries, e.g. project."),
+    retention: str = typer.Option("", help="Declared retention (stored and shown, never enforced)."),
+    summary_cap: str = typer.Option("", help="Coarsest summarized level (default week)."),
+):
+    """Create a memory type."""
+    t = _tower()
+    _json(
+        _do(
+            t.create_type,
+            name,
+            description=description,
+            chain=chain.split(",") if chain else None,
+            summaries=summaries,
+            group_field=group_field or None,
+            retention=retention or None,
+            summary_cap=summary_cap or None,
+        )
+    )
+
+
+@types_app.command("list")
+def types_list(archived: bool = typer.Option(False, "--archived", help="Include archived types.")):
+    """Memory types with their chains and switches."""
+    table = Table(title="Memory types")
+    for col in ("name", "chain", "summaries", "cap", "group", "retention", "state"):
+        table.add_column(col)
+    for t in _do(_tower().list_types, archived):
+        table.add_row(
+            escape(t["name"]),
+            " → ".join(t["chain"]),
+            "on" if t["summaries"] else "off",
+            t["summary_cap"],
+            t["group_field"] or "",
+            f"{t['retention'] or ''} (declared)",
+            "archived" if t["archived"] else ("built-in" if t["builtin"] else "active"),
+        )
+    console.print(table)
+
+
+@types_app.command("show")
+def types_show(name: str):
+    """One type as JSON."""
+    _json(_do(_tower().get_type, name))
+
+
+@types_app.command("update")
+def types_update(name: str, changes: str = typer.Argument(..., help="JSON object, e.g. '{\"summaries\": true}'")):
+    """Change a type (never its name)."""
+    _json(_do(_tower().update_type, name, _parse_json(changes, "changes")))
+
+
+@types_app.command("delete")
+def types_delete(name: str):
+    """Archive a type: appends refused, recall still works, nothing deleted."""
+    _json(_do(_tower().delete_type, name))
+
+
+@app.command()
+def append(
+    type_name: str = typer.Argument(..., metavar="TYPE"),
+    text: str = typer.Option(None, "--text", help="Plain-text content."),
+    json_content: str = typer.Option(None, "--json", help="JSON content (any value)."),
+    at: str = typer.Option(None, "--at", help="ISO datetime with offset (default now)."),
+    entry_id: str = typer.Option(None, "--id", help="Idempotency key."),
+    group: str = typer.Option(None, "--group", help="Group value (types with a group field)."),
+    file: Path = typer.Option(None, "--file", help="JSONL file, one entry object per line."),
+):
+    """Append one entry (--text or --json) or a JSONL file (--file): all or nothing."""
+    t = _tower()
+    if file is not None:
+        if text is not None or json_content is not None:
+            refuse("--file goes alone (the entries are in the file)")
+        report = _do(t.append_file, type_name, file)
+    else:
+        if (text is None) == (json_content is None):
+            refuse("give exactly one of --text, --json or --file")
+        content = text if text is not None else _parse_json(json_content, "json")
+        entry = {"content": content, "at": at, "id": entry_id, "group": group}
+        report = _do(t.append, type_name, {k: v for k, v in entry.items() if v is not None or k == "content"}, "cli")
+    console.print(
+        f"{escape(report['type'])}: {report['received']} received, [green]{report['inserted']} inserted[/], "
+        f"{report['duplicates']} already present"
+    )
+
+
+def _window_args(granularity, anchor, from_, to) -> dict[str, Any]:
+    return {"granularity": granularity, "anchor": anchor, "from_": from_, "to": to}
+
+
+@app.command()
+def windows(
+    type_name: str = typer.Argument(..., metavar="TYPE"),
+    granularity: str = typer.Option(None, "--granularity", "-g"),
+    anchor: str = typer.Option(None, "--anchor", "-a", help="A date or datetime inside the window: list its children."),
+    group: str = typer.Option(None, "--group"),
+    limit: int = typer.Option(None, "--limit"),
+    cursor: str = typer.Option(None, "--cursor"),
+):
+    """Browse one level at a time (entry counts, staleness)."""
+    _json(_do(_tower().windows, type_name, granularity, anchor, group, limit, cursor))
+
+
+@app.command()
+def recall(
+    type_name: str = typer.Argument(..., metavar="TYPE"),
+    granularity: str = typer.Option(None, "--granularity", "-g"),
+    anchor: str = typer.Option(None, "--anchor", "-a"),
+    from_: str = typer.Option(None, "--from"),
+    to: str = typer.Option(None, "--to"),
+    group: str = typer.Option(None, "--group"),
+    limit: int = typer.Option(None, "--limit"),
+    cursor: str = typer.Option(None, "--cursor"),
+):
+    """Exact recall: the window's raw entries, a page at a time."""
+    _json(_do(_tower().recall, type_name, granularity, anchor, from_, to, group, limit, cursor))
+
+
+@app.command()
+def summary(
+    type_name: str = typer.Argument(..., metavar="TYPE"),
+    granularity: str = typer.Option(None, "--granularity", "-g"),
+    anchor: str = typer.Option(None, "--anchor", "-a"),
+    from_: str = typer.Option(None, "--from"),
+    to: str = typer.Option(None, "--to"),
+    group: str = typer.Option(None, "--group"),
+    summarize_on_miss: bool = typer.Option(False, "--summarize-on-miss"),
+):
+    """Semantic recall: the stored summary (missing / empty otherwise)."""
+    _json(_do(_tower().get_summary, type_name, granularity, anchor, from_, to, group, summarize_on_miss))
+
+
+@app.command()
+def summarize(
+    type_name: str = typer.Argument(..., metavar="TYPE"),
+    granularity: str = typer.Option(None, "--granularity", "-g"),
+    anchor: str = typer.Option(None, "--anchor", "-a"),
+    from_: str = typer.Option(None, "--from"),
+    to: str = typer.Option(None, "--to"),
+    group: str = typer.Option(None, "--group"),
+):
+    """Summarize a closed window bottom-up (runs the job here and prints its final state)."""
+    _json(_do(_tower().summarize, type_name, granularity, anchor, from_, to, group))
+
+
+@app.command()
+def recompute(
+    type_name: str = typer.Argument(..., metavar="TYPE"),
+    granularity: str = typer.Option(None, "--granularity", "-g"),
+    anchor: str = typer.Option(None, "--anchor", "-a"),
+    from_: str = typer.Option(None, "--from"),
+    to: str = typer.Option(None, "--to"),
+    group: str = typer.Option(None, "--group"),
+):
+    """Rebuild a window's summary from the raw entries, bypassing the chain."""
+    _json(_do(_tower().recompute, type_name, granularity, anchor, from_, to, group))
+
+
+@app.command()
+def jobs(
+    type_name: str = typer.Option(None, "--type"),
+    state: str = typer.Option(None, "--state"),
+    limit: int = typer.Option(None, "--limit"),
+):
+    """Recent summarize jobs."""
+    _json(_do(_tower().list_jobs, type_name, state, limit))
+
+
+@app.command()
+def status():
+    """Types, entries, windows and summaries per type, the guardrail settings, given-up windows, jobs."""
+    print_status(open_store())
+
+
+def print_status(store) -> None:
+    from zoneinfo import ZoneInfo
+
+    from memory_pipeline.lib import settings
+    from memory_pipeline.tower import config as tower_config
+    from memory_pipeline.tower import reports
+
+    cfg = tower_config.load()
+    tz = ZoneInfo(settings.timezone_name())
+    table = Table(title="Time tower per memory type")
+    for col in ("type", "chain", "summaries", "entries", "windows", "summary records", "jobs", "state"):
+        table.add_column(col, justify="right" if col in ("entries", "windows", "summary records", "jobs") else "left")
+    for r in reports.per_type(store):
+        table.add_row(
+            escape(r["name"]),
+            " → ".join(r["chain"]),
+            f"{'on' if r['summaries'] else 'off'} (cap {r['cap']})",
+            str(r["entries"]),
+            str(r["windows"]),
+            str(r["summaries_count"]),
+            str(r["jobs"]),
+            "archived" if r["archived"] else "active",
+        )
+    console.print(table)
+    console.print(
+        f"guardrails (memory.tower): semantic tick every {cfg.semantic_tick_minutes} min, settle {cfg.settle_minutes} "
+        f"min, backoff doubling from {cfg.backoff_minutes} min, given up after {cfg.give_up_after} failures, "
+        f"at most {cfg.max_commits_per_round} commits per round; structural refresh every "
+        f"{cfg.structural_refresh_seconds} s; input budget {cfg.input_budget_tokens} tokens"
+    )
+    for g in reports.given_up(store, tz):
+        err.print(f"[yellow]given up[/] {escape(g['window'])} after {g['failures']} failures: {escape(g['reason'])}")
+    stale = reports.stale_days(store, tz)
+    if stale:
+        err.print(f"[yellow]stale windows[/]: {', '.join(f'{d} (+{n})' for d, n in sorted(stale.items()))}")
+
+
+def mcp(
+    host: str = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
+    port: int = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
+):
+    """Serve the time tower over MCP (streamable HTTP) at http://HOST:PORT and /mcp; 13 mem/* tools."""
+    t = _tower()
+    t.run_jobs = "thread"
+    host = host or t.cfg.mcp_host
+    port = port or t.cfg.mcp_port
+    from memory_pipeline.tower.mcp_server import make_uvicorn
+
+    err.print(f"MCP endpoint: http://{host}:{port} (and /mcp); Ctrl-C stops it")
+    make_uvicorn(t, host, port).run()
+    t.close()

@@ -1,0 +1,197 @@
+"""Seed 004 as Dagster assets: the structural windows (zero LLM, never in the `llm` pool) by CST
+day (every level up to `day`, the open day included), week and month; the semantic summaries
+(pool `llm`) by closed day, week and month; and the semantic tick. Each asset loops over its run's
+partition keys and calls the core (memory_pipeline.tower)."""
+
+from collections import Counter
+
+from dagster import AssetExecutionContext, BackfillPolicy, Config, MaterializeResult, asset
+from pydantic import Field
+
+from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
+from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_week
+from memory_pipeline.defs.events.definitions import raw_conversation_events
+from memory_pipeline.defs.tower.resources import TowerResource
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.tower import summaries, windows
+from memory_pipeline.tower.logic import Granularity
+
+GROUP = "tower"
+STORE_TAG = {"memory_pipeline/store": ""}
+LLM_POOL = "llm"
+
+
+class TowerRunConfig(Config):
+    force_llm: bool = Field(False, description="Ignore cached answers and call the model afresh.")
+
+
+def _round_metadata(result: summaries.RoundResult) -> dict:
+    return {
+        "summaries_written": result.committed,
+        "summaries_reused": result.reused,
+        "skipped_empty": result.skipped_empty,
+        "failed": result.failed,
+        "given_up": result.given_up,
+        "deferred": result.deferred,
+        "problems": md_table(
+            ("window", "reason"), [r.split(": ", 1) + [""] * (1 - r.count(": ")) for r in result.reasons[:20]]
+        )
+        if result.reasons
+        else "none",
+    }
+
+
+@asset(
+    partitions_def=cst_day_open,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[raw_conversation_events],
+    group_name=GROUP,
+    tags=STORE_TAG,
+    description="Seed 004 structural windows of one CST day, every level up to `day` of every memory type "
+    "(refs to the finer windows, down to the raw entries; zero LLM). Feeds the day's conversation messages "
+    "into the activity type first. Today's open partition is refreshed every minute by "
+    "tower_structural_refresh_sensor; empty windows get no rows.",
+)
+def tower_day_windows(context: AssetExecutionContext, tower: TowerResource) -> MaterializeResult:
+    store, tz, cfg = tower.store(), tower.tz(), tower.cfg()
+    totals: Counter[str] = Counter()
+    for key, day in partition_dates(context):
+        result = windows.build_day(store, day, tz, activity_type=cfg.activity_type)
+        totals.update(windows=result.windows, entries=result.entries, activity_fed=result.activity_fed)
+        context.add_asset_metadata(
+            {
+                "windows_written": result.windows,
+                "entries": result.entries,
+                "activity_entries_fed": result.activity_fed,
+                "by_level": dict(result.by_level),
+                "llm_calls": 0,
+            },
+            partition_key=key,
+        )
+    context.log.info(f"tower day windows: {dict(totals)}")
+    return MaterializeResult()
+
+
+def _coarse_windows(name: str, g: Granularity, partitions_def, description: str):
+    @asset(
+        name=name,
+        partitions_def=partitions_def,
+        backfill_policy=BackfillPolicy.single_run(),
+        deps=[tower_day_windows],
+        group_name=GROUP,
+        tags=STORE_TAG,
+        description=description,
+    )
+    def _asset(context: AssetExecutionContext, tower: TowerResource) -> MaterializeResult:
+        store, tz = tower.store(), tower.tz()
+        for key, period in partition_dates(context):
+            result = windows.build_coarse(store, g, period, tz)
+            context.add_asset_metadata(
+                {"windows_written": result.windows, "entries": result.entries, "llm_calls": 0}, partition_key=key
+            )
+        return MaterializeResult()
+
+    return _asset
+
+
+tower_week_windows = _coarse_windows(
+    "tower_week_windows",
+    Granularity.WEEK,
+    cst_week,
+    "Seed 004 week windows (Monday 00:00 CST) of every type whose chain has `week`, referring to the finer "
+    "level's windows (zero LLM).",
+)
+tower_month_windows = _coarse_windows(
+    "tower_month_windows",
+    Granularity.MONTH,
+    cst_month,
+    "Seed 004 month windows of every type whose chain has `month`, referring to its days (weeks do not fit "
+    "in months; zero LLM).",
+)
+
+
+def _summary_asset(name: str, g: Granularity, partitions_def, deps, description: str):
+    @asset(
+        name=name,
+        partitions_def=partitions_def,
+        backfill_policy=BackfillPolicy.single_run(),
+        deps=deps,
+        group_name=GROUP,
+        kinds={"llm"},
+        tags=STORE_TAG,
+        pool=LLM_POOL,
+        description=description,
+    )
+    def _asset(context: AssetExecutionContext, config: TowerRunConfig, tower: TowerResource) -> MaterializeResult:
+        now = utcnow()
+        for key, period in partition_dates(context):
+            sctx = tower.summary_context(name, key, config.force_llm)
+            result = summaries.summarize_period(sctx, g, period, now)
+            context.add_asset_metadata({**_round_metadata(result), **llm_metadata(sctx.llm.stats)}, partition_key=key)
+            if result.failed or result.given_up:
+                context.log.warning(f"{name} {key}: " + " | ".join(result.reasons[:3]))
+        return MaterializeResult()
+
+    return _asset
+
+
+tower_day_summaries = _summary_asset(
+    "tower_day_summaries",
+    Granularity.DAY,
+    cst_day,
+    [tower_day_windows],
+    "Seed 004 day summaries of every type with summaries on and `day` in its chain (worklog: one per closed "
+    "natural day per project), bottom-up: missing finer children from raw first, one aggregating call per "
+    "group. Append-only: a re-run appends (or reuses an unchanged record), never replaces.",
+)
+tower_week_summaries = _summary_asset(
+    "tower_week_summaries",
+    Granularity.WEEK,
+    cst_week,
+    [tower_week_windows, tower_day_summaries],
+    "Seed 004 week summaries (the default cap), bottom-up from the day summaries: one call per group plus one "
+    "per child day with entries but no summary; 0 calls on a second run.",
+)
+tower_month_summaries = _summary_asset(
+    "tower_month_summaries",
+    Granularity.MONTH,
+    cst_month,
+    [tower_month_windows, tower_day_summaries],
+    "Seed 004 month summaries, only for types that raised their summary cap to `month`.",
+)
+
+
+@asset(
+    deps=[tower_day_windows],
+    group_name=GROUP,
+    kinds={"llm"},
+    tags=STORE_TAG,
+    pool=LLM_POOL,
+    description="Seed 004 semantic tick (every 10 min by tower_semantic_tick_sensor): for each type with "
+    "summaries on, each level up to its cap, only the latest window closed for the settle period; done "
+    "windows cost nothing, empty ones are skipped, failures back off and are given up past the limit, and "
+    "at most max_commits_per_round records are written per round.",
+)
+def tower_semantic_tick(
+    context: AssetExecutionContext, config: TowerRunConfig, tower: TowerResource
+) -> MaterializeResult:
+    sctx = tower.summary_context("tower_semantic_tick", None, config.force_llm)
+    result = summaries.semantic_tick(sctx, utcnow())
+    return MaterializeResult(
+        metadata={
+            **_round_metadata(result),
+            **llm_metadata(sctx.llm.stats),
+            "written": md_table(("window",), [(w,) for w in result.written[:50]]) if result.written else "none",
+        }
+    )
+
+
+tower_assets = [
+    tower_day_windows,
+    tower_week_windows,
+    tower_month_windows,
+    tower_day_summaries,
+    tower_week_summaries,
+    tower_month_summaries,
+    tower_semantic_tick,
+]

@@ -1,0 +1,192 @@
+"""Tower asset checks, one result per partition (AssetCheckEvaluation per key, then one Output):
+refs cover exactly the raw entries (no gap, no duplicate) and every summary's refs resolve; the
+freshness of the structural view (entries past the materialization); the drift of chained week
+summaries against a recompute from raw."""
+
+from collections.abc import Iterator
+from datetime import date
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckExecutionContext,
+    AssetCheckSeverity,
+    AssetKey,
+    AssetRecordsFilter,
+    MetadataValue,
+    Output,
+    asset_check,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
+)
+
+from memory_pipeline.defs._shared.partitions import cst_day_open, cst_month, cst_week
+from memory_pipeline.defs.tower import assets
+from memory_pipeline.defs.tower.resources import TowerResource
+from memory_pipeline.lib.timeutil import local_date
+from memory_pipeline.tower import summaries, windows
+from memory_pipeline.tower.logic import Granularity
+
+CheckEvents = Iterator[AssetCheckEvaluation | Output]
+COVER_CHECK = "tower_windows_cover_entries"
+FRESH_CHECK = "tower_windows_fresh"
+DRIFT_CHECK = "tower_week_summaries_drift"
+
+
+def _evaluation(
+    context: AssetCheckExecutionContext,
+    asset_key: AssetKey,
+    key: str,
+    passed: bool,
+    metadata: dict[str, Any],
+    severity: AssetCheckSeverity = AssetCheckSeverity.ERROR,
+) -> AssetCheckEvaluation:
+    (spec,) = context.check_specs
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset_key, asset_partitions=[key]), limit=1
+    ).records
+    record = records[0] if records else None
+    return AssetCheckEvaluation(
+        asset_key=asset_key,
+        check_name=spec.name,
+        passed=passed,
+        partition=key,
+        severity=severity,
+        blocking=spec.blocking,
+        target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
+            storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
+        )
+        if record
+        else None,
+        metadata=metadata,
+    )
+
+
+def _keys(context: AssetCheckExecutionContext, defn) -> list[tuple[str, date]]:
+    """(key, local start date) of every partition the check runs for."""
+    tz = ZoneInfo(defn.timezone)
+    return [(k, local_date(defn.time_window_for_partition_key(k).start, tz)) for k in context.partition_keys]
+
+
+def _problems(problems: list[str]) -> MetadataValue:
+    return MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none")
+
+
+@asset_check(
+    asset=assets.tower_day_windows,
+    partitions_def=cst_day_open,
+    name=COVER_CHECK,
+    description="Refs of the day's windows cover exactly its raw entries as of the materialization (no gap, "
+    "no duplicate, no stranger), each level refers to exactly the finer windows present, and every summary's "
+    "refs resolve. One result per partition.",
+)
+def day_windows_cover(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
+    store, tz = tower.store(), tower.tz()
+    for key, day in _keys(context, cst_day_open):
+        audit = windows.audit_day(store, day, tz)
+        yield _evaluation(
+            context,
+            assets.tower_day_windows.key,
+            key,
+            not audit.problems,
+            {
+                "windows_audited": audit.audited,
+                "problems": len(audit.problems),
+                "first_problems": _problems(audit.problems),
+            },
+        )
+    yield Output(None)
+
+
+@asset_check(
+    asset=assets.tower_day_windows,
+    partitions_def=cst_day_open,
+    name=FRESH_CHECK,
+    description="Stale but consistent, made explicit: warns when entries of the day (or conversation messages "
+    "for the activity type) were appended after its windows were materialized. One result per partition.",
+)
+def day_windows_fresh(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
+    store, tz = tower.store(), tower.tz()
+    for key, day in _keys(context, cst_day_open):
+        audit = windows.audit_day(store, day, tz)
+        materialized = windows.window_run(store, "day", day)
+        yield _evaluation(
+            context,
+            assets.tower_day_windows.key,
+            key,
+            audit.stale_entries == 0,
+            {
+                "entries_not_in_view": audit.stale_entries,
+                "materialized_at": materialized.isoformat() if materialized else "never",
+            },
+            AssetCheckSeverity.WARN,
+        )
+    yield Output(None)
+
+
+def _coarse_check(asset_def, g: Granularity, defn):
+    @asset_check(
+        asset=asset_def,
+        partitions_def=defn,
+        name=COVER_CHECK,
+        description=f"Each {g} window refers to exactly the finer windows present inside it, and every summary's "
+        "refs resolve. One result per partition.",
+    )
+    def _check(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
+        store, tz = tower.store(), tower.tz()
+        for key, period in _keys(context, defn):
+            audit = windows.audit_coarse(store, g, period, tz)
+            yield _evaluation(
+                context,
+                asset_def.key,
+                key,
+                not audit.problems,
+                {
+                    "windows_audited": audit.audited,
+                    "problems": len(audit.problems),
+                    "first_problems": _problems(audit.problems),
+                },
+            )
+        yield Output(None)
+
+    return _check
+
+
+@asset_check(
+    asset=assets.tower_week_summaries,
+    partitions_def=cst_week,
+    name=DRIFT_CHECK,
+    description="Drift, measured: for a sample of chained week summaries, the keyword/section overlap with a "
+    "recompute from raw (metadata, not stored in the series); fails when a week's text equals a child day's "
+    "text byte for byte (no compression happened). One result per partition.",
+)
+def week_summaries_drift(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
+    for key, period in _keys(context, cst_week):
+        sctx = tower.summary_context(DRIFT_CHECK, key)
+        found = summaries.drift(sctx, Granularity.WEEK, period, sctx.cfg.drift_sample)
+        identical = [d.window for d in found if d.identical_to_child]
+        yield _evaluation(
+            context,
+            assets.tower_week_summaries.key,
+            key,
+            not identical,
+            {
+                "sampled": len(found),
+                "mean_overlap": round(sum(d.score for d in found) / len(found), 3) if found else 1.0,
+                "scores": MetadataValue.json({d.window: d.score for d in found}),
+                "identical_to_a_child": MetadataValue.json(identical),
+                "llm_calls": sctx.llm.stats.calls,
+            },
+        )
+    yield Output(None)
+
+
+tower_checks = [
+    day_windows_cover,
+    day_windows_fresh,
+    _coarse_check(assets.tower_week_windows, Granularity.WEEK, cst_week),
+    _coarse_check(assets.tower_month_windows, Granularity.MONTH, cst_month),
+    week_summaries_drift,
+]

@@ -1,0 +1,254 @@
+"""Seed 004 raw series (I/O): append entries to a type (Python API, CLI, JSONL file, MCP), append-
+only and idempotent on an entry id; the activity type fed from the raw conversation messages.
+
+A batch is validated whole before anything is written, then written in one transaction: a bad
+entry refuses the batch with its line and field, and nothing is half-written. An entry id already
+stored with the same content is a duplicate (nothing written); with other content, a conflict."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import Connection, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.timeutil import day_bounds, local_date, utcnow
+from memory_pipeline.tower import types as tower_types_io
+from memory_pipeline.tower.logic import EntryIn, TowerInputError, validate_entry
+from memory_pipeline.tower.tables import tower_entries
+
+BATCH = 5000
+MAX_LINE_BYTES = 1_048_576
+
+
+@dataclass
+class AppendReport:
+    type_name: str
+    received: int = 0
+    inserted: int = 0
+    duplicates: int = 0
+    entry_ids: list[str] = field(default_factory=list)
+    days: set[date] = field(default_factory=set)  # CST days that got new entries
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type_name,
+            "received": self.received,
+            "inserted": self.inserted,
+            "duplicates": self.duplicates,
+            "entry_ids": self.entry_ids[:1000],
+        }
+
+
+def _same(stored: Any, new: EntryIn) -> bool:
+    return (
+        stored["at"] == new.at
+        and stored["group_value"] == new.group
+        and json.dumps(stored["content"], sort_keys=True) == json.dumps(new.content, sort_keys=True)
+    )
+
+
+def append(
+    store: Store, type_name: object, raw_entries: Iterable[tuple[str, Any]], tz: ZoneInfo, source: str = "api"
+) -> AppendReport:
+    """``raw_entries``: (where, raw) pairs, ``where`` naming the line or index for errors."""
+    mtype = tower_types_io.get(store, type_name)
+    if mtype.archived:
+        raise TowerInputError("type", f"memory type {mtype.name!r} is archived: appends are refused")
+    now = utcnow()
+    batch: list[EntryIn] = []
+    wheres: list[str] = []
+    seen: dict[str, str] = {}
+    for where, raw in raw_entries:
+        e = validate_entry(raw, group_field=mtype.group_field, now=now, where=where)
+        if e.entry_id is not None:
+            if e.entry_id in seen:
+                raise TowerInputError("id", f"duplicate id in this batch (first at {seen[e.entry_id]})", where)
+            seen[e.entry_id] = where
+        batch.append(e)
+        wheres.append(where)
+    report = AppendReport(mtype.name, received=len(batch))
+    rows = []
+    for e in batch:
+        eid = e.entry_id or uuid.uuid4().hex
+        rows.append(
+            {
+                "type_name": mtype.name,
+                "entry_id": eid,
+                "at": e.at,
+                "group_value": e.group,
+                "content": e.content,
+                "chars": e.chars,
+                "ingested_at": now,
+                "source": source[:1024],
+            }
+        )
+    with store.begin() as conn:  # one transaction: all or nothing
+        given = [r["entry_id"] for r, e in zip(rows, batch, strict=True) if e.entry_id is not None]
+        stored = _stored(conn, mtype.name, given)
+        fresh = []
+        for row, e, where in zip(rows, batch, wheres, strict=True):
+            old = stored.get(row["entry_id"])
+            if old is None:
+                fresh.append(row)
+            elif _same(old, e):
+                report.duplicates += 1
+            else:
+                raise TowerInputError("id", f"entry id {row['entry_id']!r} is stored with other content", where)
+        new_ids: set[str] = set()
+        for i in range(0, len(fresh), BATCH):
+            new_ids |= _insert_new(conn, fresh[i : i + BATCH])
+        # A row another append stored first (between our read and our insert) is a duplicate when
+        # it is the same entry, else a conflict that refuses this whole batch.
+        raced = [r for r in fresh if r["entry_id"] not in new_ids]
+        if raced:
+            now_stored = _stored(conn, mtype.name, [r["entry_id"] for r in raced])
+            by_id = {r["entry_id"]: (e, where) for r, e, where in zip(rows, batch, wheres, strict=True)}
+            for r in raced:
+                e, where = by_id[r["entry_id"]]
+                if not _same(now_stored[r["entry_id"]], e):
+                    raise TowerInputError("id", f"entry id {r['entry_id']!r} is stored with other content", where)
+                report.duplicates += 1
+        report.inserted = len(new_ids)
+        fresh = [r for r in fresh if r["entry_id"] in new_ids]
+    report.entry_ids = [r["entry_id"] for r in rows]
+    report.days = {local_date(r["at"], tz) for r in fresh}
+    return report
+
+
+def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
+    """INSERT .. ON CONFLICT (type_name, entry_id) DO NOTHING RETURNING entry_id."""
+    if not rows:
+        return set()
+    ins = postgresql.insert(tower_entries) if conn.dialect.name == "postgresql" else sqlite.insert(tower_entries)
+    stmt = ins.on_conflict_do_nothing(index_elements=["type_name", "entry_id"]).returning(tower_entries.c.entry_id)
+    return set(conn.execute(stmt, rows).scalars())
+
+
+def _stored(conn: Connection, type_name: str, ids: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    t = tower_entries.c
+    for i in range(0, len(ids), BATCH):
+        q = select(t.entry_id, t.at, t.group_value, t.content).where(
+            t.type_name == type_name, t.entry_id.in_(ids[i : i + BATCH])
+        )
+        out.update({r["entry_id"]: r for r in conn.execute(q).mappings()})
+    return out
+
+
+def read_jsonl(path: Path) -> list[tuple[str, Any]]:
+    """(``file:line``, object) per non-blank line; a line that is not JSON is refused by number."""
+    label = path.name
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TowerInputError("file", f"cannot read {label}: {exc.strerror}") from None
+    out = []
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        if not raw.strip():
+            continue
+        where = f"{label}:{n}"
+        if len(raw) > MAX_LINE_BYTES:
+            raise TowerInputError("line", f"longer than {MAX_LINE_BYTES} bytes", where)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TowerInputError("line", f"not UTF-8 (byte {exc.start})", where) from None
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TowerInputError("line", f"not JSON ({exc.msg} at column {exc.colno})", where) from None
+        except RecursionError:
+            raise TowerInputError("line", "nested too deeply", where) from None
+        out.append((where, obj))
+    return out
+
+
+def append_file(store: Store, type_name: object, path: Path, tz: ZoneInfo) -> AppendReport:
+    return append(store, type_name, read_jsonl(path), tz, source=f"file:{path.name}")
+
+
+# ---- the activity type, fed from raw conversation messages ------------------------------------------
+
+
+def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> int:
+    """Copy the messages of CST ``day`` (non-debug conversations) into the activity type, grouped
+    by world: one read, batched inserts in one transaction, idempotent on the message id."""
+    start, end = day_bounds(day, tz)
+    m, c = messages.c, conversations.c
+    q = (
+        select(m.message_id, m.role, m.content, m.at, m.tool_calls, m.conversation_id, c.world_id, c.platform)
+        .join(conversations, c.conversation_id == m.conversation_id)
+        .where(m.at >= start, m.at < end, c.debug.is_(False))
+        .order_by(m.at, m.message_id)
+    )
+    now = utcnow()
+    inserted = 0
+    with store.begin() as conn:
+        rows = []
+        for r in conn.execute(q).mappings():
+            content = {
+                "role": r["role"],
+                "text": r["content"] or "",
+                "conversation_id": r["conversation_id"],
+                "platform": r["platform"],
+            }
+            if r["tool_calls"]:
+                content["tools"] = [t.get("name") for t in r["tool_calls"] if isinstance(t, dict)]
+            rows.append(
+                {
+                    "type_name": activity_type,
+                    "entry_id": r["message_id"],
+                    "at": r["at"],
+                    "group_value": r["world_id"],
+                    "content": content,
+                    "chars": len(r["content"] or ""),
+                    "ingested_at": now,
+                    "source": "messages",
+                }
+            )
+        for i in range(0, len(rows), BATCH):
+            inserted += len(_insert_new(conn, rows[i : i + BATCH]))
+    return inserted
+
+
+def entries_in(conn: Connection, type_name: str, start: datetime, end: datetime, group: str | None = None) -> list[Any]:
+    """(entry_pk, at, group_value, chars) of a type's entries in [start, end), in order."""
+    t = tower_entries.c
+    q = (
+        select(t.entry_pk, t.at, t.group_value, t.chars)
+        .where(t.type_name == type_name, t.at >= start, t.at < end)
+        .order_by(t.at, t.entry_pk)
+    )
+    if group is not None:
+        q = q.where(t.group_value == group)
+    return list(conn.execute(q).mappings())
+
+
+def entries_by_pk(conn: Connection, pks: list[int]) -> list[Any]:
+    t = tower_entries.c
+    out = []
+    for i in range(0, len(pks), BATCH):
+        out += list(
+            conn.execute(
+                select(t.entry_pk, t.entry_id, t.at, t.group_value, t.content, t.chars).where(
+                    t.entry_pk.in_(pks[i : i + BATCH])
+                )
+            ).mappings()
+        )
+    order = {pk: i for i, pk in enumerate(pks)}
+    return sorted(out, key=lambda r: order[r["entry_pk"]])
+
+
+__all__ = ["AppendReport", "append", "append_file", "entries_by_pk", "entries_in", "feed_activity", "read_jsonl"]

@@ -1,0 +1,96 @@
+"""Seed 004 asynchronous summarize jobs (I/O): summarize, recompute and summarize_on_miss return a
+job id at once; the job's row goes queued → running → succeeded | skipped_empty | failed |
+given_up, with the summary record's id (seed: 总结任务的异步状态查询)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import select, update
+
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.tower.logic import JobKind, JobState
+from memory_pipeline.tower.summaries import WindowKey
+from memory_pipeline.tower.tables import tower_jobs
+
+
+def submit(store: Store, kind: JobKind, key: WindowKey) -> str:
+    job_id = uuid.uuid4().hex
+    now = utcnow()
+    with store.begin() as conn:
+        conn.execute(
+            tower_jobs.insert().values(
+                job_id=job_id,
+                kind=str(kind),
+                type_name=key.type_name,
+                granularity=key.granularity,
+                start=key.start,
+                end=key.end,
+                group_value=key.group,
+                state=str(JobState.QUEUED),
+                llm_calls=0,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    return job_id
+
+
+def set_state(
+    store: Store,
+    job_id: str,
+    state: JobState,
+    *,
+    record_id: int | None = None,
+    calls: int = 0,
+    error: str | None = None,
+) -> None:
+    with store.begin() as conn:
+        conn.execute(
+            update(tower_jobs)
+            .where(tower_jobs.c.job_id == job_id)
+            .values(state=str(state), record_id=record_id, llm_calls=calls, error=error, updated_at=utcnow())
+        )
+
+
+def key_of(row: Any) -> WindowKey:
+    return WindowKey(row["type_name"], row["granularity"], row["start"], row["end"], row["group_value"])
+
+
+def load(store: Store, job_id: str) -> Any | None:
+    with store.connect() as conn:
+        return conn.execute(select(tower_jobs).where(tower_jobs.c.job_id == job_id)).mappings().first()
+
+
+def view(row: Any, tz: ZoneInfo) -> dict[str, Any]:
+    return {
+        "job_id": row["job_id"],
+        "kind": row["kind"],
+        "type": row["type_name"],
+        "window": {
+            "granularity": row["granularity"],
+            "start": row["start"].astimezone(tz).isoformat(),
+            "end": row["end"].astimezone(tz).isoformat(),
+        },
+        "group": row["group_value"],
+        "state": row["state"],
+        "record_id": row["record_id"],
+        "llm_calls": row["llm_calls"],
+        "error": row["error"],
+        "created_at": row["created_at"].isoformat(),
+        "updated_at": row["updated_at"].isoformat(),
+    }
+
+
+def list_jobs(store: Store, *, type_name: str | None, state: str | None, limit: int) -> list[Any]:
+    j = tower_jobs.c
+    q = select(tower_jobs).order_by(j.created_at.desc(), j.job_id).limit(limit)
+    if type_name is not None:
+        q = q.where(j.type_name == type_name)
+    if state is not None:
+        q = q.where(j.state == state)
+    with store.connect() as conn:
+        return list(conn.execute(q).mappings())

@@ -1,0 +1,374 @@
+"""Seed 004 recall (I/O, never an LLM call). Structural recall is navigation, not compression
+(seed: 导航, 不是压缩): it browses one level at a time and resolves any window (or from/to) to its
+raw entries by walking the references, returning the raw volume, a page at a time (the client
+decides how much: 取多少, 由客户端决定). Semantic recall returns the stored summary, says `missing` or
+`empty` otherwise, and over a range wider than the cap returns the cap-level summaries inside it."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import Connection, select
+
+from memory_pipeline.lib.store import Store
+from memory_pipeline.tower.entries import entries_by_pk
+from memory_pipeline.tower.logic import (
+    RANGE,
+    RANK,
+    Granularity,
+    TowerInputError,
+    child_level,
+    decode_cursor,
+    encode_cursor,
+    parse_anchor,
+    window_end,
+    window_start,
+)
+from memory_pipeline.tower.summaries import WindowKey, newest, record_view
+from memory_pipeline.tower.tables import tower_entries, tower_summaries, tower_windows
+from memory_pipeline.tower.types import MemoryType
+from memory_pipeline.tower.windows import from_iso
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A window: a level of the chain and its start, or an explicit from/to (granularity "range")."""
+
+    granularity: str
+    start: datetime
+    end: datetime
+
+
+def _instant(value: object, field: str, tz: ZoneInfo) -> datetime:
+    if isinstance(value, str) and len(value.strip()) == 10:
+        try:
+            d = date.fromisoformat(value.strip())
+        except ValueError:
+            raise TowerInputError(field, "is not a date (YYYY-MM-DD) or an ISO 8601 datetime with an offset") from None
+        return datetime(d.year, d.month, d.day, tzinfo=tz)
+    return parse_anchor(value, field)
+
+
+def resolve(
+    t: MemoryType,
+    tz: ZoneInfo,
+    granularity: object = None,
+    anchor: object = None,
+    from_: object = None,
+    to: object = None,
+) -> Spec:
+    if from_ is not None or to is not None:
+        if granularity is not None or anchor is not None:
+            raise TowerInputError("from", "give either granularity + anchor or from + to, not both")
+        if from_ is None or to is None:
+            raise TowerInputError("to" if from_ is not None else "from", "from and to go together")
+        lo, hi = _instant(from_, "from", tz), _instant(to, "to", tz)
+        if hi <= lo:
+            raise TowerInputError("to", "must be after from")
+        return Spec(RANGE, lo, hi)
+    if granularity is None:
+        raise TowerInputError("granularity", f"required (one of {', '.join(t.chain)}), or from + to")
+    if not isinstance(granularity, str) or granularity not in t.chain:
+        raise TowerInputError("granularity", f"not in {t.name}'s chain ({' → '.join(t.chain)})")
+    if anchor is None:
+        raise TowerInputError("anchor", "required with granularity: a date or datetime inside the window")
+    g = Granularity(granularity)
+    start = window_start(g, _instant(anchor, "anchor", tz), tz)
+    return Spec(str(g), start, window_end(g, start, tz))
+
+
+def _group(value: object) -> str | None:
+    if value is None:
+        return None
+    from memory_pipeline.lib.ids import validate_id
+
+    if value == "":
+        return ""
+    if problem := validate_id(value):
+        raise TowerInputError("group", problem)
+    assert isinstance(value, str)
+    return value
+
+
+def _window_rows(conn: Connection, t: MemoryType, g: str, starts: list[datetime], groups: set[str] | None) -> list[Any]:
+    w = tower_windows.c
+    out = []
+    for i in range(0, len(starts), 1000):
+        q = select(tower_windows).where(w.type_name == t.name, w.granularity == g, w.start.in_(starts[i : i + 1000]))
+        if groups is not None and len(groups) == 1:
+            q = q.where(w.group_value == next(iter(groups)))
+        out += list(conn.execute(q).mappings())
+    return out
+
+
+def _walk(conn: Connection, t: MemoryType, rows: list[Any]) -> list[int]:
+    """From windows down to entry pks, one query per level."""
+    pks: list[int] = []
+    while rows:
+        pks += [int(x) for r in rows if r["ref_kind"] == "entry" for x in r["refs"]]
+        upper = [r for r in rows if r["ref_kind"] == "window"]
+        if not upper:
+            break
+        g = Granularity(upper[0]["granularity"])
+        child = child_level(t.chain, g)
+        assert child is not None
+        wanted = {(r["group_value"], from_iso(x)) for r in upper for x in r["refs"]}
+        starts = sorted({s for _, s in wanted})
+        groups = {gv for gv, _ in wanted}
+        rows = [
+            r for r in _window_rows(conn, t, str(child), starts, groups) if (r["group_value"], r["start"]) in wanted
+        ]
+    return pks
+
+
+def _count_now(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None) -> tuple[int, int]:
+    e = tower_entries.c
+    q = select(e.chars).where(e.type_name == t.name, e.at >= start, e.at < end)
+    if group is not None:
+        q = q.where(e.group_value == group)
+    chars = list(conn.execute(q).scalars())
+    return len(chars), sum(chars)
+
+
+def recall(
+    store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group: object = None, limit: int, cursor: object = None
+) -> dict[str, Any]:
+    """Exact recall: the raw entries of the window, by walking its references, a page at a time."""
+    grp = _group(group)
+    offset = decode_cursor(cursor)
+    e = tower_entries.c
+    with store.connect() as conn:
+        if spec.granularity == RANGE:
+            finest = t.chain[0]
+            starts = []
+            cur = window_start(finest, spec.start, tz)
+            while cur < spec.end:
+                starts.append(cur)
+                cur = window_end(finest, cur, tz)
+            rows = _window_rows(conn, t, str(finest), starts, {grp} if grp is not None else None)
+        else:
+            rows = _window_rows(conn, t, spec.granularity, [spec.start], {grp} if grp is not None else None)
+        if grp is not None:
+            rows = [r for r in rows if r["group_value"] == grp]
+        materialized = [r["materialized_at"] for r in rows]
+        pks = _walk(conn, t, rows)
+        meta: dict[int, tuple[datetime, int]] = {}
+        for i in range(0, len(pks), 5000):
+            for pk, at, chars in conn.execute(
+                select(e.entry_pk, e.at, e.chars).where(e.entry_pk.in_(pks[i : i + 5000]))
+            ):
+                meta[int(pk)] = (at, int(chars))
+        chosen = sorted(
+            (pk for pk in set(pks) if pk in meta and spec.start <= meta[pk][0] < spec.end),
+            key=lambda pk: (meta[pk][0], pk),
+        )
+        page = chosen[offset : offset + limit]
+        entries = entries_by_pk(conn, page)
+        now_count, _ = _count_now(conn, t, spec.start, spec.end, grp)
+    not_in_view = max(0, now_count - len(chosen))
+    nxt = offset + len(page)
+    return {
+        "type": t.name,
+        "window": _spec_view(spec, tz),
+        "group": grp,
+        "mode": "exact",
+        "total_entries": len(chosen),
+        "total_chars": sum(meta[pk][1] for pk in chosen),
+        "returned": len(entries),
+        "next_cursor": encode_cursor(nxt) if nxt < len(chosen) else None,
+        "entries": [
+            {
+                "entry_id": r["entry_id"],
+                "at": r["at"].astimezone(tz).isoformat(),
+                "group": r["group_value"],
+                "content": r["content"],
+                "chars": r["chars"],
+            }
+            for r in entries
+        ],
+        **_staleness(materialized, not_in_view, bool(rows)),
+    }
+
+
+def _staleness(materialized: list[datetime], not_in_view: int, any_rows: bool) -> dict[str, Any]:
+    """Seed: a coarse view reflects the records up to its last materialization and returns a stale
+    but consistent window with no error signal; here it always says so."""
+    return {
+        "materialized_at": max(materialized).isoformat() if materialized else None,
+        "materialized": any_rows,
+        "stale": not_in_view > 0,
+        "entries_not_in_view": not_in_view,
+    }
+
+
+def _spec_view(spec: Spec, tz: ZoneInfo) -> dict[str, str]:
+    return {
+        "granularity": spec.granularity,
+        "start": spec.start.astimezone(tz).isoformat(),
+        "end": spec.end.astimezone(tz).isoformat(),
+    }
+
+
+def browse(
+    store: Store,
+    t: MemoryType,
+    tz: ZoneInfo,
+    *,
+    granularity: object = None,
+    anchor: object = None,
+    group: object = None,
+    limit: int,
+    cursor: object = None,
+) -> dict[str, Any]:
+    """One level at a time: without an anchor, the windows of ``granularity`` (default the chain's
+    coarsest); with one, that window's children at the next finer level, with entry counts."""
+    grp = _group(group)
+    offset = decode_cursor(cursor)
+    w = tower_windows.c
+    level = granularity if granularity is not None else str(t.chain[-1])
+    if not isinstance(level, str) or level not in t.chain:
+        raise TowerInputError("granularity", f"not in {t.name}'s chain ({' → '.join(t.chain)})")
+    parent = None
+    if anchor is not None:
+        spec = resolve(t, tz, level, anchor)
+        child = child_level(t.chain, Granularity(level))
+        parent = spec
+        if child is None:
+            raise TowerInputError(
+                "granularity", f"{level} is the finest level: its children are raw entries (use recall)"
+            )
+        q = select(tower_windows).where(
+            w.type_name == t.name, w.granularity == str(child), w.start >= spec.start, w.start < spec.end
+        )
+    else:
+        q = select(tower_windows).where(w.type_name == t.name, w.granularity == level)
+    if grp is not None:
+        q = q.where(w.group_value == grp)
+    with store.connect() as conn:
+        rows = list(conn.execute(q.order_by(w.start, w.group_value)).mappings())
+        page = rows[offset : offset + limit]
+        counts = _counts_now(conn, t, page)
+    nxt = offset + len(page)
+    items = []
+    for r in page:
+        now_n = counts.get((r["group_value"], r["start"]), 0)
+        items.append(
+            {
+                "granularity": r["granularity"],
+                "start": r["start"].astimezone(tz).isoformat(),
+                "end": r["end"].astimezone(tz).isoformat(),
+                "group": r["group_value"],
+                "entry_count": r["entry_count"],
+                "chars": r["chars"],
+                "materialized_at": r["materialized_at"].isoformat(),
+                "stale": now_n > r["entry_count"],
+                "entries_not_in_view": max(0, now_n - r["entry_count"]),
+            }
+        )
+    return {
+        "type": t.name,
+        "window": _spec_view(parent, tz) if parent else None,
+        "level": items[0]["granularity"]
+        if items
+        else (str(child_level(t.chain, Granularity(level))) if parent else level),
+        "total_windows": len(rows),
+        "total_entries": sum(r["entry_count"] for r in rows),
+        "total_chars": sum(r["chars"] for r in rows),
+        "returned": len(items),
+        "next_cursor": encode_cursor(nxt) if nxt < len(rows) else None,
+        "windows": items,
+    }
+
+
+def _counts_now(conn: Connection, t: MemoryType, rows: list[Any]) -> dict[tuple[str, datetime], int]:
+    if not rows:
+        return {}
+    e = tower_entries.c
+    lo, hi = min(r["start"] for r in rows), max(r["end"] for r in rows)
+    ats: dict[str, list[datetime]] = defaultdict(list)
+    for gv, at in conn.execute(select(e.group_value, e.at).where(e.type_name == t.name, e.at >= lo, e.at < hi)):
+        ats[gv].append(at)
+    for v in ats.values():
+        v.sort()
+    return {
+        (r["group_value"], r["start"]): bisect_left(ats[r["group_value"]], r["end"])
+        - bisect_left(ats[r["group_value"]], r["start"])
+        for r in rows
+    }
+
+
+# ---- semantic recall ----------------------------------------------------------------------------------
+
+
+def cap_span(t: MemoryType, spec: Spec, tz: ZoneInfo) -> bool:
+    """A range wider than one cap-level window (or a level above the cap) is answered with the
+    cap-level summaries inside it (a year → ~52 weeks), never with a new call."""
+    if spec.granularity != RANGE:
+        return RANK[Granularity(spec.granularity)] > RANK[t.summary_cap]
+    s = window_start(t.summary_cap, spec.start, tz)
+    return spec.end - spec.start > window_end(t.summary_cap, s, tz) - s
+
+
+def groups_with_entries(conn: Connection, t: MemoryType, spec: Spec) -> list[str]:
+    e = tower_entries.c
+    q = select(e.group_value).where(e.type_name == t.name, e.at >= spec.start, e.at < spec.end).distinct()
+    return sorted(conn.execute(q).scalars())
+
+
+def get_summary(store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group: object = None) -> dict[str, Any]:
+    grp = _group(group)
+    s = tower_summaries.c
+    with store.connect() as conn:
+        if cap_span(t, spec, tz):
+            q = (
+                select(tower_summaries)
+                .where(
+                    s.type_name == t.name,
+                    s.granularity == str(t.summary_cap),
+                    s.start >= spec.start,
+                    s.start < spec.end,
+                )
+                .order_by(s.start, s.group_value, s.record_id.desc())
+            )
+            if grp is not None:
+                q = q.where(s.group_value == grp)
+            latest: dict[tuple[datetime, str], Any] = {}
+            for r in conn.execute(q).mappings():
+                latest.setdefault((r["start"], r["group_value"]), r)
+            views = []
+            for r in latest.values():
+                n, _ = _count_now(conn, t, r["start"], r["end"], r["group_value"])
+                views.append(record_view(r, tz, n))
+            return {
+                "type": t.name,
+                "window": _spec_view(spec, tz),
+                "state": "cap_level",
+                "note": f"wider than the summary cap ({t.summary_cap}): the {t.summary_cap} summaries inside it",
+                "summaries": views,
+                "missing_groups": [],
+            }
+        groups = [grp] if grp is not None else groups_with_entries(conn, t, spec)
+        found, missing = [], []
+        for gv in groups:
+            key = WindowKey(t.name, spec.granularity, spec.start, spec.end, gv)
+            rec = newest(conn, key)
+            n, _ = _count_now(conn, t, spec.start, spec.end, gv)
+            if rec is not None:
+                found.append(record_view(rec, tz, n))
+            elif n:
+                missing.append(gv)
+    state = (
+        "empty" if not found and not missing else ("found" if not missing else ("missing" if not found else "partial"))
+    )
+    return {
+        "type": t.name,
+        "window": _spec_view(spec, tz),
+        "state": state,
+        "summaries": found,
+        "missing_groups": missing,
+    }

@@ -1,0 +1,569 @@
+"""Seed 004 semantic summaries (I/O): a structured SummaryRecord per (window, group), appended to the
+type's summary series, bottom-up from the finer level's summaries (one call per group; missing
+children made from raw first) or, by `recompute`, straight from the raw entries.
+
+The five guardrails: (1) only closed windows after the settle period (an explicit call over an open
+one is refused); (2) idempotent per (window, group): a lease makes one call across processes, the
+material fingerprint reuses an unchanged record, a success clears the retry ledger; (3) an empty
+window costs nothing; (4) consecutive failures back off and past a limit are given up, with the
+reason; (5) the semantic tick commits at most ``max_commits_per_round`` records."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import Connection, delete, select
+
+from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest
+from memory_pipeline.lib.store import Store, leases, upsert
+from memory_pipeline.lib.text import short_hash, truncate
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.tower import prompts
+from memory_pipeline.tower import types as types_io
+from memory_pipeline.tower.config import TowerConfig
+from memory_pipeline.tower.entries import entries_by_pk, entries_in
+from memory_pipeline.tower.logic import (
+    RANGE,
+    RANK,
+    Granularity,
+    JobState,
+    Source,
+    Strategy,
+    TowerInputError,
+    approx_tokens,
+    backoff_delay,
+    child_level,
+    entry_text,
+    is_settled,
+    parse_sections,
+    plan_chunks,
+    provenance,
+    render_sections,
+    summary_levels,
+    window_end,
+    window_label,
+    window_start,
+)
+from memory_pipeline.tower.tables import tower_summaries, tower_summary_attempts
+from memory_pipeline.tower.types import MemoryType
+
+LEASE_ASSET = "tower_summary"
+ENTRY_LINE_MAX_CHARS = 2000
+
+
+@dataclass
+class SummaryContext:
+    store: Store
+    llm: LLMClient
+    cfg: TowerConfig
+    tz: ZoneInfo
+    force_llm: bool = False
+    lease_wait_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class WindowKey:
+    type_name: str
+    granularity: str  # a level of the chain, or "range" for an explicit from/to
+    start: datetime
+    end: datetime
+    group: str
+
+    def lease_partition(self) -> str:
+        return short_hash([self.type_name, self.granularity, self.start.isoformat(), self.end.isoformat(), self.group])
+
+    def label(self, tz: ZoneInfo) -> str:
+        grp = f" [{self.group}]" if self.group else ""
+        return f"{self.type_name} {window_label(self.granularity, self.start, tz, self.end)}{grp}"
+
+    def where(self) -> list[Any]:
+        s = tower_summaries.c
+        return [
+            s.type_name == self.type_name,
+            s.granularity == self.granularity,
+            s.start == self.start,
+            s.end == self.end,
+            s.group_value == self.group,
+        ]
+
+
+def level_key(t: MemoryType, g: Granularity, start: datetime, group: str, tz: ZoneInfo) -> WindowKey:
+    return WindowKey(t.name, str(g), start, window_end(g, start, tz), group)
+
+
+@dataclass
+class Outcome:
+    state: JobState
+    record_id: int | None = None
+    calls: int = 0
+    reused: bool = False
+    reason: str = ""
+
+
+# ---- reads ----------------------------------------------------------------------------------------
+
+
+def newest(conn: Connection, key: WindowKey) -> Any | None:
+    q = select(tower_summaries).where(*key.where()).order_by(tower_summaries.c.record_id.desc()).limit(1)
+    return conn.execute(q).mappings().first()
+
+
+def attempts(conn: Connection, key: WindowKey) -> Any | None:
+    a = tower_summary_attempts.c
+    q = select(tower_summary_attempts).where(
+        a.type_name == key.type_name,
+        a.granularity == key.granularity,
+        a.start == key.start,
+        a.end == key.end,
+        a.group_value == key.group,
+    )
+    return conn.execute(q).mappings().first()
+
+
+def record_view(r: Any, tz: ZoneInfo, current_entries: int | None = None) -> dict[str, Any]:
+    """A SummaryRecord as every client-facing surface shows it (provenance keys as the seed names them)."""
+    missing = max(0, current_entries - r["entry_count"]) if current_entries is not None else 0
+    return {
+        "record_id": r["record_id"],
+        "series": f"{r['type_name']}.summary",
+        "type": r["type_name"],
+        "window": {
+            "granularity": r["granularity"],
+            "start": r["start"].astimezone(tz).isoformat(),
+            "end": r["end"].astimezone(tz).isoformat(),
+        },
+        "group": r["group_value"],
+        "sections": {
+            k: list(r["sections"].get(k, []))
+            for k in ("decisions", "conclusions", "todos", "state_changes", "keywords")
+        },
+        "text": r["text"],
+        "refs": {"kind": r["ref_kind"], "ids": list(r["refs"])},
+        "source": r["source"],
+        "model": r["model"],
+        "created_at": r["created_at"].isoformat(),
+        "provenance": provenance(r["strategy"], r["chunks"], r["input_tokens"], r["clipped_entries"]),
+        "entry_count": r["entry_count"],
+        # A late entry updates the refs at once but never re-summarizes: the record says what it misses.
+        "stale": missing > 0,
+        "missing_entries": missing,
+    }
+
+
+# ---- guardrail 1 -------------------------------------------------------------------------------------
+
+
+def refuse_unsettled(key: WindowKey, now: datetime, cfg: TowerConfig, tz: ZoneInfo) -> None:
+    if key.end > now:
+        raise TowerInputError(
+            "window",
+            f"{key.label(tz)} is still open (it closes at {key.end.astimezone(tz).isoformat()}); "
+            "an open window is never summarized",
+        )
+    if not is_settled(key.end, now, cfg.settle):
+        settles = (key.end + cfg.settle).astimezone(tz).isoformat()
+        raise TowerInputError(
+            "window", f"{key.label(tz)} closed less than {cfg.settle_minutes} min ago (settles at {settles})"
+        )
+
+
+def check_level(t: MemoryType, g: str) -> Granularity:
+    if g not in t.chain:
+        raise TowerInputError("granularity", f"{g!r} is not in {t.name}'s chain ({' → '.join(t.chain)})")
+    level = Granularity(g)
+    if RANK[level] > RANK[t.summary_cap]:
+        raise TowerInputError(
+            "granularity", f"{g} is above {t.name}'s summary cap ({t.summary_cap}); raise the cap to summarize it"
+        )
+    return level
+
+
+# ---- the model ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Made:
+    sections: dict[str, list[str]]
+    strategy: Strategy
+    chunks: int
+    input_tokens: int
+    clipped: int
+    calls: int = 0
+
+
+def _ask(sctx: SummaryContext, task: str, header: str, items: list[str]) -> str:
+    req = LLMRequest(
+        task=task,
+        system=prompts.spec(task, sctx.cfg.summary_max_chars),
+        user="\n".join([header, *items]),
+        prompt_version=prompts.PROMPT_VERSION,
+        max_chars=sctx.cfg.summary_max_chars,
+    )
+    return sctx.llm.complete(req, force=sctx.force_llm).text.strip()
+
+
+def _make(sctx: SummaryContext, task: str, header: str, items: list[str]) -> Made:
+    """Within the token budget one direct call; over it one call per chunk, then one to merge."""
+    before = sctx.llm.stats.calls
+    plan = plan_chunks([approx_tokens(x) for x in items], sctx.cfg.input_budget_tokens, sctx.cfg.max_chunks)
+    if plan.strategy == Strategy.DIRECT:
+        chosen = [items[i] for i in plan.chunks[0]] if plan.chunks else []
+        answer = _ask(sctx, task, header, chosen)
+    else:
+        partials = [
+            _ask(sctx, "tower_map", f"{header} (part {n + 1} of {len(plan.chunks)})", [items[i] for i in chunk])
+            for n, chunk in enumerate(plan.chunks)
+        ]
+        answer = _ask(sctx, "tower_reduce", header, [f"part {n + 1}: {p}" for n, p in enumerate(partials)])
+    return Made(
+        parse_sections(answer),
+        plan.strategy,
+        len(plan.chunks),
+        plan.input_tokens,
+        plan.clipped,
+        sctx.llm.stats.calls - before,
+    )
+
+
+def _insert(
+    conn: Connection,
+    sctx: SummaryContext,
+    key: WindowKey,
+    made: Made,
+    *,
+    source: Source,
+    ref_kind: str,
+    refs: list[int],
+    entry_count: int,
+    fp: str,
+) -> int:
+    row = {
+        "type_name": key.type_name,
+        "granularity": key.granularity,
+        "start": key.start,
+        "end": key.end,
+        "group_value": key.group,
+        "sections": made.sections,
+        "text": render_sections(made.sections),
+        "ref_kind": ref_kind,
+        "refs": refs,
+        "source": str(source),
+        "entry_count": entry_count,
+        "model": sctx.llm.model,
+        "prompt_version": prompts.PROMPT_VERSION,
+        "strategy": str(made.strategy),
+        "chunks": made.chunks,
+        "input_tokens": made.input_tokens,
+        "clipped_entries": made.clipped,
+        "material_fp": fp,
+        "created_at": utcnow(),
+    }
+    return int(conn.execute(tower_summaries.insert().values(row)).inserted_primary_key[0])
+
+
+def _fp(sctx: SummaryContext, kind: str, refs: list[int]) -> str:
+    return short_hash([kind, sctx.llm.model, prompts.PROMPT_VERSION, sctx.cfg.input_budget_tokens, refs], length=64)
+
+
+def _from_raw(sctx: SummaryContext, key: WindowKey, rows: list[Any]) -> Outcome:
+    pks = [int(r["entry_pk"]) for r in rows]
+    fp = _fp(sctx, "raw", pks)
+    with sctx.store.connect() as conn:
+        last = newest(conn, key)
+        if last is not None and last["material_fp"] == fp and not sctx.force_llm:
+            return Outcome(JobState.SUCCEEDED, last["record_id"], reused=True)
+        full = entries_by_pk(conn, pks)
+    items = []
+    for e in full:
+        grp = f" ({e['group_value']})" if e["group_value"] and not key.group else ""
+        text = truncate(" ".join(entry_text(e["content"]).split()), ENTRY_LINE_MAX_CHARS)
+        items.append(f"[{e['at'].astimezone(sctx.tz):%Y-%m-%d %H:%M}]{grp} {text}")
+    header = f"# {key.label(sctx.tz)}: {len(items)} entries"
+    made = _make(sctx, "tower_raw", header, items)
+    with sctx.store.begin() as conn:
+        rid = _insert(conn, sctx, key, made, source=Source.RAW, ref_kind="entry", refs=pks, entry_count=len(pks), fp=fp)
+    return Outcome(JobState.SUCCEEDED, rid, calls=made.calls)
+
+
+def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[Any]) -> Outcome:
+    """Bottom-up: each finer child window with entries gets its summary (from raw where missing),
+    then one call aggregates the children. A lone child is still aggregated by the model with the
+    window's own header: an aggregate never passes a child's text through unchanged."""
+    g = Granularity(key.granularity)
+    child = child_level(t.chain, g)
+    assert child is not None
+    by_child: dict[datetime, list[Any]] = defaultdict(list)
+    for r in rows:
+        by_child[window_start(child, r["at"], sctx.tz)].append(r)
+    calls = 0
+    child_records: list[Any] = []
+    for cstart in sorted(by_child):
+        ckey = level_key(t, child, cstart, key.group, sctx.tz)
+        with sctx.store.connect() as conn:
+            rec = newest(conn, ckey)
+        if rec is None:
+            out = _from_raw(sctx, ckey, by_child[cstart])
+            calls += out.calls
+            with sctx.store.connect() as conn:
+                rec = newest(conn, ckey)
+        child_records.append(rec)
+    ids = [int(r["record_id"]) for r in child_records]
+    fp = _fp(sctx, "chain", ids)
+    with sctx.store.connect() as conn:
+        last = newest(conn, key)
+    if last is not None and last["material_fp"] == fp and not sctx.force_llm:
+        return Outcome(JobState.SUCCEEDED, last["record_id"], calls=calls, reused=calls == 0)
+    header = f"period: {window_label(key.granularity, key.start, sctx.tz)} ({len(ids)} {child} windows)"
+    items = [f"# {window_label(child, r['start'], sctx.tz)}\n{_child_material(r['sections'])}" for r in child_records]
+    made = _make(sctx, "tower_aggregate", header, items)
+    with sctx.store.begin() as conn:
+        rid = _insert(
+            conn, sctx, key, made, source=Source.CHAIN, ref_kind="summary", refs=ids, entry_count=len(rows), fp=fp
+        )
+    return Outcome(JobState.SUCCEEDED, rid, calls=calls + made.calls)
+
+
+def _child_material(sections: dict[str, list[str]]) -> str:
+    lines = [
+        f"- {item}" for s in ("decisions", "conclusions", "todos", "state_changes") for item in sections.get(s) or []
+    ]
+    return "\n".join(lines)
+
+
+def _failed(sctx: SummaryContext, key: WindowKey, error: str, now: datetime) -> Outcome:
+    """Guardrail 4: back off (doubling), and past give_up_after record the window as given up."""
+    with sctx.store.begin() as conn:
+        prev = attempts(conn, key)
+        failures = (prev["failures"] if prev else 0) + 1
+        given_up = failures >= sctx.cfg.give_up_after
+        upsert(
+            conn,
+            tower_summary_attempts,
+            [
+                {
+                    "type_name": key.type_name,
+                    "granularity": key.granularity,
+                    "start": key.start,
+                    "end": key.end,
+                    "group_value": key.group,
+                    "failures": failures,
+                    "last_error": error[:2000],
+                    "next_attempt_at": now + backoff_delay(failures, sctx.cfg.backoff),
+                    "given_up_at": now if given_up else None,
+                    "updated_at": now,
+                }
+            ],
+            keys=["type_name", "granularity", "start", "end", "group_value"],
+        )
+    if given_up:
+        return Outcome(JobState.GIVEN_UP, reason=f"given up after {failures} consecutive failures: {error}")
+    return Outcome(JobState.FAILED, reason=f"failure {failures} of {sctx.cfg.give_up_after}: {error}")
+
+
+def _clear_attempts(conn: Connection, key: WindowKey) -> None:
+    a = tower_summary_attempts.c
+    conn.execute(
+        delete(tower_summary_attempts).where(
+            a.type_name == key.type_name,
+            a.granularity == key.granularity,
+            a.start == key.start,
+            a.end == key.end,
+            a.group_value == key.group,
+        )
+    )
+
+
+def summarize(
+    sctx: SummaryContext, t: MemoryType, key: WindowKey, *, source: Source, now: datetime, scheduled: bool = False
+) -> Outcome:
+    """One (window, group). ``source`` chain (bottom-up) or raw (recompute). A scheduled call also
+    respects the backoff; an explicit call retries a backing-off window but not a given-up one
+    (recompute clears the given-up record: it is the operator's explicit rebuild)."""
+    refuse_unsettled(key, now, sctx.cfg, sctx.tz)
+    holder = f"tower-{uuid.uuid4().hex[:12]}"
+    with leases.held(sctx.store, LEASE_ASSET, key.lease_partition(), holder, wait=sctx.lease_wait_seconds):
+        with sctx.store.connect() as conn:
+            ledger = attempts(conn, key)
+            rows = entries_in(conn, key.type_name, key.start, key.end, key.group)
+        if ledger is not None and ledger["given_up_at"] is not None and source == Source.CHAIN:
+            return Outcome(
+                JobState.GIVEN_UP, reason=f"given up after {ledger['failures']} failures: {ledger['last_error']}"
+            )
+        if ledger is not None and scheduled and ledger["next_attempt_at"] > now:
+            return Outcome(JobState.FAILED, reason=f"backing off until {ledger['next_attempt_at'].isoformat()}")
+        if not rows:
+            return Outcome(JobState.SKIPPED_EMPTY)  # guardrail 3: no call, no record
+        chained = (
+            source == Source.CHAIN
+            and key.granularity != RANGE
+            and child_level(t.chain, Granularity(key.granularity)) is not None
+        )
+        try:
+            out = _from_chain(sctx, t, key, rows) if chained else _from_raw(sctx, key, rows)
+        except LLMHardFailure as exc:
+            return _failed(sctx, key, str(exc), now)
+        with sctx.store.begin() as conn:
+            _clear_attempts(conn, key)  # guardrail 2: a success clears the retry ledger
+        return out
+
+
+# ---- the semantic tick and the summary partitions ------------------------------------------------------
+
+
+def latest_settled(g: Granularity, now: datetime, settle: timedelta, tz: ZoneInfo) -> tuple[datetime, datetime]:
+    """The newest window of ``g`` whose end is at least ``settle`` ago."""
+    edge = now - settle
+    start = window_start(g, edge, tz)
+    if window_end(g, start, tz) > edge:
+        start = window_start(g, start - timedelta(microseconds=1), tz)
+    return start, window_end(g, start, tz)
+
+
+@dataclass
+class RoundResult:
+    committed: int = 0
+    reused: int = 0
+    deferred: int = 0
+    skipped_empty: int = 0
+    failed: int = 0
+    given_up: int = 0
+    calls: int = 0
+    written: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+def _groups(store: Store, t: MemoryType, start: datetime, end: datetime) -> list[str]:
+    with store.connect() as conn:
+        return sorted({r["group_value"] for r in entries_in(conn, t.name, start, end)})
+
+
+def _one(
+    sctx: SummaryContext, t: MemoryType, key: WindowKey, now: datetime, result: RoundResult, scheduled: bool
+) -> None:
+    out = summarize(sctx, t, key, source=Source.CHAIN, now=now, scheduled=scheduled)
+    result.calls += out.calls
+    if out.state == JobState.SUCCEEDED:
+        if out.reused:
+            result.reused += 1
+        else:
+            result.committed += 1
+            result.written.append(key.label(sctx.tz))
+    elif out.state == JobState.SKIPPED_EMPTY:
+        result.skipped_empty += 1
+    elif out.state == JobState.GIVEN_UP:
+        result.given_up += 1
+        result.reasons.append(f"{key.label(sctx.tz)}: {out.reason}")
+    else:
+        result.failed += 1
+        result.reasons.append(f"{key.label(sctx.tz)}: {out.reason}")
+
+
+def semantic_tick(sctx: SummaryContext, now: datetime) -> RoundResult:
+    """Guardrails 1-5 in one round: for each type with summaries on, each level up to its cap, only
+    the latest settled window; a (window, group) with a record is done (no call); backing-off and
+    given-up ones wait; at most max_commits_per_round records, the rest deferred to the next round."""
+    result = RoundResult()
+    for t in types_io.list_types(sctx.store):
+        if not t.summaries_enabled:
+            continue
+        for g in summary_levels(t.chain, t.summary_cap):
+            start, end = latest_settled(g, now, sctx.cfg.settle, sctx.tz)
+            for group in _groups(sctx.store, t, start, end):
+                key = WindowKey(t.name, str(g), start, end, group)
+                with sctx.store.connect() as conn:
+                    if newest(conn, key) is not None:
+                        continue  # guardrail 2: done already, no call
+                    ledger = attempts(conn, key)
+                if ledger is not None and (ledger["given_up_at"] is not None or ledger["next_attempt_at"] > now):
+                    continue
+                if result.committed >= sctx.cfg.max_commits_per_round:
+                    result.deferred += 1  # guardrail 5
+                    continue
+                _one(sctx, t, key, now, result, scheduled=True)
+    return result
+
+
+def summarize_period(sctx: SummaryContext, g: Granularity, period: date, now: datetime) -> RoundResult:
+    """A summary partition (a closed CST day, week or month): each type with summaries on whose cap
+    reaches ``g``, each group with entries, bottom-up. Unsettled windows are left (and said)."""
+    result = RoundResult()
+    for t in types_io.list_types(sctx.store):
+        if not t.summaries_enabled or g not in summary_levels(t.chain, t.summary_cap):
+            continue
+        start = window_start(g, datetime(period.year, period.month, period.day, tzinfo=sctx.tz), sctx.tz)
+        end = window_end(g, start, sctx.tz)
+        if not is_settled(end, now, sctx.cfg.settle):
+            result.reasons.append(f"{t.name} {window_label(g, start, sctx.tz)}: not settled yet, left for later")
+            continue
+        for group in _groups(sctx.store, t, start, end):
+            _one(sctx, t, WindowKey(t.name, str(g), start, end, group), now, result, scheduled=False)
+    return result
+
+
+def given_up(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+    a = tower_summary_attempts.c
+    with store.connect() as conn:
+        rows = conn.execute(select(tower_summary_attempts).where(a.given_up_at.is_not(None))).mappings().all()
+    return [
+        {
+            "window": WindowKey(r["type_name"], r["granularity"], r["start"], r["end"], r["group_value"]).label(tz),
+            "failures": r["failures"],
+            "reason": r["last_error"],
+        }
+        for r in rows
+    ]
+
+
+# ---- drift (beyond the seed) ---------------------------------------------------------------------------
+
+
+@dataclass
+class Drift:
+    window: str
+    score: float  # keyword/section overlap of the chained summary with a recompute from raw (1.0 same)
+    identical_to_child: bool  # the coarse text equals a child's text byte for byte: no compression
+
+
+def drift(sctx: SummaryContext, g: Granularity, period: date, sample: int) -> list[Drift]:
+    """For up to ``sample`` chained (window, group) records of ``g`` starting at ``period``: the
+    overlap with a recompute from raw (computed, not stored: a check never adds to the series)."""
+    from memory_pipeline.tower.logic import keyword_overlap
+
+    start = window_start(g, datetime(period.year, period.month, period.day, tzinfo=sctx.tz), sctx.tz)
+    s = tower_summaries.c
+    with sctx.store.connect() as conn:
+        rows = conn.execute(
+            select(tower_summaries)
+            .where(s.granularity == str(g), s.start == start, s.source == str(Source.CHAIN))
+            .order_by(s.type_name, s.group_value, s.record_id.desc())
+        ).mappings()
+        latest: dict[tuple[str, str], Any] = {}
+        for r in rows:
+            latest.setdefault((r["type_name"], r["group_value"]), r)
+        chosen = list(latest.values())[:sample]
+        children = {
+            r["record_id"]: [
+                c["text"]
+                for c in conn.execute(select(s.text).where(s.record_id.in_([int(x) for x in r["refs"]]))).mappings()
+            ]
+            for r in chosen
+        }
+    out = []
+    for r in chosen:
+        key = WindowKey(r["type_name"], r["granularity"], r["start"], r["end"], r["group_value"])
+        with sctx.store.connect() as conn:
+            rows_e = entries_in(conn, key.type_name, key.start, key.end, key.group)
+            full = entries_by_pk(conn, [int(e["entry_pk"]) for e in rows_e])
+        items = [
+            f"[{e['at'].astimezone(sctx.tz):%Y-%m-%d %H:%M}] {truncate(' '.join(entry_text(e['content']).split()), ENTRY_LINE_MAX_CHARS)}"
+            for e in full
+        ]
+        made = _make(sctx, "tower_raw", f"# {key.label(sctx.tz)}: {len(items)} entries", items)
+        identical = any(r["text"] == c for c in children[r["record_id"]])
+        out.append(Drift(key.label(sctx.tz), round(keyword_overlap(r["sections"], made.sections), 3), identical))
+    return out

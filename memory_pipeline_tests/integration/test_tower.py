@@ -1,0 +1,555 @@
+"""Seed 004 (time tower) on the real PostgreSQL: memory types, append, structural windows, exact and
+semantic recall, summaries bottom-up with the five guardrails, jobs, the activity type."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.lib.store.tables import llm_ledger
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.tower import summaries, windows
+from memory_pipeline.tower.api import Tower
+from memory_pipeline.tower.config import TowerConfig
+from memory_pipeline.tower.logic import Granularity, JobState, Source, TowerInputError
+from memory_pipeline.tower.summaries import SummaryContext, WindowKey
+from memory_pipeline.tower.tables import tower_entries, tower_summaries, tower_summary_attempts, tower_windows
+from memory_pipeline_tests.conftest import CST, conversation, cst
+from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+
+def make_tower(store, cfg=None, **llm):
+    return Tower(
+        store,
+        cfg or TowerConfig(),
+        CST,
+        lambda p: LLMClient(store, asset="test_tower", partition=p, **llm),
+        run_jobs="inline",
+    )
+
+
+@pytest.fixture
+def tower(store):
+    return make_tower(store)
+
+
+def calls(store) -> int:
+    with store.connect() as conn:
+        return conn.execute(
+            select(func.count()).select_from(llm_ledger).where(llm_ledger.c.outcome == "ok")
+        ).scalar_one()
+
+
+def count(store, table) -> int:
+    with store.connect() as conn:
+        return conn.execute(select(func.count()).select_from(table)).scalar_one()
+
+
+def build(store, *days):
+    for d in days:
+        windows.build_day(store, d, CST)
+
+
+def week_of_entries(tower, name="proj/decisions", days=(5, 6, 7), per_day=3, group=None):
+    entries = []
+    for d in days:
+        for i in range(per_day):
+            e = {
+                "content": f"decided to use postgres for the {i} migration on day {d}",
+                "at": cst(2026, 1, d, 9 + i).isoformat(),
+                "id": f"{name.replace('/', '-')}-{group}-{d}-{i}",
+            }
+            if group:
+                e["group"] = group
+            entries.append(e)
+    return tower.append(name, entries)
+
+
+# ---- memory types --------------------------------------------------------------------------------
+
+
+def test_types_crud_archive_and_builtins(tower, store):
+    names = {t["name"] for t in tower.list_types()}
+    assert {"worklog", "agent/activity"} <= names
+    worklog = tower.get_type("worklog")
+    assert worklog["chain"] == ["day", "week"] and worklog["summaries"] and worklog["group_field"] == "project"
+    activity = tower.get_type("agent/activity")
+    assert activity["chain"] == ["10min", "30min", "1h", "day", "week"] and not activity["summaries"]
+
+    created = tower.create_type("proj/decisions", retention="365d")
+    assert created["chain"] == ["10min", "30min", "1h", "day", "week"]  # the default chain
+    assert not created["summaries"] and created["summary_cap"] == "week"  # off by default, cap week
+    assert created["retention"] == "365d" and created["retention_enforced"] is False
+    assert created["series"] == ["proj/decisions", "proj/decisions.summary"]
+    updated = tower.update_type("proj/decisions", {"summaries": True, "chain": ["1h", "day", "week"]})
+    assert updated["summaries"] and updated["chain"] == ["1h", "day", "week"]
+    with pytest.raises(TowerInputError, match="name cannot be changed"):
+        tower.update_type("proj/decisions", {"name": "other"})
+    for bad in ("../x", "/x", "a//b", "a.b", "a b"):
+        with pytest.raises(TowerInputError, match="field 'name'"):
+            tower.create_type(bad)
+    with pytest.raises(TowerInputError, match="field 'chain"):
+        tower.create_type("bad/chain", chain=["day", "1h"])
+
+    week_of_entries(tower)
+    build(store, cst(2026, 1, 5).date())
+    tower.summarize("proj/decisions", "day", "2026-01-05")
+    entries_before, summaries_before = count(store, tower_entries), count(store, tower_summaries)
+    archived = tower.delete_type("proj/decisions")
+    assert archived["archived"]
+    with pytest.raises(TowerInputError, match="archived"):
+        tower.append("proj/decisions", {"content": "late"})
+    assert tower.recall("proj/decisions", "day", "2026-01-05")["total_entries"] == 3  # recall still works
+    assert tower.get_summary("proj/decisions", "day", "2026-01-05")["state"] == "found"
+    with pytest.raises(TowerInputError, match="reserved"):
+        tower.create_type("proj/decisions")
+    assert (count(store, tower_entries), count(store, tower_summaries)) == (entries_before, summaries_before)
+    assert "proj/decisions" not in {t["name"] for t in tower.list_types()}
+    assert "proj/decisions" in {t["name"] for t in tower.list_types(include_archived=True)}
+    with pytest.raises(TowerInputError, match="cannot be deleted"):
+        tower.delete_type("worklog")
+
+
+# ---- append ------------------------------------------------------------------------------------------
+
+
+def test_append_is_idempotent_on_id_and_refuses_bad_input_whole(tower, store, tmp_path):
+    tower.create_type("tool/errors", group_field="project")
+    first = tower.append(
+        "tool/errors",
+        [
+            {"content": {"error": "disk full", "project": "alpha"}, "id": "e1", "at": "2026-01-05T10:00:00+08:00"},
+            {"content": "plain text", "id": "e2"},
+        ],
+    )
+    assert first["inserted"] == 2
+    again = tower.append(
+        "tool/errors",
+        {"content": {"error": "disk full", "project": "alpha"}, "id": "e1", "at": "2026-01-05T10:00:00+08:00"},
+    )
+    assert again["inserted"] == 0 and again["duplicates"] == 1
+    with pytest.raises(TowerInputError, match="other content"):
+        tower.append("tool/errors", {"content": "changed", "id": "e1", "at": "2026-01-05T10:00:00+08:00"})
+    with store.connect() as conn:
+        groups = {r[0]: r[1] for r in conn.execute(select(tower_entries.c.entry_id, tower_entries.c.group_value))}
+    assert groups == {"e1": "alpha", "e2": ""}  # the group field is read from the content
+
+    path = tmp_path / "errors.jsonl"
+    path.write_text(
+        json.dumps({"content": "ok one", "id": "f1"})
+        + "\n"
+        + json.dumps({"content": "bad time", "at": "yesterday"})
+        + "\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(TowerInputError) as exc:
+        tower.append_file("tool/errors", path)
+    assert str(exc.value).startswith("errors.jsonl:2: field 'at'")
+    path.write_text('{"content": "x"}\n{not json\n', encoding="utf-8")
+    with pytest.raises(TowerInputError, match=r"errors.jsonl:2: field 'line'"):
+        tower.append_file("tool/errors", path)
+    assert count(store, tower_entries) == 2  # nothing half-written
+    future = (utcnow() + timedelta(hours=1)).isoformat()
+    with pytest.raises(TowerInputError, match=r"entries\[0\]: field 'at': is in the future"):
+        tower.append("tool/errors", {"content": "x", "at": future})
+
+
+# ---- structural windows and exact recall ------------------------------------------------------------------
+
+
+def test_windows_refs_regenerable_audit_and_paginated_exact_recall(tower, store):
+    tower.create_type("proj/decisions")
+    tower.append(
+        "proj/decisions",
+        [
+            {"content": f"note {i}", "at": (cst(2026, 1, 5, 9) + timedelta(minutes=7 * i)).isoformat(), "id": f"n{i}"}
+            for i in range(250)
+        ],
+    )
+    day = cst(2026, 1, 5).date()
+    built = windows.build_day(store, day, CST)
+    in_day = sum(1 for i in range(250) if (cst(2026, 1, 5, 9) + timedelta(minutes=7 * i)).date() == day)
+    assert built.by_level["day"] == 1 and built.entries == in_day == 129
+    with store.connect() as conn:
+        rows = sorted(
+            (r.granularity, r.start, r.entry_count, json.dumps(r.refs))
+            for r in conn.execute(select(tower_windows).where(tower_windows.c.type_name == "proj/decisions"))
+        )
+    assert all(n > 0 for _, _, n, _ in rows)  # empty windows get no rows
+    windows.build_day(store, day, CST)  # a regenerable view: rebuilt from raw, identical rows
+    with store.connect() as conn:
+        again = sorted(
+            (r.granularity, r.start, r.entry_count, json.dumps(r.refs))
+            for r in conn.execute(select(tower_windows).where(tower_windows.c.type_name == "proj/decisions"))
+        )
+    assert again == rows
+    assert windows.audit_day(store, day, CST).problems == []
+
+    page = tower.recall("proj/decisions", "day", "2026-01-05")
+    assert page["total_entries"] == in_day and page["returned"] == 100 and page["next_cursor"]  # default 100
+    assert page["total_chars"] == sum(len(f"note {i}") for i in range(in_day))
+    second = tower.recall("proj/decisions", "day", "2026-01-05", limit=1000, cursor=page["next_cursor"])
+    assert second["returned"] == in_day - 100 and second["next_cursor"] is None
+    ids = [e["entry_id"] for e in page["entries"] + second["entries"]]
+    assert ids == [f"n{i}" for i in range(in_day)]  # in time order, no gap, no duplicate
+    with pytest.raises(TowerInputError, match="field 'limit'"):
+        tower.recall("proj/decisions", "day", "2026-01-05", limit=1001)
+    ranged = tower.recall("proj/decisions", from_="2026-01-05T09:00:00+08:00", to="2026-01-05T10:00:00+08:00")
+    assert ranged["total_entries"] == 9  # 09:00, 09:07, ... 09:56
+
+    browse = tower.windows("proj/decisions", "day", "2026-01-05")
+    assert browse["level"] == "1h" and browse["total_entries"] == in_day
+    assert sum(w["entry_count"] for w in browse["windows"]) == in_day
+
+
+def test_stale_read_says_so_and_a_late_entry_updates_refs_at_once(tower, store):
+    tower.create_type("proj/decisions", summaries=True)
+    week_of_entries(tower, days=(5,))
+    build(store, cst(2026, 1, 5).date())
+    windows.build_coarse(store, Granularity.WEEK, cst(2026, 1, 5).date(), CST)
+    tower.summarize("proj/decisions", "day", "2026-01-05")
+    # An entry appended straight to the raw series (as the open day's before its minute refresh) is
+    # not in the materialized view: the read says so.
+    with store.begin() as conn:
+        conn.execute(
+            tower_entries.insert().values(
+                type_name="proj/decisions",
+                entry_id="raw-late",
+                at=cst(2026, 1, 5, 20),
+                group_value="",
+                content="late",
+                chars=4,
+                ingested_at=utcnow(),
+            )
+        )
+    stale = tower.recall("proj/decisions", "day", "2026-01-05")
+    assert stale["stale"] and stale["entries_not_in_view"] == 1 and stale["total_entries"] == 3
+    assert windows.audit_day(store, cst(2026, 1, 5).date(), CST).stale_entries == 1
+    # Through append, a late entry of a closed, materialized day updates the refs at once, and the
+    # summary is marked stale with the count it misses (never re-summarized automatically).
+    report = tower.append("proj/decisions", {"content": "another late one", "at": cst(2026, 1, 5, 21).isoformat()})
+    assert report["late_windows_refreshed"] > 0
+    fresh = tower.recall("proj/decisions", "day", "2026-01-05")
+    assert not fresh["stale"] and fresh["total_entries"] == 5
+    assert tower.recall("proj/decisions", "week", "2026-01-05")["total_entries"] == 5
+    summary = tower.get_summary("proj/decisions", "day", "2026-01-05")["summaries"][0]
+    assert summary["stale"] and summary["missing_entries"] == 2
+    assert windows.audit_day(store, cst(2026, 1, 5).date(), CST).problems == []
+
+
+def test_activity_type_is_fed_from_conversation_messages(tower, store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 1, 5, 9), ["tomatoes planted", "tomatoes watered", "compost"]))
+    result = windows.build_day(store, cst(2026, 1, 5).date(), CST, activity_type="agent/activity")
+    assert result.activity_fed == 3
+    assert windows.build_day(store, cst(2026, 1, 5).date(), CST, activity_type="agent/activity").activity_fed == 0
+    page = tower.recall("agent/activity", "day", "2026-01-05", group="w1")
+    assert page["total_entries"] == 3 and page["entries"][0]["content"]["text"] == "tomatoes planted"
+    assert tower.windows("agent/activity", "day", "2026-01-05")["level"] == "1h"
+
+
+# ---- summaries -----------------------------------------------------------------------------------
+
+
+def test_bottom_up_week_calls_match_the_formula_and_the_second_run_makes_none(tower, store):
+    tower.create_type("proj/decisions", chain=["1h", "day", "week"], summaries=True, group_field="project")
+    week_of_entries(tower, days=(5, 6, 7), group="alpha")
+    week_of_entries(tower, days=(6, 8), group="beta")
+    tower.summarize("proj/decisions", "day", "2026-01-06", group="alpha")  # one child already summarized
+    before = calls(store)
+    jobs = tower.summarize("proj/decisions", "week", "2026-01-05")["jobs"]
+    assert {j["state"] for j in jobs} == {"succeeded"}
+    # Σ over groups of (child days with entries but no summary + 1): alpha (2 + 1) + beta (2 + 1) = 6
+    assert calls(store) - before == 6
+    assert sum(j["llm_calls"] for j in jobs) == 6
+    again = tower.summarize("proj/decisions", "week", "2026-01-05")["jobs"]
+    assert calls(store) - before == 6 and all(j["llm_calls"] == 0 for j in again)
+    week = tower.get_summary("proj/decisions", "week", "2026-01-05", group="alpha")["summaries"][0]
+    assert week["source"] == "chain" and week["refs"]["kind"] == "summary" and len(week["refs"]["ids"]) == 3
+    assert list(week["sections"]) == ["decisions", "conclusions", "todos", "state_changes", "keywords"]
+    assert week["provenance"] == {
+        "strategy": "direct",
+        "chunks": 1,
+        "inputTokens": week["provenance"]["inputTokens"],
+        "clippedEntries": 0,
+    }
+    day_texts = {
+        s["text"]
+        for d in (5, 6, 7)
+        for s in tower.get_summary("proj/decisions", "day", f"2026-01-0{d}", group="alpha")["summaries"]
+    }
+    assert week["text"] not in day_texts  # an aggregate never passes a child's text through unchanged
+
+    # recompute: from raw, bypassing the chain; appended (newest wins), nothing replaced.
+    rec = tower.recompute("proj/decisions", "week", "2026-01-05", group="alpha")["jobs"][0]
+    newest = tower.get_summary("proj/decisions", "week", "2026-01-05", group="alpha")["summaries"][0]
+    assert newest["record_id"] == rec["record_id"] and newest["source"] == "raw" and newest["refs"]["kind"] == "entry"
+    with store.connect() as conn:
+        assert (
+            conn.execute(
+                select(func.count())
+                .select_from(tower_summaries)
+                .where(tower_summaries.c.granularity == "week", tower_summaries.c.group_value == "alpha")
+            ).scalar_one()
+            == 2
+        )
+
+
+def test_map_reduce_over_budget_and_clipped_entries_counted(store):
+    tower = make_tower(store, TowerConfig(input_budget_tokens=60, max_chunks=2))
+    tower.create_type("proj/log", chain=["day"], summaries=True)
+    tower.append(
+        "proj/log",
+        [{"content": f"entry {i} " + "word " * 20, "at": cst(2026, 1, 5, 9, i).isoformat()} for i in range(8)]
+        + [{"content": "huge " * 400, "at": cst(2026, 1, 5, 11).isoformat()}],
+    )
+    before = calls(store)
+    job = tower.summarize("proj/log", "day", "2026-01-05")["jobs"][0]
+    rec = tower.get_summary("proj/log", "day", "2026-01-05")["summaries"][0]
+    prov = rec["provenance"]
+    assert prov["strategy"] == "map_reduce" and prov["chunks"] == 2
+    assert prov["clippedEntries"] >= 1  # the huge entry alone is over the budget: dropped and counted
+    assert calls(store) - before == 3 == job["llm_calls"]  # two chunk calls and one merge
+
+
+def test_guardrail_1_open_or_unsettled_windows_are_refused(tower, store):
+    tower.create_type("proj/decisions", summaries=True)
+    tower.append("proj/decisions", {"content": "now"})
+    now = utcnow()
+    with pytest.raises(TowerInputError, match="still open"):
+        tower.summarize("proj/decisions", "day", now.astimezone(CST).date().isoformat())
+    t = summaries.types_io.get(store, "proj/decisions")
+    end = now - timedelta(minutes=2)
+    key = WindowKey(t.name, "10min", end - timedelta(minutes=10), end, "")
+    sctx = SummaryContext(store, LLMClient(store), TowerConfig(), CST)
+    with pytest.raises(TowerInputError, match="settles at"):
+        summaries.summarize(sctx, t, key, source=Source.CHAIN, now=now)
+    # The tick only ever takes the latest settled window.
+    start, stop = summaries.latest_settled(Granularity.MIN10, cst(2026, 1, 5, 10, 14), timedelta(minutes=5), CST)
+    assert (start, stop) == (cst(2026, 1, 5, 9, 50), cst(2026, 1, 5, 10, 0))
+    assert calls(store) == 0
+
+
+def test_guardrail_2_and_3_idempotent_and_empty_costs_nothing(tower, store):
+    tower.create_type("proj/decisions", summaries=True)
+    week_of_entries(tower, days=(5,))
+    first = tower.summarize("proj/decisions", "day", "2026-01-05")["jobs"][0]
+    n = calls(store)
+    second = tower.summarize("proj/decisions", "day", "2026-01-05")["jobs"][0]
+    assert second["record_id"] == first["record_id"] and calls(store) == n
+    empty = tower.summarize("proj/decisions", "day", "2026-01-09")["jobs"][0]
+    assert empty["state"] == "skipped_empty" and calls(store) == n
+    missing = tower.get_summary("proj/decisions", "day", "2026-01-09", summarize_on_miss=True)
+    assert missing["state"] == "empty" and missing["jobs"] == [] and calls(store) == n
+    assert count(store, tower_summaries) == 4  # the day and its three hours (bottom-up); none for the empty day
+
+
+def test_guardrail_4_backoff_give_up_and_success_clears_the_ledger(store):
+    with FakeOpenAI() as fake:
+        for _ in range(20):
+            fake.push("status", 400)
+        failing = make_tower(
+            store, TowerConfig(give_up_after=3), model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0
+        )
+        failing.create_type("proj/log", chain=["day"], summaries=True)
+        failing.append(
+            "proj/log",
+            [
+                {"content": "x", "at": cst(2026, 1, 5, 9).isoformat()},
+                {"content": "y", "at": cst(2026, 1, 6, 9).isoformat()},
+            ],
+        )
+        states = [failing.summarize("proj/log", "day", "2026-01-05")["jobs"][0]["state"] for _ in range(3)]
+        assert states == ["failed", "failed", "given_up"]
+        with store.connect() as conn:
+            row = conn.execute(select(tower_summary_attempts)).mappings().one()
+        assert row["failures"] == 3 and row["given_up_at"] is not None and "400" in row["last_error"]
+        asked = len(fake.requests)
+        again = failing.summarize("proj/log", "day", "2026-01-05")["jobs"][0]
+        assert again["state"] == "given_up" and "given up" in again["error"] and len(fake.requests) == asked
+        # A scheduled round waits out the backoff: no call for a window that failed recently.
+        failing.summarize("proj/log", "day", "2026-01-06")
+        t = summaries.types_io.get(store, "proj/log")
+        sctx = SummaryContext(store, failing.llm_factory("tick"), failing.cfg, CST)
+        asked = len(fake.requests)
+        out = summaries.summarize(
+            sctx,
+            t,
+            summaries.level_key(t, Granularity.DAY, cst(2026, 1, 6), "", CST),
+            source=Source.CHAIN,
+            now=utcnow(),
+            scheduled=True,
+        )
+        assert out.state == JobState.FAILED and "backing off" in out.reason and len(fake.requests) == asked
+    ok = make_tower(store)
+    assert ok.summarize("proj/log", "day", "2026-01-06")["jobs"][0]["state"] == "succeeded"
+    with store.connect() as conn:
+        left = conn.execute(select(tower_summary_attempts.c.start)).scalars().all()
+    assert left == [cst(2026, 1, 5)]  # the success cleared its window's ledger; the given-up one stays
+
+
+def test_guardrail_5_commits_per_round_are_capped_and_the_tick_takes_only_the_latest_window(store):
+    tower = make_tower(store, TowerConfig(max_commits_per_round=2))
+    for p in ("a", "b", "c", "d", "e"):
+        tower.append(
+            "worklog",
+            [
+                {"content": {"project": p, "did": "wrote the report"}, "at": cst(2026, 1, 5, 9).isoformat()},
+                {"content": {"project": p, "did": "older day"}, "at": cst(2025, 12, 20, 9).isoformat()},
+            ],
+        )
+    sctx = SummaryContext(store, LLMClient(store), tower.cfg, CST)
+    now = cst(2026, 1, 6, 0, 10)  # day 2026-01-05 settled at 00:05
+    first = summaries.semantic_tick(sctx, now)
+    assert (first.committed, first.deferred) == (2, 3)
+    second = summaries.semantic_tick(sctx, now)
+    third = summaries.semantic_tick(sctx, now)
+    assert (second.committed, third.committed, third.deferred) == (2, 1, 0)
+    assert summaries.semantic_tick(sctx, now).committed == 0  # idempotent: nothing left, no call
+    with store.connect() as conn:
+        starts = set(conn.execute(select(tower_summaries.c.start)).scalars())
+    assert starts == {cst(2026, 1, 5)}  # only the latest closed day; 2025-12-20 is never touched
+
+
+def test_semantic_recall_cap_level_from_to_and_summarize_on_miss(tower, store):
+    tower.create_type("proj/decisions", chain=["day", "week"], summaries=True)
+    week_of_entries(tower, days=(5, 12, 19))
+    missing = tower.get_summary("proj/decisions", "day", "2026-01-05")
+    assert missing["state"] == "missing" and missing["jobs"] == [] and calls(store) == 0
+    on_miss = tower.get_summary("proj/decisions", "day", "2026-01-05", summarize_on_miss=True)
+    assert on_miss["jobs"][0]["kind"] == "summarize_on_miss" and on_miss["jobs"][0]["state"] == "succeeded"
+    assert tower.get_summary("proj/decisions", "day", "2026-01-05")["state"] == "found"
+    for d in ("2026-01-05", "2026-01-12", "2026-01-19"):
+        tower.summarize("proj/decisions", "week", d)
+    n = calls(store)
+    year = tower.get_summary("proj/decisions", from_="2026-01-01", to="2027-01-01")
+    assert year["state"] == "cap_level" and len(year["summaries"]) == 3 and calls(store) == n
+    assert {s["window"]["granularity"] for s in year["summaries"]} == {"week"}
+    phase = tower.summarize("proj/decisions", from_="2026-01-05T09:00:00+08:00", to="2026-01-05T11:00:00+08:00")
+    rec = tower.get_summary("proj/decisions", from_="2026-01-05T09:00:00+08:00", to="2026-01-05T11:00:00+08:00")
+    assert rec["summaries"][0]["record_id"] == phase["jobs"][0]["record_id"]
+    assert rec["summaries"][0]["source"] == "raw" and rec["summaries"][0]["entry_count"] == 2
+    with pytest.raises(TowerInputError, match="above"):
+        tower.update_type("proj/decisions", {"chain": ["day", "week", "month"]})
+        tower.summarize("proj/decisions", "month", "2026-01-01")
+    statuses = tower.list_jobs(limit=100)
+    assert all(set(j) >= {"job_id", "state", "record_id"} for j in statuses)
+    assert tower.job_status(statuses[0]["job_id"])["job_id"] == statuses[0]["job_id"]
+
+
+def test_jobs_return_at_once_in_the_background(store):
+    tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="t", partition=p))
+    tower.create_type("proj/decisions", summaries=True)
+    week_of_entries(tower, days=(5,))
+    job = tower.summarize("proj/decisions", "day", "2026-01-05")["jobs"][0]
+    assert job["state"] in ("queued", "running", "succeeded")
+    tower.wait_jobs()
+    done = tower.job_status(job["job_id"])
+    assert done["state"] == "succeeded" and done["record_id"]
+    tower.close()
+
+
+def test_the_tick_writes_sub_day_windows_as_they_settle_and_switching_on_starts_from_the_latest(store):
+    tower = make_tower(store)
+    tower.create_type("agent/notes", chain=["10min", "1h", "day"])  # summaries off: history without summaries
+    tower.append(
+        "agent/notes",
+        [{"content": f"step {i} of the deploy", "at": cst(2026, 1, 5, 10, i).isoformat()} for i in range(0, 30, 3)]
+        + [{"content": "older", "at": cst(2026, 1, 3, 9).isoformat()}],
+    )
+    sctx = SummaryContext(store, LLMClient(store), TowerConfig(), CST)
+    assert summaries.semantic_tick(sctx, cst(2026, 1, 5, 10, 16)).committed == 0  # off: nothing
+    tower.update_type("agent/notes", {"summaries": True})
+    at_1016 = summaries.semantic_tick(sctx, cst(2026, 1, 5, 10, 16))
+    assert at_1016.written == ["agent/notes 10min 2026-01-05T10:00+08:00"]  # 10:10-10:20 is not settled yet
+    at_1026 = summaries.semantic_tick(sctx, cst(2026, 1, 5, 10, 26))
+    assert at_1026.written == ["agent/notes 10min 2026-01-05T10:10+08:00"]
+    with store.connect() as conn:
+        starts = set(conn.execute(select(tower_summaries.c.start)).scalars())
+    assert not any(s < cst(2026, 1, 5) for s in starts)  # 2026-01-03 (history before the switch) is left alone
+
+
+def test_two_processes_summarizing_the_same_window_make_one_call(store):
+    import threading
+
+    with FakeOpenAI() as fake:
+        fake.latency = 1.0
+        fake.default_text = json.dumps({"decisions": ["use postgres"], "keywords": ["postgres"]})
+        towers = [make_tower(store, model="openai/fake", api_base=fake.api_base, api_key="k") for _ in range(2)]
+        towers[0].create_type("proj/log", chain=["day"], summaries=True)
+        towers[0].append("proj/log", {"content": "chose postgres", "at": cst(2026, 1, 5, 9).isoformat()})
+        out: list = []
+        threads = [
+            threading.Thread(target=lambda t=t: out.append(t.summarize("proj/log", "day", "2026-01-05")))
+            for t in towers
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert len(fake.requests) == 1  # the lease: the second waited, then reused the first's record
+    ids = {o["jobs"][0]["record_id"] for o in out}
+    assert len(ids) == 1 and count(store, tower_summaries) == 1
+    rec = towers[0].get_summary("proj/log", "day", "2026-01-05")["summaries"][0]
+    assert rec["sections"]["decisions"] == ["use postgres"] and rec["model"] == "openai/fake"
+
+
+def test_reading_never_calls_an_llm(tower, store):
+    tower.create_type("proj/decisions", summaries=True)
+    week_of_entries(tower, days=(5,))
+    build(store, cst(2026, 1, 5).date())
+    tower.windows("proj/decisions")
+    tower.windows("proj/decisions", "day", "2026-01-05")
+    tower.recall("proj/decisions", "day", "2026-01-05")
+    tower.recall("proj/decisions", from_="2026-01-01", to="2026-02-01")
+    assert tower.get_summary("proj/decisions", "day", "2026-01-05")["state"] == "missing"
+    assert tower.get_summary("proj/decisions", from_="2026-01-01", to="2027-01-01")["state"] == "cap_level"
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(llm_ledger)).scalar_one() == 0
+
+
+def test_config_section_is_strict(tmp_path):
+    from memory_pipeline.lib.settings import ConfigError
+    from memory_pipeline.tower import config as tower_config
+
+    path = tmp_path / "memory.yaml"
+    path.write_text("memory:\n  tower:\n    settle_minutes: 'five'\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"memory.yaml: memory.tower.settle_minutes: expected int, got str"):
+        tower_config.load(path)
+    path.write_text("memory:\n  tower:\n    max_commits: 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) in memory.tower: max_commits"):
+        tower_config.load(path)
+    path.write_text("memory:\n  tower:\n    give_up_after: 0\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="give_up_after"):
+        tower_config.load(path)
+    path.write_text("memory:\n  tower:\n    max_commits_per_round: 7\n    mcp_port: 8901\n", encoding="utf-8")
+    cfg = tower_config.load(path)
+    assert (cfg.max_commits_per_round, cfg.mcp_port, cfg.semantic_tick_minutes, cfg.settle_minutes) == (7, 8901, 10, 5)
+    assert (cfg.backoff_minutes, cfg.give_up_after, cfg.mcp_host) == (10, 5, "127.0.0.1")
+
+
+def test_an_aggregate_of_a_single_child_is_not_the_childs_text(tower, store):
+    tower.create_type("proj/weekly", chain=["day", "week"], summaries=True)
+    tower.append("proj/weekly", [{"content": "chose postgres over mysql", "at": cst(2026, 1, 6, 9).isoformat()}])
+    job = tower.summarize("proj/weekly", "week", "2026-01-05")["jobs"][0]
+    assert job["llm_calls"] == 2  # the child from raw, then the aggregate: never a copy without a call
+    day = tower.get_summary("proj/weekly", "day", "2026-01-06")["summaries"][0]
+    week = tower.get_summary("proj/weekly", "week", "2026-01-05")["summaries"][0]
+    assert week["refs"]["ids"] == [day["record_id"]] and week["text"] != day["text"]
+
+
+def test_concurrent_appends_of_the_same_ids_store_each_entry_once(store):
+    import threading
+
+    towers = [make_tower(store) for _ in range(4)]
+    towers[0].create_type("proj/log", chain=["day"])
+    batch = [{"content": f"entry {i}", "id": f"same-{i}", "at": cst(2026, 1, 5, 9, i).isoformat()} for i in range(50)]
+    reports: list = []
+    threads = [threading.Thread(target=lambda t=t: reports.append(t.append("proj/log", batch))) for t in towers]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(reports) == 4 and sum(r["inserted"] for r in reports) == 50
+    assert sum(r["duplicates"] for r in reports) == 150 and count(store, tower_entries) == 50

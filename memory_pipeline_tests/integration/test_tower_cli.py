@@ -1,0 +1,69 @@
+"""Seed 004 on the command line against PostgreSQL: types, append (text, JSON, JSONL file), windows,
+recall, summary, summarize, jobs and status; bad input exits 2 naming the field and writes nothing."""
+
+import json
+
+import pytest
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from memory_pipeline.cli import app
+from memory_pipeline.tower.tables import tower_entries
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(monkeypatch, pg_url, redis_url, tmp_path):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", pg_url)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    return tmp_path
+
+
+def run(*args):
+    return runner.invoke(app, ["tower", *args])
+
+
+def test_the_tower_from_the_command_line(env, store):
+    assert (
+        run("types", "create", "tool/errors", "--chain", "1h,day,week", "--summaries", "--retention", "90d").exit_code
+        == 0
+    )
+    listed = run("types", "list")
+    assert "tool/errors" in listed.output and "90d (declared)" in listed.output and "worklog" in listed.output
+    bad = run("types", "create", "../etc")
+    assert bad.exit_code == 2 and "field 'name'" in bad.output and "Traceback" not in bad.output
+    assert (
+        run("append", "tool/errors", "--text", "disk full", "--at", "2026-01-05T10:00:00+08:00", "--id", "e1").exit_code
+        == 0
+    )
+    again = run("append", "tool/errors", "--text", "disk full", "--at", "2026-01-05T10:00:00+08:00", "--id", "e1")
+    assert "0 inserted, 1 already present" in again.output
+    lines = env / "errors.jsonl"
+    lines.write_text(
+        json.dumps({"content": {"code": 28}, "at": "2026-01-05T11:00:00+08:00"})
+        + "\n"
+        + json.dumps({"content": "x", "id": "bad id!"})
+        + "\n",
+        encoding="utf-8",
+    )
+    refused = run("append", "tool/errors", "--file", str(lines))
+    assert refused.exit_code == 2 and "errors.jsonl:2: field 'id'" in refused.output
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(tower_entries)).scalar_one() == 1
+    lines.write_text(json.dumps({"content": {"code": 28}, "at": "2026-01-05T11:00:00+08:00"}) + "\n", encoding="utf-8")
+    assert "1 inserted" in run("append", "tool/errors", "--file", str(lines)).output
+
+    recall = run("recall", "tool/errors", "-g", "day", "-a", "2026-01-05")
+    assert recall.exit_code == 0 and '"total_entries": 0' in recall.output  # windows not materialized yet
+    assert '"entries_not_in_view": 2' in recall.output  # and the read says so
+    summarized = run("summarize", "tool/errors", "-g", "day", "-a", "2026-01-05")
+    assert summarized.exit_code == 0 and '"state": "succeeded"' in summarized.output
+    summary = run("summary", "tool/errors", "-g", "day", "-a", "2026-01-05")
+    assert '"state": "found"' in summary.output and '"clippedEntries": 0' in summary.output
+    assert '"kind": "summarize"' in run("jobs").output
+    status = runner.invoke(app, ["status"])
+    assert status.exit_code == 0 and "Time tower per memory type" in status.output and "tool/errors" in status.output
+    open_window = run("summarize", "tool/errors", "-g", "day", "-a", "2099-01-01")
+    assert open_window.exit_code == 2 and "is still open" in open_window.output

@@ -1,0 +1,180 @@
+"""Seed 004 in Dagster on the real PostgreSQL: the structural and summary assets as one run per range
+with one check result per partition, the structural job outside the `llm` pool, the two independent
+schedulers (sensors), late data requested by its sensor, and the semantic tick as a run."""
+
+from datetime import timedelta
+
+import pytest
+from dagster import DagsterEventType, RunRequest, SkipReason, build_sensor_context, instance_for_test
+from sqlalchemy import func, select
+
+from memory_pipeline import operations
+from memory_pipeline.defs.tower import assets as tower_assets
+from memory_pipeline.defs.tower.resources import TowerResource
+from memory_pipeline.defs.tower.sensors import (
+    tower_late_data_sensor,
+    tower_semantic_tick_sensor,
+    tower_structural_refresh_sensor,
+)
+from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.lib.store.tables import llm_ledger
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.tower import summaries
+from memory_pipeline.tower.api import Tower
+from memory_pipeline.tower.config import TowerConfig
+from memory_pipeline.tower.logic import Granularity
+from memory_pipeline.tower.summaries import SummaryContext
+from memory_pipeline.tower.tables import tower_summaries
+from memory_pipeline_tests.conftest import CST, conversation, cst
+from memory_pipeline_tests.integration.test_dagster import make_defs
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def defs(pg_url, redis_url):
+    return make_defs(pg_url, redis_url)
+
+
+@pytest.fixture
+def worklog(store):
+    tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="t", partition=p), run_jobs="inline")
+    tower.append(
+        "worklog",
+        [
+            {
+                "content": {"project": p, "did": f"{p} work on day {d}: migrated the database"},
+                "at": cst(2026, 1, d, 18).isoformat(),
+            }
+            for d in (5, 6, 7)
+            for p in ("alpha", "beta")
+        ],
+    )
+    return tower
+
+
+def _checks(instance, run_id) -> list[tuple[str, str, bool]]:
+    logs = instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    return [
+        (
+            e.dagster_event.event_specific_data.check_name,
+            e.dagster_event.event_specific_data.partition,
+            e.dagster_event.event_specific_data.passed,
+        )
+        for e in logs
+    ]
+
+
+def _ledger(store, asset) -> list[tuple[str, str]]:
+    with store.connect() as conn:
+        return [
+            (r.partition, r.outcome)
+            for r in conn.execute(
+                select(llm_ledger.c.partition, llm_ledger.c.outcome).where(llm_ledger.c.asset == asset)
+            )
+        ]
+
+
+def test_windows_and_summaries_as_range_runs_with_a_check_result_per_partition(defs, instance, store, ingest, worklog):
+    ingest(conversation("w1", "c1", cst(2026, 1, 5, 9), ["tomatoes planted", "tomatoes watered"]))
+    report = operations.materialize("tower_windows", "2026-01-05", "2026-01-11", instance=instance, defs=defs)
+    assert report.success and len(report.runs) == 1 and report.runs[0].partitions == 7
+    results = _checks(instance, report.runs[0].run_id)
+    assert sorted(p for c, p, _ in results if c == "tower_windows_cover_entries") == [
+        f"2026-01-{d:02d}" for d in range(5, 12)
+    ]
+    assert all(passed for _, _, passed in results)
+    assert operations.materialize(
+        "tower_week_windows", "2026-01-05", "2026-01-05", instance=instance, defs=defs
+    ).success
+    day = operations.materialize("tower_day_summaries", "2026-01-05", "2026-01-07", instance=instance, defs=defs)
+    assert day.success
+    # worklog: one summary per closed natural day per project, each call a ledger row of its partition.
+    assert sorted(_ledger(store, "tower_day_summaries")) == sorted(
+        (f"2026-01-0{d}", "ok") for d in (5, 6, 7) for _ in ("alpha", "beta")
+    )
+    week = operations.materialize("tower_week_summaries", "2026-01-05", "2026-01-05", instance=instance, defs=defs)
+    assert week.success
+    assert _ledger(store, "tower_week_summaries") == [("2026-01-05", "ok"), ("2026-01-05", "ok")]  # one per group
+    drift = [r for r in _checks(instance, week.runs[0].run_id) if r[0] == "tower_week_summaries_drift"]
+    assert drift == [("tower_week_summaries_drift", "2026-01-05", True)]
+    again = operations.materialize("tower_week_summaries", "2026-01-05", "2026-01-05", instance=instance, defs=defs)
+    assert again.success and len(_ledger(store, "tower_week_summaries")) == 2  # no call on the second run
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(tower_summaries)).scalar_one() == 8  # 6 days + 2 weeks
+
+
+def test_drift_fails_a_week_that_equals_its_day_byte_for_byte(store, worklog):
+    t = summaries.types_io.get(store, "worklog")
+    worklog.summarize("worklog", "week", "2026-01-05", group="alpha")
+    with store.connect() as conn:
+        day = (
+            conn.execute(
+                select(tower_summaries).where(
+                    tower_summaries.c.granularity == "day", tower_summaries.c.group_value == "alpha"
+                )
+            )
+            .mappings()
+            .first()
+        )
+        week = conn.execute(select(tower_summaries).where(tower_summaries.c.granularity == "week")).mappings().first()
+    sctx = SummaryContext(store, LLMClient(store, asset="drift"), TowerConfig(), CST)
+    ok = summaries.drift(sctx, Granularity.WEEK, cst(2026, 1, 5).date(), 3)
+    assert [d.identical_to_child for d in ok] == [False] and 0 <= ok[0].score <= 1
+    # A week whose text is a day's text byte for byte: no compression happened, the check says so.
+    with store.begin() as conn:
+        row = {k: v for k, v in week.items() if k != "record_id"}
+        conn.execute(tower_summaries.insert().values({**row, "text": day["text"], "refs": [day["record_id"]]}))
+    bad = summaries.drift(sctx, Granularity.WEEK, cst(2026, 1, 5).date(), 3)
+    assert [d.identical_to_child for d in bad] == [True]
+    assert t.summaries_enabled
+
+
+def test_structural_job_is_outside_the_llm_pool_and_the_two_schedulers_are_independent(defs, pg_url, store, ingest):
+    assert tower_assets.tower_day_windows.op.pool is None
+    assert tower_assets.tower_week_windows.op.pool is None
+    assert tower_assets.tower_day_summaries.op.pool == "llm" and tower_assets.tower_semantic_tick.op.pool == "llm"
+    resource = TowerResource(
+        memory_store=MemoryStoreResource(database_url=pg_url), llm=LLMResource(), memory_config=MemoryConfigResource()
+    )
+
+    def evaluate(sensor, instance, cursor=None):
+        with build_sensor_context(instance=instance, resources={"tower": resource}, cursor=cursor) as ctx:
+            return sensor(ctx), ctx.cursor
+
+    with instance_for_test() as instance:
+        first, cursor = evaluate(tower_structural_refresh_sensor, instance)
+        assert isinstance(first, list) and isinstance(first[0], RunRequest)
+        assert first[0].partition_key == tower_assets.cst_day_open.get_last_partition_key()
+        assert isinstance(evaluate(tower_structural_refresh_sensor, instance, cursor)[0], SkipReason)  # within 60 s
+        tick, tick_cursor = evaluate(tower_semantic_tick_sensor, instance)
+        assert isinstance(tick, RunRequest)
+        assert isinstance(evaluate(tower_semantic_tick_sensor, instance, tick_cursor)[0], SkipReason)  # within 10 min
+
+        # Late data (the last 31 days): a closed day materialized, then a message of it ingested: its
+        # partition is requested, once; after the re-run nothing is stale.
+        day = (utcnow().astimezone(CST) - timedelta(days=3)).date()
+        key = day.isoformat()
+        assert operations.materialize("tower_windows", key, key, instance=instance, defs=defs).success
+        assert isinstance(evaluate(tower_late_data_sensor, instance)[0], SkipReason)
+        ingest(conversation("w1", "late", cst(day.year, day.month, day.day, 22), ["a late message", "another"]))
+        requests, _ = evaluate(tower_late_data_sensor, instance)
+        assert [r.partition_key for r in requests] == [key]
+        assert operations.materialize("tower_windows", key, key, instance=instance, defs=defs).success
+        assert isinstance(evaluate(tower_late_data_sensor, instance)[0], SkipReason)
+        page = Tower(store, TowerConfig(), CST).recall("agent/activity", "day", key)
+        assert page["total_entries"] == 2 and not page["stale"]
+
+
+def test_the_semantic_tick_runs_as_a_run(defs, instance, store, worklog):
+    result = defs.resolve_job_def("tower_semantic_tick_job").execute_in_process(instance=instance)
+    assert result.success
+    mats = instance.fetch_materializations(tower_assets.tower_semantic_tick.key, limit=1).records
+    meta = {k: v.value for k, v in mats[0].asset_materialization.metadata.items()}
+    # The entries are from January; the latest settled day and week (now) have none: nothing to do.
+    assert meta["summaries_written"] == 0 and meta["llm_calls"] == 0
