@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.engine import Connection
 
 from memory_pipeline.lib.ids import validate_id
@@ -106,8 +106,14 @@ def write_changes(conn: Connection, changes: Sequence[Change], prov: Provenance)
     old_rows = [r for r in rows if r["memory_id"] not in created]
     if new_rows:
         conn.execute(semantic_memories.insert(), new_rows)
-    if old_rows:
-        upsert(conn, semantic_memories, old_rows, keys=["memory_id"])
+    if old_rows:  # one executemany UPDATE (existing rows keep created_by / created_at)
+        cols = [k for k in old_rows[0] if k != "memory_id"]
+        stmt = (
+            update(semantic_memories)
+            .where(semantic_memories.c.memory_id == bindparam("b_memory_id"))
+            .values({c: bindparam(f"b_{c}") for c in cols})
+        )
+        conn.execute(stmt, [{f"b_{k}": v for k, v in r.items()} for r in old_rows])
     conn.execute(
         semantic_memory_versions.insert(),
         [
