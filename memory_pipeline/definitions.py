@@ -12,7 +12,11 @@ from dagster import AssetSpec, Definitions
 from memory_pipeline.defs._shared import definitions as shared_domain
 from memory_pipeline.defs.analyst import definitions as analyst_domain
 from memory_pipeline.defs.analyst.resources import analyst_resources
+from memory_pipeline.defs.conversation import definitions as conversation_domain
+from memory_pipeline.defs.conversation.resources import conversation_resources
 from memory_pipeline.defs.events import definitions as events_domain
+from memory_pipeline.defs.sleep import definitions as sleep_domain
+from memory_pipeline.defs.sleep.resources import sleep_resources
 from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
 from memory_pipeline.resources import default_resources
@@ -33,14 +37,27 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
-    merged = Definitions.merge(shared_domain.defs, events_domain.defs, temporal_domain.defs, analyst_domain.defs)
+    merged = Definitions.merge(
+        shared_domain.defs,
+        events_domain.defs,
+        temporal_domain.defs,
+        sleep_domain.defs,
+        conversation_domain.defs,
+        analyst_domain.defs,
+    )
     located = Definitions(
         assets=[*(merged.assets or [])],
         asset_checks=merged.asset_checks,
         jobs=merged.jobs,
         schedules=merged.schedules,
         sensors=merged.sensors,
-        resources={**shared, **temporal_resources(shared), **analyst_resources(shared)},
+        resources={
+            **shared,
+            **temporal_resources(shared),
+            **sleep_resources(shared),
+            **conversation_resources(shared),
+            **analyst_resources(shared),
+        },
     )
     with warnings.catch_warnings():  # map_asset_specs is marked preview; its behaviour here is tested
         warnings.simplefilter("ignore")

@@ -420,3 +420,51 @@ def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tup
 
 
 offline_tools.register("conversation_summary", offline_rule)
+
+
+def failure_counts(store: Store) -> dict[str, int]:
+    """Failures logged per conversation (a sensor's run key changes after each, so it retries)."""
+    with store.connect() as conn:
+        q = select(conversation_summary_failures.c.conversation_id, func.count()).group_by(
+            conversation_summary_failures.c.conversation_id
+        )
+        return dict(conn.execute(q).all())
+
+
+def layout_audit(store: Store) -> tuple[int, list[str]]:
+    """Every newest summary version is in the seed's layout with at most 10 sentences in its arc."""
+    with store.connect() as conn:
+        latest = _latest(conn)
+    problems = []
+    for conv, row in sorted(latest.items()):
+        if not logic.layout_ok(row["content"]):
+            problems.append(f"{conv} v{row['version']}: layout differs from the seed's")
+        if logic.sentences(row["sections"].get("arc", "")) > 10:
+            problems.append(f"{conv} v{row['version']}: more than 10 sentences")
+    return len(latest), problems
+
+
+def status(store: Store) -> dict[str, Any]:
+    with store.connect() as conn:
+        versions = conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one()
+        convs = conn.execute(select(func.count(func.distinct(conversation_summaries.c.conversation_id)))).scalar_one()
+        unverified = sum(1 for r in _latest(conn).values() if not r["verified"])
+        failures = conn.execute(select(func.count()).select_from(conversation_summary_failures)).scalar_one()
+        open_requests = conn.execute(
+            select(func.count())
+            .select_from(conversation_summary_requests)
+            .where(conversation_summary_requests.c.done_at.is_(None))
+        ).scalar_one()
+        done = conn.execute(
+            select(func.count())
+            .select_from(conversation_init_status)
+            .where(conversation_init_status.c.status == "done")
+        ).scalar_one()
+    return {
+        "conversations_summarized": convs,
+        "summary_versions": versions,
+        "unverified": unverified,
+        "failures_logged": failures,
+        "open_requests": open_requests,
+        "initialization_done": done,
+    }

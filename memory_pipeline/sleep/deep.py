@@ -107,7 +107,7 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         worlds = worlds_with_memories(conn)
         if world_ids is not None:
             worlds = [w for w in worlds if w in set(world_ids)]
-        active = load_active(conn, worlds)
+        active = load_active(conn, worlds, upto_day=day)
         blocks, pinned = load_self_layer(conn, worlds, ctx.cfg.pinned_top)
         previous = _previous(conn, Stage.DEEP, day)
         last_out = _last_outputs(conn, day)
@@ -159,7 +159,7 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         records.append(_state_row(day, world, fp, out_fp, world_records))
     # The snapshot of every world (also the unchanged ones), then the state records, in one transaction.
     with ctx.store.connect() as conn:
-        now_active = load_active(conn, worlds)
+        now_active = load_active(conn, worlds, upto_day=day)
     snap = [
         {
             "day": day,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import bindparam, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from memory_pipeline.lib.ids import validate_id
@@ -50,9 +50,14 @@ def _memory(row: Mapping[str, Any]) -> Memory:
     )
 
 
-def load_active(conn: Connection, world_ids: Sequence[str] | None = None) -> dict[str, list[Memory]]:
-    """Active memories by world, in one query."""
+def load_active(
+    conn: Connection, world_ids: Sequence[str] | None = None, upto_day: date | None = None
+) -> dict[str, list[Memory]]:
+    """Active memories by world, in one query; with ``upto_day``, only those a sleep stage created
+    on that day or before (or `remember` wrote): a later day's extractions are not that day's set."""
     q = select(semantic_memories).where(semantic_memories.c.status == MemoryStatus.ACTIVE)
+    if upto_day is not None:
+        q = q.where(or_(semantic_memories.c.created_day.is_(None), semantic_memories.c.created_day <= upto_day))
     if world_ids is not None:
         q = q.where(semantic_memories.c.world_id.in_(list(world_ids)))
     out: dict[str, list[Memory]] = defaultdict(list)

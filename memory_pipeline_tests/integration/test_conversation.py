@@ -20,7 +20,9 @@ CFG = ConversationConfig()
 
 
 def texts(n, offset=0):
-    return [f"我喜欢爬山 第{i + offset}句" if i % 4 == 0 else f"line {i + offset} about hiking trails?" for i in range(n)]
+    return [
+        f"我喜欢爬山 第{i + offset}句" if i % 4 == 0 else f"line {i + offset} about hiking trails?" for i in range(n)
+    ]
 
 
 def rows(store, table=conversation_summaries):
@@ -76,7 +78,9 @@ def test_rolling_versions_in_the_exact_layout_and_never_an_overwrite(store, inge
     # The user denies the check line: a new verified version with their wording.
     version = summaries.correct(store, "c1", "用户这段时间其实在为搬家发愁。她对爬山只是随口一提。整体有些焦虑。", CST)
     last = rows(store)[-1]
-    assert version == 3 and last["verified"] is True and "搬家发愁" in last["content"] and logic.layout_ok(last["content"])
+    assert (
+        version == 3 and last["verified"] is True and "搬家发愁" in last["content"] and logic.layout_ok(last["content"])
+    )
     # Never writes semantic memory or messages.
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() == 0
@@ -88,11 +92,41 @@ def test_rolling_versions_in_the_exact_layout_and_never_an_overwrite(store, inge
     [
         ([("ok", "just text, no tool")], "without write_conversation_summary"),
         (
-            [("tools", [("write_conversation_summary", {"emotional_arc": "一。" * 11, "preferences": [], "emotional_key_points": [], "unresolved_hooks": []})])],
+            [
+                (
+                    "tools",
+                    [
+                        (
+                            "write_conversation_summary",
+                            {
+                                "emotional_arc": "一。" * 11,
+                                "preferences": [],
+                                "emotional_key_points": [],
+                                "unresolved_hooks": [],
+                            },
+                        )
+                    ],
+                )
+            ],
             "11 sentences",
         ),
         (
-            [("tools", [("write_conversation_summary", {"emotional_arc": "2026-04-18 聊剧本。", "preferences": [], "emotional_key_points": [], "unresolved_hooks": []})])],
+            [
+                (
+                    "tools",
+                    [
+                        (
+                            "write_conversation_summary",
+                            {
+                                "emotional_arc": "2026-04-18 聊剧本。",
+                                "preferences": [],
+                                "emotional_key_points": [],
+                                "unresolved_hooks": [],
+                            },
+                        )
+                    ],
+                )
+            ],
             "contains a date",
         ),
         ([("sleep", 3)], "failed for conversation_summary"),
@@ -105,7 +139,9 @@ def test_a_failure_writes_nothing_logs_an_event_and_retries_next_trigger(store, 
     with FakeOpenAI() as server:
         for step in script:
             server.push(*step)
-        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0, timeout_seconds=1)
+        llm = LLMClient(
+            store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0, timeout_seconds=1
+        )
         result = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
     assert error in result.failed["c1"]
     assert rows(store) == []

@@ -33,7 +33,9 @@ D = date(2026, 3, 2)
 
 def ctx_for(store, tmp_path, llm=None, **cfg):
     cfg.setdefault("log_dir", str(tmp_path / "logs"))
-    return SleepContext(store, llm or LLMClient(store, asset="sleep_test", partition="p"), SleepConfig(**cfg).validate(), CST)
+    return SleepContext(
+        store, llm or LLMClient(store, asset="sleep_test", partition="p"), SleepConfig(**cfg).validate(), CST
+    )
 
 
 def count(store, table, *where):
@@ -48,8 +50,12 @@ def active(store, world="w1"):
 
 def day_events():
     return (
-        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好的", "tomatoes garden planting tomatoes", "nice"])
-        + conversation("w1", "s-2", cst(2026, 3, 2, 23, 50), ["marathon training marathon", "ok", "late marathon", "sure"])
+        conversation(
+            "w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好的", "tomatoes garden planting tomatoes", "nice"]
+        )
+        + conversation(
+            "w1", "s-2", cst(2026, 3, 2, 23, 50), ["marathon training marathon", "ok", "late marathon", "sure"]
+        )
         + [event("w1", "s-1", "tool", '{"ok": true}', cst(2026, 3, 2, 9, 30))]
         + conversation("w1", "dbg", cst(2026, 3, 2, 10), ["debug stuff"], debug=True)
         + conversation("w2", "s-9", cst(2026, 3, 1, 10), ["other day only"])
@@ -72,7 +78,10 @@ def test_light_sleep_prompt_sessions_midnight_and_three_messages(store, ingest, 
     state = MemoryState("w1", [], "t")
     p = build_prompt(D, sessions["w1"], state, system_for(ctx, blocks, pinned, "w1"), ctx)
     assert len(p.messages) == 3 and all(m["role"] == "user" for m in p.messages)
-    assert "## session s-1" in p.messages[0]["content"] and "[2026-03-02 09:00] user: 我喜欢吃辣" in p.messages[0]["content"]
+    assert (
+        "## session s-1" in p.messages[0]["content"]
+        and "[2026-03-02 09:00] user: 我喜欢吃辣" in p.messages[0]["content"]
+    )
     assert '{"ok": true}' not in p.messages[0]["content"]
     assert "我是 w1" in p.system and "- 用户叫小王" in p.system and "## autobiography_summary" in p.system
     assert "create_semantic_memory" in p.messages[2]["content"] and "merge" not in p.messages[2]["content"]
@@ -107,7 +116,11 @@ def test_light_sleep_writes_memories_with_versions_and_is_idempotent(store, inge
     forced = run_light_sleep(SleepContext(store, ctx.llm, ctx.cfg, CST, force=True), D)
     assert forced.created == 0 and len(active(store)) == len(rows)  # message 2 holds them: no duplicate
     with store.connect() as conn:
-        state = conn.execute(select(sleep_runs).where(sleep_runs.c.stage == "light_sleep", sleep_runs.c.world_id == "w1")).mappings().one()
+        state = (
+            conn.execute(select(sleep_runs).where(sleep_runs.c.stage == "light_sleep", sleep_runs.c.world_id == "w1"))
+            .mappings()
+            .one()
+        )
     assert state["sessions"] == 2 and state["status"] == "done"
 
 
@@ -119,7 +132,14 @@ def _seed(store, world, items, day=D):
     rules = Rules(Stage.LIGHT, LIGHT_TOOLS, cst(2026, 3, 2, 12))
     changes = []
     for i, (mtype, content, sessions, at) in enumerate(items):
-        changes += state.apply({"id": f"c{i}", "name": CREATE, "arguments": {"type": mtype, "content": content, "source_sessions": sessions, "observed_at": at}}, rules)
+        changes += state.apply(
+            {
+                "id": f"c{i}",
+                "name": CREATE,
+                "arguments": {"type": mtype, "content": content, "source_sessions": sessions, "observed_at": at},
+            },
+            rules,
+        )
     with store.begin() as conn:
         mem.write_changes(conn, changes, mem.Provenance(Stage.LIGHT, day))
     return [c.memory.id for c in changes]
@@ -159,7 +179,9 @@ def test_deep_sleep_three_rounds_identical_message_one_logs_and_snapshot(store, 
     # Nothing deleted: every original row is still there, deprecated or merged.
     assert count(store, semantic_memories, semantic_memories.c.memory_id.in_(ids)) == len(ids)
     with store.connect() as conn:
-        src = conn.execute(select(semantic_memories).where(semantic_memories.c.memory_id.in_(ids[3:5]))).mappings().all()
+        src = (
+            conn.execute(select(semantic_memories).where(semantic_memories.c.memory_id.in_(ids[3:5]))).mappings().all()
+        )
     assert {r["merged_into"] for r in src} == {merged[0].id}
     logs = sorted((tmp_path / "logs" / "w1").glob("*.json"))
     assert [p.name for p in logs] == [
@@ -185,13 +207,18 @@ def test_deep_sleep_refuses_over_300k_before_any_call_and_batches_by_type(store,
 
 
 def test_deep_sleep_batches_by_type_between_100k_and_300k(store, tmp_path):
-    items = [("world" if i % 2 else "experience", f"fact {i} " + "y" * 900, [f"s-{i}"], "2026-03-01T10:00:00+08:00") for i in range(150)]
+    items = [
+        ("world" if i % 2 else "experience", f"fact {i} " + "y" * 900, [f"s-{i}"], "2026-03-01T10:00:00+08:00")
+        for i in range(150)
+    ]
     _seed(store, "w1", items)
     _light_done(store, tmp_path)
     result = run_deep_sleep(ctx_for(store, tmp_path), D)
     assert result.batched == ["w1"]
     assert sorted({r.batch_type for r in result.rounds["w1"]}) == ["experience", "world"]
-    doc = json.loads((tmp_path / "logs" / "w1" / "deep_sleep_2026-03-02_1_contradiction.json").read_text(encoding="utf-8"))
+    doc = json.loads(
+        (tmp_path / "logs" / "w1" / "deep_sleep_2026-03-02_1_contradiction.json").read_text(encoding="utf-8")
+    )
     assert [b["batch_type"] for b in doc["batches"]] == ["experience", "world"]
 
 
@@ -206,7 +233,12 @@ def test_deep_sleep_needs_light_sleep_and_the_previous_day_and_snapshots_diff(st
     with pytest.raises(StageFailure, match="deep sleep of 2026-03-03 is missing"):
         run_deep_sleep(ctx_for(store, tmp_path), d3)
     d2 = D + timedelta(days=1)
-    _seed(store, "w1", [("world", "C", ["s-2"], "2026-03-03T10:00:00+08:00"), ("world", "C", ["s-3"], "2026-03-03T11:00:00+08:00")], d2)
+    _seed(
+        store,
+        "w1",
+        [("world", "C", ["s-2"], "2026-03-03T10:00:00+08:00"), ("world", "C", ["s-3"], "2026-03-03T11:00:00+08:00")],
+        d2,
+    )
     _light_done(store, tmp_path, d2)
     run_deep_sleep(ctx_for(store, tmp_path), d2)
     change = diff(store, "w1", D, d2)
@@ -217,11 +249,15 @@ def test_deep_sleep_needs_light_sleep_and_the_previous_day_and_snapshots_diff(st
 
 
 def test_autobiography_phase_a_and_b(store, tmp_path):
-    _seed(store, "w1", [
-        ("experience", "第一次跑完半马", ["s-1"], "2026-03-01T10:00:00+08:00"),
-        ("imprint", "在海边看日出", ["s-2"], "2026-03-02T06:00:00+08:00"),
-        ("experience", "很久以前的事", ["s-3"], "2026-02-01T10:00:00+08:00"),  # outside the 7 days
-    ])
+    _seed(
+        store,
+        "w1",
+        [
+            ("experience", "第一次跑完半马", ["s-1"], "2026-03-01T10:00:00+08:00"),
+            ("imprint", "在海边看日出", ["s-2"], "2026-03-02T06:00:00+08:00"),
+            ("experience", "很久以前的事", ["s-3"], "2026-02-01T10:00:00+08:00"),  # outside the 7 days
+        ],
+    )
     ctx = ctx_for(store, tmp_path)
     first = run_autobiography(ctx, D)
     assert first.narratives_created == 1
@@ -237,17 +273,32 @@ def test_autobiography_phase_a_and_b(store, tmp_path):
 
 
 def test_real_model_malformed_tool_calls_are_rejected_logged_and_nothing_half_applied(store, tmp_path):
-    ids = _seed(store, "w1", [("world", "x", ["s-1"], "2026-03-01T10:00:00+08:00"), ("world", "y", ["s-2"], "2026-03-01T10:00:00+08:00")])
+    ids = _seed(
+        store,
+        "w1",
+        [("world", "x", ["s-1"], "2026-03-01T10:00:00+08:00"), ("world", "y", ["s-2"], "2026-03-01T10:00:00+08:00")],
+    )
     _light_done(store, tmp_path)
     with FakeOpenAI() as server:
-        server.push("tools", [
-            ("search_semantic_memory", {"q": "x"}),  # unknown to this stage
-            ("deprecate_semantic_memory", {"id": ids[0]}),  # missing reason
-            ("update_semantic_memory", {"id": "f-nope", "content": "z"}),  # bad id
-            ("merge_semantic_memories", {"source_ids": [ids[0]], "content": "x"}),  # a single source
-            ("deprecate_semantic_memory", {"id": ids[1], "reason": "过期"}),  # valid
-        ])
-        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0, asset="sleep_deep_sleep", partition=D.isoformat())
+        server.push(
+            "tools",
+            [
+                ("search_semantic_memory", {"q": "x"}),  # unknown to this stage
+                ("deprecate_semantic_memory", {"id": ids[0]}),  # missing reason
+                ("update_semantic_memory", {"id": "f-nope", "content": "z"}),  # bad id
+                ("merge_semantic_memories", {"source_ids": [ids[0]], "content": "x"}),  # a single source
+                ("deprecate_semantic_memory", {"id": ids[1], "reason": "过期"}),  # valid
+            ],
+        )
+        llm = LLMClient(
+            store,
+            model="openai/fake",
+            api_base=server.api_base,
+            api_key="k",
+            max_retries=0,
+            asset="sleep_deep_sleep",
+            partition=D.isoformat(),
+        )
         result = run_deep_sleep(ctx_for(store, tmp_path, llm=llm), D)
         sent = server.requests
     r1 = result.rounds["w1"][0]
@@ -262,7 +313,9 @@ def test_real_model_malformed_tool_calls_are_rejected_logged_and_nothing_half_ap
     # Message 1 (and the system prompt) identical across the rounds' first requests.
     firsts = [r for r in sent if not any(m["role"] == "tool" for m in r["messages"])]
     assert len(firsts) == 3 and len({json.dumps(r["messages"][:2]) for r in firsts}) == 1
-    doc = json.loads((tmp_path / "logs" / "w1" / "deep_sleep_2026-03-02_1_contradiction.json").read_text(encoding="utf-8"))
+    doc = json.loads(
+        (tmp_path / "logs" / "w1" / "deep_sleep_2026-03-02_1_contradiction.json").read_text(encoding="utf-8")
+    )
     assert len(doc["rejected"]) == 4 and doc["tool_calls"] == 5
 
 
@@ -296,7 +349,7 @@ def test_remember_and_the_explicit_delete(store):
     with pytest.raises(mem.InputError, match="field 'session_id'"):
         mem.remember(store, "w1", "bad:id", "x")
     assert mem.delete_memory(store, "w1", mid) is True
-    assert active(store) == [] and count(store, semantic_memory_versions, semantic_memory_versions.c.op == "delete") == 1
+    assert (
+        active(store) == [] and count(store, semantic_memory_versions, semantic_memory_versions.c.op == "delete") == 1
+    )
     assert count(store, semantic_memory_versions, semantic_memory_versions.c.content != "") == 0
-
-
