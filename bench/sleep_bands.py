@@ -62,7 +62,11 @@ def seed_memories(store: Store, target_chars: int) -> int:
             content = f"fact number {i - 1} about topic {(i - 1) % 97} with some detail words"
         if i % 11 == 10:
             content += "； and a second independent fact"
-        call = {"id": str(i), "name": CREATE, "arguments": {"type": TYPES[i % 4], "content": content, "source_sessions": [f"s-{i}"]}}
+        call = {
+            "id": str(i),
+            "name": CREATE,
+            "arguments": {"type": TYPES[i % 4], "content": content, "source_sessions": [f"s-{i}"]},
+        }
         state.apply(call, rules)
         i += 1
     with store.begin() as conn:
@@ -90,7 +94,9 @@ def deep_band(target: int) -> None:
             try:
                 result = run_deep_sleep(ctx, DAY)
             except StageFailure as exc:
-                print(f"message 1 {chars:>7} chars ({n} memories): REFUSED before any call ({ctx.llm.stats.calls} calls): {exc}")
+                print(
+                    f"message 1 {chars:>7} chars ({n} memories): REFUSED before any call ({ctx.llm.stats.calls} calls): {exc}"
+                )
                 return
             seconds = time.monotonic() - started
         recs = result.rounds["w1"]
@@ -103,8 +109,10 @@ def deep_band(target: int) -> None:
             f"{result.llm_calls} calls, {result.changes} changes; message 1 byte-identical across rounds: {identical}"
         )
         for r in recs:
-            print(f"   round {r.round_index} {r.round:<13} batch {r.batch_type or '-':<10} input {r.input_chars:>7} chars, "
-                  f"{r.llm_calls} call(s), {r.tool_calls} tool calls, {r.applied} applied")
+            print(
+                f"   round {r.round_index} {r.round:<13} batch {r.batch_type or '-':<10} input {r.input_chars:>7} chars, "
+                f"{r.llm_calls} call(s), {r.tool_calls} tool calls, {r.applied} applied"
+            )
     finally:
         drop(schema)
 
@@ -118,7 +126,9 @@ def light_day(messages: int = 10_000) -> None:
             session = f"s-{i // 20}"
             at = datetime(2026, 3, 2, 0, 0, tzinfo=tz) + timedelta(seconds=8 * i)
             role = "user" if i % 2 == 0 else "assistant"
-            lines.append(event_line(f"m-{i}", "w1", session, role, f"message {i} about garden tomatoes and compost {i % 13}", at))
+            lines.append(
+                event_line(f"m-{i}", "w1", session, role, f"message {i} about garden tomatoes and compost {i % 13}", at)
+            )
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "day.jsonl"
             path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")

@@ -24,7 +24,10 @@ def _guard(fn, *args):
 
 
 @app.command("init-status")
-def init_status(conversation: str = typer.Argument(...), status: str = typer.Argument(..., help="pending | phase1_done | phase2_done | done")):
+def init_status(
+    conversation: str = typer.Argument(...),
+    status: str = typer.Argument(..., help="pending | phase1_done | phase2_done | done"),
+):
     """Set a conversation's initialization status (the Step-0 gate needs done)."""
     from memory_pipeline.conversation.summaries import set_init_status
 

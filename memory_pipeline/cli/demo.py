@@ -127,7 +127,9 @@ def _long_conversation(path) -> None:
             text = "Should we build a second greenhouse next spring?"
         else:
             text = f"We talked about the greenhouse harvest and the seedlings, part {i}."
-        lines.append(event_line(f"demo-long-{i:03d}", "aria", LONG_CONVERSATION, role, text, at, platform="remote:companion"))
+        lines.append(
+            event_line(f"demo-long-{i:03d}", "aria", LONG_CONVERSATION, role, text, at, platform="remote:companion")
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
 
