@@ -232,3 +232,13 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
         record_runs(conn, records)
     out.summaries_written = len(summaries)
     return out
+
+
+def narratives(store: Any, world_id: str, include_deprecated: bool = False) -> list[Narrative]:
+    """Recall's read of a world's autobiographical memory (no model call), oldest first."""
+    q = select(autobiographical_memories).where(autobiographical_memories.c.world_id == world_id)
+    if not include_deprecated:
+        q = q.where(autobiographical_memories.c.status == "active")
+    with store.connect() as conn:
+        rows = conn.execute(q.order_by(autobiographical_memories.c.created_day, autobiographical_memories.c.memory_id))
+        return [_narrative(r) for r in rows.mappings()]

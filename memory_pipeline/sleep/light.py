@@ -205,10 +205,10 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
                 "rejected": len(loop.rejected),
                 "created": stats["created"],
                 "detail": {
-                    "session_ids": prompt.sessions,
-                    "rejected": [r["error"] for r in loop.rejected],
-                    "skipped": [s["result"] for s in loop.skipped],
                     **stats,
+                    "session_ids": prompt.sessions,
+                    "rejected_calls": [r["error"] for r in loop.rejected],
+                    "skipped_calls": [s["result"] for s in loop.skipped],
                 },
                 "finished_at": utcnow(),
             }
@@ -237,3 +237,31 @@ def _day_row(stage: Stage, day: date, worlds: int, detail: dict[str, Any]) -> di
         "detail": {"worlds": worlds, "per_world": detail},
         "finished_at": utcnow(),
     }
+
+
+def late_days(store: Any, tz: Any) -> dict[date, Any]:
+    """Days whose light sleep ran before some of their recallable messages were ingested (late
+    data), with the newest such ingest: two queries, whatever the history's length. Re-running
+    light sleep for such a day asks the model only for the worlds whose material changed."""
+    with store.connect() as conn:
+        done = dict(
+            conn.execute(
+                select(sleep_runs.c.day, sleep_runs.c.finished_at).where(
+                    sleep_runs.c.stage == str(Stage.LIGHT), sleep_runs.c.world_id == DAY_ROW
+                )
+            ).all()
+        )
+        if not done:
+            return {}
+        q = (
+            select(messages.c.at, messages.c.ingested_at)
+            .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+            .where(messages.c.ingested_at > min(done.values()), messages.c.role.in_(RECALLABLE_ROLES))
+            .where(conversations.c.debug.is_(False), conversations.c.platform != "cron", messages.c.content != "")
+        )
+        out: dict[date, Any] = {}
+        for at, ingested in conn.execute(q):
+            day = at.astimezone(tz).date()
+            if day in done and ingested > done[day]:
+                out[day] = max(out.get(day, ingested), ingested)
+    return out

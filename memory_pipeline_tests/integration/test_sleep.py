@@ -353,3 +353,63 @@ def test_remember_and_the_explicit_delete(store):
         active(store) == [] and count(store, semantic_memory_versions, semantic_memory_versions.c.op == "delete") == 1
     )
     assert count(store, semantic_memory_versions, semantic_memory_versions.c.content != "") == 0
+
+
+def test_light_sleep_rejects_tools_outside_its_whitelist_and_records_them(store, ingest, tmp_path):
+    ingest(day_events())
+    with FakeOpenAI() as server:
+        server.push(
+            "tools",
+            [
+                ("merge_semantic_memories", {"source_ids": ["f-1", "f-2"], "content": "x"}),
+                ("search_semantic_memory", {"q": "辣"}),
+                ("create_semantic_memory", {"type": "preference", "content": "喜欢吃辣", "source_sessions": ["s-1"]}),
+                ("create_semantic_memory", {"type": "world", "content": "x", "source_sessions": ["s-elsewhere"]}),
+            ],
+        )
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        result = run_light_sleep(ctx_for(store, tmp_path, llm=llm), D)
+        offered = [t["function"]["name"] for t in server.requests[0]["tools"]]
+        roles = [m["role"] for m in server.requests[0]["messages"]]
+    assert offered == ["create_semantic_memory", "update_semantic_memory", "deprecate_semantic_memory"]
+    assert roles == ["system", "user", "user", "user"]
+    assert result.created == 1 and result.rejected == 3
+    with store.connect() as conn:
+        detail = conn.execute(select(sleep_runs.c.detail).where(sleep_runs.c.world_id == "w1")).scalar_one()
+    assert any("not offered to this stage 'merge_semantic_memories'" in e for e in detail["rejected_calls"])
+    assert any("'s-elsewhere' is not a session of this day" in e for e in detail["rejected_calls"])
+
+
+def test_sleep_never_writes_a_conversation_and_late_data_reaches_light_sleep(store, ingest, tmp_path):
+    from memory_pipeline.lib.store.tables import messages
+    from memory_pipeline.sleep.light import late_days
+
+    ingest(day_events())
+    before = count(store, messages)
+    ctx = ctx_for(store, tmp_path)
+    run_light_sleep(ctx, D)
+    run_deep_sleep(ctx, D)
+    run_autobiography(ctx, D)
+    assert count(store, messages) == before  # no stage writes into a conversation or its history
+    assert late_days(store, CST) == {}
+    ingest(conversation("w1", "s-late", cst(2026, 3, 2, 15), ["我爱喝茶", "好"]))
+    assert list(late_days(store, CST)) == [D]
+    again = run_light_sleep(ctx, D)
+    assert again.created >= 1 and any(m.content == "我爱喝茶" for m in active(store))
+    assert late_days(store, CST) == {}
+
+
+def test_recall_reads_autobiographical_memory(store, tmp_path):
+    from memory_pipeline.sleep.autobiography import narratives
+
+    _seed(
+        store,
+        "w1",
+        [
+            ("experience", "a", ["s-1"], "2026-03-01T10:00:00+08:00"),
+            ("experience", "b", ["s-2"], "2026-03-02T10:00:00+08:00"),
+        ],
+    )
+    run_autobiography(ctx_for(store, tmp_path), D)
+    (n,) = narratives(store, "w1")
+    assert n.kind == "event" and n.significance == 2 and narratives(store, "w2") == []
