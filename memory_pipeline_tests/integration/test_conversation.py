@@ -181,3 +181,18 @@ def test_entry_points_refuse_bad_input_by_field(store):
         summaries.request(store, "c1", "entries")
     with pytest.raises(summaries.InputError, match="no summary to correct"):
         summaries.correct(store, "c1", "x。", CST)
+
+
+def test_the_model_gets_the_full_history_and_the_previous_summary(store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(31)))
+    summaries.set_init_status(store, "c1", "done")
+    summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    ingest(conversation("w1", "c1", cst(2026, 3, 4, 9), texts(30, 100)))
+    with FakeOpenAI() as server:
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
+        msgs = server.requests[0]["messages"]
+    assert msgs[1]["content"].startswith("# 已有 summary（上次覆盖至 L31）\n# 对话历程摘要（滚动）")
+    assert "L1 **user**" in msgs[2]["content"] and "L61 **assistant**" in msgs[2]["content"]
+    assert "本次总结 L32 之后的新增部分" in msgs[2]["content"]
+    assert server.requests[0]["tools"][0]["function"]["name"] == "write_conversation_summary"

@@ -413,3 +413,17 @@ def test_recall_reads_autobiographical_memory(store, tmp_path):
     run_autobiography(ctx_for(store, tmp_path), D)
     (n,) = narratives(store, "w1")
     assert n.kind == "event" and n.significance == 2 and narratives(store, "w2") == []
+
+
+def test_autobiography_never_reads_raw_conversation_and_carries_the_self_layer(store, ingest, tmp_path):
+    ingest(day_events())
+    mem.pin_fact(store, "w1", "用户叫小王")
+    _seed(store, "w1", [("experience", "去了海边", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    with FakeOpenAI() as server:
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        result = run_autobiography(ctx_for(store, tmp_path, llm=llm), D)
+        sent = json.dumps(server.requests, ensure_ascii=False)
+        system = server.requests[0]["messages"][0]["content"]
+    assert result.narratives_created == 0 and result.summaries_written == 1  # text answer: nothing worth recording
+    assert "去了海边" in sent and "tomatoes garden planting" not in sent and "我喜欢吃辣" not in sent
+    assert system.startswith("# 自我层") and "- 用户叫小王" in system and "## autobiography_summary" in system

@@ -226,3 +226,52 @@ def test_arbitrary_tool_calls_are_applied_whole_or_refused_with_tool_error(name,
         assert str(exc).startswith("tool call c")
         assert {k: (m.content, m.status, m.version, list(m.source_sessions)) for k, m in s.memories.items()} == before
         assert s.changes == []
+
+
+def test_round_one_instructions_carry_the_seeds_four_examples():
+    from memory_pipeline.sleep.logic import Round
+    from memory_pipeline.sleep.prompts import deep_message_three
+
+    text = deep_message_three(Round.CONTRADICTION)
+    for example in (
+        "「女儿属虎」vs「女儿属羊」",
+        "「不喜欢吃辣」vs「喜欢吃辣」",
+        "「喜欢苹果」vs「喜欢樱桃」",
+        "「喜欢 Python」vs「现在更喜欢 TypeScript」",
+    ):
+        assert example in text
+    assert "拆分" in deep_message_three(Round.SPLIT) and "merge_semantic_memories" in deep_message_three(Round.MERGE)
+
+
+def test_the_offline_rules_are_deterministic_and_documented():
+    from memory_pipeline.lib.llm import offline_tools
+    from memory_pipeline.sleep import offline_rules
+
+    offline_rules.install()
+    m1 = "# 当日对话\n\n## session s-1（平台 local）\n[2026-03-02 09:00] user: 我喜欢吃辣\n[2026-03-02 09:01] assistant: 好的"
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": m1},
+        {"role": "user", "content": "# 已有记忆\n（无）"},
+        {"role": "user", "content": "# 提取指令"},
+    ]
+    tools = [{"type": "function", "function": {"name": n}} for n in LIGHT_TOOLS]
+    first = offline_tools.respond("light_sleep", msgs, tools)
+    assert first == offline_tools.respond("light_sleep", msgs, tools)
+    calls = first[1]
+    assert calls[0]["name"] == CREATE and calls[0]["arguments"] == {
+        "type": "preference",
+        "content": "我喜欢吃辣",
+        "source_sessions": ["s-1"],
+    }
+    assert calls[1]["arguments"]["type"] == "experience"
+    # After the calls came back as tool results, the rules answer with no call: the loop ends.
+    assert offline_tools.respond("light_sleep", [*msgs, {"role": "tool", "content": "ok"}], tools)[1] == []
+    assert "not a language model" in offline_rules.__doc__ or "deterministic" in offline_rules.__doc__
+
+
+def test_there_is_no_sleep_now_command():
+    from memory_pipeline.cli.sleep import app
+
+    names = {c.name or c.callback.__name__ for c in app.registered_commands}
+    assert names == {"backfill", "rebuild", "status", "diff", "memories", "remember", "delete", "self-block", "pin"}
