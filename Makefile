@@ -38,6 +38,7 @@ ui: $(STAMP)  ## the Dagster UI on the instance the demo wrote (data/dagster_hom
 
 bench: $(STAMP)  ## the year-backfill benchmark on PostgreSQL (see bench/README.md)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/temporal_backfill.py
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/sleep_bands.py
 
 clean:
 	rm -rf $(VENV) data/memory.sqlite* data/dagster_home data/sample
