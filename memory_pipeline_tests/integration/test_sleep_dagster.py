@@ -161,3 +161,20 @@ def test_rolling_summary_sensor_end_to_end(defs, instance, store, pg_url, ingest
     checks = instance.get_records_for_run(result.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records
     assert [r.event_log_entry.dagster_event.event_specific_data.passed for r in checks] == [True]
     assert tick().run_requests == []  # covered now
+
+
+def test_the_light_schedule_tick_runs_end_to_end(defs, instance, store, two_days):
+    """From the 02:00 tick on 2026-03-03 to the day's memories: the run the schedule requests."""
+    sched = defs.get_schedule_def("sleep_light_schedule")
+    ctx = build_schedule_context(
+        instance=instance, scheduled_execution_time=cst(2026, 3, 3, 2, 0), repository_def=defs.get_repository_def()
+    )
+    (req,) = sched.evaluate_tick(ctx).run_requests
+    job = defs.resolve_job_def("sleep_light_job")
+    result = job.execute_in_process(
+        instance=instance, partition_key=req.partition_key, tags=req.tags, raise_on_error=False
+    )
+    assert result.success and req.partition_key == "2026-03-02"
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() >= 2
+    assert _materializations(instance, "sleep_light_sleep")["2026-03-02"]["sessions"] == 1

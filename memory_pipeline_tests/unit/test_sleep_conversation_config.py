@@ -101,3 +101,11 @@ def test_arbitrary_summary_answers_parse_or_fail_with_format_error(args):
     except logic.FormatError:
         return
     assert logic.sentences(s.arc) <= 10
+
+
+def test_the_production_file_loads_with_the_defaults():
+    from memory_pipeline.lib.settings import REPO_ROOT
+
+    path = REPO_ROOT / "deploy" / "production" / "memory.yaml"
+    assert sleep_config.load(path) == sleep_config.SleepConfig()
+    assert conversation_config.load(path) == conversation_config.ConversationConfig()
