@@ -427,3 +427,11 @@ def test_autobiography_never_reads_raw_conversation_and_carries_the_self_layer(s
     assert result.narratives_created == 0 and result.summaries_written == 1  # text answer: nothing worth recording
     assert "去了海边" in sent and "tomatoes garden planting" not in sent and "我喜欢吃辣" not in sent
     assert system.startswith("# 自我层") and "- 用户叫小王" in system and "## autobiography_summary" in system
+
+
+def test_only_the_top_20_pinned_facts_enter_the_system_prompt(store):
+    for i in range(25):
+        mem.pin_fact(store, "w1", f"fact {i:02d}", priority=i)
+    with store.connect() as conn:
+        _blocks, pinned = mem.load_self_layer(conn, ["w1"], 20)
+    assert pinned["w1"] == [f"fact {i:02d}" for i in range(24, 4, -1)]

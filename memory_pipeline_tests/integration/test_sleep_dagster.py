@@ -178,3 +178,25 @@ def test_the_light_schedule_tick_runs_end_to_end(defs, instance, store, two_days
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() >= 2
     assert _materializations(instance, "sleep_light_sleep")["2026-03-02"]["sessions"] == 1
+
+
+def test_disabled_sleep_reads_and_writes_nothing_and_says_so(pg_url, redis_url, instance, store, two_days, tmp_path):
+    from memory_pipeline.definitions import build_defs
+    from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+
+    config = tmp_path / "memory.yaml"
+    config.write_text("memory:\n  sleep:\n    enabled: false\n", encoding="utf-8")
+    defs = build_defs(
+        {
+            "memory_store": MemoryStoreResource(database_url=pg_url),
+            "kv_cache": CacheResource(redis_url=redis_url),
+            "llm": LLMResource(),
+            "memory_config": MemoryConfigResource(config_file=str(config)),
+        }
+    )
+    report = operations.materialize("light_sleep", DAYS[0], DAYS[0], instance=instance, defs=defs)
+    assert report.success
+    assert _materializations(instance, "sleep_light_sleep")[DAYS[0]]["disabled"] is True
+    assert _checks(instance, report.runs[0].run_id) == [(DAYS[0], True)]  # disabled on purpose: not a failure
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() == 0

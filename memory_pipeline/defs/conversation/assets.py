@@ -39,6 +39,9 @@ def conversation_rolling_summaries(
     context: AssetExecutionContext, config: RollingSummaryConfig, conversation: ConversationResource
 ) -> MaterializeResult:
     store, cfg = conversation.store(), conversation.cfg()
+    if not cfg.enabled:
+        context.log.info("memory.conversation.enabled is false, nothing read or written")
+        return MaterializeResult(metadata={"disabled": True, "due": 0, "written": 0, "failed": 0})
     due = summaries.due_conversations(store, cfg)
     if config.conversations:
         wanted = set(config.conversations)

@@ -26,8 +26,10 @@ rolling_summary_job = define_asset_job(
     "on the next tick (its failure changes the run key).",
 )
 def conversation_rolling_summary_sensor(context: SensorEvaluationContext, conversation: ConversationResource):
-    store = conversation.store()
-    due = summaries.due_conversations(store, conversation.cfg())
+    store, cfg = conversation.store(), conversation.cfg()
+    if not cfg.enabled:
+        return SkipReason("memory.conversation.enabled is false")
+    due = summaries.due_conversations(store, cfg)
     if not due:
         return SkipReason("no conversation due (gate: initialization done and >= 30 entries)")
     failures = summaries.failure_counts(store)

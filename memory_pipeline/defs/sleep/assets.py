@@ -61,6 +61,11 @@ def _run(
     """The run's days in order; the first failure stops the run (later days need it) and says why."""
     worlds = _worlds(config)
     asset = context.assets_def.key.to_user_string()
+    if not sleep.cfg().enabled:
+        context.log.info(f"{asset}: memory.sleep.enabled is false, nothing read or written")
+        for key in context.partition_keys:
+            context.add_asset_metadata({"disabled": True}, partition_key=key)
+        return MaterializeResult()
     for key, day in partition_dates(context):
         ctx = sleep.context(asset, key, force=config.force_llm)
         try:
