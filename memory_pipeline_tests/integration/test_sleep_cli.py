@@ -15,8 +15,8 @@ from memory_pipeline_tests.integration.test_cli import env  # noqa: F401 - the f
 runner = CliRunner()
 
 
-def _ingest(env, events):
-    path = env / "e.jsonl"
+def _ingest(folder, events):
+    path = folder / "e.jsonl"
     path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
     assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
 
