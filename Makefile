@@ -16,7 +16,7 @@ UV_VERSION := 0.13.8
 LOCK_VENV  := $(shell echo $${TMPDIR:-/tmp})/memory-pipeline-lock-venv
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock"
 
-.PHONY: venv demo test ui bench bench-quick bench-tower clean chromium lock lock-upgrade audit
+.PHONY: venv demo test ui bench bench-quick bench-tower bench-sleep clean chromium lock lock-upgrade audit
 
 venv: $(STAMP)  ## the virtual environment alone, installed from the lock with --require-hashes
 
@@ -74,6 +74,9 @@ bench-quick: $(STAMP)  ## the same measurements at a small scale (a few minutes)
 
 bench-tower: $(STAMP)  ## the time tower's benchmark on PostgreSQL (see bench/README.md)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/tower_windows.py
+
+bench-sleep: $(STAMP)  ## deep sleep at each size band and light sleep over a busy day (see bench/README.md)
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/sleep_bands.py
 
 clean:
 	rm -rf $(VENV) data/memory.sqlite* data/dagster_home data/sample

@@ -13,7 +13,11 @@ from memory_pipeline.defs._shared import definitions as shared_domain
 from memory_pipeline.defs._shared import deployment
 from memory_pipeline.defs.analyst import definitions as analyst_domain
 from memory_pipeline.defs.analyst.resources import analyst_resources
+from memory_pipeline.defs.conversation import definitions as conversation_domain
+from memory_pipeline.defs.conversation.resources import conversation_resources
 from memory_pipeline.defs.events import definitions as events_domain
+from memory_pipeline.defs.sleep import definitions as sleep_domain
+from memory_pipeline.defs.sleep.resources import sleep_resources
 from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
 from memory_pipeline.defs.tower import definitions as tower_domain
@@ -38,7 +42,13 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
     merged = Definitions.merge(
-        shared_domain.defs, events_domain.defs, temporal_domain.defs, tower_domain.defs, analyst_domain.defs
+        shared_domain.defs,
+        events_domain.defs,
+        temporal_domain.defs,
+        tower_domain.defs,
+        sleep_domain.defs,
+        conversation_domain.defs,
+        analyst_domain.defs,
     )
     located = Definitions(
         assets=deployment.with_deployment_backfill_policy(merged.assets or []),
@@ -46,7 +56,14 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         jobs=merged.jobs,
         schedules=merged.schedules,
         sensors=merged.sensors,
-        resources={**shared, **temporal_resources(shared), **tower_resources(shared), **analyst_resources(shared)},
+        resources={
+            **shared,
+            **temporal_resources(shared),
+            **tower_resources(shared),
+            **sleep_resources(shared),
+            **conversation_resources(shared),
+            **analyst_resources(shared),
+        },
         executor=deployment.executor(),
     )
     with warnings.catch_warnings():  # map_asset_specs is marked preview; its behaviour here is tested

@@ -19,9 +19,25 @@ from dataclasses import dataclass
 
 from sqlalchemy import Date, Table
 
+from memory_pipeline.conversation.tables import (
+    conversation_init_status,
+    conversation_summaries,
+    conversation_summary_failures,
+    conversation_summary_requests,
+    user_profile_facts,
+)
 from memory_pipeline.events.tables import ingest_batches
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.store.tables import conversations, inbox, llm_cache, llm_ledger, messages, worlds
+from memory_pipeline.sleep.tables import (
+    autobiographical_memories,
+    pinned_facts,
+    self_blocks,
+    semantic_memories,
+    semantic_memory_snapshots,
+    semantic_memory_versions,
+    sleep_runs,
+)
 from memory_pipeline.temporal.tables import (
     temporal_day_chunks,
     temporal_period_runs,
@@ -101,6 +117,18 @@ EXPORTS: tuple[ExportTable, ...] = (
     ExportTable(llm_ledger, "at", "One row per LLM call (asset, partition, model, tokens, latency, cost, outcome)."),
     ExportTable(llm_cache, "created_at", "Cached model answers by (model, prompt version, prompt) key."),
     ExportTable(inbox, "created_at", "Warnings to users and agents (e.g. a truncated temporal_summary block)."),
+    ExportTable(semantic_memories, None, "Seed 003 semantic memory, live state (active / deprecated, merged_into)."),
+    ExportTable(semantic_memory_versions, "at", "Seed 003 every change of a semantic memory, by the day it was made."),
+    ExportTable(semantic_memory_snapshots, "day", "Seed 003 the active set of each world after a day's deep sleep."),
+    ExportTable(self_blocks, None, "Seed 003 self layer: the six self blocks of each world (autobiography_summary)."),
+    ExportTable(pinned_facts, None, "Seed 003 pinned facts (the top 20 go into every sleep prompt)."),
+    ExportTable(autobiographical_memories, None, "Seed 003 autobiographical narratives (append-only; deprecated)."),
+    ExportTable(sleep_runs, "day", "Seed 003 state record of every sleep stage run, per world and partition day."),
+    ExportTable(conversation_init_status, None, "Seed 002 initialization status of each conversation (Step-0 gate)."),
+    ExportTable(conversation_summaries, "created_at", "Seed 002 rolling summary versions, by the day written."),
+    ExportTable(conversation_summary_requests, None, "Seed 002 explicit triggers (user check, preference override)."),
+    ExportTable(conversation_summary_failures, "at", "Seed 002 failure log of rolling summaries, by the day."),
+    ExportTable(user_profile_facts, None, "Seed 002 user-profile store (newest value per key)."),
 )
 
 BY_NAME: dict[str, ExportTable] = {e.name: e for e in EXPORTS}

@@ -45,6 +45,9 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     )
     report = with_ingest_progress(store, "ingest sample", lambda tick: ingest_file(store, path, progress=tick))
     print_ingest(report)
+    long_path = data / "sample" / "long_conversation.jsonl"
+    _long_conversation(long_path)
+    print_ingest(ingest_file(store, long_path))
 
     instance = operations.get_instance()
     read_at = sample_data.SAMPLE_READ_AT
@@ -79,10 +82,12 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
         progress.advance(task)
 
     ok &= _tower_step(console, store, instance)
+    ok &= _sleep_step(console, instance, store)
     ok &= _analyst_step(console, instance)
 
     console.print("[bold]4.[/] results")
     print_status(store)
+    _print_sleep_results(console, store)
     tz = ZoneInfo(settings.timezone_name())
     world = next(iter(sample_data.WORLDS))
     viewer = f"{world}-{today:%Y%m%d}-0"
@@ -94,6 +99,93 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     print_analytics(analytics_files())
     console.print(f"\nThe runs are in {operations.dagster_home()}: `make ui` opens them in the Dagster UI.")
     return 0 if ok else 1
+
+
+LONG_CONVERSATION = "aria-demo-long"
+SLEEP_FROM, SLEEP_TO = date(2026, 1, 1), date(2026, 1, 14)
+
+
+def _long_conversation(path) -> None:
+    """One conversation of 40 entries over two days (the sample's are short), so the rolling summary
+    has something to do: a preference on the 12th, its negation on the 13th (deep sleep's round 1)."""
+    import json
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from memory_pipeline.events.ingest import event_line
+
+    tz = ZoneInfo("Asia/Shanghai")
+    lines = []
+    for i in range(40):
+        day = 12 if i < 20 else 13
+        at = datetime(2026, 1, day, 19, 0, tzinfo=tz) + timedelta(minutes=2 * (i % 20))
+        role = "user" if i % 2 == 0 else "assistant"
+        if role == "user" and i == 4:
+            text = "I like tomatoes straight from the greenhouse"
+        elif role == "user" and i == 24:
+            text = "I don't like tomatoes straight from the greenhouse"
+        elif role == "user" and i == 38:
+            text = "Should we build a second greenhouse next spring?"
+        else:
+            text = f"We talked about the greenhouse harvest and the seedlings, part {i}."
+        lines.append(
+            event_line(f"demo-long-{i:03d}", "aria", LONG_CONVERSATION, role, text, at, platform="remote:companion")
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
+
+
+def _sleep_step(console: Console, instance, store) -> bool:
+    """Seed 003 over the sample's last two weeks (each stage one run over the range, days in order),
+    then seed 002's rolling summary of the long conversation (its gate opened first)."""
+    from memory_pipeline import operations
+    from memory_pipeline.conversation.summaries import set_init_status
+    from memory_pipeline.definitions import build_defs
+    from memory_pipeline.operations.runner import QUIET
+    from memory_pipeline.sleep import config as sleep_config
+    from memory_pipeline.sleep.memory import pin_fact, set_self_block
+
+    names = sleep_config.load().block_names()
+    for world in sample_data.WORLDS:
+        set_self_block(store, world, names[0], f"I am {world}, a long-lived assistant.", names, "demo")
+        pin_fact(store, world, f"The user of {world} lives in Hangzhou.", priority=1)
+    console.print(f"[bold]2b.[/] sleep (seed 003) {SLEEP_FROM} .. {SLEEP_TO} and rolling summaries (seed 002)")
+    ok = True
+    for window in ("light_sleep", "deep_sleep", "autobiography"):
+        rep = operations.materialize(window, SLEEP_FROM.isoformat(), SLEEP_TO.isoformat(), instance=instance)
+        for r in rep.runs:
+            ok &= r.success
+            console.print(
+                f"   {window:<14} {r.first}..{r.last}: {r.partitions} partition(s) in one run {r.run_id[:8]} "
+                f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
+            )
+    set_init_status(store, LONG_CONVERSATION, "done")
+    job = build_defs().resolve_job_def("conversation_rolling_summary_job")
+    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET)
+    ok &= result.success
+    console.print(f"   rolling summary run {result.run_id[:8]} {'ok' if result.success else 'FAILED'}")
+    return ok
+
+
+def _print_sleep_results(console: Console, store) -> None:
+    from rich.markup import escape
+
+    from memory_pipeline.cli.conversation import print_conversation_status
+    from memory_pipeline.cli.sleep import print_sleep_status
+    from memory_pipeline.conversation.config import ConversationConfig
+    from memory_pipeline.conversation.summaries import injected_history
+    from memory_pipeline.sleep.snapshots import diff
+
+    print_sleep_status(store)
+    d = diff(store, "aria", SLEEP_FROM, SLEEP_TO)
+    console.print(
+        f"aria's semantic memory {SLEEP_FROM} -> {SLEEP_TO}: {len(d.created)} created, "
+        f"{len(d.deprecated)} deprecated, {len(d.merged)} merged, {len(d.modified)} modified"
+    )
+    print_conversation_status(store)
+    view = injected_history(store, LONG_CONVERSATION, ConversationConfig(trim_history=True))
+    if view["summary"]:
+        console.print(escape(view["summary"]))
 
 
 def _analyst_step(console: Console, instance) -> bool:

@@ -296,8 +296,15 @@ def _tool_name(call) -> str:
 
 @app.command()
 def status():
-    """Rows per world and window, placeholders by empty_reason, pending repairs, the LLM ledger."""
-    print_status(open_store())
+    """Rows per world and window, placeholders by empty_reason, pending repairs, the LLM ledger, then
+    the sleep and conversation sections."""
+    from memory_pipeline.cli.conversation import print_conversation_status
+    from memory_pipeline.cli.sleep import print_sleep_status
+
+    store = open_store()
+    print_status(store)
+    print_sleep_status(store)
+    print_conversation_status(store)
 
 
 def print_status(store) -> None:

@@ -104,6 +104,8 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0006_pending_cache_writes",
         "0007_period_run_settings",
         "0009_tower",
+        "0010_sleep",
+        "0010_conversation",
     ]
     assert head(LOCATIONS) == chain[-1]
 

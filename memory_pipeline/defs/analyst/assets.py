@@ -29,7 +29,9 @@ from memory_pipeline.analyst.registry import EXPORTS, ExportTable
 from memory_pipeline.defs._shared.partitions import cst_day_open, cst_month, cst_year
 from memory_pipeline.defs.analyst.automation import Trigger, after_upstream, condition_for
 from memory_pipeline.defs.analyst.resources import AnalystResource
+from memory_pipeline.defs.conversation import assets as conversation
 from memory_pipeline.defs.events.definitions import raw_conversation_events
+from memory_pipeline.defs.sleep import assets as sleep
 from memory_pipeline.defs.temporal import assets as temporal
 from memory_pipeline.defs.tower import assets as tower
 from memory_pipeline.lib.kinds import Window
@@ -49,6 +51,9 @@ LLM_ASSETS = [
     temporal.temporal_day_summaries,
     temporal.temporal_month_summaries,
     temporal.temporal_year_summaries,
+    sleep.sleep_light_sleep,
+    sleep.sleep_deep_sleep,
+    sleep.sleep_autobiography,
 ]
 
 
@@ -59,7 +64,15 @@ class Upstream:
 
 
 def _calls() -> tuple[object, ...]:
-    return (*(AssetDep(a, partition_mapping=_ALL) for a in LLM_ASSETS), temporal.temporal_system_rolls)
+    return (
+        *(AssetDep(a, partition_mapping=_ALL) for a in LLM_ASSETS),
+        temporal.temporal_system_rolls,
+        conversation.conversation_rolling_summaries,
+    )
+
+
+def _sleep_all(*assets: object) -> tuple[object, ...]:
+    return tuple(AssetDep(a, partition_mapping=_ALL) for a in assets)  # type: ignore[arg-type]
 
 
 # What writes each exported table, and so when its export runs. A domain that lands with tables
@@ -93,6 +106,22 @@ UPSTREAM: dict[str, Upstream] = {
     "tower_summary_attempts": Upstream((), Trigger.REFRESH),
     "tower_jobs": Upstream((), Trigger.REFRESH),
     "tower_window_runs": Upstream((), Trigger.REFRESH),
+    # Seed 003: whole tables after any sleep run; by-day tables along the sleep partitions.
+    "semantic_memories": Upstream((sleep.sleep_light_sleep, sleep.sleep_deep_sleep), Trigger.ALIGNED),
+    "semantic_memory_versions": Upstream(_sleep_all(sleep.sleep_light_sleep, sleep.sleep_deep_sleep), Trigger.RECENT),
+    "semantic_memory_snapshots": Upstream((sleep.sleep_deep_sleep,), Trigger.ALIGNED),
+    "self_blocks": Upstream((sleep.sleep_autobiography,), Trigger.ALIGNED),
+    "pinned_facts": Upstream((), Trigger.REFRESH),  # written by operators (CLI)
+    "autobiographical_memories": Upstream((sleep.sleep_autobiography,), Trigger.ALIGNED),
+    "sleep_runs": Upstream(
+        (sleep.sleep_light_sleep, sleep.sleep_deep_sleep, sleep.sleep_autobiography), Trigger.ALIGNED
+    ),
+    # Seed 002: versions and failures land on the day of the run; the rest is written outside runs.
+    "conversation_summaries": Upstream((conversation.conversation_rolling_summaries,), Trigger.RECENT),
+    "conversation_summary_failures": Upstream((conversation.conversation_rolling_summaries,), Trigger.RECENT),
+    "conversation_init_status": Upstream((), Trigger.REFRESH),
+    "conversation_summary_requests": Upstream((), Trigger.REFRESH),
+    "user_profile_facts": Upstream((), Trigger.REFRESH),
 }
 
 _WHEN = {

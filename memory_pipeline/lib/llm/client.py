@@ -22,7 +22,7 @@ from sqlalchemy import Connection, select
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.kinds import LedgerOutcome
-from memory_pipeline.lib.llm import offline
+from memory_pipeline.lib.llm import offline, offline_tools
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import llm_cache, llm_ledger
 from memory_pipeline.lib.text import hard_cut, redact, short_hash
@@ -43,8 +43,13 @@ class LLMRequest:
     max_chars: int | None = None  # prompt target; the answer is hard-cut at ceil(1.5 x)
     world_id: str | None = None
     tools: list[dict[str, Any]] | None = None
+    # Several user messages (and tool-call turns) after the system prompt; when set, ``user`` is
+    # not sent (it may carry a label for the ledger). Each item is an OpenAI chat message.
+    conversation: tuple[dict[str, Any], ...] | None = None
 
-    def messages(self) -> list[dict[str, str]]:
+    def messages(self) -> list[dict[str, Any]]:
+        if self.conversation is not None:
+            return [{"role": "system", "content": self.system}, *self.conversation]
         return [{"role": "system", "content": self.system}, {"role": "user", "content": self.user}]
 
 
@@ -251,6 +256,10 @@ class LLMClient:
         return redact(text, secrets)
 
     def _call(self, req: LLMRequest) -> tuple[str, int, int, list[dict[str, Any]], float | None]:
+        if self.is_offline and req.tools:
+            said, calls = offline_tools.respond(req.task, req.messages(), req.tools)
+            prompt = "".join(str(m.get("content") or "") for m in req.messages())
+            return said, offline.approx_tokens(prompt), offline.approx_tokens(said + json.dumps(calls)), calls, None
         if self.is_offline:
             target = req.max_chars or 200
             text = offline.headline(req.user, target)
@@ -284,9 +293,12 @@ class LLMClient:
             raise ValueError(f"malformed completion from {self.model}: {exc}") from exc
         tool_calls = []
         for tc in getattr(message, "tool_calls", None) or []:
-            tool_calls.append(
-                {"id": tc.id, "name": tc.function.name, "arguments": json.loads(tc.function.arguments or "{}")}
-            )
+            raw = tc.function.arguments or "{}"
+            try:
+                arguments: Any = json.loads(raw)
+            except ValueError:
+                arguments = raw  # kept as text: the caller refuses the call by name, not the whole answer
+            tool_calls.append({"id": tc.id, "name": tc.function.name, "arguments": arguments})
         try:
             cost = litellm.completion_cost(completion_response=resp)
         except Exception:  # noqa: BLE001 - unknown models have no price

@@ -1,0 +1,115 @@
+"""Seed 002 on the command line (`memory-pipeline conversation ...`): the gate's initialization
+status, the user's memory check and correction, the user-profile store, the due summaries as a
+Dagster run, what a conversation's summary and injected history are now."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from memory_pipeline.cli.console import console, open_store, refuse
+
+app = typer.Typer(no_args_is_help=True, help=__doc__)
+
+
+def _guard(fn, *args):
+    from memory_pipeline.conversation.logic import FormatError
+    from memory_pipeline.conversation.summaries import InputError
+
+    try:
+        return fn(*args)
+    except (InputError, FormatError) as exc:
+        refuse(str(exc))
+
+
+@app.command("init-status")
+def init_status(
+    conversation: str = typer.Argument(...),
+    status: str = typer.Argument(..., help="pending | phase1_done | phase2_done | done"),
+):
+    """Set a conversation's initialization status (the Step-0 gate needs done)."""
+    from memory_pipeline.conversation.summaries import set_init_status
+
+    _guard(set_init_status, open_store(), conversation, status)
+
+
+@app.command()
+def check(conversation: str = typer.Argument(...)):
+    """The user's memory check (你还记得我跟你聊过什么吗): served at the sensor's next tick, through the gate."""
+    from memory_pipeline.conversation.summaries import request
+
+    _guard(request, open_store(), conversation, "user_check")
+
+
+@app.command()
+def profile(
+    world: str = typer.Argument(...),
+    key: str = typer.Argument(...),
+    value: str = typer.Argument(...),
+    conversation: str | None = typer.Option(None, "--conversation", help="Also request a preference-override summary"),
+):
+    """Set a user-profile fact (newest wins); with --conversation, a preference override trigger."""
+    from memory_pipeline.conversation.summaries import set_profile
+
+    _guard(set_profile, open_store(), world, key, value, conversation)
+
+
+@app.command()
+def summarize():
+    """Summarize every due conversation now, as one Dagster run (what the sensor requests)."""
+    from memory_pipeline import operations
+    from memory_pipeline.definitions import build_defs
+    from memory_pipeline.operations.runner import QUIET
+
+    job = build_defs().resolve_job_def("conversation_rolling_summary_job")
+    result = job.execute_in_process(instance=operations.get_instance(), raise_on_error=False, run_config=QUIET)
+    (mat,) = [e for e in result.all_events if e.is_step_materialization] or [None]
+    meta = {k: v.value for k, v in mat.event_specific_data.materialization.metadata.items()} if mat else {}
+    console.print(
+        f"run {result.run_id[:8]} {'ok' if result.success else 'FAILED'}: {meta.get('due', 0)} due, "
+        f"{meta.get('written', 0)} written, {meta.get('failed', 0)} failed"
+    )
+    if not result.success:
+        raise typer.Exit(1)
+
+
+@app.command()
+def show(conversation: str = typer.Argument(...)):
+    """The newest summary version and, while unverified, its check line."""
+    from memory_pipeline.conversation.config import ConversationConfig
+    from memory_pipeline.conversation.summaries import injected_history
+
+    # trim_history=True only to read the summary back; nothing is trimmed or written.
+    view = _guard(injected_history, open_store(), conversation, ConversationConfig(trim_history=True))
+    if view["summary"] is None:
+        refuse(f"conversation {conversation!r} has no summary yet", code=1)
+    console.print(escape(view["summary"]))
+
+
+@app.command()
+def correct(conversation: str = typer.Argument(...), arc: str = typer.Argument(..., help="The user's own account")):
+    """The user denied the check line: a new verified version with their emotional arc."""
+    from memory_pipeline.conversation.summaries import correct as do_correct
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.timeutil import zone
+
+    version = _guard(do_correct, open_store(), conversation, arc, zone(settings.timezone_name()))
+    console.print(f"version {version} written (verified)")
+
+
+@app.command()
+def status():
+    """Summaries, versions, unverified, failures, open requests."""
+    print_conversation_status(open_store())
+
+
+def print_conversation_status(store) -> None:
+    from memory_pipeline.conversation.summaries import status as conv_status
+
+    table = Table(title="Rolling conversation summaries (seed 002)")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for k, v in conv_status(store).items():
+        table.add_row(k.replace("_", " "), str(v))
+    console.print(table)

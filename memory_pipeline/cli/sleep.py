@@ -1,0 +1,187 @@
+"""Seed 003 on the command line (`memory-pipeline sleep ...`). There is no "sleep now" (seed: 仅
+cron，不支持手动触发): the schedules run the nights; `backfill` and `rebuild` are operator
+recovery for closed past days, run as Dagster runs in day order (light, deep, autobiography of
+each day before the next day)."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from memory_pipeline.cli.console import console, err, open_store, refuse
+
+app = typer.Typer(no_args_is_help=True, help=__doc__)
+
+STAGES = {"light": "light_sleep", "deep": "deep_sleep", "autobiography": "autobiography"}
+
+
+def _day(name: str, value: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        refuse(f"{name} {value!r}: not a date (YYYY-MM-DD)")
+
+
+def _recover(start: str, end: str, stage: str, force: bool) -> None:
+    from memory_pipeline import operations
+
+    if stage != "all" and stage not in STAGES:
+        refuse(f"--stage {stage!r}: one of all, light, deep, autobiography")
+    _day("--from", start), _day("--to", end)
+    try:
+        keys, notes = operations.partition_keys("light_sleep", start, end)
+    except operations.RangeError as exc:
+        refuse(str(exc))
+    for note in notes:
+        err.print(f"[yellow]{escape(note)}[/]")
+    windows = list(STAGES.values()) if stage == "all" else [STAGES[stage]]
+    instance = operations.get_instance()
+    ok = True
+    for key in keys:  # day by day: day N's deep sleep needs day N-1's
+        for window in windows:
+            report = operations.materialize(window, key, key, force_llm=force, instance=instance)
+            for r in report.runs:
+                ok &= r.success
+                state = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
+                console.print(f"  {window:<14} {key} run {r.run_id[:8]} ({r.seconds:.1f}s) {state}")
+            if not report.success:
+                raise typer.Exit(1)
+
+
+@app.command()
+def backfill(
+    start: str = typer.Option(..., "--from", help="First closed CST day (YYYY-MM-DD)"),
+    end: str = typer.Option(..., "--to", help="Last day (capped at yesterday)"),
+    stage: str = typer.Option("all", "--stage", help="all | light | deep | autobiography"),
+):
+    """Operator recovery: run the sleep stages over closed past days, oldest first (each day's light,
+    deep and autobiography before the next day). An unchanged day costs no model call."""
+    _recover(start, end, stage, False)
+
+
+@app.command()
+def rebuild(
+    day: str = typer.Argument(..., help="The closed CST day to rebuild (YYYY-MM-DD)"),
+    stage: str = typer.Option("all", "--stage", help="all | light | deep | autobiography"),
+):
+    """Operator recovery: re-run one day from its inputs, asking the model again. Rebuilding deep
+    sleep of a day marks every later deep-sleep day stale: backfill them again in order."""
+    _recover(day, day, stage, True)
+
+
+@app.command()
+def status():
+    """Semantic memory by status and type, versions, narratives, snapshots and stage runs."""
+    print_sleep_status(open_store())
+
+
+def print_sleep_status(store) -> None:
+    from memory_pipeline.sleep.reports import status as sleep_status
+
+    s = sleep_status(store)
+    table = Table(title="Sleep (seed 003)")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for k, v in sorted(s["memories"].items()):
+        table.add_row(f"semantic memories {k}", str(v))
+    for k, v in sorted(s["active_by_type"].items()):
+        table.add_row(f"  active {k}", str(v))
+    table.add_row("memory versions", str(s["versions"]))
+    table.add_row("autobiographical narratives", str(s["narratives"]))
+    table.add_row("snapshot days", str(s["snapshot_days"]))
+    for st in s["stages"]:
+        table.add_row(f"{st['stage']} days {st['status']} (newest {st['newest']})", str(st["days"]))
+    console.print(table)
+
+
+@app.command()
+def diff(
+    world: str = typer.Argument(...),
+    before: str = typer.Argument(..., help="Snapshot day (YYYY-MM-DD)"),
+    after: str = typer.Argument(..., help="Snapshot day (YYYY-MM-DD)"),
+):
+    """What changed in a world's semantic memory between two days' snapshots."""
+    from memory_pipeline.sleep.snapshots import diff as snapshot_diff
+
+    d = snapshot_diff(open_store(), world, _day("before", before), _day("after", after))
+    console.print(f"{escape(world)} {before} -> {after}")
+    console.print(f"  created:    {', '.join(d.created) or '-'}")
+    console.print(f"  deprecated: {', '.join(d.deprecated) or '-'}")
+    console.print(f"  merged:     {', '.join(f'{a}->{b}' for a, b in d.merged.items()) or '-'}")
+    console.print(f"  modified:   {', '.join(d.modified) or '-'}")
+
+
+@app.command()
+def memories(world: str = typer.Argument(...)):
+    """A world's active semantic memories (reading memory never calls a model)."""
+    from memory_pipeline.sleep.memory import load_active
+
+    with open_store().connect() as conn:
+        rows = load_active(conn, [world]).get(world, [])
+    table = Table(title=f"active semantic memory of {escape(world)}")
+    for c in ("id", "type", "content", "sessions", "observed"):
+        table.add_column(c)
+    for m in rows:
+        table.add_row(m.id, m.type, escape(m.content), ",".join(m.source_sessions), m.observed_at.isoformat())
+    console.print(table)
+
+
+@app.command()
+def remember(
+    world: str = typer.Argument(...),
+    session: str = typer.Argument(..., help="The current session (conversation) id"),
+    content: str = typer.Argument(...),
+    memory_type: str = typer.Option("experience", "--type", help="world | experience | imprint | preference"),
+):
+    """The in-conversation `remember`: create_semantic_memory with this session and now."""
+    from memory_pipeline.sleep.memory import InputError
+    from memory_pipeline.sleep.memory import remember as do_remember
+
+    try:
+        console.print(do_remember(open_store(), world, session, content, type=memory_type))
+    except InputError as exc:
+        refuse(str(exc))
+
+
+@app.command()
+def delete(world: str = typer.Argument(...), memory_id: str = typer.Argument(...)):
+    """The memory tool's explicit action=delete: the only physical delete (never a sleep stage's)."""
+    from memory_pipeline.sleep.memory import InputError, delete_memory
+
+    try:
+        found = delete_memory(open_store(), world, memory_id)
+    except InputError as exc:
+        refuse(str(exc))
+    if not found:
+        refuse(f"no memory {memory_id!r} in world {world!r}", code=1)
+    console.print(f"deleted {escape(memory_id)}")
+
+
+@app.command("self-block")
+def self_block(world: str = typer.Argument(...), name: str = typer.Argument(...), content: str = typer.Argument(...)):
+    """Set one of a world's six self blocks (names from memory.sleep.self_blocks)."""
+    from memory_pipeline.sleep import config
+    from memory_pipeline.sleep.memory import InputError, set_self_block
+
+    try:
+        set_self_block(open_store(), world, name, content, config.load().block_names(), "operator")
+    except InputError as exc:
+        refuse(str(exc))
+
+
+@app.command()
+def pin(
+    world: str = typer.Argument(...),
+    content: str = typer.Argument(...),
+    priority: int = typer.Option(0, "--priority", help="Higher first; the top 20 enter every sleep prompt"),
+):
+    """Add a pinned fact to a world."""
+    from memory_pipeline.sleep.memory import InputError, pin_fact
+
+    try:
+        pin_fact(open_store(), world, content, priority)
+    except InputError as exc:
+        refuse(str(exc))

@@ -1,0 +1,1 @@
+"""Seed 002, rolling conversation summaries."""

@@ -1,0 +1,33 @@
+"""``memory.conversation`` (seed 002), a frozen dataclass validated strictly by type."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+from memory_pipeline.lib.settings import ConfigError, load_section
+
+SECTION = "conversation"
+
+
+@dataclass(frozen=True)
+class ConversationConfig:
+    enabled: bool = True
+    min_entries: int = 30  # seed Step 0: MSG_COUNT < 30 -> exit
+    # Seed Step 4: off until the summary is stable; off injects tail -49, on tail -20 + the summary.
+    trim_history: bool = False
+    history_tail: int = 49
+    trimmed_tail: int = 20
+    max_sentences: int = 10  # 单次压缩超过 10 句 is a format error
+    entry_max_chars: int = 400  # one history line in the prompt
+
+    def validate(self) -> ConversationConfig:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ConfigError(f"memory.{SECTION}.{f.name}: must be a positive integer, got {value!r}")
+        return self
+
+
+def load(path: str | os.PathLike[str] | None = None) -> ConversationConfig:
+    return load_section(SECTION, ConversationConfig, path)

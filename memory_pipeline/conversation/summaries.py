@@ -1,0 +1,470 @@
+"""Seed 002 I/O: which conversations are due (one grouped query per evaluation), the rolling
+summary run (a new version per success; on failure nothing written and an event in the failure
+log), the user's check and correction, and the injected history (never an LLM). Never writes
+semantic memory or a conversation's messages."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import func, select, update
+
+from memory_pipeline.conversation import logic
+from memory_pipeline.conversation.config import ConversationConfig
+from memory_pipeline.conversation.logic import FormatError, Sections, Trigger
+from memory_pipeline.conversation.tables import (
+    conversation_init_status,
+    conversation_summaries,
+    conversation_summary_failures,
+    conversation_summary_requests,
+    user_profile_facts,
+)
+from memory_pipeline.lib.ids import validate_id
+from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest, offline, offline_tools
+from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.timeutil import local_date, utcnow
+
+PROMPT_VERSION = "conversation-summary-v1"
+RECALLABLE = ("user", "assistant")
+
+TOOL_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": logic.TOOL,
+        "description": "Write the rolling summary's four sections (the program lays out the Markdown).",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "emotional_arc": {"type": "string", "description": "3-5 sentences, never more than 10"},
+                "preferences": {"type": "array", "items": {"type": "string"}},
+                "emotional_key_points": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "topic": {"type": "string"},
+                            "state": {"type": "string", "enum": list(logic.STATES)},
+                        },
+                    },
+                },
+                "unresolved_hooks": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["emotional_arc", "preferences", "emotional_key_points", "unresolved_hooks"],
+        },
+    },
+}
+
+INSTRUCTIONS = """# 对话历程摘要（作者视角）
+压缩要保留情感脉络（哪些话题让用户投入 / 回避 / 情绪波动），而非流水账。本次总结的是上次摘要之后的新增部分，
+与上一版摘要滚动合并（不是覆盖）。
+不要：流水账（"用户讲了 A、B、C"）、罗列带日期的事件、摘抄台词；除非是时间线关键点，不写具体日期。
+要（3-5 句，绝不超过 10 句）：情感主线；角色已知的用户偏好/重要事实；情感关键点（话题 → 投入 / 回避 / 波动）；未解决的钩子。
+long_arc（角色自己的心事）优先于本摘要的情感基调：可以提到"用户聊到 X 让角色想起 arc"，但不改写 arc。
+用 write_conversation_summary 一次写出四部分。"""
+
+
+class InputError(ValueError):
+    """Bad input at an entry point: names the field; nothing written."""
+
+
+def _conv_id(value: Any, name: str = "conversation_id") -> str:
+    problem = validate_id(value)
+    if problem:
+        raise InputError(f"field '{name}': {problem}")
+    return str(value)
+
+
+@dataclass
+class Due:
+    conversation_id: str
+    world_id: str
+    trigger: Trigger
+    entries: int
+    covered_end: int
+
+
+def _latest(conn: Any, ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    newest = select(
+        conversation_summaries.c.conversation_id, func.max(conversation_summaries.c.version).label("v")
+    ).group_by(conversation_summaries.c.conversation_id)
+    if ids is not None:
+        newest = newest.where(conversation_summaries.c.conversation_id.in_(list(ids)))
+    sub = newest.subquery()
+    q = select(conversation_summaries).join(
+        sub,
+        (sub.c.conversation_id == conversation_summaries.c.conversation_id)
+        & (sub.c.v == conversation_summaries.c.version),
+    )
+    return {r["conversation_id"]: dict(r) for r in conn.execute(q).mappings()}
+
+
+def _counts(conn: Any) -> dict[str, tuple[str, int]]:
+    q = (
+        select(conversations.c.conversation_id, conversations.c.world_id, func.count(messages.c.message_id))
+        .join(messages, messages.c.conversation_id == conversations.c.conversation_id)
+        .where(messages.c.role.in_(RECALLABLE), messages.c.content != "")
+        .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
+        .group_by(conversations.c.conversation_id, conversations.c.world_id)
+    )
+    return {c: (w, n) for c, w, n in conn.execute(q)}
+
+
+def due_conversations(store: Store, cfg: ConversationConfig) -> list[Due]:
+    """Conversations that pass the gate and have a trigger: four grouped queries, whatever the count."""
+    with store.connect() as conn:
+        counts = _counts(conn)
+        status = dict(
+            conn.execute(select(conversation_init_status.c.conversation_id, conversation_init_status.c.status)).all()
+        )
+        latest = _latest(conn)
+        open_reqs: dict[str, str] = {}
+        for c, trig in conn.execute(
+            select(conversation_summary_requests.c.conversation_id, conversation_summary_requests.c.trigger)
+            .where(conversation_summary_requests.c.done_at.is_(None))
+            .order_by(conversation_summary_requests.c.request_id)
+        ):
+            open_reqs.setdefault(c, trig)
+    out = []
+    for conv, (world, n) in sorted(counts.items()):
+        covered = latest[conv]["covered_end"] if conv in latest else 0
+        explicit = conv in open_reqs
+        if logic.due(status.get(conv), n, covered, explicit, cfg.min_entries):
+            trig = Trigger(open_reqs[conv]) if explicit and n - covered < cfg.min_entries else Trigger.ENTRIES
+            out.append(Due(conv, world, trig, n, covered))
+    return out
+
+
+def history(conn: Any, ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Recallable entries by conversation, numbered L1..Ln, in one query."""
+    q = (
+        select(messages.c.conversation_id, messages.c.message_id, messages.c.role, messages.c.content, messages.c.at)
+        .where(messages.c.conversation_id.in_(list(ids)), messages.c.role.in_(RECALLABLE), messages.c.content != "")
+        .order_by(messages.c.conversation_id, messages.c.at, messages.c.message_id)
+    )
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for conv, mid, role, content, at in conn.execute(q):
+        out[conv].append({"n": len(out[conv]) + 1, "message_id": mid, "role": role, "content": content, "at": at})
+    return out
+
+
+@dataclass
+class RunResult:
+    written: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _profile(conn: Any, worlds: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    q = (
+        select(user_profile_facts.c.world_id, user_profile_facts.c.key, user_profile_facts.c.value)
+        .where(user_profile_facts.c.world_id.in_(list(worlds)))
+        .order_by(user_profile_facts.c.world_id, user_profile_facts.c.updated_at.desc(), user_profile_facts.c.key)
+    )
+    for w, k, v in conn.execute(q):
+        out[w].append((k, v))
+    return out
+
+
+def _line(e: dict[str, Any], tz: ZoneInfo, limit: int) -> str:
+    text = " ".join(str(e["content"]).split())[:limit]
+    return f"L{e['n']} **{e['role']}** {text}"
+
+
+def run(
+    store: Store, llm: LLMClient, cfg: ConversationConfig, tz: ZoneInfo, due: Sequence[Due], now: datetime | None = None
+) -> RunResult:
+    """A new summary version per due conversation; a failure writes nothing but its failure-log event."""
+    out = RunResult()
+    if not due:
+        return out
+    now = now or utcnow()
+    ids = [d.conversation_id for d in due]
+    with store.connect() as conn:
+        hist = history(conn, ids)
+        latest = _latest(conn, ids)
+        profile = _profile(conn, sorted({d.world_id for d in due}))
+    for d in due:
+        entries = hist.get(d.conversation_id, [])
+        prev = latest.get(d.conversation_id)
+        try:
+            if logic.is_haiku_class(llm.model):
+                raise FormatError(f"model {llm.model} is Haiku-class (seed: 不用 Haiku 压缩): refused before any call")
+            sections = _ask(llm, cfg, tz, d, entries, prev)
+        except (FormatError, LLMHardFailure) as exc:
+            out.failed[d.conversation_id] = str(exc)
+            with store.begin() as conn:
+                conn.execute(
+                    conversation_summary_failures.insert().values(
+                        conversation_id=d.conversation_id,
+                        at=now,
+                        trigger=str(d.trigger),
+                        error=str(exc)[:2000],
+                        model=llm.model,
+                    )
+                )
+            continue
+        sections = Sections(
+            sections.arc,
+            logic.merge_preferences(profile.get(d.world_id, []), sections.preferences),
+            sections.key_points,
+            sections.hooks,
+        )
+        start = 1
+        end = len(entries)
+        until = local_date(entries[-1]["at"], tz) if entries else local_date(now, tz)
+        text = logic.render(sections, until, now.astimezone(tz), start, end)
+        if not logic.layout_ok(text):
+            out.failed[d.conversation_id] = "layout check failed"
+            continue
+        version = (prev["version"] + 1) if prev else 1
+        with store.begin() as conn:
+            conn.execute(
+                conversation_summaries.insert().values(
+                    conversation_id=d.conversation_id,
+                    version=version,
+                    world_id=d.world_id,
+                    content=text,
+                    covered_start=start,
+                    covered_end=end,
+                    last_updated=now,
+                    verified=False,
+                    check_line=logic.check_line(sections.arc),
+                    trigger=str(d.trigger),
+                    model=llm.model,
+                    sections={
+                        "arc": sections.arc,
+                        "preferences": list(sections.preferences),
+                        "key_points": [list(k) for k in sections.key_points],
+                        "hooks": list(sections.hooks),
+                    },
+                    created_at=now,
+                )
+            )
+            conn.execute(
+                update(conversation_summary_requests)
+                .where(
+                    conversation_summary_requests.c.conversation_id == d.conversation_id,
+                    conversation_summary_requests.c.done_at.is_(None),
+                )
+                .values(done_at=now, outcome=f"version {version}")
+            )
+        out.written.append(d.conversation_id)
+    return out
+
+
+def _ask(
+    llm: LLMClient,
+    cfg: ConversationConfig,
+    tz: ZoneInfo,
+    d: Due,
+    entries: list[dict[str, Any]],
+    prev: dict[str, Any] | None,
+) -> Sections:
+    previous = prev["content"] if prev else "（尚无摘要）"
+    new_from = (prev["covered_end"] + 1) if prev else 1
+    lines = "\n".join(_line(e, tz, cfg.entry_max_chars) for e in entries)
+    msgs = (
+        {"role": "user", "content": f"# 已有 summary（上次覆盖至 L{new_from - 1}）\n{previous}"},
+        {"role": "user", "content": f"# RECENT_HISTORY（全量；本次总结 L{new_from} 之后的新增部分）\n{lines}"},
+        {"role": "user", "content": INSTRUCTIONS},
+    )
+    req = LLMRequest(
+        task="conversation_summary",
+        system="你是角色的作者，维护与用户对话的滚动历程摘要。",
+        user="conversation_summary",
+        prompt_version=PROMPT_VERSION,
+        world_id=d.world_id,
+        tools=[TOOL_SCHEMA],
+        conversation=msgs,
+    )
+    answer = llm.complete(req, force=True)  # a failed answer is never reused
+    calls = [c for c in answer.tool_calls if c.get("name") == logic.TOOL]
+    if not calls:
+        raise FormatError("the model answered without write_conversation_summary (format error)")
+    return logic.parse_sections(calls[0], cfg.max_sentences)
+
+
+# --- entry points: gate status, explicit triggers, the user's correction, the read path ------------
+
+
+def set_init_status(store: Store, conversation_id: str, status: str) -> None:
+    conversation_id = _conv_id(conversation_id)
+    if status not in {s.value for s in logic.InitStatus}:
+        raise InputError(f"field 'status': {status!r} is not one of pending, phase1_done, phase2_done, done")
+    with store.begin() as conn:
+        upsert(
+            conn,
+            conversation_init_status,
+            [{"conversation_id": conversation_id, "status": status, "updated_at": utcnow()}],
+            keys=["conversation_id"],
+        )
+
+
+def request(store: Store, conversation_id: str, trigger: str) -> None:
+    """The user's memory check (user_check) or a preference override: served at the sensor's next tick."""
+    conversation_id = _conv_id(conversation_id)
+    if trigger not in (Trigger.USER_CHECK, Trigger.PREFERENCE_OVERRIDE):
+        raise InputError(f"field 'trigger': {trigger!r} is not one of user_check, preference_override")
+    with store.begin() as conn:
+        conn.execute(
+            conversation_summary_requests.insert().values(
+                conversation_id=conversation_id, trigger=trigger, requested_at=utcnow()
+            )
+        )
+
+
+def set_profile(store: Store, world_id: str, key: str, value: str, conversation_id: str | None = None) -> None:
+    """A user-profile fact (newest wins); with a conversation, a preference-override trigger for it."""
+    problem = validate_id(world_id)
+    if problem:
+        raise InputError(f"field 'world_id': {problem}")
+    if not isinstance(key, str) or not key.strip() or len(key) > 128 or "\x00" in key:
+        raise InputError("field 'key': a non-empty string of at most 128 characters")
+    if not isinstance(value, str) or not value.strip() or len(value) > 2000 or "\x00" in value:
+        raise InputError("field 'value': a non-empty string of at most 2000 characters")
+    with store.begin() as conn:
+        upsert(
+            conn,
+            user_profile_facts,
+            [{"world_id": world_id, "key": key.strip(), "value": value.strip(), "updated_at": utcnow()}],
+            keys=["world_id", "key"],
+        )
+    if conversation_id is not None:
+        request(store, conversation_id, Trigger.PREFERENCE_OVERRIDE)
+
+
+def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: datetime | None = None) -> int:
+    """The user denied the check line: a new, verified version with their emotional arc (no silent
+    false memory); the other sections and the covered range are kept."""
+    conversation_id = _conv_id(conversation_id)
+    now = now or utcnow()
+    with store.connect() as conn:
+        prev = _latest(conn, [conversation_id]).get(conversation_id)
+    if prev is None:
+        raise InputError(f"field 'conversation_id': {conversation_id!r} has no summary to correct")
+    s = prev["sections"]
+    sections = logic.parse_sections(
+        {
+            "name": logic.TOOL,
+            "arguments": {
+                "emotional_arc": arc,
+                "preferences": s["preferences"],
+                "emotional_key_points": [{"topic": t, "state": st} for t, st in s["key_points"]],
+                "unresolved_hooks": s["hooks"],
+            },
+        }
+    )
+    m = re.search(r"## 最近情感主线（至 (\d{4}-\d{2}-\d{2})）", prev["content"])
+    until = datetime.fromisoformat(m.group(1)).date() if m else local_date(now, tz)
+    text = logic.render(sections, until, now.astimezone(tz), prev["covered_start"], prev["covered_end"])
+    with store.begin() as conn:
+        conn.execute(
+            conversation_summaries.insert().values(
+                conversation_id=conversation_id,
+                version=prev["version"] + 1,
+                world_id=prev["world_id"],
+                content=text,
+                covered_start=prev["covered_start"],
+                covered_end=prev["covered_end"],
+                last_updated=now,
+                verified=True,
+                check_line=None,
+                trigger=str(Trigger.CORRECTION),
+                model=None,
+                sections={**s, "arc": sections.arc},
+                created_at=now,
+            )
+        )
+    return int(prev["version"]) + 1
+
+
+def injected_history(store: Store, conversation_id: str, cfg: ConversationConfig) -> dict[str, Any]:
+    """What the agent gets as context (seed Step 4): trimming off, the last 49 entries; on, the
+    summary plus the last 20. Raw events are never deleted either way. No LLM call."""
+    conversation_id = _conv_id(conversation_id)
+    with store.connect() as conn:
+        entries = history(conn, [conversation_id]).get(conversation_id, [])
+        prev = _latest(conn, [conversation_id]).get(conversation_id)
+    if cfg.trim_history and prev is not None:
+        return {"summary": prev["content"], "entries": entries[-cfg.trimmed_tail :]}
+    return {"summary": None, "entries": entries[-cfg.history_tail :]}
+
+
+# --- the offline model's rule ----------------------------------------------------------------------
+
+
+def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tuple[str, list[dict[str, Any]]]:
+    """Deterministic, not a language model: the arc is three fixed sentences around the most frequent
+    words of the new entries; each user line saying 喜欢 / like is a preference; the three most frequent
+    words of user lines are key points (投入); the last user question is the unresolved hook."""
+    texts = [str(m.get("content") or "") for m in msgs if m.get("role") == "user"]
+    body = texts[1] if len(texts) > 1 else ""
+    users = [ln.split("**user** ", 1)[1] for ln in body.splitlines() if "**user** " in ln]
+    words = offline.headline("\n".join(users), 60).split(" · ") if users else []
+    top = "、".join(w for w in words[:3] if w) or "日常"
+    arc = f"这段时间用户主要在聊{top}。用户在这些话题上持续投入。整体情绪平稳，没有明显的回避。"
+    prefs = [u[:80] for u in users if re.search(r"喜欢|\blike\b|\blove\b", u, re.IGNORECASE)][:5]
+    hooks = [u[:80] for u in users if u.rstrip().endswith(("?", "？"))][-1:]
+    points = [{"topic": w, "state": "投入"} for w in words[:3] if w]
+    args = {"emotional_arc": arc, "preferences": prefs, "emotional_key_points": points, "unresolved_hooks": hooks}
+    return json.dumps({"offline": True}), [{"name": logic.TOOL, "arguments": args}]
+
+
+offline_tools.register("conversation_summary", offline_rule)
+
+
+def failure_counts(store: Store) -> dict[str, int]:
+    """Failures logged per conversation (a sensor's run key changes after each, so it retries)."""
+    with store.connect() as conn:
+        q = select(conversation_summary_failures.c.conversation_id, func.count()).group_by(
+            conversation_summary_failures.c.conversation_id
+        )
+        return dict(conn.execute(q).all())
+
+
+def layout_audit(store: Store) -> tuple[int, list[str]]:
+    """Every newest summary version is in the seed's layout with at most 10 sentences in its arc."""
+    with store.connect() as conn:
+        latest = _latest(conn)
+    problems = []
+    for conv, row in sorted(latest.items()):
+        if not logic.layout_ok(row["content"]):
+            problems.append(f"{conv} v{row['version']}: layout differs from the seed's")
+        if logic.sentences(row["sections"].get("arc", "")) > 10:
+            problems.append(f"{conv} v{row['version']}: more than 10 sentences")
+    return len(latest), problems
+
+
+def status(store: Store) -> dict[str, Any]:
+    with store.connect() as conn:
+        versions = conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one()
+        convs = conn.execute(select(func.count(func.distinct(conversation_summaries.c.conversation_id)))).scalar_one()
+        unverified = sum(1 for r in _latest(conn).values() if not r["verified"])
+        failures = conn.execute(select(func.count()).select_from(conversation_summary_failures)).scalar_one()
+        open_requests = conn.execute(
+            select(func.count())
+            .select_from(conversation_summary_requests)
+            .where(conversation_summary_requests.c.done_at.is_(None))
+        ).scalar_one()
+        done = conn.execute(
+            select(func.count())
+            .select_from(conversation_init_status)
+            .where(conversation_init_status.c.status == "done")
+        ).scalar_one()
+    return {
+        "conversations_summarized": convs,
+        "summary_versions": versions,
+        "unverified": unverified,
+        "failures_logged": failures,
+        "open_requests": open_requests,
+        "initialization_done": done,
+    }

@@ -1,0 +1,65 @@
+"""Seed 002 as a Dagster asset (group ``conversation``): the rolling summaries of the conversations
+a run names (the sensor names the due ones). Not partitioned: one run serves every due
+conversation, whatever their number."""
+
+from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+from pydantic import Field
+
+from memory_pipeline.conversation import summaries
+from memory_pipeline.defs._shared.metadata import llm_metadata
+from memory_pipeline.defs.conversation.resources import ConversationResource
+from memory_pipeline.defs.events.definitions import raw_conversation_events
+
+GROUP = "conversation"
+
+
+class RollingSummaryConfig(Config):
+    conversations: list[str] = Field(
+        default_factory=list,
+        description="Conversation ids to summarize (the sensor fills it); empty: every due conversation. "
+        "Each passes the Step-0 gate again at run time.",
+    )
+
+
+@asset(
+    name="conversation_rolling_summaries",
+    deps=[raw_conversation_events],
+    group_name=GROUP,
+    kinds={"llm"},
+    tags={"memory_pipeline/store": ""},
+    pool="llm",
+    description="Seed 002 rolling conversation summaries (session_summary.md): for each due conversation "
+    "(>= 30 entries after covered_range, a user's memory check or a preference override; always through "
+    "the Step-0 gate: initialization_status done and >= 30 entries), a new version in the seed's layout "
+    "(emotional arc in 3-5 sentences, never more than 10; preferences / facts; emotional key points; "
+    "unresolved hooks; last_updated; covered_range). A rolling update, never an overwrite; a failure "
+    "writes nothing, logs an event and is retried on the next trigger.",
+)
+def conversation_rolling_summaries(
+    context: AssetExecutionContext, config: RollingSummaryConfig, conversation: ConversationResource
+) -> MaterializeResult:
+    store, cfg = conversation.store(), conversation.cfg()
+    if not cfg.enabled:
+        context.log.info("memory.conversation.enabled is false, nothing read or written")
+        return MaterializeResult(metadata={"disabled": True, "due": 0, "written": 0, "failed": 0})
+    due = summaries.due_conversations(store, cfg)
+    if config.conversations:
+        wanted = set(config.conversations)
+        due = [d for d in due if d.conversation_id in wanted]
+    llm = conversation.client(store, "conversation_rolling_summaries")
+    result = summaries.run(store, llm, cfg, conversation.tz(), due)
+    if result.failed:
+        context.log.warning(
+            f"{len(result.failed)} summary(ies) failed (nothing written, retried on the next trigger): "
+            + " | ".join(f"{c}: {e}" for c, e in list(result.failed.items())[:5])
+        )
+    return MaterializeResult(
+        metadata={
+            "due": len(due),
+            "written": len(result.written),
+            "failed": len(result.failed),
+            "failures": MetadataValue.json(result.failed),
+            "conversations": MetadataValue.json(result.written),
+            **llm_metadata(llm.stats),
+        }
+    )

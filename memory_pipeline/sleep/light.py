@@ -1,0 +1,267 @@
+"""Seed 003 light sleep (02:00 CST, partition D = the previous CST natural day): the only path
+that extracts semantic memory from conversations. Per world: the sessions with a recallable
+(user/assistant, non-empty) message timestamped in D, three user messages built by code, the
+three-tool whitelist, and a state record per run. One read of the day's messages, one of the
+worlds' active memories and one of the self layer for all worlds of the run."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from sqlalchemy import select
+
+from memory_pipeline.lib.store import upsert
+from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.text import short_hash
+from memory_pipeline.lib.timeutil import day_bounds, utcnow
+from memory_pipeline.sleep import prompts
+from memory_pipeline.sleep.context import SleepContext, memory_loop
+from memory_pipeline.sleep.logic import LIGHT_TOOLS, MemoryState, Rules, Stage, duplicate_of
+from memory_pipeline.sleep.memory import Provenance, load_active, load_self_layer
+from memory_pipeline.sleep.prompts import SessionMaterial
+from memory_pipeline.sleep.tables import sleep_runs
+
+RECALLABLE_ROLES = ("user", "assistant")
+DAY_ROW = "*"  # sleep_runs.world_id of the stage's day-level record (not an id: '*' is outside the alphabet)
+
+
+@dataclass
+class LightPrompt:
+    system: str
+    messages: list[dict[str, Any]]
+    sessions: list[str]
+    truncated: int
+    input_chars: int
+    message_two_ids: list[str]
+
+
+@dataclass
+class LightResult:
+    worlds: int = 0
+    reused: int = 0
+    sessions: int = 0
+    sessions_truncated: int = 0
+    created: int = 0
+    updated: int = 0
+    deprecated: int = 0
+    rejected: int = 0
+    duplicates_skipped: int = 0
+    llm_calls: int = 0
+    per_world: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def day_sessions(conn: Any, day: date, ctx: SleepContext) -> dict[str, list[SessionMaterial]]:
+    """Sessions by world: each with its recallable messages of ``day`` (tool turns, empty turns,
+    debug and cron conversations left out). A session spanning midnight gives only D's part."""
+    start, end = day_bounds(day, ctx.tz)
+    q = (
+        select(
+            conversations.c.world_id,
+            messages.c.conversation_id,
+            conversations.c.platform,
+            conversations.c.title,
+            messages.c.at,
+            messages.c.role,
+            messages.c.content,
+        )
+        .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+        .where(messages.c.at >= start, messages.c.at < end, messages.c.role.in_(RECALLABLE_ROLES))
+        .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
+        .order_by(conversations.c.world_id, messages.c.conversation_id, messages.c.at, messages.c.message_id)
+    )
+    grouped: dict[str, dict[str, list[Any]]] = defaultdict(dict)
+    for w, conv, platform, title, at, role, content in conn.execute(q):
+        if not (content or "").strip():
+            continue
+        grouped[w].setdefault(conv, [platform, title, []])[2].append((at, role, content))
+    return {
+        w: [SessionMaterial(c, p, t, tuple(lines)) for c, (p, t, lines) in sorted(convs.items())]
+        for w, convs in grouped.items()
+    }
+
+
+def build_prompt(
+    day: date, sessions: Sequence[SessionMaterial], state: MemoryState, system: str, ctx: SleepContext
+) -> LightPrompt:
+    """The three messages; over the budget, the oldest-updated sessions are dropped first and
+    message 1 ends with the truncation marker."""
+    blocks = {s.session_id: prompts.session_block(s, ctx.tz) for s in sessions}
+
+    def m2_for(ids: set[str]) -> tuple[str, list[str]]:
+        hits = [m for m in state.active() if ids & set(m.source_sessions)]
+        return prompts.light_message_two(hits, ctx.tz), [m.id for m in hits]
+
+    m3 = prompts.LIGHT_INSTRUCTIONS
+    m2_all, _ = m2_for(set(blocks))
+    head = len(prompts.light_message_one(day, [], 0)) + len(prompts.TRUNCATED) + 8
+    budget = ctx.cfg.light_input_max_chars - len(system) - len(m2_all) - len(m3) - head
+    kept: list[SessionMaterial] = []
+    used = 0
+    for s in sorted(sessions, key=lambda s: (s.updated_at, s.session_id), reverse=True):
+        size = len(blocks[s.session_id]) + 2
+        if used + size > budget:
+            break  # this session and every older-updated one are dropped
+        kept.append(s)
+        used += size
+    kept.sort(key=lambda s: (s.updated_at, s.session_id))
+    truncated = len(sessions) - len(kept)
+    m1 = prompts.light_message_one(day, [blocks[s.session_id] for s in kept], truncated)
+    m2, m2_ids = m2_for({s.session_id for s in kept})
+    msgs = [{"role": "user", "content": m} for m in (m1, m2, m3)]
+    return LightPrompt(
+        system, msgs, [s.session_id for s in kept], truncated, len(system) + len(m1) + len(m2) + len(m3), m2_ids
+    )
+
+
+def system_for(ctx: SleepContext, blocks: dict[str, dict[str, str]], pinned: dict[str, list[str]], world: str) -> str:
+    return prompts.system_prompt(ctx.cfg.block_names(), blocks.get(world, {}), pinned.get(world, []))
+
+
+def _previous(conn: Any, stage: Stage, day: date) -> dict[str, dict[str, Any]]:
+    q = select(sleep_runs).where(sleep_runs.c.stage == str(stage), sleep_runs.c.day == day)
+    return {r["world_id"]: dict(r) for r in conn.execute(q).mappings()}
+
+
+def record_runs(conn: Any, rows: list[dict[str, Any]]) -> None:
+    upsert(conn, sleep_runs, rows, keys=["stage", "day", "world_id"])
+
+
+def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None = None) -> LightResult:
+    out = LightResult()
+    with ctx.store.connect() as conn:
+        by_world = day_sessions(conn, day, ctx)
+        if world_ids is not None:
+            by_world = {w: s for w, s in by_world.items() if w in set(world_ids)}
+        worlds = sorted(by_world)
+        active = load_active(conn, worlds)
+        blocks, pinned = load_self_layer(conn, worlds, ctx.cfg.pinned_top)
+        previous = _previous(conn, Stage.LIGHT, day)
+    end_of_day = day_bounds(day, ctx.tz)[1]
+    records = []
+    for world in worlds:
+        sessions = by_world[world]
+        state = MemoryState(world, active.get(world, []), salt=f"light:{day}")
+        prompt = build_prompt(day, sessions, state, system_for(ctx, blocks, pinned, world), ctx)
+        fp = short_hash([prompts.PROMPT_VERSION, prompt.messages[0]["content"]], length=32)
+        out.worlds += 1
+        out.sessions += len(prompt.sessions)
+        out.sessions_truncated += prompt.truncated
+        prev = previous.get(world)
+        if prev and prev["status"] == "done" and prev["input_fp"] == fp and not ctx.force:
+            out.reused += 1  # the same material was extracted already: nothing to ask, nothing to write
+            continue
+        kept = {s for s in prompt.sessions}
+        last_at = max((s.updated_at for s in sessions if s.session_id in kept), default=end_of_day)
+        rules = Rules(Stage.LIGHT, LIGHT_TOOLS, last_at, frozenset(kept), frozenset(prompt.message_two_ids))
+        candidates = set(prompt.message_two_ids)
+
+        def guard(call: Any, state: MemoryState = state, candidates: set[str] = candidates) -> str | None:
+            dup = duplicate_of(state, call, candidates | {c.memory.id for c in state.changes})
+            return f"skipped: duplicate of {dup} (already in message 2)" if dup else None
+
+        loop = memory_loop(
+            ctx,
+            state,
+            rules,
+            Provenance(Stage.LIGHT, day),
+            task="light_sleep",
+            system=prompt.system,
+            messages=prompt.messages,
+            tools=prompts.tools(LIGHT_TOOLS),
+            guard=guard,
+        )
+        ops = [str(c.op) for c in loop.changes]
+        stats = {
+            "created": ops.count("create"),
+            "updated": ops.count("update"),
+            "deprecated": ops.count("deprecate"),
+            "rejected": len(loop.rejected),
+            "duplicates_skipped": len(loop.skipped),
+        }
+        out.created += stats["created"]
+        out.updated += stats["updated"]
+        out.deprecated += stats["deprecated"]
+        out.rejected += stats["rejected"]
+        out.duplicates_skipped += stats["duplicates_skipped"]
+        out.llm_calls += loop.llm_calls
+        out.per_world[world] = {"sessions": len(prompt.sessions), "truncated": prompt.truncated, **stats}
+        records.append(
+            {
+                "stage": str(Stage.LIGHT),
+                "day": day,
+                "world_id": world,
+                "status": "done",
+                "input_fp": fp,
+                "sessions": len(prompt.sessions),
+                "sessions_truncated": prompt.truncated,
+                "input_chars": prompt.input_chars,
+                "llm_calls": loop.llm_calls,
+                "tool_calls": loop.tool_calls,
+                "applied": len(loop.changes),
+                "rejected": len(loop.rejected),
+                "created": stats["created"],
+                "detail": {
+                    **stats,
+                    "session_ids": prompt.sessions,
+                    "rejected_calls": [r["error"] for r in loop.rejected],
+                    "skipped_calls": [s["result"] for s in loop.skipped],
+                },
+                "finished_at": utcnow(),
+            }
+        )
+    records.append(_day_row(Stage.LIGHT, day, out.worlds, out.per_world))
+    with ctx.store.begin() as conn:
+        record_runs(conn, records)
+    return out
+
+
+def _day_row(stage: Stage, day: date, worlds: int, detail: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "stage": str(stage),
+        "day": day,
+        "world_id": DAY_ROW,
+        "status": "done",
+        "input_fp": None,
+        "sessions": 0,
+        "sessions_truncated": 0,
+        "input_chars": 0,
+        "llm_calls": 0,
+        "tool_calls": 0,
+        "applied": 0,
+        "rejected": 0,
+        "created": 0,
+        "detail": {"worlds": worlds, "per_world": detail},
+        "finished_at": utcnow(),
+    }
+
+
+def late_days(store: Any, tz: Any) -> dict[date, Any]:
+    """Days whose light sleep ran before some of their recallable messages were ingested (late
+    data), with the newest such ingest: two queries, whatever the history's length. Re-running
+    light sleep for such a day asks the model only for the worlds whose material changed."""
+    with store.connect() as conn:
+        done = dict(
+            conn.execute(
+                select(sleep_runs.c.day, sleep_runs.c.finished_at).where(
+                    sleep_runs.c.stage == str(Stage.LIGHT), sleep_runs.c.world_id == DAY_ROW
+                )
+            ).all()
+        )
+        if not done:
+            return {}
+        q = (
+            select(messages.c.at, messages.c.ingested_at)
+            .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+            .where(messages.c.ingested_at > min(done.values()), messages.c.role.in_(RECALLABLE_ROLES))
+            .where(conversations.c.debug.is_(False), conversations.c.platform != "cron", messages.c.content != "")
+        )
+        out: dict[date, Any] = {}
+        for at, ingested in conn.execute(q):
+            day = at.astimezone(tz).date()
+            if day in done and ingested > done[day]:
+                out[day] = max(out.get(day, ingested), ingested)
+    return out

@@ -1,0 +1,293 @@
+"""Seed 003 semantic memory I/O: load a state (one query for all worlds of a run), write a batch
+of changes (one transaction: the memory rows and their version rows), the self layer (self blocks,
+pinned facts), `remember` and the memory tool's explicit delete. No Dagster."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy.engine import Connection
+
+from memory_pipeline.lib.ids import validate_id
+from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.sleep.logic import (
+    CREATE,
+    Change,
+    Memory,
+    MemoryState,
+    MemoryStatus,
+    Op,
+    Rules,
+    Stage,
+    ToolError,
+)
+from memory_pipeline.sleep.tables import (
+    pinned_facts,
+    self_blocks,
+    semantic_memories,
+    semantic_memory_versions,
+)
+
+
+def _memory(row: Mapping[str, Any]) -> Memory:
+    return Memory(
+        row["memory_id"],
+        row["world_id"],
+        row["type"],
+        row["content"],
+        list(row["source_sessions"] or []),
+        row["observed_at"],
+        row["status"],
+        row["merged_into"],
+        row["reason"],
+        row["version"],
+    )
+
+
+def load_active(
+    conn: Connection, world_ids: Sequence[str] | None = None, upto_day: date | None = None
+) -> dict[str, list[Memory]]:
+    """Active memories by world, in one query; with ``upto_day``, only those a sleep stage created
+    on that day or before (or `remember` wrote): a later day's extractions are not that day's set."""
+    q = select(semantic_memories).where(semantic_memories.c.status == MemoryStatus.ACTIVE)
+    if upto_day is not None:
+        q = q.where(or_(semantic_memories.c.created_day.is_(None), semantic_memories.c.created_day <= upto_day))
+    if world_ids is not None:
+        q = q.where(semantic_memories.c.world_id.in_(list(world_ids)))
+    out: dict[str, list[Memory]] = defaultdict(list)
+    for row in conn.execute(q.order_by(semantic_memories.c.memory_id)).mappings():
+        out[row["world_id"]].append(_memory(row))
+    return dict(out)
+
+
+def worlds_with_memories(conn: Connection) -> list[str]:
+    q = select(semantic_memories.c.world_id).where(semantic_memories.c.status == MemoryStatus.ACTIVE).distinct()
+    return sorted(conn.execute(q).scalars())
+
+
+@dataclass(frozen=True)
+class Provenance:
+    stage: Stage
+    day: date | None
+    round: str | None = None
+
+
+def write_changes(conn: Connection, changes: Sequence[Change], prov: Provenance) -> None:
+    """The memory rows (upsert by id, newest state) and one version row per change, as two
+    statements; the caller's transaction makes the batch all or nothing."""
+    if not changes:
+        return
+    now = utcnow()
+    latest: dict[str, Change] = {}
+    for c in changes:
+        latest[c.memory.id] = c
+    created = {c.memory.id for c in changes if c.op in (Op.CREATE, Op.MERGE)}
+    rows = []
+    for mid, c in latest.items():
+        m = c.memory
+        row = {
+            "memory_id": m.id,
+            "world_id": m.world_id,
+            "type": m.type,
+            "content": m.content,
+            "source_sessions": list(m.source_sessions),
+            "observed_at": m.observed_at,
+            "status": str(m.status),
+            "merged_into": m.merged_into,
+            "reason": m.reason,
+            "version": m.version,
+            "updated_at": now,
+        }
+        if mid in created:
+            row |= {"created_by": str(prov.stage), "created_day": prov.day, "created_at": now}
+        rows.append(row)
+    new_rows = [r for r in rows if r["memory_id"] in created]
+    old_rows = [r for r in rows if r["memory_id"] not in created]
+    if new_rows:
+        conn.execute(semantic_memories.insert(), new_rows)
+    if old_rows:  # one executemany UPDATE (existing rows keep created_by / created_at)
+        cols = [k for k in old_rows[0] if k != "memory_id"]
+        stmt = (
+            update(semantic_memories)
+            .where(semantic_memories.c.memory_id == bindparam("b_memory_id"))
+            .values({c: bindparam(f"b_{c}") for c in cols})
+        )
+        conn.execute(stmt, [{f"b_{k}": v for k, v in r.items()} for r in old_rows])
+    conn.execute(
+        semantic_memory_versions.insert(),
+        [
+            {
+                "memory_id": c.memory.id,
+                "world_id": c.memory.world_id,
+                "version": c.memory.version,
+                "op": str(c.op),
+                "type": c.memory.type,
+                "content": c.memory.content,
+                "source_sessions": list(c.memory.source_sessions),
+                "observed_at": c.memory.observed_at,
+                "status": str(c.memory.status),
+                "merged_into": c.memory.merged_into,
+                "reason": c.memory.reason,
+                "stage": str(prov.stage),
+                "day": prov.day,
+                "round": prov.round,
+                "at": now,
+            }
+            for c in changes
+        ],
+    )
+
+
+# --- the self layer --------------------------------------------------------------------------------
+
+
+def load_self_layer(
+    conn: Connection, world_ids: Sequence[str], top: int
+) -> tuple[dict[str, dict[str, str]], dict[str, list[str]]]:
+    """Self blocks and the top pinned facts of every world, in two queries."""
+    blocks: dict[str, dict[str, str]] = defaultdict(dict)
+    q = select(self_blocks.c.world_id, self_blocks.c.name, self_blocks.c.content).where(
+        self_blocks.c.world_id.in_(list(world_ids))
+    )
+    for w, name, content in conn.execute(q):
+        blocks[w][name] = content
+    ranked = (
+        select(
+            pinned_facts.c.world_id,
+            pinned_facts.c.content,
+            func.row_number()
+            .over(
+                partition_by=pinned_facts.c.world_id,
+                order_by=(pinned_facts.c.priority.desc(), pinned_facts.c.created_at, pinned_facts.c.fact_id),
+            )
+            .label("rank"),
+        )
+        .where(pinned_facts.c.world_id.in_(list(world_ids)))
+        .subquery()
+    )
+    pinned: dict[str, list[str]] = defaultdict(list)
+    for w, content, _rank in conn.execute(
+        select(ranked).where(ranked.c.rank <= top).order_by(ranked.c.world_id, ranked.c.rank)
+    ):
+        pinned[w].append(content)
+    return dict(blocks), dict(pinned)
+
+
+class InputError(ValueError):
+    """Bad input at an entry point (CLI, Python API): names the field; nothing is written."""
+
+
+def _check_world(world_id: Any) -> str:
+    problem = validate_id(world_id) if isinstance(world_id, str) else "expected a string"
+    if problem:
+        raise InputError(f"field 'world_id': {problem}")
+    return str(world_id)
+
+
+def set_self_block(store: Store, world_id: str, name: str, content: str, names: Sequence[str], by: str) -> None:
+    world_id = _check_world(world_id)
+    if name not in names:
+        raise InputError(f"field 'name': {name!r} is not a self block (one of {', '.join(names)})")
+    if not isinstance(content, str) or len(content) > 20_000 or "\x00" in content:
+        raise InputError("field 'content': a string of at most 20000 characters without NUL")
+    with store.begin() as conn:
+        upsert(
+            conn,
+            self_blocks,
+            [{"world_id": world_id, "name": name, "content": content, "updated_by": by, "updated_at": utcnow()}],
+            keys=["world_id", "name"],
+        )
+
+
+def pin_fact(store: Store, world_id: str, content: str, priority: int = 0) -> None:
+    world_id = _check_world(world_id)
+    if not isinstance(content, str) or not content.strip() or len(content) > 2000 or "\x00" in content:
+        raise InputError("field 'content': a non-empty string of at most 2000 characters without NUL")
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InputError(f"field 'priority': expected an integer, got {priority!r}")
+    with store.begin() as conn:
+        upsert(
+            conn,
+            pinned_facts,
+            [{"world_id": world_id, "content": content.strip(), "priority": priority, "created_at": utcnow()}],
+            keys=["world_id", "content"],
+        )
+
+
+# --- during a conversation: remember, and the memory tool's delete ---------------------------------
+
+
+def remember(
+    store: Store, world_id: str, session_id: str, content: str, *, type: str = "experience", at: datetime | None = None
+) -> str:
+    """The in-conversation convenience: create_semantic_memory's logic and validation, with the
+    current session as source_sessions and now (or ``at``) as observed_at. Returns the new id."""
+    world_id = _check_world(world_id)
+    problem = validate_id(session_id) if isinstance(session_id, str) else "expected a string"
+    if problem:
+        raise InputError(f"field 'session_id': {problem}")
+    observed = at or utcnow()
+    state = MemoryState(world_id, [], salt=f"remember:{session_id}:{observed.isoformat()}")
+    rules = Rules(Stage.REMEMBER, (CREATE,), observed)
+    call = {
+        "id": "remember",
+        "name": CREATE,
+        "arguments": {"type": type, "content": content, "source_sessions": [session_id]},
+    }
+    try:
+        changes = state.apply(call, rules)
+    except ToolError as exc:
+        raise InputError(str(exc).replace("tool call remember (create_semantic_memory): ", "")) from None
+    with store.begin() as conn:
+        write_changes(conn, changes, Provenance(Stage.REMEMBER, None))
+    return changes[0].memory.id
+
+
+def delete_memory(store: Store, world_id: str, memory_id: str) -> bool:
+    """The memory tool's explicit ``action=delete``: the only physical delete (content and its
+    versions are removed; a tombstone version row says when). Never offered to a sleep stage."""
+    world_id = _check_world(world_id)
+    with store.begin() as conn:
+        row = (
+            conn.execute(
+                select(semantic_memories).where(
+                    semantic_memories.c.memory_id == memory_id, semantic_memories.c.world_id == world_id
+                )
+            )
+            .mappings()
+            .first()
+        )
+        if row is None:
+            return False
+        conn.execute(delete(semantic_memory_versions).where(semantic_memory_versions.c.memory_id == memory_id))
+        conn.execute(delete(semantic_memories).where(semantic_memories.c.memory_id == memory_id))
+        conn.execute(
+            semantic_memory_versions.insert().values(
+                memory_id=memory_id,
+                world_id=world_id,
+                version=row["version"] + 1,
+                op=str(Op.DELETE),
+                type=row["type"],
+                content="",
+                source_sessions=[],
+                observed_at=row["observed_at"],
+                status="deleted",
+                stage=str(Stage.MEMORY_TOOL),
+                at=utcnow(),
+            )
+        )
+    return True
+
+
+def memories_by_id(conn: Connection, ids: Iterable[str]) -> dict[str, Memory]:
+    ids = list(ids)
+    if not ids:
+        return {}
+    q = select(semantic_memories).where(semantic_memories.c.memory_id.in_(ids))
+    return {r["memory_id"]: _memory(r) for r in conn.execute(q).mappings()}

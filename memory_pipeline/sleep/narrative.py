@@ -1,0 +1,140 @@
+"""Seed 003 autobiography rules (pure): the two narrative tools (append-only: create, deprecate; no
+content update) applied to an in-memory state, and phase B's compression of the active
+narratives into ``self_blocks.autobiography_summary`` (recent finer, distant only milestones and
+turning points)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, timedelta
+from enum import StrEnum
+from typing import Any
+
+from memory_pipeline.lib.text import short_hash, truncate
+from memory_pipeline.sleep.logic import ToolError
+from memory_pipeline.sleep.prompts import AUTO_TOOLS, CREATE_AUTO, DEPRECATE_AUTO
+
+NARRATIVE_MAX_CHARS = 4000
+
+
+class NarrativeKind(StrEnum):
+    EVENT = "event"
+    MILESTONE = "milestone"
+    TURNING_POINT = "turning_point"
+
+
+@dataclass
+class Narrative:
+    id: str
+    world_id: str
+    narrative: str
+    significance: int
+    kind: str
+    period: str | None
+    source_memory_ids: list[str]
+    created_day: date
+    status: str = "active"
+    reason: str | None = None
+
+
+@dataclass
+class NarrativeChange:
+    op: str  # create | deprecate
+    narrative: Narrative
+
+
+def _err(call_id: str, tool: str, name: str, problem: str) -> ToolError:
+    return ToolError(f"tool call {call_id} ({tool}): field '{name}': {problem}")
+
+
+class NarrativeState:
+    def __init__(self, world_id: str, day: date, narratives: Iterable[Narrative], memory_ids: Iterable[str]):
+        self.world_id = world_id
+        self.day = day
+        self.items = {n.id: n for n in narratives}
+        self.memory_ids = frozenset(memory_ids)  # the semantic memories phase A was shown
+        self._seq = 0
+
+    def apply(self, call: Mapping[str, Any]) -> list[NarrativeChange]:
+        call_id, tool = str(call.get("id") or "?"), call.get("name")
+        if tool not in AUTO_TOOLS:
+            raise ToolError(f"tool call {call_id}: unknown tool {tool!r} (this stage offers {', '.join(AUTO_TOOLS)})")
+        args = call.get("arguments")
+        if not isinstance(args, dict):
+            raise ToolError(f"tool call {call_id} ({tool}): arguments are not a JSON object")
+        if tool == DEPRECATE_AUTO:
+            extra = sorted(set(args) - {"id", "reason"})
+            if extra:
+                raise _err(call_id, tool, extra[0], "unexpected field")
+            n = self.items.get(args.get("id"))  # type: ignore[arg-type]
+            if n is None or n.status != "active":
+                raise _err(call_id, tool, "id", f"no active autobiographical memory {args.get('id')!r}")
+            reason = args.get("reason")
+            if not isinstance(reason, str) or not reason.strip():
+                raise _err(call_id, tool, "reason", "missing or empty")
+            n.status, n.reason = "deprecated", reason.strip()[:500]
+            return [NarrativeChange("deprecate", copy.deepcopy(n))]
+        return [self._create(call_id, args)]
+
+    def _create(self, call_id: str, args: Mapping[str, Any]) -> NarrativeChange:
+        tool = CREATE_AUTO
+        extra = sorted(set(args) - {"narrative", "significance", "kind", "period", "source_memory_ids"})
+        if extra:
+            raise _err(call_id, tool, extra[0], "unexpected field")
+        text = args.get("narrative")
+        if not isinstance(text, str) or not text.strip():
+            raise _err(call_id, tool, "narrative", "missing or empty (an empty narrative is refused)")
+        if len(text) > NARRATIVE_MAX_CHARS:
+            raise _err(call_id, tool, "narrative", f"{len(text)} characters (limit {NARRATIVE_MAX_CHARS})")
+        sig = args.get("significance")
+        if isinstance(sig, bool) or not isinstance(sig, int) or not 1 <= sig <= 5:
+            raise _err(call_id, tool, "significance", f"expected an integer 1..5, got {sig!r}")
+        kind = args.get("kind")
+        if kind not in {k.value for k in NarrativeKind}:
+            raise _err(call_id, tool, "kind", f"{kind!r} is not one of event, milestone, turning_point")
+        period = args.get("period")
+        if period is not None and (not isinstance(period, str) or len(period) > 32):
+            raise _err(call_id, tool, "period", "expected a short string such as 2026-01-01..2026-01-07")
+        ids = args.get("source_memory_ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            raise _err(call_id, tool, "source_memory_ids", "expected a non-empty list of memory ids")
+        unknown = [i for i in ids if i not in self.memory_ids]
+        if unknown:
+            raise _err(call_id, tool, "source_memory_ids", f"{unknown[0]!r} is not one of the memories shown")
+        self._seq += 1
+        nid = "a-" + short_hash([self.world_id, self.day, self._seq, text], length=12)
+        n = Narrative(nid, self.world_id, text.strip(), sig, str(kind), period, list(dict.fromkeys(ids)), self.day)
+        self.items[nid] = n
+        return NarrativeChange("create", copy.deepcopy(n))
+
+
+def summary(narratives: Sequence[Narrative], day: date, recent_days: int, max_chars: int) -> str:
+    """Phase B: active narratives compressed by significance and time. Within ``recent_days`` of
+    ``day`` every narrative (most significant first, then newest); before, only milestones and
+    turning points, one short line each. Hard-cut at ``max_chars``."""
+    active = [n for n in narratives if n.status == "active"]
+    cutoff = day - timedelta(days=recent_days)
+    recent = sorted(
+        (n for n in active if n.created_day > cutoff), key=lambda n: (-n.significance, n.created_day), reverse=False
+    )
+    recent.sort(key=lambda n: (-n.significance, -n.created_day.toordinal()))
+    distant = sorted(
+        (
+            n
+            for n in active
+            if n.created_day <= cutoff and n.kind in (NarrativeKind.MILESTONE, NarrativeKind.TURNING_POINT)
+        ),
+        key=lambda n: n.created_day,
+    )
+    lines = []
+    if recent:
+        lines.append("## 近期")
+        lines += [
+            f"- [{n.created_day.isoformat()}·{n.kind}·{n.significance}] {truncate(n.narrative, 200)}" for n in recent
+        ]
+    if distant:
+        lines.append("## 更早（仅里程碑 / 转折点）")
+        lines += [f"- [{n.created_day:%Y-%m}·{n.kind}] {truncate(n.narrative, 80)}" for n in distant]
+    return truncate("\n".join(lines), max_chars)

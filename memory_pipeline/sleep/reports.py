@@ -1,0 +1,108 @@
+"""Seed 003 status queries and the audits the asset checks run (reads only, no Dagster)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from sqlalchemy import func, select
+
+from memory_pipeline.lib.store import Store
+from memory_pipeline.sleep.light import DAY_ROW
+from memory_pipeline.sleep.logic import Stage
+from memory_pipeline.sleep.tables import (
+    autobiographical_memories,
+    self_blocks,
+    semantic_memories,
+    semantic_memory_snapshots,
+    semantic_memory_versions,
+    sleep_runs,
+)
+
+
+@dataclass
+class Audit:
+    audited: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def stage_audit(store: Store, stage: Stage, day: date) -> Audit:
+    """A stage's partition: its day record is done (not stale), every world's record is done; deep
+    sleep's snapshot ids all exist (sleep never deletes); autobiography wrote each world's summary."""
+    audit = Audit()
+    with store.connect() as conn:
+        rows = (
+            conn.execute(select(sleep_runs).where(sleep_runs.c.stage == str(stage), sleep_runs.c.day == day))
+            .mappings()
+            .all()
+        )
+        day_row = [r for r in rows if r["world_id"] == DAY_ROW]
+        worlds = [r for r in rows if r["world_id"] != DAY_ROW]
+        audit.audited = len(worlds)
+        if not day_row:
+            audit.problems.append(f"{stage} {day}: no state record")
+        elif day_row[0]["status"] != "done":
+            audit.problems.append(
+                f"{stage} {day}: {day_row[0]['status']} (an earlier day was rebuilt: re-run this day)"
+            )
+        audit.problems += [f"{stage} {day} {r['world_id']}: {r['status']}" for r in worlds if r["status"] != "done"]
+        if stage == Stage.DEEP:
+            snap = select(semantic_memory_snapshots.c.memory_id).where(semantic_memory_snapshots.c.day == day)
+            live = select(semantic_memories.c.memory_id)
+            deleted = select(semantic_memory_versions.c.memory_id).where(semantic_memory_versions.c.op == "delete")
+            missing = (
+                conn.execute(
+                    snap.where(
+                        semantic_memory_snapshots.c.memory_id.not_in(live),
+                        semantic_memory_snapshots.c.memory_id.not_in(deleted),
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            audit.problems += [f"snapshot {day}: memory {m} is gone without an explicit delete" for m in missing[:20]]
+        if stage == Stage.AUTOBIOGRAPHY and worlds:
+            written = set(
+                conn.execute(
+                    select(self_blocks.c.world_id).where(
+                        self_blocks.c.name == "autobiography_summary",
+                        self_blocks.c.updated_by == str(Stage.AUTOBIOGRAPHY),
+                    )
+                ).scalars()
+            )
+            audit.problems += [
+                f"{r['world_id']}: no autobiography_summary" for r in worlds if r["world_id"] not in written
+            ]
+    return audit
+
+
+def status(store: Store) -> dict[str, Any]:
+    """Counts for `memory-pipeline status` and `sleep status`."""
+    with store.connect() as conn:
+        by_status = dict(
+            conn.execute(select(semantic_memories.c.status, func.count()).group_by(semantic_memories.c.status)).all()
+        )
+        by_type = dict(
+            conn.execute(
+                select(semantic_memories.c.type, func.count())
+                .where(semantic_memories.c.status == "active")
+                .group_by(semantic_memories.c.type)
+            ).all()
+        )
+        versions = conn.execute(select(func.count()).select_from(semantic_memory_versions)).scalar_one()
+        narratives = conn.execute(select(func.count()).select_from(autobiographical_memories)).scalar_one()
+        snapshots = conn.execute(select(func.count(func.distinct(semantic_memory_snapshots.c.day)))).scalar_one()
+        stages = conn.execute(
+            select(sleep_runs.c.stage, sleep_runs.c.status, func.count(), func.max(sleep_runs.c.day))
+            .where(sleep_runs.c.world_id == DAY_ROW)
+            .group_by(sleep_runs.c.stage, sleep_runs.c.status)
+        ).all()
+    return {
+        "memories": by_status,
+        "active_by_type": by_type,
+        "versions": versions,
+        "narratives": narratives,
+        "snapshot_days": snapshots,
+        "stages": [{"stage": s, "status": st, "days": n, "newest": d} for s, st, n, d in stages],
+    }

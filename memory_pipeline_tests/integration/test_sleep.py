@@ -1,0 +1,437 @@
+"""Seed 003 on PostgreSQL: light sleep (prompt, truncation, idempotence), deep sleep (three rounds,
+byte-identical message 1, message 1.5, size bands, round logs, snapshots and diffs, order),
+autobiography phases A/B, the real-model path with scripted (malformed) tool calls, bad input."""
+
+import json
+from datetime import date, timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.sleep import memory as mem
+from memory_pipeline.sleep.autobiography import run_autobiography
+from memory_pipeline.sleep.config import SleepConfig
+from memory_pipeline.sleep.context import SleepContext, StageFailure
+from memory_pipeline.sleep.deep import run_deep_sleep
+from memory_pipeline.sleep.light import build_prompt, day_sessions, run_light_sleep, system_for
+from memory_pipeline.sleep.logic import MemoryState, Stage
+from memory_pipeline.sleep.snapshots import diff
+from memory_pipeline.sleep.tables import (
+    autobiographical_memories,
+    self_blocks,
+    semantic_memories,
+    semantic_memory_snapshots,
+    semantic_memory_versions,
+    sleep_runs,
+)
+from memory_pipeline_tests.conftest import CST, conversation, cst, event
+from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+D = date(2026, 3, 2)
+
+
+def ctx_for(store, tmp_path, llm=None, **cfg):
+    cfg.setdefault("log_dir", str(tmp_path / "logs"))
+    return SleepContext(
+        store, llm or LLMClient(store, asset="sleep_test", partition="p"), SleepConfig(**cfg).validate(), CST
+    )
+
+
+def count(store, table, *where):
+    with store.connect() as conn:
+        return conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
+
+
+def active(store, world="w1"):
+    with store.connect() as conn:
+        return mem.load_active(conn, [world]).get(world, [])
+
+
+def day_events():
+    return (
+        conversation(
+            "w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好的", "tomatoes garden planting tomatoes", "nice"]
+        )
+        + conversation(
+            "w1", "s-2", cst(2026, 3, 2, 23, 50), ["marathon training marathon", "ok", "late marathon", "sure"]
+        )
+        + [event("w1", "s-1", "tool", '{"ok": true}', cst(2026, 3, 2, 9, 30))]
+        + conversation("w1", "dbg", cst(2026, 3, 2, 10), ["debug stuff"], debug=True)
+        + conversation("w2", "s-9", cst(2026, 3, 1, 10), ["other day only"])
+    )
+
+
+def test_light_sleep_prompt_sessions_midnight_and_three_messages(store, ingest, tmp_path):
+    ingest(day_events())
+    ctx = ctx_for(store, tmp_path)
+    mem.set_self_block(store, "w1", "identity", "我是 w1", ctx.cfg.block_names(), "test")
+    mem.pin_fact(store, "w1", "用户叫小王", priority=5)
+    with store.connect() as conn:
+        sessions = day_sessions(conn, D, ctx)
+        blocks, pinned = mem.load_self_layer(conn, ["w1"], 20)
+    assert sorted(sessions) == ["w1"]  # w2 spoke on the 1st only; debug never counts
+    assert [s.session_id for s in sessions["w1"]] == ["s-1", "s-2"]
+    # s-2 starts 23:50 and runs past midnight: only D's part (23:50, 23:53, 23:56, 23:59).
+    assert len(sessions["w1"][1].lines) == 4
+    assert all(role in ("user", "assistant") for s in sessions["w1"] for _, role, _ in s.lines)
+    state = MemoryState("w1", [], "t")
+    p = build_prompt(D, sessions["w1"], state, system_for(ctx, blocks, pinned, "w1"), ctx)
+    assert len(p.messages) == 3 and all(m["role"] == "user" for m in p.messages)
+    assert (
+        "## session s-1" in p.messages[0]["content"]
+        and "[2026-03-02 09:00] user: 我喜欢吃辣" in p.messages[0]["content"]
+    )
+    assert '{"ok": true}' not in p.messages[0]["content"]
+    assert "我是 w1" in p.system and "- 用户叫小王" in p.system and "## autobiography_summary" in p.system
+    assert "create_semantic_memory" in p.messages[2]["content"] and "merge" not in p.messages[2]["content"]
+
+
+def test_light_sleep_truncates_oldest_updated_sessions_with_the_marker(store, ingest, tmp_path):
+    events = []
+    for i in range(6):
+        events += conversation("w1", f"s-{i}", cst(2026, 3, 2, 8 + i), ["word " * 300, "ok"])
+    ingest(events)
+    ctx = ctx_for(store, tmp_path, light_input_max_chars=6000)
+    with store.connect() as conn:
+        sessions = day_sessions(conn, D, ctx)["w1"]
+    p = build_prompt(D, sessions, MemoryState("w1", [], "t"), "sys", ctx)
+    assert p.truncated > 0 and p.messages[0]["content"].endswith(f"[已截断 {p.truncated} 个 session]")
+    assert p.sessions == [f"s-{i}" for i in range(6 - len(p.sessions), 6)]  # the newest kept
+    assert p.input_chars <= 6000
+
+
+def test_light_sleep_writes_memories_with_versions_and_is_idempotent(store, ingest, tmp_path):
+    ingest(day_events())
+    ctx = ctx_for(store, tmp_path)
+    first = run_light_sleep(ctx, D)
+    assert first.created >= 3 and first.rejected == 0
+    rows = active(store)
+    assert {m.type for m in rows} == {"preference", "experience"}
+    pref = next(m for m in rows if m.type == "preference")
+    assert pref.content == "我喜欢吃辣" and pref.source_sessions == ["s-1"]
+    assert count(store, semantic_memory_versions) == len(rows)
+    again = run_light_sleep(ctx, D)
+    assert again.reused == 1 and again.llm_calls == 0 and len(active(store)) == len(rows)
+    forced = run_light_sleep(SleepContext(store, ctx.llm, ctx.cfg, CST, force=True), D)
+    assert forced.created == 0 and len(active(store)) == len(rows)  # message 2 holds them: no duplicate
+    with store.connect() as conn:
+        state = (
+            conn.execute(select(sleep_runs).where(sleep_runs.c.stage == "light_sleep", sleep_runs.c.world_id == "w1"))
+            .mappings()
+            .one()
+        )
+    assert state["sessions"] == 2 and state["status"] == "done"
+
+
+def _seed(store, world, items, day=D):
+    """Active memories written as light sleep would (one batch)."""
+    state = MemoryState(world, [], salt="seed")
+    from memory_pipeline.sleep.logic import CREATE, LIGHT_TOOLS, Rules
+
+    rules = Rules(Stage.LIGHT, LIGHT_TOOLS, cst(2026, 3, 2, 12))
+    changes = []
+    for i, (mtype, content, sessions, at) in enumerate(items):
+        changes += state.apply(
+            {
+                "id": f"c{i}",
+                "name": CREATE,
+                "arguments": {"type": mtype, "content": content, "source_sessions": sessions, "observed_at": at},
+            },
+            rules,
+        )
+    with store.begin() as conn:
+        mem.write_changes(conn, changes, mem.Provenance(Stage.LIGHT, day))
+    return [c.memory.id for c in changes]
+
+
+def _light_done(store, tmp_path, day=D):
+    run_light_sleep(ctx_for(store, tmp_path), day)  # no sessions: records the day as done
+
+
+def test_deep_sleep_three_rounds_identical_message_one_logs_and_snapshot(store, tmp_path):
+    ids = _seed(
+        store,
+        "w1",
+        [
+            ("preference", "不喜欢吃辣", ["s-1"], "2026-02-01T10:00:00+08:00"),
+            ("preference", "喜欢吃辣", ["s-2"], "2026-03-02T10:00:00+08:00"),
+            ("world", "女儿属虎；住在杭州", ["s-1"], "2026-03-01T10:00:00+08:00"),
+            ("world", "张三在上海工作", ["s-abc"], "2026-03-01T09:00:00+08:00"),
+            ("world", "张三在上海工作。", ["s-def"], "2026-02-01T09:00:00+08:00"),
+            ("preference", "喜欢苹果", ["s-1"], "2026-03-01T10:00:00+08:00"),
+        ],
+    )
+    _light_done(store, tmp_path)
+    ctx = ctx_for(store, tmp_path)
+    result = run_deep_sleep(ctx, D)
+    records = result.rounds["w1"]
+    assert [r.round for r in records] == ["contradiction", "split", "merge"]
+    assert len({r.message_one_sha for r in records}) == 1  # byte-identical message 1 in every round
+    assert records[0].prior_changes == 0 and records[1].prior_changes > 0
+    live = {m.content: m for m in active(store)}
+    assert "不喜欢吃辣" not in live and "喜欢吃辣" in live  # older contradiction deprecated
+    assert {"女儿属虎", "住在杭州"} <= set(live) and "女儿属虎；住在杭州" not in live  # split
+    merged = [m for m in live.values() if m.content.startswith("张三在上海工作")]
+    assert len(merged) == 1 and sorted(merged[0].source_sessions) == ["s-abc", "s-def"]
+    assert merged[0].observed_at == cst(2026, 2, 1, 9)
+    assert "喜欢苹果" in live
+    # Nothing deleted: every original row is still there, deprecated or merged.
+    assert count(store, semantic_memories, semantic_memories.c.memory_id.in_(ids)) == len(ids)
+    with store.connect() as conn:
+        src = (
+            conn.execute(select(semantic_memories).where(semantic_memories.c.memory_id.in_(ids[3:5]))).mappings().all()
+        )
+    assert {r["merged_into"] for r in src} == {merged[0].id}
+    logs = sorted((tmp_path / "logs" / "w1").glob("*.json"))
+    assert [p.name for p in logs] == [
+        "deep_sleep_2026-03-02_1_contradiction.json",
+        "deep_sleep_2026-03-02_2_split.json",
+        "deep_sleep_2026-03-02_3_merge.json",
+    ]
+    doc = json.loads(logs[2].read_text(encoding="utf-8"))
+    assert {"day", "round", "active_count", "prior_changes", "tool_calls", "summary", "change_log"} <= set(doc)
+    assert doc["change_log"].startswith("# 增量变更（以本内容为准）")
+    assert count(store, semantic_memory_snapshots, semantic_memory_snapshots.c.day == D) == len(live)
+
+
+def test_deep_sleep_refuses_over_300k_before_any_call_and_batches_by_type(store, tmp_path):
+    big = [("world", f"fact {i} " + "x" * 900, [f"s-{i}"], "2026-03-01T10:00:00+08:00") for i in range(340)]
+    _seed(store, "w1", big)
+    _light_done(store, tmp_path)
+    ctx = ctx_for(store, tmp_path)
+    with pytest.raises(StageFailure, match="over the 300000 limit"):
+        run_deep_sleep(ctx, D)
+    assert ctx.llm.stats.calls == 0 and count(store, semantic_memory_snapshots) == 0
+    assert not (tmp_path / "logs").exists()
+
+
+def test_deep_sleep_batches_by_type_between_100k_and_300k(store, tmp_path):
+    items = [
+        ("world" if i % 2 else "experience", f"fact {i} " + "y" * 900, [f"s-{i}"], "2026-03-01T10:00:00+08:00")
+        for i in range(150)
+    ]
+    _seed(store, "w1", items)
+    _light_done(store, tmp_path)
+    result = run_deep_sleep(ctx_for(store, tmp_path), D)
+    assert result.batched == ["w1"]
+    assert sorted({r.batch_type for r in result.rounds["w1"]}) == ["experience", "world"]
+    doc = json.loads(
+        (tmp_path / "logs" / "w1" / "deep_sleep_2026-03-02_1_contradiction.json").read_text(encoding="utf-8")
+    )
+    assert [b["batch_type"] for b in doc["batches"]] == ["experience", "world"]
+
+
+def test_deep_sleep_needs_light_sleep_and_the_previous_day_and_snapshots_diff(store, tmp_path):
+    _seed(store, "w1", [("world", "A；B", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    with pytest.raises(StageFailure, match="light sleep of 2026-03-02 has not run"):
+        run_deep_sleep(ctx_for(store, tmp_path), D)
+    _light_done(store, tmp_path)
+    run_deep_sleep(ctx_for(store, tmp_path), D)
+    d3 = D + timedelta(days=2)
+    _light_done(store, tmp_path, d3)
+    with pytest.raises(StageFailure, match="deep sleep of 2026-03-03 is missing"):
+        run_deep_sleep(ctx_for(store, tmp_path), d3)
+    d2 = D + timedelta(days=1)
+    _seed(
+        store,
+        "w1",
+        [("world", "C", ["s-2"], "2026-03-03T10:00:00+08:00"), ("world", "C", ["s-3"], "2026-03-03T11:00:00+08:00")],
+        d2,
+    )
+    _light_done(store, tmp_path, d2)
+    run_deep_sleep(ctx_for(store, tmp_path), d2)
+    change = diff(store, "w1", D, d2)
+    assert len(change.created) == 1 and len(change.deprecated) == 0 and change.merged == {}
+    # Rebuilding D marks D+1 stale.
+    rebuilt = run_deep_sleep(SleepContext(store, LLMClient(store), ctx_for(store, tmp_path).cfg, CST, force=True), D)
+    assert rebuilt.marked_stale == ["2026-03-03"]
+
+
+def test_autobiography_phase_a_and_b(store, tmp_path):
+    _seed(
+        store,
+        "w1",
+        [
+            ("experience", "第一次跑完半马", ["s-1"], "2026-03-01T10:00:00+08:00"),
+            ("imprint", "在海边看日出", ["s-2"], "2026-03-02T06:00:00+08:00"),
+            ("experience", "很久以前的事", ["s-3"], "2026-02-01T10:00:00+08:00"),  # outside the 7 days
+        ],
+    )
+    ctx = ctx_for(store, tmp_path)
+    first = run_autobiography(ctx, D)
+    assert first.narratives_created == 1
+    with store.connect() as conn:
+        (row,) = conn.execute(select(autobiographical_memories)).mappings().all()
+        block = conn.execute(select(self_blocks).where(self_blocks.c.name == "autobiography_summary")).mappings().one()
+    assert row["kind"] == "milestone" and "很久以前的事" not in row["narrative"] and len(row["source_memory_ids"]) == 2
+    assert block["updated_by"] == "autobiography_cron" and "第一次跑完半马" in block["content"]
+    # Nothing new worth recording: 0 created is a success, and phase B still runs.
+    second = run_autobiography(SleepContext(store, LLMClient(store), ctx.cfg, CST, force=True), D)
+    assert second.narratives_created == 0 and second.summaries_written == 1
+    assert count(store, autobiographical_memories) == 1
+
+
+def test_real_model_malformed_tool_calls_are_rejected_logged_and_nothing_half_applied(store, tmp_path):
+    ids = _seed(
+        store,
+        "w1",
+        [("world", "x", ["s-1"], "2026-03-01T10:00:00+08:00"), ("world", "y", ["s-2"], "2026-03-01T10:00:00+08:00")],
+    )
+    _light_done(store, tmp_path)
+    with FakeOpenAI() as server:
+        server.push(
+            "tools",
+            [
+                ("search_semantic_memory", {"q": "x"}),  # unknown to this stage
+                ("deprecate_semantic_memory", {"id": ids[0]}),  # missing reason
+                ("update_semantic_memory", {"id": "f-nope", "content": "z"}),  # bad id
+                ("merge_semantic_memories", {"source_ids": [ids[0]], "content": "x"}),  # a single source
+                ("deprecate_semantic_memory", {"id": ids[1], "reason": "过期"}),  # valid
+            ],
+        )
+        llm = LLMClient(
+            store,
+            model="openai/fake",
+            api_base=server.api_base,
+            api_key="k",
+            max_retries=0,
+            asset="sleep_deep_sleep",
+            partition=D.isoformat(),
+        )
+        result = run_deep_sleep(ctx_for(store, tmp_path, llm=llm), D)
+        sent = server.requests
+    r1 = result.rounds["w1"][0]
+    assert len(r1.rejected) == 4 and r1.applied == 1
+    errors = " | ".join(r["error"] for r in r1.rejected)
+    assert "not offered to this stage 'search_semantic_memory'" in errors and "field 'reason': missing" in errors
+    assert "no memory 'f-nope'" in errors and "use update_semantic_memory" in errors
+    assert [m.id for m in active(store)] == [ids[0]]
+    # The rejected calls went back to the model as error results for those calls.
+    tool_msgs = [m for m in sent[1]["messages"] if m["role"] == "tool"]
+    assert len(tool_msgs) == 5 and tool_msgs[0]["content"].startswith("error: ")
+    # Message 1 (and the system prompt) identical across the rounds' first requests.
+    firsts = [r for r in sent if not any(m["role"] == "tool" for m in r["messages"])]
+    assert len(firsts) == 3 and len({json.dumps(r["messages"][:2]) for r in firsts}) == 1
+    doc = json.loads(
+        (tmp_path / "logs" / "w1" / "deep_sleep_2026-03-02_1_contradiction.json").read_text(encoding="utf-8")
+    )
+    assert len(doc["rejected"]) == 4 and doc["tool_calls"] == 5
+
+
+def test_malformed_json_arguments_are_refused_by_name(store, tmp_path):
+    ids = _seed(store, "w1", [("world", "x", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    _light_done(store, tmp_path)
+    with FakeOpenAI() as server:
+        server.script.append(("tools", [("update_semantic_memory", {"id": ids[0]})]))
+        # A provider returning arguments that are not JSON: the call is refused, the round goes on.
+        orig = server._completion
+
+        def broken(text, tool_calls):
+            body = orig(text, tool_calls)
+            if tool_calls:
+                body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = '{"id": "f-'
+            return body
+
+        server._completion = broken
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        result = run_deep_sleep(ctx_for(store, tmp_path, llm=llm), D)
+    assert "arguments are not a JSON object" in result.rounds["w1"][0].rejected[0]["error"]
+    assert [m.content for m in active(store)] == ["x"]
+
+
+def test_remember_and_the_explicit_delete(store):
+    mid = mem.remember(store, "w1", "s-live", "用户养了一只猫", at=cst(2026, 3, 2, 15))
+    (m,) = active(store)
+    assert m.id == mid and m.source_sessions == ["s-live"] and m.observed_at == cst(2026, 3, 2, 15)
+    with pytest.raises(mem.InputError, match="field 'content': empty"):
+        mem.remember(store, "w1", "s-live", "   ")
+    with pytest.raises(mem.InputError, match="field 'session_id'"):
+        mem.remember(store, "w1", "bad:id", "x")
+    assert mem.delete_memory(store, "w1", mid) is True
+    assert (
+        active(store) == [] and count(store, semantic_memory_versions, semantic_memory_versions.c.op == "delete") == 1
+    )
+    assert count(store, semantic_memory_versions, semantic_memory_versions.c.content != "") == 0
+
+
+def test_light_sleep_rejects_tools_outside_its_whitelist_and_records_them(store, ingest, tmp_path):
+    ingest(day_events())
+    with FakeOpenAI() as server:
+        server.push(
+            "tools",
+            [
+                ("merge_semantic_memories", {"source_ids": ["f-1", "f-2"], "content": "x"}),
+                ("search_semantic_memory", {"q": "辣"}),
+                ("create_semantic_memory", {"type": "preference", "content": "喜欢吃辣", "source_sessions": ["s-1"]}),
+                ("create_semantic_memory", {"type": "world", "content": "x", "source_sessions": ["s-elsewhere"]}),
+            ],
+        )
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        result = run_light_sleep(ctx_for(store, tmp_path, llm=llm), D)
+        offered = [t["function"]["name"] for t in server.requests[0]["tools"]]
+        roles = [m["role"] for m in server.requests[0]["messages"]]
+    assert offered == ["create_semantic_memory", "update_semantic_memory", "deprecate_semantic_memory"]
+    assert roles == ["system", "user", "user", "user"]
+    assert result.created == 1 and result.rejected == 3
+    with store.connect() as conn:
+        detail = conn.execute(select(sleep_runs.c.detail).where(sleep_runs.c.world_id == "w1")).scalar_one()
+    assert any("not offered to this stage 'merge_semantic_memories'" in e for e in detail["rejected_calls"])
+    assert any("'s-elsewhere' is not a session of this day" in e for e in detail["rejected_calls"])
+
+
+def test_sleep_never_writes_a_conversation_and_late_data_reaches_light_sleep(store, ingest, tmp_path):
+    from memory_pipeline.lib.store.tables import messages
+    from memory_pipeline.sleep.light import late_days
+
+    ingest(day_events())
+    before = count(store, messages)
+    ctx = ctx_for(store, tmp_path)
+    run_light_sleep(ctx, D)
+    run_deep_sleep(ctx, D)
+    run_autobiography(ctx, D)
+    assert count(store, messages) == before  # no stage writes into a conversation or its history
+    assert late_days(store, CST) == {}
+    ingest(conversation("w1", "s-late", cst(2026, 3, 2, 15), ["我爱喝茶", "好"]))
+    assert list(late_days(store, CST)) == [D]
+    again = run_light_sleep(ctx, D)
+    assert again.created >= 1 and any(m.content == "我爱喝茶" for m in active(store))
+    assert late_days(store, CST) == {}
+
+
+def test_recall_reads_autobiographical_memory(store, tmp_path):
+    from memory_pipeline.sleep.autobiography import narratives
+
+    _seed(
+        store,
+        "w1",
+        [
+            ("experience", "a", ["s-1"], "2026-03-01T10:00:00+08:00"),
+            ("experience", "b", ["s-2"], "2026-03-02T10:00:00+08:00"),
+        ],
+    )
+    run_autobiography(ctx_for(store, tmp_path), D)
+    (n,) = narratives(store, "w1")
+    assert n.kind == "event" and n.significance == 2 and narratives(store, "w2") == []
+
+
+def test_autobiography_never_reads_raw_conversation_and_carries_the_self_layer(store, ingest, tmp_path):
+    ingest(day_events())
+    mem.pin_fact(store, "w1", "用户叫小王")
+    _seed(store, "w1", [("experience", "去了海边", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    with FakeOpenAI() as server:
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        result = run_autobiography(ctx_for(store, tmp_path, llm=llm), D)
+        sent = json.dumps(server.requests, ensure_ascii=False)
+        system = server.requests[0]["messages"][0]["content"]
+    assert result.narratives_created == 0 and result.summaries_written == 1  # text answer: nothing worth recording
+    assert "去了海边" in sent and "tomatoes garden planting" not in sent and "我喜欢吃辣" not in sent
+    assert system.startswith("# 自我层") and "- 用户叫小王" in system and "## autobiography_summary" in system
+
+
+def test_only_the_top_20_pinned_facts_enter_the_system_prompt(store):
+    for i in range(25):
+        mem.pin_fact(store, "w1", f"fact {i:02d}", priority=i)
+    with store.connect() as conn:
+        _blocks, pinned = mem.load_self_layer(conn, ["w1"], 20)
+    assert pinned["w1"] == [f"fact {i:02d}" for i in range(24, 4, -1)]

@@ -1,0 +1,82 @@
+"""The sleep and conversation command lines: recovery backfill in day order, diff, the memory tools
+and their refusals (exit 2, the field named, nothing written), status, the conversation commands."""
+
+import json
+
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from memory_pipeline.cli import app
+from memory_pipeline.lib.store import Store
+from memory_pipeline.sleep.tables import pinned_facts, semantic_memories
+from memory_pipeline_tests.conftest import conversation, cst
+from memory_pipeline_tests.integration.test_cli import env  # noqa: F401 - the fixture
+
+runner = CliRunner()
+
+
+def _ingest(folder, events):
+    path = folder / "e.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
+
+
+def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # noqa: F811
+    _ingest(
+        env,
+        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好"])
+        + conversation("w1", "s-2", cst(2026, 3, 3, 9), ["我不喜欢吃辣", "好"]),
+    )
+    result = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-03"])
+    assert result.exit_code == 0, result.output
+    order = [
+        line.split()[:2] for line in result.output.splitlines() if line.strip().startswith(("light", "deep", "auto"))
+    ]
+    assert order == [
+        ["light_sleep", "2026-03-02"],
+        ["deep_sleep", "2026-03-02"],
+        ["autobiography", "2026-03-02"],
+        ["light_sleep", "2026-03-03"],
+        ["deep_sleep", "2026-03-03"],
+        ["autobiography", "2026-03-03"],
+    ]
+    diff = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
+    assert diff.exit_code == 0 and "deprecated:" in diff.output and "created:" in diff.output
+    status = runner.invoke(app, ["status"])
+    assert (
+        status.exit_code == 0
+        and "Sleep (seed 003)" in status.output
+        and "Rolling conversation summaries" in status.output
+    )
+
+
+def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url):  # noqa: F811
+    result = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "   "])
+    assert result.exit_code == 2 and "field 'content': empty" in result.output
+    result = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "x", "--type", "mood"])
+    assert result.exit_code == 2 and "field 'type': 'mood' is not one of" in result.output
+    result = runner.invoke(app, ["sleep", "pin", "bad:world", "x"])
+    assert result.exit_code == 2 and "field 'world_id'" in result.output
+    result = runner.invoke(app, ["sleep", "self-block", "w1", "mood", "x"])
+    assert result.exit_code == 2 and "field 'name': 'mood' is not a self block" in result.output
+    store = Store(pg_url)
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() == 0
+        assert conn.execute(select(func.count()).select_from(pinned_facts)).scalar_one() == 0
+    ok = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "用户养猫"])
+    assert ok.exit_code == 0
+    memory_id = ok.output.strip()
+    assert runner.invoke(app, ["sleep", "delete", "w1", memory_id]).exit_code == 0
+    assert runner.invoke(app, ["sleep", "delete", "w1", memory_id]).exit_code == 1
+
+
+def test_conversation_commands(env, pg_url):  # noqa: F811
+    _ingest(env, conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
+    assert runner.invoke(app, ["conversation", "init-status", "c1", "finished"]).exit_code == 2
+    assert runner.invoke(app, ["conversation", "init-status", "c1", "done"]).exit_code == 0
+    result = runner.invoke(app, ["conversation", "summarize"])
+    assert result.exit_code == 0 and "1 due, 1 written, 0 failed" in result.output, result.output
+    shown = runner.invoke(app, ["conversation", "show", "c1"])
+    assert shown.exit_code == 0 and "# 对话历程摘要（滚动）" in shown.output
+    fixed = runner.invoke(app, ["conversation", "correct", "c1", "用户其实在为搬家发愁。"])
+    assert fixed.exit_code == 0 and "version 2" in fixed.output

@@ -1,0 +1,202 @@
+"""Sleep and conversation in Dagster on the real PostgreSQL: the three stages as range runs in day
+order with one check result per partition, the nightly schedules (crons, builtin ids, catch-up as
+one ordered run), the deep-sleep order guard, and the rolling-summary sensor end to end."""
+
+import pytest
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    DagsterEventType,
+    build_schedule_context,
+    build_sensor_context,
+    instance_for_test,
+)
+from sqlalchemy import func, select
+
+from memory_pipeline import operations
+from memory_pipeline.conversation import summaries
+from memory_pipeline.conversation.tables import conversation_summaries
+from memory_pipeline.sleep.tables import self_blocks, semantic_memories, semantic_memory_snapshots
+from memory_pipeline_tests.conftest import conversation, cst
+from memory_pipeline_tests.integration.test_dagster import make_defs
+
+DAYS = ["2026-03-02", "2026-03-03"]
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def defs(pg_url, redis_url):
+    return make_defs(pg_url, redis_url)
+
+
+@pytest.fixture
+def two_days(ingest):
+    ingest(
+        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好", "garden tomatoes tomatoes", "ok"])
+        + conversation("w1", "s-2", cst(2026, 3, 3, 9), ["我不喜欢吃辣", "嗯", "garden tomatoes tomatoes", "ok"])
+        + conversation("w2", "s-3", cst(2026, 3, 3, 20), ["marathon marathon pacing", "ok"])
+    )
+
+
+def _materializations(instance, key):
+    out = {}
+    for r in instance.fetch_materializations(AssetKey(key), limit=100).records:
+        m = r.asset_materialization
+        out.setdefault(m.partition, {k: v.value for k, v in m.metadata.items()})  # newest first
+    return out
+
+
+def _checks(instance, run_id):
+    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records
+    return [
+        (
+            r.event_log_entry.dagster_event.event_specific_data.partition,
+            r.event_log_entry.dagster_event.event_specific_data.passed,
+        )
+        for r in records
+    ]
+
+
+def test_the_three_stages_run_in_day_order_with_a_check_result_per_partition(defs, instance, store, two_days):
+    for window in ("light_sleep", "deep_sleep", "autobiography"):
+        report = operations.materialize(window, DAYS[0], DAYS[1], instance=instance, defs=defs)
+        assert report.success, report.runs[0].error
+        assert len(report.runs) == 1
+        assert sorted(_checks(instance, report.runs[0].run_id)) == [(DAYS[0], True), (DAYS[1], True)]
+    light = _materializations(instance, "sleep_light_sleep")
+    assert light[DAYS[0]]["worlds"] == 1 and light[DAYS[1]]["worlds"] == 2 and light[DAYS[0]]["memories_created"] >= 2
+    deep = _materializations(instance, "sleep_deep_sleep")
+    assert deep[DAYS[1]]["snapshot_rows"] > 0 and "| world | # | round |" in deep[DAYS[1]]["rounds"]
+    with store.connect() as conn:
+        contents = set(
+            conn.execute(select(semantic_memories.c.content).where(semantic_memories.c.status == "active")).scalars()
+        )
+        assert (
+            "我不喜欢吃辣" in contents and "我喜欢吃辣" not in contents
+        )  # day 3's deep sleep: older contradiction out
+        snaps = dict(
+            conn.execute(
+                select(semantic_memory_snapshots.c.day, func.count()).group_by(semantic_memory_snapshots.c.day)
+            ).all()
+        )
+        assert len(snaps) == 2
+        blocks = (
+            conn.execute(select(self_blocks.c.world_id).where(self_blocks.c.name == "autobiography_summary"))
+            .scalars()
+            .all()
+        )
+        assert sorted(blocks) == ["w1", "w2"]
+
+
+def test_deep_sleep_out_of_order_fails_naming_the_missing_day(defs, instance, two_days):
+    assert operations.materialize("light_sleep", DAYS[0], DAYS[1], instance=instance, defs=defs).success
+    assert operations.materialize("deep_sleep", DAYS[0], DAYS[0], instance=instance, defs=defs).success
+    # 03 after 02 is fine; now rebuild 02: 03 becomes stale and its check says so.
+    assert operations.materialize("deep_sleep", DAYS[1], DAYS[1], instance=instance, defs=defs).success
+    rebuilt = operations.materialize("deep_sleep", DAYS[0], DAYS[0], instance=instance, defs=defs, force_llm=True)
+    assert rebuilt.success
+    assert _materializations(instance, "sleep_deep_sleep")[DAYS[0]]["later_days_marked_stale"] == [DAYS[1]]
+
+
+def test_deep_sleep_without_its_light_sleep_fails_with_the_reason(defs, instance, two_days):
+    report = operations.materialize("deep_sleep", DAYS[0], DAYS[0], instance=instance, defs=defs)
+    assert not report.success and "light sleep of 2026-03-02 has not run" in report.runs[0].error
+
+
+def test_sleep_schedules_crons_builtin_ids_and_catch_up_as_one_ordered_run(defs, instance):
+    crons = {
+        n: defs.get_schedule_def(n)
+        for n in ("sleep_light_schedule", "sleep_deep_schedule", "sleep_autobiography_schedule")
+    }
+    assert [s.cron_schedule for s in crons.values()] == ["0 2 * * *", "0 3 * * *", "0 4 * * *"]
+    assert all(s.execution_timezone == "Asia/Shanghai" for s in crons.values())
+    assert [s.tags["memory_pipeline/builtin"] for s in crons.values()] == [
+        "builtin-light-sleep",
+        "builtin-deep-sleep",
+        "builtin-self-autobiography",
+    ]
+    assert "builtin-deep-sleep" in crons["sleep_deep_schedule"].description
+    repo = defs.get_repository_def()
+    sched = crons["sleep_deep_schedule"]
+
+    def tick(at):
+        return sched.evaluate_tick(
+            build_schedule_context(instance=instance, scheduled_execution_time=at, repository_def=repo)
+        ).run_requests
+
+    (first,) = tick(cst(2026, 3, 3, 3, 0))
+    assert first.partition_key == "2026-03-02"  # 03:00 on D+1 processes D
+    instance.report_runless_asset_event(AssetMaterialization(AssetKey("sleep_deep_sleep"), partition="2026-03-02"))
+    (missed,) = tick(cst(2026, 3, 7, 3, 0))  # down for three nights: one run, oldest first
+    assert (missed.tags["dagster/asset_partition_range_start"], missed.tags["dagster/asset_partition_range_end"]) == (
+        "2026-03-03",
+        "2026-03-06",
+    )
+
+
+def test_rolling_summary_sensor_end_to_end(defs, instance, store, pg_url, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
+    sensor = defs.get_sensor_def("conversation_rolling_summary_sensor")
+
+    def tick():
+        resources = {"conversation": defs.resources["conversation"]}
+        with build_sensor_context(
+            instance=instance, repository_def=defs.get_repository_def(), resources=resources
+        ) as ctx:
+            return sensor.evaluate_tick(ctx)
+
+    assert tick().run_requests == []  # initialization not done: a silent skip
+    summaries.set_init_status(store, "c1", "done")
+    (req,) = tick().run_requests
+    job = defs.resolve_job_def("conversation_rolling_summary_job")
+    result = job.execute_in_process(instance=instance, run_config=req.run_config, raise_on_error=False)
+    assert result.success
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one() == 1
+    checks = instance.get_records_for_run(result.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records
+    assert [r.event_log_entry.dagster_event.event_specific_data.passed for r in checks] == [True]
+    assert tick().run_requests == []  # covered now
+
+
+def test_the_light_schedule_tick_runs_end_to_end(defs, instance, store, two_days):
+    """From the 02:00 tick on 2026-03-03 to the day's memories: the run the schedule requests."""
+    sched = defs.get_schedule_def("sleep_light_schedule")
+    ctx = build_schedule_context(
+        instance=instance, scheduled_execution_time=cst(2026, 3, 3, 2, 0), repository_def=defs.get_repository_def()
+    )
+    (req,) = sched.evaluate_tick(ctx).run_requests
+    job = defs.resolve_job_def("sleep_light_job")
+    result = job.execute_in_process(
+        instance=instance, partition_key=req.partition_key, tags=req.tags, raise_on_error=False
+    )
+    assert result.success and req.partition_key == "2026-03-02"
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() >= 2
+    assert _materializations(instance, "sleep_light_sleep")["2026-03-02"]["sessions"] == 1
+
+
+def test_disabled_sleep_reads_and_writes_nothing_and_says_so(pg_url, redis_url, instance, store, two_days, tmp_path):
+    from memory_pipeline.definitions import build_defs
+    from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+
+    config = tmp_path / "memory.yaml"
+    config.write_text("memory:\n  sleep:\n    enabled: false\n", encoding="utf-8")
+    defs = build_defs(
+        {
+            "memory_store": MemoryStoreResource(database_url=pg_url),
+            "kv_cache": CacheResource(redis_url=redis_url),
+            "llm": LLMResource(),
+            "memory_config": MemoryConfigResource(config_file=str(config)),
+        }
+    )
+    report = operations.materialize("light_sleep", DAYS[0], DAYS[0], instance=instance, defs=defs)
+    assert report.success
+    assert _materializations(instance, "sleep_light_sleep")[DAYS[0]]["disabled"] is True
+    assert _checks(instance, report.runs[0].run_id) == [(DAYS[0], True)]  # disabled on purpose: not a failure
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() == 0

@@ -1,0 +1,111 @@
+"""memory.sleep and memory.conversation are validated strictly (types, unknown keys, ranges), and
+the conversation summary's pure rules (gate, layout, sentences)."""
+
+from datetime import date, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory_pipeline.conversation import config as conversation_config
+from memory_pipeline.conversation import logic
+from memory_pipeline.lib.settings import ConfigError
+from memory_pipeline.sleep import config as sleep_config
+
+
+def write(tmp_path, body):
+    p = tmp_path / "memory.yaml"
+    p.write_text(body, encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("memory:\n  sleep:\n    enabled: 'no'\n", "memory.sleep.enabled: expected bool, got str 'no'"),
+        ("memory:\n  sleep:\n    pinned_top: true\n", "memory.sleep.pinned_top: expected int, got bool True"),
+        ("memory:\n  sleep:\n    naptime: 3\n", "unknown key(s) in memory.sleep: naptime"),
+        ("memory:\n  sleep:\n    pinned_top: 0\n", "memory.sleep.pinned_top: must be a positive integer"),
+        ("memory:\n  sleep:\n    self_blocks: a,b,c\n", "expected six distinct names"),
+        ("memory:\n  sleep:\n    self_blocks: a,b,c,d,e,f\n", "must include autobiography_summary"),
+        ("memory:\n  sleep:\n    deep_batch_chars: 5000\n", "deep_warn_chars < deep_batch_chars < deep_refuse_chars"),
+    ],
+)
+def test_sleep_section_is_strict(tmp_path, body, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        sleep_config.load(write(tmp_path, body))
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("memory:\n  conversation:\n    trim_history: 1\n", "memory.conversation.trim_history: expected bool"),
+        ("memory:\n  conversation:\n    min_entries: -3\n", "must be a positive integer"),
+        ("memory:\n  conversation:\n    trim: true\n", "unknown key(s) in memory.conversation: trim"),
+    ],
+)
+def test_conversation_section_is_strict(tmp_path, body, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        conversation_config.load(write(tmp_path, body))
+
+
+def test_defaults():
+    s, c = sleep_config.load(None), conversation_config.load(None)
+    assert (s.pinned_top, s.light_input_max_chars, len(s.block_names())) == (20, 120_000, 6)
+    assert (c.min_entries, c.trim_history, c.history_tail, c.trimmed_tail, c.max_sentences) == (30, False, 49, 20, 10)
+
+
+@pytest.mark.parametrize("status", [None, "pending", "phase1_done", "phase2_done"])
+def test_gate_needs_done(status):
+    assert not logic.gate(status, 100)
+
+
+@pytest.mark.parametrize("n, ok", [(29, False), (30, True), (31, True)])
+def test_gate_counts(n, ok):
+    assert logic.gate("done", n) is ok and logic.due("done", n, 0, False) is ok
+
+
+def test_rendered_layout_is_the_seeds():
+    s = logic.Sections("用户在处理家里的事。她有些自责。", ("住北京",), (("剧本", "投入"),), ("墓地还没定",))
+    text = logic.render(s, date(2026, 4, 20), datetime(2026, 4, 21, 8, tzinfo=ZoneInfo("Asia/Shanghai")), 1, 42)
+    assert text == (
+        "# 对话历程摘要（滚动）\n\n"
+        "> 由 conversation_summary skill 维护。rolling 更新，不覆盖。\n"
+        "> 作为 long context 的压缩锚，防止角色漂向共情模板。\n\n"
+        "## 最近情感主线（至 2026-04-20）\n\n用户在处理家里的事。她有些自责。\n\n"
+        "## 已知用户偏好 / 事实（归集自 user_profile.md，以最近为准）\n\n- 住北京\n\n"
+        "## 情绪关键点（最近 30 条里）\n\n- 剧本 → 投入\n\n"
+        "## 未解决的钩子\n\n- 墓地还没定\n\n---\n\n"
+        "<!-- last_updated: 2026-04-21T08:00:00+08:00 -->\n"
+        "<!-- covered_range: L1 - L42 -->\n"
+    )
+    assert logic.layout_ok(text) and not logic.layout_ok(text.replace("## 未解决的钩子", "## 钩子"))
+    assert logic.check_line(s.arc) == "我对咱们最近聊的事的印象是 用户在处理家里的事，大致对吗？"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    args=st.dictionaries(
+        st.sampled_from(["emotional_arc", "preferences", "emotional_key_points", "unresolved_hooks", "x"]),
+        st.recursive(
+            st.none() | st.text(max_size=40) | st.integers(),
+            lambda i: st.lists(i, max_size=3) | st.dictionaries(st.text(max_size=6), i, max_size=3),
+            max_leaves=8,
+        ),
+    )
+)
+def test_arbitrary_summary_answers_parse_or_fail_with_format_error(args):
+    try:
+        s = logic.parse_sections({"id": "c", "name": logic.TOOL, "arguments": args})
+    except logic.FormatError:
+        return
+    assert logic.sentences(s.arc) <= 10
+
+
+def test_the_production_file_loads_with_the_defaults():
+    from memory_pipeline.lib.settings import REPO_ROOT
+
+    path = REPO_ROOT / "deploy" / "production" / "memory.yaml"
+    assert sleep_config.load(path) == sleep_config.SleepConfig()
+    assert conversation_config.load(path) == conversation_config.ConversationConfig()
