@@ -7,6 +7,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +37,11 @@ class LLMRequest:
     max_chars: int | None = None  # prompt target; the answer is hard-cut at ceil(1.5 x)
     world_id: str | None = None
     tools: list[dict[str, Any]] | None = None
+    # The offline model's answer for a task that needs structured output (a tool call): the
+    # calling domain's documented deterministic rules, used only when the model is offline.
+    offline_answer: Callable[[LLMRequest], tuple[str, list[dict[str, Any]]]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def messages(self) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": self.user}]
@@ -192,6 +198,9 @@ class LLMClient:
         return redact(text, secrets)
 
     def _call(self, req: LLMRequest) -> tuple[str, int, int, list[dict[str, Any]], float | None]:
+        if self.is_offline and req.offline_answer is not None:
+            text, calls = req.offline_answer(req)
+            return text, offline.approx_tokens(req.system + req.user), offline.approx_tokens(text), calls, None
         if self.is_offline:
             target = req.max_chars or 200
             text = offline.headline(req.user, target)
