@@ -136,6 +136,14 @@ CORE_NAMES = ("AGENTS.md", "SOUL.md", "USER.md")
 BUILTIN_DAILY = "project:daily"
 
 
+def _unknown_field(where: str, keys: Iterable[Any], allowed: set[str]) -> None:
+    extra = sorted(str(k) for k in set(keys) - allowed)
+    if extra:
+        name = extra[0]
+        field = f"{where}.{name}" if where and name else (name or where or "submission")
+        raise SubmissionError(field, f"unknown field {name!r} (fields: {', '.join(sorted(allowed))})")
+
+
 class SubmissionError(ValueError):
     """A refused submission: ``field`` names what is wrong (a field path such as
     ``objects[2].summary``), ``problem`` says how. Nothing of it is written."""
@@ -179,10 +187,11 @@ def check_compact_submission(args: Any, batch_ids: Sequence[str], batch_chars: i
     object write during compact), coverage other than exactly the batch, a result not shorter."""
     if not isinstance(args, Mapping):
         raise SubmissionError("submit_compact", f"arguments must be an object, got {_json_type(args)}")
-    extra = sorted(set(args) - {"summary", "covers"})
+    extra = sorted(str(k) for k in set(args) - {"summary", "covers"})
     if extra:
         raise SubmissionError(
-            extra[0], "compact only submits a summary of its nodes; object writes are refused during compact"
+            extra[0] or "submit_compact",
+            f"unknown field {extra[0]!r}: compact only submits a summary of its nodes; object writes are refused during compact",
         )
     summary = args.get("summary")
     if not isinstance(summary, str) or not summary.strip():
@@ -381,19 +390,15 @@ def _strings(raw: Mapping[str, Any], key: str, where: str, most: int) -> tuple[s
         raise SubmissionError(f"{where}.{key}", f"at most {most} entries, got {len(value)}")
     out = []
     for i, item in enumerate(value):
-        out.append(_text({"v": item}, "v", "", SHORT_MAX_CHARS, required=True) if isinstance(item, str) else None)
-        if out[-1] is None:
-            raise SubmissionError(f"{where}.{key}[{i}]", f"must be a string, got {_json_type(item)}")
-    return tuple(s for s in out if s is not None)
+        out.append(_text({f"{key}[{i}]": item}, f"{key}[{i}]", where, SHORT_MAX_CHARS, required=True))
+    return tuple(out)
 
 
 def check_object(raw: Any, where: str) -> ObjectWrite:
     if not isinstance(raw, Mapping):
         raise SubmissionError(where, f"must be an object, got {_json_type(raw)}")
     allowed = {"id", "name", "aliases", "summary", "body", "cues", "status", "purpose", "reference"}
-    extra = sorted(str(k) for k in set(raw) - allowed)
-    if extra:
-        raise SubmissionError(f"{where}.{extra[0]}", f"unknown field (fields: {', '.join(sorted(allowed))})")
+    _unknown_field(where, raw, allowed)
     object_id = raw.get("id")
     otype, _ = parse_object_id(object_id, f"{where}.id")
     status_raw = raw.get("status")
@@ -438,9 +443,7 @@ def check_object(raw: Any, where: str) -> ObjectWrite:
 def check_relation(raw: Any, where: str) -> RelationWrite:
     if not isinstance(raw, Mapping):
         raise SubmissionError(where, f"must be an object, got {_json_type(raw)}")
-    extra = sorted(str(k) for k in set(raw) - {"src", "label", "dst"})
-    if extra:
-        raise SubmissionError(f"{where}.{extra[0]}", "unknown field (fields: src, label, dst)")
+    _unknown_field(where, raw, {"src", "label", "dst"})
     src, dst, label = raw.get("src"), raw.get("dst"), raw.get("label")
     parse_object_id(src, f"{where}.src")
     dst_type, _ = parse_object_id(dst, f"{where}.dst")
@@ -480,9 +483,7 @@ def check_graph_write(args: Any, *, deep: bool = False) -> GraphWrite:
         "reviewed",
         "evidence",
     }
-    extra = sorted(str(k) for k in set(args) - allowed)
-    if extra:
-        raise SubmissionError(extra[0], f"unknown field (fields: {', '.join(sorted(allowed))})")
+    _unknown_field("", args, allowed)
     token = args.get("token")
     if not isinstance(token, str) or not 8 <= len(token) <= 128:
         raise SubmissionError("token", "must be a string of 8-128 characters (the submission token)")

@@ -466,9 +466,10 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, repor
     size = logic.COMPACT_BATCH_MAX
     for _ in range(job["consecutive_failures"]):
         size = logic.shrink(size)
-    batch = timeline.next_batch(octx, world, end, size)
+    batch = timeline.next_batch(octx, world, end, max(size, 2))
     if not batch.nodes or (threshold and len(batch.nodes) < 2):
-        return True
+        return True  # a threshold job stops when nothing is left to merge
+    batch.nodes = batch.nodes[:size]
     job["_batch"] = ",".join(batch.ids)
     nodes = [(x["node_id"], x["text"]) for x in batch.nodes]
     req = LLMRequest(
