@@ -13,6 +13,8 @@ from memory_pipeline.defs._shared import definitions as shared_domain
 from memory_pipeline.defs.analyst import definitions as analyst_domain
 from memory_pipeline.defs.analyst.resources import analyst_resources
 from memory_pipeline.defs.events import definitions as events_domain
+from memory_pipeline.defs.objects import definitions as objects_domain
+from memory_pipeline.defs.objects.resources import objects_resources
 from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
 from memory_pipeline.resources import default_resources
@@ -33,14 +35,16 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tags = {k: v for k, v in spec.tags.items() if k != STORE_TAG}
         return spec.replace_attributes(tags=tags, kinds={*spec.kinds, store_kind})
 
-    merged = Definitions.merge(shared_domain.defs, events_domain.defs, temporal_domain.defs, analyst_domain.defs)
+    merged = Definitions.merge(
+        shared_domain.defs, events_domain.defs, temporal_domain.defs, objects_domain.defs, analyst_domain.defs
+    )
     located = Definitions(
         assets=[*(merged.assets or [])],
         asset_checks=merged.asset_checks,
         jobs=merged.jobs,
         schedules=merged.schedules,
         sensors=merged.sensors,
-        resources={**shared, **temporal_resources(shared), **analyst_resources(shared)},
+        resources={**shared, **temporal_resources(shared), **objects_resources(shared), **analyst_resources(shared)},
     )
     with warnings.catch_warnings():  # map_asset_specs is marked preview; its behaviour here is tested
         warnings.simplefilter("ignore")

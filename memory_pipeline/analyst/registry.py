@@ -22,6 +22,20 @@ from sqlalchemy import Date, Table
 from memory_pipeline.events.tables import ingest_batches
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.store.tables import conversations, inbox, llm_cache, llm_ledger, messages, worlds
+from memory_pipeline.objects.tables import (
+    objects_attachments,
+    objects_core,
+    objects_event_state,
+    objects_failures,
+    objects_hot_nodes,
+    objects_jobs,
+    objects_objects,
+    objects_projection,
+    objects_receipts,
+    objects_relations,
+    objects_versions,
+    objects_worlds,
+)
 from memory_pipeline.temporal.tables import (
     temporal_day_chunks,
     temporal_period_runs,
@@ -79,6 +93,27 @@ EXPORTS: tuple[ExportTable, ...] = (
     ExportTable(llm_ledger, "at", "One row per LLM call (asset, partition, model, tokens, latency, cost, outcome)."),
     ExportTable(llm_cache, "created_at", "Cached model answers by (model, prompt version, prompt) key."),
     ExportTable(inbox, "created_at", "Warnings to users and agents (e.g. a truncated temporal_summary block)."),
+    ExportTable(objects_worlds, None, "Seed 001 per-world graph revision, runtime flags, cooldown and worker error."),
+    ExportTable(
+        objects_hot_nodes,
+        "first_at",
+        "Seed 001 hot-timeline nodes (raw slices and summary heads), by their first event's day.",
+    ),
+    ExportTable(
+        objects_event_state,
+        "event_day",
+        "Seed 001 per-event archive state (hot, pending, in_progress, linked, archive_only, blocked), page cursor and "
+        "progress, by the event's CST day.",
+    ),
+    ExportTable(objects_objects, None, "Seed 001 long-term objects: one current dossier per stable id."),
+    ExportTable(objects_versions, "at", "Seed 001 every written object version (create / update / approve)."),
+    ExportTable(objects_relations, None, "Seed 001 relations between objects (standard labels; legacy kept readable)."),
+    ExportTable(objects_attachments, None, "Seed 001 attachments: object -> raw event evidence (and event -> object)."),
+    ExportTable(objects_core, None, "Seed 001 per-world core documents (AGENTS.md, SOUL.md, USER.md)."),
+    ExportTable(objects_jobs, None, "Seed 001 compact / organize / deep jobs with their origin and status."),
+    ExportTable(objects_failures, "at", "Seed 001 failure history of claims (never rewritten as done)."),
+    ExportTable(objects_receipts, "created_at", "Seed 001 one receipt per committed batch, with its outcome."),
+    ExportTable(objects_projection, None, "Seed 001 Markdown projection state per object (hash, revision, error)."),
 )
 
 BY_NAME: dict[str, ExportTable] = {e.name: e for e in EXPORTS}

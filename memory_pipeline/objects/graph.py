@@ -45,7 +45,7 @@ class EventPage:
     stop: int
     text: str
     occurred_at: datetime
-    cst_day: date
+    event_day: date
 
 
 @dataclass
@@ -98,7 +98,7 @@ def receipt_dict(r: Any) -> dict[str, Any]:
         "mode": r["mode"],
         "revision": r["revision"],
         "event_id": r["event_id"],
-        "cst_day": r["cst_day"].isoformat() if r["cst_day"] else None,
+        "event_day": r["event_day"].isoformat() if r["event_day"] else None,
         "outcome": r["outcome"],
         **(r["detail"] or {}),
     }
@@ -252,7 +252,7 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
                 mode=str(claim.mode),
                 revision=revision,
                 event_id=page.event_id if page else None,
-                cst_day=page.cst_day if page else None,
+                event_day=page.event_day if page else None,
                 outcome=str(write.outcome) if write.outcome else None,
                 detail=detail,
                 created_at=now,
@@ -279,7 +279,7 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
         "mode": str(claim.mode),
         "revision": revision,
         "event_id": page.event_id if page else None,
-        "cst_day": page.cst_day.isoformat() if page else None,
+        "event_day": page.event_day.isoformat() if page else None,
         "outcome": str(write.outcome) if write.outcome else None,
         **detail,
     }

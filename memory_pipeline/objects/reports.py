@@ -40,9 +40,9 @@ def state_counts(store: Store, world: str | None = None) -> dict[str, int]:
 def day_counts(store: Store, first: date, last: date, world: str | None = None) -> dict[date, dict[str, int]]:
     s = objects_event_state.c
     q = (
-        select(s.cst_day, s.state, func.count())
-        .where(s.cst_day >= first, s.cst_day <= last)
-        .group_by(s.cst_day, s.state)
+        select(s.event_day, s.state, func.count())
+        .where(s.event_day >= first, s.event_day <= last)
+        .group_by(s.event_day, s.state)
     )
     if world:
         q = q.where(s.world_id == world)

@@ -55,7 +55,7 @@ objects_event_state = Table(
     Column("event_id", ID, primary_key=True),
     Column("world_id", ID, nullable=False),
     Column("occurred_at", UTCDateTime, nullable=False),
-    Column("cst_day", Date, nullable=False),
+    Column("event_day", Date, nullable=False),
     Column("chars", Integer, nullable=False),
     Column("state", String(16), nullable=False),
     Column("page_cursor", Integer, nullable=False, default=0),
@@ -66,7 +66,7 @@ objects_event_state = Table(
     Column("finished_at", UTCDateTime),
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),
     Index("ix_objects_event_state_world_state", "world_id", "state", "occurred_at"),
-    Index("ix_objects_event_state_day", "cst_day", "state"),
+    Index("ix_objects_event_state_day", "event_day", "state"),
 )
 
 objects_objects = Table(
@@ -192,11 +192,11 @@ objects_receipts = Table(
     Column("mode", String(16), nullable=False),
     Column("revision", Integer, nullable=False),
     Column("event_id", ID),  # organize: the claimed event
-    Column("cst_day", Date),  # the CST day of that event (the partition it belongs to)
+    Column("event_day", Date),  # the CST day of that event (the partition it belongs to)
     Column("outcome", String(16)),
     Column("detail", JSON, nullable=False),
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
-    Index("ix_objects_receipts_day", "cst_day"),
+    Index("ix_objects_receipts_day", "event_day"),
 )
 
 # Markdown projection state: what was written for each object, and the last error.

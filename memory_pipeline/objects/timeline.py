@@ -85,7 +85,7 @@ def intake(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> IntakeR
                         "event_id": r.message_id,
                         "world_id": r.world_id,
                         "occurred_at": r.at,
-                        "cst_day": octx.day_of(r.at),
+                        "event_day": octx.day_of(r.at),
                         "chars": len(text),
                         "state": EventState.OVERSIZED if oversized else EventState.HOT,
                         "page_cursor": 0,
@@ -142,6 +142,20 @@ def hot_estimates(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> 
         q = q.where(n.world_id.in_(list(worlds)))
     with octx.store.connect() as conn:
         return {w: int(t) for w, t in conn.execute(q).all()}
+
+
+def unseen_estimates(octx: ObjectsContext) -> dict[str, int]:
+    """Estimated tokens of raw events not yet in the hot timeline (read-only: for the sensor)."""
+    m, c, s = messages.c, conversations.c, objects_event_state.c
+    q = (
+        select(c.world_id, func.coalesce(func.sum(func.length(m.content)), 0))
+        .join(conversations, c.conversation_id == m.conversation_id)
+        .outerjoin(objects_event_state, s.event_id == m.message_id)
+        .where(s.event_id.is_(None), c.debug.is_(False), m.content != "")
+        .group_by(c.world_id)
+    )
+    with octx.store.connect() as conn:
+        return {w: int(n / octx.cfg.chars_per_token) for w, n in conn.execute(q).all()}
 
 
 @dataclass
@@ -319,7 +333,7 @@ def commit_compact(
                 mode="compact",
                 revision=revision,
                 event_id=None,
-                cst_day=None,
+                event_day=None,
                 outcome=None,
                 detail=detail,
                 created_at=now,

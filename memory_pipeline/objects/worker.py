@@ -162,9 +162,14 @@ def _in_flight(octx: ObjectsContext, mode: JobMode, origins: Sequence[JobOrigin]
         return set(conn.execute(q).scalars())
 
 
-def threshold_worlds(octx: ObjectsContext) -> list[str]:
-    """Worlds whose hot timeline passed the threshold, not in cooldown, no compact job in flight."""
-    over = [w for w, t in timeline.hot_estimates(octx).items() if t > octx.cfg.compact_threshold_tokens]
+def threshold_worlds(octx: ObjectsContext, include_unseen: bool = False) -> list[str]:
+    """Worlds whose hot timeline passed the threshold, not in cooldown, no compact job in flight.
+    ``include_unseen``: count raw events not yet brought into the timeline (the sensor's view)."""
+    est = timeline.hot_estimates(octx)
+    if include_unseen:
+        for w, t in timeline.unseen_estimates(octx).items():
+            est[w] = est.get(w, 0) + t
+    over = [w for w, t in est.items() if t > octx.cfg.compact_threshold_tokens]
     skip = _suppressed(octx) | _in_flight(octx, JobMode.COMPACT)
     return sorted(w for w in over if w not in skip)
 
@@ -253,22 +258,29 @@ def release_stale(octx: ObjectsContext) -> int:
         return conn.execute(q.values(status=JobStatus.QUEUED)).rowcount
 
 
-def _runnable(octx: ObjectsContext, world: str) -> tuple[list[logic.JobView], datetime | None]:
+def _runnable(
+    octx: ObjectsContext, world: str, modes: Sequence[JobMode] | None = None
+) -> tuple[list[logic.JobView], datetime | None]:
     j = objects_jobs.c
+    q = select(j.job_id, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
+        j.world_id == world, j.status.in_(list(ACTIVE_JOB))
+    )
+    if modes:
+        q = q.where(j.mode.in_([str(m) for m in modes]))
     with octx.store.connect() as conn:
-        rows = conn.execute(
-            select(j.job_id, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
-                j.world_id == world, j.status.in_(list(ACTIVE_JOB))
-            )
-        ).all()
+        rows = conn.execute(q).all()
     views = [logic.JobView(r.job_id, JobOrigin(r.origin), r.created_at, r.last_claimed_at, r.not_before) for r in rows]
     later = min((v.not_before for v in views if v.not_before and v.not_before > octx.now()), default=None)
     return logic.rotation_order(views, octx.now()), later
 
 
-def _worlds_with_jobs(octx: ObjectsContext, worlds: Sequence[str] | None) -> list[str]:
+def _worlds_with_jobs(
+    octx: ObjectsContext, worlds: Sequence[str] | None, modes: Sequence[JobMode] | None = None
+) -> list[str]:
     j = objects_jobs.c
     q = select(j.world_id).where(j.status.in_(list(ACTIVE_JOB))).distinct()
+    if modes:
+        q = q.where(j.mode.in_([str(m) for m in modes]))
     if worlds:
         q = q.where(j.world_id.in_(list(worlds)))
     with octx.store.connect() as conn:
@@ -283,19 +295,23 @@ def _flags(octx: ObjectsContext, world: str) -> tuple[bool, bool]:
 
 
 def run_worker(
-    octx: ObjectsContext, worlds: Sequence[str] | None = None, max_batches: int | None = None, max_wait: float = 120.0
+    octx: ObjectsContext,
+    worlds: Sequence[str] | None = None,
+    max_batches: int | None = None,
+    max_wait: float = 120.0,
+    modes: Sequence[JobMode] | None = None,
 ) -> WorkerReport:
     """Advance every runnable job, batch after batch, rotating by least-recent claim, until no job
     is runnable (or ``max_batches``). A job backing off is waited for (at most ``max_wait`` s)."""
     report = WorkerReport()
     release_stale(octx)
     limit = max_batches if max_batches is not None else octx.cfg.max_batches_per_run
-    for world in _worlds_with_jobs(octx, worlds):
+    for world in _worlds_with_jobs(octx, worlds, modes):
         while report.batches < limit:
             busy, stopped = _flags(octx, world)
             if busy or stopped:
                 break
-            order, later = _runnable(octx, world)
+            order, later = _runnable(octx, world, modes)
             if not order:
                 if later is None:
                     break
@@ -567,7 +583,7 @@ def _organize_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, repo
     related = related_objects(octx, world, ev["event_id"], page_text, left)
     revision = _revision(octx, world)
     token = f"organize-{uuid.uuid4().hex}"
-    page = EventPage(ev["event_id"], len(text), start, stop, page_text, ev["occurred_at"], ev["cst_day"])
+    page = EventPage(ev["event_id"], len(text), start, stop, page_text, ev["occurred_at"], ev["event_day"])
     claim = Claim(world, job["job_id"], JobMode.ORGANIZE, holder, revision, {x["id"] for x in related}, page=page)
     notes: list[str] = []
 
@@ -708,7 +724,7 @@ def requeue_days(octx: ObjectsContext, days: Sequence[date], worlds: Sequence[st
     with octx.store.begin() as conn:
         q = (
             update(objects_event_state)
-            .where(s.cst_day.in_(list(days)), s.state.in_(list(logic.FINAL_STATES)))
+            .where(s.event_day.in_(list(days)), s.state.in_(list(logic.FINAL_STATES)))
             .values(state=EventState.PENDING, page_cursor=0, explicit=True, queued_at=now, updated_at=now)
             .returning(s.world_id)
         )

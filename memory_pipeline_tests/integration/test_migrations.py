@@ -102,6 +102,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0004_chunk_seq_period_runs",
         "0005_partition_leases",
         "0006_pending_cache_writes",
+        "0012_objects",
     ]
     assert head(LOCATIONS) == chain[-1]
 

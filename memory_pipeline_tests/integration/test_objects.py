@@ -280,7 +280,7 @@ def claim_for(octx, event_id, holder="h-test", start=0, stop=None, read=()):
         rev = conn.execute(select(objects_worlds.c.graph_revision)).scalar()
     leases.try_acquire(octx.store, graph.LEASE_ASSET, W, holder, timedelta(seconds=360))
     stop = len(text) if stop is None else stop
-    page = graph.EventPage(event_id, len(text), start, stop, text[start:stop], ev["occurred_at"], ev["cst_day"])
+    page = graph.EventPage(event_id, len(text), start, stop, text[start:stop], ev["occurred_at"], ev["event_day"])
     return graph.Claim(W, None, JobMode.ORGANIZE, holder, rev, set(read), page=page)
 
 

@@ -30,6 +30,7 @@ from memory_pipeline.defs._shared.partitions import cst_day_open, cst_month, cst
 from memory_pipeline.defs.analyst.automation import Trigger, after_upstream, condition_for
 from memory_pipeline.defs.analyst.resources import AnalystResource
 from memory_pipeline.defs.events.definitions import raw_conversation_events
+from memory_pipeline.defs.objects import assets as objects
 from memory_pipeline.defs.temporal import assets as temporal
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.timeutil import local_date
@@ -58,7 +59,15 @@ class Upstream:
 
 
 def _calls() -> tuple[object, ...]:
-    return (*(AssetDep(a, partition_mapping=_ALL) for a in LLM_ASSETS), temporal.temporal_system_rolls)
+    return (
+        *(AssetDep(a, partition_mapping=_ALL) for a in [*LLM_ASSETS, objects.objects_event_outcomes]),
+        temporal.temporal_system_rolls,
+        objects.objects_compaction,
+        objects.objects_archive,
+    )
+
+
+_OBJECTS = (objects.objects_compaction, objects.objects_archive)
 
 
 # What writes each exported table, and so when its export runs. A domain that lands with tables
@@ -84,6 +93,21 @@ UPSTREAM: dict[str, Upstream] = {
     "llm_ledger": Upstream(_calls(), Trigger.RECENT),
     "llm_cache": Upstream(_calls(), Trigger.RECENT),
     "inbox": Upstream((), Trigger.REFRESH),  # written by the read path
+    # Seed 001: one current state written by unpartitioned runs (and the per-day outcomes).
+    "objects_worlds": Upstream(_OBJECTS, Trigger.ALIGNED),
+    "objects_hot_nodes": Upstream((objects.objects_hot_timeline, objects.objects_compaction), Trigger.ALIGNED),
+    "objects_event_state": Upstream(
+        (*_OBJECTS, AssetDep(objects.objects_event_outcomes, partition_mapping=_ALL)), Trigger.ALIGNED
+    ),
+    "objects_objects": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    "objects_versions": Upstream((objects.objects_archive,), Trigger.RECENT),
+    "objects_relations": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    "objects_attachments": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    "objects_core": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    "objects_jobs": Upstream(_OBJECTS, Trigger.ALIGNED),
+    "objects_failures": Upstream(_OBJECTS, Trigger.RECENT),
+    "objects_receipts": Upstream(_OBJECTS, Trigger.RECENT),
+    "objects_projection": Upstream((objects.objects_markdown_projection,), Trigger.ALIGNED),
 }
 
 _WHEN = {

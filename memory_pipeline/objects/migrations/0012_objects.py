@@ -41,7 +41,7 @@ def upgrade() -> None:
         sa.Column("event_id", sa.String(length=128), nullable=False),
         sa.Column("world_id", sa.String(length=128), nullable=False),
         sa.Column("occurred_at", tables.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("cst_day", sa.Date(), nullable=False),
+        sa.Column("event_day", sa.Date(), nullable=False),
         sa.Column("chars", sa.Integer(), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("page_cursor", sa.Integer(), nullable=False),
@@ -53,7 +53,7 @@ def upgrade() -> None:
         sa.Column("updated_at", tables.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("event_id"),
     )
-    op.create_index("ix_objects_event_state_day", "objects_event_state", ["cst_day", "state"], unique=False)
+    op.create_index("ix_objects_event_state_day", "objects_event_state", ["event_day", "state"], unique=False)
     op.create_index(
         "ix_objects_event_state_world_state", "objects_event_state", ["world_id", "state", "occurred_at"], unique=False
     )
@@ -156,13 +156,13 @@ def upgrade() -> None:
         sa.Column("mode", sa.String(length=16), nullable=False),
         sa.Column("revision", sa.Integer(), nullable=False),
         sa.Column("event_id", sa.String(length=128), nullable=True),
-        sa.Column("cst_day", sa.Date(), nullable=True),
+        sa.Column("event_day", sa.Date(), nullable=True),
         sa.Column("outcome", sa.String(length=16), nullable=True),
         sa.Column("detail", sa.JSON(), nullable=False),
         sa.Column("created_at", tables.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("token"),
     )
-    op.create_index("ix_objects_receipts_day", "objects_receipts", ["cst_day"], unique=False)
+    op.create_index("ix_objects_receipts_day", "objects_receipts", ["event_day"], unique=False)
     op.create_table(
         "objects_relations",
         sa.Column("world_id", sa.String(length=128), nullable=False),
