@@ -40,5 +40,5 @@ bench: $(STAMP)  ## the year-backfill benchmark on PostgreSQL (see bench/README.
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/temporal_backfill.py
 
 clean:
-	rm -rf $(VENV) data/memory.sqlite* data/dagster_home data/sample
+	rm -rf $(VENV) data/memory.sqlite* data/dagster_home data/sample data/objects
 	rm -rf data/analytics.duckdb* data/analytics_parquet data/analytics_report.png dbt_project/target dbt_project/logs

@@ -7,7 +7,7 @@ import warnings
 
 import typer
 
-from memory_pipeline.cli import analyst, cache, db, events, temporal
+from memory_pipeline.cli import analyst, cache, db, events, objects, temporal
 from memory_pipeline.cli.console import console, err
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -15,6 +15,7 @@ app.add_typer(events.app)
 app.add_typer(temporal.app)
 app.add_typer(cache.app)
 app.add_typer(analyst.app)
+app.add_typer(objects.app, name="objects")
 app.add_typer(db.app, name="db", help="Schema migrations of the operational store.")
 
 

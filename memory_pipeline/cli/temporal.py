@@ -335,6 +335,9 @@ def print_status(store) -> None:
     for r in totals:
         ledger.add_row(str(r["asset"]), r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]))
     console.print(ledger)
+    from memory_pipeline.cli.objects import print_objects_status
+
+    print_objects_status(store)
 
 
 rolls_app = typer.Typer(no_args_is_help=True, help="System-roll slots in the cache (list, regenerate one).")

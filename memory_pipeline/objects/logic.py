@@ -353,7 +353,8 @@ def _json_type(value: Any) -> str:
         return "boolean"
     if isinstance(value, (int, float)):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _shown(value: Any, limit: int = 40) -> str:
@@ -448,7 +449,7 @@ def check_relation(raw: Any, where: str) -> RelationWrite:
     parse_object_id(src, f"{where}.src")
     dst_type, _ = parse_object_id(dst, f"{where}.dst")
     try:
-        lab = RelationLabel(label)
+        lab = RelationLabel(str(label)) if isinstance(label, str) else RelationLabel("")
     except ValueError:
         raise SubmissionError(
             f"{where}.label", f"{_shown(label)} is not a relation label (labels: {', '.join(RelationLabel)})"
@@ -493,7 +494,8 @@ def check_graph_write(args: Any, *, deep: bool = False) -> GraphWrite:
     outcome = None
     if not deep or args.get("outcome") is not None:
         try:
-            outcome = Outcome(args.get("outcome"))
+            raw_outcome = args.get("outcome")
+            outcome = Outcome(raw_outcome if isinstance(raw_outcome, str) else "")
         except ValueError:
             raise SubmissionError(
                 "outcome", f"{_shown(args.get('outcome'))} is not an outcome ({', '.join(Outcome)})"

@@ -13,7 +13,7 @@ from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.objects.resources import ObjectsResource
 from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.objects import projection, recall, reports, timeline, worker
-from memory_pipeline.objects.logic import JobMode
+from memory_pipeline.objects.logic import JobMode, day_status
 from memory_pipeline.objects.worker import WorkerReport
 
 GROUP = "objects"
@@ -167,7 +167,7 @@ def objects_event_outcomes(
     counts = reports.day_counts(octx.store, dates[0][1], dates[-1][1], (config.worlds or [None])[0]) if dates else {}
     for key, day in dates:
         c = counts.get(day, {})
-        status = reports.range_status(octx.store, day, day, today)["status"]
+        status = str(day_status(c, open_day=day >= today))
         context.add_asset_metadata(
             {"status": status, "events": sum(c.values()), "by_state": MetadataValue.json(c)}, partition_key=key
         )
