@@ -625,3 +625,87 @@ def test_rebuilding_a_day_requeues_explicitly_and_moves_forward(store, ingest):
     assert out["worlds"] == [W] and set(states(store).values()) == {"pending"}
     worker.run_worker(octx)
     assert set(states(store).values()) == {"linked"} and count(store, objects_objects) == objects_before
+
+
+def test_the_model_may_read_before_writing_and_every_commit_is_one_revision(store, ingest, monkeypatch):
+    octx, (e1, e2) = ready(store, ingest, ["QHY plants tomatoes", "a note"])
+    worker.enqueue(octx, W, "organize")
+    c = claim_for(octx, e1)
+    graph.commit(octx, c, sub(c, objects=[{"id": "person:qhy", "name": "QHY"}]))
+    leases.release(store, graph.LEASE_ASSET, W, "h-test")
+    with store.begin() as conn:  # e1 done by hand above
+        conn.execute(update(objects_event_state).where(objects_event_state.c.event_id == e1).values(state="linked"))
+    rounds = []
+
+    def model(**kw):  # e2 does not name QHY: the object is not delivered, so it must be read first
+        if not rounds:
+            rounds.append("read")
+            return offline_rules._call("memory_read", {"id": "person:qhy"})
+        rounds.append("submit")
+        return offline_rules._call("submit_graph", {
+            "token": kw["token"], "graph_revision": kw["graph_revision"], "event_id": kw["event_id"],
+            "page_end": kw["page_end"], "outcome": "linked",
+            "objects": [{"id": "person:qhy", "name": "QHY", "body": "Role: gardener"}],
+            "core": [{"name": "USER.md", "content": "The user gardens."}],
+        })
+
+    monkeypatch.setattr(offline_rules, "organize", model)
+    spy = []
+    real_complete = octx.llm.complete
+    monkeypatch.setattr(octx.llm, "complete", lambda req, **kw: spy.append(req) or real_complete(req, **kw))
+    rep = worker.run_worker(octx)
+    assert rounds == ["read", "submit"] and rep.outcomes == {"linked": 1}
+    assert [t["function"]["name"] for t in spy[0].tools] == ["memory_find", "memory_read", "submit_graph"]
+    assert recall.read(store, W, "person:qhy")["body"] == "Role: gardener"
+    with store.connect() as conn:
+        revs = conn.execute(select(objects_receipts.c.revision).order_by(objects_receipts.c.revision)).scalars().all()
+    assert revs == list(range(revs[0], revs[0] + len(revs)))  # one graph revision per commit
+
+
+def test_compact_gets_only_its_nodes_and_one_submit_tool(store, ingest, monkeypatch):
+    octx = octx_for(store)
+    add(ingest, ["garden one", "garden two"])
+    timeline.intake(octx)
+    spy = []
+    real_complete = octx.llm.complete
+    monkeypatch.setattr(octx.llm, "complete", lambda req, **kw: spy.append(req) or real_complete(req, **kw))
+    compact_all(octx)
+    (req,) = spy
+    assert [t["function"]["name"] for t in req.tools] == ["submit_compact"]
+    assert "garden one" in req.user and "project" not in req.user.lower()
+
+
+def test_organize_now_compacts_first_then_organizes(store, ingest):
+    octx = octx_for(store, compact_threshold_tokens=100_000)
+    (e1,) = add(ingest, ["garden now"])
+    timeline.intake(octx)
+    receipts = worker.organize_now(octx, W, "the garden", token="now-00001")
+    assert [r["mode"] for r in receipts] == ["compact", "organize"]
+    worker.run_worker(octx)
+    assert states(store)[e1] == "linked"
+    assert worker.organize_now(octx, W, "the garden", token="now-00001")[1]["replayed"]
+
+
+def _worker_process(url: str) -> None:
+    from memory_pipeline.lib.store import Store as _Store
+
+    store = _Store(url)
+    worker.run_worker(octx_for(store))
+
+
+def test_the_worker_runs_in_another_process_while_recall_answers(store, ingest):
+    import multiprocessing
+
+    octx, ids = ready(store, ingest, [f"garden visit {i}" for i in range(40)])
+    worker.enqueue(octx, W, "organize")
+    proc = multiprocessing.get_context("spawn").Process(target=_worker_process, args=(store.url,))
+    proc.start()
+    answers = 0
+    while proc.is_alive():
+        hits = recall.find(store, W, "garden")
+        answers += 1
+        assert all(h["id"].startswith(("knowledge:", "project:")) for h in hits)
+    proc.join(60)
+    assert proc.exitcode == 0 and answers > 0
+    assert set(states(store).values()) == {"linked"}
+    assert len(recall.read(store, W, "knowledge:garden")["sources"]) == 40
