@@ -76,7 +76,9 @@ def main() -> None:
         comp = worker.run_worker(octx)
         t_compact = time.perf_counter() - t
         pending = sum(worker.pending_counts(octx).values())
-        print(f"hot timeline + explicit compaction: {comp.committed} batches, {pending} pending events in {t_compact:.1f}s")
+        print(
+            f"hot timeline + explicit compaction: {comp.committed} batches, {pending} pending events in {t_compact:.1f}s"
+        )
         t = time.perf_counter()
         worker.enqueue_hourly(octx)
         rep = worker.run_worker(octx)
@@ -84,12 +86,12 @@ def main() -> None:
         with store.connect() as conn:
             zero = sum(
                 1
-                for d in conn.execute(select(objects_receipts.c.detail).where(objects_receipts.c.outcome == "continue")).scalars()
+                for d in conn.execute(
+                    select(objects_receipts.c.detail).where(objects_receipts.c.outcome == "continue")
+                ).scalars()
                 if d.get("zero_progress_continue")
             )
-            continues = conn.execute(
-                select(func.count()).where(objects_receipts.c.outcome == "continue")
-            ).scalar()
+            continues = conn.execute(select(func.count()).where(objects_receipts.c.outcome == "continue")).scalar()
         print(
             f"organize: {pending} events in {secs:.1f}s = {pending / secs:,.1f} events/s; "
             f"{rep.model_calls} model calls = {rep.model_calls / max(1, pending):.3f} per event; "

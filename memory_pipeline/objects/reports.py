@@ -118,3 +118,11 @@ def _projection_lag(conn: Any, world: str | None) -> dict[str, Any]:
     if world:
         q, eq = q.where(o.world_id == world), eq.where(p.world_id == world)
     return {"behind": int(conn.execute(q).scalar() or 0), "errors": [dict(r._mapping) for r in conn.execute(eq).all()]}
+
+
+def day_changes(store: Store) -> dict[date, Any]:
+    """The newest change of each CST day's events (intake, queueing, outcome): a day partition
+    materialized before it is stale (late data reaches the day's outcomes without a rebuild)."""
+    s = objects_event_state.c
+    with store.connect() as conn:
+        return dict(conn.execute(select(s.event_day, func.max(s.updated_at)).group_by(s.event_day)).all())

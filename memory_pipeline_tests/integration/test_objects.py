@@ -642,12 +642,18 @@ def test_the_model_may_read_before_writing_and_every_commit_is_one_revision(stor
             rounds.append("read")
             return offline_rules._call("memory_read", {"id": "person:qhy"})
         rounds.append("submit")
-        return offline_rules._call("submit_graph", {
-            "token": kw["token"], "graph_revision": kw["graph_revision"], "event_id": kw["event_id"],
-            "page_end": kw["page_end"], "outcome": "linked",
-            "objects": [{"id": "person:qhy", "name": "QHY", "body": "Role: gardener"}],
-            "core": [{"name": "USER.md", "content": "The user gardens."}],
-        })
+        return offline_rules._call(
+            "submit_graph",
+            {
+                "token": kw["token"],
+                "graph_revision": kw["graph_revision"],
+                "event_id": kw["event_id"],
+                "page_end": kw["page_end"],
+                "outcome": "linked",
+                "objects": [{"id": "person:qhy", "name": "QHY", "body": "Role: gardener"}],
+                "core": [{"name": "USER.md", "content": "The user gardens."}],
+            },
+        )
 
     monkeypatch.setattr(offline_rules, "organize", model)
     spy = []

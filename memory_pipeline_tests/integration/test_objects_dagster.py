@@ -102,6 +102,14 @@ def test_sensors_drive_compaction_and_organize_and_days_get_one_check_result_eac
     assert meta["2026-01-10"] == "complete"  # every event of the day linked / archive_only
     assert meta["2026-01-11"] in ("complete", "partial")
 
+    # late data: an event of 2026-01-10 arrives after the day's outcomes were materialized
+    result, _ = _sensor(defs, "objects_outcomes_stale_sensor", instance)
+    assert isinstance(result, SkipReason)
+    ingest(conversation("w1", "late", cst(2026, 1, 10, 23), ["late garden note"]))
+    defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance)  # enters the hot timeline
+    result, _ = _sensor(defs, "objects_outcomes_stale_sensor", instance)
+    assert [r.partition_key for r in result] == ["2026-01-10"]
+
 
 def test_deep_review_schedule_runs_once_per_local_date(defs, instance, store, ingest):
     ingest(conversation("w1", "a", cst(2026, 1, 10, 9), ["garden"]))

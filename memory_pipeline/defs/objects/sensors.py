@@ -5,6 +5,7 @@ catch-up, and the Markdown projection while it lags."""
 from datetime import datetime
 
 from dagster import (
+    AssetRecordsFilter,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunConfig,
@@ -15,11 +16,18 @@ from dagster import (
     sensor,
 )
 
+from memory_pipeline.defs.objects import assets
 from memory_pipeline.defs.objects.assets import ObjectsRunConfig
-from memory_pipeline.defs.objects.jobs import compaction_job, deep_review_job, organize_job, projection_job
+from memory_pipeline.defs.objects.jobs import (
+    compaction_job,
+    deep_review_job,
+    organize_job,
+    outcomes_job,
+    projection_job,
+)
 from memory_pipeline.defs.objects.resources import ObjectsResource
 from memory_pipeline.lib.timeutil import utcnow
-from memory_pipeline.objects import projection, worker
+from memory_pipeline.objects import projection, reports, worker
 from memory_pipeline.objects.logic import JobMode
 
 IN_FLIGHT = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
@@ -116,7 +124,37 @@ def objects_projection_sensor(context: SensorEvaluationContext, objects: Objects
     return RunRequest(run_key=f"project-{datetime.now():%Y%m%dT%H%M%S}")
 
 
+STALE_MAX_REQUESTS = 100
+
+
+@sensor(
+    job=outcomes_job,
+    name="objects_outcomes_stale_sensor",
+    minimum_interval_seconds=300,
+    default_status=DefaultSensorStatus.STOPPED,
+    description="Late data: requests the objects_event_outcomes day partitions whose events changed after the "
+    "partition was materialized (a late event entered the hot timeline, was queued or got its outcome), "
+    "without a full rebuild; partitions never materialized are left to a backfill.",
+)
+def objects_outcomes_stale_sensor(context: SensorEvaluationContext, objects: ObjectsResource):
+    key = assets.objects_event_outcomes.key
+    requests = []
+    for day, changed in sorted(reports.day_changes(objects.memory_store.store()).items()):
+        partition = day.isoformat()
+        records = context.instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+        ).records
+        if records and records[0].timestamp < changed.timestamp():
+            requests.append(
+                RunRequest(run_key=f"outcomes-{partition}-{changed:%Y%m%dT%H%M%S%f}", partition_key=partition)
+            )
+        if len(requests) >= STALE_MAX_REQUESTS:
+            break
+    return requests or SkipReason("no materialized day has changed since")
+
+
 objects_sensors = [
+    objects_outcomes_stale_sensor,
     objects_compaction_sensor,
     objects_organize_sensor,
     objects_deep_review_sensor,
