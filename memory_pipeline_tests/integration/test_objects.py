@@ -715,3 +715,30 @@ def test_the_worker_runs_in_another_process_while_recall_answers(store, ingest):
     assert proc.exitcode == 0 and answers > 0
     assert set(states(store).values()) == {"linked"}
     assert len(recall.read(store, W, "knowledge:garden")["sources"]) == 40
+
+
+@pytest.mark.parametrize(
+    ("answer", "calls_per_claim"),
+    [
+        (lambda kw: offline_rules._call("memory_find", {"query": "garden"}), 16),  # never submits: 16 rounds
+        (
+            lambda kw: offline_rules._call(
+                "submit_graph",
+                {
+                    "token": kw["token"],
+                    "graph_revision": kw["graph_revision"],
+                    "event_id": kw["event_id"],
+                    "page_end": kw["page_end"],
+                    "outcome": "linked",
+                },
+            ),
+            4,
+        ),  # refused: 3 corrections
+    ],
+)
+def test_a_batch_gets_16_rounds_and_3_field_corrections(store, ingest, monkeypatch, answer, calls_per_claim):
+    octx, (e1,) = ready(store, ingest, ["no target here"])
+    monkeypatch.setattr(offline_rules, "organize", lambda **kw: answer(kw))
+    worker.enqueue(octx, W, "organize")
+    rep = worker.run_worker(octx)
+    assert rep.failures == 5 and rep.model_calls == 5 * calls_per_claim and states(store)[e1] == "blocked"
