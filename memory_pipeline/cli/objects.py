@@ -152,6 +152,35 @@ def evidence(world: str = typer.Argument(...), object_id: str = typer.Argument(.
     _tool("memory_evidence", {"world": world, "id": object_id, "offset": offset})
 
 
+@app.command("core-import")
+def core_import(
+    world: str = typer.Argument(...), path: str = typer.Argument(..., help="AGENTS.md, SOUL.md or USER.md")
+):
+    """Import a human edit of a core document (the file's name says which); unchanged: not rewritten."""
+    from pathlib import Path
+
+    from memory_pipeline.objects import graph, logic
+
+    file = Path(path)
+    try:
+        content = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        refuse(f"{path}: cannot read ({exc})")
+    try:
+        _print(graph.import_core(_octx(), _world(world), file.name, content))
+    except logic.SubmissionError as exc:
+        refuse(f"{path}: {exc}")
+
+
+@app.command("resident")
+def resident(world: str = typer.Argument(...)):
+    """What the agent holds every turn: core documents, a bounded directory, the hot timeline."""
+    from memory_pipeline.objects import recall
+
+    octx = _octx()
+    _print(recall.resident(octx.store, _world(world), octx.cfg.hot_view_max_bytes))
+
+
 @app.command("project")
 def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10 objects")):
     """Write the Markdown projection (README index, one folder per type) under the data folder."""

@@ -519,3 +519,34 @@ def ensure_daily(conn: Connection, world: str, now: datetime) -> None:
         "updated_at": now,
     }
     upsert(conn, objects_objects, [row], keys=["world_id", "object_id"], update=[])
+
+
+def import_core(octx: ObjectsContext, world: str, name: str, content: str) -> dict[str, Any]:
+    """A human edit of a core document (AGENTS.md, SOUL.md, USER.md) imported into the store: one
+    graph revision; an unchanged document is not rewritten."""
+    if name not in logic.CORE_NAMES:
+        raise SubmissionError("name", f"must be one of {', '.join(logic.CORE_NAMES)}")
+    if not isinstance(content, str) or len(content) > logic.BODY_MAX_CHARS or "\x00" in content:
+        raise SubmissionError("content", f"a text of at most {logic.BODY_MAX_CHARS:,} characters without NUL")
+    now = octx.now()
+    c = objects_core.c
+    with octx.store.begin() as conn:
+        from memory_pipeline.objects import timeline
+
+        timeline.ensure_worlds(conn, [world])
+        have = conn.execute(select(c.content).where(c.world_id == world, c.name == name)).scalar_one_or_none()
+        if have == content:
+            return {"name": name, "changed": False}
+        revision = conn.execute(
+            update(objects_worlds)
+            .where(objects_worlds.c.world_id == world)
+            .values(graph_revision=objects_worlds.c.graph_revision + 1)
+            .returning(objects_worlds.c.graph_revision)
+        ).scalar_one()
+        upsert(
+            conn,
+            objects_core,
+            [{"world_id": world, "name": name, "content": content, "revision": revision, "updated_at": now}],
+            keys=["world_id", "name"],
+        )
+    return {"name": name, "changed": True, "revision": revision}

@@ -258,3 +258,42 @@ def object_counts(store: Store) -> dict[str, dict[str, int]]:
         for w, t, n in conn.execute(select(o.world_id, o.type, func.count()).group_by(o.world_id, o.type)).all():
             out.setdefault(w, {})[t] = int(n)
     return out
+
+
+DIRECTORY_MAX = 50
+
+
+def resident(store: Store, world: str, hot_view_bytes: int = logic.HOT_VIEW_MAX_BYTES) -> dict[str, Any]:
+    """What an agent holds every turn: the core documents (any may be absent), a bounded directory
+    of object names (never the dossiers themselves: recall is on demand) and the hot timeline
+    within its byte cap, which says explicitly when nodes were left out."""
+    from memory_pipeline.objects.tables import objects_core, objects_hot_nodes
+
+    c, o, n = objects_core.c, objects_objects.c, objects_hot_nodes.c
+    with store.connect() as conn:
+        core = dict(conn.execute(select(c.name, c.content).where(c.world_id == world)).all())
+        directory = conn.execute(
+            select(o.object_id, o.name)
+            .where(o.world_id == world, o.status != "archived")
+            .order_by(o.updated_at.desc(), o.object_id)
+            .limit(DIRECTORY_MAX + 1)
+        ).all()
+        nodes = conn.execute(
+            select(n.node_id, n.level, n.text).where(n.world_id == world, n.active.is_(True)).order_by(n.seq.desc())
+        ).all()
+    kept, used = [], 0
+    for node in nodes:
+        size = len(node.text.encode()) + 64
+        if used + size > hot_view_bytes:
+            break
+        kept.append({"id": node.node_id, "level": node.level, "text": node.text})
+        used += size
+    kept.reverse()
+    return {
+        "core": core,
+        "directory": [{"id": i, "name": nm} for i, nm in directory[:DIRECTORY_MAX]],
+        "directory_truncated": len(directory) > DIRECTORY_MAX,
+        "hot_timeline": kept,
+        "hot_nodes_shown": len(kept),
+        "hot_nodes_total": len(nodes),
+    }

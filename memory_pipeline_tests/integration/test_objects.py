@@ -742,3 +742,19 @@ def test_a_batch_gets_16_rounds_and_3_field_corrections(store, ingest, monkeypat
     worker.enqueue(octx, W, "organize")
     rep = worker.run_worker(octx)
     assert rep.failures == 5 and rep.model_calls == 5 * calls_per_claim and states(store)[e1] == "blocked"
+
+
+def test_core_edits_are_imported_and_the_resident_context_never_holds_dossiers(store, ingest):
+    octx, (e1,) = ready(store, ingest, ["garden"])
+    worker.enqueue(octx, W, "organize")
+    worker.run_worker(octx)
+    assert graph.import_core(octx, W, "USER.md", "The user gardens.")["changed"]
+    assert not graph.import_core(octx, W, "USER.md", "The user gardens.")["changed"]  # unchanged: not rewritten
+    with pytest.raises(SubmissionError, match="name"):
+        graph.import_core(octx, W, "NOTES.md", "x")
+    add(ingest, ["a fresh hot event"], start=cst(2026, 1, 10, 12, 0), conv="c9")
+    timeline.intake(octx)
+    res = recall.resident(store, W)
+    assert res["core"] == {"USER.md": "The user gardens."}  # SOUL.md / AGENTS.md absent
+    assert {d["id"] for d in res["directory"]} == {"knowledge:garden", "project:daily"}
+    assert "body" not in str(res["directory"]) and res["hot_nodes_total"] == res["hot_nodes_shown"] == 2
