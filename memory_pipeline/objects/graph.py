@@ -158,7 +158,7 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
             )
         new_rel = [r for r in rel_rows if (r["src"], r["label"], r["dst"]) not in existing_rel]
         core_changes = _core_changes(conn, claim.world_id, write)
-        changed = bool(changed_objects or new_objects or new_rel or core_changes)
+        changed = bool(changed_objects or new_objects or new_rel or core_changes or write.archive_relations)
         had_target = False
         page = claim.page
         if page is not None:
@@ -190,6 +190,22 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
         if not bumped:
             raise SubmissionError("graph_revision", "stale: another commit advanced the graph meanwhile")
         _write_objects(conn, claim.world_id, new_objects, changed_objects, stored, revision, write.token, now)
+        for src, label, dst in write.archive_relations:
+            rc = objects_relations.c
+            done = conn.execute(
+                update(objects_relations)
+                .where(
+                    rc.world_id == claim.world_id,
+                    rc.src == src,
+                    rc.label == label,
+                    rc.dst == dst,
+                    rc.legacy.is_(True),
+                    rc.status == "active",
+                )
+                .values(status="archived", revision=revision)
+            ).rowcount
+            if not done:
+                raise SubmissionError("archive_relations", f"no active legacy relation {src} {label!r} {dst}")
         if new_rel:
             conn.execute(
                 objects_relations.insert(),
@@ -235,6 +251,7 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
             "objects_created": sorted(o.object_id for o in new_objects),
             "objects_updated": sorted(o.object_id for o in changed_objects),
             "relations_added": len(new_rel),
+            "legacy_relations_archived": len(write.archive_relations),
             "attached": attach_ids,
             "core": [c.name for c in core_changes],
             "page_end": write.page_end,

@@ -340,6 +340,7 @@ class GraphWrite:
     reviewed: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()  # event ids cited as evidence (must be the claimed event)
     event_id: str | None = None  # organize: the claimed event this write disposes of
+    archive_relations: tuple[tuple[str, str, str], ...] = ()  # deep only: legacy relations to archive
 
     @property
     def object_targets(self) -> set[str]:
@@ -483,6 +484,7 @@ def check_graph_write(args: Any, *, deep: bool = False) -> GraphWrite:
         "core",
         "reviewed",
         "evidence",
+        "archive_relations",
     }
     _unknown_field("", args, allowed)
     token = args.get("token")
@@ -504,7 +506,7 @@ def check_graph_write(args: Any, *, deep: bool = False) -> GraphWrite:
     if not deep and (isinstance(page_end, bool) or not isinstance(page_end, int) or page_end < 0):
         raise SubmissionError("page_end", "must be a non-negative integer (characters of the event read so far)")
     lists: dict[str, list[Any]] = {}
-    for key in ("objects", "relations", "attach", "core", "reviewed", "evidence"):
+    for key in ("objects", "relations", "attach", "core", "reviewed", "evidence", "archive_relations"):
         value = args.get(key) or []
         if not isinstance(value, list):
             raise SubmissionError(key, f"must be a list, got {_json_type(value)}")
@@ -559,9 +561,26 @@ def check_graph_write(args: Any, *, deep: bool = False) -> GraphWrite:
         attach=tuple(attach),
         core=tuple(core),
         reviewed=tuple(reviewed),
+        archive_relations=tuple(_legacy_refs(lists["archive_relations"], deep)),
         evidence=tuple(evidence),
         event_id=event_id if isinstance(event_id, str) else None,
     )
+
+
+def _legacy_refs(raw: list[Any], deep: bool) -> list[tuple[str, str, str]]:
+    """Legacy free-text relations a deep review archives (code never maps them to a label)."""
+    if raw and not deep:
+        raise SubmissionError("archive_relations", "only a deep review archives legacy relations")
+    out = []
+    for i, r in enumerate(raw):
+        where = f"archive_relations[{i}]"
+        if not isinstance(r, Mapping) or set(r) != {"src", "label", "dst"}:
+            raise SubmissionError(where, "must be an object with src, label, dst")
+        parse_object_id(r["src"], f"{where}.src")
+        parse_object_id(r["dst"], f"{where}.dst")
+        label = _text(r, "label", where, 256, required=True)
+        out.append((str(r["src"]), label, str(r["dst"])))
+    return out
 
 
 def check_outcome(

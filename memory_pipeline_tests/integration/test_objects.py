@@ -758,3 +758,45 @@ def test_core_edits_are_imported_and_the_resident_context_never_holds_dossiers(s
     assert res["core"] == {"USER.md": "The user gardens."}  # SOUL.md / AGENTS.md absent
     assert {d["id"] for d in res["directory"]} == {"knowledge:garden", "project:daily"}
     assert "body" not in str(res["directory"]) and res["hot_nodes_total"] == res["hot_nodes_shown"] == 2
+
+
+def test_legacy_relations_stay_readable_and_only_deep_review_archives_one(store, ingest, monkeypatch):
+    from memory_pipeline.objects.tables import objects_relations
+
+    octx, (e1,) = ready(store, ingest, ["x"])
+    worker.enqueue(octx, W, "organize", origin=logic.JobOrigin.HOURLY)
+    c = claim_for(octx, e1)
+    graph.commit(octx, c, sub(c, objects=[{"id": "person:a", "name": "A"}, {"id": "person:b", "name": "B"}]))
+    leases.release(store, graph.LEASE_ASSET, W, "h-test")
+    with store.begin() as conn:
+        conn.execute(
+            objects_relations.insert().values(
+                world_id=W,
+                src="person:a",
+                label="works closely with B on weekends",
+                dst="person:b",
+                legacy=True,
+                status="active",
+                revision=0,
+            )
+        )
+        conn.execute(update(objects_jobs).values(status="done"))
+    assert recall.read(store, W, "person:a")["relations"][0]["label"] == "works closely with B on weekends"
+    legacy = {"src": "person:a", "label": "works closely with B on weekends", "dst": "person:b"}
+    with pytest.raises(SubmissionError, match="only a deep review"):
+        logic.check_graph_write(sub(c, archive_relations=[legacy]))
+
+    def model(**kw):
+        args = {"token": kw["token"], "graph_revision": kw["graph_revision"], "reviewed": list(kw["object_ids"])}
+        if "person:a" in kw["object_ids"]:
+            args |= {
+                "archive_relations": [legacy],
+                "relations": [{"src": "person:a", "label": "knows", "dst": "person:b"}],
+            }
+        return offline_rules._call("submit_graph", args)
+
+    monkeypatch.setattr(offline_rules, "deep", model)
+    worker.enqueue(octx, W, "deep")
+    worker.run_worker(octx)
+    rels = {(r["label"], r["status"]) for r in recall.read(store, W, "person:a")["relations"]}
+    assert rels == {("works closely with B on weekends", "archived"), ("knows", "active")}
