@@ -441,7 +441,9 @@ def test_five_failures_block_only_that_batch_and_retry_blocked_releases_once(sto
     assert [r["origin"] for r in worker.enqueue_hourly(octx)] == ["hourly"]
     worker.run_worker(octx)
     assert states(store) == {bad: "blocked", good: "linked"}
-    assert reports.status(store)["worlds"][0]["worker_error"] is None
+    after = reports.status(store)
+    assert after["worlds"][0]["worker_error"] is None
+    assert len(after["failures"]) == 5 and {"mode": "organize", "status": "failed", "count": 1} in after["jobs"]
     # a replayed earlier request does not release; a new one with retry_blocked does, once
     monkeypatch.setattr(offline_rules, "organize", real)
     assert worker.enqueue(octx, W, "organize", token="req-000001")["replayed"]
