@@ -101,6 +101,15 @@ def run(
     )
 
 
+@app.command("enable")
+def enable():
+    """Turn the domain on for an existing store: records for every raw event (idempotent, deletes
+    nothing), counts before and after, and an integrity check."""
+    from memory_pipeline.objects import timeline
+
+    _print(timeline.enable(_octx()))
+
+
 @app.command("approve")
 def approve(world: str = typer.Argument(...), project_id: str = typer.Argument(..., help="project:<key>")):
     """The user's approval: a candidate project becomes active."""

@@ -352,3 +352,47 @@ def node_counts(octx: ObjectsContext) -> dict[str, dict[str, int]]:
             key = ("active" if active else "inactive") + ("_raw" if level0 else "_heads")
             out[w][key] = int(cnt)
     return dict(out)
+
+
+def store_counts(octx: ObjectsContext) -> dict[str, int]:
+    from memory_pipeline.objects.tables import objects_attachments, objects_objects
+
+    with octx.store.connect() as conn:
+        return {
+            name: int(conn.execute(select(func.count()).select_from(t)).scalar() or 0)
+            for name, t in (
+                ("raw_events", messages),
+                ("event_states", objects_event_state),
+                ("nodes", objects_hot_nodes),
+                ("objects", objects_objects),
+                ("attachments", objects_attachments),
+            )
+        }
+
+
+def enable(octx: ObjectsContext) -> dict[str, Any]:
+    """Turning the domain on for an existing store: every raw event gets its record (through the
+    hot timeline, as late events do; compaction then queues them), objects keep their attachments;
+    idempotent, deletes nothing. Reports counts before and after and an integrity check."""
+    from memory_pipeline.objects import audit
+
+    before = store_counts(octx)
+    report = intake(octx)
+    after = store_counts(octx)
+    m, c, s = messages.c, conversations.c, objects_event_state.c
+    with octx.store.connect() as conn:
+        missing = int(
+            conn.execute(
+                select(func.count())
+                .select_from(messages.join(conversations, c.conversation_id == m.conversation_id))
+                .outerjoin(objects_event_state, s.event_id == m.message_id)
+                .where(s.event_id.is_(None), c.debug.is_(False), m.content != "")
+            ).scalar()
+            or 0
+        )
+    problems = audit.state_audit(octx.store).problems
+    if missing:
+        problems.append(f"{missing} raw event(s) without a record")
+    if after["raw_events"] != before["raw_events"] or after["objects"] < before["objects"]:
+        problems.append("raw events or objects changed while enabling")
+    return {"before": before, "after": after, "entered": report.events, "integrity": problems or "ok"}

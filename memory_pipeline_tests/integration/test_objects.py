@@ -805,3 +805,13 @@ def test_legacy_relations_stay_readable_and_only_deep_review_archives_one(store,
     worker.run_worker(octx)
     rels = {(r["label"], r["status"]) for r in recall.read(store, W, "person:a")["relations"]}
     assert rels == {("works closely with B on weekends", "archived"), ("knows", "active")}
+
+
+def test_enabling_on_an_existing_store_is_idempotent_and_reports_counts_and_integrity(store, ingest):
+    octx = octx_for(store)
+    add(ingest, ["garden one", "garden two", ""])
+    first = timeline.enable(octx)
+    assert first["before"]["event_states"] == 0 and first["after"]["event_states"] == 2 and first["entered"] == 2
+    assert first["integrity"] == "ok" and first["after"]["raw_events"] == first["before"]["raw_events"] == 3
+    again = timeline.enable(octx)
+    assert again["entered"] == 0 and again["before"] == again["after"] == first["after"]
