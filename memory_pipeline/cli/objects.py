@@ -86,6 +86,8 @@ def run(
 
     worlds = [_world(w) for w in world] or None
     octx = _octx()
+    if not octx.cfg.enabled:
+        refuse("memory.objects.enabled is false: nothing done", code=1)
     intake = timeline.intake(octx, worlds)
     if automatic:
         worker.enqueue_threshold(octx)

@@ -136,3 +136,24 @@ def test_deep_review_schedule_runs_once_per_local_date(defs, instance, store, in
             jobs = conn.execute(select(objects_jobs.c.mode, objects_jobs.c.status, objects_jobs.c.local_date)).all()
         assert ("deep", "done", now_local.date()) in [tuple(j) for j in jobs]
     assert not tick().run_requests  # at most once per local date
+
+
+def test_a_disabled_domain_does_no_work_and_says_so(pg_url, redis_url, instance, store, ingest, tmp_path):
+    cfg = tmp_path / "off.yaml"
+    cfg.write_text("memory:\n  objects:\n    enabled: false\n    compact_threshold_tokens: 1\n")
+    defs = build_defs(
+        {
+            "memory_store": MemoryStoreResource(database_url=pg_url),
+            "kv_cache": CacheResource(redis_url=redis_url),
+            "llm": LLMResource(),
+            "memory_config": MemoryConfigResource(config_file=str(cfg)),
+        }
+    )
+    ingest(conversation("w1", "a", cst(2026, 1, 10, 9), ["garden"] * 4))
+    result, _ = _sensor(defs, "objects_compaction_sensor", instance)
+    assert isinstance(result, SkipReason) and "enabled" in result.skip_message
+    assert defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance).success
+    mat = instance.fetch_materializations(defs.get_assets_def("objects_hot_timeline").key, limit=1).records[0]
+    assert mat.asset_materialization.metadata["disabled"].value is True
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(objects_event_state)).scalar() == 0

@@ -38,6 +38,13 @@ class ObjectsRunConfig(Config):
     passes: int = Field(1, description="objects_markdown_projection: passes of at most 10 objects each.")
 
 
+def _disabled(octx) -> MaterializeResult | None:
+    """memory.objects.enabled: false turns the domain's work off (the runs say so)."""
+    if octx.cfg.enabled:
+        return None
+    return MaterializeResult(metadata={"disabled": True})
+
+
 def _worker_metadata(rep: WorkerReport) -> dict:
     return {
         "batches": rep.batches,
@@ -66,6 +73,8 @@ def objects_hot_timeline(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
     octx = objects.context("objects_hot_timeline")
+    if (off := _disabled(octx)) is not None:
+        return off
     rep = timeline.intake(octx, config.worlds or None)
     est = timeline.hot_estimates(octx, config.worlds or None)
     return MaterializeResult(
@@ -94,6 +103,8 @@ def objects_compaction(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
     octx = objects.context("objects_compaction")
+    if (off := _disabled(octx)) is not None:
+        return off
     created = worker.enqueue_threshold(octx) if config.automatic else []
     rep = worker.run_worker(octx, config.worlds or None, config.max_batches or None, modes=[JobMode.COMPACT])
     return MaterializeResult(
@@ -121,6 +132,8 @@ def objects_archive(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
     octx = objects.context("objects_archive")
+    if (off := _disabled(octx)) is not None:
+        return off
     created = []
     if config.automatic:
         created += worker.enqueue_hourly(octx)

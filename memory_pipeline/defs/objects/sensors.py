@@ -57,6 +57,8 @@ def objects_compaction_sensor(context: SensorEvaluationContext, objects: Objects
     if _in_flight(context, compaction_job.name):
         return SkipReason("a compaction run is in flight")
     octx = objects.context("objects_compaction_sensor")
+    if not octx.cfg.enabled:
+        return SkipReason("memory.objects.enabled is false")
     over = worker.threshold_worlds(octx, include_unseen=True)
     explicit = _queued(objects, JobMode.COMPACT)
     if not over and not explicit:
@@ -80,6 +82,8 @@ def objects_organize_sensor(context: SensorEvaluationContext, objects: ObjectsRe
     if _in_flight(context, organize_job.name, "hourly"):
         return SkipReason("an hourly organize run is in flight")
     octx = objects.context("objects_organize_sensor")
+    if not octx.cfg.enabled:
+        return SkipReason("memory.objects.enabled is false")
     if not worker.hourly_worlds(octx) and not _queued(objects, JobMode.ORGANIZE):
         return SkipReason(f"no pending events (last check {last or 'never'})")
     return RunRequest(run_key=f"organize-{now:%Y%m%dT%H%M%S}", tags={ORIGIN_TAG: "hourly"})
