@@ -155,3 +155,42 @@ def test_the_cli_refuses_bad_input_naming_the_argument(store, monkeypatch):
         assert field in result.output, (argv, result.output)
         assert result.exception is None or isinstance(result.exception, SystemExit)
     assert _counts(store) == before
+
+
+def test_the_inspect_cli_pages_and_never_calls_a_model(store, ingest, monkeypatch):
+    import json as _json
+
+    from memory_pipeline.cli import app
+    from memory_pipeline.lib.store.tables import llm_ledger
+    from memory_pipeline.objects import recall
+
+    octx = octx_for(store)
+    ids = add(ingest, [f"garden visit {i}" for i in range(25)])
+    timeline.intake(octx)
+    worker.enqueue(octx, "w1", "compact")
+    worker.run_worker(octx)
+    worker.enqueue(octx, "w1", "organize")
+    worker.run_worker(octx)
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    with store.connect() as conn:
+        calls = conn.execute(select(func.count()).select_from(llm_ledger)).scalar()
+    runner = CliRunner()
+
+    def run(*argv):
+        result = runner.invoke(app, ["objects", "inspect", *argv])
+        assert result.exit_code == 0, result.output
+        return _json.loads(result.output)
+
+    first = run("events", "2026-01-10T00:00:00+08:00", "2026-01-11T00:00:00+08:00", "--world", "w1")
+    second = run("events", "2026-01-10T00:00:00+08:00", "2026-01-11T00:00:00+08:00", first["cursor"], "--world", "w1")
+    assert [x["event_id"] for x in first["items"] + second["items"]] == ids and second["cursor"] is None
+    obj = run("object", "knowledge:garden", "--world", "w1")
+    assert len(obj["sources"]) == 25 and obj["next_offset"] is None
+    listed = run("list", "knowledge", "--world", "w1")
+    assert [x["id"] for x in listed["items"]] == ["knowledge:garden"]
+    ev = run("event", ids[0])
+    assert ev["state"] == "linked" and ev["objects"] == ["knowledge:garden"]
+    assert run("status")["states"] == {"linked": 25}
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(llm_ledger)).scalar() == calls
+    assert recall.find(store, "w1", "garden")[0]["id"] == "knowledge:garden"

@@ -306,3 +306,14 @@ def test_arbitrary_submissions_are_accepted_or_refused_naming_a_field(raw):
 def test_outcome_enum_values():
     assert [str(o) for o in Outcome] == ["continue", "linked", "archive_only"]
     assert cst(2026, 1, 1).tzinfo is CST
+
+
+def test_a_proposal_of_900000_bytes_is_refused():
+    big = [
+        obj(f"knowledge:k{i}", body="b" * 16_000, aliases=[f"{i}" + "a" * 190] * 32, cues=[f"{i}" + "c" * 190] * 32)
+        for i in range(32)
+    ]
+    with pytest.raises(SubmissionError, match="must be under 900,000") as e:
+        check_graph_write(base(objects=big))
+    assert e.value.field == "submission"
+    assert check_graph_write(base(objects=big[:20]))  # 20 such objects fit
