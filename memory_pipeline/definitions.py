@@ -18,6 +18,8 @@ from memory_pipeline.defs.conversation.resources import conversation_resources
 from memory_pipeline.defs.events import definitions as events_domain
 from memory_pipeline.defs.sleep import definitions as sleep_domain
 from memory_pipeline.defs.sleep.resources import sleep_resources
+from memory_pipeline.defs.objects import definitions as objects_domain
+from memory_pipeline.defs.objects.resources import objects_resources
 from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
 from memory_pipeline.defs.tower import definitions as tower_domain
@@ -48,6 +50,7 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         tower_domain.defs,
         sleep_domain.defs,
         conversation_domain.defs,
+        objects_domain.defs,
         analyst_domain.defs,
     )
     located = Definitions(
@@ -62,6 +65,7 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
             **tower_resources(shared),
             **sleep_resources(shared),
             **conversation_resources(shared),
+            **objects_resources(shared),
             **analyst_resources(shared),
         },
         executor=deployment.executor(),

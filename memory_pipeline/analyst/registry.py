@@ -37,6 +37,19 @@ from memory_pipeline.sleep.tables import (
     semantic_memory_snapshots,
     semantic_memory_versions,
     sleep_runs,
+from memory_pipeline.objects.tables import (
+    objects_attachments,
+    objects_core,
+    objects_event_state,
+    objects_failures,
+    objects_hot_nodes,
+    objects_jobs,
+    objects_objects,
+    objects_projection,
+    objects_receipts,
+    objects_relations,
+    objects_versions,
+    objects_worlds,
 )
 from memory_pipeline.temporal.tables import (
     temporal_day_chunks,
@@ -129,6 +142,27 @@ EXPORTS: tuple[ExportTable, ...] = (
     ExportTable(conversation_summary_requests, None, "Seed 002 explicit triggers (user check, preference override)."),
     ExportTable(conversation_summary_failures, "at", "Seed 002 failure log of rolling summaries, by the day."),
     ExportTable(user_profile_facts, None, "Seed 002 user-profile store (newest value per key)."),
+    ExportTable(objects_worlds, None, "Seed 001 per-world graph revision, runtime flags, cooldown and worker error."),
+    ExportTable(
+        objects_hot_nodes,
+        "first_at",
+        "Seed 001 hot-timeline nodes (raw slices and summary heads), by their first event's day.",
+    ),
+    ExportTable(
+        objects_event_state,
+        "event_day",
+        "Seed 001 per-event archive state (hot, pending, in_progress, linked, archive_only, blocked), page cursor and "
+        "progress, by the event's CST day.",
+    ),
+    ExportTable(objects_objects, None, "Seed 001 long-term objects: one current dossier per stable id."),
+    ExportTable(objects_versions, "at", "Seed 001 every written object version (create / update / approve)."),
+    ExportTable(objects_relations, None, "Seed 001 relations between objects (standard labels; legacy kept readable)."),
+    ExportTable(objects_attachments, None, "Seed 001 attachments: object -> raw event evidence (and event -> object)."),
+    ExportTable(objects_core, None, "Seed 001 per-world core documents (AGENTS.md, SOUL.md, USER.md)."),
+    ExportTable(objects_jobs, None, "Seed 001 compact / organize / deep jobs with their origin and status."),
+    ExportTable(objects_failures, "at", "Seed 001 failure history of claims (never rewritten as done)."),
+    ExportTable(objects_receipts, "created_at", "Seed 001 one receipt per committed batch, with its outcome."),
+    ExportTable(objects_projection, None, "Seed 001 Markdown projection state per object (hash, revision, error)."),
 )
 
 BY_NAME: dict[str, ExportTable] = {e.name: e for e in EXPORTS}

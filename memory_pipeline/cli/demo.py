@@ -20,6 +20,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
         for name in ("memory.sqlite", "memory.sqlite-wal", "memory.sqlite-shm"):
             (data / name).unlink(missing_ok=True)
         shutil.rmtree(data / "dagster_home", ignore_errors=True)
+        shutil.rmtree(data / "objects", ignore_errors=True)  # the Markdown projection
         if not settings.env(settings.ENV_DUCKDB_PATH):  # the analyst's files of the default location
             for name in ("analytics.duckdb", "analytics.duckdb.next", "analytics_report.png"):
                 (data / name).unlink(missing_ok=True)
@@ -83,6 +84,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
 
     ok &= _tower_step(console, store, instance)
     ok &= _sleep_step(console, instance, store)
+    ok &= _objects_step(console, instance)
     ok &= _analyst_step(console, instance)
 
     console.print("[bold]4.[/] results")
@@ -97,6 +99,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     from memory_pipeline.cli.analyst import analytics_files, print_analytics
 
     print_analytics(analytics_files())
+    _print_objects(console, store)
     console.print(f"\nThe runs are in {operations.dagster_home()}: `make ui` opens them in the Dagster UI.")
     return 0 if ok else 1
 
@@ -186,6 +189,62 @@ def _print_sleep_results(console: Console, store) -> None:
     view = injected_history(store, LONG_CONVERSATION, ConversationConfig(trim_history=True))
     if view["summary"]:
         console.print(escape(view["summary"]))
+def _objects_step(console: Console, instance) -> bool:
+    """Seed 001 as Dagster runs: the hot timeline and its compaction, organize (objects, relations,
+    attachments) with the Markdown projection, then the per-day outcomes of the sample's days."""
+    from datetime import datetime
+
+    from memory_pipeline.definitions import build_defs
+    from memory_pipeline.operations.runner import QUIET
+
+    defs = build_defs()
+    first, last = sample_data.SAMPLE_START.isoformat(), sample_data.SAMPLE_END.isoformat()
+    runs = [
+        ("objects_compaction_job", {}, {}),
+        ("objects_organize_job", {"ops": {"objects_markdown_projection": {"config": {"passes": 100}}}}, {}),
+        (
+            "objects_outcomes_job",
+            {},
+            {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last},
+        ),
+    ]
+    console.print("[bold]2b.[/] object memory (seed 001) as Dagster runs")
+    ok = True
+    for name, config, tags in runs:
+        started = datetime.now()
+        result = defs.resolve_job_def(name).execute_in_process(
+            instance=instance, run_config={**config, **QUIET}, tags=tags, raise_on_error=False
+        )
+        ok &= result.success
+        console.print(
+            f"   {name:<24} run {result.run_id[:8]} ({(datetime.now() - started).total_seconds():.1f}s) "
+            f"{'ok' if result.success else 'FAILED'}"
+        )
+    return ok
+
+
+def _print_objects(console: Console, store) -> None:
+    """What seed 001 produced: events by state per world, objects, a recall as the agent would do it."""
+    from memory_pipeline.objects import recall, reports
+
+    world = next(iter(sample_data.WORLDS))
+    topic = sample_data.WORLDS[world][0]
+    hits = recall.find(store, world, topic)
+    if hits:
+        doc = recall.read(store, world, hits[0]["id"])
+        assert doc is not None
+        ev = recall.evidence(store, world, doc["id"], limit=2)
+        console.print(
+            f"recall in {world}: memory_find({topic!r}) -> {hits[0]['id']}; memory_read: {len(doc['sources'])} "
+            f"source event(s), {len(doc['relations'])} relation(s); memory_evidence first: "
+            + "; ".join(f"{i['occurred_at'][:16]} {i['text'][:60]!r}" for i in ev["items"])
+        )
+    days = reports.range_status(store, sample_data.SAMPLE_START, sample_data.SAMPLE_END, sample_data.SAMPLE_END)
+    console.print(
+        f"archive of {sample_data.SAMPLE_START}..{sample_data.SAMPLE_END}: {days['status']} "
+        "(events still in the hot timeline keep their days partial until a later compaction)"
+    )
+    console.print(f"Markdown projection: {settings.data_dir() / 'objects'}/<world>/README.md")
 
 
 def _analyst_step(console: Console, instance) -> bool:

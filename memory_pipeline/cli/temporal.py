@@ -354,6 +354,9 @@ def print_status(store) -> None:
     from memory_pipeline.cli.tower import print_status as print_tower_status
 
     print_tower_status(store)  # seed 004's section of the one status command
+    from memory_pipeline.cli.objects import print_objects_status
+
+    print_objects_status(store)
 
 
 rolls_app = typer.Typer(no_args_is_help=True, help="System-roll slots in the cache (list, regenerate one).")

@@ -106,6 +106,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0009_tower",
         "0010_sleep",
         "0010_conversation",
+        "0012_objects",
     ]
     assert head(LOCATIONS) == chain[-1]
 

@@ -32,6 +32,7 @@ from memory_pipeline.defs.analyst.resources import AnalystResource
 from memory_pipeline.defs.conversation import assets as conversation
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.sleep import assets as sleep
+from memory_pipeline.defs.objects import assets as objects
 from memory_pipeline.defs.temporal import assets as temporal
 from memory_pipeline.defs.tower import assets as tower
 from memory_pipeline.lib.kinds import Window
@@ -65,14 +66,19 @@ class Upstream:
 
 def _calls() -> tuple[object, ...]:
     return (
-        *(AssetDep(a, partition_mapping=_ALL) for a in LLM_ASSETS),
+        *(AssetDep(a, partition_mapping=_ALL) for a in [*LLM_ASSETS, objects.objects_event_outcomes]),
         temporal.temporal_system_rolls,
         conversation.conversation_rolling_summaries,
+        objects.objects_compaction,
+        objects.objects_archive,
     )
 
 
 def _sleep_all(*assets: object) -> tuple[object, ...]:
     return tuple(AssetDep(a, partition_mapping=_ALL) for a in assets)  # type: ignore[arg-type]
+
+
+_OBJECTS = (objects.objects_compaction, objects.objects_archive)
 
 
 # What writes each exported table, and so when its export runs. A domain that lands with tables
@@ -122,6 +128,21 @@ UPSTREAM: dict[str, Upstream] = {
     "conversation_init_status": Upstream((), Trigger.REFRESH),
     "conversation_summary_requests": Upstream((), Trigger.REFRESH),
     "user_profile_facts": Upstream((), Trigger.REFRESH),
+    # Seed 001: one current state written by unpartitioned runs (and the per-day outcomes).
+    "objects_worlds": Upstream(_OBJECTS, Trigger.ALIGNED),
+    "objects_hot_nodes": Upstream((objects.objects_hot_timeline, objects.objects_compaction), Trigger.ALIGNED),
+    "objects_event_state": Upstream(
+        (*_OBJECTS, AssetDep(objects.objects_event_outcomes, partition_mapping=_ALL)), Trigger.ALIGNED
+    ),
+    "objects_objects": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    "objects_versions": Upstream((objects.objects_archive,), Trigger.RECENT),
+    "objects_relations": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    "objects_attachments": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    "objects_core": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    "objects_jobs": Upstream(_OBJECTS, Trigger.ALIGNED),
+    "objects_failures": Upstream(_OBJECTS, Trigger.RECENT),
+    "objects_receipts": Upstream(_OBJECTS, Trigger.RECENT),
+    "objects_projection": Upstream((objects.objects_markdown_projection,), Trigger.ALIGNED),
 }
 
 _WHEN = {

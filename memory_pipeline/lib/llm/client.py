@@ -13,6 +13,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,11 @@ class LLMRequest:
     # Several user messages (and tool-call turns) after the system prompt; when set, ``user`` is
     # not sent (it may carry a label for the ledger). Each item is an OpenAI chat message.
     conversation: tuple[dict[str, Any], ...] | None = None
+    # The offline model's answer for a task that needs structured output (a tool call): the
+    # calling domain's documented deterministic rules, used only when the model is offline.
+    offline_answer: Callable[[LLMRequest], tuple[str, list[dict[str, Any]]]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def messages(self) -> list[dict[str, Any]]:
         if self.conversation is not None:
@@ -256,6 +262,9 @@ class LLMClient:
         return redact(text, secrets)
 
     def _call(self, req: LLMRequest) -> tuple[str, int, int, list[dict[str, Any]], float | None]:
+        if self.is_offline and req.offline_answer is not None:
+            text, calls = req.offline_answer(req)
+            return text, offline.approx_tokens(req.system + req.user), offline.approx_tokens(text), calls, None
         if self.is_offline and req.tools:
             said, calls = offline_tools.respond(req.task, req.messages(), req.tools)
             prompt = "".join(str(m.get("content") or "") for m in req.messages())

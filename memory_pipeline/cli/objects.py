@@ -1,0 +1,339 @@
+"""Seed 001 (object memory) on the command line: `memory-pipeline objects ...`.
+
+memory_organize (enqueue a compact / organize / deep request), run the worker in this process,
+approve a candidate project, mark a world busy/stopped, recall (find / read / evidence), the
+Markdown projection, and the read-only inspect commands (never call a model)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from memory_pipeline.cli.console import console, open_store, refuse
+
+app = typer.Typer(no_args_is_help=True, help="Seed 001 object memory: compact, organize, deep review, recall.")
+inspect_app = typer.Typer(
+    no_args_is_help=True, help="Read-only views (never call a model); page with the last argument."
+)
+app.add_typer(inspect_app, name="inspect")
+
+
+def _octx(asset: str = "objects_cli"):
+    from zoneinfo import ZoneInfo
+
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.llm import LLMClient
+    from memory_pipeline.objects import config as objects_config
+    from memory_pipeline.objects.context import ObjectsContext
+
+    store = open_store()
+    try:
+        cfg = objects_config.load()
+    except settings.ConfigError as exc:
+        refuse(str(exc))
+    return ObjectsContext(store, LLMClient.from_settings(store, asset=asset), cfg, ZoneInfo(settings.timezone_name()))
+
+
+def _world(value: str) -> str:
+    from memory_pipeline.lib.ids import validate_id
+    from memory_pipeline.lib.text import shown
+
+    problem = validate_id(value)
+    if problem:
+        refuse(f"--world {shown(value)}: {problem}")
+    return value
+
+
+def _print(doc: Any) -> None:
+    console.print_json(json.dumps(doc, ensure_ascii=False, default=str))
+
+
+@app.command("organize")
+def organize(
+    world: str = typer.Argument(..., help="World id (the agent)"),
+    mode: str = typer.Option("organize", "--mode", help="compact | organize | deep"),
+    scope: str = typer.Option("", "--scope", help="A goal and search hint for the model (not a filter)"),
+    retry_blocked: bool = typer.Option(False, "--retry-blocked", help="Release blocked events (once per new request)"),
+    token: str | None = typer.Option(None, "--token", help="Request token: a replay returns the original receipt"),
+    now: bool = typer.Option(False, "--now", help="Organize now: compact first, then organize"),
+):
+    """memory_organize(mode, scope, retry_blocked): prints the enqueue receipt at once."""
+    from memory_pipeline.objects import worker
+
+    octx = _octx()
+    try:
+        if now:
+            _print(worker.organize_now(octx, _world(world), scope, token))
+        else:
+            _print(worker.enqueue(octx, world, mode, scope, retry_blocked, token))
+    except worker.RequestError as exc:
+        refuse(str(exc))
+
+
+@app.command("run")
+def run(
+    world: list[str] = typer.Option([], "--world", help="Only this world (repeatable)"),
+    max_batches: int = typer.Option(0, "--max-batches", help="Stop after this many batches (0: no limit)"),
+    automatic: bool = typer.Option(True, "--automatic/--queued-only", help="Create threshold/hourly jobs first"),
+):
+    """Bring new events into the hot timeline and run queued jobs batch by batch in this process
+    (the Dagster assets do the same under their sensors)."""
+    from memory_pipeline.objects import timeline, worker
+
+    worlds = [_world(w) for w in world] or None
+    octx = _octx()
+    if not octx.cfg.enabled:
+        refuse("memory.objects.enabled is false: nothing done", code=1)
+    intake = timeline.intake(octx, worlds)
+    if automatic:
+        worker.enqueue_threshold(octx)
+    rep = worker.run_worker(octx, worlds, max_batches or None, modes=[worker.JobMode.COMPACT])
+    if automatic:
+        worker.enqueue_hourly(octx)
+    rep2 = worker.run_worker(octx, worlds, max_batches or None)
+    console.print(
+        f"hot timeline: {intake.events} new events ({intake.slices} slices, {intake.oversized} oversized); "
+        f"compact batches {rep.committed}; organize/deep batches {rep2.committed}, outcomes {rep2.outcomes}, "
+        f"failed claims {rep.failures + rep2.failures}, blocked events {rep2.blocked_events}, "
+        f"model calls {rep.model_calls + rep2.model_calls}"
+    )
+
+
+@app.command("enable")
+def enable():
+    """Turn the domain on for an existing store: records for every raw event (idempotent, deletes
+    nothing), counts before and after, and an integrity check."""
+    from memory_pipeline.objects import timeline
+
+    _print(timeline.enable(_octx()))
+
+
+@app.command("approve")
+def approve(world: str = typer.Argument(...), project_id: str = typer.Argument(..., help="project:<key>")):
+    """The user's approval: a candidate project becomes active."""
+    from memory_pipeline.objects import graph, logic
+
+    try:
+        _print(graph.approve_project(_octx(), _world(world), project_id))
+    except logic.SubmissionError as exc:
+        refuse(str(exc))
+
+
+@app.command("flags")
+def flags(
+    world: str = typer.Argument(...),
+    busy: bool | None = typer.Option(None, "--busy/--idle", help="The agent is busy: claim no batch"),
+    stopped: bool | None = typer.Option(None, "--stopped/--running", help="The agent is stopped: call no model"),
+):
+    """Set the runtime flags of a world (no batch is claimed while busy or stopped)."""
+    from memory_pipeline.objects import worker
+
+    worker.set_flags(_octx(), _world(world), busy=busy, stopped=stopped)
+    console.print(f"{escape(world)}: busy={busy} stopped={stopped}")
+
+
+def _tool(name: str, args: dict[str, Any]) -> None:
+    from memory_pipeline.objects import tools
+
+    try:
+        _print(tools.call(_octx(), name, args))
+    except tools.ToolError as exc:
+        refuse(str(exc))
+
+
+@app.command("find")
+def find(world: str = typer.Argument(...), query: str = typer.Argument(...)):
+    """memory_find: names, aliases, terms, cues and direct project relations (no embeddings)."""
+    _tool("memory_find", {"world": world, "query": query})
+
+
+@app.command("read")
+def read(world: str = typer.Argument(...), object_id: str = typer.Argument(...)):
+    """memory_read: the whole dossier."""
+    _tool("memory_read", {"world": world, "id": object_id})
+
+
+@app.command("evidence")
+def evidence(world: str = typer.Argument(...), object_id: str = typer.Argument(...), offset: int = typer.Argument(0)):
+    """memory_evidence: the object's attachments expanded to the raw event text."""
+    _tool("memory_evidence", {"world": world, "id": object_id, "offset": offset})
+
+
+@app.command("core-import")
+def core_import(
+    world: str = typer.Argument(...), path: str = typer.Argument(..., help="AGENTS.md, SOUL.md or USER.md")
+):
+    """Import a human edit of a core document (the file's name says which); unchanged: not rewritten."""
+    from pathlib import Path
+
+    from memory_pipeline.objects import graph, logic
+
+    file = Path(path)
+    try:
+        content = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        refuse(f"{path}: cannot read ({exc})")
+    try:
+        _print(graph.import_core(_octx(), _world(world), file.name, content))
+    except logic.SubmissionError as exc:
+        refuse(f"{path}: {exc}")
+
+
+@app.command("resident")
+def resident(world: str = typer.Argument(...)):
+    """What the agent holds every turn: core documents, a bounded directory, the hot timeline."""
+    from memory_pipeline.objects import recall
+
+    octx = _octx()
+    _print(recall.resident(octx.store, _world(world), octx.cfg.hot_view_max_bytes))
+
+
+@app.command("project")
+def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10 objects")):
+    """Write the Markdown projection (README index, one folder per type) under the data folder."""
+    from pathlib import Path
+
+    from memory_pipeline.lib import settings
+    from memory_pipeline.objects import projection
+
+    octx = _octx()
+    root = Path(octx.cfg.projection_dir) if octx.cfg.projection_dir else settings.data_dir() / "objects"
+    for _ in range(max(1, passes)):
+        rep = projection.project(octx.store, root)
+        console.print(
+            f"{root}: {rep.written} written, {rep.unchanged} unchanged, {rep.behind_after} behind, errors {rep.errors[:3]}"
+        )
+        if not rep.behind_after:
+            break
+
+
+@app.command("status")
+def status(world: str | None = typer.Option(None, "--world")):
+    """memory_status: counts per state, earliest 20 unfinished records, worker error, failures."""
+    print_objects_status(open_store(), _world(world) if world else None)
+
+
+def print_objects_status(store, world: str | None = None) -> None:
+    from memory_pipeline.objects import recall, reports
+
+    st = reports.status(store, world)
+    states = st["states"]
+    console.print(
+        "objects: events by state "
+        + (", ".join(f"{k} {v}" for k, v in sorted(states.items())) or "none yet")
+        + ("" if st["complete"] else " [yellow](partial: unfinished events remain)[/]")
+    )
+    counts = recall.object_counts(store)
+    table = Table(title="Objects per world and type")
+    for col in ("world", "objects by type", "graph revision", "worker error"):
+        table.add_column(col, overflow="fold")
+    errors = {w["world_id"]: w for w in st["worlds"]}
+    for w in sorted(set(counts) | set(errors)):
+        info = errors.get(w, {})
+        table.add_row(
+            w,
+            ", ".join(f"{t} {n}" for t, n in sorted(counts.get(w, {}).items())),
+            str(info.get("graph_revision", "")),
+            escape(str(info.get("worker_error") or "")),
+        )
+    console.print(table)
+    if st["jobs"]:
+        console.print("jobs: " + ", ".join(f"{j['mode']} {j['status']} {j['count']}" for j in st["jobs"]))
+    if st["earliest_unfinished"]:
+        console.print(
+            "earliest unfinished: "
+            + ", ".join(
+                f"{escape(r['event_id'])} ({r['state']}, {r['page_cursor']}/{r['chars']})"
+                for r in st["earliest_unfinished"][:20]
+            )
+        )
+    if st["failures"]:
+        console.print(f"failure history (newest {len(st['failures'])}): " + escape(st["failures"][0]["error"][:200]))
+    lag = st["projection"]
+    console.print(f"markdown projection: {lag['behind']} object(s) behind, {len(lag['errors'])} error(s)")
+
+
+def _offset(value: str | None, name: str = "OFFSET") -> int:
+    if value is None:
+        return 0
+    try:
+        n = int(value)
+    except ValueError:
+        refuse(f"{name}: {value!r} is not an integer (use the next_offset a previous call printed)")
+    if n < 0:
+        refuse(f"{name}: must be >= 0")
+    return n
+
+
+@inspect_app.command("status")
+def inspect_status(world: str | None = typer.Option(None, "--world")):
+    """Counts per state, the earliest 20 unfinished records, errors (JSON)."""
+    from memory_pipeline.objects import reports
+
+    _print(reports.status(open_store(), _world(world) if world else None))
+
+
+@inspect_app.command("list")
+def inspect_list(
+    otype: str = typer.Argument(..., metavar="TYPE"),
+    offset: str | None = typer.Argument(None),
+    world: str = typer.Option(..., "--world"),
+):
+    """Objects of one type, by name; next_offset continues."""
+    from memory_pipeline.objects import recall
+
+    try:
+        _print(recall.list_objects(open_store(), _world(world), otype, _offset(offset)))
+    except recall.RecallError as exc:
+        refuse(str(exc))
+
+
+@inspect_app.command("object")
+def inspect_object(
+    object_id: str = typer.Argument(..., metavar="ID"),
+    offset: str | None = typer.Argument(None),
+    world: str = typer.Option(..., "--world"),
+):
+    """One object's dossier with relations and sources paged (next_offset continues)."""
+    from memory_pipeline.objects import recall
+
+    doc = recall.object_view(open_store(), _world(world), object_id, _offset(offset))
+    if doc is None:
+        refuse(f"ID: no object {object_id} in world {world}")
+    _print(doc)
+
+
+@inspect_app.command("events")
+def inspect_events(
+    start: str = typer.Argument(..., metavar="FROM"),
+    end: str = typer.Argument(..., metavar="TO"),
+    cursor: str | None = typer.Argument(None),
+    world: str | None = typer.Option(None, "--world"),
+):
+    """Events with occurrence time in [FROM, TO) (ISO 8601 with an offset); cursor continues."""
+    from memory_pipeline.lib.timeutil import parse_instant
+    from memory_pipeline.objects import recall
+
+    try:
+        lo, hi = parse_instant(start), parse_instant(end)
+    except ValueError as exc:
+        refuse(f"FROM/TO: {exc}")
+    try:
+        _print(recall.events_between(open_store(), lo, hi, cursor, world=_world(world) if world else None))
+    except recall.RecallError as exc:
+        refuse(str(exc))
+
+
+@inspect_app.command("event")
+def inspect_event(event_id: str = typer.Argument(..., metavar="ID"), offset: str | None = typer.Argument(None)):
+    """One event: state, outcome, attached objects and its text from OFFSET (next_offset continues)."""
+    from memory_pipeline.objects import recall
+
+    doc = recall.event_view(open_store(), event_id, _offset(offset))
+    if doc is None:
+        refuse(f"ID: no event {event_id}")
+    _print(doc)

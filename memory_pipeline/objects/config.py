@@ -1,0 +1,50 @@
+"""``memory.objects`` (seed 001 §5 参数), a frozen dataclass validated strictly by type and range."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from memory_pipeline.lib.settings import ConfigError, load_section
+from memory_pipeline.objects import logic
+
+SECTION = "objects"
+
+
+@dataclass(frozen=True)
+class ObjectsConfig:
+    enabled: bool = True
+    # The seed gives no value for the compaction threshold (in estimated tokens); a threshold job
+    # ends below 60% of it.
+    compact_threshold_tokens: int = 4_000
+    chars_per_token: float = 4.0
+    transfer_budget_bytes: int = logic.BUDGET_DEFAULT_BYTES  # 24,000-200,000
+    worker_timeout_seconds: int = logic.WORKER_TIMEOUT_DEFAULT_SECONDS  # lease = timeout + 60 s
+    retry_backoff_seconds: float = 2.0  # doubled per consecutive failure of a batch
+    hot_view_max_bytes: int = logic.HOT_VIEW_MAX_BYTES
+    max_batches_per_run: int = 100_000
+    projection_dir: str = ""  # empty: <data dir>/objects
+
+    def validate(self) -> ObjectsConfig:
+        for name in ("compact_threshold_tokens", "worker_timeout_seconds", "hot_view_max_bytes", "max_batches_per_run"):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ConfigError(f"memory.{SECTION}.{name}: must be a positive integer, got {value!r}")
+        if self.chars_per_token <= 0:
+            raise ConfigError(f"memory.{SECTION}.chars_per_token: must be positive, got {self.chars_per_token!r}")
+        if self.retry_backoff_seconds < 0:
+            raise ConfigError(f"memory.{SECTION}.retry_backoff_seconds: must not be negative")
+        if not logic.BUDGET_MIN_BYTES <= self.transfer_budget_bytes <= logic.BUDGET_MAX_BYTES:
+            raise ConfigError(
+                f"memory.{SECTION}.transfer_budget_bytes: must be within "
+                f"{logic.BUDGET_MIN_BYTES:,}-{logic.BUDGET_MAX_BYTES:,}, got {self.transfer_budget_bytes!r}"
+            )
+        return self
+
+    @property
+    def lease_seconds(self) -> int:
+        return logic.lease_seconds(self.worker_timeout_seconds)
+
+
+def load(path: str | os.PathLike[str] | None = None) -> ObjectsConfig:
+    return load_section(SECTION, ObjectsConfig, path)

@@ -1,0 +1,569 @@
+"""Seed 001 §2, §4-5: committing a graph write (organize and deep) against the store, in one
+transaction: objects (+ a version row per write), relations, attachments, core, the event's page
+cursor, progress and outcome, the receipt, one graph revision. A refusal writes nothing.
+
+Refused here (besides the pure field checks of ``logic.check_graph_write``): an expired lease, a
+stale graph revision, an overwrite of an object the batch did not read, evidence outside the
+claimed event, a write for an event other than the claimed one (a skipped event), a page_end past
+the claimed page (a skipped unread page), the outcome rules. A replayed token returns the
+original receipt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, select, update
+
+from memory_pipeline.lib.store import upsert
+from memory_pipeline.lib.store.tables import partition_leases
+from memory_pipeline.objects import logic
+from memory_pipeline.objects.context import ObjectsContext
+from memory_pipeline.objects.logic import EventState, GraphWrite, ObjectStatus, ObjectType, Outcome, SubmissionError
+from memory_pipeline.objects.tables import (
+    objects_attachments,
+    objects_core,
+    objects_event_state,
+    objects_jobs,
+    objects_objects,
+    objects_receipts,
+    objects_relations,
+    objects_versions,
+    objects_worlds,
+)
+
+LEASE_ASSET = "objects_worker"  # the platform lease table: one valid lease per world (agent)
+
+
+@dataclass
+class EventPage:
+    event_id: str
+    chars: int
+    start: int
+    stop: int
+    text: str
+    occurred_at: datetime
+    event_day: date
+
+
+@dataclass
+class Claim:
+    """One claimed batch: what the model was given and under which lease and revision."""
+
+    world_id: str
+    job_id: int | None
+    mode: logic.JobMode
+    holder: str
+    graph_revision: int
+    read_ids: set[str] = field(default_factory=set)
+    page: EventPage | None = None
+    deep_ids: list[str] = field(default_factory=list)
+
+
+class LeaseLost(SubmissionError):
+    pass
+
+
+def lease_checker(world: str, holder: str, now: datetime) -> Callable[[Connection], None]:
+    """Inside the commit's transaction: the lease is still this batch's and not expired (the
+    UPDATE locks the row on PostgreSQL, so no takeover slips in before the commit)."""
+
+    def check(conn: Connection) -> None:
+        t = partition_leases.c
+        ok = conn.execute(
+            update(partition_leases)
+            .where(t.asset == LEASE_ASSET, t.partition == world, t.holder == holder, t.expires_at > now)
+            .values(holder=holder)
+        ).rowcount
+        if not ok:
+            raise LeaseLost("lease", "expired or taken over: this batch's claim is no longer valid")
+
+    return check
+
+
+def replayed(conn: Connection, token: Any) -> dict[str, Any] | None:
+    if not isinstance(token, str):
+        return None
+    r = conn.execute(select(objects_receipts).where(objects_receipts.c.token == token)).mappings().first()
+    return receipt_dict(r) if r is not None else None
+
+
+def receipt_dict(r: Any) -> dict[str, Any]:
+    return {
+        "token": r["token"],
+        "world_id": r["world_id"],
+        "job_id": r["job_id"],
+        "mode": r["mode"],
+        "revision": r["revision"],
+        "event_id": r["event_id"],
+        "event_day": r["event_day"].isoformat() if r["event_day"] else None,
+        "outcome": r["outcome"],
+        **(r["detail"] or {}),
+    }
+
+
+def _stored_objects(conn: Connection, world: str, ids: set[str]) -> dict[str, dict[str, Any]]:
+    if not ids:
+        return {}
+    o = objects_objects.c
+    rows = conn.execute(select(objects_objects).where(o.world_id == world, o.object_id.in_(sorted(ids)))).mappings()
+    return {r["object_id"]: dict(r) for r in rows}
+
+
+def _content(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in ("name", "aliases", "summary", "body", "cues", "purpose", "reference")}
+
+
+def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
+    """Validate and commit one submission for ``claim``; returns the receipt (the original one for
+    a replayed token). Raises SubmissionError naming the field when refused."""
+    with octx.store.connect() as conn:
+        again = replayed(conn, raw.get("token") if isinstance(raw, dict) else None)
+    if again is not None:
+        return {**again, "replayed": True}
+    deep = claim.mode is logic.JobMode.DEEP
+    write = logic.check_graph_write(raw, deep=deep)
+    now = octx.now()
+    with octx.store.begin() as conn:
+        again = replayed(conn, write.token)
+        if again is not None:
+            return {**again, "replayed": True}
+        lease_checker(claim.world_id, claim.holder, now)(conn)
+        current = conn.execute(
+            select(objects_worlds.c.graph_revision).where(objects_worlds.c.world_id == claim.world_id)
+        ).scalar_one()
+        if write.graph_revision != current:
+            raise SubmissionError(
+                "graph_revision", f"stale: written against revision {write.graph_revision}, the graph is at {current}"
+            )
+        touched = {o.object_id for o in write.objects} | set(write.attach)
+        touched |= {r.src for r in write.relations} | {r.dst for r in write.relations} | set(write.reviewed)
+        stored = _stored_objects(conn, claim.world_id, touched)
+        _check_against_store(claim, write, stored)
+        changed_objects, new_objects = _object_changes(write, stored)
+        rel_rows = [
+            {"world_id": claim.world_id, "src": r.src, "label": str(r.label), "dst": r.dst} for r in write.relations
+        ]
+        existing_rel = set()
+        if rel_rows:
+            rc = objects_relations.c
+            existing_rel = set(
+                conn.execute(
+                    select(rc.src, rc.label, rc.dst).where(
+                        rc.world_id == claim.world_id, rc.src.in_(sorted({r["src"] for r in rel_rows}))
+                    )
+                ).all()
+            )
+        new_rel = [r for r in rel_rows if (r["src"], r["label"], r["dst"]) not in existing_rel]
+        core_changes = _core_changes(conn, claim.world_id, write)
+        changed = bool(changed_objects or new_objects or new_rel or core_changes or write.archive_relations)
+        had_target = False
+        page = claim.page
+        if page is not None:
+            had_target = (
+                conn.execute(
+                    select(objects_attachments.c.object_id)
+                    .where(
+                        objects_attachments.c.world_id == claim.world_id,
+                        objects_attachments.c.event_id == page.event_id,
+                    )
+                    .limit(1)
+                ).first()
+                is not None
+            )
+            logic.check_outcome(
+                write,
+                page_start=page.start,
+                page_stop=page.stop,
+                event_chars=page.chars,
+                changed=changed,
+                had_target=had_target,
+            )
+        revision = current + 1
+        bumped = conn.execute(
+            update(objects_worlds)
+            .where(objects_worlds.c.world_id == claim.world_id, objects_worlds.c.graph_revision == current)
+            .values(graph_revision=revision, worker_error=None, worker_error_at=None)
+        ).rowcount
+        if not bumped:
+            raise SubmissionError("graph_revision", "stale: another commit advanced the graph meanwhile")
+        _write_objects(conn, claim.world_id, new_objects, changed_objects, stored, revision, write.token, now)
+        for src, label, dst in write.archive_relations:
+            rc = objects_relations.c
+            done = conn.execute(
+                update(objects_relations)
+                .where(
+                    rc.world_id == claim.world_id,
+                    rc.src == src,
+                    rc.label == label,
+                    rc.dst == dst,
+                    rc.legacy.is_(True),
+                    rc.status == "active",
+                )
+                .values(status="archived", revision=revision)
+            ).rowcount
+            if not done:
+                raise SubmissionError("archive_relations", f"no active legacy relation {src} {label!r} {dst}")
+        if new_rel:
+            conn.execute(
+                objects_relations.insert(),
+                [{**r, "legacy": False, "status": "active", "revision": revision, "created_at": now} for r in new_rel],
+            )
+        attach_ids = sorted(set(write.attach) | {o.object_id for o in write.objects}) if page is not None else []
+        if attach_ids and page is not None:
+            upsert(
+                conn,
+                objects_attachments,
+                [
+                    {
+                        "world_id": claim.world_id,
+                        "object_id": a,
+                        "event_id": page.event_id,
+                        "revision": revision,
+                        "created_at": now,
+                    }
+                    for a in attach_ids
+                ],
+                keys=["world_id", "object_id", "event_id"],
+                update=[],
+            )
+        if core_changes:
+            upsert(
+                conn,
+                objects_core,
+                [
+                    {
+                        "world_id": claim.world_id,
+                        "name": c.name,
+                        "content": c.content,
+                        "revision": revision,
+                        "updated_at": now,
+                    }
+                    for c in core_changes
+                ],
+                keys=["world_id", "name"],
+            )
+        if page is not None:
+            _dispose_event(conn, page, write, now)
+        detail: dict[str, Any] = {
+            "objects_created": sorted(o.object_id for o in new_objects),
+            "objects_updated": sorted(o.object_id for o in changed_objects),
+            "relations_added": len(new_rel),
+            "legacy_relations_archived": len(write.archive_relations),
+            "attached": attach_ids,
+            "core": [c.name for c in core_changes],
+            "page_end": write.page_end,
+            "reviewed": list(write.reviewed),
+            "zero_progress_continue": write.outcome is Outcome.CONTINUE
+            and not changed
+            and page is not None
+            and (write.page_end or 0) <= page.start,
+        }
+        conn.execute(
+            objects_receipts.insert().values(
+                token=write.token,
+                world_id=claim.world_id,
+                job_id=claim.job_id,
+                mode=str(claim.mode),
+                revision=revision,
+                event_id=page.event_id if page else None,
+                event_day=page.event_day if page else None,
+                outcome=str(write.outcome) if write.outcome else None,
+                detail=detail,
+                created_at=now,
+            )
+        )
+        if deep and claim.job_id is not None:
+            conn.execute(
+                update(objects_jobs)
+                .where(objects_jobs.c.job_id == claim.job_id)
+                .values(inventory_pos=objects_jobs.c.inventory_pos + len(claim.deep_ids))
+            )
+        if claim.job_id is not None:
+            conn.execute(
+                update(objects_jobs)
+                .where(objects_jobs.c.job_id == claim.job_id)
+                .values(
+                    consecutive_failures=0, batches_done=objects_jobs.c.batches_done + 1, not_before=None, error=None
+                )
+            )
+    return {
+        "token": write.token,
+        "world_id": claim.world_id,
+        "job_id": claim.job_id,
+        "mode": str(claim.mode),
+        "revision": revision,
+        "event_id": page.event_id if page else None,
+        "event_day": page.event_day.isoformat() if page else None,
+        "outcome": str(write.outcome) if write.outcome else None,
+        **detail,
+    }
+
+
+def _check_against_store(claim: Claim, write: GraphWrite, stored: dict[str, dict[str, Any]]) -> None:
+    written = {o.object_id for o in write.objects}
+    for i, o in enumerate(write.objects):
+        if o.object_id in stored and o.object_id not in claim.read_ids:
+            raise SubmissionError(
+                f"objects[{i}].id", f"{o.object_id} exists and was not read in this batch: overwrite refused"
+            )
+        old = stored.get(o.object_id)
+        if (
+            o.type is ObjectType.PROJECT
+            and o.status is ObjectStatus.ACTIVE
+            and (old is None or old["status"] != "active")
+        ):
+            raise SubmissionError(f"objects[{i}].status", "a project becomes active only by the user's approval")
+    known = set(stored) | written | {logic.BUILTIN_DAILY}
+    for i, a in enumerate(write.attach):
+        if a not in known:
+            raise SubmissionError(f"attach[{i}]", f"{a} does not exist")
+    for i, r in enumerate(write.relations):
+        for end in ("src", "dst"):
+            if getattr(r, end) not in known:
+                raise SubmissionError(f"relations[{i}].{end}", f"{getattr(r, end)} does not exist")
+    if claim.mode is logic.JobMode.DEEP:
+        if sorted(set(write.reviewed)) != sorted(set(claim.deep_ids)):
+            raise SubmissionError("reviewed", f"must confirm exactly the batch's objects {sorted(claim.deep_ids)}")
+        for i, o in enumerate(write.objects):
+            if o.object_id in stored and o.object_id not in claim.deep_ids and o.object_id not in claim.read_ids:
+                raise SubmissionError(f"objects[{i}].id", "not in this review batch")
+        return
+    page = claim.page
+    assert page is not None
+    if write.event_id != page.event_id:
+        raise SubmissionError("event_id", f"{write.event_id} is not the claimed event {page.event_id}: a skipped event")
+    for i, e in enumerate(write.evidence):
+        if e != page.event_id:
+            raise SubmissionError(
+                f"evidence[{i}]", f"{e} is outside the claimed event {page.event_id}: out-of-range evidence"
+            )
+
+
+def _object_changes(
+    write: GraphWrite, stored: dict[str, dict[str, Any]]
+) -> tuple[list[logic.ObjectWrite], list[logic.ObjectWrite]]:
+    changed, new = [], []
+    for o in write.objects:
+        old = stored.get(o.object_id)
+        if old is None:
+            new.append(o)
+        elif _content(old) != o.content() or (o.status is not None and o.status != old["status"]):
+            changed.append(o)
+    return changed, new
+
+
+def _core_changes(conn: Connection, world: str, write: GraphWrite) -> list[logic.CoreWrite]:
+    if not write.core:
+        return []
+    c = objects_core.c
+    have = dict(conn.execute(select(c.name, c.content).where(c.world_id == world)).all())
+    return [w for w in write.core if have.get(w.name) != w.content]
+
+
+def _write_objects(
+    conn: Connection,
+    world: str,
+    new: list[logic.ObjectWrite],
+    changed: list[logic.ObjectWrite],
+    stored: dict[str, dict[str, Any]],
+    revision: int,
+    token: str,
+    now: datetime,
+) -> None:
+    versions = []
+    if new:
+        rows = []
+        for o in new:
+            status = ObjectStatus.CANDIDATE if o.type is ObjectType.PROJECT else (o.status or ObjectStatus.ACTIVE)
+            row = {
+                "world_id": world,
+                "object_id": o.object_id,
+                "type": str(o.type),
+                **o.content(),
+                "status": str(status),
+                "version": 1,
+                "revision": revision,
+                "created_at": now,
+                "updated_at": now,
+            }
+            rows.append(row)
+            versions.append(
+                {
+                    "world_id": world,
+                    "object_id": o.object_id,
+                    "version": 1,
+                    "revision": revision,
+                    "action": "create",
+                    "snapshot": {**o.content(), "status": str(status)},
+                    "receipt_token": token,
+                    "at": now,
+                }
+            )
+        conn.execute(objects_objects.insert(), rows)
+    if changed:
+        params = []
+        for o in changed:
+            old = stored[o.object_id]
+            status = str(o.status) if o.status is not None else old["status"]
+            version = old["version"] + 1
+            params.append(
+                {
+                    "w": world,
+                    "oid": o.object_id,
+                    **o.content(),
+                    "status": status,
+                    "version": version,
+                    "revision": revision,
+                    "updated_at": now,
+                }
+            )
+            versions.append(
+                {
+                    "world_id": world,
+                    "object_id": o.object_id,
+                    "version": version,
+                    "revision": revision,
+                    "action": "update",
+                    "snapshot": {**o.content(), "status": status},
+                    "receipt_token": token,
+                    "at": now,
+                }
+            )
+        oc = objects_objects.c
+        conn.execute(
+            update(objects_objects)
+            .where(oc.world_id == bindparam("w"), oc.object_id == bindparam("oid"))
+            .values(
+                name=bindparam("name"),
+                aliases=bindparam("aliases"),
+                summary=bindparam("summary"),
+                body=bindparam("body"),
+                cues=bindparam("cues"),
+                purpose=bindparam("purpose"),
+                reference=bindparam("reference"),
+                status=bindparam("status"),
+                version=bindparam("version"),
+                revision=bindparam("revision"),
+                updated_at=bindparam("updated_at"),
+            ),
+            params,
+        )
+    if versions:
+        conn.execute(objects_versions.insert(), versions)
+
+
+def _dispose_event(conn: Connection, page: EventPage, write: GraphWrite, now: datetime) -> None:
+    state = {
+        Outcome.CONTINUE: EventState.IN_PROGRESS,
+        Outcome.LINKED: EventState.LINKED,
+        Outcome.ARCHIVE_ONLY: EventState.ARCHIVE_ONLY,
+    }[write.outcome or Outcome.CONTINUE]
+    conn.execute(
+        update(objects_event_state)
+        .where(objects_event_state.c.event_id == page.event_id)
+        .values(
+            page_cursor=write.page_end,
+            progress=write.progress,
+            reason=write.reason,
+            state=state,
+            finished_at=now if state in logic.FINAL_STATES else None,
+            updated_at=now,
+        )
+    )
+
+
+def approve_project(octx: ObjectsContext, world: str, object_id: str) -> dict[str, Any]:
+    """The user's explicit approval: a candidate project becomes active (a version row, a new
+    graph revision). Refused for anything but an existing candidate project."""
+    otype, _ = logic.parse_object_id(object_id, "object_id")
+    if otype is not ObjectType.PROJECT:
+        raise SubmissionError("object_id", f"{object_id} is not a project")
+    now = octx.now()
+    with octx.store.begin() as conn:
+        stored = _stored_objects(conn, world, {object_id}).get(object_id)
+        if stored is None:
+            raise SubmissionError("object_id", f"{object_id} does not exist in world {world}")
+        if stored["status"] != ObjectStatus.CANDIDATE:
+            raise SubmissionError("object_id", f"{object_id} is {stored['status']}, not a candidate")
+        revision = conn.execute(
+            update(objects_worlds)
+            .where(objects_worlds.c.world_id == world)
+            .values(graph_revision=objects_worlds.c.graph_revision + 1)
+            .returning(objects_worlds.c.graph_revision)
+        ).scalar_one()
+        version = stored["version"] + 1
+        oc = objects_objects.c
+        conn.execute(
+            update(objects_objects)
+            .where(oc.world_id == world, oc.object_id == object_id)
+            .values(status=ObjectStatus.ACTIVE, version=version, revision=revision, updated_at=now)
+        )
+        conn.execute(
+            objects_versions.insert().values(
+                world_id=world,
+                object_id=object_id,
+                version=version,
+                revision=revision,
+                action="approve",
+                snapshot={**_content(stored), "status": "active"},
+                receipt_token=None,
+                at=now,
+            )
+        )
+    return {"object_id": object_id, "status": "active", "revision": revision}
+
+
+def ensure_daily(conn: Connection, world: str, now: datetime) -> None:
+    """``project:daily`` is built in (active) in every world."""
+    row = {
+        "world_id": world,
+        "object_id": logic.BUILTIN_DAILY,
+        "type": "project",
+        "name": "Daily",
+        "aliases": ["日常"],
+        "summary": "Built-in project for everyday events with no other project.",
+        "body": "Scope: everyday life\nGoal: unknown\nCurrent state: unknown",
+        "cues": ["daily"],
+        "status": "active",
+        "purpose": None,
+        "reference": None,
+        "version": 1,
+        "revision": 0,
+        "created_at": now,
+        "updated_at": now,
+    }
+    upsert(conn, objects_objects, [row], keys=["world_id", "object_id"], update=[])
+
+
+def import_core(octx: ObjectsContext, world: str, name: str, content: str) -> dict[str, Any]:
+    """A human edit of a core document (AGENTS.md, SOUL.md, USER.md) imported into the store: one
+    graph revision; an unchanged document is not rewritten."""
+    if name not in logic.CORE_NAMES:
+        raise SubmissionError("name", f"must be one of {', '.join(logic.CORE_NAMES)}")
+    if not isinstance(content, str) or len(content) > logic.BODY_MAX_CHARS or "\x00" in content:
+        raise SubmissionError("content", f"a text of at most {logic.BODY_MAX_CHARS:,} characters without NUL")
+    now = octx.now()
+    c = objects_core.c
+    with octx.store.begin() as conn:
+        from memory_pipeline.objects import timeline
+
+        timeline.ensure_worlds(conn, [world])
+        have = conn.execute(select(c.content).where(c.world_id == world, c.name == name)).scalar_one_or_none()
+        if have == content:
+            return {"name": name, "changed": False}
+        revision = conn.execute(
+            update(objects_worlds)
+            .where(objects_worlds.c.world_id == world)
+            .values(graph_revision=objects_worlds.c.graph_revision + 1)
+            .returning(objects_worlds.c.graph_revision)
+        ).scalar_one()
+        upsert(
+            conn,
+            objects_core,
+            [{"world_id": world, "name": name, "content": content, "revision": revision, "updated_at": now}],
+            keys=["world_id", "name"],
+        )
+    return {"name": name, "changed": True, "revision": revision}

@@ -1,0 +1,113 @@
+"""The offline model's answers for seed 001's structured calls: simple documented rules, NOT a
+language model. They exist so the object-memory graph runs with no provider; a real model is
+one setting away (MEMORY_LLM_MODEL) and answers the same tool protocol.
+
+Rules (deterministic; same batch, same answer):
+- compact (C1): the summary is the offline headline of the batch's text, at most half its
+  length (falling back to its first half when it has no content words); it covers every node.
+- organize (O1) a page that is not the event's last: ``continue`` with progress "read a-b of n".
+- organize (O2) last page, the text names a read object (its name or an alias, as a whole word,
+  case-insensitive): ``linked``, attaching the event to those objects; nothing rewritten.
+- organize (O3) last page, no known object named, the page has a content word (the headline's
+  first word): a new ``knowledge:<word>`` object whose body marks every fact unknown (never
+  guessed), member_of ``project:daily``, and ``linked``.
+- organize (O4) otherwise: ``archive_only`` with the reason "no object target (offline rule O4)".
+- deep (D1): every batch object confirmed reviewed, nothing rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memory_pipeline.lib.llm import offline
+
+SUBMIT_COMPACT = "submit_compact"
+SUBMIT_GRAPH = "submit_graph"
+_WORD_KEY = re.compile(r"[^\w.-]+", re.UNICODE)
+
+
+def _call(name: str, arguments: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    return json.dumps(arguments, ensure_ascii=False), [{"id": "offline-0", "name": name, "arguments": arguments}]
+
+
+def compact(nodes: Sequence[tuple[str, str]]) -> tuple[str, list[dict[str, Any]]]:
+    """nodes: (node id, text). Rule C1."""
+    text = "\n".join(t for _, t in nodes)
+    limit = max(1, len(text) // 2)
+    summary = offline.headline(text, min(limit, 400)) or " ".join(text.split())[:limit]
+    return _call(SUBMIT_COMPACT, {"summary": summary, "covers": [n for n, _ in nodes]})
+
+
+def _mentions(text: str, words: Sequence[str]) -> bool:
+    low = text.lower()
+    for w in words:
+        w = w.strip().lower()
+        if w and re.search(rf"(?<!\w){re.escape(w)}(?!\w)", low):
+            return True
+    return False
+
+
+def organize(
+    *,
+    token: str,
+    graph_revision: int,
+    event_id: str,
+    page_text: str,
+    page_end: int,
+    event_chars: int,
+    read_objects: Sequence[Mapping[str, Any]],
+) -> tuple[str, list[dict[str, Any]]]:
+    """Rules O1-O4 for one claimed page."""
+    base: dict[str, Any] = {
+        "token": token,
+        "graph_revision": graph_revision,
+        "event_id": event_id,
+        "page_end": page_end,
+    }
+    if page_end < event_chars:  # O1
+        return _call(
+            SUBMIT_GRAPH, {**base, "outcome": "continue", "progress": f"read {page_end} of {event_chars} characters"}
+        )
+    named = sorted(
+        o["id"] for o in read_objects if _mentions(page_text, [o.get("name", ""), *(o.get("aliases") or [])])
+    )
+    if named:  # O2
+        return _call(
+            SUBMIT_GRAPH,
+            {**base, "outcome": "linked", "attach": named, "evidence": [event_id], "progress": "attached"},
+        )
+    word = offline.headline(page_text, 40).split(" · ")[0]
+    key = _WORD_KEY.sub("-", word.lower()).strip("-")[:96]
+    if key:  # O3
+        oid = f"knowledge:{key}"
+        obj = {
+            "id": oid,
+            "name": word,
+            "summary": f"Topic '{word}' from the conversation; conclusions unknown.",
+            "body": "Conclusion: unknown\nApplicability: unknown\nLessons: unknown",
+            "cues": [word],
+        }
+        return _call(
+            SUBMIT_GRAPH,
+            {
+                **base,
+                "outcome": "linked",
+                "objects": [obj],
+                "relations": [{"src": oid, "label": "member_of", "dst": "project:daily"}],
+                "attach": [oid],
+                "evidence": [event_id],
+                "progress": f"new topic {word}",
+            },
+        )
+    return _call(  # O4
+        SUBMIT_GRAPH,
+        {**base, "outcome": "archive_only", "reason": "no object target (offline rule O4)", "progress": "read"},
+    )
+
+
+def deep(*, token: str, graph_revision: int, object_ids: Sequence[str]) -> tuple[str, list[dict[str, Any]]]:
+    """Rule D1."""
+    return _call(SUBMIT_GRAPH, {"token": token, "graph_revision": graph_revision, "reviewed": list(object_ids)})

@@ -1,0 +1,142 @@
+"""Seed 001 prompts and tool schemas (pure). The compact model gets only its batch's nodes and one
+submit tool; organize and deep get the page / objects and the graph-write protocol."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memory_pipeline.objects import logic
+
+COMPACT_VERSION = "objects-compact-v1"
+ORGANIZE_VERSION = "objects-organize-v1"
+DEEP_VERSION = "objects-deep-v1"
+
+COMPACT_SYSTEM = (
+    "You compact an agent's hot timeline. Replace the given nodes with one summary head that is "
+    "shorter than them and covers every node id. Call submit_compact exactly once. You have no "
+    "other tool: object writes are not part of compaction."
+)
+
+ORGANIZE_SYSTEM = (
+    "You archive one page of one event into long-term objects (person, task, todo, schedule, "
+    "knowledge, project, credential). Each object is one concise current dossier: no quotes or "
+    "tool logs in the body; unknown facts are written as unknown, never guessed. Relations use "
+    "only the labels " + ", ".join(logic.RelationLabel) + ". New projects are candidates. A "
+    "credential keeps purpose and reference, never a secret value. You may call memory_find and "
+    "memory_read first; finish with submit_graph and an outcome: continue (more pages or object "
+    "work; save progress), linked (whole event read, at least one object or core target), "
+    f"archive_only (whole event read, no object target, say why). Limits: summary {logic.SUMMARY_MAX_CHARS}, "
+    f"body {logic.BODY_MAX_CHARS:,}, progress {logic.PROGRESS_MAX_CHARS:,}, reason {logic.REASON_MAX_CHARS:,} characters; "
+    f"per write {logic.MAX_OBJECTS_PER_WRITE} objects, {logic.MAX_RELATIONS_PER_WRITE} relations, {logic.MAX_CORE_PER_WRITE} core."
+)
+
+DEEP_SYSTEM = (
+    "You review long-term objects: cross-project relations, stale conclusions, duplicates, reusable "
+    "knowledge. Do not rewrite unchanged objects. Confirm every reviewed id in submit_graph.reviewed."
+)
+
+_STR = {"type": "string"}
+_STRS = {"type": "array", "items": _STR}
+
+
+def _tool(name: str, description: str, properties: dict[str, Any], required: Sequence[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": list(required)},
+        },
+    }
+
+
+SUBMIT_COMPACT_TOOL = _tool(
+    "submit_compact",
+    "Submit the summary head of this batch.",
+    {"summary": _STR, "covers": _STRS},
+    ["summary", "covers"],
+)
+FIND_TOOL = _tool("memory_find", "Find objects by name, alias, term, cue or project.", {"query": _STR}, ["query"])
+READ_TOOL = _tool("memory_read", "Read one object's whole dossier.", {"id": _STR}, ["id"])
+SUBMIT_GRAPH_TOOL = _tool(
+    "submit_graph",
+    "Commit this batch's graph write (one transaction).",
+    {
+        "token": _STR,
+        "graph_revision": {"type": "integer"},
+        "event_id": _STR,
+        "outcome": {"type": "string", "enum": list(logic.Outcome)},
+        "page_end": {"type": "integer"},
+        "progress": _STR,
+        "reason": _STR,
+        "objects": {"type": "array", "items": {"type": "object"}},
+        "relations": {"type": "array", "items": {"type": "object"}},
+        "attach": _STRS,
+        "core": {"type": "array", "items": {"type": "object"}},
+        "reviewed": _STRS,
+        "evidence": _STRS,
+    },
+    ["token", "graph_revision"],
+)
+
+
+def compact_user(nodes: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(
+        {"nodes": [{"id": n["node_id"], "level": n["level"], "text": n["text"]} for n in nodes]}, ensure_ascii=False
+    )
+
+
+def organize_user(
+    *,
+    token: str,
+    revision: int,
+    event_id: str,
+    occurred_at: str,
+    chars: int,
+    start: int,
+    stop: int,
+    text: str,
+    progress: str,
+    objects: Sequence[Mapping[str, Any]],
+    notes: Sequence[str] = (),
+) -> str:
+    return json.dumps(
+        {
+            "token": token,
+            "graph_revision": revision,
+            "event": {"id": event_id, "occurred_at": occurred_at, "chars": chars, "page": [start, stop], "text": text},
+            "progress": progress,
+            "objects": list(objects),
+            "notes": list(notes),
+        },
+        ensure_ascii=False,
+        default=str,
+    )
+
+
+def deep_user(*, token: str, revision: int, objects: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
+    return json.dumps(
+        {"token": token, "graph_revision": revision, "objects": list(objects), "notes": list(notes)},
+        ensure_ascii=False,
+        default=str,
+    )
+
+
+def parse_tool_call(result_text: str, tool_calls: Sequence[Mapping[str, Any]]) -> tuple[str, Any] | None:
+    """The first tool call (name, arguments), or a JSON object in the text (a model without tool
+    calls): {"tool": name, "arguments": {...}} or the bare arguments of the submit tool."""
+    if tool_calls:
+        call = tool_calls[0]
+        return str(call.get("name", "")), call.get("arguments")
+    text = (result_text or "").strip()
+    if text.startswith("```"):
+        text = text.strip("`").split("\n", 1)[-1]
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("tool"), str):
+        return doc["tool"], doc.get("arguments")
+    return ("", doc) if isinstance(doc, dict) else None

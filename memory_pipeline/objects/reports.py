@@ -1,0 +1,128 @@
+"""Seed 001 §5 memory_status: counts per state, the earliest 20 unfinished records, the current
+worker error, the failure history, jobs, projection lag, and per-day completeness (a day with a
+blocked or unfinished event is ``partial``, never complete). Read-only, grouped queries."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from sqlalchemy import func, select
+
+from memory_pipeline.lib.store import Store
+from memory_pipeline.objects import logic
+from memory_pipeline.objects.tables import (
+    objects_event_state,
+    objects_failures,
+    objects_jobs,
+    objects_objects,
+    objects_projection,
+    objects_worlds,
+)
+
+UNFINISHED = [
+    logic.EventState.HOT,
+    logic.EventState.PENDING,
+    logic.EventState.IN_PROGRESS,
+    logic.EventState.BLOCKED,
+]
+
+
+def state_counts(store: Store, world: str | None = None) -> dict[str, int]:
+    s = objects_event_state.c
+    q = select(s.state, func.count()).group_by(s.state)
+    if world:
+        q = q.where(s.world_id == world)
+    with store.connect() as conn:
+        return {st: int(n) for st, n in conn.execute(q).all()}
+
+
+def day_counts(store: Store, first: date, last: date, world: str | None = None) -> dict[date, dict[str, int]]:
+    s = objects_event_state.c
+    q = (
+        select(s.event_day, s.state, func.count())
+        .where(s.event_day >= first, s.event_day <= last)
+        .group_by(s.event_day, s.state)
+    )
+    if world:
+        q = q.where(s.world_id == world)
+    out: dict[date, dict[str, int]] = {}
+    with store.connect() as conn:
+        for d, st, n in conn.execute(q).all():
+            out.setdefault(d, {})[st] = int(n)
+    return out
+
+
+def range_status(store: Store, first: date, last: date, today: date, world: str | None = None) -> dict[str, Any]:
+    """complete only when every event of every day in the range is linked/archive_only."""
+    days = day_counts(store, first, last, world)
+    per_day = {d.isoformat(): str(logic.day_status(c, open_day=d >= today)) for d, c in sorted(days.items())}
+    statuses = set(per_day.values())
+    overall = (
+        logic.DayStatus.COMPLETE if statuses <= {logic.DayStatus.COMPLETE} and per_day else logic.DayStatus.PARTIAL
+    )
+    if not per_day:
+        overall = logic.DayStatus.EMPTY
+    return {"status": str(overall), "days": per_day}
+
+
+def status(store: Store, world: str | None = None) -> dict[str, Any]:
+    s, j, f, w = objects_event_state.c, objects_jobs.c, objects_failures.c, objects_worlds.c
+    with store.connect() as conn:
+        q = (
+            select(s.event_id, s.world_id, s.state, s.occurred_at, s.page_cursor, s.chars, s.progress)
+            .where(s.state.in_([str(x) for x in UNFINISHED]))
+            .order_by(s.occurred_at, s.event_id)
+            .limit(logic.STATUS_EARLIEST)
+        )
+        jq = select(j.mode, j.status, func.count()).group_by(j.mode, j.status)
+        fq = (
+            select(f.world_id, f.job_id, f.mode, f.batch, f.error, f.at)
+            .order_by(f.at.desc(), f.failure_id.desc())
+            .limit(20)
+        )
+        wq = select(
+            w.world_id, w.graph_revision, w.worker_error, w.worker_error_at, w.auto_suppressed_until, w.busy, w.stopped
+        )
+        if world:
+            q, jq, fq, wq = (
+                x.where(c == world) for x, c in ((q, s.world_id), (jq, j.world_id), (fq, f.world_id), (wq, w.world_id))
+            )
+        earliest = [dict(r._mapping) for r in conn.execute(q).all()]
+        jobs = [{"mode": m, "status": st, "count": int(n)} for m, st, n in conn.execute(jq).all()]
+        failures = [dict(r._mapping) for r in conn.execute(fq).all()]
+        worlds = [dict(r._mapping) for r in conn.execute(wq).all()]
+        lag = _projection_lag(conn, world)
+    counts = state_counts(store, world)
+    return {
+        "states": counts,
+        "earliest_unfinished": earliest,
+        "jobs": jobs,
+        "failures": failures,
+        "worlds": worlds,
+        "projection": lag,
+        "complete": not any(counts.get(x, 0) for x in UNFINISHED),
+    }
+
+
+def _projection_lag(conn: Any, world: str | None) -> dict[str, Any]:
+    o, p = objects_objects.c, objects_projection.c
+    q = (
+        select(func.count())
+        .select_from(
+            objects_objects.outerjoin(objects_projection, (p.world_id == o.world_id) & (p.object_id == o.object_id))
+        )
+        .where((p.object_id.is_(None)) | (p.revision < o.revision) | (p.error.is_not(None)))
+    )
+    eq = select(p.world_id, p.object_id, p.error).where(p.error.is_not(None)).limit(20)
+    if world:
+        q, eq = q.where(o.world_id == world), eq.where(p.world_id == world)
+    return {"behind": int(conn.execute(q).scalar() or 0), "errors": [dict(r._mapping) for r in conn.execute(eq).all()]}
+
+
+def day_changes(store: Store) -> dict[date, Any]:
+    """The newest change of each CST day's events (intake, queueing, outcome): a day partition
+    materialized before it is stale (late data reaches the day's outcomes without a rebuild)."""
+    s = objects_event_state.c
+    with store.connect() as conn:
+        return dict(conn.execute(select(s.event_day, func.max(s.updated_at)).group_by(s.event_day)).all())

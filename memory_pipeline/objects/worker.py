@@ -1,0 +1,737 @@
+"""Seed 001 §3, §5: jobs, the one lease per world, batch after batch (compact / organize / deep),
+rotation, failures, blocking and the automatic-creation rules. Core I/O, no Dagster.
+
+A job is created by ``enqueue`` (memory_organize: explicit) or by the automatic rules (threshold,
+hourly, nightly). ``run_worker`` advances every runnable job batch by batch within its run (it
+never waits for the next tick). Each batch holds the world's lease (the platform lease table,
+asset ``objects_worker``, partition = world): one valid lease at a time, worker timeout + 60 s."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from memory_pipeline.lib import ids
+from memory_pipeline.lib.llm import LLMRequest
+from memory_pipeline.lib.llm.client import LLMHardFailure
+from memory_pipeline.lib.store import leases
+from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.objects import graph, logic, offline_rules, prompts, timeline
+from memory_pipeline.objects.context import ObjectsContext
+from memory_pipeline.objects.graph import LEASE_ASSET, Claim, EventPage
+from memory_pipeline.objects.logic import EventState, JobMode, JobOrigin, JobStatus, SubmissionError
+from memory_pipeline.objects.tables import (
+    objects_attachments,
+    objects_event_state,
+    objects_failures,
+    objects_jobs,
+    objects_objects,
+    objects_worlds,
+)
+
+ACTIVE_JOB = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+class RequestError(ValueError):
+    """memory_organize refused its arguments (the message names the field); nothing written."""
+
+
+# --- enqueue (memory_organize) ---------------------------------------------------------------------
+def _job_receipt(row: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "job_id": row["job_id"],
+        "world_id": row["world_id"],
+        "mode": row["mode"],
+        "origin": row["origin"],
+        "scope": row["scope"],
+        "retry_blocked": row["retry_blocked"],
+        "status": row["status"],
+        "created_at": row["created_at"].isoformat(),
+        **extra,
+    }
+
+
+def check_request(
+    world: Any, mode: Any, scope: Any, retry_blocked: Any, token: Any
+) -> tuple[str, JobMode, str, bool, str | None]:
+    problem = ids.validate_id(world)
+    if problem:
+        raise RequestError(f"world: {problem}")
+    try:
+        jmode = JobMode(mode)
+    except ValueError:
+        raise RequestError(f"mode: {mode!r} is not a mode ({', '.join(JobMode)})") from None
+    if not isinstance(scope, str) or len(scope) > logic.PROGRESS_MAX_CHARS or "\x00" in scope:
+        raise RequestError(f"scope: must be a string of at most {logic.PROGRESS_MAX_CHARS:,} characters")
+    if not isinstance(retry_blocked, bool):
+        raise RequestError(f"retry_blocked: expected true or false, got {type(retry_blocked).__name__}")
+    if token is not None and (not isinstance(token, str) or not 8 <= len(token) <= 128 or not ids.is_id(token)):
+        raise RequestError(f"token: must be 8-128 characters of {ids.ID_ALPHABET}")
+    return str(world), jmode, scope, retry_blocked, token
+
+
+def enqueue(
+    octx: ObjectsContext,
+    world: Any,
+    mode: Any,
+    scope: Any = "",
+    retry_blocked: Any = False,
+    token: Any = None,
+    *,
+    origin: JobOrigin = JobOrigin.EXPLICIT,
+    local_day: date | None = None,
+) -> dict[str, Any]:
+    """memory_organize(mode, scope, retry_blocked): an enqueue receipt at once. ``scope`` is a goal
+    and search hint for the model, never a filter. A replayed token returns the original receipt
+    and does nothing (in particular it never releases blocked events again)."""
+    world, jmode, scope, retry_blocked, token = check_request(world, mode, scope, retry_blocked, token)
+    now = octx.now()
+    j = objects_jobs.c
+    with octx.store.begin() as conn:
+        if token is not None:
+            old = conn.execute(select(objects_jobs).where(j.request_token == token)).mappings().first()
+            if old is not None:
+                return _job_receipt(old, replayed=True, released_blocked=0)
+        timeline.ensure_worlds(conn, [world])
+        graph.ensure_daily(conn, world, now)
+        released = 0
+        if retry_blocked:
+            released = conn.execute(
+                update(objects_event_state)
+                .where(objects_event_state.c.world_id == world, objects_event_state.c.state == EventState.BLOCKED)
+                .values(state=EventState.PENDING, explicit=True, queued_at=now, updated_at=now)
+            ).rowcount
+        job_id = conn.execute(
+            objects_jobs.insert()
+            .values(
+                world_id=world,
+                mode=str(jmode),
+                origin=str(origin),
+                scope=scope,
+                retry_blocked=retry_blocked,
+                request_token=token,
+                status=JobStatus.QUEUED,
+                created_at=now,
+                local_date=local_day,
+                claims=0,
+                batches_done=0,
+                consecutive_failures=0,
+                inventory_pos=0,
+            )
+            .returning(j.job_id)
+        ).scalar_one()
+        row = conn.execute(select(objects_jobs).where(j.job_id == job_id)).mappings().one()
+    return _job_receipt(row, replayed=False, released_blocked=released)
+
+
+def organize_now(octx: ObjectsContext, world: str, scope: str = "", token: str | None = None) -> list[dict[str, Any]]:
+    """ "Organize now": compact the hot timeline first, then organize (two explicit jobs; explicit
+    jobs never claimed go first, in creation order)."""
+    first = enqueue(octx, world, JobMode.COMPACT, scope, token=f"{token}.compact" if token else None)
+    return [first, enqueue(octx, world, JobMode.ORGANIZE, scope, token=token)]
+
+
+def set_flags(octx: ObjectsContext, world: str, *, busy: bool | None = None, stopped: bool | None = None) -> None:
+    """The agent runtime marks its world busy or stopped: no batch is claimed meanwhile."""
+    values = {k: v for k, v in {"busy": busy, "stopped": stopped}.items() if v is not None}
+    with octx.store.begin() as conn:
+        timeline.ensure_worlds(conn, [world])
+        if values:
+            conn.execute(update(objects_worlds).where(objects_worlds.c.world_id == world).values(**values))
+
+
+# --- automatic creation ---------------------------------------------------------------------------
+def _suppressed(octx: ObjectsContext) -> set[str]:
+    w = objects_worlds.c
+    with octx.store.connect() as conn:
+        return set(conn.execute(select(w.world_id).where(w.auto_suppressed_until > octx.now())).scalars())
+
+
+def _in_flight(octx: ObjectsContext, mode: JobMode, origins: Sequence[JobOrigin] | None = None) -> set[str]:
+    j = objects_jobs.c
+    q = select(j.world_id).where(j.mode == mode, j.status.in_(list(ACTIVE_JOB))).distinct()
+    if origins:
+        q = q.where(j.origin.in_([str(o) for o in origins]))
+    with octx.store.connect() as conn:
+        return set(conn.execute(q).scalars())
+
+
+def threshold_worlds(octx: ObjectsContext, include_unseen: bool = False) -> list[str]:
+    """Worlds whose hot timeline passed the threshold, not in cooldown, no compact job in flight.
+    ``include_unseen``: count raw events not yet brought into the timeline (the sensor's view)."""
+    est = timeline.hot_estimates(octx)
+    if include_unseen:
+        for w, t in timeline.unseen_estimates(octx).items():
+            est[w] = est.get(w, 0) + t
+    over = [w for w, t in est.items() if t > octx.cfg.compact_threshold_tokens]
+    skip = _suppressed(octx) | _in_flight(octx, JobMode.COMPACT)
+    return sorted(w for w in over if w not in skip)
+
+
+def enqueue_threshold(octx: ObjectsContext) -> list[dict[str, Any]]:
+    return [enqueue(octx, w, JobMode.COMPACT, origin=JobOrigin.THRESHOLD) for w in threshold_worlds(octx)]
+
+
+def pending_counts(octx: ObjectsContext) -> dict[str, int]:
+    s = objects_event_state.c
+    with octx.store.connect() as conn:
+        rows = conn.execute(
+            select(s.world_id, func.count()).where(s.state.in_(list(logic.QUEUED_STATES))).group_by(s.world_id)
+        ).all()
+    return {w: int(n) for w, n in rows}
+
+
+def hourly_worlds(octx: ObjectsContext) -> list[str]:
+    """Worlds with pending events and no hourly organize job in flight (an empty queue: none)."""
+    skip = _suppressed(octx) | _in_flight(octx, JobMode.ORGANIZE, [JobOrigin.HOURLY])
+    return sorted(w for w, n in pending_counts(octx).items() if n and w not in skip)
+
+
+def enqueue_hourly(octx: ObjectsContext) -> list[dict[str, Any]]:
+    return [enqueue(octx, w, JobMode.ORGANIZE, origin=JobOrigin.HOURLY) for w in hourly_worlds(octx)]
+
+
+def deep_worlds(octx: ObjectsContext) -> list[tuple[str, date]]:
+    """Worlds whose nightly deep review is due now (logic.deep_due), not in flight."""
+    now = octx.now()
+    local_now = now.astimezone(octx.tz)
+    w, c, m = objects_worlds.c, conversations.c, messages.c
+    with octx.store.connect() as conn:
+        flags = conn.execute(select(w.world_id, w.last_deep_date)).all()
+        last = dict(
+            conn.execute(
+                select(c.world_id, func.max(m.at))
+                .join(messages, m.conversation_id == c.conversation_id)
+                .group_by(c.world_id)
+            ).all()
+        )
+    skip = _in_flight(octx, JobMode.DEEP)
+    due = []
+    for world, last_date in flags:
+        at = last.get(world)
+        if world not in skip and logic.deep_due(local_now, last_date, at.astimezone(octx.tz) if at else None):
+            due.append((world, local_now.date()))
+    return due
+
+
+def enqueue_deep(octx: ObjectsContext) -> list[dict[str, Any]]:
+    out = []
+    for world, day in deep_worlds(octx):
+        with octx.store.begin() as conn:
+            conn.execute(update(objects_worlds).where(objects_worlds.c.world_id == world).values(last_deep_date=day))
+        out.append(enqueue(octx, world, JobMode.DEEP, origin=JobOrigin.NIGHTLY, local_day=day))
+    return out
+
+
+# --- the worker -------------------------------------------------------------------------------------
+@dataclass
+class WorkerReport:
+    batches: int = 0
+    committed: int = 0
+    failures: int = 0
+    model_calls: int = 0
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    blocked_events: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    zero_progress_continue: int = 0
+    lease_busy: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def release_stale(octx: ObjectsContext) -> int:
+    """Jobs found ``running`` whose world lease is gone or expired are released for a new claim."""
+    from memory_pipeline.lib.store.tables import partition_leases
+
+    j, t = objects_jobs.c, partition_leases.c
+    with octx.store.begin() as conn:
+        live = set(conn.execute(select(t.partition).where(t.asset == LEASE_ASSET, t.expires_at > octx.now())).scalars())
+        q = update(objects_jobs).where(j.status == JobStatus.RUNNING)
+        if live:
+            q = q.where(j.world_id.not_in(sorted(live)))
+        return conn.execute(q.values(status=JobStatus.QUEUED)).rowcount
+
+
+def _runnable(
+    octx: ObjectsContext, world: str, modes: Sequence[JobMode] | None = None
+) -> tuple[list[logic.JobView], datetime | None]:
+    j = objects_jobs.c
+    q = select(j.job_id, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
+        j.world_id == world, j.status.in_(list(ACTIVE_JOB))
+    )
+    if modes:
+        q = q.where(j.mode.in_([str(m) for m in modes]))
+    with octx.store.connect() as conn:
+        rows = conn.execute(q).all()
+    views = [logic.JobView(r.job_id, JobOrigin(r.origin), r.created_at, r.last_claimed_at, r.not_before) for r in rows]
+    later = min((v.not_before for v in views if v.not_before and v.not_before > octx.now()), default=None)
+    return logic.rotation_order(views, octx.now()), later
+
+
+def _worlds_with_jobs(
+    octx: ObjectsContext, worlds: Sequence[str] | None, modes: Sequence[JobMode] | None = None
+) -> list[str]:
+    j = objects_jobs.c
+    q = select(j.world_id).where(j.status.in_(list(ACTIVE_JOB))).distinct()
+    if modes:
+        q = q.where(j.mode.in_([str(m) for m in modes]))
+    if worlds:
+        q = q.where(j.world_id.in_(list(worlds)))
+    with octx.store.connect() as conn:
+        return sorted(conn.execute(q).scalars())
+
+
+def _flags(octx: ObjectsContext, world: str) -> tuple[bool, bool]:
+    w = objects_worlds.c
+    with octx.store.connect() as conn:
+        row = conn.execute(select(w.busy, w.stopped).where(w.world_id == world)).first()
+    return (bool(row.busy), bool(row.stopped)) if row else (False, False)
+
+
+def run_worker(
+    octx: ObjectsContext,
+    worlds: Sequence[str] | None = None,
+    max_batches: int | None = None,
+    max_wait: float = 120.0,
+    modes: Sequence[JobMode] | None = None,
+) -> WorkerReport:
+    """Advance every runnable job, batch after batch, rotating by least-recent claim, until no job
+    is runnable (or ``max_batches``). A job backing off is waited for (at most ``max_wait`` s)."""
+    report = WorkerReport()
+    release_stale(octx)
+    limit = max_batches if max_batches is not None else octx.cfg.max_batches_per_run
+    for world in _worlds_with_jobs(octx, worlds, modes):
+        while report.batches < limit:
+            busy, stopped = _flags(octx, world)
+            if busy or stopped:
+                break
+            order, later = _runnable(octx, world, modes)
+            if not order:
+                if later is None:
+                    break
+                wait = (later - octx.now()).total_seconds()
+                if wait > max_wait:
+                    break
+                (octx.sleep or time.sleep)(max(0.0, wait))
+                continue
+            result = run_batch(octx, order[0].job_id, report)
+            if result == "lease_busy":
+                report.lease_busy.append(world)
+                break
+    return report
+
+
+def _take_job(octx: ObjectsContext, job_id: int) -> dict[str, Any]:
+    j = objects_jobs.c
+    with octx.store.begin() as conn:
+        conn.execute(
+            update(objects_jobs)
+            .where(j.job_id == job_id)
+            .values(status=JobStatus.RUNNING, last_claimed_at=octx.now(), claims=j.claims + 1)
+        )
+        return dict(conn.execute(select(objects_jobs).where(j.job_id == job_id)).mappings().one())
+
+
+def _finish_job(octx: ObjectsContext, job_id: int, status: JobStatus, error: str | None = None) -> None:
+    with octx.store.begin() as conn:
+        conn.execute(
+            update(objects_jobs)
+            .where(objects_jobs.c.job_id == job_id)
+            .values(status=status, finished_at=octx.now(), error=error)
+        )
+
+
+def _revision(octx: ObjectsContext, world: str) -> int:
+    with octx.store.connect() as conn:
+        return int(
+            conn.execute(select(objects_worlds.c.graph_revision).where(objects_worlds.c.world_id == world)).scalar_one()
+        )
+
+
+class BatchFailed(RuntimeError):
+    pass
+
+
+def run_batch(octx: ObjectsContext, job_id: int, report: WorkerReport) -> str:
+    """Claim one batch of ``job_id`` under the world's lease and run it: 'committed', 'done',
+    'failed' or 'lease_busy'."""
+    with octx.store.connect() as conn:
+        world = conn.execute(select(objects_jobs.c.world_id).where(objects_jobs.c.job_id == job_id)).scalar_one()
+    holder = f"job{job_id}-{uuid.uuid4().hex[:12]}"
+    ttl = timedelta(seconds=octx.cfg.lease_seconds)
+    if leases.try_acquire(octx.store, LEASE_ASSET, world, holder, ttl, now=octx.now()) is not None:
+        return "lease_busy"
+    try:
+        job = _take_job(octx, job_id)
+        mode = JobMode(job["mode"])
+        report.batches += 1
+        try:
+            if mode is JobMode.COMPACT:
+                done = _compact_batch(octx, job, holder, report)
+            elif mode is JobMode.ORGANIZE:
+                done = _organize_batch(octx, job, holder, report)
+            else:
+                done = _deep_batch(octx, job, holder, report)
+        except (BatchFailed, SubmissionError, LLMHardFailure) as exc:
+            _failed(octx, job, str(exc), report)
+            return "failed"
+        if done:
+            report.jobs_done += 1
+            _finish_job(octx, job_id, JobStatus.DONE)
+            return "done"
+        report.committed += 1
+        return "committed"
+    finally:
+        leases.release(octx.store, LEASE_ASSET, world, holder)
+
+
+def _failed(octx: ObjectsContext, job: dict[str, Any], error: str, report: WorkerReport) -> None:
+    """A failed claim: counted, with backoff; the 5th consecutive failure of the same batch ends
+    the job, blocking only that batch's events (originals and checkpoints kept). A threshold job
+    that ends so suppresses automatic creation for an hour."""
+    report.failures += 1
+    report.errors.append(error)
+    now = octx.now()
+    n = job["consecutive_failures"] + 1
+    j, w = objects_jobs.c, objects_worlds.c
+    batch = job.get("_batch", "")
+    with octx.store.begin() as conn:
+        conn.execute(
+            objects_failures.insert().values(
+                world_id=job["world_id"],
+                job_id=job["job_id"],
+                mode=job["mode"],
+                batch=batch,
+                error=error[:4000],
+                at=now,
+            )
+        )
+        conn.execute(
+            update(objects_worlds)
+            .where(w.world_id == job["world_id"])
+            .values(worker_error=error[:4000], worker_error_at=now)
+        )
+        if n < logic.MAX_CONSECUTIVE_FAILURES:
+            wait = logic.backoff_seconds(octx.cfg.retry_backoff_seconds, n)
+            conn.execute(
+                update(objects_jobs)
+                .where(j.job_id == job["job_id"])
+                .values(
+                    consecutive_failures=n,
+                    status=JobStatus.QUEUED,
+                    error=error[:4000],
+                    not_before=now + timedelta(seconds=wait),
+                )
+            )
+            return
+        blocked = 0
+        if job["mode"] == JobMode.ORGANIZE and job.get("_event"):
+            blocked = conn.execute(
+                update(objects_event_state)
+                .where(
+                    objects_event_state.c.event_id == job["_event"],
+                    objects_event_state.c.state.in_(list(logic.QUEUED_STATES)),
+                )
+                .values(state=EventState.BLOCKED, updated_at=now)
+            ).rowcount
+        report.blocked_events += blocked
+        report.jobs_failed += 1
+        conn.execute(
+            update(objects_jobs)
+            .where(j.job_id == job["job_id"])
+            .values(consecutive_failures=n, status=JobStatus.FAILED, error=error[:4000], finished_at=now)
+        )
+        if job["origin"] == JobOrigin.THRESHOLD:
+            conn.execute(
+                update(objects_worlds)
+                .where(w.world_id == job["world_id"])
+                .values(auto_suppressed_until=now + logic.AUTO_SUPPRESS)
+            )
+
+
+def _complete(octx: ObjectsContext, req: LLMRequest, report: WorkerReport) -> tuple[str, Any]:
+    report.model_calls += 1
+    result = octx.llm.complete(req)
+    call = prompts.parse_tool_call(result.text, result.tool_calls)
+    if call is None:
+        raise BatchFailed(f"{req.task}: the model answered without a tool call or JSON object")
+    return call
+
+
+# --- compact ----------------------------------------------------------------------------------------
+def _compact_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, report: WorkerReport) -> bool:
+    world = job["world_id"]
+    end = job["range_end_seq"]
+    if end is None:
+        end = timeline.range_end(octx, world)
+        with octx.store.begin() as conn:
+            conn.execute(update(objects_jobs).where(objects_jobs.c.job_id == job["job_id"]).values(range_end_seq=end))
+    threshold = job["origin"] == JobOrigin.THRESHOLD
+    if threshold and logic.threshold_done(
+        timeline.hot_estimates(octx, [world]).get(world, 0), octx.cfg.compact_threshold_tokens
+    ):
+        return True
+    if not threshold and timeline.raw_left(octx, world, end) == 0:
+        return True
+    size = logic.COMPACT_BATCH_MAX
+    for _ in range(job["consecutive_failures"]):
+        size = logic.shrink(size)
+    batch = timeline.next_batch(octx, world, end, max(size, 2))
+    if not batch.nodes or (threshold and len(batch.nodes) < 2):
+        return True  # a threshold job stops when nothing is left to merge
+    batch.nodes = batch.nodes[:size]
+    job["_batch"] = ",".join(batch.ids)
+    nodes = [(x["node_id"], x["text"]) for x in batch.nodes]
+    req = LLMRequest(
+        task="objects_compact",
+        system=prompts.COMPACT_SYSTEM,
+        user=prompts.compact_user(batch.nodes),
+        prompt_version=prompts.COMPACT_VERSION,
+        world_id=world,
+        tools=[prompts.SUBMIT_COMPACT_TOOL],
+        offline_answer=lambda _r: offline_rules.compact(nodes),
+    )
+    name, args = _complete(octx, req, report)
+    if name and name != offline_rules.SUBMIT_COMPACT:
+        raise SubmissionError(name, "compact has one tool, submit_compact; any other (an object write) is refused")
+    summary = logic.check_compact_submission(args, batch.ids, batch.chars)
+    token = f"compact-{uuid.uuid4().hex}"
+    timeline.commit_compact(
+        octx,
+        batch,
+        summary,
+        token=token,
+        job_id=job["job_id"],
+        lease_check=graph.lease_checker(world, holder, octx.now()),
+    )
+    with octx.store.begin() as conn:
+        conn.execute(
+            update(objects_jobs)
+            .where(objects_jobs.c.job_id == job["job_id"])
+            .values(consecutive_failures=0, batches_done=objects_jobs.c.batches_done + 1, not_before=None, error=None)
+        )
+    return False
+
+
+# --- organize -----------------------------------------------------------------------------------------
+def _next_event(octx: ObjectsContext, world: str) -> dict[str, Any] | None:
+    s = objects_event_state.c
+    with octx.store.connect() as conn:
+        row = (
+            conn.execute(
+                select(objects_event_state, messages.c.content)
+                .join(messages, messages.c.message_id == s.event_id)
+                .where(s.world_id == world, s.state.in_(list(logic.QUEUED_STATES)))
+                .order_by(s.explicit.desc(), s.occurred_at, s.event_id)
+                .limit(1)
+            )
+            .mappings()
+            .first()
+        )
+    return dict(row) if row else None
+
+
+def object_doc(r: Any) -> dict[str, Any]:
+    doc = {k: r[k] for k in ("object_id", "type", "name", "aliases", "summary", "body", "cues", "status")}
+    doc["id"] = doc.pop("object_id")
+    if r["type"] == "credential":
+        doc.update(purpose=r["purpose"], reference=r["reference"])
+    return doc
+
+
+def related_objects(octx: ObjectsContext, world: str, event_id: str, text: str, budget: int) -> list[dict[str, Any]]:
+    """Objects already attached to the event, then objects the page names (name or alias), then
+    ``project:daily``, within ``budget`` bytes. Two queries."""
+    o, a = objects_objects.c, objects_attachments.c
+    low = text.lower()
+    with octx.store.connect() as conn:
+        attached = set(conn.execute(select(a.object_id).where(a.world_id == world, a.event_id == event_id)).scalars())
+        names = conn.execute(select(o.object_id, o.name, o.aliases).where(o.world_id == world)).all()
+        wanted = list(attached)
+        for oid, name, aliases in names:
+            if oid not in attached and any(n and n.lower() in low for n in [name, *(aliases or [])]):
+                wanted.append(oid)
+        if logic.BUILTIN_DAILY not in wanted:
+            wanted.append(logic.BUILTIN_DAILY)
+        rows = (
+            conn.execute(select(objects_objects).where(o.world_id == world, o.object_id.in_(wanted))).mappings().all()
+        )
+    by_id = {r["object_id"]: object_doc(r) for r in rows}
+    return [dict(x) for x in logic.fit_objects([by_id[i] for i in wanted if i in by_id], budget)]
+
+
+def _organize_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, report: WorkerReport) -> bool:
+    world = job["world_id"]
+    ev = _next_event(octx, world)
+    if ev is None:
+        return True
+    job["_event"] = ev["event_id"]
+    text = ev["content"] or ""
+    budget = octx.cfg.transfer_budget_bytes
+    size = logic.page_chars(budget, job["consecutive_failures"])
+    start = ev["page_cursor"]
+    stop = min(len(text), start + size)
+    page_text = text[start:stop]
+    job["_batch"] = f"{ev['event_id']}[{start}:{stop}]"
+    left = budget - len(page_text.encode())
+    related = related_objects(octx, world, ev["event_id"], page_text, left)
+    revision = _revision(octx, world)
+    token = f"organize-{uuid.uuid4().hex}"
+    page = EventPage(ev["event_id"], len(text), start, stop, page_text, ev["occurred_at"], ev["event_day"])
+    claim = Claim(world, job["job_id"], JobMode.ORGANIZE, holder, revision, {x["id"] for x in related}, page=page)
+    notes: list[str] = []
+
+    def answer(_r: LLMRequest) -> tuple[str, list[dict[str, Any]]]:
+        return offline_rules.organize(
+            token=token,
+            graph_revision=revision,
+            event_id=page.event_id,
+            page_text=page_text,
+            page_end=stop,
+            event_chars=page.chars,
+            read_objects=related,
+        )
+
+    return _rounds(
+        octx,
+        claim,
+        report,
+        lambda: LLMRequest(
+            task="objects_organize",
+            system=prompts.ORGANIZE_SYSTEM,
+            user=prompts.organize_user(
+                token=token,
+                revision=revision,
+                event_id=page.event_id,
+                occurred_at=page.occurred_at.isoformat(),
+                chars=page.chars,
+                start=start,
+                stop=stop,
+                text=page_text,
+                progress=ev["progress"],
+                objects=related,
+                notes=notes,
+            ),
+            prompt_version=prompts.ORGANIZE_VERSION,
+            world_id=world,
+            tools=[prompts.FIND_TOOL, prompts.READ_TOOL, prompts.SUBMIT_GRAPH_TOOL],
+            offline_answer=answer,
+        ),
+        notes,
+    )
+
+
+def _rounds(octx: ObjectsContext, claim: Claim, report: WorkerReport, build: Any, notes: list[str]) -> bool:
+    """At most 16 model rounds and 3 field-level corrections per batch; read tools add to what the
+    batch has read (so their objects may be updated)."""
+    from memory_pipeline.objects import recall
+
+    corrections = 0
+    for _ in range(logic.MAX_MODEL_ROUNDS):
+        name, args = _complete(octx, build(), report)
+        if name == "memory_find" and isinstance(args, dict):
+            found = recall.find(octx.store, claim.world_id, str(args.get("query", "")))
+            notes.append(f"memory_find {args.get('query')!r}: {[f['id'] for f in found]}")
+            continue
+        if name == "memory_read" and isinstance(args, dict):
+            doc = recall.read(octx.store, claim.world_id, str(args.get("id", "")))
+            if doc is not None:
+                claim.read_ids.add(doc["id"])
+            notes.append(f"memory_read {args.get('id')!r}: {doc}")
+            continue
+        try:
+            receipt = graph.commit(octx, claim, args)
+        except graph.LeaseLost:
+            raise
+        except SubmissionError as exc:
+            corrections += 1
+            if corrections > logic.MAX_FIELD_CORRECTIONS:
+                raise
+            notes.append(f"refused: {exc}")
+            continue
+        outcome = receipt.get("outcome")
+        if outcome:
+            report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
+        report.zero_progress_continue += int(bool(receipt.get("zero_progress_continue")))
+        return False
+    raise BatchFailed(f"no submission within {logic.MAX_MODEL_ROUNDS} model rounds")
+
+
+# --- deep review ------------------------------------------------------------------------------------------
+def _deep_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, report: WorkerReport) -> bool:
+    world = job["world_id"]
+    o = objects_objects.c
+    inventory = job["inventory"]
+    if inventory is None:  # persisted at the first claim: every object, archived and unmentioned too
+        with octx.store.begin() as conn:
+            inventory = list(
+                conn.execute(select(o.object_id).where(o.world_id == world).order_by(o.object_id)).scalars()
+            )
+            conn.execute(
+                update(objects_jobs)
+                .where(objects_jobs.c.job_id == job["job_id"])
+                .values(inventory=inventory, inventory_pos=0)
+            )
+    pos = job["inventory_pos"] or 0
+    if pos >= len(inventory):
+        return True
+    size = logic.DEEP_BATCH_MAX
+    for _ in range(job["consecutive_failures"]):
+        size = logic.shrink(size)
+    batch_ids = inventory[pos : pos + size]
+    job["_batch"] = ",".join(batch_ids)
+    with octx.store.connect() as conn:
+        rows = (
+            conn.execute(select(objects_objects).where(o.world_id == world, o.object_id.in_(batch_ids)))
+            .mappings()
+            .all()
+        )
+    docs = [object_doc(r) for r in rows]
+    present = [i for i in batch_ids if i in {d["id"] for d in docs}]
+    revision = _revision(octx, world)
+    token = f"deep-{uuid.uuid4().hex}"
+    claim = Claim(world, job["job_id"], JobMode.DEEP, holder, revision, set(present), deep_ids=batch_ids)
+    notes: list[str] = []
+    return _rounds(
+        octx,
+        claim,
+        report,
+        lambda: LLMRequest(
+            task="objects_deep",
+            system=prompts.DEEP_SYSTEM,
+            user=prompts.deep_user(token=token, revision=revision, objects=docs, notes=notes),
+            prompt_version=prompts.DEEP_VERSION,
+            world_id=world,
+            tools=[prompts.FIND_TOOL, prompts.READ_TOOL, prompts.SUBMIT_GRAPH_TOOL],
+            offline_answer=lambda _r: offline_rules.deep(token=token, graph_revision=revision, object_ids=batch_ids),
+        ),
+        notes,
+    )
+
+
+def requeue_days(octx: ObjectsContext, days: Sequence[date], worlds: Sequence[str] | None = None) -> dict[str, Any]:
+    """Rebuild of CST days: their archived events go back to the queue as an explicit request
+    that moves objects forward (attachments, objects and commits stay; a linked event keeps its
+    target, so it can never turn archive_only). Hot and blocked events are left as they are."""
+    s = objects_event_state.c
+    now = octx.now()
+    with octx.store.begin() as conn:
+        q = (
+            update(objects_event_state)
+            .where(s.event_day.in_(list(days)), s.state.in_(list(logic.FINAL_STATES)))
+            .values(state=EventState.PENDING, page_cursor=0, explicit=True, queued_at=now, updated_at=now)
+            .returning(s.world_id)
+        )
+        if worlds:
+            q = q.where(s.world_id.in_(list(worlds)))
+        touched = sorted(set(conn.execute(q).scalars()))
+    receipts = [
+        enqueue(octx, w, JobMode.ORGANIZE, f"rebuild {', '.join(d.isoformat() for d in days)}") for w in touched
+    ]
+    return {"worlds": touched, "jobs": receipts}

@@ -1,0 +1,159 @@
+"""Seed 001 as Dagster assets on an ephemeral instance with the real PostgreSQL: the compaction
+sensor, the hourly organize sensor (idle on an empty queue), the per-day outcomes with one check
+result per partition, the 02:50 schedule and the projection."""
+
+from __future__ import annotations
+
+import pytest
+from dagster import DagsterEventType, SkipReason, build_schedule_context, build_sensor_context, instance_for_test
+from sqlalchemy import func, select
+
+from memory_pipeline.definitions import build_defs
+from memory_pipeline.lib.store.tables import llm_ledger
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.objects import logic
+from memory_pipeline.objects.tables import objects_event_state, objects_jobs
+from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline_tests.conftest import CST, conversation, cst
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def defs(pg_url, redis_url, tmp_path):
+    cfg = tmp_path / "memory.yaml"
+    cfg.write_text(
+        f"memory:\n  objects:\n    compact_threshold_tokens: 60\n    retry_backoff_seconds: 0\n"
+        f"    projection_dir: {tmp_path / 'objects'}\n"
+    )
+    return build_defs(
+        {
+            "memory_store": MemoryStoreResource(database_url=pg_url),
+            "kv_cache": CacheResource(redis_url=redis_url),
+            "llm": LLMResource(),
+            "memory_config": MemoryConfigResource(config_file=str(cfg)),
+        }
+    )
+
+
+def _sensor(defs, name, instance, cursor=None):
+    sensor = defs.get_sensor_def(name)
+    with build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources) as ctx:
+        return sensor(ctx), ctx.cursor
+
+
+def _calls(store) -> int:
+    with store.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(llm_ledger)).scalar())
+
+
+def test_sensors_drive_compaction_and_organize_and_days_get_one_check_result_each(
+    defs, instance, store, ingest, tmp_path
+):
+    result, cursor = _sensor(defs, "objects_organize_sensor", instance)
+    assert isinstance(result, SkipReason) and cursor  # the last check time is kept in the cursor
+    assert _calls(store) == 0  # an empty queue calls no model
+    ingest(
+        conversation("w1", "a", cst(2026, 1, 10, 9), ["garden tomatoes planted today", "garden watering plan"] * 4)
+        + conversation("w1", "b", cst(2026, 1, 11, 9), ["compost turned", "compost is warm"] * 4)
+    )
+    # the compaction sensor sees the threshold only once the timeline holds the events
+    defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance)
+    ingest(conversation("w1", "c", cst(2026, 1, 11, 12), ["harvest basket ready"] * 20))
+    result, _ = _sensor(defs, "objects_compaction_sensor", instance)
+    assert not isinstance(result, SkipReason)
+    run = defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance)
+    assert run.success
+    with store.connect() as conn:
+        states = dict(
+            conn.execute(select(objects_event_state.c.state, func.count()).group_by(objects_event_state.c.state)).all()
+        )
+    assert states.get("pending", 0) > 0
+    result, _ = _sensor(defs, "objects_organize_sensor", instance, cursor)
+    assert not isinstance(result, SkipReason) and result.tags["memory_pipeline/objects_origin"] == "hourly"
+    assert defs.get_job_def("objects_organize_job").execute_in_process(instance=instance).success
+    mat = (
+        instance.fetch_materializations(defs.get_assets_def("objects_archive").key, limit=1)
+        .records[0]
+        .asset_materialization.metadata
+    )
+    assert mat["zero_progress_continue"].value == 0 and mat["model_calls"].value > 0
+    assert (tmp_path / "objects" / "w1" / "README.md").exists()
+
+    job = defs.get_job_def("objects_outcomes_job")
+    run = job.execute_in_process(
+        instance=instance,
+        tags={"dagster/asset_partition_range_start": "2026-01-10", "dagster/asset_partition_range_end": "2026-01-11"},
+    )
+    assert run.success
+    evals = [
+        e.dagster_event.event_specific_data
+        for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    ]
+    assert sorted(e.partition for e in evals) == ["2026-01-10", "2026-01-11"] and all(e.passed for e in evals)
+    meta = {
+        r.partition_key: r.asset_materialization.metadata["status"].value
+        for r in instance.fetch_materializations(defs.get_assets_def("objects_event_outcomes").key, limit=10).records
+    }
+    assert meta["2026-01-10"] == "complete"  # every event of the day linked / archive_only
+    assert meta["2026-01-11"] in ("complete", "partial")
+
+    # late data: an event of 2026-01-10 arrives after the day's outcomes were materialized
+    result, _ = _sensor(defs, "objects_outcomes_stale_sensor", instance)
+    assert isinstance(result, SkipReason)
+    ingest(conversation("w1", "late", cst(2026, 1, 10, 23), ["late garden note"]))
+    defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance)  # enters the hot timeline
+    result, _ = _sensor(defs, "objects_outcomes_stale_sensor", instance)
+    assert [r.partition_key for r in result] == ["2026-01-10"]
+
+
+def test_deep_review_schedule_runs_once_per_local_date(defs, instance, store, ingest):
+    ingest(conversation("w1", "a", cst(2026, 1, 10, 9), ["garden"]))
+    defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance)
+    schedule = defs.get_schedule_def("objects_deep_review_schedule")
+    assert schedule.cron_schedule == "50 2 * * *" and schedule.execution_timezone == "Asia/Shanghai"
+
+    def tick():
+        with build_schedule_context(instance=instance, resources=defs.resources) as ctx:
+            return schedule.evaluate_tick(ctx)
+
+    # the schedule applies the seed's rule to the real clock: due from 02:50 CST on a quiet world
+    now_local = utcnow().astimezone(CST)
+    expected = logic.deep_due(now_local, None, cst(2026, 1, 10, 9))
+    first = tick()
+    assert bool(first.run_requests) == expected
+    if expected:
+        (req,) = first.run_requests
+        run = defs.get_job_def("objects_deep_review_job").execute_in_process(
+            instance=instance, run_config=req.run_config, tags=req.tags
+        )
+        assert run.success
+        with store.connect() as conn:
+            jobs = conn.execute(select(objects_jobs.c.mode, objects_jobs.c.status, objects_jobs.c.local_date)).all()
+        assert ("deep", "done", now_local.date()) in [tuple(j) for j in jobs]
+    assert not tick().run_requests  # at most once per local date
+
+
+def test_a_disabled_domain_does_no_work_and_says_so(pg_url, redis_url, instance, store, ingest, tmp_path):
+    cfg = tmp_path / "off.yaml"
+    cfg.write_text("memory:\n  objects:\n    enabled: false\n    compact_threshold_tokens: 1\n")
+    defs = build_defs(
+        {
+            "memory_store": MemoryStoreResource(database_url=pg_url),
+            "kv_cache": CacheResource(redis_url=redis_url),
+            "llm": LLMResource(),
+            "memory_config": MemoryConfigResource(config_file=str(cfg)),
+        }
+    )
+    ingest(conversation("w1", "a", cst(2026, 1, 10, 9), ["garden"] * 4))
+    result, _ = _sensor(defs, "objects_compaction_sensor", instance)
+    assert isinstance(result, SkipReason) and "enabled" in result.skip_message
+    assert defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance).success
+    mat = instance.fetch_materializations(defs.get_assets_def("objects_hot_timeline").key, limit=1).records[0]
+    assert mat.asset_materialization.metadata["disabled"].value is True
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(objects_event_state)).scalar() == 0

@@ -1,0 +1,319 @@
+"""Pure rules of seed 001 (object memory), with the seed's numbers."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory_pipeline.lib.settings import ConfigError
+from memory_pipeline.objects import logic, offline_rules
+from memory_pipeline.objects.config import ObjectsConfig
+from memory_pipeline.objects.config import load as load_config
+from memory_pipeline.objects.logic import (
+    JobOrigin,
+    JobView,
+    Outcome,
+    SubmissionError,
+    check_graph_write,
+    check_outcome,
+)
+from memory_pipeline_tests.conftest import CST, cst
+
+
+def base(**kw):
+    return {"token": "tok-00001", "graph_revision": 3, "event_id": "e1", "outcome": "linked", "page_end": 10, **kw}
+
+
+def obj(oid="person:qhy", **kw):
+    return {"id": oid, "name": "QHY", **kw}
+
+
+def test_the_seed_numbers():
+    assert (logic.EVENT_MAX_CHARS, logic.SLICE_MAX_CHARS, logic.COMPACT_BATCH_MAX) == (32_000, 2_000, 8)
+    assert (logic.PAGE_MAX_CHARS, logic.PAGE_MIN_CHARS) == (8_000, 256)
+    assert (logic.BUDGET_DEFAULT_BYTES, logic.BUDGET_MIN_BYTES, logic.BUDGET_MAX_BYTES) == (96_000, 24_000, 200_000)
+    assert (logic.SUMMARY_MAX_CHARS, logic.BODY_MAX_CHARS, logic.PROGRESS_MAX_CHARS, logic.REASON_MAX_CHARS) == (
+        400,
+        16_000,
+        2_000,
+        1_000,
+    )
+    assert (logic.MAX_OBJECTS_PER_WRITE, logic.MAX_RELATIONS_PER_WRITE, logic.MAX_CORE_PER_WRITE) == (32, 64, 3)
+    assert logic.lease_seconds(logic.WORKER_TIMEOUT_DEFAULT_SECONDS) == 360
+    assert ObjectsConfig().lease_seconds == 360
+    assert (logic.DEEP_BATCH_MAX, logic.MAX_CONSECUTIVE_FAILURES, logic.AUTO_SUPPRESS) == (4, 5, timedelta(hours=1))
+    assert (logic.MAX_MODEL_ROUNDS, logic.MAX_FIELD_CORRECTIONS) == (16, 3)
+    assert (logic.STATUS_EARLIEST, logic.PROJECTION_PER_PASS, logic.PROJECTION_PAGE) == (20, 10, 50)
+    assert logic.HOT_VIEW_MAX_BYTES == 350_000 and logic.PROPOSAL_MAX_BYTES == 900_000
+
+
+def test_slices_are_at_most_2000_and_cover_the_event():
+    text = "x" * 4_500
+    parts = logic.slices(text)
+    assert [len(p) for p in parts] == [2000, 2000, 500] and "".join(parts) == text
+
+
+def test_threshold_ends_below_60_percent():
+    assert not logic.threshold_done(600, 1000) and logic.threshold_done(599, 1000)
+
+
+def test_head_levels_and_shrinking():
+    assert logic.head_level([0, 0, 1]) == 2 and logic.head_level([0]) == 1
+    assert [logic.shrink(8), logic.shrink(4), logic.shrink(2), logic.shrink(1)] == [4, 2, 1, 1]
+
+
+def test_page_size_shrinks_on_failure_and_budget_never_below_256():
+    assert logic.page_chars(96_000, 0) == 8_000
+    assert logic.page_chars(96_000, 1) == 4_000
+    assert logic.page_chars(96_000, 10) == 256
+    assert logic.page_chars(10_000, 0) == 2_500  # 4 bytes per character at most
+    assert logic.page_chars(100, 0) == 256
+
+
+def test_transfer_budget_range():
+    assert logic.check_budget(24_000) == 24_000 and logic.check_budget(200_000) == 200_000
+    for bad in (23_999, 200_001):
+        with pytest.raises(SubmissionError, match="transfer_budget_bytes"):
+            logic.check_budget(bad)
+
+
+def test_compact_submission_refuses_object_writes_bad_coverage_and_longer_results():
+    ids = ["a#0", "b#0"]
+    assert logic.check_compact_submission({"summary": "short", "covers": ids}, ids, 100) == "short"
+    with pytest.raises(SubmissionError, match="object writes are refused"):
+        logic.check_compact_submission({"summary": "s", "covers": ids, "objects": [obj()]}, ids, 100)
+    with pytest.raises(SubmissionError, match="covers"):
+        logic.check_compact_submission({"summary": "s", "covers": ["a#0"]}, ids, 100)
+    with pytest.raises(SubmissionError, match="not shorter"):
+        logic.check_compact_submission({"summary": "x" * 100, "covers": ids}, ids, 100)
+
+
+@pytest.mark.parametrize(
+    ("field", "raw", "limit"),
+    [("summary", "s" * 401, 400), ("body", "b" * 16_001, 16_000)],
+)
+def test_object_field_limits_refused_with_field_error_never_cut(field, raw, limit):
+    assert check_graph_write(base(objects=[obj(**{field: "s" * limit})])).objects[0]
+    with pytest.raises(SubmissionError) as e:
+        check_graph_write(base(objects=[obj(**{field: raw})]))
+    assert e.value.field == f"objects[0].{field}" and f"limit {limit:,}" in e.value.problem
+
+
+def test_progress_and_reason_limits():
+    assert check_graph_write(base(progress="p" * 2_000, reason="r" * 1_000))
+    with pytest.raises(SubmissionError, match="progress"):
+        check_graph_write(base(progress="p" * 2_001))
+    with pytest.raises(SubmissionError, match="reason"):
+        check_graph_write(base(reason="r" * 1_001))
+
+
+def test_per_write_limits_32_objects_64_relations_3_core():
+    objs = [obj(f"knowledge:k{i}") for i in range(32)]
+    rels = [{"src": f"knowledge:k{i}", "label": "related_to", "dst": "knowledge:k0"} for i in range(1, 33)] * 2
+    assert len(check_graph_write(base(objects=objs, relations=rels[:64])).relations) == 64
+    with pytest.raises(SubmissionError, match="at most 32 objects"):
+        check_graph_write(base(objects=[*objs, obj("knowledge:k99")]))
+    with pytest.raises(SubmissionError, match="at most 64 relations"):
+        check_graph_write(base(relations=[*rels[:64], rels[0]]))
+    core = [{"name": n, "content": "x"} for n in logic.CORE_NAMES]
+    assert len(check_graph_write(base(core=core)).core) == 3
+    with pytest.raises(SubmissionError, match="at most 3 core"):
+        check_graph_write(base(core=[*core, core[0]]))
+
+
+def test_types_labels_and_member_of_points_to_a_project():
+    for t in ("person", "task", "todo", "schedule", "knowledge", "project"):
+        assert check_graph_write(base(objects=[obj(f"{t}:x")])).objects[0].type == t
+    with pytest.raises(SubmissionError, match="unknown type"):
+        check_graph_write(base(objects=[obj("pet:rex")]))
+    for label in ("member_of", "related_to", "assigned_to", "depends_on", "about", "supersedes", "knows"):
+        dst = "project:p" if label == "member_of" else "person:b"
+        assert check_graph_write(base(relations=[{"src": "person:a", "label": label, "dst": dst}])).relations
+    with pytest.raises(SubmissionError, match="not a relation label") as e:
+        check_graph_write(base(relations=[{"src": "person:a", "label": "works closely with", "dst": "person:b"}]))
+    assert e.value.field == "relations[0].label"
+    with pytest.raises(SubmissionError, match="member_of points to a project"):
+        check_graph_write(base(relations=[{"src": "person:a", "label": "member_of", "dst": "person:b"}]))
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "sk-abcdefghijklmnopqrstuvwx",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123",
+        "AKIAABCDEFGHIJKLMNOP",
+        "password: hunter22",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9",
+    ],
+)
+def test_credential_refuses_secret_values(secret):
+    ok = {
+        "id": "credential:github",
+        "name": "GitHub deploy key",
+        "purpose": "deploys the site",
+        "reference": "1Password vault Ops, item 'GitHub deploy'",
+    }
+    assert check_graph_write(base(objects=[ok])).objects[0].reference.startswith("1Password")
+    with pytest.raises(SubmissionError, match="looks like a secret") as e:
+        check_graph_write(base(objects=[{**ok, "reference": secret}]))
+    assert e.value.field == "objects[0].reference"
+    with pytest.raises(SubmissionError, match="purpose"):
+        check_graph_write(base(objects=[{"id": "credential:x", "name": "x", "reference": "vault"}]))
+
+
+def test_outcome_rules():
+    def w(**kw):
+        return check_graph_write(base(**kw))
+
+    page = dict(page_start=0, page_stop=8_000, event_chars=20_000)
+    check_outcome(w(outcome="continue", page_end=8_000, progress="p1"), **page, changed=False, had_target=False)
+    with pytest.raises(SubmissionError, match="skipped unread page"):
+        check_outcome(w(outcome="continue", page_end=9_000, progress="p"), **page, changed=False, had_target=False)
+    with pytest.raises(SubmissionError, match="whole event read"):
+        check_outcome(w(outcome="linked", page_end=8_000, attach=["person:a"]), **page, changed=True, had_target=False)
+    last = dict(page_start=16_000, page_stop=20_000, event_chars=20_000)
+    with pytest.raises(SubmissionError, match="no idle continue"):
+        check_outcome(w(outcome="continue", page_end=20_000, progress="p"), **last, changed=False, had_target=False)
+    check_outcome(w(outcome="continue", page_end=20_000, progress="p"), **last, changed=True, had_target=False)
+    with pytest.raises(SubmissionError, match="at least one durable"):
+        check_outcome(w(outcome="linked", page_end=20_000), **last, changed=False, had_target=False)
+    check_outcome(w(outcome="linked", page_end=20_000), **last, changed=False, had_target=True)  # attach only
+    with pytest.raises(SubmissionError, match="reason"):
+        check_outcome(w(outcome="archive_only", page_end=20_000), **last, changed=False, had_target=False)
+    check_outcome(
+        w(outcome="archive_only", page_end=20_000, reason="chit-chat"), **last, changed=False, had_target=False
+    )
+    with pytest.raises(SubmissionError, match="cannot be without long-term value"):
+        check_outcome(w(outcome="archive_only", page_end=20_000, reason="x"), **last, changed=False, had_target=True)
+
+
+def test_rotation_least_recent_claim_and_explicit_first_among_never_claimed():
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    jobs = [
+        JobView(1, JobOrigin.THRESHOLD, t0, None),
+        JobView(2, JobOrigin.EXPLICIT, t0 + timedelta(minutes=1), None),
+        JobView(3, JobOrigin.NIGHTLY, t0, t0 + timedelta(minutes=5)),
+        JobView(4, JobOrigin.THRESHOLD, t0, t0 + timedelta(minutes=2)),
+        JobView(5, JobOrigin.HOURLY, t0, None, not_before=t0 + timedelta(hours=1)),
+    ]
+    assert [j.job_id for j in logic.rotation_order(jobs, t0 + timedelta(minutes=10))] == [2, 1, 4, 3]
+
+
+def test_deep_due_at_0250_quiet_once_per_local_date_and_catch_up_today_only():
+    quiet = cst(2026, 1, 15, 1, 0)
+    assert not logic.deep_due(cst(2026, 1, 15, 2, 49), date(2026, 1, 14), quiet)
+    assert logic.deep_due(cst(2026, 1, 15, 2, 50), date(2026, 1, 14), quiet)
+    assert not logic.deep_due(cst(2026, 1, 15, 2, 50), date(2026, 1, 15), quiet)  # once per date
+    assert not logic.deep_due(cst(2026, 1, 15, 2, 53), None, cst(2026, 1, 15, 2, 50))  # not quiet for 5 min
+    assert logic.deep_due(cst(2026, 1, 15, 2, 55), None, cst(2026, 1, 15, 2, 50))
+    # started at 14:00 after days of downtime: today's review is caught up, once
+    assert logic.deep_due(cst(2026, 1, 15, 14, 0), date(2026, 1, 10), quiet)
+
+
+def test_day_status_complete_only_when_all_final():
+    assert logic.day_status({"linked": 3, "archive_only": 1}, open_day=False) == "complete"
+    assert logic.day_status({"linked": 3, "blocked": 1}, open_day=False) == "partial"
+    assert logic.day_status({"linked": 3, "pending": 1}, open_day=False) == "partial"
+    assert logic.day_status({"linked": 3, "blocked": 1}, open_day=True) == "partial"
+    assert logic.day_status({"linked": 3}, open_day=True) == "open"
+
+
+def test_projection_paths_are_stable_hashes_per_type_and_pages_hold_50():
+    p = logic.projection_path("person:qhy")
+    assert p.startswith("person/") and p.endswith(".md") and p == logic.projection_path("person:qhy")
+    d = logic.Dossier(
+        "person:qhy", "person", "QHY", "active", "s", "b", sources=[(f"e{i}", "2026-01-01") for i in range(120)]
+    )
+    assert logic.projection_pages(d) == 3
+    first = logic.render_markdown(d, 0)
+    assert first.count("`e") == 50 and "More relations and sources" in first
+    assert logic.render_markdown(d, 2).count("`e") == 20
+
+
+def test_config_is_strict(tmp_path):
+    f = tmp_path / "memory.yaml"
+    f.write_text("memory:\n  objects:\n    transfer_budget_bytes: 23000\n")
+    with pytest.raises(ConfigError, match=r"memory.objects.transfer_budget_bytes: must be within 24,000-200,000"):
+        load_config(f)
+    f.write_text("memory:\n  objects:\n    compact_threshold_tokens: 'many'\n")
+    with pytest.raises(ConfigError, match="memory.objects.compact_threshold_tokens: expected int"):
+        load_config(f)
+    f.write_text("memory:\n  objects:\n    nope: 1\n")
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config(f)
+    f.write_text("memory:\n  objects:\n    worker_timeout_seconds: 100\n")
+    assert load_config(f).lease_seconds == 160
+
+
+def test_offline_rules_are_deterministic_and_follow_o1_to_o4():
+    kw = dict(token="t-0000001", graph_revision=1, event_id="e", page_end=10, event_chars=10)
+    _, calls = offline_rules.organize(
+        page_text="the garden", read_objects=[{"id": "knowledge:garden", "name": "garden"}], **kw
+    )
+    assert calls[0]["arguments"]["outcome"] == "linked" and calls[0]["arguments"]["attach"] == ["knowledge:garden"]
+    _, calls = offline_rules.organize(page_text="tomatoes tomatoes", read_objects=[], **kw)
+    assert calls[0]["arguments"]["objects"][0]["id"] == "knowledge:tomatoes"
+    _, calls = offline_rules.organize(page_text="{}", read_objects=[], **kw)
+    assert calls[0]["arguments"]["outcome"] == "archive_only"
+    _, calls = offline_rules.organize(page_text="x", read_objects=[], **{**kw, "event_chars": 20})
+    assert calls[0]["arguments"]["outcome"] == "continue"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "token",
+                "graph_revision",
+                "event_id",
+                "outcome",
+                "page_end",
+                "progress",
+                "reason",
+                "objects",
+                "relations",
+                "attach",
+                "core",
+                "reviewed",
+                "evidence",
+                "extra",
+            ]
+        ),
+        json_values,
+        max_size=8,
+    )
+    | json_values
+)
+def test_arbitrary_submissions_are_accepted_or_refused_naming_a_field(raw):
+    try:
+        check_graph_write(raw)
+    except SubmissionError as exc:
+        assert exc.field and exc.problem
+
+
+def test_outcome_enum_values():
+    assert [str(o) for o in Outcome] == ["continue", "linked", "archive_only"]
+    assert cst(2026, 1, 1).tzinfo is CST
+
+
+def test_a_proposal_of_900000_bytes_is_refused():
+    big = [
+        obj(f"knowledge:k{i}", body="b" * 16_000, aliases=[f"{i}" + "a" * 190] * 32, cues=[f"{i}" + "c" * 190] * 32)
+        for i in range(32)
+    ]
+    with pytest.raises(SubmissionError, match="must be under 900,000") as e:
+        check_graph_write(base(objects=big))
+    assert e.value.field == "submission"
+    assert check_graph_write(base(objects=big[:20]))  # 20 such objects fit
