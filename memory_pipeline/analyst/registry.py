@@ -29,14 +29,6 @@ from memory_pipeline.conversation.tables import (
 from memory_pipeline.events.tables import ingest_batches
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.store.tables import conversations, inbox, llm_cache, llm_ledger, messages, worlds
-from memory_pipeline.sleep.tables import (
-    autobiographical_memories,
-    pinned_facts,
-    self_blocks,
-    semantic_memories,
-    semantic_memory_snapshots,
-    semantic_memory_versions,
-    sleep_runs,
 from memory_pipeline.objects.tables import (
     objects_attachments,
     objects_core,
@@ -50,6 +42,15 @@ from memory_pipeline.objects.tables import (
     objects_relations,
     objects_versions,
     objects_worlds,
+)
+from memory_pipeline.sleep.tables import (
+    autobiographical_memories,
+    pinned_facts,
+    self_blocks,
+    semantic_memories,
+    semantic_memory_snapshots,
+    semantic_memory_versions,
+    sleep_runs,
 )
 from memory_pipeline.temporal.tables import (
     temporal_day_chunks,

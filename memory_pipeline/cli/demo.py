@@ -189,6 +189,8 @@ def _print_sleep_results(console: Console, store) -> None:
     view = injected_history(store, LONG_CONVERSATION, ConversationConfig(trim_history=True))
     if view["summary"]:
         console.print(escape(view["summary"]))
+
+
 def _objects_step(console: Console, instance) -> bool:
     """Seed 001 as Dagster runs: the hot timeline and its compaction, organize (objects, relations,
     attachments) with the Markdown projection, then the per-day outcomes of the sample's days."""

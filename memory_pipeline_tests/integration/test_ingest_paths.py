@@ -122,7 +122,10 @@ def test_postgresql_and_sqlite_paths_store_identical_rows(store, tmp_path):
 def test_bad_lines_are_located_the_same_on_both_paths(store, tmp_path):
     lite = Store(f"sqlite:///{tmp_path}/memory.sqlite")
     ensure_schema(lite, domains.version_locations())
-    lines = _lines()[:3] + [{**_lines()[0], "content": "other body"}, {**_lines()[2], "world_id": "w9", "message_id": "m9"}]
+    lines = _lines()[:3] + [
+        {**_lines()[0], "content": "other body"},
+        {**_lines()[2], "world_id": "w9", "message_id": "m9"},
+    ]
     path = tmp_path / "bad.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in lines) + "{broken\n", encoding="utf-8")
     try:
