@@ -111,6 +111,13 @@ def test_definitions_snapshot_past_one_machine(distributed_env, snapshot):
         "temporal_day_summaries",
         "temporal_month_summaries",
         "temporal_year_summaries",
+        "tower_day_summaries",
+        "tower_week_summaries",
+        "tower_month_summaries",
+        "sleep_light_sleep",
+        "sleep_deep_sleep",
+        "sleep_autobiography",
+        "objects_event_outcomes",
     }
     for key in changed:
         assert default["assets"][key]["backfill_policy"] == "BackfillPolicy.single_run()"
