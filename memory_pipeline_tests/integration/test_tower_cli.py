@@ -67,3 +67,11 @@ def test_the_tower_from_the_command_line(env, store):
     assert status.exit_code == 0 and "Time tower per memory type" in status.output and "tool/errors" in status.output
     open_window = run("summarize", "tool/errors", "-g", "day", "-a", "2099-01-01")
     assert open_window.exit_code == 2 and "is still open" in open_window.output
+
+
+def test_mcp_command_binds_127_0_0_1_8900_unless_told(env):
+    from memory_pipeline.tower.config import TowerConfig
+
+    help_text = runner.invoke(app, ["mcp", "--help"]).output
+    assert "--host" in help_text and "--port" in help_text and "streamable HTTP" in help_text
+    assert (TowerConfig().mcp_host, TowerConfig().mcp_port) == ("127.0.0.1", 8900)

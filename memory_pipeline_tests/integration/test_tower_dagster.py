@@ -178,3 +178,23 @@ def test_the_semantic_tick_runs_as_a_run(defs, instance, store, worklog):
     meta = {k: v.value for k, v in mats[0].asset_materialization.metadata.items()}
     # The entries are from January; the latest settled day and week (now) have none: nothing to do.
     assert meta["summaries_written"] == 0 and meta["llm_calls"] == 0
+
+
+def test_re_materializing_a_summary_partition_appends_never_replaces(defs, instance, store, worklog):
+    assert operations.materialize(
+        "tower_day_summaries", "2026-01-05", "2026-01-05", instance=instance, defs=defs
+    ).success
+    with store.connect() as conn:
+        first = conn.execute(select(tower_summaries.c.record_id, tower_summaries.c.group_value)).all()
+    assert sorted(g for _, g in first) == ["alpha", "beta"]
+    worklog.append(
+        "worklog", {"content": {"project": "alpha", "did": "a late fix"}, "at": cst(2026, 1, 5, 20).isoformat()}
+    )
+    assert operations.materialize(
+        "tower_day_summaries", "2026-01-05", "2026-01-05", instance=instance, defs=defs
+    ).success
+    with store.connect() as conn:
+        after = conn.execute(select(tower_summaries.c.record_id, tower_summaries.c.group_value)).all()
+    assert set(first) <= set(after) and sorted(g for _, g in after) == ["alpha", "alpha", "beta"]  # beta reused
+    newest = worklog.get_summary("worklog", "day", "2026-01-05", group="alpha")["summaries"][0]
+    assert newest["record_id"] == max(r for r, g in after if g == "alpha") and newest["entry_count"] == 2
