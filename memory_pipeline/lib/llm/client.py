@@ -5,7 +5,8 @@ Batch mode (set-based range runs): ``prefetch`` reads the cached answers of many
 query, and while ``buffering`` the ledger rows and new cache rows are kept in the client and
 written by ``write_pending(conn)`` in the caller's transaction (with the rows they produced), then
 dropped by ``clear_pending()`` once that transaction committed. A transaction that failed keeps
-them, so the retry writes them again: no call loses its ledger row."""
+them, so the retry writes them again: no call loses its ledger row. Only the offline model's rows
+are buffered: a provider's paid call is recorded at once (see ``_write_now``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import Connection, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.kinds import LedgerOutcome
@@ -243,11 +245,9 @@ class LLMClient:
                 "tokens_out": tout,
             }
             if self.buffering:
-                self._pending_cache[key] = row
                 self._known[key] = text  # the same prompt again in this batch is a cache hit
-            else:
-                with self.store.begin() as conn:
-                    upsert(conn, llm_cache, [row], keys=["cache_key"])
+            if not self._write_now(lambda conn: upsert(conn, llm_cache, [row], keys=["cache_key"])):
+                self._pending_cache[key] = row
         return LLMResult(text, cached=False, tokens_in=tin, tokens_out=tout, tool_calls=tool_calls)
 
     def _redacted(self, text: str) -> str:
@@ -343,8 +343,23 @@ class LLMClient:
             error=error,
             cache_key=key,
         )
-        if self.buffering:
+        if not self._write_now(lambda conn: conn.execute(llm_ledger.insert().values(**row))):
             self._pending_ledger.append(row)
-            return
-        with self.store.begin() as conn:
-            conn.execute(llm_ledger.insert().values(**row))
+
+    def _write_now(self, write: Callable[[Connection], object]) -> bool:
+        """Write a ledger or cache row at once (True), or leave it to the batch's transaction
+        (False). While buffering, only the offline model's rows wait: it is free and deterministic,
+        so a batch lost to a crash costs nothing to redo. A provider's call was paid: its ledger row
+        and its answer are written at once, so a run killed mid-batch (SIGKILL) still accounts for
+        it and the re-run reuses the answer instead of paying again. Should that write fail (the
+        database is briefly away), the row waits for the batch's transaction instead."""
+        if self.buffering and self.is_offline:
+            return False
+        try:
+            with self.store.begin() as conn:
+                write(conn)
+        except SQLAlchemyError:
+            if not self.buffering:
+                raise
+            return False
+        return True
