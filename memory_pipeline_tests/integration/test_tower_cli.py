@@ -75,3 +75,25 @@ def test_mcp_command_binds_127_0_0_1_8900_unless_told(env):
     help_text = runner.invoke(app, ["mcp", "--help"]).output
     assert "--host" in help_text and "--port" in help_text and "streamable HTTP" in help_text
     assert (TowerConfig().mcp_host, TowerConfig().mcp_port) == ("127.0.0.1", 8900)
+
+
+def _flat(output: str) -> str:
+    return " ".join(output.split())  # the console wraps long lines at the terminal width
+
+
+def test_status_prints_the_guardrail_defaults_and_a_configured_change(env, store, monkeypatch):
+    monkeypatch.delenv("MEMORY_CONFIG_FILE", raising=False)
+    status = runner.invoke(app, ["status"])
+    assert status.exit_code == 0
+    # The decision for seed 004: tick every 10 min, settle 5 min, backoff doubling from 10 min, given up
+    # after 5 consecutive failures, at most 20 commits per round.
+    assert (
+        "guardrails (memory.tower): semantic tick every 10 min, settle 5 min, backoff doubling from 10 min, "
+        "given up after 5 failures, at most 20 commits per round; structural refresh every 60 s; "
+        "input budget 4000 tokens"
+    ) in _flat(status.output)
+    config = env / "memory.yaml"
+    config.write_text("memory:\n  tower:\n    semantic_tick_minutes: 15\n    give_up_after: 3\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    changed = _flat(runner.invoke(app, ["status"]).output)
+    assert "semantic tick every 15 min, settle 5 min" in changed and "given up after 3 failures" in changed

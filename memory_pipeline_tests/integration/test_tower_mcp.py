@@ -6,15 +6,27 @@ import json
 import socket
 import threading
 import time
+from datetime import date
 
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
+from sqlalchemy import func, select
 
 from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.lib.store.tables import llm_ledger
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.tower import windows
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
 from memory_pipeline.tower.mcp_server import TOOL_NAMES, make_uvicorn
+from memory_pipeline.tower.tables import (
+    tower_entries,
+    tower_jobs,
+    tower_summaries,
+    tower_window_runs,
+    tower_windows,
+)
 from memory_pipeline_tests.conftest import CST
 
 
@@ -26,7 +38,11 @@ def _free_port() -> int:
 
 @pytest.fixture
 def server(store):
-    tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="mcp_test", partition=p))
+    yield from _serve(store, TowerConfig())
+
+
+def _serve(store, cfg: TowerConfig):
+    tower = Tower(store, cfg, CST, lambda p: LLMClient(store, asset="mcp_test", partition=p))
     port = _free_port()
     srv = make_uvicorn(tower, "127.0.0.1", port)
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -145,3 +161,108 @@ def test_the_endpoint_also_answers_at_mcp(server):
             return [t.name for t in (await session.list_tools()).tools]
 
     assert sorted(asyncio.run(tools())) == sorted(TOOL_NAMES)
+
+
+def _count(store, table) -> int:
+    with store.connect() as conn:
+        return conn.execute(select(func.count()).select_from(table)).scalar_one()
+
+
+def _ledger_rows(store) -> int:
+    return _count(store, llm_ledger)
+
+
+async def _session_calls(url: str, calls: list[tuple[str, dict]]) -> list[dict]:
+    async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as session:
+        await session.initialize()
+        return [_data(await session.call_tool(name, args)) for name, args in calls]
+
+
+def test_the_mcp_process_runs_no_scheduler(store):
+    """With the shortest refresh and tick the config allows, entries appended over MCP to a closed,
+    settled day of a summarizing type and to the open day, and a few seconds with the server up:
+    no window, no window run, no summary, no job and no ledger row appear unless a tool asks."""
+    cfg = TowerConfig(structural_refresh_seconds=1, semantic_tick_minutes=1, settle_minutes=0)
+    gen = _serve(store, cfg)
+    url, tower = next(gen)
+    try:
+        today = utcnow().astimezone(CST)
+        entries = [
+            {"content": {"project": "alpha", "did": f"work {i}"}, "at": f"2026-01-05T{9 + i:02d}:00:00+08:00"}
+            for i in range(3)
+        ] + [{"content": {"project": "alpha", "did": "now"}, "at": today.isoformat()}]
+        (appended,) = asyncio.run(_session_calls(url, [("mem/append", {"type": "worklog", "entries": entries})]))
+        assert appended["inserted"] == 4 and appended["late_windows_refreshed"] == 0
+        time.sleep(3)  # three structural refresh periods with the server up
+        assert _count(store, tower_entries) == 4
+        for table in (tower_windows, tower_window_runs, tower_summaries, tower_jobs, llm_ledger):
+            assert _count(store, table) == 0, table.name
+        assert tower._pool is None  # no job worker either: it starts with the first job a tool asks for
+    finally:
+        next(gen, None)
+
+
+def test_over_mcp_only_summarize_recompute_and_summarize_on_miss_call_the_llm(server, store):
+    url, tower = server
+    entries = [
+        {"content": {"project": p, "did": f"{p} chose postgres on day {d}"}, "at": f"2026-01-0{d}T10:00:00+08:00"}
+        for d in (5, 6)
+        for p in ("alpha", "beta")
+    ]
+    asyncio.run(_session_calls(url, [("mem/append", {"type": "worklog", "entries": entries})]))
+    for d in (5, 6):  # the windows (zero LLM), so the reads below have something to return
+        windows.build_day(store, date(2026, 1, d), CST)
+    day = {"type": "worklog", "granularity": "day", "anchor": "2026-01-05"}
+    reads = asyncio.run(
+        _session_calls(
+            url,
+            [
+                ("mem/list_types", {}),
+                ("mem/get_type", {"name": "worklog"}),
+                ("mem/windows", {"type": "worklog", "granularity": "week", "anchor": "2026-01-05"}),
+                ("mem/recall", {**day, "limit": 1}),
+                (
+                    "mem/recall",
+                    {"type": "worklog", "from_": "2026-01-05T00:00:00+08:00", "to": "2026-01-07T00:00:00+08:00"},
+                ),
+                ("mem/get_summary", day),
+                ("mem/get_summary", {"type": "worklog", "granularity": "week", "anchor": "2026-01-05"}),
+                ("mem/list_jobs", {}),
+            ],
+        )
+    )
+    assert reads[3]["total_entries"] == 2 and reads[4]["total_entries"] == 4
+    assert reads[5]["state"] == "missing" and reads[6]["state"] == "missing"  # stated, not summarized
+    assert reads[7]["jobs"] == [] and _ledger_rows(store) == 0 and _count(store, tower_summaries) == 0
+
+    (started,) = asyncio.run(_session_calls(url, [("mem/summarize", day)]))
+    jobs = [j["job_id"] for j in started["jobs"]]
+    assert len(jobs) == 2  # one per project
+    states = _wait(url, jobs)
+    assert states == ["succeeded", "succeeded"]
+    after_summarize = _ledger_rows(store)
+    assert after_summarize == 2  # one direct call per group
+    # job_status and the reads again: still no new row.
+    asyncio.run(_session_calls(url, [("mem/get_summary", day), ("mem/list_jobs", {}), ("mem/recall", day)]))
+    assert _ledger_rows(store) == after_summarize
+
+    # recompute: the alpha week from raw, one call (a day already summarized from unchanged raw is reused).
+    week = {"type": "worklog", "granularity": "week", "anchor": "2026-01-05", "group": "alpha"}
+    (rebuilt,) = asyncio.run(_session_calls(url, [("mem/recompute", week)]))
+    assert _wait(url, [j["job_id"] for j in rebuilt["jobs"]]) == ["succeeded"]
+    assert _ledger_rows(store) == after_summarize + 1
+    other = {"type": "worklog", "granularity": "day", "anchor": "2026-01-06"}
+    (miss,) = asyncio.run(_session_calls(url, [("mem/get_summary", {**other, "summarize_on_miss": True})]))
+    assert _wait(url, [j["job_id"] for j in miss["jobs"]]) == ["succeeded", "succeeded"]
+    assert _ledger_rows(store) == after_summarize + 3
+
+
+def _wait(url: str, job_ids: list[str]) -> list[str]:
+    for _ in range(200):
+        states = [
+            s["state"] for s in asyncio.run(_session_calls(url, [("mem/job_status", {"job_id": j}) for j in job_ids]))
+        ]
+        if all(s not in ("queued", "running") for s in states):
+            return states
+        time.sleep(0.1)
+    return states
