@@ -152,7 +152,7 @@ def _sleep_step(console: Console, instance, store) -> bool:
     for world in sample_data.WORLDS:
         set_self_block(store, world, names[0], f"I am {world}, a long-lived assistant.", names, "demo")
         pin_fact(store, world, f"The user of {world} lives in Hangzhou.", priority=1)
-    console.print(f"[bold]2b.[/] sleep (seed 003) {SLEEP_FROM} .. {SLEEP_TO} and rolling summaries (seed 002)")
+    console.print(f"[bold]2c.[/] sleep (seed 003) {SLEEP_FROM} .. {SLEEP_TO} and rolling summaries (seed 002)")
     ok = True
     for window in ("light_sleep", "deep_sleep", "autobiography"):
         rep = operations.materialize(window, SLEEP_FROM.isoformat(), SLEEP_TO.isoformat(), instance=instance)
@@ -210,7 +210,7 @@ def _objects_step(console: Console, instance) -> bool:
             {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last},
         ),
     ]
-    console.print("[bold]2b.[/] object memory (seed 001) as Dagster runs")
+    console.print("[bold]2d.[/] object memory (seed 001) as Dagster runs")
     ok = True
     for name, config, tags in runs:
         started = datetime.now()
