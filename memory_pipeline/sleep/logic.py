@@ -307,6 +307,8 @@ class MemoryState:
             raise _field_error(call_id, MERGE, "source_ids", "missing")
         if not isinstance(ids, list):
             raise _field_error(call_id, MERGE, "source_ids", f"expected a list of ids, got {type(ids).__name__}")
+        if not all(isinstance(i, str) for i in ids):
+            raise _field_error(call_id, MERGE, "source_ids", "expected a list of memory ids (strings)")
         ids = list(dict.fromkeys(ids))
         if len(ids) < 2:
             raise _field_error(

@@ -5,7 +5,7 @@ from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memory_pipeline.sleep.logic import (
@@ -199,6 +199,7 @@ _json = st.recursive(
 
 
 @settings(max_examples=300, deadline=None)
+@example(name=MERGE, args={"source_ids": [[]]})  # once a TypeError (an unhashable id), now refused by name
 @given(
     name=st.sampled_from([CREATE, UPDATE, DEPRECATE, MERGE, "x", None]),
     args=st.one_of(
@@ -233,13 +234,13 @@ def test_round_one_instructions_carry_the_seeds_four_examples():
     from memory_pipeline.sleep.prompts import deep_message_three
 
     text = deep_message_three(Round.CONTRADICTION)
-    for example in (
+    for seed_example in (
         "「女儿属虎」vs「女儿属羊」",
         "「不喜欢吃辣」vs「喜欢吃辣」",
         "「喜欢苹果」vs「喜欢樱桃」",
         "「喜欢 Python」vs「现在更喜欢 TypeScript」",
     ):
-        assert example in text
+        assert seed_example in text
     assert "拆分" in deep_message_three(Round.SPLIT) and "merge_semantic_memories" in deep_message_three(Round.MERGE)
 
 
