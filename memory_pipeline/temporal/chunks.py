@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
+from sqlalchemy import Row, bindparam, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from memory_pipeline.lib.llm import LLMHardFailure
@@ -187,6 +187,24 @@ def closed_bucket_chunks(conn, world_id: str | None, day: date, now: datetime) -
     q = q.order_by(temporal_day_chunks.c.bucket, temporal_day_chunks.c.conversation_id, temporal_day_chunks.c.seq)
     rows = conn.execute(q).mappings().all()
     return [dict(r) for r in rows if bucket_end(r["bucket"]) <= now]
+
+
+# The read path's one statement, built once (no per-call construction or cache-key work): a
+# world's chunks of one day with just what a view uses (the peer fingerprint's conversation, at
+# and summary, and the bucket), in ix_chunks_world_date.
+_c = temporal_day_chunks.c
+_VIEW_CHUNKS = (
+    select(_c.conversation_id, _c.bucket, _c.at, _c.summary)
+    .where(_c.world_id == bindparam("world_id"), _c.cst_date == bindparam("cst_date"))
+    .order_by(_c.bucket, _c.conversation_id, _c.seq)
+)
+
+
+def view_chunks(conn, world_id: str, day: date, now: datetime) -> list[Row]:
+    """:func:`closed_bucket_chunks` of one world, for the read path: rows of (conversation_id,
+    bucket, at, summary)."""
+    rows = conn.execute(_VIEW_CHUNKS, {"world_id": world_id, "cst_date": day}).all()
+    return [r for r in rows if bucket_end(r.bucket) <= now]
 
 
 def audit_chunks(

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import conversations, inbox, messages
 from memory_pipeline.lib.timeutil import bucket_end, bucket_label, day_bounds, local_date, require_aware, utcnow
 from memory_pipeline.temporal import logic
-from memory_pipeline.temporal.chunks import closed_bucket_chunks
+from memory_pipeline.temporal.chunks import view_chunks
 from memory_pipeline.temporal.config import TemporalSummaryConfig
 from memory_pipeline.temporal.tables import warmup_requests
 
@@ -84,7 +84,7 @@ def system_block(
 class _PeerBucket:
     bucket: datetime
     local_bucket: datetime
-    peers: list[dict]
+    peers: list[Row]  # (conversation_id, bucket, at, summary)
     fp: str
     key: str
 
@@ -97,22 +97,20 @@ def _peer_buckets(
     at: datetime,
     tz: ZoneInfo,
 ) -> list[_PeerBucket]:
-    """Today's closed buckets with peer chunks, each with its roll's key (one query)."""
+    """Today's closed buckets with peer chunks, each with its roll's key (one statement, on the
+    store's read-only connection)."""
     today = local_date(require_aware(at, "at"), tz)
-    with store.connect() as conn:
-        chunks = closed_bucket_chunks(conn, world_id, today, at)
-    by_bucket: dict[datetime, list[dict]] = {}
+    chunks = store.read(lambda conn: view_chunks(conn, world_id, today, at))
+    by_bucket: dict[datetime, list[Row]] = {}
     for c in chunks:
-        by_bucket.setdefault(c["bucket"], []).append(c)
+        by_bucket.setdefault(c.bucket, []).append(c)
     out = []
     for bucket, sources in sorted(by_bucket.items()):
-        peers = [s for s in sources if s["conversation_id"] != viewer_conversation_id]
+        peers = [s for s in sources if s.conversation_id != viewer_conversation_id]
         if not peers:
             continue
         local_bucket = bucket.astimezone(tz)
-        fp = logic.peer_sources_fp(
-            ((s["conversation_id"], s["at"], s["summary"]) for s in sources), viewer_conversation_id
-        )
+        fp = logic.peer_sources_fp(((s.conversation_id, s.at, s.summary) for s in sources), viewer_conversation_id)
         key = logic.peer_roll_key(cfg.redis_key_prefix, world_id, today, local_bucket, fp)
         out.append(_PeerBucket(bucket, local_bucket, peers, fp, key))
     return out
@@ -145,7 +143,7 @@ def peer_messages(
         if hit_value:
             content, hit = hit_value["summary"], True
         else:
-            content, hit = logic.concat_peer_chunks([p["summary"] for p in b.peers], cfg.peer_roll_max_chars), False
+            content, hit = logic.concat_peer_chunks([p.summary for p in b.peers], cfg.peer_roll_max_chars), False
             requests.append(
                 {
                     "kind": "peer_roll",

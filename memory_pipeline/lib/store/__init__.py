@@ -1,5 +1,14 @@
-from memory_pipeline.lib.store.db import Store, insert_missing, make_engine, upsert
+from memory_pipeline.lib.store.db import Store, insert_missing, make_engine, read_engine, upsert
 from memory_pipeline.lib.store.retry import StoreUnavailable, retry_transient
 from memory_pipeline.lib.store.tables import metadata
 
-__all__ = ["Store", "StoreUnavailable", "insert_missing", "make_engine", "metadata", "retry_transient", "upsert"]
+__all__ = [
+    "Store",
+    "StoreUnavailable",
+    "insert_missing",
+    "make_engine",
+    "metadata",
+    "read_engine",
+    "retry_transient",
+    "upsert",
+]

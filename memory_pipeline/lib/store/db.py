@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection, Engine, Table, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
+
+T = TypeVar("T")
 
 
 def _normalize(url: str) -> str:
@@ -38,6 +43,42 @@ def make_engine(url: str) -> Engine:
     else:
         engine = create_engine(url, pool_pre_ping=True, hide_parameters=True)
     return engine
+
+
+_read_engines: WeakKeyDictionary[Engine, Engine] = WeakKeyDictionary()
+_read_engines_lock = threading.Lock()
+
+
+def read_engine(engine: Engine) -> Engine:
+    """The read-only companion of ``engine`` (one per engine, disposed with it).
+
+    On PostgreSQL a read on the main engine costs four round trips: the pool's pre-ping (with
+    psycopg2's implicit BEGIN), the statement, and the ROLLBACK that resets the connection on its
+    way back to the pool. This engine's connections are AUTOCOMMIT (no BEGIN), reset nothing on
+    return and are not pre-pinged, so a read is its statement alone; ``Store.read`` retries once
+    on a fresh connection when a pooled one turns out dead. Its sessions are READ ONLY: a write
+    through it is refused by the server. SQLite has no round trips to save (and an in-memory
+    database exists only on its own engine): there it is ``engine`` itself."""
+    if engine.dialect.name == "sqlite":
+        return engine
+    with _read_engines_lock:
+        found = _read_engines.get(engine)
+        if found is not None:
+            return found
+        reader = create_engine(
+            engine.url, isolation_level="AUTOCOMMIT", pool_reset_on_return=None, hide_parameters=True
+        )
+
+        @event.listens_for(reader, "connect")
+        def _read_only(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            cur.close()
+            dbapi_conn.commit()  # kept even if the connection is not in autocommit yet
+
+        event.listen(engine, "engine_disposed", lambda _engine: reader.dispose())
+        _read_engines[engine] = reader
+        return reader
 
 
 def _insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
@@ -106,3 +147,18 @@ class Store:
 
     def connect(self) -> Connection:
         return self.engine.connect()
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """``fn(conn)`` on a read-only connection of :func:`read_engine` (on PostgreSQL: one round
+        trip per statement, nothing around it). For short reads on a hot path; ``fn`` must not
+        write. A pooled connection found dead (the server restarted while it sat in the pool) is
+        dropped with the pool's other connections and ``fn`` runs once more on a fresh one."""
+        engine = read_engine(self.engine)
+        try:
+            with engine.connect() as conn:
+                return fn(conn)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+        with engine.connect() as conn:
+            return fn(conn)
