@@ -7,12 +7,13 @@ from datetime import date, datetime, timedelta
 
 import pytest
 from dagster import build_sensor_context, instance_for_test
-from sqlalchemy import event, select
+from sqlalchemy import event, func, select
 from typer.testing import CliRunner
 
 from memory_pipeline import operations
 from memory_pipeline.cli import app
 from memory_pipeline.definitions import build_defs
+from memory_pipeline.lib.store.tables import llm_ledger
 from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
 from memory_pipeline.temporal.reconcile import spans, stale_periods
 from memory_pipeline.temporal.tables import temporal_period_runs, temporal_summaries
@@ -285,3 +286,47 @@ def test_reconcile_and_status_from_the_command_line(env, store):
     assert "none: every materialized" in runner.invoke(app, ["status"]).output
     nothing = runner.invoke(app, ["reconcile"])
     assert nothing.exit_code == 0 and "none: every materialized" in nothing.output and "run " not in nothing.output
+
+
+def _ok_calls_after(store, call_id: int) -> list[tuple[str, str, str]]:
+    """(asset, world, task) of the model calls made after ``call_id``, in order."""
+    t = llm_ledger.c
+    with store.connect() as conn:
+        rows = conn.execute(
+            select(t.asset, t.world_id, t.task).where(t.call_id > call_id, t.outcome == "ok").order_by(t.call_id)
+        ).all()
+    return [tuple(r) for r in rows]
+
+
+def _last_call_id(store) -> int:
+    with store.connect() as conn:
+        return conn.execute(select(func.coalesce(func.max(llm_ledger.c.call_id), 0))).scalar_one()
+
+
+def test_repair_after_one_late_message_rebuilds_only_that_worlds_system_roll(
+    defs, instance, store, redis_client, ingest, materialized
+):
+    """The repair's system-rolls run goes over every world, but a world whose roll sources are
+    unchanged keeps its cached roll (same sources_fp): only the touched world pays model calls."""
+    mark = _last_call_id(store)
+    assert operations.run_system_rolls(instance=instance, defs=defs).success  # as the daily schedule would
+    assert _ok_calls_after(store, mark) == [
+        ("temporal_system_rolls", "w1", "past_years"),  # 2025 is in today's past_years roll
+        ("temporal_system_rolls", "w2", "past_years"),
+    ]
+    keys = {w: f"anima:temporal:{w}:sys_roll:past_years:{datetime.now(CST).year}" for w in ("w1", "w2")}
+    before = {w: redis_client.get(k) for w, k in keys.items()}
+
+    mark = _last_call_id(store)
+    ingest([line("w1", "late", "user", "zucchini zucchini zucchini harvest", cst(2025, 12, 30, 10), mid="late-1")])
+    report = operations.repair(instance=instance, defs=defs)
+    assert report.success and report.partitions == 3 and report.system_rolls is not None
+    assert _ok_calls_after(store, mark) == [
+        ("temporal_day_summaries", "w1", "day"),
+        ("temporal_month_summaries", "w1", "month"),
+        ("temporal_year_summaries", "w1", "year"),
+        ("temporal_system_rolls", "w1", "past_years"),
+    ]
+    after = {w: redis_client.get(k) for w, k in keys.items()}
+    assert after["w2"] == before["w2"] and after["w1"] != before["w1"]
+    assert "zucchini" in json.loads(after["w1"])["summary"].lower()
