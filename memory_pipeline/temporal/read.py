@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Row, select
@@ -80,6 +81,13 @@ def system_block(
     return block, rolls
 
 
+@lru_cache(maxsize=4096)
+def _peer_fp(sources: tuple[tuple[str, datetime, str], ...], viewer_conversation_id: str | None) -> str:
+    """logic.peer_sources_fp, remembered by its whole input (a bucket's chunks and the viewer): every
+    view of a bucket hashes the same chunks again otherwise. A changed chunk is another input."""
+    return logic.peer_sources_fp(sources, viewer_conversation_id)
+
+
 @dataclass
 class _PeerBucket:
     bucket: datetime
@@ -110,7 +118,7 @@ def _peer_buckets(
         if not peers:
             continue
         local_bucket = bucket.astimezone(tz)
-        fp = logic.peer_sources_fp(((s.conversation_id, s.at, s.summary) for s in sources), viewer_conversation_id)
+        fp = _peer_fp(tuple((s.conversation_id, s.at, s.summary) for s in sources), viewer_conversation_id)
         key = logic.peer_roll_key(cfg.redis_key_prefix, world_id, today, local_bucket, fp)
         out.append(_PeerBucket(bucket, local_bucket, peers, fp, key))
     return out
