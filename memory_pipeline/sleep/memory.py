@@ -66,6 +66,17 @@ def load_active(
     return dict(out)
 
 
+def taken_ids(conn: Connection, world_ids: Sequence[str]) -> dict[str, set[str]]:
+    """Every memory id of the worlds (deprecated rows included), in one query: new ids skip them."""
+    out: dict[str, set[str]] = defaultdict(set)
+    q = select(semantic_memories.c.world_id, semantic_memories.c.memory_id).where(
+        semantic_memories.c.world_id.in_(list(world_ids))
+    )
+    for w, mid in conn.execute(q):
+        out[w].add(mid)
+    return dict(out)
+
+
 def worlds_with_memories(conn: Connection) -> list[str]:
     q = select(semantic_memories.c.world_id).where(semantic_memories.c.status == MemoryStatus.ACTIVE).distinct()
     return sorted(conn.execute(q).scalars())
@@ -133,7 +144,7 @@ def write_changes(conn: Connection, changes: Sequence[Change], prov: Provenance)
                 "observed_at": c.memory.observed_at,
                 "status": str(c.memory.status),
                 "merged_into": c.memory.merged_into,
-                "reason": c.memory.reason,
+                "reason": c.note if c.note is not None else c.memory.reason,
                 "stage": str(prov.stage),
                 "day": prov.day,
                 "round": prov.round,
