@@ -82,9 +82,7 @@ def is_haiku_class(model: str) -> bool:
 
 _SENTENCE_END = re.compile(r"[。！？!?]+|\.(?=\s|$)")
 # 2026-04-18, 4月18日, 4/18, 04-19 (the seed's "04-19 聊工作" list)
-_DATE = re.compile(
-    r"(?<!\d)(?:\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}|\d{2}-\d{2})(?![\d/-])|\d{1,2}月\d{1,2}日"
-)
+_DATE = re.compile(r"(?<!\d)(?:\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}|\d{2}-\d{2})(?![\d/-])|\d{1,2}月\d{1,2}日")
 
 
 def sentences(text: str) -> int:
@@ -118,7 +116,9 @@ def parse_sections(call: Mapping[str, Any], max_sentences: int = 10) -> Sections
         raise FormatError(f"tool call {call.get('id')}: arguments are not a JSON object")
     extra = sorted(set(args) - {"emotional_arc", "preferences", "emotional_key_points", "unresolved_hooks"})
     if "long_arc" in extra:
-        raise AuthorViewError("field 'long_arc': the summary may refer to long_arc, never write it (long_arc 优先，不能改写)")
+        raise AuthorViewError(
+            "field 'long_arc': the summary may refer to long_arc, never write it (long_arc 优先，不能改写)"
+        )
     if extra:
         raise FormatError(f"field '{extra[0]}': unexpected field")
     arc = args.get("emotional_arc")
@@ -205,9 +205,9 @@ def check_author_view(s: Sections, history: Sequence[tuple[int, str]], long_arc:
     for what, line in sources:
         t = tokens(line)
         for i in range(len(t) - QUOTE_RUN_TOKENS + 1):
-            name = windows.get(tuple(t[i : i + QUOTE_RUN_TOKENS]))
-            if name is not None:
-                raise AuthorViewError(f"field '{name}': copies {what} verbatim (摘抄台词): {''.join(t[i : i + 6])}…")
+            hit = windows.get(tuple(t[i : i + QUOTE_RUN_TOKENS]))
+            if hit is not None:
+                raise AuthorViewError(f"field '{hit}': copies {what} verbatim (摘抄台词): {''.join(t[i : i + 6])}…")
         if QUOTE_LINE_TOKENS <= len(t) < QUOTE_RUN_TOKENS and what.startswith("history"):
             needle = "\x1f" + "\x1f".join(t) + "\x1f"
             for name, hay in joined.items():

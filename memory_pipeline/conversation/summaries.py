@@ -217,7 +217,11 @@ def run(
         entries = hist.get(d.conversation_id, [])
         prev = latest.get(d.conversation_id)
         if logic.is_haiku_class(llm.model):
-            fail(d, FailureKind.HAIKU_CLASS, f"model {llm.model} is Haiku-class (seed: 不用 Haiku 压缩): refused before any call")
+            fail(
+                d,
+                FailureKind.HAIKU_CLASS,
+                f"model {llm.model} is Haiku-class (seed: 不用 Haiku 压缩): refused before any call",
+            )
             continue
         try:
             sections = _ask(llm, cfg, tz, d, entries, prev, arcs.get(d.world_id, ""))

@@ -262,13 +262,24 @@ def test_the_offline_model_writes_in_the_authors_view_and_refers_to_long_arc(sto
         (summary_call(emotional_arc="用户说'我爸走了'，角色说'嗯'。她很难过。"), "quotes what was said"),
         (summary_call(emotional_arc="用户讲了剧本、工作、墓地、搬家。整体平稳。"), "a running log of topics"),
         (summary_call(unresolved_hooks=["04-19 聊工作的事还没说完"]), "field 'unresolved_hooks[0]': contains a date"),
-        (summary_call(long_arc="角色决定放下故乡。"), "field 'long_arc': the summary may refer to long_arc, never write it"),
+        (
+            summary_call(long_arc="角色决定放下故乡。"),
+            "field 'long_arc': the summary may refer to long_arc, never write it",
+        ),
         (
             summary_call(emotional_arc="角色一直放不下离开故乡这件事，心里总惦记着老房子。她聊到爬山。"),
             "copies long_arc (the summary may refer to the arc, never write it) verbatim",
         ),
     ],
-    ids=["copied-preference", "copied-hook", "reported-speech", "running-log", "dated-hook", "writes-arc", "copies-arc"],
+    ids=[
+        "copied-preference",
+        "copied-hook",
+        "reported-speech",
+        "running-log",
+        "dated-hook",
+        "writes-arc",
+        "copies-arc",
+    ],
 )
 def test_an_answer_outside_the_authors_view_is_refused_logged_as_such_and_retried(store, ingest, bad, error):
     from memory_pipeline.sleep import memory as mem
