@@ -76,7 +76,7 @@ def tick(context, at: datetime) -> None:
 
 def ticks_of(instance, remote):
     out = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
-    return sorted(((t.timestamp, t.status, t.skip_reason or "") for t in out))
+    return sorted((t.timestamp, t.status, t.skip_reason or "") for t in out)
 
 
 def test_missed_nights_are_caught_up_oldest_first_each_stage_after_the_one_it_needs(deployment, store, ingest):
