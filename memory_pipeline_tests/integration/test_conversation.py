@@ -326,3 +326,49 @@ def test_other_failures_are_logged_with_their_kind(store, ingest):
         summaries.run(store, haiku, CFG, CST, summaries.due_conversations(store, CFG))
     kinds = [f["error"].split(":", 1)[0] for f in rows(store, conversation_summary_failures)]
     assert kinds == ["format", "model", "haiku_class"]
+
+
+def test_a_user_check_and_a_preference_override_trigger_through_the_gate(store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(31)))
+    summaries.set_init_status(store, "c1", "done")
+    llm = LLMClient(store)
+    summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
+    assert due_ids(store) == []  # everything covered, no new entry
+    summaries.request(store, "c1", "user_check")
+    (due,) = summaries.due_conversations(store, CFG)
+    assert (due.trigger, due.covered_end) == ("user_check", 31)
+    summaries.run(store, llm, CFG, CST, [due])
+    summaries.set_init_status(store, "c1", "phase2_done")  # the gate is shut ...
+    summaries.set_profile(store, "w1", "城市", "杭州", conversation_id="c1")
+    assert due_ids(store) == []  # ... a preference override is a silent skip too
+    summaries.set_init_status(store, "c1", "done")
+    (due,) = summaries.due_conversations(store, CFG)
+    assert due.trigger == "preference_override"
+    summaries.run(store, llm, CFG, CST, [due])
+    v = rows(store)
+    assert [r["trigger"] for r in v] == ["entries", "user_check", "preference_override"]
+    assert "- 城市：杭州" in v[2]["content"] and "- 城市：杭州" not in v[1]["content"]
+    assert [r["outcome"] for r in rows(store, conversation_summary_requests)] == ["version 2", "version 3"]
+
+
+def test_the_profile_section_takes_the_most_recent_value(store, ingest):
+    from datetime import datetime
+
+    from memory_pipeline.conversation.tables import user_profile_facts
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(30)))
+    summaries.set_init_status(store, "c1", "done")
+    summaries.set_profile(store, "w1", "住址", "北京")
+    summaries.set_profile(store, "w1", "职业", "编剧")
+    summaries.set_profile(store, "w1", "住址", "上海")  # moved: the newest value wins
+    with store.begin() as conn:  # the order of the updates, made unambiguous
+        for key, minute in (("职业", 1), ("住址", 2)):
+            conn.execute(
+                user_profile_facts.update()
+                .where(user_profile_facts.c.key == key)
+                .values(updated_at=datetime(2026, 3, 2, 9, minute, tzinfo=CST))
+            )
+    summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    (v1,) = rows(store)
+    prefs = v1["sections"]["preferences"]
+    assert prefs[:2] == ["住址：上海", "职业：编剧"] and not any("北京" in p for p in prefs)
