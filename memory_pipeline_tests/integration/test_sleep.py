@@ -614,7 +614,7 @@ def test_autobiography_reads_the_seven_cst_days_ending_on_its_day(store, tmp_pat
     ]
     ids = _seed(store, "w1", items)
     state = MemoryState("w1", active(store), "t")
-    from memory_pipeline.sleep.logic import DEPRECATE, DEEP_TOOLS, Rules
+    from memory_pipeline.sleep.logic import DEEP_TOOLS, DEPRECATE, Rules
 
     changes = state.apply(
         {"id": "c", "name": DEPRECATE, "arguments": {"id": ids[5], "reason": "x"}},
