@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -31,7 +31,6 @@ from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest, offli
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import local_date, utcnow
-from memory_pipeline.sleep.tables import self_blocks  # the self layer: long_arc is read from it
 
 PROMPT_VERSION = "conversation-summary-v1"
 RECALLABLE = ("user", "assistant")
@@ -184,9 +183,17 @@ def _line(e: dict[str, Any], tz: ZoneInfo, limit: int) -> str:
 
 
 def run(
-    store: Store, llm: LLMClient, cfg: ConversationConfig, tz: ZoneInfo, due: Sequence[Due], now: datetime | None = None
+    store: Store,
+    llm: LLMClient,
+    cfg: ConversationConfig,
+    tz: ZoneInfo,
+    due: Sequence[Due],
+    now: datetime | None = None,
+    long_arcs: Mapping[str, str] | None = None,
 ) -> RunResult:
-    """A new summary version per due conversation; a failure writes nothing but its failure-log event."""
+    """A new summary version per due conversation; a failure writes nothing but its failure-log event.
+    ``long_arcs``: each world's long_arc (the self layer's block, read by the caller): shown to the
+    model, checked against its answer, never written."""
     out = RunResult()
     if not due:
         return out
@@ -197,7 +204,7 @@ def run(
         hist = history(conn, ids)
         latest = _latest(conn, ids)
         profile = _profile(conn, worlds)
-        arcs = long_arcs(conn, worlds, cfg.long_arc_block)
+    arcs = long_arcs or {}
 
     def fail(d: Due, kind: FailureKind, message: str) -> None:
         """Nothing written but the failure-log event, ``<kind>: <message>``; retried next trigger."""
@@ -320,14 +327,6 @@ def _ask(
     return sections
 
 
-def long_arcs(conn: Any, worlds: Sequence[str], block: str) -> dict[str, str]:
-    """Each world's long_arc (the self block ``memory.conversation.long_arc_block``): read, never written."""
-    q = select(self_blocks.c.world_id, self_blocks.c.content).where(
-        self_blocks.c.world_id.in_(list(worlds)), self_blocks.c.name == block
-    )
-    return {w: c for w, c in conn.execute(q) if (c or "").strip()}
-
-
 # --- entry points: gate status, explicit triggers, the user's correction, the read path ------------
 
 
@@ -422,7 +421,9 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
     return int(prev["version"]) + 1
 
 
-def injected_history(store: Store, conversation_id: str, cfg: ConversationConfig) -> dict[str, Any]:
+def injected_history(
+    store: Store, conversation_id: str, cfg: ConversationConfig, long_arcs: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """What the agent gets as context (seed Step 4), in this order: the world's long_arc (it wins
     on emotional tone), then with trimming on the summary plus the last 20 entries, off the last 49.
     Raw events are never deleted either way. No LLM call."""
@@ -433,7 +434,7 @@ def injected_history(store: Store, conversation_id: str, cfg: ConversationConfig
         world = conn.execute(
             select(conversations.c.world_id).where(conversations.c.conversation_id == conversation_id)
         ).scalar()
-        arc = long_arcs(conn, [world], cfg.long_arc_block).get(world) if world else None
+    arc = (long_arcs or {}).get(world) if world else None
     # long_arc comes first: on emotional tone it wins over the summary (seed: long_arc 优先).
     if cfg.trim_history and prev is not None:
         return {"long_arc": arc, "summary": prev["content"], "entries": entries[-cfg.trimmed_tail :]}

@@ -190,6 +190,15 @@ def load_self_layer(
     return dict(blocks), dict(pinned)
 
 
+def self_block_of(store: Store, name: str, world_ids: Sequence[str] | None = None) -> dict[str, str]:
+    """One self block of each world that has it (non-empty), e.g. long_arc for the rolling summary."""
+    q = select(self_blocks.c.world_id, self_blocks.c.content).where(self_blocks.c.name == name)
+    if world_ids is not None:
+        q = q.where(self_blocks.c.world_id.in_(list(world_ids)))
+    with store.connect() as conn:
+        return {w: c for w, c in conn.execute(q) if (c or "").strip()}
+
+
 class InputError(ValueError):
     """Bad input at an entry point (CLI, Python API): names the field; nothing is written."""
 

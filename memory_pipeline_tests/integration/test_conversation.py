@@ -228,7 +228,8 @@ def test_the_offline_model_writes_in_the_authors_view_and_refers_to_long_arc(sto
     mem.set_self_block(store, "w1", "long_arc", arc_text, SleepConfig().block_names(), "author")
     with store.connect() as conn:
         before = conn.execute(select(self_blocks).where(self_blocks.c.name == "long_arc")).mappings().one()
-    result = summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    arcs = mem.self_block_of(store, "long_arc")
+    result = summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG), long_arcs=arcs)
     assert result.written == ["c1"], result.failed
     (v1,) = rows(store)
     s = v1["sections"]
@@ -246,9 +247,9 @@ def test_the_offline_model_writes_in_the_authors_view_and_refers_to_long_arc(sto
     with store.connect() as conn:
         after = conn.execute(select(self_blocks).where(self_blocks.c.name == "long_arc")).mappings().one()
     assert after == before
-    view = summaries.injected_history(store, "c1", ConversationConfig(trim_history=True))
+    view = summaries.injected_history(store, "c1", ConversationConfig(trim_history=True), arcs)
     assert list(view) == ["long_arc", "summary", "entries"] and view["long_arc"] == arc_text
-    assert summaries.injected_history(store, "c1", CFG)["long_arc"] == arc_text  # trimming off: still first
+    assert summaries.injected_history(store, "c1", CFG, arcs)["long_arc"] == arc_text  # trimming off: still first
 
 
 @pytest.mark.parametrize(
@@ -294,7 +295,8 @@ def test_an_answer_outside_the_authors_view_is_refused_logged_as_such_and_retrie
         server.push(*bad)
         server.push(*summary_call())
         llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
-        first = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
+        arcs = mem.self_block_of(store, "long_arc")
+        first = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG), long_arcs=arcs)
         assert first.written == [] and error in first.failed["c1"]
         assert rows(store) == []  # nothing written
         (failure,) = rows(store, conversation_summary_failures)
@@ -302,7 +304,7 @@ def test_an_answer_outside_the_authors_view_is_refused_logged_as_such_and_retrie
         # The user's check stays open and the conversation due: the next trigger asks again (never
         # reusing the refused answer) and writes the good one.
         assert due_ids(store) == ["c1"] and rows(store, conversation_summary_requests)[0]["done_at"] is None
-        second = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
+        second = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG), long_arcs=arcs)
         assert second.written == ["c1"] and len(server.requests) == 2
         assert arc_text in server.requests[1]["messages"][2]["content"]  # the model is shown long_arc
         (request,) = rows(store, conversation_summary_requests)

@@ -18,6 +18,8 @@ from sqlalchemy import func, select
 from memory_pipeline import operations
 from memory_pipeline.conversation import summaries
 from memory_pipeline.conversation.tables import conversation_summaries
+from memory_pipeline.sleep import memory as mem
+from memory_pipeline.sleep.config import SleepConfig
 from memory_pipeline.sleep.tables import self_blocks, semantic_memories, semantic_memory_snapshots
 from memory_pipeline_tests.conftest import conversation, cst
 from memory_pipeline_tests.integration.test_dagster import make_defs
@@ -171,12 +173,16 @@ def test_rolling_summary_sensor_end_to_end(defs, instance, store, pg_url, ingest
 
     assert tick().run_requests == []  # initialization not done: a silent skip
     summaries.set_init_status(store, "c1", "done")
+    # The world's long_arc, in the self layer: the asset reads it for the model, never writes it.
+    mem.set_self_block(store, "w1", "long_arc", "角色一直惦记着故乡。", SleepConfig().block_names(), "author")
     (req,) = tick().run_requests
     job = defs.resolve_job_def("conversation_rolling_summary_job")
     result = job.execute_in_process(instance=instance, run_config=req.run_config, raise_on_error=False)
     assert result.success
     with store.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one() == 1
+        (arc,) = conn.execute(select(conversation_summaries.c.sections)).scalars().all()
+        block = conn.execute(select(self_blocks.c.content, self_blocks.c.updated_by)).one()
+    assert arc["arc"].endswith("让角色想起自己的长线心事。") and tuple(block) == ("角色一直惦记着故乡。", "author")
     checks = instance.get_records_for_run(result.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records
     assert [r.event_log_entry.dagster_event.event_specific_data.passed for r in checks] == [True]
     assert tick().run_requests == []  # covered now
