@@ -447,27 +447,42 @@ def injected_history(
 _LIKES = re.compile(r"(?:喜欢|爱|\blike\b|\blove\b)\s*([^\s，。！？,.!?；;]+(?:\s+[A-Za-z]+)?)", re.IGNORECASE)
 
 
+def _own_words(text: str, lines: Sequence[tuple[int, str]], field: str = "unresolved_hooks") -> bool:
+    """Whether ``text`` copies no history line (the check the program runs on every answer)."""
+    sections = Sections(text, (), (), ()) if field == "emotional_arc" else Sections("。", (), (), (text,))
+    try:
+        logic.check_author_view(sections, lines)
+    except logic.AuthorViewError:
+        return False
+    return True
+
+
 def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tuple[str, list[dict[str, Any]]]:
-    """Deterministic, not a language model, and in the author's view (never a line copied): the arc
-    is three fixed sentences around the three most frequent words of the user's lines (plus one that
-    refers to long_arc when the world has one); each thing a user line says it likes (喜欢 / 爱 /
-    like / love + the next word or two) is a preference "用户喜欢…"; those three words are key
-    points (投入); the words of the last user question make the unresolved hook."""
+    """Deterministic, not a language model, and in the author's view: the arc is three fixed
+    sentences around the three most frequent words of the user's lines (plus one that refers to
+    long_arc when the world has one); each thing a user line says it likes (喜欢 / 爱 / like / love
+    and at most the next four tokens) is a preference "用户喜欢…"; those three words are key points
+    (投入); the words of the last user question make the unresolved hook. Whatever would still copy
+    a line is left out (the arc falls back to one without the words)."""
     texts = [str(m.get("content") or "") for m in msgs if m.get("role") == "user"]
     body = next((t for t in texts if t.startswith("# RECENT_HISTORY")), "")
     has_arc = any(t.startswith(LONG_ARC_HEAD) for t in texts)
+    shown = [ln.split(" ", 1) for ln in body.splitlines() if ln.startswith("L") and " **" in ln]
+    lines = [(int(n[1:]), rest.split("** ", 1)[-1]) for n, rest in shown if n[1:].isdigit()]
     users = [ln.split("**user** ", 1)[1] for ln in body.splitlines() if "**user** " in ln]
     words = [w for w in offline.headline("\n".join(users), 60).split(" · ") if w] if users else []
     top = "、".join(words[:3]) or "日常"
     arc = f"这段时间用户主要在聊{top}。用户在这些话题上持续投入。整体情绪平稳，没有明显的回避。"
+    if not _own_words(arc, lines, "emotional_arc"):
+        arc = "这段时间用户的话题比较集中。用户在这些话题上持续投入。整体情绪平稳，没有明显的回避。"
     if has_arc and words:
         arc += f"聊到{words[0]}时，让角色想起自己的长线心事。"
-    likes = [m.group(1) for u in users for m in _LIKES.finditer(u)]
-    prefs = [f"用户喜欢{x}" for x in dict.fromkeys(likes)][:5]
+    likes = ["".join(logic.tokens(m.group(1))[:4]) for u in users for m in _LIKES.finditer(u)]
+    prefs = [p for p in (f"用户喜欢{x}" for x in dict.fromkeys(likes) if x) if _own_words(p, lines)][:5]
     questions = [u for u in users if u.rstrip().endswith(("?", "？"))]
     asked = [w for w in offline.headline(questions[-1], 40).split(" · ") if w][:2] if questions else []
-    hooks = [f"用户关于{'、'.join(asked)}的问题还没有结论"] if asked else []
-    points = [{"topic": w, "state": "投入"} for w in words[:3]]
+    hooks = [h for h in ([f"用户关于{'、'.join(asked)}的问题还没有结论"] if asked else []) if _own_words(h, lines)]
+    points = [{"topic": w, "state": "投入"} for w in words[:3] if _own_words(w, lines)]
     args = {"emotional_arc": arc, "preferences": prefs, "emotional_key_points": points, "unresolved_hooks": hooks}
     return json.dumps({"offline": True}), [{"name": logic.TOOL, "arguments": args}]
 
