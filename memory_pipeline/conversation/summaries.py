@@ -447,6 +447,16 @@ def injected_history(
 _LIKES = re.compile(r"(?:喜欢|爱|\blike\b|\blove\b)\s*([^\s，。！？,.!?；;]+(?:\s+[A-Za-z]+)?)", re.IGNORECASE)
 
 
+def _join(tokens: Sequence[str]) -> str:
+    """Tokens back to text: CJK characters side by side, words apart."""
+    out = ""
+    for t in tokens:
+        if out and out[-1].isascii() and t[0].isascii():
+            out += " "
+        out += t
+    return out
+
+
 def _own_words(text: str, lines: Sequence[tuple[int, str]], field: str = "unresolved_hooks") -> bool:
     """Whether ``text`` copies no history line (the check the program runs on every answer)."""
     sections = Sections(text, (), (), ()) if field == "emotional_arc" else Sections("。", (), (), (text,))
@@ -477,7 +487,7 @@ def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tup
         arc = "这段时间用户的话题比较集中。用户在这些话题上持续投入。整体情绪平稳，没有明显的回避。"
     if has_arc and words:
         arc += f"聊到{words[0]}时，让角色想起自己的长线心事。"
-    likes = ["".join(logic.tokens(m.group(1))[:4]) for u in users for m in _LIKES.finditer(u)]
+    likes = [_join(logic.tokens(m.group(1))[:4]) for u in users for m in _LIKES.finditer(u)]
     prefs = [p for p in (f"用户喜欢{x}" for x in dict.fromkeys(likes) if x) if _own_words(p, lines)][:5]
     questions = [u for u in users if u.rstrip().endswith(("?", "？"))]
     asked = [w for w in offline.headline(questions[-1], 40).split(" · ") if w][:2] if questions else []
