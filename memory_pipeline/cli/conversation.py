@@ -4,6 +4,8 @@ Dagster run, what a conversation's summary and injected history are now."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -77,13 +79,19 @@ def summarize():
 @app.command()
 def show(conversation: str = typer.Argument(...)):
     """The newest summary version and, while unverified, its check line."""
-    from memory_pipeline.conversation.config import ConversationConfig
+    from memory_pipeline.conversation import config
     from memory_pipeline.conversation.summaries import injected_history
+    from memory_pipeline.sleep.memory import self_block_of
 
+    store, cfg = open_store(), config.load()
     # trim_history=True only to read the summary back; nothing is trimmed or written.
-    view = _guard(injected_history, open_store(), conversation, ConversationConfig(trim_history=True))
+    view = _guard(
+        injected_history, store, conversation, replace(cfg, trim_history=True), self_block_of(store, cfg.long_arc_block)
+    )
     if view["summary"] is None:
         refuse(f"conversation {conversation!r} has no summary yet", code=1)
+    if view["long_arc"]:
+        console.print(escape(f"long_arc (wins on emotional tone): {view['long_arc']}\n"))
     console.print(escape(view["summary"]))
 
 

@@ -25,26 +25,29 @@ def _day(name: str, value: str) -> date:
         refuse(f"{name} {value!r}: not a date (YYYY-MM-DD)")
 
 
-def _recover(start: str, end: str, stage: str, force: bool) -> None:
+def _keys(start: str, end: str, names: tuple[str, str] = ("--from", "--to")) -> list[str]:
     from memory_pipeline import operations
 
-    if stage != "all" and stage not in STAGES:
-        refuse(f"--stage {stage!r}: one of all, light, deep, autobiography")
-    _day("--from", start), _day("--to", end)
+    _day(names[0], start), _day(names[1], end)
+    if end < start:
+        refuse(f"empty range: {names[1]} {end} is before {names[0]} {start}")
     try:
         keys, notes = operations.partition_keys("light_sleep", start, end)
     except operations.RangeError as exc:
-        refuse(str(exc))
+        refuse(str(exc).replace("--from", names[0]).replace("--to", names[1]))
     for note in notes:
         err.print(f"[yellow]{escape(note)}[/]")
-    windows = list(STAGES.values()) if stage == "all" else [STAGES[stage]]
+    return keys
+
+
+def _recover(keys: list[str], windows: list[str], force: bool) -> None:
+    from memory_pipeline import operations
+
     instance = operations.get_instance()
-    ok = True
     for key in keys:  # day by day: day N's deep sleep needs day N-1's
         for window in windows:
             report = operations.materialize(window, key, key, force_llm=force, instance=instance)
             for r in report.runs:
-                ok &= r.success
                 state = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
                 console.print(f"  {window:<14} {key} run {r.run_id[:8]} ({r.seconds:.1f}s) {state}")
             if not report.success:
@@ -58,18 +61,46 @@ def backfill(
     stage: str = typer.Option("all", "--stage", help="all | light | deep | autobiography"),
 ):
     """Operator recovery: run the sleep stages over closed past days, oldest first (each day's light,
-    deep and autobiography before the next day). An unchanged day costs no model call."""
-    _recover(start, end, stage, False)
+    deep and autobiography before the next day). A day done before costs no model call; a stale day
+    (after a rebuild of an earlier one) is run again."""
+    if stage != "all" and stage not in STAGES:
+        refuse(f"--stage {stage!r}: one of all, light, deep, autobiography")
+    keys = _keys(start, end)
+    _recover(keys, list(STAGES.values()) if stage == "all" else [STAGES[stage]], False)
 
 
 @app.command()
 def rebuild(
     day: str = typer.Argument(..., help="The closed CST day to rebuild (YYYY-MM-DD)"),
-    stage: str = typer.Option("all", "--stage", help="all | light | deep | autobiography"),
+    through: str | None = typer.Option(
+        None, "--through", help="Also re-run every later day up to this one (YYYY-MM-DD), in order"
+    ),
 ):
-    """Operator recovery: re-run one day from its inputs, asking the model again. Rebuilding deep
-    sleep of a day marks every later deep-sleep day stale: backfill them again in order."""
-    _recover(day, day, stage, True)
+    """Operator recovery: rebuild one day from scratch. Semantic memory is first restored to what it
+    was before that day's sleep (the previous day's snapshot; nothing deleted, every change a
+    version row saying why), the day's and every later day's stage records turn stale, then the
+    day's light sleep, deep sleep and autobiography run again, asking the model afresh. With
+    --through the later days up to that one run again too, each day before the next; days after
+    stay stale (their checks fail) until `sleep backfill` runs them."""
+    from memory_pipeline.sleep.rebuild import restore
+
+    keys = _keys(day, through or day, ("day", "--through"))
+    if not keys or keys[0] != day:
+        refuse(f"{day}: not a closed CST day with a sleep partition")
+    result = restore(open_store(), date.fromisoformat(day))
+    console.print(
+        f"restored semantic memory to before the sleep of {day}: {result.reactivated} reactivated, "
+        f"{result.reverted} reverted, {result.deprecated} deprecated; narratives {result.narratives_deprecated} "
+        f"deprecated, {result.narratives_reactivated} reactivated; "
+        f"{len(result.stale_days)} day(s) stale"
+    )
+    _recover(keys, list(STAGES.values()), True)
+    left = [d.isoformat() for d in result.stale_days if d.isoformat() > keys[-1]]
+    if left:
+        err.print(
+            f"[yellow]still stale: {left[0]} .. {left[-1]} ({len(left)} day(s)): run `memory-pipeline sleep "
+            f"backfill --from {left[0]} --to {left[-1]}` (or rebuild with --through {left[-1]})[/]"
+        )
 
 
 @app.command()

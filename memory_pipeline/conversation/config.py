@@ -20,12 +20,18 @@ class ConversationConfig:
     trimmed_tail: int = 20
     max_sentences: int = 10  # 单次压缩超过 10 句 is a format error
     entry_max_chars: int = 400  # one history line in the prompt
+    # The self block holding the character's long_arc (seed: long_arc 优先): shown to the model and
+    # put before the summary in the agent's context; read, never written.
+    long_arc_block: str = "long_arc"
 
     def validate(self) -> ConversationConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise ConfigError(f"memory.{SECTION}.{f.name}: must be a positive integer, got {value!r}")
+        name = self.long_arc_block
+        if not name.strip() or len(name) > 64 or name != name.strip() or "," in name:
+            raise ConfigError(f"memory.{SECTION}.long_arc_block: a self block name, got {name!r}")
         return self
 
 

@@ -41,6 +41,24 @@ class Trigger(StrEnum):
 class FormatError(ValueError):
     """The model's answer breaks the layout (a failure: nothing written, retried next trigger)."""
 
+    kind = "format"
+
+
+class AuthorViewError(FormatError):
+    """The answer breaks the seed's author's view (摘抄台词, 流水账, dated events, writing long_arc):
+    refused like a format error, and logged as such."""
+
+    kind = "author_view"
+
+
+class FailureKind(StrEnum):
+    """What the failure log's ``error`` starts with: ``<kind>: <what went wrong>``."""
+
+    FORMAT = "format"  # no tool call, a bad field, more than 10 sentences, the layout check
+    AUTHOR_VIEW = "author_view"  # quoted lines, a running log, dates, writing long_arc
+    MODEL = "model"  # timeout or provider failure
+    HAIKU_CLASS = "haiku_class"  # refused before any call
+
 
 def gate(status: str | None, entries: int, min_entries: int = 30) -> bool:
     """Step 0: initialization_status must be done (missing = not done) and the history must hold at
@@ -63,7 +81,8 @@ def is_haiku_class(model: str) -> bool:
 
 
 _SENTENCE_END = re.compile(r"[。！？!?]+|\.(?=\s|$)")
-_DATE = re.compile(r"\b\d{4}-\d{1,2}-\d{1,2}\b|\d{1,2}月\d{1,2}日|\b\d{1,2}/\d{1,2}\b")
+# 2026-04-18, 4月18日, 4/18, 04-19 (the seed's "04-19 聊工作" list)
+_DATE = re.compile(r"(?<!\d)(?:\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}|\d{2}-\d{2})(?![\d/-])|\d{1,2}月\d{1,2}日")
 
 
 def sentences(text: str) -> int:
@@ -96,6 +115,10 @@ def parse_sections(call: Mapping[str, Any], max_sentences: int = 10) -> Sections
     if not isinstance(args, dict):
         raise FormatError(f"tool call {call.get('id')}: arguments are not a JSON object")
     extra = sorted(set(args) - {"emotional_arc", "preferences", "emotional_key_points", "unresolved_hooks"})
+    if "long_arc" in extra:
+        raise AuthorViewError(
+            "field 'long_arc': the summary may refer to long_arc, never write it (long_arc 优先，不能改写)"
+        )
     if extra:
         raise FormatError(f"field '{extra[0]}': unexpected field")
     arc = args.get("emotional_arc")
@@ -106,7 +129,7 @@ def parse_sections(call: Mapping[str, Any], max_sentences: int = 10) -> Sections
     if n > max_sentences:
         raise FormatError(f"field 'emotional_arc': {n} sentences (more than {max_sentences}: 没提炼到主线)")
     if _DATE.search(arc):
-        raise FormatError("field 'emotional_arc': contains a date (摘要不是流水账)")
+        raise AuthorViewError("field 'emotional_arc': contains a date (摘要不是流水账)")
     points = args.get("emotional_key_points", [])
     if not isinstance(points, list):
         raise FormatError("field 'emotional_key_points': expected a list")
@@ -120,6 +143,76 @@ def parse_sections(call: Mapping[str, Any], max_sentences: int = 10) -> Sections
             )
         kp.append((" ".join(p["topic"].split()), str(p["state"])))
     return Sections(arc, _strings(args, "preferences"), tuple(kp), _strings(args, "unresolved_hooks"))
+
+
+# --- the author's view, checked in code after the model answers ------------------------------------
+
+QUOTE_LINE_TOKENS = 6  # a whole history line of at least 6 tokens copied is a quoted line
+QUOTE_RUN_TOKENS = 12  # so is any run of 12 consecutive tokens of one line (or of long_arc)
+RUNNING_LOG_ITEMS = 4  # a sentence that tells what was talked about as a list of 4+ items is a running log
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_REPORTED = re.compile(
+    r"(说|讲|问|答|道|喊|回复|回答|表示|提到|said|says|asked|replied|told (?:me|her|him))[了过着]?\s*[:：，,]?\s*"
+    r"[「『“\"‘']",
+    re.IGNORECASE,
+)
+_TOLD = re.compile(r"讲|聊|说|谈|提|talked about|told", re.IGNORECASE)
+_ITEM_SEP = re.compile(r"[、/／]")
+
+
+def tokens(text: str) -> list[str]:
+    """Each CJK character a token, each run of other letters or digits a token (case-folded):
+    quotes are compared on these, punctuation and spacing ignored."""
+    return _TOKEN.findall(text.casefold())
+
+
+def section_texts(s: Sections) -> list[tuple[str, str]]:
+    """(field name as the tool call spells it, text) of every section the model wrote."""
+    return (
+        [("emotional_arc", s.arc)]
+        + [(f"preferences[{i}]", p) for i, p in enumerate(s.preferences)]
+        + [(f"emotional_key_points[{i}].topic", t) for i, (t, _st) in enumerate(s.key_points)]
+        + [(f"unresolved_hooks[{i}]", h) for i, h in enumerate(s.hooks)]
+    )
+
+
+def check_author_view(s: Sections, history: Sequence[tuple[int, str]], long_arc: str = "") -> None:
+    """Seed 002 Step 2 as far as code can tell, on the model's sections (before the program adds
+    the user-profile facts): no quoted lines (摘抄台词: reported speech in quotation marks, a whole
+    history line of >= 6 tokens or a run of 12 of one copied verbatim), no running log (a sentence
+    listing 4+ things talked about: 流水账), no dates outside the emotional key points, and long_arc
+    referred to at most, never written (no run of 12 of its tokens). AuthorViewError names the field
+    and the line (L number)."""
+    texts = section_texts(s)
+    for name, text in texts:
+        if _REPORTED.search(text):
+            raise AuthorViewError(f"field '{name}': quotes what was said (摘抄台词): {text[:60]!r}")
+        if not name.startswith("emotional_key_points") and _DATE.search(text):
+            raise AuthorViewError(f"field '{name}': contains a date (摘要不是流水账)")
+    for sentence in _SENTENCE_END.split(s.arc):
+        if _TOLD.search(sentence) and len(_ITEM_SEP.findall(sentence)) >= RUNNING_LOG_ITEMS - 1:
+            raise AuthorViewError(f"field 'emotional_arc': a running log of topics (流水账): {sentence.strip()[:60]!r}")
+    streams = {name: tokens(text) for name, text in texts}
+    joined = {name: "\x1f" + "\x1f".join(t) + "\x1f" for name, t in streams.items()}
+    windows: dict[tuple[str, ...], str] = {}
+    for name, t in streams.items():
+        for i in range(len(t) - QUOTE_RUN_TOKENS + 1):
+            windows.setdefault(tuple(t[i : i + QUOTE_RUN_TOKENS]), name)
+    sources = [(f"history line L{n}", line) for n, line in history]
+    if long_arc.strip():
+        sources.append(("long_arc (the summary may refer to the arc, never write it)", long_arc))
+    for what, line in sources:
+        t = tokens(line)
+        for i in range(len(t) - QUOTE_RUN_TOKENS + 1):
+            hit = windows.get(tuple(t[i : i + QUOTE_RUN_TOKENS]))
+            if hit is not None:
+                raise AuthorViewError(f"field '{hit}': copies {what} verbatim (摘抄台词): {''.join(t[i : i + 6])}…")
+        if QUOTE_LINE_TOKENS <= len(t) < QUOTE_RUN_TOKENS and what.startswith("history"):
+            needle = "\x1f" + "\x1f".join(t) + "\x1f"
+            for name, hay in joined.items():
+                if needle in hay:
+                    raise AuthorViewError(f"field '{name}': copies {what} verbatim (摘抄台词): {line[:40]!r}")
 
 
 def render(s: Sections, until: date, last_updated: datetime, start: int, end: int) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,7 +18,7 @@ from sqlalchemy import func, select, update
 
 from memory_pipeline.conversation import logic
 from memory_pipeline.conversation.config import ConversationConfig
-from memory_pipeline.conversation.logic import FormatError, Sections, Trigger
+from memory_pipeline.conversation.logic import FailureKind, FormatError, Sections, Trigger
 from memory_pipeline.conversation.tables import (
     conversation_init_status,
     conversation_summaries,
@@ -68,7 +68,10 @@ INSTRUCTIONS = """# 对话历程摘要（作者视角）
 不要：流水账（"用户讲了 A、B、C"）、罗列带日期的事件、摘抄台词；除非是时间线关键点，不写具体日期。
 要（3-5 句，绝不超过 10 句）：情感主线；角色已知的用户偏好/重要事实；情感关键点（话题 → 投入 / 回避 / 波动）；未解决的钩子。
 long_arc（角色自己的心事）优先于本摘要的情感基调：可以提到"用户聊到 X 让角色想起 arc"，但不改写 arc。
-用 write_conversation_summary 一次写出四部分。"""
+用 write_conversation_summary 一次写出四部分。程序会检查：引用原话（整句或长段照抄）、流水账、日期、改写 long_arc
+都会被拒绝，本次摘要作废、下次触发重试。"""
+
+LONG_ARC_HEAD = "# long_arc（角色自己的心事；情感基调以它为准。摘要可以提到它，不能改写它）"
 
 
 class InputError(ValueError):
@@ -180,37 +183,60 @@ def _line(e: dict[str, Any], tz: ZoneInfo, limit: int) -> str:
 
 
 def run(
-    store: Store, llm: LLMClient, cfg: ConversationConfig, tz: ZoneInfo, due: Sequence[Due], now: datetime | None = None
+    store: Store,
+    llm: LLMClient,
+    cfg: ConversationConfig,
+    tz: ZoneInfo,
+    due: Sequence[Due],
+    now: datetime | None = None,
+    long_arcs: Mapping[str, str] | None = None,
 ) -> RunResult:
-    """A new summary version per due conversation; a failure writes nothing but its failure-log event."""
+    """A new summary version per due conversation; a failure writes nothing but its failure-log event.
+    ``long_arcs``: each world's long_arc (the self layer's block, read by the caller): shown to the
+    model, checked against its answer, never written."""
     out = RunResult()
     if not due:
         return out
     now = now or utcnow()
     ids = [d.conversation_id for d in due]
+    worlds = sorted({d.world_id for d in due})
     with store.connect() as conn:
         hist = history(conn, ids)
         latest = _latest(conn, ids)
-        profile = _profile(conn, sorted({d.world_id for d in due}))
+        profile = _profile(conn, worlds)
+    arcs = long_arcs or {}
+
+    def fail(d: Due, kind: FailureKind, message: str) -> None:
+        """Nothing written but the failure-log event, ``<kind>: <message>``; retried next trigger."""
+        out.failed[d.conversation_id] = f"{kind}: {message}"
+        with store.begin() as conn:
+            conn.execute(
+                conversation_summary_failures.insert().values(
+                    conversation_id=d.conversation_id,
+                    at=now,
+                    trigger=str(d.trigger),
+                    error=f"{kind}: {message}"[:2000],
+                    model=llm.model,
+                )
+            )
+
     for d in due:
         entries = hist.get(d.conversation_id, [])
         prev = latest.get(d.conversation_id)
+        if logic.is_haiku_class(llm.model):
+            fail(
+                d,
+                FailureKind.HAIKU_CLASS,
+                f"model {llm.model} is Haiku-class (seed: 不用 Haiku 压缩): refused before any call",
+            )
+            continue
         try:
-            if logic.is_haiku_class(llm.model):
-                raise FormatError(f"model {llm.model} is Haiku-class (seed: 不用 Haiku 压缩): refused before any call")
-            sections = _ask(llm, cfg, tz, d, entries, prev)
-        except (FormatError, LLMHardFailure) as exc:
-            out.failed[d.conversation_id] = str(exc)
-            with store.begin() as conn:
-                conn.execute(
-                    conversation_summary_failures.insert().values(
-                        conversation_id=d.conversation_id,
-                        at=now,
-                        trigger=str(d.trigger),
-                        error=str(exc)[:2000],
-                        model=llm.model,
-                    )
-                )
+            sections = _ask(llm, cfg, tz, d, entries, prev, arcs.get(d.world_id, ""))
+        except FormatError as exc:
+            fail(d, FailureKind(exc.kind), str(exc))
+            continue
+        except LLMHardFailure as exc:
+            fail(d, FailureKind.MODEL, str(exc))
             continue
         sections = Sections(
             sections.arc,
@@ -223,7 +249,7 @@ def run(
         until = local_date(entries[-1]["at"], tz) if entries else local_date(now, tz)
         text = logic.render(sections, until, now.astimezone(tz), start, end)
         if not logic.layout_ok(text):
-            out.failed[d.conversation_id] = "layout check failed"
+            fail(d, FailureKind.FORMAT, "the rendered summary fails the seed's layout check")
             continue
         version = (prev["version"] + 1) if prev else 1
         with store.begin() as conn:
@@ -268,15 +294,20 @@ def _ask(
     d: Due,
     entries: list[dict[str, Any]],
     prev: dict[str, Any] | None,
+    long_arc: str = "",
 ) -> Sections:
+    """The model's four sections, parsed and checked (layout, sentences, the author's view) against
+    exactly the lines it was shown; FormatError / AuthorViewError otherwise."""
     previous = prev["content"] if prev else "（尚无摘要）"
     new_from = (prev["covered_end"] + 1) if prev else 1
     lines = "\n".join(_line(e, tz, cfg.entry_max_chars) for e in entries)
-    msgs = (
-        {"role": "user", "content": f"# 已有 summary（上次覆盖至 L{new_from - 1}）\n{previous}"},
+    msgs = [{"role": "user", "content": f"# 已有 summary（上次覆盖至 L{new_from - 1}）\n{previous}"}]
+    if long_arc.strip():
+        msgs.append({"role": "user", "content": f"{LONG_ARC_HEAD}\n{long_arc}"})
+    msgs += [
         {"role": "user", "content": f"# RECENT_HISTORY（全量；本次总结 L{new_from} 之后的新增部分）\n{lines}"},
         {"role": "user", "content": INSTRUCTIONS},
-    )
+    ]
     req = LLMRequest(
         task="conversation_summary",
         system="你是角色的作者，维护与用户对话的滚动历程摘要。",
@@ -284,13 +315,16 @@ def _ask(
         prompt_version=PROMPT_VERSION,
         world_id=d.world_id,
         tools=[TOOL_SCHEMA],
-        conversation=msgs,
+        conversation=tuple(msgs),
     )
     answer = llm.complete(req, force=True)  # a failed answer is never reused
     calls = [c for c in answer.tool_calls if c.get("name") == logic.TOOL]
     if not calls:
         raise FormatError("the model answered without write_conversation_summary (format error)")
-    return logic.parse_sections(calls[0], cfg.max_sentences)
+    sections = logic.parse_sections(calls[0], cfg.max_sentences)
+    shown = [(e["n"], " ".join(str(e["content"]).split())[: cfg.entry_max_chars]) for e in entries]
+    logic.check_author_view(sections, shown, long_arc)
+    return sections
 
 
 # --- entry points: gate status, explicit triggers, the user's correction, the read path ------------
@@ -387,34 +421,78 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
     return int(prev["version"]) + 1
 
 
-def injected_history(store: Store, conversation_id: str, cfg: ConversationConfig) -> dict[str, Any]:
-    """What the agent gets as context (seed Step 4): trimming off, the last 49 entries; on, the
-    summary plus the last 20. Raw events are never deleted either way. No LLM call."""
+def injected_history(
+    store: Store, conversation_id: str, cfg: ConversationConfig, long_arcs: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """What the agent gets as context (seed Step 4), in this order: the world's long_arc (it wins
+    on emotional tone), then with trimming on the summary plus the last 20 entries, off the last 49.
+    Raw events are never deleted either way. No LLM call."""
     conversation_id = _conv_id(conversation_id)
     with store.connect() as conn:
         entries = history(conn, [conversation_id]).get(conversation_id, [])
         prev = _latest(conn, [conversation_id]).get(conversation_id)
+        world = conn.execute(
+            select(conversations.c.world_id).where(conversations.c.conversation_id == conversation_id)
+        ).scalar()
+    arc = (long_arcs or {}).get(world) if world else None
+    # long_arc comes first: on emotional tone it wins over the summary (seed: long_arc 优先).
     if cfg.trim_history and prev is not None:
-        return {"summary": prev["content"], "entries": entries[-cfg.trimmed_tail :]}
-    return {"summary": None, "entries": entries[-cfg.history_tail :]}
+        return {"long_arc": arc, "summary": prev["content"], "entries": entries[-cfg.trimmed_tail :]}
+    return {"long_arc": arc, "summary": None, "entries": entries[-cfg.history_tail :]}
 
 
 # --- the offline model's rule ----------------------------------------------------------------------
 
 
+_LIKES = re.compile(r"(?:喜欢|爱|\blike\b|\blove\b)\s*([^\s，。！？,.!?；;]+(?:\s+[A-Za-z]+)?)", re.IGNORECASE)
+
+
+def _join(tokens: Sequence[str]) -> str:
+    """Tokens back to text: CJK characters side by side, words apart."""
+    out = ""
+    for t in tokens:
+        if out and out[-1].isascii() and t[0].isascii():
+            out += " "
+        out += t
+    return out
+
+
+def _own_words(text: str, lines: Sequence[tuple[int, str]], field: str = "unresolved_hooks") -> bool:
+    """Whether ``text`` copies no history line (the check the program runs on every answer)."""
+    sections = Sections(text, (), (), ()) if field == "emotional_arc" else Sections("。", (), (), (text,))
+    try:
+        logic.check_author_view(sections, lines)
+    except logic.AuthorViewError:
+        return False
+    return True
+
+
 def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tuple[str, list[dict[str, Any]]]:
-    """Deterministic, not a language model: the arc is three fixed sentences around the most frequent
-    words of the new entries; each user line saying 喜欢 / like is a preference; the three most frequent
-    words of user lines are key points (投入); the last user question is the unresolved hook."""
+    """Deterministic, not a language model, and in the author's view: the arc is three fixed
+    sentences around the three most frequent words of the user's lines (plus one that refers to
+    long_arc when the world has one); each thing a user line says it likes (喜欢 / 爱 / like / love
+    and at most the next four tokens) is a preference "用户喜欢…"; those three words are key points
+    (投入); the words of the last user question make the unresolved hook. Whatever would still copy
+    a line is left out (the arc falls back to one without the words)."""
     texts = [str(m.get("content") or "") for m in msgs if m.get("role") == "user"]
-    body = texts[1] if len(texts) > 1 else ""
+    body = next((t for t in texts if t.startswith("# RECENT_HISTORY")), "")
+    has_arc = any(t.startswith(LONG_ARC_HEAD) for t in texts)
+    shown = [ln.split(" ", 1) for ln in body.splitlines() if ln.startswith("L") and " **" in ln]
+    lines = [(int(n[1:]), rest.split("** ", 1)[-1]) for n, rest in shown if n[1:].isdigit()]
     users = [ln.split("**user** ", 1)[1] for ln in body.splitlines() if "**user** " in ln]
-    words = offline.headline("\n".join(users), 60).split(" · ") if users else []
-    top = "、".join(w for w in words[:3] if w) or "日常"
+    words = [w for w in offline.headline("\n".join(users), 60).split(" · ") if w] if users else []
+    top = "、".join(words[:3]) or "日常"
     arc = f"这段时间用户主要在聊{top}。用户在这些话题上持续投入。整体情绪平稳，没有明显的回避。"
-    prefs = [u[:80] for u in users if re.search(r"喜欢|\blike\b|\blove\b", u, re.IGNORECASE)][:5]
-    hooks = [u[:80] for u in users if u.rstrip().endswith(("?", "？"))][-1:]
-    points = [{"topic": w, "state": "投入"} for w in words[:3] if w]
+    if not _own_words(arc, lines, "emotional_arc"):
+        arc = "这段时间用户的话题比较集中。用户在这些话题上持续投入。整体情绪平稳，没有明显的回避。"
+    if has_arc and words:
+        arc += f"聊到{words[0]}时，让角色想起自己的长线心事。"
+    likes = [_join(logic.tokens(m.group(1))[:4]) for u in users for m in _LIKES.finditer(u)]
+    prefs = [p for p in (f"用户喜欢{x}" for x in dict.fromkeys(likes) if x) if _own_words(p, lines)][:5]
+    questions = [u for u in users if u.rstrip().endswith(("?", "？"))]
+    asked = [w for w in offline.headline(questions[-1], 40).split(" · ") if w][:2] if questions else []
+    hooks = [h for h in ([f"用户关于{'、'.join(asked)}的问题还没有结论"] if asked else []) if _own_words(h, lines)]
+    points = [{"topic": w, "state": "投入"} for w in words[:3] if _own_words(w, lines)]
     args = {"emotional_arc": arc, "preferences": prefs, "emotional_key_points": points, "unresolved_hooks": hooks}
     return json.dumps({"offline": True}), [{"name": logic.TOOL, "arguments": args}]
 

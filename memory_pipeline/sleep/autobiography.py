@@ -53,6 +53,7 @@ def _narrative(row: Any) -> Narrative:
         row["created_day"],
         row["status"],
         row["reason"],
+        row["deprecated_day"],
     )
 
 
@@ -80,7 +81,7 @@ def _write(conn: Any, changes: list[NarrativeChange]) -> None:
                 for n in new
             ],
         )
-    gone = [c.narrative for c in changes if c.op == "deprecate"]
+    gone = [c.narrative for c in changes if c.op in ("deprecate", "restore")]
     if gone:
         upsert(
             conn,
@@ -97,12 +98,13 @@ def _write(conn: Any, changes: list[NarrativeChange]) -> None:
                     "status": n.status,
                     "reason": n.reason,
                     "created_day": n.created_day,
+                    "deprecated_day": n.deprecated_day,
                     "updated_at": now,
                 }
                 for n in gone
             ],
             keys=["memory_id"],
-            update=["status", "reason", "updated_at"],
+            update=["status", "reason", "deprecated_day", "updated_at"],
         )
 
 
@@ -229,7 +231,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
     with ctx.store.begin() as conn:
         if summaries:
             upsert(conn, self_blocks, summaries, keys=["world_id", "name"])
-        record_runs(conn, records)
+        record_runs(conn, records, worlds if world_ids is None else None)
     out.summaries_written = len(summaries)
     return out
 

@@ -10,8 +10,9 @@ from memory_pipeline.lib import settings
 from memory_pipeline.lib.settings import ConfigError, load_section
 
 SECTION = "sleep"
-# The seeds name only autobiography_summary; the other five names are this configuration's.
-DEFAULT_SELF_BLOCKS = "identity,personality,values,relationships,current_state,autobiography_summary"
+# The seeds name autobiography_summary (003) and long_arc (002: the character's own long-running
+# concern, read by the rolling summary, never written by it); the other four are this configuration's.
+DEFAULT_SELF_BLOCKS = "identity,personality,values,relationships,long_arc,autobiography_summary"
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from memory_pipeline.sleep.logic import (
     render_changes,
     size_band,
 )
-from memory_pipeline.sleep.memory import Provenance, load_active, load_self_layer, worlds_with_memories
+from memory_pipeline.sleep.memory import Provenance, load_active, load_self_layer, taken_ids, worlds_with_memories
 from memory_pipeline.sleep.tables import semantic_memory_snapshots, sleep_runs
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,7 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         if world_ids is not None:
             worlds = [w for w in worlds if w in set(world_ids)]
         active = load_active(conn, worlds, upto_day=day)
+        taken = taken_ids(conn, worlds)
         blocks, pinned = load_self_layer(conn, worlds, ctx.cfg.pinned_top)
         previous = _previous(conn, Stage.DEEP, day)
         last_out = _last_outputs(conn, day)
@@ -146,7 +147,7 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         if band == SizeBand.BATCHED:
             out.batched.append(world)
         system = system_for(ctx, blocks, pinned, world)
-        state = MemoryState(world, memories, salt=f"deep:{day}")
+        state = MemoryState(world, memories, salt=f"deep:{day}", taken=taken.get(world, ()))
         world_records: list[RoundRecord] = []
         for batch_type, batch in _batches(memories, band):
             world_records += _run_batch(ctx, day, state, system, batch, batch_type, end_of_day)
@@ -178,7 +179,7 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         conn.execute(delete(semantic_memory_snapshots).where(semantic_memory_snapshots.c.day == day))
         if snap:
             conn.execute(semantic_memory_snapshots.insert(), snap)
-        record_runs(conn, records)
+        record_runs(conn, records, worlds if world_ids is None else None)
         # Rebuilding D makes every later deep-sleep day stale: it ran on a set D no longer had.
         later = select(sleep_runs.c.day).where(
             sleep_runs.c.stage == str(Stage.DEEP),

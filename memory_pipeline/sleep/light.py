@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from memory_pipeline.lib.store import upsert
 from memory_pipeline.lib.store.tables import conversations, messages
@@ -21,7 +21,7 @@ from memory_pipeline.lib.timeutil import day_bounds, utcnow
 from memory_pipeline.sleep import prompts
 from memory_pipeline.sleep.context import SleepContext, memory_loop
 from memory_pipeline.sleep.logic import LIGHT_TOOLS, MemoryState, Rules, Stage, duplicate_of
-from memory_pipeline.sleep.memory import Provenance, load_active, load_self_layer
+from memory_pipeline.sleep.memory import Provenance, load_active, load_self_layer, taken_ids
 from memory_pipeline.sleep.prompts import SessionMaterial
 from memory_pipeline.sleep.tables import sleep_runs
 
@@ -126,7 +126,16 @@ def _previous(conn: Any, stage: Stage, day: date) -> dict[str, dict[str, Any]]:
     return {r["world_id"]: dict(r) for r in conn.execute(q).mappings()}
 
 
-def record_runs(conn: Any, rows: list[dict[str, Any]]) -> None:
+def record_runs(conn: Any, rows: list[dict[str, Any]], worlds: Sequence[str] | None = None) -> None:
+    """Upsert the run's state records; with ``worlds`` (a run over every world of the day), the
+    records of other worlds for this stage and day go: a re-run after a rebuild leaves no stale one."""
+    if worlds is not None and rows:
+        stage, day = rows[0]["stage"], rows[0]["day"]
+        conn.execute(
+            delete(sleep_runs).where(
+                sleep_runs.c.stage == stage, sleep_runs.c.day == day, sleep_runs.c.world_id.not_in([*worlds, DAY_ROW])
+            )
+        )
     upsert(conn, sleep_runs, rows, keys=["stage", "day", "world_id"])
 
 
@@ -138,13 +147,14 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
             by_world = {w: s for w, s in by_world.items() if w in set(world_ids)}
         worlds = sorted(by_world)
         active = load_active(conn, worlds)
+        taken = taken_ids(conn, worlds)
         blocks, pinned = load_self_layer(conn, worlds, ctx.cfg.pinned_top)
         previous = _previous(conn, Stage.LIGHT, day)
     end_of_day = day_bounds(day, ctx.tz)[1]
     records = []
     for world in worlds:
         sessions = by_world[world]
-        state = MemoryState(world, active.get(world, []), salt=f"light:{day}")
+        state = MemoryState(world, active.get(world, []), salt=f"light:{day}", taken=taken.get(world, ()))
         prompt = build_prompt(day, sessions, state, system_for(ctx, blocks, pinned, world), ctx)
         fp = short_hash([prompts.PROMPT_VERSION, prompt.messages[0]["content"]], length=32)
         out.worlds += 1
@@ -215,7 +225,7 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
         )
     records.append(_day_row(Stage.LIGHT, day, out.worlds, out.per_world))
     with ctx.store.begin() as conn:
-        record_runs(conn, records)
+        record_runs(conn, records, worlds if world_ids is None else None)
     return out
 
 

@@ -9,7 +9,7 @@ import copy
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -39,6 +39,7 @@ class Stage(StrEnum):
     AUTOBIOGRAPHY = "autobiography_cron"
     REMEMBER = "remember"
     MEMORY_TOOL = "memory_tool"
+    REBUILD = "sleep_rebuild"  # an operator's rebuild of day D: restores the set before D's sleep
 
 
 class Op(StrEnum):
@@ -47,6 +48,7 @@ class Op(StrEnum):
     DEPRECATE = "deprecate"
     MERGE = "merge"
     DELETE = "delete"
+    RESTORE = "restore"  # a rebuild put an earlier state of the memory back (reactivated or reverted)
 
 
 class Round(StrEnum):
@@ -125,6 +127,7 @@ class Change:
     memory: Memory
     fields: dict[str, Any] = field(default_factory=dict)  # update: the fields passed
     sources: list[str] = field(default_factory=list)  # merge: the deprecated source ids
+    note: str | None = None  # the version row's reason when it differs from the memory's (a restore's why)
 
 
 @dataclass(frozen=True)
@@ -193,10 +196,13 @@ def _no_extra(call_id: str, tool: str, args: Mapping[str, Any], allowed: Iterabl
 class MemoryState:
     """The active memories of one world as a stage sees them, and the changes applied so far."""
 
-    def __init__(self, world_id: str, memories: Iterable[Memory], salt: str):
+    def __init__(self, world_id: str, memories: Iterable[Memory], salt: str, taken: Iterable[str] = ()):
         self.world_id = world_id
         self.memories: dict[str, Memory] = {m.id: m for m in memories}
         self.salt = salt
+        # Every id the world has used (deprecated rows included): a re-run after a rebuild makes
+        # the same calls in the same order, and must not reuse an id that still names an old row.
+        self.taken = set(taken) | set(self.memories)
         self.changes: list[Change] = []
         self._seq = 0
 
@@ -204,8 +210,12 @@ class MemoryState:
         return sorted((m for m in self.memories.values() if m.status == MemoryStatus.ACTIVE), key=lambda m: m.id)
 
     def _new_id(self, content: str) -> str:
-        self._seq += 1
-        return "f-" + short_hash([self.world_id, self.salt, self._seq, content], length=12)
+        while True:
+            self._seq += 1
+            mid = "f-" + short_hash([self.world_id, self.salt, self._seq, content], length=12)
+            if mid not in self.taken:
+                self.taken.add(mid)
+                return mid
 
     def _editable(self, call_id: str, tool: str, name: str, memory_id: Any, rules: Rules) -> Memory:
         if not isinstance(memory_id, str) or not memory_id:
@@ -421,3 +431,89 @@ def render_changes(log: ChangeLog, tz: ZoneInfo) -> str:
         ]
         parts.append("## 已修改条目（以本内容为准，覆盖消息1中的原始版本）\n" + "\n".join(lines))
     return "\n\n".join(parts)
+
+
+# --- rebuild of day D: the set before D's sleep ----------------------------------------------------
+
+# The writers whose changes a rebuild of D undoes when made for day D or later. A restore's own rows
+# count: rebuilding an earlier day afterwards undoes them too (they put back a state of that day).
+SLEEP_WRITERS = frozenset({Stage.LIGHT, Stage.DEEP, Stage.REBUILD})
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    """One row of semantic_memory_versions: the memory as it was after one change."""
+
+    stage: str
+    day: date | None
+    type: str
+    content: str
+    source_sessions: list[str]
+    observed_at: datetime
+    status: str
+    merged_into: str | None
+    reason: str | None
+
+    def state(self) -> tuple[Any, ...]:
+        return (
+            self.type,
+            self.content,
+            list(self.source_sessions),
+            self.observed_at,
+            str(self.status),
+            self.merged_into,
+        )
+
+
+def _state(m: Memory) -> tuple[Any, ...]:
+    return (m.type, m.content, list(m.source_sessions), m.observed_at, str(m.status), m.merged_into)
+
+
+def undone_by_rebuild(row: VersionRow, day: date) -> bool:
+    return row.stage in SLEEP_WRITERS and row.day is not None and row.day >= day
+
+
+def restore_changes(
+    current: Mapping[str, Memory], versions: Mapping[str, Sequence[VersionRow]], day: date
+) -> list[Change]:
+    """What a rebuild of ``day`` writes to put back the semantic memory as it was before the sleep of
+    ``day``: every memory (``current``, its live row) takes the state of its newest version row not
+    written by light sleep, deep sleep or a rebuild of ``day`` or later (``versions``: its rows,
+    oldest first). A memory with no such row was created by that sleep: it is deprecated. Nothing
+    is deleted; each change is a version row (op restore or deprecate) saying why. What `remember`
+    or a late-data light sleep of an earlier day wrote stays. With no such write since, the
+    active set equals the snapshot of ``day`` - 1."""
+    out: list[Change] = []
+    for mid in sorted(current):
+        m = current[mid]
+        rows = versions.get(mid, [])
+        kept = [r for r in rows if not undone_by_rebuild(r, day)]
+        if not kept:
+            if m.status != MemoryStatus.ACTIVE:
+                continue
+            first = rows[0] if rows else None
+            made = f"{first.stage} of {first.day}" if first else "a later sleep"
+            why = f"rebuild of {day}: created by {made}, undone (the set is restored to before the sleep of {day})"
+            new = copy.deepcopy(m)
+            new.status, new.reason, new.version = MemoryStatus.DEPRECATED, why, m.version + 1
+            out.append(Change(Op.DEPRECATE, new, note=why))
+            continue
+        target = kept[-1]
+        if target.state() == _state(m):
+            continue
+        new = Memory(
+            m.id,
+            m.world_id,
+            target.type,
+            target.content,
+            list(target.source_sessions),
+            target.observed_at,
+            target.status,
+            target.merged_into,
+            target.reason,
+            m.version + 1,
+        )
+        what = "reactivated" if new.status == MemoryStatus.ACTIVE and m.status != MemoryStatus.ACTIVE else "reverted"
+        why = f"rebuild of {day}: {what} to its state before the sleep of {day} (undoing {len(rows) - len(kept)} change(s))"
+        out.append(Change(Op.RESTORE, new, note=why))
+    return out

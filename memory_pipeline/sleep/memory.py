@@ -66,6 +66,17 @@ def load_active(
     return dict(out)
 
 
+def taken_ids(conn: Connection, world_ids: Sequence[str]) -> dict[str, set[str]]:
+    """Every memory id of the worlds (deprecated rows included), in one query: new ids skip them."""
+    out: dict[str, set[str]] = defaultdict(set)
+    q = select(semantic_memories.c.world_id, semantic_memories.c.memory_id).where(
+        semantic_memories.c.world_id.in_(list(world_ids))
+    )
+    for w, mid in conn.execute(q):
+        out[w].add(mid)
+    return dict(out)
+
+
 def worlds_with_memories(conn: Connection) -> list[str]:
     q = select(semantic_memories.c.world_id).where(semantic_memories.c.status == MemoryStatus.ACTIVE).distinct()
     return sorted(conn.execute(q).scalars())
@@ -133,7 +144,7 @@ def write_changes(conn: Connection, changes: Sequence[Change], prov: Provenance)
                 "observed_at": c.memory.observed_at,
                 "status": str(c.memory.status),
                 "merged_into": c.memory.merged_into,
-                "reason": c.memory.reason,
+                "reason": c.note if c.note is not None else c.memory.reason,
                 "stage": str(prov.stage),
                 "day": prov.day,
                 "round": prov.round,
@@ -177,6 +188,15 @@ def load_self_layer(
     ):
         pinned[w].append(content)
     return dict(blocks), dict(pinned)
+
+
+def self_block_of(store: Store, name: str, world_ids: Sequence[str] | None = None) -> dict[str, str]:
+    """One self block of each world that has it (non-empty), e.g. long_arc for the rolling summary."""
+    q = select(self_blocks.c.world_id, self_blocks.c.content).where(self_blocks.c.name == name)
+    if world_ids is not None:
+        q = q.where(self_blocks.c.world_id.in_(list(world_ids)))
+    with store.connect() as conn:
+        return {w: c for w, c in conn.execute(q) if (c or "").strip()}
 
 
 class InputError(ValueError):

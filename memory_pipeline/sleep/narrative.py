@@ -37,6 +37,7 @@ class Narrative:
     created_day: date
     status: str = "active"
     reason: str | None = None
+    deprecated_day: date | None = None  # the partition whose run deprecated it (a rebuild undoes it)
 
 
 @dataclass
@@ -74,7 +75,7 @@ class NarrativeState:
             reason = args.get("reason")
             if not isinstance(reason, str) or not reason.strip():
                 raise _err(call_id, tool, "reason", "missing or empty")
-            n.status, n.reason = "deprecated", reason.strip()[:500]
+            n.status, n.reason, n.deprecated_day = "deprecated", reason.strip()[:500], self.day
             return [NarrativeChange("deprecate", copy.deepcopy(n))]
         return [self._create(call_id, args)]
 
@@ -103,11 +104,32 @@ class NarrativeState:
         unknown = [i for i in ids if i not in self.memory_ids]
         if unknown:
             raise _err(call_id, tool, "source_memory_ids", f"{unknown[0]!r} is not one of the memories shown")
-        self._seq += 1
-        nid = "a-" + short_hash([self.world_id, self.day, self._seq, text], length=12)
+        while True:  # an id a deprecated narrative still holds (a re-run after a rebuild) is skipped
+            self._seq += 1
+            nid = "a-" + short_hash([self.world_id, self.day, self._seq, text], length=12)
+            if nid not in self.items:
+                break
         n = Narrative(nid, self.world_id, text.strip(), sig, str(kind), period, list(dict.fromkeys(ids)), self.day)
         self.items[nid] = n
         return NarrativeChange("create", copy.deepcopy(n))
+
+
+def restore_narratives(narratives: Iterable[Narrative], day: date) -> list[NarrativeChange]:
+    """A rebuild of ``day``: narratives created on ``day`` or later are deprecated (the re-run
+    writes them again), those an autobiography run of ``day`` or later deprecated are active again.
+    Append-only still: nothing is deleted or rewritten."""
+    out = []
+    for n in sorted(narratives, key=lambda n: n.id):
+        if n.created_day >= day and n.status == "active":
+            new = copy.deepcopy(n)
+            new.status, new.deprecated_day = "deprecated", day
+            new.reason = f"rebuild of {day}: written by the autobiography of {n.created_day}, undone"
+            out.append(NarrativeChange("deprecate", new))
+        elif n.created_day < day and n.status != "active" and n.deprecated_day is not None and n.deprecated_day >= day:
+            new = copy.deepcopy(n)
+            new.status, new.reason, new.deprecated_day = "active", None, None
+            out.append(NarrativeChange("restore", new))
+    return out
 
 
 def summary(narratives: Sequence[Narrative], day: date, recent_days: int, max_chars: int) -> str:

@@ -93,6 +93,7 @@ autobiographical_memories = Table(
     Column("status", String(16), nullable=False),
     Column("reason", Text),
     Column("created_day", Date, nullable=False),
+    Column("deprecated_day", Date),  # the partition whose run deprecated it: a rebuild of it undoes that
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),
     Index("ix_autobiographical_world_status", "world_id", "status"),

@@ -9,7 +9,11 @@ from sqlalchemy import func, select
 
 from memory_pipeline.conversation import logic, summaries
 from memory_pipeline.conversation.config import ConversationConfig
-from memory_pipeline.conversation.tables import conversation_summaries, conversation_summary_failures
+from memory_pipeline.conversation.tables import (
+    conversation_summaries,
+    conversation_summary_failures,
+    conversation_summary_requests,
+)
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store.tables import messages
 from memory_pipeline.sleep.tables import semantic_memories
@@ -196,3 +200,177 @@ def test_the_model_gets_the_full_history_and_the_previous_summary(store, ingest)
     assert "L1 **user**" in msgs[2]["content"] and "L61 **assistant**" in msgs[2]["content"]
     assert "本次总结 L32 之后的新增部分" in msgs[2]["content"]
     assert server.requests[0]["tools"][0]["function"]["name"] == "write_conversation_summary"
+
+
+# --- the author's view, enforced in code after the model answers -----------------------------------
+
+GOOD_ARC = "用户这段时间把爬山当作放松的方式。她聊起路线时很投入。对天气的担心让她有些犹豫。"
+
+
+def summary_call(**over):
+    args = {
+        "emotional_arc": GOOD_ARC,
+        "preferences": ["喜欢周末爬山"],
+        "emotional_key_points": [{"topic": "爬山", "state": "投入"}],
+        "unresolved_hooks": ["想去的那条新路线还没定"],
+    }
+    return ("tools", [("write_conversation_summary", {**args, **over})])
+
+
+def test_the_offline_model_writes_in_the_authors_view_and_refers_to_long_arc(store, ingest):
+    from memory_pipeline.sleep import memory as mem
+    from memory_pipeline.sleep.config import SleepConfig
+    from memory_pipeline.sleep.tables import self_blocks
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(31)))
+    summaries.set_init_status(store, "c1", "done")
+    arc_text = "角色一直放不下离开故乡这件事，心里总惦记着老房子。"
+    mem.set_self_block(store, "w1", "long_arc", arc_text, SleepConfig().block_names(), "author")
+    with store.connect() as conn:
+        before = conn.execute(select(self_blocks).where(self_blocks.c.name == "long_arc")).mappings().one()
+    arcs = mem.self_block_of(store, "long_arc")
+    result = summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG), long_arcs=arcs)
+    assert result.written == ["c1"], result.failed
+    (v1,) = rows(store)
+    s = v1["sections"]
+    # No line copied: preferences and the hook are the offline model's own words, not user lines.
+    assert s["preferences"] == ["用户喜欢爬山"] and s["hooks"] == ["用户关于hiking、line的问题还没有结论"]
+    history = [(i + 1, t) for i, t in enumerate(texts(31))]
+    logic.check_author_view(
+        logic.Sections(s["arc"], tuple(s["preferences"]), tuple(map(tuple, s["key_points"])), tuple(s["hooks"])),
+        history,
+        arc_text,
+    )
+    assert not any(t in v1["content"] for _n, t in history)
+    # long_arc: referred to, never written (the block is as the author left it); it comes first.
+    assert s["arc"].endswith("让角色想起自己的长线心事。") and arc_text not in v1["content"]
+    with store.connect() as conn:
+        after = conn.execute(select(self_blocks).where(self_blocks.c.name == "long_arc")).mappings().one()
+    assert after == before
+    view = summaries.injected_history(store, "c1", ConversationConfig(trim_history=True), arcs)
+    assert list(view) == ["long_arc", "summary", "entries"] and view["long_arc"] == arc_text
+    assert summaries.injected_history(store, "c1", CFG, arcs)["long_arc"] == arc_text  # trimming off: still first
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (summary_call(preferences=["我喜欢爬山 第0句"]), "field 'preferences[0]': copies history line L1 verbatim"),
+        (
+            summary_call(unresolved_hooks=["她说到：我喜欢爬山，第8句"]),
+            "field 'unresolved_hooks[0]': copies history line L9 verbatim",
+        ),
+        (summary_call(emotional_arc="用户说'我爸走了'，角色说'嗯'。她很难过。"), "quotes what was said"),
+        (summary_call(emotional_arc="用户讲了剧本、工作、墓地、搬家。整体平稳。"), "a running log of topics"),
+        (summary_call(unresolved_hooks=["04-19 聊工作的事还没说完"]), "field 'unresolved_hooks[0]': contains a date"),
+        (
+            summary_call(long_arc="角色决定放下故乡。"),
+            "field 'long_arc': the summary may refer to long_arc, never write it",
+        ),
+        (
+            summary_call(emotional_arc="角色一直放不下离开故乡这件事，心里总惦记着老房子。她聊到爬山。"),
+            "copies long_arc (the summary may refer to the arc, never write it) verbatim",
+        ),
+    ],
+    ids=[
+        "copied-preference",
+        "copied-hook",
+        "reported-speech",
+        "running-log",
+        "dated-hook",
+        "writes-arc",
+        "copies-arc",
+    ],
+)
+def test_an_answer_outside_the_authors_view_is_refused_logged_as_such_and_retried(store, ingest, bad, error):
+    from memory_pipeline.sleep import memory as mem
+    from memory_pipeline.sleep.config import SleepConfig
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(30)))
+    summaries.set_init_status(store, "c1", "done")
+    summaries.request(store, "c1", "user_check")
+    arc_text = "角色一直放不下离开故乡这件事，心里总惦记着老房子。"
+    mem.set_self_block(store, "w1", "long_arc", arc_text, SleepConfig().block_names(), "author")
+    with FakeOpenAI() as server:
+        server.push(*bad)
+        server.push(*summary_call())
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        arcs = mem.self_block_of(store, "long_arc")
+        first = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG), long_arcs=arcs)
+        assert first.written == [] and error in first.failed["c1"]
+        assert rows(store) == []  # nothing written
+        (failure,) = rows(store, conversation_summary_failures)
+        assert failure["error"].startswith("author_view: ") and error in failure["error"]
+        # The user's check stays open and the conversation due: the next trigger asks again (never
+        # reusing the refused answer) and writes the good one.
+        assert due_ids(store) == ["c1"] and rows(store, conversation_summary_requests)[0]["done_at"] is None
+        second = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG), long_arcs=arcs)
+        assert second.written == ["c1"] and len(server.requests) == 2
+        assert arc_text in server.requests[1]["messages"][2]["content"]  # the model is shown long_arc
+        (request,) = rows(store, conversation_summary_requests)
+        assert request["outcome"] == "version 1"  # the user's check is served by the retry
+    (v1,) = rows(store)
+    assert v1["sections"]["arc"] == GOOD_ARC
+
+
+def test_other_failures_are_logged_with_their_kind(store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(30)))
+    summaries.set_init_status(store, "c1", "done")
+    with FakeOpenAI() as server:
+        server.push("ok", "no tool")
+        server.push("sleep", 3)
+        llm = LLMClient(
+            store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0, timeout_seconds=1
+        )
+        for _ in range(2):
+            summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
+        haiku = LLMClient(store, model="anthropic/claude-3-haiku", api_base=server.api_base, api_key="k")
+        summaries.run(store, haiku, CFG, CST, summaries.due_conversations(store, CFG))
+    kinds = [f["error"].split(":", 1)[0] for f in rows(store, conversation_summary_failures)]
+    assert kinds == ["format", "model", "haiku_class"]
+
+
+def test_a_user_check_and_a_preference_override_trigger_through_the_gate(store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(31)))
+    summaries.set_init_status(store, "c1", "done")
+    llm = LLMClient(store)
+    summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
+    assert due_ids(store) == []  # everything covered, no new entry
+    summaries.request(store, "c1", "user_check")
+    (due,) = summaries.due_conversations(store, CFG)
+    assert (due.trigger, due.covered_end) == ("user_check", 31)
+    summaries.run(store, llm, CFG, CST, [due])
+    summaries.set_init_status(store, "c1", "phase2_done")  # the gate is shut ...
+    summaries.set_profile(store, "w1", "城市", "杭州", conversation_id="c1")
+    assert due_ids(store) == []  # ... a preference override is a silent skip too
+    summaries.set_init_status(store, "c1", "done")
+    (due,) = summaries.due_conversations(store, CFG)
+    assert due.trigger == "preference_override"
+    summaries.run(store, llm, CFG, CST, [due])
+    v = rows(store)
+    assert [r["trigger"] for r in v] == ["entries", "user_check", "preference_override"]
+    assert "- 城市：杭州" in v[2]["content"] and "- 城市：杭州" not in v[1]["content"]
+    assert [r["outcome"] for r in rows(store, conversation_summary_requests)] == ["version 2", "version 3"]
+
+
+def test_the_profile_section_takes_the_most_recent_value(store, ingest):
+    from datetime import datetime
+
+    from memory_pipeline.conversation.tables import user_profile_facts
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(30)))
+    summaries.set_init_status(store, "c1", "done")
+    summaries.set_profile(store, "w1", "住址", "北京")
+    summaries.set_profile(store, "w1", "职业", "编剧")
+    summaries.set_profile(store, "w1", "住址", "上海")  # moved: the newest value wins
+    with store.begin() as conn:  # the order of the updates, made unambiguous
+        for key, minute in (("职业", 1), ("住址", 2)):
+            conn.execute(
+                user_profile_facts.update()
+                .where(user_profile_facts.c.key == key)
+                .values(updated_at=datetime(2026, 3, 2, 9, minute, tzinfo=CST))
+            )
+    summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    (v1,) = rows(store)
+    prefs = v1["sections"]["preferences"]
+    assert prefs[:2] == ["住址：上海", "职业：编剧"] and not any("北京" in p for p in prefs)

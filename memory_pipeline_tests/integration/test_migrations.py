@@ -107,6 +107,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0010_sleep",
         "0010_conversation",
         "0012_objects",
+        "0016_sleep_rebuild",
     ]
     assert head(LOCATIONS) == chain[-1]
 

@@ -16,7 +16,7 @@ from memory_pipeline.sleep.context import SleepContext, StageFailure
 from memory_pipeline.sleep.deep import run_deep_sleep
 from memory_pipeline.sleep.light import build_prompt, day_sessions, run_light_sleep, system_for
 from memory_pipeline.sleep.logic import MemoryState, Stage
-from memory_pipeline.sleep.snapshots import diff
+from memory_pipeline.sleep.snapshots import diff, snapshot
 from memory_pipeline.sleep.tables import (
     autobiographical_memories,
     self_blocks,
@@ -193,6 +193,18 @@ def test_deep_sleep_three_rounds_identical_message_one_logs_and_snapshot(store, 
     assert {"day", "round", "active_count", "prior_changes", "tool_calls", "summary", "change_log"} <= set(doc)
     assert doc["change_log"].startswith("# 增量变更（以本内容为准）")
     assert count(store, semantic_memory_snapshots, semantic_memory_snapshots.c.day == D) == len(live)
+    # Every change is a version row, with its round.
+    with store.connect() as conn:
+        rounds = conn.execute(
+            select(semantic_memory_versions.c.round, func.count())
+            .where(semantic_memory_versions.c.stage == "deep_sleep", semantic_memory_versions.c.day == D)
+            .group_by(semantic_memory_versions.c.round)
+        ).all()
+    assert dict(rounds) == {r.round: r.applied for r in records} and sum(n for _r, n in rounds) == result.changes
+    # Message 1.5 is cumulative: round 3 still shows round 1's deprecation and round 2's split.
+    assert "已过期/废弃（新事实取代）" in records[2].change_log and "已过期/废弃（已拆分）" in records[2].change_log
+    round_one = [ln for ln in records[0].change_log.splitlines() if ln.startswith("f-")]
+    assert round_one and all(ln in records[2].change_log.splitlines() for ln in round_one)
 
 
 def test_deep_sleep_refuses_over_300k_before_any_call_and_batches_by_type(store, tmp_path):
@@ -200,10 +212,14 @@ def test_deep_sleep_refuses_over_300k_before_any_call_and_batches_by_type(store,
     _seed(store, "w1", big)
     _light_done(store, tmp_path)
     ctx = ctx_for(store, tmp_path)
+    versions = count(store, semantic_memory_versions)
     with pytest.raises(StageFailure, match="over the 300000 limit"):
         run_deep_sleep(ctx, D)
     assert ctx.llm.stats.calls == 0 and count(store, semantic_memory_snapshots) == 0
-    assert not (tmp_path / "logs").exists()
+    assert not (tmp_path / "logs").exists() and count(store, semantic_memory_versions) == versions
+    assert len(active(store)) == 340
+    with store.connect() as conn:  # no state record says the day was done
+        assert conn.execute(select(sleep_runs).where(sleep_runs.c.stage == "deep_sleep")).all() == []
 
 
 def test_deep_sleep_batches_by_type_between_100k_and_300k(store, tmp_path):
@@ -216,6 +232,15 @@ def test_deep_sleep_batches_by_type_between_100k_and_300k(store, tmp_path):
     result = run_deep_sleep(ctx_for(store, tmp_path), D)
     assert result.batched == ["w1"]
     assert sorted({r.batch_type for r in result.rounds["w1"]}) == ["experience", "world"]
+    # Each batch runs all three rounds on its own message 1, byte-identical across them.
+    shas = {}
+    for r in result.rounds["w1"]:
+        shas.setdefault(r.batch_type, []).append((r.round, r.message_one_sha))
+    assert {t: [rd for rd, _ in v] for t, v in shas.items()} == {
+        t: ["contradiction", "split", "merge"] for t in ("experience", "world")
+    }
+    assert all(len({h for _, h in v}) == 1 for v in shas.values())
+    assert shas["experience"][0][1] != shas["world"][0][1]
     doc = json.loads(
         (tmp_path / "logs" / "w1" / "deep_sleep_2026-03-02_1_contradiction.json").read_text(encoding="utf-8")
     )
@@ -279,6 +304,8 @@ def test_real_model_malformed_tool_calls_are_rejected_logged_and_nothing_half_ap
         [("world", "x", ["s-1"], "2026-03-01T10:00:00+08:00"), ("world", "y", ["s-2"], "2026-03-01T10:00:00+08:00")],
     )
     _light_done(store, tmp_path)
+    mem.set_self_block(store, "w1", "values", "诚实", SleepConfig().block_names(), "test")
+    mem.pin_fact(store, "w1", "用户叫小王")
     with FakeOpenAI() as server:
         server.push(
             "tools",
@@ -313,6 +340,25 @@ def test_real_model_malformed_tool_calls_are_rejected_logged_and_nothing_half_ap
     # Message 1 (and the system prompt) identical across the rounds' first requests.
     firsts = [r for r in sent if not any(m["role"] == "tool" for m in r["messages"])]
     assert len(firsts) == 3 and len({json.dumps(r["messages"][:2]) for r in firsts}) == 1
+    # The order: system (self blocks + pinned), message 1 (the JSON), message 1.5 (from round 2 on:
+    # round 1 changed something), message 3 (the round's intent); message 2 is empty, not sent.
+    system = firsts[0]["messages"][0]
+    assert system["role"] == "system" and system["content"].startswith("# 自我层\n## identity")
+    assert "## values\n诚实" in system["content"] and "- 用户叫小王" in system["content"]
+    assert all(f"## {b}" in system["content"] for b in SleepConfig().block_names())
+    shapes = [[m["content"].split("\n", 1)[0] for m in r["messages"][1:]] for r in firsts]
+    assert shapes == [
+        ["[", "# 第 1 轮：矛盾检测 + 过期标记"],
+        ["[", "# 增量变更（以本内容为准）", "# 第 2 轮：拆分"],
+        ["[", "# 增量变更（以本内容为准）", "# 第 3 轮：去重合并"],
+    ]
+    offered = [t["function"]["name"] for t in firsts[0]["tools"]]
+    assert offered == [
+        "create_semantic_memory",
+        "update_semantic_memory",
+        "deprecate_semantic_memory",
+        "merge_semantic_memories",
+    ]
     doc = json.loads(
         (tmp_path / "logs" / "w1" / "deep_sleep_2026-03-02_1_contradiction.json").read_text(encoding="utf-8")
     )
@@ -424,7 +470,9 @@ def test_autobiography_never_reads_raw_conversation_and_carries_the_self_layer(s
         result = run_autobiography(ctx_for(store, tmp_path, llm=llm), D)
         sent = json.dumps(server.requests, ensure_ascii=False)
         system = server.requests[0]["messages"][0]["content"]
+        offered = [t["function"]["name"] for t in server.requests[0]["tools"]]
     assert result.narratives_created == 0 and result.summaries_written == 1  # text answer: nothing worth recording
+    assert offered == ["create_autobiographical_memory", "deprecate_autobiographical_memory"]  # no update
     assert "去了海边" in sent and "tomatoes garden planting" not in sent and "我喜欢吃辣" not in sent
     assert system.startswith("# 自我层") and "- 用户叫小王" in system and "## autobiography_summary" in system
 
@@ -435,3 +483,148 @@ def test_only_the_top_20_pinned_facts_enter_the_system_prompt(store):
     with store.connect() as conn:
         _blocks, pinned = mem.load_self_layer(conn, ["w1"], 20)
     assert pinned["w1"] == [f"fact {i:02d}" for i in range(24, 4, -1)]
+
+
+# --- checklist lines that had no test that could fail ---------------------------------------------
+
+
+def test_remember_infers_the_session_and_now(store):
+    from memory_pipeline.lib.timeutil import utcnow
+
+    before = utcnow()
+    mid = mem.remember(store, "w1", "s-live", "用户换了新工作", type="world")
+    after = utcnow()
+    (m,) = active(store)
+    assert m.id == mid and m.source_sessions == ["s-live"] and before <= m.observed_at <= after
+    with store.connect() as conn:
+        (v,) = conn.execute(select(semantic_memory_versions)).mappings().all()
+    assert (v["op"], v["stage"], v["day"]) == ("create", "remember", None)  # create's logic, its version row
+    with pytest.raises(mem.InputError, match="field 'type': 'mood' is not one of"):
+        mem.remember(store, "w1", "s-live", "x", type="mood")  # create's validation
+
+
+def test_only_light_sleep_extracts_semantic_memory_from_conversations(store, ingest, tmp_path):
+    from memory_pipeline.lib.store.tables import conversations
+
+    ingest(day_events())
+    assert count(store, semantic_memories) == 0  # ingesting a conversation writes no semantic memory
+    ctx = ctx_for(store, tmp_path)
+    _light_done(store, tmp_path, D - timedelta(days=1))
+    with store.connect() as conn:
+        convs = conn.execute(select(conversations).order_by(conversations.c.conversation_id)).all()
+    run_autobiography(ctx, D)
+    assert count(store, semantic_memories) == 0  # the autobiography never reads raw conversation
+    run_light_sleep(ctx, D)
+    created = active(store)
+    assert created and {m.id for m in created} == {
+        r[0]
+        for r in _rows(
+            store, select(semantic_memory_versions.c.memory_id).where(semantic_memory_versions.c.stage == "light_sleep")
+        )
+    }
+    run_deep_sleep(ctx, D)
+    with store.connect() as conn:  # no stage touched the conversations either
+        assert conn.execute(select(conversations).order_by(conversations.c.conversation_id)).all() == convs
+
+
+def _rows(store, q):
+    with store.connect() as conn:
+        return conn.execute(q).all()
+
+
+def test_light_sleep_takes_recallable_lines_annotates_sessions_and_shows_intersecting_memories(store, ingest, tmp_path):
+    ingest(
+        day_events()
+        + conversation("w1", "cronjob", cst(2026, 3, 2, 11), ["scheduled report"], platform="cron")
+        + conversation("w1", "s-4", cst(2026, 3, 2, 12), ["  ", "ok then"])
+    )
+    near = _seed(store, "w1", [("world", "住在杭州", ["s-1", "s-old"], "2026-02-01T10:00:00+08:00")], D - timedelta(1))
+    far = _seed(store, "w1", [("world", "在上海工作", ["s-old"], "2026-02-01T10:00:00+08:00")], D - timedelta(1))
+    ctx = ctx_for(store, tmp_path)
+    with store.connect() as conn:
+        sessions = day_sessions(conn, D, ctx)["w1"]
+        memories = mem.load_active(conn, ["w1"])["w1"]
+    assert [s.session_id for s in sessions] == ["s-1", "s-2", "s-4"]  # no cron conversation
+    assert [line[2] for line in sessions[2].lines] == ["ok then"]  # an empty turn is not recallable
+    p = build_prompt(D, sessions, MemoryState("w1", memories, "t"), "sys", ctx)
+    assert "## session s-1（平台 local）\n[2026-03-02 09:00] user: 我喜欢吃辣" in p.messages[0]["content"]
+    assert "scheduled report" not in p.messages[0]["content"]
+    # Message 2: the active memories whose source_sessions meet the day's sessions, only those.
+    assert p.message_two_ids == near and far[0] not in p.messages[1]["content"]
+    assert p.messages[1]["content"].startswith("# 已有记忆") and "住在杭州" in p.messages[1]["content"]
+
+
+def test_light_sleep_dedupes_only_against_message_two_and_deep_sleep_merges_across_sessions(store, ingest, tmp_path):
+    old = _seed(store, "w1", [("preference", "我喜欢吃辣", ["s-old"], "2026-02-01T10:00:00+08:00")], D - timedelta(1))
+    ingest(day_events())
+    ctx = ctx_for(store, tmp_path)
+    result = run_light_sleep(ctx, D)
+    assert result.duplicates_skipped == 0  # the earlier fact is another session's: not in message 2
+    spicy = [m for m in active(store) if m.content == "我喜欢吃辣"]
+    assert len(spicy) == 2 and {tuple(m.source_sessions) for m in spicy} == {("s-old",), ("s-1",)}
+    _light_done(store, tmp_path, D - timedelta(days=1))
+    run_deep_sleep(ctx, D)
+    (merged,) = [m for m in active(store) if m.content == "我喜欢吃辣"]
+    assert sorted(merged.source_sessions) == ["s-1", "s-old"] and merged.id not in old
+
+
+def test_deep_sleep_warns_between_10k_and_100k(store, tmp_path, caplog):
+    _seed(
+        store, "w1", [("world", f"fact {i} " + "z" * 900, [f"s-{i}"], "2026-03-01T10:00:00+08:00") for i in range(30)]
+    )
+    _seed(store, "w2", [("world", "small", ["s-x"], "2026-03-01T10:00:00+08:00")])
+    _light_done(store, tmp_path)
+    with caplog.at_level("WARNING", logger="memory_pipeline.sleep.deep"):
+        result = run_deep_sleep(ctx_for(store, tmp_path), D)
+    assert result.warned == ["w1"] and result.batched == []
+    assert len({r.batch_type for r in result.rounds["w1"]}) == 1 and len(result.rounds["w1"]) == 3  # not batched
+    assert "world w1: active memory JSON is" in caplog.text and "(10k..100k)" in caplog.text and "w2" not in caplog.text
+
+
+def test_deep_sleep_of_a_day_sees_the_set_as_of_that_day(store, ingest, tmp_path):
+    """Catch-up order (light sleep of D and D+1 before deep sleep of D): deep sleep of D works on
+    D-1's set plus D's light-sleep writes only; D+1's are left to deep sleep of D+1."""
+    d2 = D + timedelta(days=1)
+    ingest(
+        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好"])
+        + conversation("w1", "s-2", cst(2026, 3, 3, 9), ["我喜欢吃辣", "好"])
+    )
+    ctx = ctx_for(store, tmp_path)
+    run_light_sleep(ctx, D)
+    run_light_sleep(ctx, d2)
+    assert len([m for m in active(store) if m.content == "我喜欢吃辣"]) == 2
+    run_deep_sleep(ctx, D)
+    assert len([m for m in active(store) if m.content == "我喜欢吃辣"]) == 2  # D+1's duplicate not D's business
+    snap_d = {r["content"] for r in snapshot(store, "w1", D).values()}
+    assert "我喜欢吃辣" in snap_d and len(snapshot(store, "w1", D)) == 2  # D's fact and s-1's experience
+    run_deep_sleep(ctx, d2)
+    (merged,) = [m for m in active(store) if m.content == "我喜欢吃辣"]
+    assert sorted(merged.source_sessions) == ["s-1", "s-2"]
+
+
+def test_autobiography_reads_the_seven_cst_days_ending_on_its_day(store, tmp_path):
+    day = date(2026, 3, 9)  # the window: 2026-03-03 00:00 CST .. 2026-03-09 24:00 CST
+    items = [
+        ("experience", "in: first minute", ["s-1"], "2026-03-03T00:00:00+08:00"),
+        ("imprint", "in: last minute", ["s-2"], "2026-03-09T23:59:59+08:00"),
+        ("experience", "out: a second early", ["s-3"], "2026-03-02T23:59:59+08:00"),
+        ("experience", "out: the next day", ["s-4"], "2026-03-10T00:00:00+08:00"),
+        ("world", "out: not experience or imprint", ["s-5"], "2026-03-05T10:00:00+08:00"),
+        ("experience", "out: deprecated", ["s-6"], "2026-03-05T10:00:00+08:00"),
+    ]
+    ids = _seed(store, "w1", items)
+    state = MemoryState("w1", active(store), "t")
+    from memory_pipeline.sleep.logic import DEEP_TOOLS, DEPRECATE, Rules
+
+    changes = state.apply(
+        {"id": "c", "name": DEPRECATE, "arguments": {"id": ids[5], "reason": "x"}},
+        Rules(Stage.DEEP, DEEP_TOOLS, cst(2026, 3, 9, 3)),
+    )
+    with store.begin() as conn:
+        mem.write_changes(conn, changes, mem.Provenance(Stage.DEEP, day))
+    with FakeOpenAI() as server:
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        run_autobiography(ctx_for(store, tmp_path, llm=llm), day)
+        shown = server.requests[0]["messages"][1]["content"]
+    assert "in: first minute" in shown and "in: last minute" in shown
+    assert "out:" not in shown

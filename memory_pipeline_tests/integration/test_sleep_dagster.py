@@ -7,15 +7,19 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     DagsterEventType,
+    DagsterRunStatus,
     build_schedule_context,
     build_sensor_context,
     instance_for_test,
 )
+from dagster._core.test_utils import create_run_for_test
 from sqlalchemy import func, select
 
 from memory_pipeline import operations
 from memory_pipeline.conversation import summaries
 from memory_pipeline.conversation.tables import conversation_summaries
+from memory_pipeline.sleep import memory as mem
+from memory_pipeline.sleep.config import SleepConfig
 from memory_pipeline.sleep.tables import self_blocks, semantic_memories, semantic_memory_snapshots
 from memory_pipeline_tests.conftest import conversation, cst
 from memory_pipeline_tests.integration.test_dagster import make_defs
@@ -129,14 +133,31 @@ def test_sleep_schedules_crons_builtin_ids_and_catch_up_as_one_ordered_run(defs,
             build_schedule_context(instance=instance, scheduled_execution_time=at, repository_def=repo)
         ).run_requests
 
+    def done(asset, *days):
+        for day in days:
+            instance.report_runless_asset_event(AssetMaterialization(AssetKey(asset), partition=day))
+
+    def skip(at):
+        return sched.evaluate_tick(
+            build_schedule_context(instance=instance, scheduled_execution_time=at, repository_def=repo)
+        ).skip_message
+
+    assert "2026-03-02 waits for sleep_light_sleep of that day" in skip(cst(2026, 3, 3, 3, 0))
+    done("sleep_light_sleep", "2026-03-02")
     (first,) = tick(cst(2026, 3, 3, 3, 0))
     assert first.partition_key == "2026-03-02"  # 03:00 on D+1 processes D
-    instance.report_runless_asset_event(AssetMaterialization(AssetKey("sleep_deep_sleep"), partition="2026-03-02"))
-    (missed,) = tick(cst(2026, 3, 7, 3, 0))  # down for three nights: one run, oldest first
+    done("sleep_deep_sleep", "2026-03-02")
+    done("sleep_light_sleep", "2026-03-03", "2026-03-04", "2026-03-06")
+    (missed,) = tick(cst(2026, 3, 7, 3, 0))  # down for three nights: one run, oldest first ...
     assert (missed.tags["dagster/asset_partition_range_start"], missed.tags["dagster/asset_partition_range_end"]) == (
         "2026-03-03",
-        "2026-03-06",
+        "2026-03-04",  # ... up to the first day whose light sleep is not done (03-05): it waits
     )
+    # While a run of the job is running (or queued), a tick requests nothing (it would overlap).
+    queued = create_run_for_test(instance, job_name="sleep_deep_job", status=DagsterRunStatus.STARTED)
+    assert f"run {queued.run_id} of sleep_deep_job is not finished" in skip(cst(2026, 3, 7, 3, 0))
+    instance.report_run_failed(queued)
+    assert tick(cst(2026, 3, 7, 3, 0)) == [missed]
 
 
 def test_rolling_summary_sensor_end_to_end(defs, instance, store, pg_url, ingest):
@@ -152,12 +173,16 @@ def test_rolling_summary_sensor_end_to_end(defs, instance, store, pg_url, ingest
 
     assert tick().run_requests == []  # initialization not done: a silent skip
     summaries.set_init_status(store, "c1", "done")
+    # The world's long_arc, in the self layer: the asset reads it for the model, never writes it.
+    mem.set_self_block(store, "w1", "long_arc", "角色一直惦记着故乡。", SleepConfig().block_names(), "author")
     (req,) = tick().run_requests
     job = defs.resolve_job_def("conversation_rolling_summary_job")
     result = job.execute_in_process(instance=instance, run_config=req.run_config, raise_on_error=False)
     assert result.success
     with store.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one() == 1
+        (arc,) = conn.execute(select(conversation_summaries.c.sections)).scalars().all()
+        block = conn.execute(select(self_blocks.c.content, self_blocks.c.updated_by)).one()
+    assert arc["arc"].endswith("让角色想起自己的长线心事。") and tuple(block) == ("角色一直惦记着故乡。", "author")
     checks = instance.get_records_for_run(result.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records
     assert [r.event_log_entry.dagster_event.event_specific_data.passed for r in checks] == [True]
     assert tick().run_requests == []  # covered now

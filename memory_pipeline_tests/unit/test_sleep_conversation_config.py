@@ -109,3 +109,62 @@ def test_the_production_file_loads_with_the_defaults():
     path = REPO_ROOT / "deploy" / "production" / "memory.yaml"
     assert sleep_config.load(path) == sleep_config.SleepConfig()
     assert conversation_config.load(path) == conversation_config.ConversationConfig()
+
+
+# --- the author's view (decisions: a whole line of 6+ tokens, or 12 tokens in a row, is a quote) ---
+
+HISTORY = [(1, "我昨天终于去看了墓地"), (2, "I really want to finish the script before the summer holidays start")]
+
+
+def _sections(arc="她这段时间在处理家里的事。", prefs=(), hooks=(), topics=()):
+    return logic.Sections(arc, tuple(prefs), tuple((t, "投入") for t in topics), tuple(hooks))
+
+
+def test_a_whole_line_of_six_tokens_is_a_quote_five_are_not():
+    logic.check_author_view(_sections(hooks=("她终于去看了墓地",)), [(3, "去看了墓地")])  # 5 tokens
+    with pytest.raises(logic.AuthorViewError, match=r"field 'unresolved_hooks\[0\]': copies history line L3 verbatim"):
+        logic.check_author_view(_sections(hooks=("她说终于去看了墓地了",)), [(3, "终于去看了墓地")])  # 7
+    # punctuation, spacing and case do not hide a copy
+    with pytest.raises(logic.AuthorViewError, match="L1 verbatim"):
+        logic.check_author_view(_sections(prefs=("我 昨天，终于去看了 墓地！",)), HISTORY)
+
+
+def test_twelve_tokens_in_a_row_of_a_longer_line_are_a_quote_eleven_are_not():
+    logic.check_author_view(
+        _sections(hooks=("really want to finish the script before the summer holidays start",)), HISTORY
+    )
+    with pytest.raises(logic.AuthorViewError, match="copies history line L2 verbatim"):
+        logic.check_author_view(
+            _sections(hooks=("She: I really want to finish the script before the summer holidays start",)), HISTORY
+        )
+
+
+@pytest.mark.parametrize(
+    "sections, message",
+    [
+        (_sections(arc="用户说「我爸走了」。角色只回了一句。"), "quotes what was said"),
+        (_sections(arc='She said "I am tired". It was late.'), "quotes what was said"),
+        (_sections(arc="用户聊了剧本、工作、墓地、搬家。"), "running log"),
+        (_sections(prefs=("2026-04-18 开始写剧本",)), r"field 'preferences\[0\]': contains a date"),
+        (_sections(arc="她04-19又提起了工作。"), "contains a date"),
+    ],
+)
+def test_the_seeds_dont_list_is_refused(sections, message):
+    with pytest.raises(logic.AuthorViewError, match=message):
+        logic.check_author_view(sections, HISTORY)
+
+
+def test_what_the_seed_allows_passes():
+    ok = _sections(
+        arc="用户这段时间在处理父亲去世一年后的丧事。先是找墓地的务实，夹着对拖了一年的自责。聊到剧本让角色想起自己的心事。",
+        prefs=("美国读书工作过，现和妈妈住北京", "喜欢耽美/权斗小说"),
+        hooks=("她提过想讨论剧本但还没真正开始",),
+        topics=("《妻为上》", "2026-04 的墓地"),  # a timeline key point may carry its date
+    )
+    logic.check_author_view(ok, HISTORY, long_arc="角色一直放不下离开故乡这件事")
+    with pytest.raises(logic.AuthorViewError, match="copies long_arc"):
+        logic.check_author_view(
+            _sections(arc="角色一直放不下离开故乡这件事，心里总惦记着老房子。"),
+            HISTORY,
+            long_arc="角色一直放不下离开故乡这件事，心里总惦记着老房子。",
+        )

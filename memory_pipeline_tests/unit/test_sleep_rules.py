@@ -90,6 +90,15 @@ def test_merge_of_a_single_id_is_refused_with_the_hint_to_use_update():
         (call(MERGE, source_ids=["f-1", "f-404"], content="x"), "no memory 'f-404'"),
         ({"id": "c1", "name": UPDATE, "arguments": '{"id": "f-1", "content": '}, "arguments are not a JSON object"),
         (call(UPDATE, id="f-1", content="y", importance=3), "field 'importance': unexpected field"),
+        # merge takes source_ids and content only: the program stitches sessions and observed_at
+        (
+            call(MERGE, source_ids=["f-1", "f-2"], content="z", source_sessions=["s-x"]),
+            "field 'source_sessions': unexpected field",
+        ),
+        (
+            call(MERGE, source_ids=["f-1", "f-2"], content="z", observed_at="2026-01-01T00:00:00+08:00"),
+            "field 'observed_at': unexpected field",
+        ),
     ],
 )
 def test_bad_calls_are_refused_by_name_and_change_nothing(bad, message):
@@ -276,3 +285,51 @@ def test_there_is_no_sleep_now_command():
 
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
     assert names == {"backfill", "rebuild", "status", "diff", "memories", "remember", "delete", "self-block", "pin"}
+
+
+def test_autobiographical_memory_is_append_only():
+    """Two tools only: no call rewrites a narrative; deprecating keeps its text."""
+    s = NarrativeState(
+        "w1",
+        date(2026, 1, 2),
+        [Narrative("a-1", "w1", "first trip", 3, "event", None, ["f-1"], date(2026, 1, 1))],
+        ["f-1"],
+    )
+    for name, args in (
+        ("update_autobiographical_memory", {"id": "a-1", "narrative": "rewritten"}),
+        (
+            "create_autobiographical_memory",
+            {"id": "a-1", "narrative": "rewritten", "significance": 3, "kind": "event", "source_memory_ids": ["f-1"]},
+        ),
+        ("deprecate_autobiographical_memory", {"id": "a-1", "reason": "x", "narrative": "rewritten"}),
+    ):
+        with pytest.raises(ToolError):
+            s.apply({"id": "c", "name": name, "arguments": args})
+    (change,) = s.apply(
+        {"id": "c", "name": "deprecate_autobiographical_memory", "arguments": {"id": "a-1", "reason": "superseded"}}
+    )
+    assert (change.narrative.narrative, change.narrative.status, change.narrative.deprecated_day) == (
+        "first trip",
+        "deprecated",
+        date(2026, 1, 2),
+    )
+
+
+def test_the_conversation_offline_rule_is_deterministic():
+    from memory_pipeline.conversation import summaries
+    from memory_pipeline.lib.llm import offline_tools
+
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "# 已有 summary\n（尚无摘要）"},
+        {
+            "role": "user",
+            "content": "# RECENT_HISTORY（全量）\nL1 **user** 我喜欢爬山\nL2 **assistant** 好\nL3 **user** 去哪里？",
+        },
+        {"role": "user", "content": summaries.INSTRUCTIONS},
+    ]
+    tools = [summaries.TOOL_SCHEMA]
+    first = offline_tools.respond("conversation_summary", msgs, tools)
+    assert first == offline_tools.respond("conversation_summary", msgs, tools)
+    (call,) = first[1]
+    assert call["arguments"]["preferences"] == ["用户喜欢爬山"] and "offline" in first[0]

@@ -7,8 +7,8 @@
     )
 }}
 -- Seed 003: per CST day of the change, world and stage, what sleep (and remember, and the memory
--- tool's delete) did to semantic memory: created, updated, deprecated (merges counted apart),
--- merged into a new memory, deleted. Dagster runs it per partition range (vars min_day, max_day).
+-- tool's delete, and an operator's rebuild) did to semantic memory: created, updated, deprecated
+-- (merges counted apart), merged into a new memory, deleted, restored by a rebuild. Dagster runs it per partition range (vars min_day, max_day).
 with v as (
     select * from {{ ref('stg_semantic_memory_versions') }}
     where {{ day_window_filter() }}
@@ -25,6 +25,7 @@ select
     count(*) filter (where op = 'merge') as merges,
     count(*) filter (where op = 'deprecate' and merged_into is not null) as merged_sources,
     count(*) filter (where op = 'delete') as deleted,
+    count(*) filter (where op = 'restore') as restored,
     count(*) as changes
 from v
 group by all

@@ -1,4 +1,5 @@
--- Seed 003 every change of a semantic memory (create, update, deprecate, merge, delete) by stage.
+-- Seed 003 every change of a semantic memory (create, update, deprecate, merge, delete, and a
+-- rebuild's restore) by stage.
 select
     version_id,
     memory_id,

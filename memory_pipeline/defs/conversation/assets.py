@@ -9,6 +9,7 @@ from memory_pipeline.conversation import summaries
 from memory_pipeline.defs._shared.metadata import llm_metadata
 from memory_pipeline.defs.conversation.resources import ConversationResource
 from memory_pipeline.defs.events.definitions import raw_conversation_events
+from memory_pipeline.sleep.memory import self_block_of
 
 GROUP = "conversation"
 
@@ -47,7 +48,9 @@ def conversation_rolling_summaries(
         wanted = set(config.conversations)
         due = [d for d in due if d.conversation_id in wanted]
     llm = conversation.client(store, "conversation_rolling_summaries")
-    result = summaries.run(store, llm, cfg, conversation.tz(), due)
+    # long_arc lives in the self layer (seed 003's self blocks): read here, never written.
+    arcs = self_block_of(store, cfg.long_arc_block, sorted({d.world_id for d in due}))
+    result = summaries.run(store, llm, cfg, conversation.tz(), due, long_arcs=arcs)
     if result.failed:
         context.log.warning(
             f"{len(result.failed)} summary(ies) failed (nothing written, retried on the next trigger): "

@@ -1,0 +1,248 @@
+"""Seed 003 rebuild of one day from scratch: semantic memory restored to before that day's sleep
+(the previous day's snapshot), nothing deleted, every change a version row saying why; the day and
+the later ones re-run in order give exactly a clean run's memory; without them re-run the later
+days stay stale and their audit says so."""
+
+from datetime import date
+
+import pytest
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from memory_pipeline.cli import app
+from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.lib.store import Store
+from memory_pipeline.sleep import memory as mem
+from memory_pipeline.sleep.autobiography import run_autobiography
+from memory_pipeline.sleep.config import SleepConfig
+from memory_pipeline.sleep.context import SleepContext, StageFailure
+from memory_pipeline.sleep.deep import run_deep_sleep
+from memory_pipeline.sleep.light import run_light_sleep
+from memory_pipeline.sleep.logic import Stage
+from memory_pipeline.sleep.rebuild import restore
+from memory_pipeline.sleep.reports import stage_audit
+from memory_pipeline.sleep.snapshots import snapshot
+from memory_pipeline.sleep.tables import (
+    autobiographical_memories,
+    self_blocks,
+    semantic_memories,
+    semantic_memory_versions,
+    sleep_runs,
+)
+from memory_pipeline_tests.conftest import CST, conversation, cst
+from memory_pipeline_tests.integration.test_cli import env  # noqa: F401 - the fixture
+
+D1, D2, D3 = date(2026, 3, 2), date(2026, 3, 3), date(2026, 3, 4)
+runner = CliRunner()
+
+
+def three_days():
+    """Day 3's deep sleep changes memories of days 1 and 2: it deprecates day 1's 我喜欢吃辣 (a
+    contradiction, older) and merges day 2's split 我喜欢喝茶 with day 3's."""
+    return (
+        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好", "garden tomatoes tomatoes", "ok"])
+        + conversation(
+            "w1", "s-2", cst(2026, 3, 3, 9), ["我喜欢喝茶；住在杭州", "好", "marathon pacing marathon", "嗯"]
+        )
+        + conversation("w1", "s-3", cst(2026, 3, 4, 9), ["我不喜欢吃辣", "哦", "我喜欢喝茶", "嗯"])
+        + conversation("w2", "s-9", cst(2026, 3, 3, 20), ["我喜欢下棋", "好", "chess openings chess", "ok"])
+    )
+
+
+def ctx_for(store, tmp_path, force=False):
+    cfg = SleepConfig(log_dir=str(tmp_path / "logs")).validate()
+    return SleepContext(store, LLMClient(store, asset="sleep_test", partition="p"), cfg, CST, force=force)
+
+
+def night(store, tmp_path, day, force=False):
+    ctx = ctx_for(store, tmp_path, force)
+    run_light_sleep(ctx, day)
+    run_deep_sleep(ctx, day)
+    run_autobiography(ctx, day)
+
+
+def memory_set(store):
+    """The active semantic memory as content (ids differ between runs: a re-run never reuses one)."""
+    with store.connect() as conn:
+        rows = conn.execute(select(semantic_memories).where(semantic_memories.c.status == "active")).mappings()
+        return sorted(
+            (r["world_id"], r["type"], r["content"], tuple(sorted(r["source_sessions"])), r["observed_at"])
+            for r in rows
+        )
+
+
+def snapshot_sets(store):
+    """Each day's snapshot as content: what deep sleep of that day left."""
+    out = {}
+    for day in (D1, D2, D3):
+        for world in ("w1", "w2"):
+            rows = snapshot(store, world, day).values()
+            out[(world, day)] = sorted((r["type"], r["content"], tuple(sorted(r["source_sessions"]))) for r in rows)
+    return out
+
+
+def narrative_set(store):
+    with store.connect() as conn:
+        rows = conn.execute(
+            select(autobiographical_memories).where(autobiographical_memories.c.status == "active")
+        ).mappings()
+        return sorted((r["world_id"], r["narrative"], r["kind"], r["significance"], r["created_day"]) for r in rows)
+
+
+def summaries_of(store):
+    with store.connect() as conn:
+        return dict(
+            conn.execute(
+                select(self_blocks.c.world_id, self_blocks.c.content).where(
+                    self_blocks.c.name == "autobiography_summary"
+                )
+            ).all()
+        )
+
+
+def row_ids(store):
+    with store.connect() as conn:
+        return set(conn.execute(select(semantic_memories.c.memory_id)).scalars())
+
+
+def test_rebuilding_day_2_restores_day_1s_snapshot_and_the_rerun_equals_a_clean_run(store, ingest, tmp_path):
+    ingest(three_days())
+    for day in (D1, D2, D3):
+        night(store, tmp_path, day)
+    clean = memory_set(store), snapshot_sets(store), narrative_set(store), summaries_of(store)
+    contents = {c for _w, _t, c, _s, _o in clean[0]}
+    # The data does what it is built for: day 3 deprecated day 1's fact and merged day 2's.
+    assert "我不喜欢吃辣" in contents and "我喜欢吃辣" not in contents
+    assert {"我喜欢喝茶", "住在杭州"} <= contents
+    before_ids = row_ids(store)
+
+    result = restore(store, D2)
+    # The active set is day 1's snapshot again, id for id and fact for fact.
+    assert result.snapshot_day == D1 and result.missing_from_live == {} and result.added_since == {}
+    live = {m.id: m for w in ("w1", "w2") for m in _active(store, w)}
+    snap = snapshot(store, "w1", D1)
+    assert set(live) == set(snap) and all(live[i].content == snap[i]["content"] for i in snap)
+    assert "我喜欢吃辣" in {m.content for m in live.values()}  # reactivated: day 3's deprecation undone
+    assert result.reactivated == 1 and result.deprecated >= 5 and result.narratives_deprecated >= 1
+    assert result.stale_days == [D2, D3]
+    # Nothing deleted: every row is still there; the restore is in the versions, with why.
+    assert before_ids <= row_ids(store)
+    with store.connect() as conn:
+        restores = (
+            conn.execute(select(semantic_memory_versions).where(semantic_memory_versions.c.stage == str(Stage.REBUILD)))
+            .mappings()
+            .all()
+        )
+        stale = conn.execute(
+            select(func.count()).select_from(sleep_runs).where(sleep_runs.c.status == "stale", sleep_runs.c.day < D2)
+        ).scalar_one()
+    assert {r["day"] for r in restores} == {D2} and stale == 0
+    spicy = next(r for r in restores if r["content"] == "我喜欢吃辣")
+    assert spicy["op"] == "restore" and spicy["status"] == "active"
+    assert spicy["reason"].startswith("rebuild of 2026-03-03: reactivated to its state before the sleep of 2026-03-03")
+    undone = [r for r in restores if r["op"] == "deprecate"]
+    assert undone and all(r["reason"].startswith("rebuild of 2026-03-03: created by ") for r in undone)
+    # Days 2 and 3 are stale: their audits fail; deep sleep of day 3 refuses until day 2 is run again.
+    assert "stale" in stage_audit(store, Stage.DEEP, D3).problems[0]
+    with pytest.raises(StageFailure, match="light sleep of 2026-03-04 has not run"):
+        run_deep_sleep(ctx_for(store, tmp_path, True), D3)
+
+    for day in (D2, D3):  # the day, then every later day, in order
+        night(store, tmp_path, day, force=True)
+    # Day 2's snapshot too is a clean run's: its deep sleep saw day 1's 我喜欢吃辣 again (on the live
+    # set, without the restore, day 3's deprecation hid it and the snapshot of day 2 lacked it).
+    assert (memory_set(store), snapshot_sets(store), narrative_set(store), summaries_of(store)) == clean
+    assert all(not stage_audit(store, s, d).problems for s in _STAGES for d in (D1, D2, D3))
+    assert before_ids <= row_ids(store)  # the re-run made new rows (new ids), deleted none
+
+
+_STAGES = (Stage.LIGHT, Stage.DEEP, Stage.AUTOBIOGRAPHY)
+
+
+def _active(store, world):
+    with store.connect() as conn:
+        return mem.load_active(conn, [world]).get(world, [])
+
+
+def test_a_rebuild_keeps_what_remember_wrote_since_and_twice_is_the_same(store, ingest, tmp_path):
+    ingest(three_days())
+    for day in (D1, D2):
+        night(store, tmp_path, day)
+    kept = mem.remember(store, "w1", "s-live", "用户养了一只猫", at=cst(2026, 3, 3, 15))
+    night(store, tmp_path, D3)
+    clean = memory_set(store)
+    first = restore(store, D2)
+    assert first.added_since == {"w1": [kept]}  # not a sleep product: it stays
+    after_first = memory_set(store)
+    second = restore(store, D2)  # rebuilding the same day again puts back the same set
+    assert memory_set(store) == after_first and second.reactivated == second.deprecated == 0
+    for day in (D2, D3):
+        night(store, tmp_path, day, force=True)
+    assert memory_set(store) == clean
+
+
+def test_a_forced_rerun_never_reuses_the_id_of_a_deprecated_memory(store, ingest, tmp_path):
+    """Day 1's 我喜欢吃辣 is deprecated by day 3; light sleep of day 1 asked again makes the same
+    call in the same order: the id it would get is taken, so it gets another (no collision)."""
+    ingest(three_days())
+    for day in (D1, D2, D3):
+        night(store, tmp_path, day)
+    again = run_light_sleep(ctx_for(store, tmp_path, True), D1)
+    assert again.created == 1  # message 2 no longer holds the deprecated fact: light sleep writes it anew
+    with store.connect() as conn:
+        rows = conn.execute(select(semantic_memories).where(semantic_memories.c.content == "我喜欢吃辣")).mappings()
+        assert sorted(r["status"] for r in rows) == ["active", "deprecated"]
+
+
+def test_rebuild_command_restores_runs_through_and_says_what_stays_stale(env, pg_url):  # noqa: F811
+    import json
+
+    path = env / "e.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in three_days()), encoding="utf-8")
+    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
+    built = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-04"])
+    assert built.exit_code == 0, built.output
+    store = Store(pg_url)
+    clean = memory_set(store)
+    assert runner.invoke(app, ["sleep", "rebuild", "2026-03-03", "--through", "2026-03-01"]).exit_code == 2
+    bad = runner.invoke(app, ["sleep", "rebuild", "2026-3-3"])
+    assert bad.exit_code == 2 and "day '2026-3-3'" in bad.output
+    assert memory_set(store) == clean  # refused: nothing restored
+
+    only = runner.invoke(app, ["sleep", "rebuild", "2026-03-03"])
+    assert only.exit_code == 0, only.output
+    assert "restored semantic memory to before the sleep of 2026-03-03: 1 reactivated" in only.output
+    order = [ln.split()[:2] for ln in only.output.splitlines() if ln.strip().startswith(("light", "deep", "auto"))]
+    assert order == [["light_sleep", "2026-03-03"], ["deep_sleep", "2026-03-03"], ["autobiography", "2026-03-03"]]
+    assert "still stale: 2026-03-04 .. 2026-03-04" in only.output.replace("\n", " ")
+    assert stage_audit(store, Stage.DEEP, D3).problems and memory_set(store) != clean
+
+    through = runner.invoke(app, ["sleep", "rebuild", "2026-03-03", "--through", "2026-03-04"])
+    assert through.exit_code == 0, through.output
+    assert "still stale" not in through.output
+    assert memory_set(store) == clean and not stage_audit(store, Stage.DEEP, D3).problems
+    # A backfill after a plain rebuild does the same: the stale day is run again, not reused.
+    assert runner.invoke(app, ["sleep", "rebuild", "2026-03-03"]).exit_code == 0
+    again = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-04", "--to", "2026-03-04"])
+    assert again.exit_code == 0 and memory_set(store) == clean
+
+
+def test_restore_is_one_transaction(store, ingest, tmp_path, monkeypatch):
+    """A failure midway (here: writing the narratives) leaves semantic memory and the records as they were."""
+    ingest(three_days())
+    for day in (D1, D2, D3):
+        night(store, tmp_path, day)
+    before = memory_set(store), row_ids(store)
+    with store.connect() as conn:
+        versions = conn.execute(select(func.count()).select_from(semantic_memory_versions)).scalar_one()
+
+    def boom(conn, changes):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("memory_pipeline.sleep.autobiography._write", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        restore(store, D2)
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(semantic_memory_versions)).scalar_one() == versions
+        assert not conn.execute(select(sleep_runs.c.day).where(sleep_runs.c.status == "stale")).all()
+    assert (memory_set(store), row_ids(store)) == before
