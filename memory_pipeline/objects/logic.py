@@ -650,6 +650,14 @@ def rotation_order(jobs: Sequence[JobView], now: datetime) -> list[JobView]:
     return never + claimed
 
 
+def grown_output_tokens(current: int, cap: int | None) -> int | None:
+    """After an answer truncated at ``current`` tokens: double it, up to 131,072 and never above
+    ``cap``; None when it cannot grow (already the most allowed)."""
+    most = OUTPUT_TOKENS_MAX if cap is None else min(OUTPUT_TOKENS_MAX, cap)
+    grown = min(current * 2, most)
+    return grown if grown > current else None
+
+
 def lease_seconds(worker_timeout_seconds: int) -> int:
     """Worker timeout + 60 s (default 300 + 60 = 360)."""
     return worker_timeout_seconds + LEASE_EXTRA_SECONDS

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -241,6 +241,7 @@ class WorkerReport:
     blocked_events: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     zero_progress_continue: int = 0
+    truncated_answers: int = 0  # answers cut at max_tokens (the next call asked for more)
     lease_busy: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -455,9 +456,37 @@ def _failed(octx: ObjectsContext, job: dict[str, Any], error: str, report: Worke
             )
 
 
-def _complete(octx: ObjectsContext, req: LLMRequest, report: WorkerReport) -> tuple[str, Any]:
-    report.model_calls += 1
-    result = octx.llm.complete(req)
+@dataclass
+class ModelBudget:
+    """One batch's model calls: at most 16 rounds (a truncated answer is a round too); output
+    asked for starts at 32,768 tokens and doubles after a truncated answer up to 131,072, never
+    above the model's limit or the context left (``LLMClient.output_limit``)."""
+
+    rounds: int = 0
+    output_tokens: int = logic.OUTPUT_TOKENS_DEFAULT
+
+
+def _complete(octx: ObjectsContext, req: LLMRequest, report: WorkerReport, budget: ModelBudget) -> tuple[str, Any]:
+    while True:
+        if budget.rounds >= logic.MAX_MODEL_ROUNDS:
+            raise BatchFailed(f"no submission within {logic.MAX_MODEL_ROUNDS} model rounds")
+        budget.rounds += 1
+        cap = octx.llm.output_limit(req)
+        tokens = budget.output_tokens if cap is None else min(budget.output_tokens, cap)
+        if tokens <= 0:
+            raise BatchFailed(f"{req.task}: the prompt leaves no room in the model's context for an answer")
+        report.model_calls += 1
+        result = octx.llm.complete(replace(req, max_tokens=tokens))
+        if not result.truncated:
+            break
+        report.truncated_answers += 1
+        grown = logic.grown_output_tokens(tokens, cap)
+        if grown is None:
+            raise BatchFailed(
+                f"{req.task}: the answer was cut at {tokens:,} output tokens, the most this model and the "
+                "context left allow"
+            )
+        budget.output_tokens = grown
     call = prompts.parse_tool_call(result.text, result.tool_calls)
     if call is None:
         raise BatchFailed(f"{req.task}: the model answered without a tool call or JSON object")
@@ -497,7 +526,7 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, repor
         tools=[prompts.SUBMIT_COMPACT_TOOL],
         offline_answer=lambda _r: offline_rules.compact(nodes),
     )
-    name, args = _complete(octx, req, report)
+    name, args = _complete(octx, req, report, ModelBudget())
     if name and name != offline_rules.SUBMIT_COMPACT:
         raise SubmissionError(name, "compact has one tool, submit_compact; any other (an object write) is refused")
     summary = logic.check_compact_submission(args, batch.ids, batch.chars)
@@ -633,8 +662,9 @@ def _rounds(octx: ObjectsContext, claim: Claim, report: WorkerReport, build: Any
     from memory_pipeline.objects import recall
 
     corrections = 0
-    for _ in range(logic.MAX_MODEL_ROUNDS):
-        name, args = _complete(octx, build(), report)
+    budget = ModelBudget()
+    while True:
+        name, args = _complete(octx, build(), report, budget)
         if name == "memory_find" and isinstance(args, dict):
             found = recall.find(octx.store, claim.world_id, str(args.get("query", "")))
             notes.append(f"memory_find {args.get('query')!r}: {[f['id'] for f in found]}")
@@ -660,7 +690,6 @@ def _rounds(octx: ObjectsContext, claim: Claim, report: WorkerReport, build: Any
             report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
         report.zero_progress_continue += int(bool(receipt.get("zero_progress_continue")))
         return False
-    raise BatchFailed(f"no submission within {logic.MAX_MODEL_ROUNDS} model rounds")
 
 
 # --- deep review ------------------------------------------------------------------------------------------
