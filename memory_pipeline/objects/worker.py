@@ -16,12 +16,15 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib import ids
 from memory_pipeline.lib.llm import LLMRequest
 from memory_pipeline.lib.llm.client import LLMHardFailure
-from memory_pipeline.lib.store import leases
+from memory_pipeline.lib.store import leases, upsert
 from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.store.tables import worlds as worlds_table
+from memory_pipeline.lib.text import short_hash
 from memory_pipeline.objects import graph, logic, offline_rules, prompts, timeline
 from memory_pipeline.objects.context import ObjectsContext
 from memory_pipeline.objects.graph import LEASE_ASSET, Claim, EventPage
@@ -91,50 +94,176 @@ def enqueue(
     and search hint for the model, never a filter. A replayed token returns the original receipt
     and does nothing (in particular it never releases blocked events again)."""
     world, jmode, scope, retry_blocked, token = check_request(world, mode, scope, retry_blocked, token)
+    with octx.store.begin() as conn:
+        old = _by_token(conn, token)
+        if old is not None:
+            return _job_receipt(old, replayed=True, released_blocked=0)
+        return _create_job(conn, octx, world, jmode, scope, retry_blocked, token, origin, local_day)
+
+
+def _by_token(conn: Any, token: str | None) -> Any:
+    if token is None:
+        return None
+    return conn.execute(select(objects_jobs).where(objects_jobs.c.request_token == token)).mappings().first()
+
+
+def _create_job(
+    conn: Any,
+    octx: ObjectsContext,
+    world: str,
+    jmode: JobMode,
+    scope: str,
+    retry_blocked: bool,
+    token: str | None,
+    origin: JobOrigin,
+    local_day: date | None = None,
+) -> dict[str, Any]:
     now = octx.now()
     j = objects_jobs.c
-    with octx.store.begin() as conn:
-        if token is not None:
-            old = conn.execute(select(objects_jobs).where(j.request_token == token)).mappings().first()
-            if old is not None:
-                return _job_receipt(old, replayed=True, released_blocked=0)
-        timeline.ensure_worlds(conn, [world])
-        graph.ensure_daily(conn, world, now)
-        released = 0
-        if retry_blocked:
-            released = conn.execute(
-                update(objects_event_state)
-                .where(objects_event_state.c.world_id == world, objects_event_state.c.state == EventState.BLOCKED)
-                .values(state=EventState.PENDING, explicit=True, queued_at=now, updated_at=now)
-            ).rowcount
-        job_id = conn.execute(
-            objects_jobs.insert()
-            .values(
-                world_id=world,
-                mode=str(jmode),
-                origin=str(origin),
-                scope=scope,
-                retry_blocked=retry_blocked,
-                request_token=token,
-                status=JobStatus.QUEUED,
-                created_at=now,
-                local_date=local_day,
-                claims=0,
-                batches_done=0,
-                consecutive_failures=0,
-                inventory_pos=0,
-            )
-            .returning(j.job_id)
-        ).scalar_one()
-        row = conn.execute(select(objects_jobs).where(j.job_id == job_id)).mappings().one()
+    timeline.ensure_worlds(conn, [world])
+    graph.ensure_daily(conn, world, now)
+    released = 0
+    if retry_blocked:
+        released = conn.execute(
+            update(objects_event_state)
+            .where(objects_event_state.c.world_id == world, objects_event_state.c.state == EventState.BLOCKED)
+            .values(state=EventState.PENDING, explicit=True, queued_at=now, updated_at=now)
+        ).rowcount
+    job_id = conn.execute(
+        objects_jobs.insert()
+        .values(
+            world_id=world,
+            mode=str(jmode),
+            origin=str(origin),
+            scope=scope,
+            retry_blocked=retry_blocked,
+            request_token=token,
+            status=JobStatus.QUEUED,
+            created_at=now,
+            local_date=local_day,
+            claims=0,
+            batches_done=0,
+            consecutive_failures=0,
+            inventory_pos=0,
+        )
+        .returning(j.job_id)
+    ).scalar_one()
+    row = conn.execute(select(objects_jobs).where(j.job_id == job_id)).mappings().one()
     return _job_receipt(row, replayed=False, released_blocked=released)
 
 
-def organize_now(octx: ObjectsContext, world: str, scope: str = "", token: str | None = None) -> list[dict[str, Any]]:
-    """ "Organize now": compact the hot timeline first, then organize (two explicit jobs; explicit
-    jobs never claimed go first, in creation order)."""
-    first = enqueue(octx, world, JobMode.COMPACT, scope, token=f"{token}.compact" if token else None)
-    return [first, enqueue(octx, world, JobMode.ORGANIZE, scope, token=token)]
+# The world's own memory requests are recorded in one conversation per world on this platform.
+REQUEST_PLATFORM = "memory"
+REQUEST_SOURCE = "memory_organize"
+
+
+def request_conversation_id(world: str) -> str:
+    cid = f"memory-requests#{world}"
+    return cid if len(cid) <= ids.MAX_ID_CHARS else f"memory-requests#{short_hash([world], 32)}"
+
+
+def _record_request(conn: Any, octx: ObjectsContext, world: str, arguments: dict[str, Any], jobs: list[int]) -> str:
+    """The request is itself an event (seed 001 §2): one raw message, appended like any other (the
+    raw table is append-only), an assistant turn calling ``memory_organize``. Its conversation is
+    flagged ``debug``, which every domain (this one included) leaves out of memory content: the
+    request stays in the raw events, readable by id and time, and never comes back as material to
+    summarize or organize (no back-flow)."""
+    now = octx.now()
+    cid = request_conversation_id(world)
+    upsert(conn, worlds_table, [{"world_id": world, "name": world, "created_at": now}], keys=["world_id"], update=[])
+    upsert(
+        conn,
+        conversations,
+        [
+            {
+                "conversation_id": cid,
+                "world_id": world,
+                "platform": REQUEST_PLATFORM,
+                "debug": True,
+                "title": "memory requests",
+                "created_at": now,
+                "updated_at": now,
+            }
+        ],
+        keys=["conversation_id"],
+        update=[],
+    )
+    event_id = f"memory-request#{uuid.uuid4().hex}"
+    said = ", then ".join(f"{m}" for m in arguments["modes"])
+    conn.execute(
+        messages.insert().values(
+            message_id=event_id,
+            conversation_id=cid,
+            role="assistant",
+            content=f"memory_organize: {said} now" + (f" (scope: {arguments['scope']})" if arguments["scope"] else ""),
+            tool_calls=[{"name": REQUEST_SOURCE, "arguments": arguments}],
+            at=now,
+            ingested_at=now,
+            source=f"{REQUEST_SOURCE}: jobs {', '.join(str(j) for j in jobs)}",
+        )
+    )
+    return event_id
+
+
+def organize_now(
+    octx: ObjectsContext,
+    world: Any,
+    scope: Any = "",
+    token: Any = None,
+    retry_blocked: Any = False,
+    mode: Any = JobMode.ORGANIZE,
+) -> list[dict[str, Any]]:
+    """ "Organize now": compact first, then organize (or deep review: ``mode``). The world's raw
+    events not yet in the hot timeline enter it, then two explicit jobs are created with the
+    request event in one transaction; the second waits for the compact job
+    (``logic.waits_for_compact``). A replayed token returns the original receipts and records
+    nothing."""
+    world, then, scope, retry_blocked, token = check_request(world, mode, scope, retry_blocked, token)
+    if then is JobMode.COMPACT:
+        raise RequestError("mode: organize now compacts first, then organizes or reviews: organize | deep")
+    compact_token = f"compact.{short_hash([token], 40)}" if token else None
+
+    def replay() -> list[dict[str, Any]] | None:
+        with octx.store.connect() as conn:
+            old, first = _by_token(conn, token), _by_token(conn, compact_token)
+        if old is None:
+            return None  # (a token first used by a plain request has no compact job: its receipt alone)
+        return [_job_receipt(r, replayed=True, released_blocked=0) for r in (first, old) if r is not None]
+
+    if (again := replay()) is not None:
+        return again
+    # Before the jobs exist: the compact job fixes its range at its first batch, over what is hot.
+    timeline.intake(octx, [world])
+    try:
+        return _organize_now_jobs(octx, world, then, scope, token, compact_token, retry_blocked)
+    except IntegrityError:
+        again = replay()  # the same token sent twice at once: the other one was first
+        if again is None:
+            raise
+        return again
+
+
+def _organize_now_jobs(
+    octx: ObjectsContext,
+    world: str,
+    then: JobMode,
+    scope: str,
+    token: str | None,
+    compact_token: str | None,
+    retry_blocked: bool,
+) -> list[dict[str, Any]]:
+    with octx.store.begin() as conn:
+        compact = _create_job(conn, octx, world, JobMode.COMPACT, scope, False, compact_token, JobOrigin.EXPLICIT)
+        organize = _create_job(conn, octx, world, then, scope, retry_blocked, token, JobOrigin.EXPLICIT)
+        arguments = {
+            "world": world,
+            "modes": [str(JobMode.COMPACT), str(then)],
+            "scope": scope,
+            "retry_blocked": retry_blocked,
+            "token": token,
+        }
+        event_id = _record_request(conn, octx, world, arguments, [compact["job_id"], organize["job_id"]])
+    return [{**compact, "request_event_id": event_id}, {**organize, "request_event_id": event_id}]
 
 
 def set_flags(octx: ObjectsContext, world: str, *, busy: bool | None = None, stopped: bool | None = None) -> None:
@@ -263,16 +392,20 @@ def _runnable(
     octx: ObjectsContext, world: str, modes: Sequence[JobMode] | None = None
 ) -> tuple[list[logic.JobView], datetime | None]:
     j = objects_jobs.c
-    q = select(j.job_id, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
+    q = select(j.job_id, j.mode, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
         j.world_id == world, j.status.in_(list(ACTIVE_JOB))
     )
-    if modes:
-        q = q.where(j.mode.in_([str(m) for m in modes]))
     with octx.store.connect() as conn:
         rows = conn.execute(q).all()
-    views = [logic.JobView(r.job_id, JobOrigin(r.origin), r.created_at, r.last_claimed_at, r.not_before) for r in rows]
-    later = min((v.not_before for v in views if v.not_before and v.not_before > octx.now()), default=None)
-    return logic.rotation_order(views, octx.now()), later
+    # Every unfinished job of the world takes part (a compact job holds back the organize request
+    # after it even in a run of other modes); only ``modes`` are returned.
+    views = [
+        logic.JobView(r.job_id, JobOrigin(r.origin), r.created_at, r.last_claimed_at, r.not_before, JobMode(r.mode))
+        for r in rows
+    ]
+    mine = [v for v in views if not modes or v.mode in modes]
+    later = min((v.not_before for v in mine if v.not_before and v.not_before > octx.now()), default=None)
+    return [v for v in logic.rotation_order(views, octx.now()) if v in mine], later
 
 
 def _worlds_with_jobs(

@@ -203,6 +203,21 @@ def test_rotation_least_recent_claim_and_explicit_first_among_never_claimed():
     assert [j.job_id for j in logic.rotation_order(jobs, t0 + timedelta(minutes=10))] == [2, 1, 4, 3]
 
 
+def test_an_explicit_organize_or_deep_waits_for_an_earlier_explicit_compact():
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    compact = JobView(1, JobOrigin.EXPLICIT, t0, t0, mode=logic.JobMode.COMPACT)
+    organize = JobView(2, JobOrigin.EXPLICIT, t0, None, mode=logic.JobMode.ORGANIZE)
+    deep = JobView(3, JobOrigin.EXPLICIT, t0, None, mode=logic.JobMode.DEEP)
+    hourly = JobView(4, JobOrigin.HOURLY, t0, None, mode=logic.JobMode.ORGANIZE)
+    later_compact = JobView(5, JobOrigin.EXPLICIT, t0, None, mode=logic.JobMode.COMPACT)
+    jobs = [compact, organize, deep, hourly, later_compact]
+    assert [j.job_id for j in logic.rotation_order(jobs, t0)] == [5, 4, 1]
+    # once the compact is done, the requests go (explicit never-claimed first, by age)
+    assert [j.job_id for j in logic.rotation_order([organize, deep, hourly], t0)] == [2, 3, 4]
+    # an organize requested before a compact does not wait for it
+    assert not logic.waits_for_compact(organize, [organize, later_compact])
+
+
 def test_deep_due_at_0250_quiet_once_per_local_date_and_catch_up_today_only():
     quiet = cst(2026, 1, 15, 1, 0)
     assert not logic.deep_due(cst(2026, 1, 15, 2, 49), date(2026, 1, 14), quiet)
