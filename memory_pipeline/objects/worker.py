@@ -909,10 +909,11 @@ def _organize_batch(
                 progress=ev["progress"],
                 objects=related,
                 notes=notes,
+                scope=job["scope"] or "",
             ),
             prompt_version=prompts.ORGANIZE_VERSION,
             world_id=world,
-            tools=[prompts.FIND_TOOL, prompts.READ_TOOL, prompts.SUBMIT_GRAPH_TOOL],
+            tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],
             offline_answer=answer,
         ),
         notes,
@@ -940,6 +941,9 @@ def _rounds(
                 claim.read_ids.add(doc["id"])
             notes.append(f"memory_read {args.get('id')!r}: {doc}")
             continue
+        if name in ("memory_list", "memory_evidence") and isinstance(args, dict):
+            notes.append(_look(octx, claim.world_id, name, args))
+            continue
         try:
             receipt = graph.commit(octx, claim, args)
         except graph.LeaseLost:
@@ -957,6 +961,24 @@ def _rounds(
             report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
         report.zero_progress_continue += int(bool(receipt.get("zero_progress_continue")))
         return False
+
+
+def _look(octx: ObjectsContext, world: str, name: str, args: dict[str, Any]) -> str:
+    """memory_list / memory_evidence for the model: what they return, or why they refused, as a
+    note for its next round (a bad argument is the model's to correct, not a failed batch). Neither
+    counts as reading an object's dossier: only memory_read allows rewriting it."""
+    from memory_pipeline.objects import recall
+
+    offset = args.get("offset", 0)
+    try:
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise recall.RecallError("offset: must be an integer")
+        if name == "memory_list":
+            return f"memory_list {args.get('type')!r}: {recall.list_objects(octx.store, world, str(args.get('type')), offset)}"
+        oid = str(args.get("id", ""))
+        return f"memory_evidence {oid!r}: {recall.evidence(octx.store, world, oid, offset)}"
+    except recall.RecallError as exc:
+        return f"{name} refused: {exc}"
 
 
 # --- deep review ------------------------------------------------------------------------------------------
@@ -1011,10 +1033,10 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
         lambda: LLMRequest(
             task="objects_deep",
             system=prompts.DEEP_SYSTEM,
-            user=prompts.deep_user(token=token, revision=revision, objects=docs, notes=notes),
+            user=prompts.deep_user(token=token, revision=revision, objects=docs, notes=notes, scope=job["scope"] or ""),
             prompt_version=prompts.DEEP_VERSION,
             world_id=world,
-            tools=[prompts.FIND_TOOL, prompts.READ_TOOL, prompts.SUBMIT_GRAPH_TOOL],
+            tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],
             offline_answer=lambda _r: offline_rules.deep(token=token, graph_revision=revision, object_ids=batch_ids),
         ),
         notes,

@@ -666,7 +666,13 @@ def test_the_model_may_read_before_writing_and_every_commit_is_one_revision(stor
     monkeypatch.setattr(octx.llm, "complete", lambda req, **kw: spy.append(req) or real_complete(req, **kw))
     rep = worker.run_worker(octx)
     assert rounds == ["read", "submit"] and rep.outcomes == {"linked": 1}
-    assert [t["function"]["name"] for t in spy[0].tools] == ["memory_find", "memory_read", "submit_graph"]
+    assert [t["function"]["name"] for t in spy[0].tools] == [
+        "memory_list",
+        "memory_find",
+        "memory_read",
+        "memory_evidence",
+        "submit_graph",
+    ]
     assert recall.read(store, W, "person:qhy")["body"] == "Role: gardener"
     with store.connect() as conn:
         revs = conn.execute(select(objects_receipts.c.revision).order_by(objects_receipts.c.revision)).scalars().all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_pipeline.lib.settings import ConfigError
-from memory_pipeline.objects import logic, offline_rules
+from memory_pipeline.objects import logic, offline_rules, prompts
 from memory_pipeline.objects.config import ObjectsConfig
 from memory_pipeline.objects.config import load as load_config
 from memory_pipeline.objects.logic import (
@@ -332,3 +333,22 @@ def test_a_proposal_of_900000_bytes_is_refused():
         check_graph_write(base(objects=big))
     assert e.value.field == "submission"
     assert check_graph_write(base(objects=big[:20]))  # 20 such objects fit
+
+
+def test_prompts_carry_the_dossier_rules_for_every_type():
+    assert set(prompts.SUGGESTED_BODIES) == {str(t) for t in logic.ObjectType}
+    for otype, body in prompts.SUGGESTED_BODIES.items():
+        assert f"{otype}: {body}" in prompts.ORGANIZE_SYSTEM
+    for rule in ("no quotes or tool logs in the body", "written as unknown, never guessed", "never a filter"):
+        assert rule in prompts.ORGANIZE_SYSTEM
+    _, calls = offline_rules.organize(
+        token=f"t-{uuid.uuid4().hex}",
+        graph_revision=1,
+        event_id="e",
+        page_text="tomatoes tomatoes",
+        page_end=17,
+        event_chars=17,
+        read_objects=[],
+    )
+    (written,) = calls[0]["arguments"]["objects"]
+    assert written["body"] == "Conclusion: unknown\nApplicability: unknown\nLessons: unknown"  # never guessed
