@@ -16,10 +16,10 @@ from memory_pipeline.defs.analyst.resources import analyst_resources
 from memory_pipeline.defs.conversation import definitions as conversation_domain
 from memory_pipeline.defs.conversation.resources import conversation_resources
 from memory_pipeline.defs.events import definitions as events_domain
-from memory_pipeline.defs.sleep import definitions as sleep_domain
-from memory_pipeline.defs.sleep.resources import sleep_resources
 from memory_pipeline.defs.objects import definitions as objects_domain
 from memory_pipeline.defs.objects.resources import objects_resources
+from memory_pipeline.defs.sleep import definitions as sleep_domain
+from memory_pipeline.defs.sleep.resources import sleep_resources
 from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
 from memory_pipeline.defs.tower import definitions as tower_domain

@@ -31,8 +31,8 @@ from memory_pipeline.defs.analyst.automation import Trigger, after_upstream, con
 from memory_pipeline.defs.analyst.resources import AnalystResource
 from memory_pipeline.defs.conversation import assets as conversation
 from memory_pipeline.defs.events.definitions import raw_conversation_events
-from memory_pipeline.defs.sleep import assets as sleep
 from memory_pipeline.defs.objects import assets as objects
+from memory_pipeline.defs.sleep import assets as sleep
 from memory_pipeline.defs.temporal import assets as temporal
 from memory_pipeline.defs.tower import assets as tower
 from memory_pipeline.lib.kinds import Window
