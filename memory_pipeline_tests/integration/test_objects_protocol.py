@@ -372,3 +372,23 @@ def test_the_resident_context_holds_a_bounded_directory_never_dossiers(store, in
     res = recall.resident(store, W)
     assert len(res["directory"]) == recall.DIRECTORY_MAX == 50 and res["directory_truncated"]
     assert all(set(d) == {"id", "name"} for d in res["directory"])  # names only: recall is on demand
+
+
+def test_projection_lag_and_errors_show_in_status(store, ingest, tmp_path):
+    from memory_pipeline.objects import reports
+
+    octx, (e1,) = ready(store, ingest, ["x"])
+    worker.enqueue(octx, W, "organize", origin=logic.JobOrigin.HOURLY)
+    c = claim_for(octx, e1)
+    people = [f"person:p{i}" for i in range(3)]
+    graph.commit(octx, c, sub(c, objects=[{"id": p, "name": p[-2:]} for p in people]))
+    assert reports.status(store)["projection"] == {"behind": 4, "errors": []}  # with project:daily
+    (tmp_path / W).mkdir()
+    (tmp_path / W / "person").write_text("a file where the person folder goes")
+    rep = projection.project(store, tmp_path)
+    assert len(rep.errors) == 3
+    lag = reports.status(store)["projection"]
+    assert lag["behind"] == 3 and sorted(e["object_id"] for e in lag["errors"]) == people
+    (tmp_path / W / "person").unlink()
+    projection.project(store, tmp_path)
+    assert reports.status(store)["projection"] == {"behind": 0, "errors": []}

@@ -248,6 +248,21 @@ def test_projection_paths_are_stable_hashes_per_type_and_pages_hold_50():
     first = logic.render_markdown(d, 0)
     assert first.count("`e") == 50 and "More relations and sources" in first
     assert logic.render_markdown(d, 2).count("`e") == 20
+    full = logic.Dossier(
+        "person:qhy",
+        "person",
+        "QHY",
+        "active",
+        "gardener",
+        "Role: gardener",
+        cues=["who waters the tomatoes"],
+        relations=[("person:qhy", "member_of", "project:garden")],
+        sources=[("e1", "2026-01-10T09:00:00+08:00")],
+    )
+    text = logic.render_markdown(full)
+    for part in ("Role: gardener", "- who waters the tomatoes", "person:qhy **member_of** project:garden"):
+        assert part in text
+    assert "- 2026-01-10T09:00:00+08:00 `e1`" in text  # the attachment's time and id
 
 
 def test_config_is_strict(tmp_path):
