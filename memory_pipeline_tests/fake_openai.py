@@ -1,7 +1,8 @@
 """A local OpenAI-compatible HTTP server the tests start on 127.0.0.1 (no provider is reachable).
 
 Responses are scripted: each request pops the next step, or gets the default answer (``answer(body)``
-when set, else ``default_text``). ``hold(marker)`` keeps every request whose messages contain
+when set, else ``default_text``). ``length`` answers a text cut short (finish_reason "length", as a
+provider stopping at max_tokens); ``usage = None`` leaves the usage report out of every answer. ``hold(marker)`` keeps every request whose messages contain
 ``marker`` unanswered until ``release()``: a call in flight, for a fault injected at that moment."""
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class FakeOpenAI:
                     self._raw(200, b"this is not json {")
                 elif kind == "tools":
                     self._send(200, server._completion(None, arg))
+                elif kind == "length":
+                    self._send(200, server._completion(arg, None, finish="length"))
                 else:
                     self._send(200, server._completion(arg, None))
 
@@ -77,25 +80,28 @@ class FakeOpenAI:
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def _completion(self, text, tool_calls):
+    def _completion(self, text, tool_calls, finish=None):
         message = {"role": "assistant", "content": text}
         if tool_calls:
             message["tool_calls"] = [
                 {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
                 for i, (name, args) in enumerate(tool_calls)
             ]
-        return {
+        finish = finish or ("tool_calls" if tool_calls else "stop")
+        out = {
             "id": "chatcmpl-test",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": "fake-model",
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
-            "usage": {
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        }
+        if self.usage is not None:
+            out["usage"] = {
                 "prompt_tokens": self.usage[0],
                 "completion_tokens": self.usage[1],
                 "total_tokens": sum(self.usage),
-            },
-        }
+            }
+        return out
 
     @property
     def api_base(self) -> str:

@@ -59,7 +59,9 @@ def organize(
     scope: str = typer.Option("", "--scope", help="A goal and search hint for the model (not a filter)"),
     retry_blocked: bool = typer.Option(False, "--retry-blocked", help="Release blocked events (once per new request)"),
     token: str | None = typer.Option(None, "--token", help="Request token: a replay returns the original receipt"),
-    now: bool = typer.Option(False, "--now", help="Organize now: compact first, then organize"),
+    now: bool = typer.Option(
+        False, "--now", help="Now: compact first, then organize (or deep); the request is recorded as an event"
+    ),
 ):
     """memory_organize(mode, scope, retry_blocked): prints the enqueue receipt at once."""
     from memory_pipeline.objects import worker
@@ -67,7 +69,7 @@ def organize(
     octx = _octx()
     try:
         if now:
-            _print(worker.organize_now(octx, _world(world), scope, token))
+            _print(worker.organize_now(octx, world, scope, token, retry_blocked, mode))
         else:
             _print(worker.enqueue(octx, world, mode, scope, retry_blocked, token))
     except worker.RequestError as exc:

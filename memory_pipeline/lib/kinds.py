@@ -21,6 +21,14 @@ class LedgerOutcome(StrEnum):
     ERROR = "error"
 
 
+class TokensSource(StrEnum):
+    """Where a ledger row's token counts come from: the provider's usage report, or an estimate
+    (the offline model, or a provider answer without usage). Estimates are never billing."""
+
+    PROVIDER = "provider"
+    ESTIMATED = "estimated"
+
+
 class ExecutorKind(StrEnum):
     """Where a run's steps execute (MEMORY_EXECUTOR): in the run worker's host (Dagster's default:
     a process per step), on Celery workers fed by a broker, or as Kubernetes Jobs."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, delete, select, update
 
 from memory_pipeline.lib.store import upsert
 from memory_pipeline.lib.store.tables import partition_leases
@@ -60,6 +60,8 @@ class Claim:
     read_ids: set[str] = field(default_factory=set)
     page: EventPage | None = None
     deep_ids: list[str] = field(default_factory=list)
+    # Run last inside the commit's transaction (the worker: the batch's ledger rows, the lease).
+    finish: Callable[[Connection], None] | None = None
 
 
 class LeaseLost(SubmissionError):
@@ -81,6 +83,16 @@ def lease_checker(world: str, holder: str, now: datetime) -> Callable[[Connectio
             raise LeaseLost("lease", "expired or taken over: this batch's claim is no longer valid")
 
     return check
+
+
+def lease_releaser(world: str, holder: str) -> Callable[[Connection], None]:
+    """Inside a batch's last transaction: give the lease up (only this batch's own)."""
+
+    def release(conn: Connection) -> None:
+        t = partition_leases.c
+        conn.execute(delete(partition_leases).where(t.asset == LEASE_ASSET, t.partition == world, t.holder == holder))
+
+    return release
 
 
 def replayed(conn: Connection, token: Any) -> dict[str, Any] | None:
@@ -119,22 +131,26 @@ def _content(row: dict[str, Any]) -> dict[str, Any]:
 def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
     """Validate and commit one submission for ``claim``; returns the receipt (the original one for
     a replayed token). Raises SubmissionError naming the field when refused."""
-    with octx.store.connect() as conn:
-        again = replayed(conn, raw.get("token") if isinstance(raw, dict) else None)
-    if again is not None:
-        return {**again, "replayed": True}
     deep = claim.mode is logic.JobMode.DEEP
-    write = logic.check_graph_write(raw, deep=deep)
     now = octx.now()
     with octx.store.begin() as conn:
-        again = replayed(conn, write.token)
+        # A replayed token first: its original receipt, whatever else the submission says.
+        again = replayed(conn, raw.get("token") if isinstance(raw, dict) else None)
         if again is not None:
             return {**again, "replayed": True}
+        write = logic.check_graph_write(raw, deep=deep)
         lease_checker(claim.world_id, claim.holder, now)(conn)
-        current = conn.execute(
-            select(objects_worlds.c.graph_revision).where(objects_worlds.c.world_id == claim.world_id)
-        ).scalar_one()
-        if write.graph_revision != current:
+        # The revision advances first, only from the one the write was made against (a refusal
+        # below rolls it back with everything else): one statement checks and takes it.
+        w = objects_worlds.c
+        revision = write.graph_revision + 1
+        bumped = conn.execute(
+            update(objects_worlds)
+            .where(w.world_id == claim.world_id, w.graph_revision == write.graph_revision)
+            .values(graph_revision=revision, worker_error=None, worker_error_at=None)
+        ).rowcount
+        if not bumped:
+            current = conn.execute(select(w.graph_revision).where(w.world_id == claim.world_id)).scalar_one()
             raise SubmissionError(
                 "graph_revision", f"stale: written against revision {write.graph_revision}, the graph is at {current}"
             )
@@ -181,14 +197,6 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
                 changed=changed,
                 had_target=had_target,
             )
-        revision = current + 1
-        bumped = conn.execute(
-            update(objects_worlds)
-            .where(objects_worlds.c.world_id == claim.world_id, objects_worlds.c.graph_revision == current)
-            .values(graph_revision=revision, worker_error=None, worker_error_at=None)
-        ).rowcount
-        if not bumped:
-            raise SubmissionError("graph_revision", "stale: another commit advanced the graph meanwhile")
         _write_objects(conn, claim.world_id, new_objects, changed_objects, stored, revision, write.token, now)
         for src, label, dst in write.archive_relations:
             rc = objects_relations.c
@@ -275,20 +283,22 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
                 created_at=now,
             )
         )
-        if deep and claim.job_id is not None:
-            conn.execute(
-                update(objects_jobs)
-                .where(objects_jobs.c.job_id == claim.job_id)
-                .values(inventory_pos=objects_jobs.c.inventory_pos + len(claim.deep_ids))
-            )
         if claim.job_id is not None:
+            j = objects_jobs.c
             conn.execute(
                 update(objects_jobs)
-                .where(objects_jobs.c.job_id == claim.job_id)
+                .where(j.job_id == claim.job_id)
                 .values(
-                    consecutive_failures=0, batches_done=objects_jobs.c.batches_done + 1, not_before=None, error=None
+                    consecutive_failures=0,
+                    batches_done=j.batches_done + 1,
+                    not_before=None,
+                    error=None,
+                    # deep: the reviewed objects leave the inventory with this commit, never before
+                    inventory_pos=j.inventory_pos + len(claim.deep_ids) if deep else j.inventory_pos,
                 )
             )
+        if claim.finish is not None:
+            claim.finish(conn)
     return {
         "token": write.token,
         "world_id": claim.world_id,

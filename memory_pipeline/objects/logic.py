@@ -637,17 +637,39 @@ class JobView:
     created_at: datetime
     last_claimed_at: datetime | None
     not_before: datetime | None = None
+    mode: JobMode | None = None
+
+
+def waits_for_compact(job: JobView, jobs: Sequence[JobView]) -> bool:
+    """Compact first, then organize: an explicit organize / deep request does not start while an
+    explicit compact requested before it (a smaller job id) in its world is unfinished, so what
+    that compact queues is organized by it ("organize now")."""
+    return (
+        job.origin is JobOrigin.EXPLICIT
+        and job.mode not in (None, JobMode.COMPACT)
+        and any(j.mode is JobMode.COMPACT and j.origin is JobOrigin.EXPLICIT and j.job_id < job.job_id for j in jobs)
+    )
 
 
 def rotation_order(jobs: Sequence[JobView], now: datetime) -> list[JobView]:
     """Least-recently claimed first; among never-claimed jobs explicit requests first (then by
-    age). A job backing off after a failure waits for its time."""
-    ready = [j for j in jobs if j.not_before is None or j.not_before <= now]
+    age). A job backing off after a failure waits for its time; an explicit organize / deep
+    request waits for the explicit compact requested before it (``waits_for_compact``).
+    ``jobs``: the world's unfinished jobs."""
+    ready = [j for j in jobs if (j.not_before is None or j.not_before <= now) and not waits_for_compact(j, jobs)]
     never = [j for j in ready if j.last_claimed_at is None]
     claimed = [j for j in ready if j.last_claimed_at is not None]
     never.sort(key=lambda j: (j.origin is not JobOrigin.EXPLICIT, j.created_at, j.job_id))
     claimed.sort(key=lambda j: (j.last_claimed_at, j.job_id))
     return never + claimed
+
+
+def grown_output_tokens(current: int, cap: int | None) -> int | None:
+    """After an answer truncated at ``current`` tokens: double it, up to 131,072 and never above
+    ``cap``; None when it cannot grow (already the most allowed)."""
+    most = OUTPUT_TOKENS_MAX if cap is None else min(OUTPUT_TOKENS_MAX, cap)
+    grown = min(current * 2, most)
+    return grown if grown > current else None
 
 
 def lease_seconds(worker_timeout_seconds: int) -> int:

@@ -10,8 +10,20 @@ from typing import Any
 from memory_pipeline.objects import logic
 
 COMPACT_VERSION = "objects-compact-v1"
-ORGANIZE_VERSION = "objects-organize-v1"
-DEEP_VERSION = "objects-deep-v1"
+ORGANIZE_VERSION = "objects-organize-v2"
+DEEP_VERSION = "objects-deep-v2"
+
+# Seed 001 §1 建议正文: what each type's body holds (unknown facts are written as unknown).
+SUGGESTED_BODIES = {
+    "person": "identity, role, traits, collaboration tips",
+    "task": "goal, progress, constraints, next step",
+    "todo": "item, condition, state",
+    "schedule": "time rule, item, state",
+    "knowledge": "conclusion, applicability, lessons",
+    "project": "scope, goal, current state",
+    "credential": "what it is for (purpose) and where it is kept (reference); never the secret",
+}
+_BODIES = "; ".join(f"{t}: {b}" for t, b in SUGGESTED_BODIES.items())
 
 COMPACT_SYSTEM = (
     "You compact an agent's hot timeline. Replace the given nodes with one summary head that is "
@@ -22,19 +34,25 @@ COMPACT_SYSTEM = (
 ORGANIZE_SYSTEM = (
     "You archive one page of one event into long-term objects (person, task, todo, schedule, "
     "knowledge, project, credential). Each object is one concise current dossier: no quotes or "
-    "tool logs in the body; unknown facts are written as unknown, never guessed. Relations use "
+    "tool logs in the body (they stay in the event, the object's evidence); unknown facts are written "
+    "as unknown, never guessed. Suggested bodies: " + _BODIES + ". object.status is the memory "
+    "lifecycle; business states (to do, done) go in the body. Relations use "
     "only the labels " + ", ".join(logic.RelationLabel) + ". New projects are candidates. A "
-    "credential keeps purpose and reference, never a secret value. You may call memory_find and "
-    "memory_read first; finish with submit_graph and an outcome: continue (more pages or object "
+    "credential keeps purpose and reference, never a secret value. You may call memory_list, "
+    "memory_find, memory_read and memory_evidence first; finish with submit_graph and an outcome: continue (more pages or object "
     "work; save progress), linked (whole event read, at least one object or core target), "
     f"archive_only (whole event read, no object target, say why). Limits: summary {logic.SUMMARY_MAX_CHARS}, "
     f"body {logic.BODY_MAX_CHARS:,}, progress {logic.PROGRESS_MAX_CHARS:,}, reason {logic.REASON_MAX_CHARS:,} characters; "
-    f"per write {logic.MAX_OBJECTS_PER_WRITE} objects, {logic.MAX_RELATIONS_PER_WRITE} relations, {logic.MAX_CORE_PER_WRITE} core."
+    f"per write {logic.MAX_OBJECTS_PER_WRITE} objects, {logic.MAX_RELATIONS_PER_WRITE} relations, {logic.MAX_CORE_PER_WRITE} core. "
+    "A scope, when given, is the request's goal and a search hint, never a filter: the claimed page is "
+    "archived whatever it is about."
 )
 
 DEEP_SYSTEM = (
     "You review long-term objects: cross-project relations, stale conclusions, duplicates, reusable "
-    "knowledge. Do not rewrite unchanged objects. Confirm every reviewed id in submit_graph.reviewed."
+    "knowledge. Do not rewrite unchanged objects. Confirm every reviewed id in submit_graph.reviewed. "
+    "The hot timeline is not yours to change, and the core documents change only when something calls "
+    "for it. Read an object's evidence (memory_evidence) only when you need the raw events."
 )
 
 _STR = {"type": "string"}
@@ -60,6 +78,20 @@ SUBMIT_COMPACT_TOOL = _tool(
 )
 FIND_TOOL = _tool("memory_find", "Find objects by name, alias, term, cue or project.", {"query": _STR}, ["query"])
 READ_TOOL = _tool("memory_read", "Read one object's whole dossier.", {"id": _STR}, ["id"])
+LIST_TOOL = _tool(
+    "memory_list",
+    "List the objects of one type (id, name, status, summary), 20 at a time.",
+    {"type": {"type": "string", "enum": list(logic.ObjectType)}, "offset": {"type": "integer"}},
+    ["type"],
+)
+EVIDENCE_TOOL = _tool(
+    "memory_evidence",
+    "An object's sources: its attached events' raw text, oldest first, 20 at a time.",
+    {"id": _STR, "offset": {"type": "integer"}},
+    ["id"],
+)
+# What organize and deep offer: look around first (list, search, read objects and their sources), then submit.
+READ_TOOLS = [LIST_TOOL, FIND_TOOL, READ_TOOL, EVIDENCE_TOOL]
 SUBMIT_GRAPH_TOOL = _tool(
     "submit_graph",
     "Commit this batch's graph write (one transaction).",
@@ -101,11 +133,13 @@ def organize_user(
     progress: str,
     objects: Sequence[Mapping[str, Any]],
     notes: Sequence[str] = (),
+    scope: str = "",
 ) -> str:
     return json.dumps(
         {
             "token": token,
             "graph_revision": revision,
+            "scope": scope,  # the request's goal and search hint, never a filter
             "event": {"id": event_id, "occurred_at": occurred_at, "chars": chars, "page": [start, stop], "text": text},
             "progress": progress,
             "objects": list(objects),
@@ -116,9 +150,11 @@ def organize_user(
     )
 
 
-def deep_user(*, token: str, revision: int, objects: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
+def deep_user(
+    *, token: str, revision: int, objects: Sequence[Mapping[str, Any]], notes: Sequence[str] = (), scope: str = ""
+) -> str:
     return json.dumps(
-        {"token": token, "graph_revision": revision, "objects": list(objects), "notes": list(notes)},
+        {"token": token, "graph_revision": revision, "scope": scope, "objects": list(objects), "notes": list(notes)},
         ensure_ascii=False,
         default=str,
     )

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.objects import logic
@@ -264,11 +264,19 @@ def raw_left(octx: ObjectsContext, world: str, end_seq: int) -> int:
 
 
 def commit_compact(
-    octx: ObjectsContext, batch: CompactBatch, summary: str, *, token: str, job_id: int | None, lease_check: Any
+    octx: ObjectsContext,
+    batch: CompactBatch,
+    summary: str,
+    *,
+    token: str,
+    job_id: int | None,
+    lease_check: Any,
+    finish: Callable[[Connection], None] | None = None,
 ) -> dict[str, Any]:
     """One transaction: the head, the raw nodes deactivated, the events whose slices all left the
     hot timeline queued (only from ``hot``: re-compacting heads never re-queues), the receipt.
-    ``lease_check(conn)`` refuses the commit when the lease is no longer this batch's."""
+    ``lease_check(conn)`` refuses the commit when the lease is no longer this batch's; ``finish``
+    runs last in the same transaction (the worker: the job's count, ledger rows, the lease)."""
     n, s = objects_hot_nodes.c, objects_event_state.c
     head_id = f"head-{uuid.uuid4().hex[:20]}"
     now = octx.now()
@@ -339,6 +347,8 @@ def commit_compact(
                 created_at=now,
             )
         )
+        if finish is not None:
+            finish(conn)
     return {"token": token, "revision": revision, **detail}
 
 

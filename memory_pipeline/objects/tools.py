@@ -1,5 +1,6 @@
 """Seed 001 §4 the agent's tools (memory_find, memory_read, memory_evidence, memory_organize,
-memory_status) as one dispatcher over tool-call arguments: every argument is checked and a bad
+memory_status, and memory_approve: the user's approval of a candidate project, relayed by the
+agent after asking) as one dispatcher over tool-call arguments: every argument is checked and a bad
 one is refused with ToolError naming it; nothing is written then. Reading never calls a model."""
 
 from __future__ import annotations
@@ -8,10 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from memory_pipeline.lib import ids
-from memory_pipeline.objects import logic, recall, reports, worker
+from memory_pipeline.objects import graph, logic, recall, reports, worker
 from memory_pipeline.objects.context import ObjectsContext
 
-TOOLS = ("memory_find", "memory_read", "memory_evidence", "memory_organize", "memory_status")
+TOOLS = ("memory_find", "memory_read", "memory_evidence", "memory_organize", "memory_status", "memory_approve")
 
 
 class ToolError(ValueError):
@@ -57,6 +58,7 @@ def call(octx: ObjectsContext, tool: Any, args: Any) -> dict[str, Any]:
         "memory_evidence": {"world", "id", "offset", "limit"},
         "memory_organize": {"world", "mode", "scope", "retry_blocked", "token"},
         "memory_status": {"world"},
+        "memory_approve": {"world", "id"},
     }[tool]
     extra = sorted(str(k) for k in args if k not in allowed)
     if extra:
@@ -74,6 +76,13 @@ def call(octx: ObjectsContext, tool: Any, args: Any) -> dict[str, Any]:
         if not query.strip():
             raise ToolError(f"{tool}.query: must not be empty")
         return {"items": recall.find(store, world, query, limit)}
+    if tool == "memory_approve":
+        # The user's approval, relayed by the agent after asking: a candidate project becomes active.
+        pid = _arg(args, tool, "id", str)
+        try:
+            return graph.approve_project(octx, world, pid)
+        except logic.SubmissionError as exc:
+            raise ToolError(f"{tool}.id: {exc.problem}") from None
     if tool in ("memory_read", "memory_evidence"):
         oid = _arg(args, tool, "id", str)
         try:

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, func, select, update
+from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib import ids
 from memory_pipeline.lib.llm import LLMRequest
 from memory_pipeline.lib.llm.client import LLMHardFailure
-from memory_pipeline.lib.store import leases
+from memory_pipeline.lib.store import leases, upsert
 from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.store.tables import worlds as worlds_table
+from memory_pipeline.lib.text import short_hash
 from memory_pipeline.objects import graph, logic, offline_rules, prompts, timeline
 from memory_pipeline.objects.context import ObjectsContext
 from memory_pipeline.objects.graph import LEASE_ASSET, Claim, EventPage
@@ -91,50 +94,176 @@ def enqueue(
     and search hint for the model, never a filter. A replayed token returns the original receipt
     and does nothing (in particular it never releases blocked events again)."""
     world, jmode, scope, retry_blocked, token = check_request(world, mode, scope, retry_blocked, token)
+    with octx.store.begin() as conn:
+        old = _by_token(conn, token)
+        if old is not None:
+            return _job_receipt(old, replayed=True, released_blocked=0)
+        return _create_job(conn, octx, world, jmode, scope, retry_blocked, token, origin, local_day)
+
+
+def _by_token(conn: Any, token: str | None) -> Any:
+    if token is None:
+        return None
+    return conn.execute(select(objects_jobs).where(objects_jobs.c.request_token == token)).mappings().first()
+
+
+def _create_job(
+    conn: Any,
+    octx: ObjectsContext,
+    world: str,
+    jmode: JobMode,
+    scope: str,
+    retry_blocked: bool,
+    token: str | None,
+    origin: JobOrigin,
+    local_day: date | None = None,
+) -> dict[str, Any]:
     now = octx.now()
     j = objects_jobs.c
-    with octx.store.begin() as conn:
-        if token is not None:
-            old = conn.execute(select(objects_jobs).where(j.request_token == token)).mappings().first()
-            if old is not None:
-                return _job_receipt(old, replayed=True, released_blocked=0)
-        timeline.ensure_worlds(conn, [world])
-        graph.ensure_daily(conn, world, now)
-        released = 0
-        if retry_blocked:
-            released = conn.execute(
-                update(objects_event_state)
-                .where(objects_event_state.c.world_id == world, objects_event_state.c.state == EventState.BLOCKED)
-                .values(state=EventState.PENDING, explicit=True, queued_at=now, updated_at=now)
-            ).rowcount
-        job_id = conn.execute(
-            objects_jobs.insert()
-            .values(
-                world_id=world,
-                mode=str(jmode),
-                origin=str(origin),
-                scope=scope,
-                retry_blocked=retry_blocked,
-                request_token=token,
-                status=JobStatus.QUEUED,
-                created_at=now,
-                local_date=local_day,
-                claims=0,
-                batches_done=0,
-                consecutive_failures=0,
-                inventory_pos=0,
-            )
-            .returning(j.job_id)
-        ).scalar_one()
-        row = conn.execute(select(objects_jobs).where(j.job_id == job_id)).mappings().one()
+    timeline.ensure_worlds(conn, [world])
+    graph.ensure_daily(conn, world, now)
+    released = 0
+    if retry_blocked:
+        released = conn.execute(
+            update(objects_event_state)
+            .where(objects_event_state.c.world_id == world, objects_event_state.c.state == EventState.BLOCKED)
+            .values(state=EventState.PENDING, explicit=True, queued_at=now, updated_at=now)
+        ).rowcount
+    job_id = conn.execute(
+        objects_jobs.insert()
+        .values(
+            world_id=world,
+            mode=str(jmode),
+            origin=str(origin),
+            scope=scope,
+            retry_blocked=retry_blocked,
+            request_token=token,
+            status=JobStatus.QUEUED,
+            created_at=now,
+            local_date=local_day,
+            claims=0,
+            batches_done=0,
+            consecutive_failures=0,
+            inventory_pos=0,
+        )
+        .returning(j.job_id)
+    ).scalar_one()
+    row = conn.execute(select(objects_jobs).where(j.job_id == job_id)).mappings().one()
     return _job_receipt(row, replayed=False, released_blocked=released)
 
 
-def organize_now(octx: ObjectsContext, world: str, scope: str = "", token: str | None = None) -> list[dict[str, Any]]:
-    """ "Organize now": compact the hot timeline first, then organize (two explicit jobs; explicit
-    jobs never claimed go first, in creation order)."""
-    first = enqueue(octx, world, JobMode.COMPACT, scope, token=f"{token}.compact" if token else None)
-    return [first, enqueue(octx, world, JobMode.ORGANIZE, scope, token=token)]
+# The world's own memory requests are recorded in one conversation per world on this platform.
+REQUEST_PLATFORM = "memory"
+REQUEST_SOURCE = "memory_organize"
+
+
+def request_conversation_id(world: str) -> str:
+    cid = f"memory-requests#{world}"
+    return cid if len(cid) <= ids.MAX_ID_CHARS else f"memory-requests#{short_hash([world], 32)}"
+
+
+def _record_request(conn: Any, octx: ObjectsContext, world: str, arguments: dict[str, Any], jobs: list[int]) -> str:
+    """The request is itself an event (seed 001 §2): one raw message, appended like any other (the
+    raw table is append-only), an assistant turn calling ``memory_organize``. Its conversation is
+    flagged ``debug``, which every domain (this one included) leaves out of memory content: the
+    request stays in the raw events, readable by id and time, and never comes back as material to
+    summarize or organize (no back-flow)."""
+    now = octx.now()
+    cid = request_conversation_id(world)
+    upsert(conn, worlds_table, [{"world_id": world, "name": world, "created_at": now}], keys=["world_id"], update=[])
+    upsert(
+        conn,
+        conversations,
+        [
+            {
+                "conversation_id": cid,
+                "world_id": world,
+                "platform": REQUEST_PLATFORM,
+                "debug": True,
+                "title": "memory requests",
+                "created_at": now,
+                "updated_at": now,
+            }
+        ],
+        keys=["conversation_id"],
+        update=[],
+    )
+    event_id = f"memory-request#{uuid.uuid4().hex}"
+    said = ", then ".join(f"{m}" for m in arguments["modes"])
+    conn.execute(
+        messages.insert().values(
+            message_id=event_id,
+            conversation_id=cid,
+            role="assistant",
+            content=f"memory_organize: {said} now" + (f" (scope: {arguments['scope']})" if arguments["scope"] else ""),
+            tool_calls=[{"name": REQUEST_SOURCE, "arguments": arguments}],
+            at=now,
+            ingested_at=now,
+            source=f"{REQUEST_SOURCE}: jobs {', '.join(str(j) for j in jobs)}",
+        )
+    )
+    return event_id
+
+
+def organize_now(
+    octx: ObjectsContext,
+    world: Any,
+    scope: Any = "",
+    token: Any = None,
+    retry_blocked: Any = False,
+    mode: Any = JobMode.ORGANIZE,
+) -> list[dict[str, Any]]:
+    """ "Organize now": compact first, then organize (or deep review: ``mode``). The world's raw
+    events not yet in the hot timeline enter it, then two explicit jobs are created with the
+    request event in one transaction; the second waits for the compact job
+    (``logic.waits_for_compact``). A replayed token returns the original receipts and records
+    nothing."""
+    world, then, scope, retry_blocked, token = check_request(world, mode, scope, retry_blocked, token)
+    if then is JobMode.COMPACT:
+        raise RequestError("mode: organize now compacts first, then organizes or reviews: organize | deep")
+    compact_token = f"compact.{short_hash([token], 40)}" if token else None
+
+    def replay() -> list[dict[str, Any]] | None:
+        with octx.store.connect() as conn:
+            old, first = _by_token(conn, token), _by_token(conn, compact_token)
+        if old is None:
+            return None  # (a token first used by a plain request has no compact job: its receipt alone)
+        return [_job_receipt(r, replayed=True, released_blocked=0) for r in (first, old) if r is not None]
+
+    if (again := replay()) is not None:
+        return again
+    # Before the jobs exist: the compact job fixes its range at its first batch, over what is hot.
+    timeline.intake(octx, [world])
+    try:
+        return _organize_now_jobs(octx, world, then, scope, token, compact_token, retry_blocked)
+    except IntegrityError:
+        again = replay()  # the same token sent twice at once: the other one was first
+        if again is None:
+            raise
+        return again
+
+
+def _organize_now_jobs(
+    octx: ObjectsContext,
+    world: str,
+    then: JobMode,
+    scope: str,
+    token: str | None,
+    compact_token: str | None,
+    retry_blocked: bool,
+) -> list[dict[str, Any]]:
+    with octx.store.begin() as conn:
+        compact = _create_job(conn, octx, world, JobMode.COMPACT, scope, False, compact_token, JobOrigin.EXPLICIT)
+        organize = _create_job(conn, octx, world, then, scope, retry_blocked, token, JobOrigin.EXPLICIT)
+        arguments = {
+            "world": world,
+            "modes": [str(JobMode.COMPACT), str(then)],
+            "scope": scope,
+            "retry_blocked": retry_blocked,
+            "token": token,
+        }
+        event_id = _record_request(conn, octx, world, arguments, [compact["job_id"], organize["job_id"]])
+    return [{**compact, "request_event_id": event_id}, {**organize, "request_event_id": event_id}]
 
 
 def set_flags(octx: ObjectsContext, world: str, *, busy: bool | None = None, stopped: bool | None = None) -> None:
@@ -241,6 +370,7 @@ class WorkerReport:
     blocked_events: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     zero_progress_continue: int = 0
+    truncated_answers: int = 0  # answers cut at max_tokens (the next call asked for more)
     lease_busy: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -261,17 +391,27 @@ def release_stale(octx: ObjectsContext) -> int:
 def _runnable(
     octx: ObjectsContext, world: str, modes: Sequence[JobMode] | None = None
 ) -> tuple[list[logic.JobView], datetime | None]:
+    with octx.store.connect() as conn:
+        return _order(octx, conn, world, modes)
+
+
+def _order(
+    octx: ObjectsContext, conn: Connection, world: str, modes: Sequence[JobMode] | None
+) -> tuple[list[logic.JobView], datetime | None]:
     j = objects_jobs.c
-    q = select(j.job_id, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
+    q = select(j.job_id, j.mode, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
         j.world_id == world, j.status.in_(list(ACTIVE_JOB))
     )
-    if modes:
-        q = q.where(j.mode.in_([str(m) for m in modes]))
-    with octx.store.connect() as conn:
-        rows = conn.execute(q).all()
-    views = [logic.JobView(r.job_id, JobOrigin(r.origin), r.created_at, r.last_claimed_at, r.not_before) for r in rows]
-    later = min((v.not_before for v in views if v.not_before and v.not_before > octx.now()), default=None)
-    return logic.rotation_order(views, octx.now()), later
+    rows = conn.execute(q).all()
+    # Every unfinished job of the world takes part (a compact job holds back the organize request
+    # after it even in a run of other modes); only ``modes`` are returned.
+    views = [
+        logic.JobView(r.job_id, JobOrigin(r.origin), r.created_at, r.last_claimed_at, r.not_before, JobMode(r.mode))
+        for r in rows
+    ]
+    mine = [v for v in views if not modes or v.mode in modes]
+    later = min((v.not_before for v in mine if v.not_before and v.not_before > octx.now()), default=None)
+    return [v for v in logic.rotation_order(views, octx.now()) if v in mine], later
 
 
 def _worlds_with_jobs(
@@ -287,10 +427,9 @@ def _worlds_with_jobs(
         return sorted(conn.execute(q).scalars())
 
 
-def _flags(octx: ObjectsContext, world: str) -> tuple[bool, bool]:
+def _flags(conn: Connection, world: str) -> tuple[bool, bool]:
     w = objects_worlds.c
-    with octx.store.connect() as conn:
-        row = conn.execute(select(w.busy, w.stopped).where(w.world_id == world)).first()
+    row = conn.execute(select(w.busy, w.stopped).where(w.world_id == world)).first()
     return (bool(row.busy), bool(row.stopped)) if row else (False, False)
 
 
@@ -308,34 +447,45 @@ def run_worker(
     limit = max_batches if max_batches is not None else octx.cfg.max_batches_per_run
     for world in _worlds_with_jobs(octx, worlds, modes):
         while report.batches < limit:
-            busy, stopped = _flags(octx, world)
-            if busy or stopped:
+            turn = _turn(octx, report, world, modes=modes)
+            if turn.result == "stopped":
                 break
-            order, later = _runnable(octx, world, modes)
-            if not order:
-                if later is None:
+            if turn.result == "idle":
+                if turn.later is None:
                     break
-                wait = (later - octx.now()).total_seconds()
+                wait = (turn.later - octx.now()).total_seconds()
                 if wait > max_wait:
                     break
                 (octx.sleep or time.sleep)(max(0.0, wait))
                 continue
-            result = run_batch(octx, order[0].job_id, report)
-            if result == "lease_busy":
+            if turn.result == "lease_busy":
                 report.lease_busy.append(world)
                 break
     return report
 
 
-def _take_job(octx: ObjectsContext, job_id: int) -> dict[str, Any]:
+@dataclass
+class Turn:
+    """What one turn of a world did: 'stopped' (busy or stopped), 'idle' (no job runnable now;
+    ``later``: when a backing-off one is), 'lease_busy', or the batch's 'committed', 'done',
+    'failed'."""
+
+    result: str
+    later: datetime | None = None
+
+
+def _take_job(octx: ObjectsContext, conn: Connection, job_id: int) -> dict[str, Any]:
     j = objects_jobs.c
-    with octx.store.begin() as conn:
+    return dict(
         conn.execute(
             update(objects_jobs)
             .where(j.job_id == job_id)
             .values(status=JobStatus.RUNNING, last_claimed_at=octx.now(), claims=j.claims + 1)
+            .returning(*objects_jobs.c)
         )
-        return dict(conn.execute(select(objects_jobs).where(j.job_id == job_id)).mappings().one())
+        .mappings()
+        .one()
+    )
 
 
 def _finish_job(octx: ObjectsContext, job_id: int, status: JobStatus, error: str | None = None) -> None:
@@ -347,48 +497,105 @@ def _finish_job(octx: ObjectsContext, job_id: int, status: JobStatus, error: str
         )
 
 
-def _revision(octx: ObjectsContext, world: str) -> int:
-    with octx.store.connect() as conn:
-        return int(
-            conn.execute(select(objects_worlds.c.graph_revision).where(objects_worlds.c.world_id == world)).scalar_one()
-        )
+def _revision(conn: Connection, world: str) -> int:
+    return int(
+        conn.execute(select(objects_worlds.c.graph_revision).where(objects_worlds.c.world_id == world)).scalar_one()
+    )
 
 
 class BatchFailed(RuntimeError):
     pass
 
 
-def run_batch(octx: ObjectsContext, job_id: int, report: WorkerReport) -> str:
+@dataclass
+class BatchLease:
+    """The world's lease for one batch. The batch's commit releases it in its own transaction, with
+    the batch's buffered ledger rows (``finish``): nothing is left to do under it then."""
+
+    world: str
+    holder: str
+    released: bool = False
+
+    def finish(self, octx: ObjectsContext) -> Callable[[Connection], None]:
+        release = graph.lease_releaser(self.world, self.holder)
+
+        def run(conn: Connection) -> None:
+            octx.llm.write_pending(conn)
+            release(conn)
+
+        return run
+
+    def committed(self, octx: ObjectsContext) -> None:
+        octx.llm.clear_pending()
+        self.released = True
+
+
+def run_batch(octx: ObjectsContext, job_id: int, report: WorkerReport, world: str | None = None) -> str:
     """Claim one batch of ``job_id`` under the world's lease and run it: 'committed', 'done',
     'failed' or 'lease_busy'."""
-    with octx.store.connect() as conn:
-        world = conn.execute(select(objects_jobs.c.world_id).where(objects_jobs.c.job_id == job_id)).scalar_one()
-    holder = f"job{job_id}-{uuid.uuid4().hex[:12]}"
-    ttl = timedelta(seconds=octx.cfg.lease_seconds)
-    if leases.try_acquire(octx.store, LEASE_ASSET, world, holder, ttl, now=octx.now()) is not None:
-        return "lease_busy"
+    if world is None:
+        with octx.store.connect() as conn:
+            world = conn.execute(select(objects_jobs.c.world_id).where(objects_jobs.c.job_id == job_id)).scalar_one()
+    return _turn(octx, report, world, job_id=job_id).result
+
+
+def _turn(
+    octx: ObjectsContext,
+    report: WorkerReport,
+    world: str,
+    *,
+    modes: Sequence[JobMode] | None = None,
+    job_id: int | None = None,
+) -> Turn:
+    """One turn of ``world``: in one transaction its flags, the next job by rotation (or
+    ``job_id``), the lease, the claim and, for organize, the page and related objects; then the
+    batch, whose commit (or failure) is the second transaction. The offline model's ledger rows
+    wait for that transaction: it is free, so nothing is lost that costs anything to redo."""
+    lease = BatchLease(world, "", released=True)  # nothing taken yet
+    buffering, octx.llm.buffering = octx.llm.buffering, True
     try:
-        job = _take_job(octx, job_id)
-        mode = JobMode(job["mode"])
+        with octx.store.begin() as conn:
+            if job_id is None:
+                busy, stopped = _flags(conn, world)
+                if busy or stopped:
+                    return Turn("stopped")
+                order, later = _order(octx, conn, world, modes)
+                if not order:
+                    return Turn("idle", later)
+                job_id = order[0].job_id
+            holder = f"job{job_id}-{uuid.uuid4().hex[:12]}"
+            ttl = timedelta(seconds=octx.cfg.lease_seconds)
+            if leases.try_acquire(octx.store, LEASE_ASSET, world, holder, ttl, now=octx.now(), conn=conn) is not None:
+                return Turn("lease_busy")
+            lease = BatchLease(world, holder)
+            job = _take_job(octx, conn, job_id)
+            mode = JobMode(job["mode"])
+            page = _claim_page(octx, conn, job) if mode is JobMode.ORGANIZE else None
         report.batches += 1
         try:
             if mode is JobMode.COMPACT:
-                done = _compact_batch(octx, job, holder, report)
+                done = _compact_batch(octx, job, lease, report)
             elif mode is JobMode.ORGANIZE:
-                done = _organize_batch(octx, job, holder, report)
+                done = page is None or _organize_batch(octx, job, lease, report, page)
             else:
-                done = _deep_batch(octx, job, holder, report)
+                done = _deep_batch(octx, job, lease, report)
         except (BatchFailed, SubmissionError, LLMHardFailure) as exc:
             _failed(octx, job, str(exc), report)
-            return "failed"
+            return Turn("failed")
         if done:
             report.jobs_done += 1
             _finish_job(octx, job_id, JobStatus.DONE)
-            return "done"
+            return Turn("done")
         report.committed += 1
-        return "committed"
+        return Turn("committed")
     finally:
-        leases.release(octx.store, LEASE_ASSET, world, holder)
+        octx.llm.buffering = buffering
+        if octx.llm.pending:  # rows no transaction of the batch took (an unexpected error)
+            with octx.store.begin() as conn:
+                octx.llm.write_pending(conn)
+            octx.llm.clear_pending()
+        if not lease.released:
+            leases.release(octx.store, LEASE_ASSET, world, lease.holder)
 
 
 def _failed(octx: ObjectsContext, job: dict[str, Any], error: str, report: WorkerReport) -> None:
@@ -397,67 +604,103 @@ def _failed(octx: ObjectsContext, job: dict[str, Any], error: str, report: Worke
     that ends so suppresses automatic creation for an hour."""
     report.failures += 1
     report.errors.append(error)
+    with octx.store.begin() as conn:
+        octx.llm.write_pending(conn)  # the failed batch's calls are accounted with its failure
+        _record_failure(octx, conn, job, error, report)
+    octx.llm.clear_pending()
+
+
+def _record_failure(
+    octx: ObjectsContext, conn: Connection, job: dict[str, Any], error: str, report: WorkerReport
+) -> None:
     now = octx.now()
     n = job["consecutive_failures"] + 1
     j, w = objects_jobs.c, objects_worlds.c
     batch = job.get("_batch", "")
-    with octx.store.begin() as conn:
-        conn.execute(
-            objects_failures.insert().values(
-                world_id=job["world_id"],
-                job_id=job["job_id"],
-                mode=job["mode"],
-                batch=batch,
-                error=error[:4000],
-                at=now,
-            )
+    conn.execute(
+        objects_failures.insert().values(
+            world_id=job["world_id"],
+            job_id=job["job_id"],
+            mode=job["mode"],
+            batch=batch,
+            error=error[:4000],
+            at=now,
         )
-        conn.execute(
-            update(objects_worlds)
-            .where(w.world_id == job["world_id"])
-            .values(worker_error=error[:4000], worker_error_at=now)
-        )
-        if n < logic.MAX_CONSECUTIVE_FAILURES:
-            wait = logic.backoff_seconds(octx.cfg.retry_backoff_seconds, n)
-            conn.execute(
-                update(objects_jobs)
-                .where(j.job_id == job["job_id"])
-                .values(
-                    consecutive_failures=n,
-                    status=JobStatus.QUEUED,
-                    error=error[:4000],
-                    not_before=now + timedelta(seconds=wait),
-                )
-            )
-            return
-        blocked = 0
-        if job["mode"] == JobMode.ORGANIZE and job.get("_event"):
-            blocked = conn.execute(
-                update(objects_event_state)
-                .where(
-                    objects_event_state.c.event_id == job["_event"],
-                    objects_event_state.c.state.in_(list(logic.QUEUED_STATES)),
-                )
-                .values(state=EventState.BLOCKED, updated_at=now)
-            ).rowcount
-        report.blocked_events += blocked
-        report.jobs_failed += 1
+    )
+    conn.execute(
+        update(objects_worlds)
+        .where(w.world_id == job["world_id"])
+        .values(worker_error=error[:4000], worker_error_at=now)
+    )
+    if n < logic.MAX_CONSECUTIVE_FAILURES:
+        wait = logic.backoff_seconds(octx.cfg.retry_backoff_seconds, n)
         conn.execute(
             update(objects_jobs)
             .where(j.job_id == job["job_id"])
-            .values(consecutive_failures=n, status=JobStatus.FAILED, error=error[:4000], finished_at=now)
-        )
-        if job["origin"] == JobOrigin.THRESHOLD:
-            conn.execute(
-                update(objects_worlds)
-                .where(w.world_id == job["world_id"])
-                .values(auto_suppressed_until=now + logic.AUTO_SUPPRESS)
+            .values(
+                consecutive_failures=n,
+                status=JobStatus.QUEUED,
+                error=error[:4000],
+                not_before=now + timedelta(seconds=wait),
             )
+        )
+        return
+    blocked = 0
+    if job["mode"] == JobMode.ORGANIZE and job.get("_event"):
+        blocked = conn.execute(
+            update(objects_event_state)
+            .where(
+                objects_event_state.c.event_id == job["_event"],
+                objects_event_state.c.state.in_(list(logic.QUEUED_STATES)),
+            )
+            .values(state=EventState.BLOCKED, updated_at=now)
+        ).rowcount
+    report.blocked_events += blocked
+    report.jobs_failed += 1
+    conn.execute(
+        update(objects_jobs)
+        .where(j.job_id == job["job_id"])
+        .values(consecutive_failures=n, status=JobStatus.FAILED, error=error[:4000], finished_at=now)
+    )
+    if job["origin"] == JobOrigin.THRESHOLD:
+        conn.execute(
+            update(objects_worlds)
+            .where(w.world_id == job["world_id"])
+            .values(auto_suppressed_until=now + logic.AUTO_SUPPRESS)
+        )
 
 
-def _complete(octx: ObjectsContext, req: LLMRequest, report: WorkerReport) -> tuple[str, Any]:
-    report.model_calls += 1
-    result = octx.llm.complete(req)
+@dataclass
+class ModelBudget:
+    """One batch's model calls: at most 16 rounds (a truncated answer is a round too); output
+    asked for starts at 32,768 tokens and doubles after a truncated answer up to 131,072, never
+    above the model's limit or the context left (``LLMClient.output_limit``)."""
+
+    rounds: int = 0
+    output_tokens: int = logic.OUTPUT_TOKENS_DEFAULT
+
+
+def _complete(octx: ObjectsContext, req: LLMRequest, report: WorkerReport, budget: ModelBudget) -> tuple[str, Any]:
+    while True:
+        if budget.rounds >= logic.MAX_MODEL_ROUNDS:
+            raise BatchFailed(f"no submission within {logic.MAX_MODEL_ROUNDS} model rounds")
+        budget.rounds += 1
+        cap = octx.llm.output_limit(req)
+        tokens = budget.output_tokens if cap is None else min(budget.output_tokens, cap)
+        if tokens <= 0:
+            raise BatchFailed(f"{req.task}: the prompt leaves no room in the model's context for an answer")
+        report.model_calls += 1
+        result = octx.llm.complete(replace(req, max_tokens=tokens))
+        if not result.truncated:
+            break
+        report.truncated_answers += 1
+        grown = logic.grown_output_tokens(tokens, cap)
+        if grown is None:
+            raise BatchFailed(
+                f"{req.task}: the answer was cut at {tokens:,} output tokens, the most this model and the "
+                "context left allow"
+            )
+        budget.output_tokens = grown
     call = prompts.parse_tool_call(result.text, result.tool_calls)
     if call is None:
         raise BatchFailed(f"{req.task}: the model answered without a tool call or JSON object")
@@ -465,7 +708,7 @@ def _complete(octx: ObjectsContext, req: LLMRequest, report: WorkerReport) -> tu
 
 
 # --- compact ----------------------------------------------------------------------------------------
-def _compact_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, report: WorkerReport) -> bool:
+def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, report: WorkerReport) -> bool:
     world = job["world_id"]
     end = job["range_end_seq"]
     if end is None:
@@ -497,44 +740,78 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, repor
         tools=[prompts.SUBMIT_COMPACT_TOOL],
         offline_answer=lambda _r: offline_rules.compact(nodes),
     )
-    name, args = _complete(octx, req, report)
+    name, args = _complete(octx, req, report, ModelBudget())
     if name and name != offline_rules.SUBMIT_COMPACT:
         raise SubmissionError(name, "compact has one tool, submit_compact; any other (an object write) is refused")
     summary = logic.check_compact_submission(args, batch.ids, batch.chars)
     token = f"compact-{uuid.uuid4().hex}"
+    release = lease.finish(octx)
+
+    def finish(conn: Connection) -> None:  # in the commit's transaction: the job's count, the lease
+        conn.execute(
+            update(objects_jobs)
+            .where(objects_jobs.c.job_id == job["job_id"])
+            .values(consecutive_failures=0, batches_done=objects_jobs.c.batches_done + 1, not_before=None, error=None)
+        )
+        release(conn)
+
     timeline.commit_compact(
         octx,
         batch,
         summary,
         token=token,
         job_id=job["job_id"],
-        lease_check=graph.lease_checker(world, holder, octx.now()),
+        lease_check=graph.lease_checker(world, lease.holder, octx.now()),
+        finish=finish,
     )
-    with octx.store.begin() as conn:
-        conn.execute(
-            update(objects_jobs)
-            .where(objects_jobs.c.job_id == job["job_id"])
-            .values(consecutive_failures=0, batches_done=objects_jobs.c.batches_done + 1, not_before=None, error=None)
-        )
+    lease.committed(octx)
     return False
 
 
 # --- organize -----------------------------------------------------------------------------------------
-def _next_event(octx: ObjectsContext, world: str) -> dict[str, Any] | None:
-    s = objects_event_state.c
-    with octx.store.connect() as conn:
-        row = (
-            conn.execute(
-                select(objects_event_state, messages.c.content)
-                .join(messages, messages.c.message_id == s.event_id)
-                .where(s.world_id == world, s.state.in_(list(logic.QUEUED_STATES)))
-                .order_by(s.explicit.desc(), s.occurred_at, s.event_id)
-                .limit(1)
-            )
-            .mappings()
-            .first()
+@dataclass
+class ClaimedPage:
+    """What an organize batch claims, read in the claim's transaction: the event (its state and
+    text), the graph revision, and the related objects within the transfer budget."""
+
+    event: dict[str, Any]
+    start: int
+    stop: int
+    revision: int
+    related: list[dict[str, Any]]
+
+    @property
+    def text(self) -> str:
+        return str(self.event["content"] or "")[self.start : self.stop]
+
+
+def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any]) -> ClaimedPage | None:
+    """The next page of the next queued event (explicit first, then by occurrence) and what goes
+    with it: three reads in the claim's transaction."""
+    world = job["world_id"]
+    s, w = objects_event_state.c, objects_worlds.c
+    row = (
+        conn.execute(
+            select(objects_event_state, messages.c.content, w.graph_revision)
+            .join(messages, messages.c.message_id == s.event_id)
+            .join(objects_worlds, w.world_id == s.world_id)
+            .where(s.world_id == world, s.state.in_(list(logic.QUEUED_STATES)))
+            .order_by(s.explicit.desc(), s.occurred_at, s.event_id)
+            .limit(1)
         )
-    return dict(row) if row else None
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return None
+    ev = dict(row)
+    text = ev["content"] or ""
+    budget = octx.cfg.transfer_budget_bytes
+    start = ev["page_cursor"]
+    stop = min(len(text), start + logic.page_chars(budget, job["consecutive_failures"]))
+    left = budget - len(text[start:stop].encode())
+    related = _related(conn, world, ev["event_id"], text[start:stop], left)
+    return ClaimedPage(ev, start, stop, int(ev["graph_revision"]), related)
 
 
 def object_doc(r: Any) -> dict[str, Any]:
@@ -547,44 +824,58 @@ def object_doc(r: Any) -> dict[str, Any]:
 
 def related_objects(octx: ObjectsContext, world: str, event_id: str, text: str, budget: int) -> list[dict[str, Any]]:
     """Objects already attached to the event, then objects the page names (name or alias), then
-    ``project:daily``, within ``budget`` bytes. Two queries."""
+    ``project:daily``, within ``budget`` bytes."""
+    with octx.store.connect() as conn:
+        return _related(conn, world, event_id, text, budget)
+
+
+def _related(conn: Connection, world: str, event_id: str, text: str, budget: int) -> list[dict[str, Any]]:
+    """``related_objects`` on a connection: two queries (the world's names with whether each is
+    attached to the event, then the wanted objects' rows)."""
     o, a = objects_objects.c, objects_attachments.c
     low = text.lower()
-    with octx.store.connect() as conn:
-        attached = set(conn.execute(select(a.object_id).where(a.world_id == world, a.event_id == event_id)).scalars())
-        names = conn.execute(select(o.object_id, o.name, o.aliases).where(o.world_id == world)).all()
-        wanted = list(attached)
-        for oid, name, aliases in names:
-            if oid not in attached and any(n and n.lower() in low for n in [name, *(aliases or [])]):
-                wanted.append(oid)
-        if logic.BUILTIN_DAILY not in wanted:
-            wanted.append(logic.BUILTIN_DAILY)
-        rows = (
-            conn.execute(select(objects_objects).where(o.world_id == world, o.object_id.in_(wanted))).mappings().all()
-        )
+    attached_q = (
+        select(a.object_id).where(a.world_id == world, a.event_id == event_id, a.object_id == o.object_id).exists()
+    )
+    names = conn.execute(select(o.object_id, o.name, o.aliases, attached_q).where(o.world_id == world)).all()
+    wanted = sorted(oid for oid, _, _, attached in names if attached)
+    for oid, name, aliases, attached in names:
+        if not attached and any(n and n.lower() in low for n in [name, *(aliases or [])]):
+            wanted.append(oid)
+    if logic.BUILTIN_DAILY not in wanted:
+        wanted.append(logic.BUILTIN_DAILY)
+    rows = conn.execute(select(objects_objects).where(o.world_id == world, o.object_id.in_(wanted))).mappings().all()
     by_id = {r["object_id"]: object_doc(r) for r in rows}
     return [dict(x) for x in logic.fit_objects([by_id[i] for i in wanted if i in by_id], budget)]
 
 
-def _organize_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, report: WorkerReport) -> bool:
+def _organize_batch(
+    octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, report: WorkerReport, claimed: ClaimedPage
+) -> bool:
     world = job["world_id"]
-    ev = _next_event(octx, world)
-    if ev is None:
-        return True
+    ev = claimed.event
     job["_event"] = ev["event_id"]
-    text = ev["content"] or ""
-    budget = octx.cfg.transfer_budget_bytes
-    size = logic.page_chars(budget, job["consecutive_failures"])
-    start = ev["page_cursor"]
-    stop = min(len(text), start + size)
-    page_text = text[start:stop]
+    start, stop, page_text, revision, related = (
+        claimed.start,
+        claimed.stop,
+        claimed.text,
+        claimed.revision,
+        claimed.related,
+    )
     job["_batch"] = f"{ev['event_id']}[{start}:{stop}]"
-    left = budget - len(page_text.encode())
-    related = related_objects(octx, world, ev["event_id"], page_text, left)
-    revision = _revision(octx, world)
     token = f"organize-{uuid.uuid4().hex}"
-    page = EventPage(ev["event_id"], len(text), start, stop, page_text, ev["occurred_at"], ev["event_day"])
-    claim = Claim(world, job["job_id"], JobMode.ORGANIZE, holder, revision, {x["id"] for x in related}, page=page)
+    chars = len(ev["content"] or "")
+    page = EventPage(ev["event_id"], chars, start, stop, page_text, ev["occurred_at"], ev["event_day"])
+    claim = Claim(
+        world,
+        job["job_id"],
+        JobMode.ORGANIZE,
+        lease.holder,
+        revision,
+        {x["id"] for x in related},
+        page=page,
+        finish=lease.finish(octx),
+    )
     notes: list[str] = []
 
     def answer(_r: LLMRequest) -> tuple[str, list[dict[str, Any]]]:
@@ -601,6 +892,7 @@ def _organize_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, repo
     return _rounds(
         octx,
         claim,
+        lease,
         report,
         lambda: LLMRequest(
             task="objects_organize",
@@ -617,24 +909,28 @@ def _organize_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, repo
                 progress=ev["progress"],
                 objects=related,
                 notes=notes,
+                scope=job["scope"] or "",
             ),
             prompt_version=prompts.ORGANIZE_VERSION,
             world_id=world,
-            tools=[prompts.FIND_TOOL, prompts.READ_TOOL, prompts.SUBMIT_GRAPH_TOOL],
+            tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],
             offline_answer=answer,
         ),
         notes,
     )
 
 
-def _rounds(octx: ObjectsContext, claim: Claim, report: WorkerReport, build: Any, notes: list[str]) -> bool:
+def _rounds(
+    octx: ObjectsContext, claim: Claim, lease: BatchLease, report: WorkerReport, build: Any, notes: list[str]
+) -> bool:
     """At most 16 model rounds and 3 field-level corrections per batch; read tools add to what the
     batch has read (so their objects may be updated)."""
     from memory_pipeline.objects import recall
 
     corrections = 0
-    for _ in range(logic.MAX_MODEL_ROUNDS):
-        name, args = _complete(octx, build(), report)
+    budget = ModelBudget()
+    while True:
+        name, args = _complete(octx, build(), report, budget)
         if name == "memory_find" and isinstance(args, dict):
             found = recall.find(octx.store, claim.world_id, str(args.get("query", "")))
             notes.append(f"memory_find {args.get('query')!r}: {[f['id'] for f in found]}")
@@ -644,6 +940,9 @@ def _rounds(octx: ObjectsContext, claim: Claim, report: WorkerReport, build: Any
             if doc is not None:
                 claim.read_ids.add(doc["id"])
             notes.append(f"memory_read {args.get('id')!r}: {doc}")
+            continue
+        if name in ("memory_list", "memory_evidence") and isinstance(args, dict):
+            notes.append(_look(octx, claim.world_id, name, args))
             continue
         try:
             receipt = graph.commit(octx, claim, args)
@@ -655,16 +954,35 @@ def _rounds(octx: ObjectsContext, claim: Claim, report: WorkerReport, build: Any
                 raise
             notes.append(f"refused: {exc}")
             continue
+        if not receipt.get("replayed"):
+            lease.committed(octx)
         outcome = receipt.get("outcome")
         if outcome:
             report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
         report.zero_progress_continue += int(bool(receipt.get("zero_progress_continue")))
         return False
-    raise BatchFailed(f"no submission within {logic.MAX_MODEL_ROUNDS} model rounds")
+
+
+def _look(octx: ObjectsContext, world: str, name: str, args: dict[str, Any]) -> str:
+    """memory_list / memory_evidence for the model: what they return, or why they refused, as a
+    note for its next round (a bad argument is the model's to correct, not a failed batch). Neither
+    counts as reading an object's dossier: only memory_read allows rewriting it."""
+    from memory_pipeline.objects import recall
+
+    offset = args.get("offset", 0)
+    try:
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise recall.RecallError("offset: must be an integer")
+        if name == "memory_list":
+            return f"memory_list {args.get('type')!r}: {recall.list_objects(octx.store, world, str(args.get('type')), offset)}"
+        oid = str(args.get("id", ""))
+        return f"memory_evidence {oid!r}: {recall.evidence(octx.store, world, oid, offset)}"
+    except recall.RecallError as exc:
+        return f"{name} refused: {exc}"
 
 
 # --- deep review ------------------------------------------------------------------------------------------
-def _deep_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, report: WorkerReport) -> bool:
+def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, report: WorkerReport) -> bool:
     world = job["world_id"]
     o = objects_objects.c
     inventory = job["inventory"]
@@ -692,23 +1010,33 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], holder: str, report: 
             .mappings()
             .all()
         )
+        revision = _revision(conn, world)
     docs = [object_doc(r) for r in rows]
     present = [i for i in batch_ids if i in {d["id"] for d in docs}]
-    revision = _revision(octx, world)
     token = f"deep-{uuid.uuid4().hex}"
-    claim = Claim(world, job["job_id"], JobMode.DEEP, holder, revision, set(present), deep_ids=batch_ids)
+    claim = Claim(
+        world,
+        job["job_id"],
+        JobMode.DEEP,
+        lease.holder,
+        revision,
+        set(present),
+        deep_ids=batch_ids,
+        finish=lease.finish(octx),
+    )
     notes: list[str] = []
     return _rounds(
         octx,
         claim,
+        lease,
         report,
         lambda: LLMRequest(
             task="objects_deep",
             system=prompts.DEEP_SYSTEM,
-            user=prompts.deep_user(token=token, revision=revision, objects=docs, notes=notes),
+            user=prompts.deep_user(token=token, revision=revision, objects=docs, notes=notes, scope=job["scope"] or ""),
             prompt_version=prompts.DEEP_VERSION,
             world_id=world,
-            tools=[prompts.FIND_TOOL, prompts.READ_TOOL, prompts.SUBMIT_GRAPH_TOOL],
+            tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],
             offline_answer=lambda _r: offline_rules.deep(token=token, graph_revision=revision, object_ids=batch_ids),
         ),
         notes,

@@ -114,10 +114,16 @@ def _priced_ledger_rows(store: Store) -> None:
                 "latency_ms": latency,
                 "attempts": 1,
                 "outcome": outcome,
+                "tokens_source": "provider" if outcome == "ok" else None,
+                "finish_reason": ("length" if i == 1 else "stop") if outcome == "ok" else None,
             }
         )
     rows.append(
         rows[0] | {"at": datetime(2026, 1, 1, 23, 59, tzinfo=CST), "model": "openai/unpriced", "cost_usd": None}
+    )
+    # the same provider without a usage report: its tokens are estimates, kept apart
+    rows.append(
+        rows[0] | {"at": datetime(2025, 12, 31, 12, 30, tzinfo=CST), "tokens_source": "estimated", "cost_usd": None}
     )
     with store.begin() as conn:
         conn.execute(insert(llm_ledger), rows)
@@ -336,7 +342,8 @@ def test_mart_llm_cost_daily_matches_the_ledger(sample):
         (r[0], r[1], r[2]): r[3:]
         for r in sample.query(
             "SELECT cst_day, asset, model, calls, cache_hits, failures, tokens_in, tokens_out, latency_p50_ms, "
-            "latency_p95_ms, priced_calls, cost_usd FROM marts.mart_llm_cost_daily"
+            "latency_p95_ms, priced_calls, cost_usd, provider_tokens_in, provider_tokens_out, estimated_tokens_in, "
+            "estimated_tokens_out, truncated_calls FROM marts.mart_llm_cost_daily"
         )
     }
     assert set(got) == set(groups)
@@ -357,8 +364,16 @@ def test_mart_llm_cost_daily_matches_the_ledger(sample):
         )
         assert got[key][7] == len(priced)
         assert (got[key][8] is None) if not priced else got[key][8] == pytest.approx(sum(priced))
+        split = tuple(
+            sum(c[f"tokens_{d}"] for c in calls if c["tokens_source"] == source)
+            for source in ("provider", "estimated")
+            for d in ("in", "out")
+        )
+        assert got[key][9:13] == split, key
+        assert got[key][13] == sum(c["finish_reason"] == "length" for c in calls)
     day2 = got[(D2, "temporal_day_summaries", PRICED)]
-    assert day2[:3] == (4, 1, 1) and day2[8] == pytest.approx(0.004)
+    assert day2[:3] == (5, 1, 1) and day2[8] == pytest.approx(0.004)
+    assert day2[9:13] == (100 + 101 + 102, 10 + 11 + 12, 100, 10) and day2[13] == 1
     assert got[(D3, "temporal_day_summaries", "openai/unpriced")][8] is None
 
 

@@ -168,3 +168,90 @@ def test_an_error_echoing_the_key_is_stored_and_raised_redacted(store, server, c
     assert info.value.__cause__ is None and info.value.__suppress_context__
     if retries:
         assert "retrying" in caplog.text and "Bearer ***" in caplog.text
+
+
+# --- output length and where the tokens come from ------------------------------------------------
+def test_max_tokens_is_sent_a_truncated_answer_says_length_and_is_not_reused(store, server):
+    req = LLMRequest(task="day", system="spec", user="material", prompt_version="t-1", max_tokens=500)
+    server.push("length", "half an answ").push("ok", "a whole answer")
+    client = _client(store, server)
+    cut = client.complete(req)
+    assert server.requests[0]["max_tokens"] == 500
+    assert cut.truncated and cut.finish_reason == "length" and cut.text == "half an answ"
+    whole = client.complete(req)  # not served from the cache: the caller must be able to ask again
+    assert not whole.cached and not whole.truncated and whole.finish_reason == "stop"
+    assert client.complete(req).cached  # a whole answer is reused as before
+    rows = _ledger(store)
+    assert [(r["outcome"], r["finish_reason"], r["max_tokens"]) for r in rows] == [
+        ("ok", "length", 500),
+        ("ok", "stop", 500),
+        ("cache_hit", None, 500),
+    ]
+    # a request without max_tokens sends none (the provider's default) and keeps its old cache key
+    client.complete(REQ)
+    assert "max_tokens" not in server.requests[-1]
+
+
+def test_provider_usage_is_provider_tokens_a_missing_usage_is_estimated(store, server):
+    client = _client(store, server)
+    reported = client.complete(REQ)
+    assert (reported.tokens_in, reported.tokens_out, reported.tokens_source) == (21, 9, "provider")
+    server.usage = None  # the provider reports no usage (litellm then says zeros)
+    req = LLMRequest(task="day", system="spec", user="material about tomatoes " * 50, prompt_version="t-1")
+    estimated = client.complete(req)
+    assert estimated.tokens_source == "estimated" and estimated.tokens_in > 50 and estimated.tokens_out > 0
+    client.complete(REQ)  # cached: no tokens spent, no source
+    rows = _ledger(store)
+    assert [(r["outcome"], r["tokens_source"]) for r in rows] == [
+        ("ok", "provider"),
+        ("ok", "estimated"),
+        ("cache_hit", None),
+    ]
+    assert (rows[1]["tokens_in"], rows[1]["tokens_out"]) == (estimated.tokens_in, estimated.tokens_out)
+
+
+def test_offline_tokens_are_estimates_and_it_stops_at_max_tokens(store):
+    client = LLMClient(store)
+    long_answer = "x" * 4_000  # about 1,000 tokens
+
+    def rule(_req):
+        return long_answer, [{"id": "offline-0", "name": "submit", "arguments": {}}]
+
+    tools = [{"type": "function", "function": {"name": "submit", "parameters": {"type": "object"}}}]
+    req = LLMRequest(task="t", system="s", user="u", prompt_version="t-1", tools=tools, offline_answer=rule)
+    whole = client.complete(req)
+    assert whole.tokens_source == "estimated" and whole.tokens_out == 1_000 and whole.tool_calls
+    assert whole.finish_reason == "tool_calls" and not whole.truncated
+    cut = client.complete(LLMRequest(**{**req.__dict__, "max_tokens": 600}))
+    assert cut.truncated and cut.tokens_out == 600 and len(cut.text) == 2_400
+    assert cut.tool_calls == []  # an incomplete tool call is not handed on
+    rows = _ledger(store)
+    assert [(r["tokens_source"], r["finish_reason"], r["max_tokens"]) for r in rows] == [
+        ("estimated", "tool_calls", None),
+        ("estimated", "length", 600),
+    ]
+
+
+def test_output_limit_is_the_models_max_output_and_the_context_left(store, server):
+    import litellm
+
+    litellm.register_model(
+        {
+            "openai/fake-limited": {
+                "max_output_tokens": 50_000,
+                "max_input_tokens": 60_000,
+                "litellm_provider": "openai",
+                "mode": "chat",
+                "input_cost_per_token": 0.0,
+                "output_cost_per_token": 0.0,
+            }
+        }
+    )
+    assert LLMClient(store).output_limit(REQ) is None  # the offline model has no limit
+    assert _client(store, server).output_limit(REQ) is None  # a model litellm does not know
+    limited = LLMClient(store, model="openai/fake-limited", api_base=server.api_base, api_key="test")
+    assert limited.output_limit(REQ) == 50_000  # a short prompt: the model's own limit
+    big = LLMRequest(task="day", system="spec", user="tomato " * 20_000, prompt_version="t-1")
+    counted = litellm.token_counter(model="openai/fake-limited", messages=big.messages())
+    assert 10_000 < counted < 60_000
+    assert limited.output_limit(big) == 60_000 - counted  # the context left after the prompt

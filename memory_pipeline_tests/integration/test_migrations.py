@@ -84,6 +84,36 @@ def test_a_database_at_the_previous_revision_keeps_its_rows(empty_url):
     assert {"partition_leases", "pending_cache_writes"} <= set(inspect(store.engine).get_table_names())
 
 
+def test_ledger_rows_before_the_tokens_source_revision_are_backfilled(empty_url):
+    from memory_pipeline.lib.store.tables import llm_ledger
+
+    store = Store(empty_url)
+    upgrade(store, LOCATIONS, "0012_objects")
+    at = datetime(2026, 1, 5, 2, 0, tzinfo=UTC)
+    rows = [
+        ("offline/deterministic-headline-v1", "ok", 10),
+        ("openai/gpt-4o", "ok", 120),
+        ("openai/gpt-4o", "cache_hit", 0),
+        ("openai/gpt-4o", "error", 0),
+    ]
+    with store.begin() as conn:
+        for model, outcome, tokens in rows:
+            conn.execute(
+                insert(llm_ledger).values(at=at, model=model, outcome=outcome, tokens_in=tokens, tokens_out=tokens)
+            )
+    upgrade(store, LOCATIONS)
+    with store.connect() as conn:
+        got = conn.execute(
+            select(llm_ledger.c.model, llm_ledger.c.outcome, llm_ledger.c.tokens_source).order_by(llm_ledger.c.call_id)
+        ).all()
+    assert [tuple(r) for r in got] == [
+        ("offline/deterministic-headline-v1", "ok", "estimated"),
+        ("openai/gpt-4o", "ok", "provider"),
+        ("openai/gpt-4o", "cache_hit", None),
+        ("openai/gpt-4o", "error", None),
+    ]
+
+
 def test_the_history_is_one_line_across_the_platform_and_the_domains():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
@@ -108,6 +138,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0010_conversation",
         "0012_objects",
         "0016_sleep_rebuild",
+        "0017_ledger_tokens_source",
     ]
     assert head(LOCATIONS) == chain[-1]
 

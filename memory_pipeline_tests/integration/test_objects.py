@@ -666,7 +666,13 @@ def test_the_model_may_read_before_writing_and_every_commit_is_one_revision(stor
     monkeypatch.setattr(octx.llm, "complete", lambda req, **kw: spy.append(req) or real_complete(req, **kw))
     rep = worker.run_worker(octx)
     assert rounds == ["read", "submit"] and rep.outcomes == {"linked": 1}
-    assert [t["function"]["name"] for t in spy[0].tools] == ["memory_find", "memory_read", "submit_graph"]
+    assert [t["function"]["name"] for t in spy[0].tools] == [
+        "memory_list",
+        "memory_find",
+        "memory_read",
+        "memory_evidence",
+        "submit_graph",
+    ]
     assert recall.read(store, W, "person:qhy")["body"] == "Role: gardener"
     with store.connect() as conn:
         revs = conn.execute(select(objects_receipts.c.revision).order_by(objects_receipts.c.revision)).scalars().all()
@@ -686,15 +692,69 @@ def test_compact_gets_only_its_nodes_and_one_submit_tool(store, ingest, monkeypa
     assert "garden one" in req.user and "project" not in req.user.lower()
 
 
-def test_organize_now_compacts_first_then_organizes(store, ingest):
+def test_organize_now_records_the_request_compacts_first_then_organizes(store, ingest):
+    from memory_pipeline.lib.store.tables import conversations
+
     octx = octx_for(store, compact_threshold_tokens=100_000)
-    (e1,) = add(ingest, ["garden now"])
-    timeline.intake(octx)
+    ids = add(ingest, [f"greenhouse tomatoes note {i}" for i in range(20)])  # not yet in the hot timeline
+    raw_before = count(store, messages)
     receipts = worker.organize_now(octx, W, "the garden", token="now-00001")
     assert [r["mode"] for r in receipts] == ["compact", "organize"]
+    request = receipts[0]["request_event_id"]
+    assert receipts[1]["request_event_id"] == request
+    # the request is itself one raw event, appended to the raw table, an assistant turn calling
+    # memory_organize, in the world's requests conversation (flagged so no domain reads it as content)
+    assert count(store, messages) == raw_before + 1
+    with store.connect() as conn:
+        row = conn.execute(select(messages).where(messages.c.message_id == request)).mappings().one()
+        conv = (
+            conn.execute(select(conversations).where(conversations.c.conversation_id == row["conversation_id"]))
+            .mappings()
+            .one()
+        )
+    assert (
+        row["role"] == "assistant"
+        and row["content"] == "memory_organize: compact, then organize now (scope: the garden)"
+    )
+    (call,) = row["tool_calls"]
+    assert call["name"] == "memory_organize" and call["arguments"]["modes"] == ["compact", "organize"]
+    assert call["arguments"]["token"] == "now-00001" and call["arguments"]["scope"] == "the garden"
+    assert (conv["world_id"], conv["platform"], conv["debug"]) == (W, "memory", True)
+    assert f"{receipts[0]['job_id']}, {receipts[1]['job_id']}" in row["source"]
+    # the request brought the world's latest events into the hot timeline (20 nodes: 3 compact batches)
+    assert {states(store)[i] for i in ids} == {"hot"} and request not in states(store)
     worker.run_worker(octx)
-    assert states(store)[e1] == "linked"
-    assert worker.organize_now(octx, W, "the garden", token="now-00001")[1]["replayed"]
+    with store.connect() as conn:
+        modes = conn.execute(select(objects_receipts.c.mode).order_by(objects_receipts.c.revision)).scalars().all()
+    assert modes == ["compact"] * 3 + ["organize"] * 20  # compact first (all of it), then organize
+    assert {states(store)[i] for i in ids} == {"linked"}
+    # no back-flow: the request never enters the timeline, the queue, an object's sources
+    assert timeline.intake(octx).events == 0 and request not in states(store)
+    assert count(store, objects_attachments, objects_attachments.c.event_id == request) == 0
+    assert recall.event_view(store, request)["state"] == "not_seen"  # still readable by id
+    # a replay returns the original receipts and records nothing
+    again = worker.organize_now(octx, W, "the garden", token="now-00001")
+    assert [r["replayed"] for r in again] == [True, True]
+    assert [r["job_id"] for r in again] == [r["job_id"] for r in receipts]
+    assert count(store, messages) == raw_before + 1
+
+
+def test_an_explicit_organize_waits_for_the_explicit_compact_before_it(store, ingest):
+    octx = octx_for(store, compact_threshold_tokens=100_000)
+    ids = add(ingest, [f"harbor invoice {i}" for i in range(12)])
+    timeline.intake(octx)
+    compact = worker.enqueue(octx, W, "compact")
+    organize = worker.enqueue(octx, W, "organize")
+    hourly = worker.enqueue(octx, W, "organize", origin=logic.JobOrigin.HOURLY)
+    order, _ = worker._runnable(octx, W)
+    assert [v.job_id for v in order] == [compact["job_id"], hourly["job_id"]]  # the request waits
+    order, _ = worker._runnable(octx, W, [JobMode.ORGANIZE])
+    assert [v.job_id for v in order] == [hourly["job_id"]]  # also in a run of organize jobs only
+    worker.run_worker(octx, modes=[JobMode.COMPACT])
+    order, _ = worker._runnable(octx, W, [JobMode.ORGANIZE])
+    assert organize["job_id"] in [v.job_id for v in order]
+    worker.run_worker(octx)
+    assert {states(store)[i] for i in ids} == {"linked"}
 
 
 def _worker_process(url: str) -> None:

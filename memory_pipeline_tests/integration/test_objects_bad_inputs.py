@@ -147,6 +147,8 @@ def test_the_cli_refuses_bad_input_naming_the_argument(store, monkeypatch):
         (["objects", "inspect", "object", "person:x", "abc", "--world", "w1"], "OFFSET"),
         (["objects", "read", "w1", "nocolon"], "memory_read.id"),
         (["objects", "find", "w1", " "], "memory_find.query"),
+        (["objects", "organize", "w1", "--now", "--mode", "compact"], "mode"),
+        (["objects", "organize", "w1", "--now", "--token", "x y"], "token"),
     ]
     before = _counts(store)
     for argv, field in cases:
@@ -194,3 +196,27 @@ def test_the_inspect_cli_pages_and_never_calls_a_model(store, ingest, monkeypatc
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(llm_ledger)).scalar() == calls
     assert recall.find(store, "w1", "garden")[0]["id"] == "knowledge:garden"
+
+
+def test_the_cli_organize_now_records_the_request_and_prints_both_receipts(store, ingest, monkeypatch):
+    import json as _json
+
+    from memory_pipeline.cli import app
+    from memory_pipeline.lib.store.tables import messages
+
+    ids = add(ingest, ["greenhouse plans"])
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    result = CliRunner().invoke(
+        app, ["objects", "organize", "w1", "--now", "--scope", "greenhouse", "--token", "cli-now-01"]
+    )
+    assert result.exit_code == 0, result.output
+    compact, organize = _json.loads(result.output)
+    assert (compact["mode"], organize["mode"], organize["scope"]) == ("compact", "organize", "greenhouse")
+    with store.connect() as conn:
+        content = conn.execute(
+            select(messages.c.content).where(messages.c.message_id == organize["request_event_id"])
+        ).scalar_one()
+        state = conn.execute(
+            select(objects_event_state.c.state).where(objects_event_state.c.event_id == ids[0])
+        ).scalar()
+    assert content == "memory_organize: compact, then organize now (scope: greenhouse)" and state == "hot"

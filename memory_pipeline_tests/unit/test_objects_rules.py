@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_pipeline.lib.settings import ConfigError
-from memory_pipeline.objects import logic, offline_rules
+from memory_pipeline.objects import logic, offline_rules, prompts
 from memory_pipeline.objects.config import ObjectsConfig
 from memory_pipeline.objects.config import load as load_config
 from memory_pipeline.objects.logic import (
@@ -203,6 +204,21 @@ def test_rotation_least_recent_claim_and_explicit_first_among_never_claimed():
     assert [j.job_id for j in logic.rotation_order(jobs, t0 + timedelta(minutes=10))] == [2, 1, 4, 3]
 
 
+def test_an_explicit_organize_or_deep_waits_for_an_earlier_explicit_compact():
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    compact = JobView(1, JobOrigin.EXPLICIT, t0, t0, mode=logic.JobMode.COMPACT)
+    organize = JobView(2, JobOrigin.EXPLICIT, t0, None, mode=logic.JobMode.ORGANIZE)
+    deep = JobView(3, JobOrigin.EXPLICIT, t0, None, mode=logic.JobMode.DEEP)
+    hourly = JobView(4, JobOrigin.HOURLY, t0, None, mode=logic.JobMode.ORGANIZE)
+    later_compact = JobView(5, JobOrigin.EXPLICIT, t0, None, mode=logic.JobMode.COMPACT)
+    jobs = [compact, organize, deep, hourly, later_compact]
+    assert [j.job_id for j in logic.rotation_order(jobs, t0)] == [5, 4, 1]
+    # once the compact is done, the requests go (explicit never-claimed first, by age)
+    assert [j.job_id for j in logic.rotation_order([organize, deep, hourly], t0)] == [2, 3, 4]
+    # an organize requested before a compact does not wait for it
+    assert not logic.waits_for_compact(organize, [organize, later_compact])
+
+
 def test_deep_due_at_0250_quiet_once_per_local_date_and_catch_up_today_only():
     quiet = cst(2026, 1, 15, 1, 0)
     assert not logic.deep_due(cst(2026, 1, 15, 2, 49), date(2026, 1, 14), quiet)
@@ -232,6 +248,21 @@ def test_projection_paths_are_stable_hashes_per_type_and_pages_hold_50():
     first = logic.render_markdown(d, 0)
     assert first.count("`e") == 50 and "More relations and sources" in first
     assert logic.render_markdown(d, 2).count("`e") == 20
+    full = logic.Dossier(
+        "person:qhy",
+        "person",
+        "QHY",
+        "active",
+        "gardener",
+        "Role: gardener",
+        cues=["who waters the tomatoes"],
+        relations=[("person:qhy", "member_of", "project:garden")],
+        sources=[("e1", "2026-01-10T09:00:00+08:00")],
+    )
+    text = logic.render_markdown(full)
+    for part in ("Role: gardener", "- who waters the tomatoes", "person:qhy **member_of** project:garden"):
+        assert part in text
+    assert "- 2026-01-10T09:00:00+08:00 `e1`" in text  # the attachment's time and id
 
 
 def test_config_is_strict(tmp_path):
@@ -317,3 +348,22 @@ def test_a_proposal_of_900000_bytes_is_refused():
         check_graph_write(base(objects=big))
     assert e.value.field == "submission"
     assert check_graph_write(base(objects=big[:20]))  # 20 such objects fit
+
+
+def test_prompts_carry_the_dossier_rules_for_every_type():
+    assert set(prompts.SUGGESTED_BODIES) == {str(t) for t in logic.ObjectType}
+    for otype, body in prompts.SUGGESTED_BODIES.items():
+        assert f"{otype}: {body}" in prompts.ORGANIZE_SYSTEM
+    for rule in ("no quotes or tool logs in the body", "written as unknown, never guessed", "never a filter"):
+        assert rule in prompts.ORGANIZE_SYSTEM
+    _, calls = offline_rules.organize(
+        token=f"t-{uuid.uuid4().hex}",
+        graph_revision=1,
+        event_id="e",
+        page_text="tomatoes tomatoes",
+        page_end=17,
+        event_chars=17,
+        read_objects=[],
+    )
+    (written,) = calls[0]["arguments"]["objects"]
+    assert written["body"] == "Conclusion: unknown\nApplicability: unknown\nLessons: unknown"  # never guessed

@@ -4,11 +4,13 @@
         incremental_strategy='append',
         tags=['cst_day'],
         pre_hook="{{ delete_day_window() }}",
+        on_schema_change='append_new_columns',
     )
 }}
 -- Per asset, model and CST day of the call: model calls (answers and failures), cache hits,
--- failures, tokens in/out, latency p50/p95 of the model calls, and cost where the model has a
--- price (cost_usd is null for a day and model without any priced call). Dagster runs it per
+-- failures, truncated answers, tokens in/out (all, then split: provider-reported apart from
+-- estimated, which is never billing), latency p50/p95 of the model calls, and cost where the model
+-- has a price (cost_usd is null for a day and model without any priced call). Dagster runs it per
 -- partition range (vars min_day, max_day): the run replaces exactly those days.
 select
     cst_day || '|' || coalesce(asset, '(none)') || '|' || model as cost_key,
@@ -20,6 +22,11 @@ select
     count(*) filter (where is_failure) as failures,
     coalesce(sum(tokens_in), 0) as tokens_in,
     coalesce(sum(tokens_out), 0) as tokens_out,
+    coalesce(sum(tokens_in) filter (where tokens_source = 'provider'), 0) as provider_tokens_in,
+    coalesce(sum(tokens_out) filter (where tokens_source = 'provider'), 0) as provider_tokens_out,
+    coalesce(sum(tokens_in) filter (where tokens_source = 'estimated'), 0) as estimated_tokens_in,
+    coalesce(sum(tokens_out) filter (where tokens_source = 'estimated'), 0) as estimated_tokens_out,
+    count(*) filter (where is_truncated) as truncated_calls,
     quantile_cont(latency_ms, 0.5) filter (where is_model_call) as latency_p50_ms,
     quantile_cont(latency_ms, 0.95) filter (where is_model_call) as latency_p95_ms,
     count(cost_usd) as priced_calls,

@@ -55,6 +55,7 @@ def _worker_metadata(rep: WorkerReport) -> dict:
         "blocked_events": rep.blocked_events,
         "model_calls": rep.model_calls,
         "zero_progress_continue": rep.zero_progress_continue,
+        "truncated_answers": rep.truncated_answers,
         "outcomes": MetadataValue.json(rep.outcomes),
         "lease_busy_worlds": MetadataValue.json(rep.lease_busy),
         "first_errors": MetadataValue.md("\n".join(f"- {e}" for e in rep.errors[:10]) or "none"),

@@ -6,7 +6,13 @@ query, and while ``buffering`` the ledger rows and new cache rows are kept in th
 written by ``write_pending(conn)`` in the caller's transaction (with the rows they produced), then
 dropped by ``clear_pending()`` once that transaction committed. A transaction that failed keeps
 them, so the retry writes them again: no call loses its ledger row. Only the offline model's rows
-are buffered: a provider's paid call is recorded at once (see ``_write_now``)."""
+are buffered: a provider's paid call is recorded at once (see ``_write_now``).
+
+Output length: a request may ask for ``max_tokens`` output tokens; the result's ``finish_reason``
+is ``length`` when the answer stopped there (``truncated``), and ``output_limit`` says how many a
+call may ask for at most (the model's max output and the context left after the prompt). Token
+counts are the provider's usage when it reports one, otherwise estimates; each ledger row says
+which (``tokens_source``), so estimates are never taken for billing."""
 
 from __future__ import annotations
 
@@ -24,13 +30,16 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from memory_pipeline.lib import settings
-from memory_pipeline.lib.kinds import LedgerOutcome
+from memory_pipeline.lib.kinds import LedgerOutcome, TokensSource
 from memory_pipeline.lib.llm import offline, offline_tools
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import llm_cache, llm_ledger
 from memory_pipeline.lib.text import hard_cut, redact, short_hash
 
 log = logging.getLogger(__name__)
+
+
+FINISH_LENGTH = "length"  # the OpenAI finish reason litellm reports for a truncated answer
 
 
 class LLMHardFailure(RuntimeError):
@@ -54,6 +63,9 @@ class LLMRequest:
     offline_answer: Callable[[LLMRequest], tuple[str, list[dict[str, Any]]]] | None = field(
         default=None, compare=False, repr=False
     )
+    # Output tokens this call may produce (None: the provider's default). An answer that reaches
+    # it stops there with finish_reason "length".
+    max_tokens: int | None = None
 
     def messages(self) -> list[dict[str, Any]]:
         if self.conversation is not None:
@@ -68,6 +80,13 @@ class LLMResult:
     tokens_in: int = 0
     tokens_out: int = 0
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None  # stop, tool_calls, length (truncated), ...; None when cached
+    tokens_source: TokensSource | None = None  # None when cached (no tokens spent)
+
+    @property
+    def truncated(self) -> bool:
+        """The answer stopped at ``max_tokens`` (or the model's own output limit)."""
+        return self.finish_reason == FINISH_LENGTH
 
 
 @dataclass
@@ -144,7 +163,33 @@ class LLMClient:
         return self.model.startswith("offline/")
 
     def _cache_key(self, req: LLMRequest) -> str:
-        return short_hash([self.model, req.prompt_version, req.messages(), req.tools, req.max_chars], length=64)
+        parts: list[Any] = [self.model, req.prompt_version, req.messages(), req.tools, req.max_chars]
+        if req.max_tokens is not None:  # only then: the keys of requests without it stay as they were
+            parts.append(req.max_tokens)
+        return short_hash(parts, length=64)
+
+    def output_limit(self, req: LLMRequest) -> int | None:
+        """The most output tokens a call of ``req`` may ask for: the model's max output (litellm's
+        model info, when the model is known there) and its context window less the prompt
+        (litellm's token count, an estimate), whichever is smaller; None when neither is known
+        (the offline model has no limit)."""
+        if self.is_offline:
+            return None
+        settings.offline_litellm()
+        import litellm
+
+        try:
+            info = litellm.get_model_info(self.model)
+        except Exception:  # noqa: BLE001 - a model litellm does not know: no known limit
+            return None
+        limits = []
+        most = info.get("max_output_tokens")
+        if most:
+            limits.append(int(most))
+        window = info.get("max_input_tokens")
+        if window:
+            limits.append(max(0, int(window) - self._estimate_prompt(req)))
+        return min(limits) if limits else None
 
     def prefetch(self, reqs: list[LLMRequest], conn: Connection | None = None) -> int:
         """Read the cached answers of ``reqs`` in one query (batches of 1,000 keys); ``complete``
@@ -209,7 +254,7 @@ class LLMClient:
         while True:
             attempts += 1
             try:
-                text, tin, tout, tool_calls, cost = self._call(req)
+                text, tin, tout, tool_calls, cost, finish, source = self._call(req)
                 break
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised as hard failure
                 retry = attempts <= self.max_retries and not self.is_offline and _is_retryable(exc)
@@ -234,8 +279,11 @@ class LLMClient:
         self.stats.calls += 1
         self.stats.tokens_in += tin
         self.stats.tokens_out += tout
-        self._ledger(req, key, LedgerOutcome.OK, tin, tout, latency, attempts, None, cost)
-        if self.use_cache and not req.tools:
+        self._ledger(req, key, LedgerOutcome.OK, tin, tout, latency, attempts, None, cost, finish, source)
+        # An answer truncated at the max_tokens its caller asked for is not kept: a cached answer
+        # carries no finish reason, so the caller could not tell it was cut and ask for more.
+        keep = not (finish == FINISH_LENGTH and req.max_tokens is not None)
+        if self.use_cache and not req.tools and keep:
             row = {
                 "cache_key": key,
                 "model": self.model,
@@ -248,7 +296,15 @@ class LLMClient:
                 self._known[key] = text  # the same prompt again in this batch is a cache hit
             if not self._write_now(lambda conn: upsert(conn, llm_cache, [row], keys=["cache_key"])):
                 self._pending_cache[key] = row
-        return LLMResult(text, cached=False, tokens_in=tin, tokens_out=tout, tool_calls=tool_calls)
+        return LLMResult(
+            text,
+            cached=False,
+            tokens_in=tin,
+            tokens_out=tout,
+            tool_calls=tool_calls,
+            finish_reason=finish,
+            tokens_source=source,
+        )
 
     def _redacted(self, text: str) -> str:
         """An error text as it may be stored, logged or raised: without the API key, the password
@@ -261,18 +317,12 @@ class LLMClient:
                 pass
         return redact(text, secrets)
 
-    def _call(self, req: LLMRequest) -> tuple[str, int, int, list[dict[str, Any]], float | None]:
-        if self.is_offline and req.offline_answer is not None:
-            text, calls = req.offline_answer(req)
-            return text, offline.approx_tokens(req.system + req.user), offline.approx_tokens(text), calls, None
-        if self.is_offline and req.tools:
-            said, calls = offline_tools.respond(req.task, req.messages(), req.tools)
-            prompt = "".join(str(m.get("content") or "") for m in req.messages())
-            return said, offline.approx_tokens(prompt), offline.approx_tokens(said + json.dumps(calls)), calls, None
+    def _call(
+        self, req: LLMRequest
+    ) -> tuple[str, int, int, list[dict[str, Any]], float | None, str | None, TokensSource]:
+        """(text, tokens in, tokens out, tool calls, cost, finish reason, where the tokens come from)."""
         if self.is_offline:
-            target = req.max_chars or 200
-            text = offline.headline(req.user, target)
-            return text, offline.approx_tokens(req.system + req.user), offline.approx_tokens(text), [], None
+            return self._call_offline(req)
 
         settings.offline_litellm()
         import litellm  # heavy: imported only when a real model is configured
@@ -291,13 +341,17 @@ class LLMClient:
             kwargs["api_key"] = self.api_key
         if req.tools:
             kwargs["tools"] = req.tools
+        if req.max_tokens is not None:
+            kwargs["max_tokens"] = req.max_tokens
         resp = litellm.completion(**kwargs)
         try:
             choice = resp.choices[0]
             message = choice.message
             text = message.content or ""
-            usage = resp.usage
-            tin, tout = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+            finish = getattr(choice, "finish_reason", None)
+            usage = getattr(resp, "usage", None)
+            tin = int(getattr(usage, "prompt_tokens", 0) or 0)
+            tout = int(getattr(usage, "completion_tokens", 0) or 0)
         except (AttributeError, IndexError, TypeError) as exc:
             raise ValueError(f"malformed completion from {self.model}: {exc}") from exc
         tool_calls = []
@@ -308,11 +362,49 @@ class LLMClient:
             except ValueError:
                 arguments = raw  # kept as text: the caller refuses the call by name, not the whole answer
             tool_calls.append({"id": tc.id, "name": tc.function.name, "arguments": arguments})
+        source = TokensSource.PROVIDER
+        if tin == 0 and tout == 0:
+            # No usage in the answer (litellm then reports zeros): estimated, and recorded as such.
+            source = TokensSource.ESTIMATED
+            tin = self._estimate_prompt(req)
+            tout = offline.approx_tokens(text + (json.dumps(tool_calls, ensure_ascii=False) if tool_calls else ""))
         try:
             cost = litellm.completion_cost(completion_response=resp)
         except Exception:  # noqa: BLE001 - unknown models have no price
             cost = None
-        return text, tin, tout, tool_calls, cost
+        return text, tin, tout, tool_calls, cost, str(finish) if finish else None, source
+
+    def _estimate_prompt(self, req: LLMRequest) -> int:
+        """The prompt's tokens as litellm counts them for this model (an estimate of the provider's)."""
+        settings.offline_litellm()
+        import litellm
+
+        tools: Any = req.tools
+        try:
+            return int(litellm.token_counter(model=self.model, messages=req.messages(), tools=tools))
+        except Exception:  # noqa: BLE001 - no tokenizer for this model: characters / 4
+            return offline.approx_tokens(json.dumps(req.messages(), ensure_ascii=False))
+
+    def _call_offline(
+        self, req: LLMRequest
+    ) -> tuple[str, int, int, list[dict[str, Any]], float | None, str | None, TokensSource]:
+        """The offline model: its tokens are estimates (characters / 4). Like a provider it stops at
+        ``max_tokens``: a longer answer is cut there with finish_reason "length", and its tool calls,
+        which would be incomplete, are dropped."""
+        if req.offline_answer is not None:
+            text, calls = req.offline_answer(req)
+            tin, tout = offline.approx_tokens(req.system + req.user), offline.approx_tokens(text)
+        elif req.tools:
+            text, calls = offline_tools.respond(req.task, req.messages(), req.tools)
+            prompt = "".join(str(m.get("content") or "") for m in req.messages())
+            tin, tout = offline.approx_tokens(prompt), offline.approx_tokens(text + json.dumps(calls))
+        else:
+            text, calls = offline.headline(req.user, req.max_chars or 200), []
+            tin, tout = offline.approx_tokens(req.system + req.user), offline.approx_tokens(text)
+        finish = "tool_calls" if calls else "stop"
+        if req.max_tokens is not None and tout > req.max_tokens:
+            text, calls, tout, finish = text[: req.max_tokens * 4], [], req.max_tokens, FINISH_LENGTH
+        return text, tin, tout, calls, None, finish, TokensSource.ESTIMATED
 
     def _ledger(
         self,
@@ -325,6 +417,8 @@ class LLMClient:
         attempts: int,
         error: str | None,
         cost: float | None = None,
+        finish: str | None = None,
+        source: TokensSource | None = None,
     ) -> None:
         row = dict(
             at=datetime.now(UTC),
@@ -342,6 +436,9 @@ class LLMClient:
             outcome=outcome,
             error=error,
             cache_key=key,
+            tokens_source=str(source) if source is not None else None,
+            finish_reason=finish,
+            max_tokens=req.max_tokens,
         )
         if not self._write_now(lambda conn: conn.execute(llm_ledger.insert().values(**row))):
             self._pending_ledger.append(row)

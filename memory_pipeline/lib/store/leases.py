@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from memory_pipeline.lib.store.db import Store
@@ -55,33 +55,44 @@ class LeaseTimeout(RuntimeError):
 
 
 def try_acquire(
-    store: Store, asset: str, partition: str, holder: str, ttl: timedelta = DEFAULT_TTL, now: datetime | None = None
+    store: Store,
+    asset: str,
+    partition: str,
+    holder: str,
+    ttl: timedelta = DEFAULT_TTL,
+    now: datetime | None = None,
+    conn: Connection | None = None,
 ) -> Holder | None:
     """Take the lease when it is free, expired, or already ``holder``'s (renewing it then). Returns
-    None when taken, else who holds it."""
+    None when taken, else who holds it. With ``conn``, in the caller's transaction (the lease is
+    taken when it commits; a second taker waits for that on the row)."""
     now = now or utcnow()
+    if conn is not None:
+        return _acquire(conn, asset, partition, holder, ttl, now)
+    with store.begin() as own:
+        return _acquire(own, asset, partition, holder, ttl, now)
+
+
+def _acquire(conn: Connection, asset: str, partition: str, holder: str, ttl: timedelta, now: datetime) -> Holder | None:
     t = partition_leases.c
     values = {"asset": asset, "partition": partition, "holder": holder, "acquired_at": now, "expires_at": now + ttl}
-    with store.begin() as conn:
-        ins: postgresql.Insert | sqlite.Insert
-        if conn.dialect.name == "postgresql":
-            ins = postgresql.insert(partition_leases).values(values)
-        else:
-            ins = sqlite.insert(partition_leases).values(values)
-        stmt = ins.on_conflict_do_update(
-            index_elements=["asset", "partition"],
-            set_={
-                "holder": ins.excluded.holder,
-                "acquired_at": ins.excluded.acquired_at,
-                "expires_at": ins.excluded.expires_at,
-            },
-            where=(t.expires_at <= now) | (t.holder == holder),
-        )
-        if conn.execute(stmt).rowcount == 1:
-            return None
-        row = conn.execute(
-            select(t.holder, t.expires_at).where(t.asset == asset, t.partition == partition)
-        ).one_or_none()
+    ins: postgresql.Insert | sqlite.Insert
+    if conn.dialect.name == "postgresql":
+        ins = postgresql.insert(partition_leases).values(values)
+    else:
+        ins = sqlite.insert(partition_leases).values(values)
+    stmt = ins.on_conflict_do_update(
+        index_elements=["asset", "partition"],
+        set_={
+            "holder": ins.excluded.holder,
+            "acquired_at": ins.excluded.acquired_at,
+            "expires_at": ins.excluded.expires_at,
+        },
+        where=(t.expires_at <= now) | (t.holder == holder),
+    )
+    if conn.execute(stmt).rowcount == 1:
+        return None
+    row = conn.execute(select(t.holder, t.expires_at).where(t.asset == asset, t.partition == partition)).one_or_none()
     # Released between the two statements: free now, the next attempt takes it.
     return Holder(row.holder, row.expires_at) if row is not None else Holder("", now)
 

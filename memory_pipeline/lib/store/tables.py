@@ -115,6 +115,11 @@ llm_ledger = Table(
     Column("outcome", String(32), nullable=False),  # ok | cache_hit | error
     Column("error", Text),
     Column("cache_key", String(64)),
+    # provider | estimated (kinds.TokensSource); null on rows without tokens (cache hits, errors)
+    Column("tokens_source", String(16)),
+    # The model's finish reason (stop, tool_calls, length = truncated at max_tokens, ...)
+    Column("finish_reason", String(32)),
+    Column("max_tokens", Integer),  # output tokens asked for (null: the provider's default)
     Index("ix_ledger_asset_partition", "asset", "partition"),
 )
 
