@@ -6,7 +6,7 @@ estimates, any other answer the provider's usage (the only source the client use
 hits and errors carry no tokens and stay null.
 
 Revision ID: 0017_ledger_tokens_source
-Revises: 0012_objects
+Revises: 0016_sleep_rebuild
 """
 
 import sqlalchemy as sa
