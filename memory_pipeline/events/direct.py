@@ -3,14 +3,15 @@ PostgreSQL).
 
 The staging path (``events.staging``) loads every line into a staging table, then checks and
 writes set-based: right for any file, but the server handles every row twice (into the staging
-table, then into ``messages`` with its foreign key checked row by row). A file whose lines are all
-new needs none of those checks, and the store proves it as the rows go in: they are COPYed
-straight into ``messages``, chunk by chunk, and its primary key refuses an id that is stored
-already or repeated in the file. Per chunk, set-based and in key order: one statement creates the
-chunk's missing worlds (named by their first line that has a name), one lowers the
-``first_event_at`` of the others, one creates the missing conversations (from their first line),
-one reads the ones that existed (their (world, platform, debug) must be the chunk's), one touches
-those stored before this ingest, one COPY writes the messages.
+table, then into ``messages``). A file whose lines are all new needs none of those checks, and the
+store proves it as the rows go in: they are COPYed straight into ``messages``, chunk by chunk, and
+its primary key refuses an id that is stored already or repeated in the file. Per chunk, set-based
+and in key order: one statement creates the chunk's missing worlds (named by their first line
+that has a name), one lowers the ``first_event_at`` of the others, one creates the missing
+conversations (from their first line), one reads the ones that existed (their (world, platform,
+debug) must be the chunk's), one touches those stored before this ingest, one binary COPY writes
+the messages. The first chunk's ids are looked up before anything is written, so a file ingested
+again falls back at once.
 
 Anything else raises ``Fallback`` and nothing is left: a repeat or an id stored before (refused
 by the primary key), a conversation whose (world, platform, debug) disagrees, a bad line when bad
@@ -18,8 +19,9 @@ lines are not skipped, any row the store refuses. The caller rolls the transacti
 sends the file the staging path, which words every refusal and tells duplicates from conflicts.
 So the stored rows, the counts and the refusals are the staging path's; this is only faster.
 
-Memory holds one chunk (``CHUNK_ROWS`` lines), plus the ids of the worlds this write created
-without a name (a later line may name them), at most ``MAX_UNNAMED_WORLDS``."""
+A thread reads ahead (parses, validates and formats the next chunk while this one is written).
+Memory holds at most three chunks (``CHUNK_ROWS`` lines each), plus the ids of the worlds this
+write created without a name (a later line may name them), at most ``MAX_UNNAMED_WORLDS``."""
 
 from __future__ import annotations
 
@@ -67,6 +69,7 @@ _READ_CONVERSATIONS = f"""
 SELECT conversation_id, world_id, platform, debug, updated_at = %(now)s FROM {_C} WHERE conversation_id = ANY(%(c)s)"""
 _TOUCH_CONVERSATIONS = f"""
 UPDATE {_C} SET updated_at = %(now)s WHERE conversation_id = ANY(%(c)s)"""
+_ANY_STORED = f"SELECT EXISTS (SELECT 1 FROM {_M} WHERE message_id = ANY(%(m)s))"
 _COPY_MESSAGES = (
     f"COPY {_M} (message_id, conversation_id, role, content, tool_calls, at, ingested_at, source) "
     "FROM STDIN WITH (FORMAT binary)"
@@ -91,6 +94,7 @@ class _Chunk:
 
     data: bytes = b""
     rows: int = 0
+    ids: set[str] = field(default_factory=set)
     worlds: dict[str, list[Any]] = field(default_factory=dict)  # world_id -> [name | None, earliest at]
     conversations: dict[str, tuple[str, str, bool, str | None]] = field(default_factory=dict)
 
@@ -117,7 +121,7 @@ def _chunks(rows: Iterator[Row], ingested_at: datetime) -> Iterator[_Chunk]:
         chunk = _Chunk()
         parts = [_COPY_HEADER]
         add = parts.append
-        ids: set[str] = set()
+        ids = chunk.ids
         worlds_, convs = chunk.worlds, chunk.conversations
         for _pos, mid, wid, wname, cid, title, platform, debug, role, content, calls, at, source in rows:
             if mid in ids:
@@ -198,6 +202,10 @@ def write(
             if chunk is None:
                 break
             check()
+            if not out.inserted:  # a file ingested again is told by its first chunk, before any write
+                cursor.execute(_ANY_STORED, {"m": list(chunk.ids)})
+                if cursor.fetchone()[0]:
+                    raise Fallback
             _write_worlds(cursor, chunk, now, unnamed, out)
             _write_conversations(cursor, chunk, now, out)
             try:
