@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import psycopg2
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
@@ -49,19 +50,19 @@ MAX_UNNAMED_WORLDS = 100_000
 _W, _C, _M = worlds.name, conversations.name, messages.name
 _CREATE_WORLDS = f"""
 INSERT INTO {_W} (world_id, name, created_at, first_event_at)
-SELECT w, coalesce(n, w), %(now)s, a FROM unnest(%(w)s::text[], %(n)s::text[], %(a)s::timestamptz[]) AS v(w, n, a)
+SELECT w, coalesce(n, w), %(now)s, a FROM json_to_recordset(%(rows)s::json) AS v(w text, n text, a timestamptz)
 ORDER BY w
 ON CONFLICT (world_id) DO NOTHING
 RETURNING world_id"""
 _NAME_WORLDS = f"""
-UPDATE {_W} SET name = v.n FROM unnest(%(w)s::text[], %(n)s::text[]) AS v(w, n) WHERE {_W}.world_id = v.w"""
+UPDATE {_W} SET name = v.n FROM json_to_recordset(%(rows)s::json) AS v(w text, n text) WHERE {_W}.world_id = v.w"""
 _LOWER_FIRST_EVENT = f"""
-UPDATE {_W} SET first_event_at = v.a FROM unnest(%(w)s::text[], %(a)s::timestamptz[]) AS v(w, a)
+UPDATE {_W} SET first_event_at = v.a FROM json_to_recordset(%(rows)s::json) AS v(w text, a timestamptz)
 WHERE {_W}.world_id = v.w AND ({_W}.first_event_at IS NULL OR {_W}.first_event_at > v.a)"""
 _CREATE_CONVERSATIONS = f"""
 INSERT INTO {_C} (conversation_id, world_id, platform, debug, title, created_at, updated_at)
 SELECT c, w, p, d, t, %(now)s, %(now)s
-FROM unnest(%(c)s::text[], %(w)s::text[], %(p)s::text[], %(d)s::boolean[], %(t)s::text[]) AS v(c, w, p, d, t)
+FROM json_to_recordset(%(rows)s::json) AS v(c text, w text, p text, d boolean, t text)
 ORDER BY c
 ON CONFLICT (conversation_id) DO NOTHING
 RETURNING conversation_id"""
@@ -278,43 +279,38 @@ class _ReadAhead:
             close()
 
 
+def _json(rows: list[dict[str, Any]]) -> str:
+    """Rows as one JSON parameter (the server reads it with json_to_recordset: one value to
+    parse, not an array literal per column)."""
+    return orjson.dumps(rows).decode()
+
+
 def _write_worlds(cursor: Any, chunk: _Chunk, now: datetime, unnamed: set[str], out: Written) -> None:
-    ids = sorted(chunk.worlds)
+    ids = list(chunk.worlds)  # the statement sorts
     cursor.execute(
-        _CREATE_WORLDS,
-        {"now": now, "w": ids, "n": [chunk.worlds[w][0] for w in ids], "a": [chunk.worlds[w][1] for w in ids]},
+        _CREATE_WORLDS, {"now": now, "rows": _json([{"w": w, "n": n, "a": a} for w, (n, a) in chunk.worlds.items()])}
     )
     created = {w for (w,) in cursor.fetchall()}
     out.new_worlds += len(created)
     named = [w for w in ids if w in unnamed and chunk.worlds[w][0] is not None]
     if named:
-        cursor.execute(_NAME_WORLDS, {"w": named, "n": [chunk.worlds[w][0] for w in named]})
+        cursor.execute(_NAME_WORLDS, {"rows": _json([{"w": w, "n": chunk.worlds[w][0]} for w in named])})
         unnamed.difference_update(named)
     unnamed.update(w for w in created if chunk.worlds[w][0] is None)
     if len(unnamed) > MAX_UNNAMED_WORLDS:
         raise Fallback
     others = [w for w in ids if w not in created]
     if others:
-        cursor.execute(_LOWER_FIRST_EVENT, {"w": others, "a": [chunk.worlds[w][1] for w in others]})
+        cursor.execute(_LOWER_FIRST_EVENT, {"rows": _json([{"w": w, "a": chunk.worlds[w][1]} for w in others])})
 
 
 def _write_conversations(cursor: Any, chunk: _Chunk, now: datetime, out: Written) -> None:
     convs = chunk.conversations
-    ids = sorted(convs)
-    cursor.execute(
-        _CREATE_CONVERSATIONS,
-        {
-            "now": now,
-            "c": ids,
-            "w": [convs[c][0] for c in ids],
-            "p": [convs[c][1] for c in ids],
-            "d": [convs[c][2] for c in ids],
-            "t": [convs[c][3] for c in ids],
-        },
-    )
+    rows = [{"c": c, "w": w, "p": p, "d": d, "t": t} for c, (w, p, d, t) in convs.items()]  # the statement sorts
+    cursor.execute(_CREATE_CONVERSATIONS, {"now": now, "rows": _json(rows)})
     created = {c for (c,) in cursor.fetchall()}
     out.new_conversations += len(created)
-    others = [c for c in ids if c not in created]
+    others = [c for c in convs if c not in created]
     if not others:
         return
     cursor.execute(_READ_CONVERSATIONS, {"now": now, "c": others})

@@ -425,8 +425,7 @@ def _fast_row(obj: Any, pos: int, source: str, latest: datetime) -> staging.Row 
         at = datetime.fromisoformat(ts[:-1] + "+00:00" if ts[-1] in "Zz" else ts)
         if at.tzinfo is None or at.utcoffset() is None:
             return None
-        # kept in its own offset: the same instant (aware datetimes compare and subtract as
-        # instants), and what every writer of the row converts anyway
+        at = at.astimezone(UTC)
     except (ValueError, OverflowError):
         return None
     if not EARLIEST <= at < LATEST or at > latest:

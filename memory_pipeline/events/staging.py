@@ -48,7 +48,7 @@ from memory_pipeline.lib.store.tables import UTCDateTime, conversations, message
 from memory_pipeline.lib.text import shown
 
 # (pos, message_id, world_id, world_name, conversation_id, conversation_title, platform, debug,
-#  role, content, tool_calls as the store's JSON text, at (aware; the fast path keeps the line's offset), source)
+#  role, content, tool_calls as the store's JSON text, at (aware UTC), source)
 Row = tuple[int, str, str, str | None, str, str | None, str, bool, str, str, str, datetime, str]
 COLUMNS = (
     "pos",
