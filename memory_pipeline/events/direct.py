@@ -244,12 +244,13 @@ class _ReadAhead:
         return ticks
 
     def _put(self, item: Any) -> bool:
+        """Hand ``item`` over; False once the writer stopped (no further chunk is read then)."""
         while not self._stop.is_set():
             try:
                 self._queue.put((item, self._take_ticks()), timeout=0.1)
-                return True
             except queue.Full:
                 continue
+            return not self._stop.is_set()
         return False
 
     def _read(self, ingested_at: datetime) -> None:
@@ -271,8 +272,14 @@ class _ReadAhead:
                 return
 
     def close(self) -> None:
-        """Stop the reading thread, then close the rows (their file) from this one."""
+        """Stop the reading thread (a chunk it waits to hand over is taken, so it sees the stop at
+        once), then close the rows (their file) from this one."""
         self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.01)
+            except queue.Empty:
+                pass
         self._thread.join()
         close = getattr(self._rows, "close", None)
         if close is not None:
