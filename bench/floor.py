@@ -407,15 +407,21 @@ def run_noop(defs, instance, ranges: list[tuple[str, str, str]]) -> float:
 # --- (c) the raw COPY of the file's message rows ------------------------------------------------
 
 
-def raw_copy(store: Store, path: Path) -> tuple[float, int]:
+def raw_copy(store: Store, path: Path, foreign_key: bool = False) -> tuple[float, int]:
     """Read the file with orjson and COPY its message rows into a same-shape table (messages'
-    columns and indexes, no checks, no dedupe): (seconds, rows)."""
+    columns and indexes, no checks, no dedupe): (seconds, rows). ``LIKE ... INCLUDING ALL`` does
+    not copy foreign keys: ``foreign_key`` adds messages' own (to the store's conversations, which
+    must hold the file's) for the informational variant of the floor."""
     started = time.perf_counter()
     n = 0
     with store.begin() as conn:
         cursor = conn.connection.dbapi_connection.cursor()
         cursor.execute("DROP TABLE IF EXISTS raw_copy_messages")
         cursor.execute("CREATE TABLE raw_copy_messages (LIKE messages INCLUDING ALL)")
+        if foreign_key:
+            cursor.execute(
+                "ALTER TABLE raw_copy_messages ADD FOREIGN KEY (conversation_id) REFERENCES conversations (conversation_id)"
+            )
         now = datetime.now(UTC).isoformat()
 
         class Reader:

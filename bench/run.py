@@ -172,6 +172,17 @@ def schema_url(schema: str) -> str:
     return f"{PG}?options=-csearch_path%3D{schema}"
 
 
+def discard(store) -> None:
+    """Drop one store's schema now (a measurement done with it), not at the end."""
+    from memory_pipeline.lib.store import make_engine
+
+    schema = next(x for x in SCHEMAS if schema_url(x) == store.url)
+    make_engine(store.url).dispose()
+    with create_engine(PG).begin() as conn:
+        conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+    SCHEMAS.remove(schema)
+
+
 def drop_schemas() -> None:
     from memory_pipeline.lib.store import make_engine
 
@@ -272,9 +283,9 @@ class Bench:
     def ingest(self, events: Path, n: int):
         from memory_pipeline.events.ingest import ingest_file
 
-        times, copies = [], []
+        times, copies, fk_copies = [], [], []
         store = None
-        for _ in range(self.scale.ingest_reps):  # alternating, so both see the same machine
+        for _ in range(self.scale.ingest_reps):  # alternating, so all see the same machine
             raw_store = fresh_store()
             copies.append(floor.raw_copy(raw_store, events)[0])
             store = fresh_store()
@@ -282,7 +293,8 @@ class Bench:
             report = ingest_file(store, events)
             times.append(time.perf_counter() - t)
             assert report.inserted == n, report
-        ingest_s, copy_s = statistics.median(times), statistics.median(copies)
+            fk_copies.append(floor.raw_copy(store, events, foreign_key=True)[0])  # its conversations are stored now
+        ingest_s, copy_s, fk_copy_s = statistics.median(times), statistics.median(copies), statistics.median(fk_copies)
         t = time.perf_counter()
         again = ingest_file(store, events)
         reingest = time.perf_counter() - t
@@ -291,6 +303,8 @@ class Bench:
             "ingest_msgs_per_s": round(n / ingest_s),
             "raw_copy_msgs_per_s": round(n / copy_s),
             "ingest_ratio_to_copy": round(copy_s / ingest_s, 3),
+            "raw_copy_fk_msgs_per_s": round(n / fk_copy_s),
+            "ingest_ratio_to_copy_with_fk": round(fk_copy_s / ingest_s, 3),
             "reingest_seconds": round(reingest, 2),
         }
         self.note(
@@ -298,42 +312,64 @@ class Bench:
             f"{ingest_s:.2f} s = {n / ingest_s:,.0f} msg/s",
             f"raw COPY of the file's rows {copy_s:.2f} s = {n / copy_s:,.0f} msg/s; ratio {copy_s / ingest_s:.2f}",
         )
+        self.note(
+            "the same raw COPY with messages' foreign key (not the floor; for reference)",
+            f"{fk_copy_s:.2f} s = {n / fk_copy_s:,.0f} msg/s",
+            f"ingest ratio to it {fk_copy_s / ingest_s:.2f}",
+        )
         self.note("re-ingest of the same file (0 inserted)", f"{reingest:.2f} s")
         return store
 
-    def worlds(self):
-        """Same per-world volume at 100 and 1000 worlds: ingest and day backfill."""
+    def worlds(self, with_backfill: bool = True):
+        """Same per-world volume at 100 and 1000 worlds: ingest (median of ``ingest_reps``, the two
+        sizes alternating so both see the same machine, each against its raw COPY) and, unless
+        left out, the day backfill of the last ingest of each."""
         from memory_pipeline.events.ingest import ingest_file
 
         s = self.scale
         out = {}
         with tempfile.TemporaryDirectory() as tmp:
+            paths = {w: Path(tmp, f"worlds-{w}.jsonl") for w in (100, 1000)}
+            sizes = {w: generate_worlds(p, w, s.worlds_days, s.worlds_per_day) for w, p in paths.items()}
+            ingests: dict[int, list[float]] = {100: [], 1000: []}
+            copies: dict[int, list[float]] = {100: [], 1000: []}
+            stores = {}
+            for _rep in range(s.ingest_reps):
+                for worlds in (100, 1000):
+                    raw_store = fresh_store()
+                    copies[worlds].append(floor.raw_copy(raw_store, paths[worlds])[0])  # the baseline's own growth
+                    discard(raw_store)
+                    if worlds in stores:
+                        discard(stores[worlds])  # one schema of this size at a time
+                    stores[worlds] = store = fresh_store()
+                    t = time.perf_counter()
+                    ingest_file(store, paths[worlds])
+                    ingests[worlds].append(time.perf_counter() - t)
             for worlds in (100, 1000):
-                path = Path(tmp, f"worlds-{worlds}.jsonl")
-                n = generate_worlds(path, worlds, s.worlds_days, s.worlds_per_day)
-                copy_s = floor.raw_copy(fresh_store(), path)[0]  # the baseline's own growth with size
-                store = fresh_store()
-                t = time.perf_counter()
-                ingest_file(store, path)
-                ingest_s = time.perf_counter() - t
-                home = tempfile.mkdtemp(dir=tmp)
-                with sqlite_instance(home) as inst:
-                    last = (date(YEAR, 3, 1) + timedelta(days=s.worlds_days - 1)).isoformat()
-                    backfill_s = backfill(defs_for(store), inst, [("day", f"{YEAR}-03-01", last)])
-                out[worlds] = (n, ingest_s, backfill_s, copy_s)
+                ingest_s, copy_s = statistics.median(ingests[worlds]), statistics.median(copies[worlds])
+                backfill_s = 0.0
+                if with_backfill:
+                    home = tempfile.mkdtemp(dir=tmp)
+                    with sqlite_instance(home) as inst:
+                        last = (date(YEAR, 3, 1) + timedelta(days=s.worlds_days - 1)).isoformat()
+                        backfill_s = backfill(defs_for(stores[worlds]), inst, [("day", f"{YEAR}-03-01", last)])
+                out[worlds] = (sizes[worlds], ingest_s, backfill_s, copy_s)
                 self.note(
                     f"{worlds} worlds x {s.worlds_days} days x {s.worlds_per_day} msgs",
-                    f"ingest {ingest_s:.2f} s, day backfill {backfill_s:.2f} s",
+                    f"ingest {ingest_s:.2f} s (median of {len(ingests[worlds])})"
+                    + (f", day backfill {backfill_s:.2f} s" if with_backfill else ""),
                     f"raw COPY of the file {copy_s:.2f} s",
                 )
         self.results |= {
             "worlds_1000_vs_100_ingest": round(out[1000][1] / out[100][1], 2),
-            "worlds_1000_vs_100_backfill": round(out[1000][2] / out[100][2], 2),
             "worlds_1000_vs_100_raw_copy": round(out[1000][3] / out[100][3], 2),
         }
+        if with_backfill:
+            self.results["worlds_1000_vs_100_backfill"] = round(out[1000][2] / out[100][2], 2)
         self.note(
             "1000 vs 100 worlds (10x the data)",
-            f"ingest {out[1000][1] / out[100][1]:.1f}x, day backfill {out[1000][2] / out[100][2]:.1f}x",
+            f"ingest {out[1000][1] / out[100][1]:.1f}x"
+            + (f", day backfill {out[1000][2] / out[100][2]:.1f}x" if with_backfill else ""),
             f"raw COPY {out[1000][3] / out[100][3]:.1f}x; linear: 10x",
         )
 
@@ -631,7 +667,9 @@ def main() -> None:
     parser.add_argument(
         "--skip", default="", help="comma-separated stages left out (ingest, worlds, backfill, reads, rss, incremental)"
     )
-    parser.add_argument("--only", default="", help="comma-separated stages run alone, e.g. --only reads")
+    parser.add_argument(
+        "--only", default="", help="comma-separated stages run alone, e.g. --only reads or --only ingest,worlds,rss"
+    )
     args = parser.parse_args()
     scale = SCALES[args.scale]
     if args.messages:
@@ -666,7 +704,7 @@ def main() -> None:
             else:
                 store = bench.ingest(events, n)
             if "worlds" not in skip:
-                bench.worlds()
+                bench.worlds(with_backfill="backfill" not in skip)
             if "backfill" not in skip:
                 bench.backfill_and_floors(store, events, n)
             bench.store = store

@@ -29,6 +29,12 @@ SQLite). Repeats across lines, conflicts with stored rows and the writes are the
 statements in the same transaction, so the all-or-nothing promise is the transaction's: a
 refusal rolls back the staged rows with everything else. A redo (a concurrent ingest raced this
 one, a transient database error) reads the file again.
+
+On PostgreSQL a file is first written directly (``events.direct``): chunk by chunk, its worlds
+and conversations set-based and its messages COPYed straight into ``messages``, whose primary key
+proves every id new. The first line that is not plainly new (a repeat, a stored id, a disagreeing
+conversation, a bad line not to be skipped, a row the store refuses) rolls that transaction back
+whole and the file takes the staging path: same rows, counts and refusals, only slower.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ import orjson
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from memory_pipeline.events import staging
+from memory_pipeline.events import direct, staging
 from memory_pipeline.events.tables import ingest_batches
 from memory_pipeline.lib.ids import ID_RE, validate_id
 from memory_pipeline.lib.store import Store, retry_transient
@@ -462,6 +468,8 @@ def _file_rows(
     digest = hashlib.sha256()
     latest = now + FUTURE_TOLERANCE
     total, done, lineno = path.stat().st_size, 0, 0
+    if progress:
+        progress("validate", 0, total)
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             digest.update(raw)
@@ -499,20 +507,25 @@ def ingest_file(
     skip_bad: bool = False,
     now: datetime | None = None,
     progress: Progress | None = None,
+    direct: bool = True,
 ) -> IngestReport:
     """Stream a JSONL file into the store (see the module docstring): one pass reads, validates
     and stages the lines inside the writing transaction, then set-based statements check and
-    write them. Memory holds one batch of lines, not the file; a redo reads the file again."""
+    write them. Memory holds one batch of lines, not the file; a redo reads the file again.
+
+    On PostgreSQL the direct write goes first (``direct=False``: the staging path alone, which a
+    file that is not all new takes anyway). Progress: ("validate", bytes read, file size) from 0
+    as the file is read, ("write", rows written, the same) once they are written."""
     path = Path(path)
     source = source_label(path)
     now = now or datetime.now(UTC)
     scans: list[_FileScan] = []
 
-    def rows() -> Iterator[staging.Row]:
+    def rows(tick: Progress | None) -> Iterator[staging.Row]:
         scan = _FileScan()
         scans.append(scan)
         # Progress of the validation is reported on the first pass only (a redo is no news).
-        return _file_rows(path, source, now, scan, progress if len(scans) == 1 else None)
+        return _file_rows(path, source, now, scan, tick if len(scans) == 1 else None)
 
     return _ingest(
         store,
@@ -523,6 +536,7 @@ def ingest_file(
         skip_bad=skip_bad,
         progress=progress,
         by_line=True,
+        direct_first=direct,
     )
 
 
@@ -557,7 +571,7 @@ def ingest_events(
 
     return _ingest(
         store,
-        lambda: (staging.event_row(e, i) for i, e in enumerate(events)),
+        lambda _tick: (staging.event_row(e, i) for i, e in enumerate(events)),
         source=source,
         locate=locate,
         scan=lambda: scan,
@@ -569,7 +583,7 @@ def ingest_events(
 
 def _ingest(
     store: Store,
-    rows: Callable[[], Iterator[staging.Row]],
+    rows: Callable[[Progress | None], Iterator[staging.Row]],
     *,
     source: str,
     locate: staging.Locate,
@@ -577,20 +591,29 @@ def _ingest(
     skip_bad: bool,
     progress: Progress | None,
     by_line: bool,
+    direct_first: bool = False,
 ) -> IngestReport:
     first: list[str] = []
     staged = [0]
+    direct_tried = [False]
 
     def tapped() -> Iterator[staging.Row]:
         """The rows, noting the first ids (a store refusal names them)."""
         seen: list[tuple[int, str]] = []
-        for row in rows():
+        for row in rows(progress):
             if len(seen) < 3:
                 seen.append((row[0], row[1]))
                 first[:] = [mid for _, mid in seen]
             yield row
 
     def once() -> IngestReport:
+        if direct_first and not direct_tried[0] and store.dialect == "postgresql":
+            direct_tried[0] = True  # a redo after a transient error (a deadlock too) takes the staging path
+            try:
+                with store.begin() as conn:
+                    return _write_direct(conn, rows, source=source, scan=scan, skip_bad=skip_bad, progress=progress)
+            except direct.Fallback:
+                pass  # rolled back whole: nothing of the direct write is left
         for attempt in range(1, _RACE_REDOS + 1):
             write = _Write(source, locate, skip_bad, final=attempt == _RACE_REDOS, by_line=by_line)
             try:
@@ -611,6 +634,58 @@ def _ingest(
         return retry_transient(once, what=f"ingest {source}")
     except IntegrityError as exc:
         raise IngestError([_store_refusal(source, exc, first, staged[0])]) from None
+
+
+def _write_direct(
+    conn: Connection,
+    rows: Callable[[Progress | None], Iterator[staging.Row]],
+    *,
+    source: str,
+    scan: Callable[[], _FileScan],
+    skip_bad: bool,
+    progress: Progress | None,
+) -> IngestReport:
+    """The direct write (``events.direct``) in the caller's transaction, or Fallback."""
+    scans: list[_FileScan] = []
+
+    def started(tick: Progress | None) -> Iterator[staging.Row]:
+        stream = rows(tick)
+        scans.append(scan())  # the scan of this pass (rows() started it)
+        return stream
+
+    def check() -> None:
+        if scans and scans[0].errors and not skip_bad:  # the staging path words them, with any repeats
+            raise direct.Fallback
+
+    now = datetime.now(UTC)
+    written = direct.write(conn, started, now, check, progress)
+    done = scans[0]
+    report = IngestReport(
+        source=source,
+        lines=done.lines,
+        inserted=written.inserted,
+        rejected=list(done.errors),
+        new_conversations=written.new_conversations,
+        new_worlds=written.new_worlds,
+    )
+    if progress:
+        progress("write", written.inserted, written.inserted)
+    _record_batch(conn, report, done.sha256, now)
+    return report
+
+
+def _record_batch(conn: Connection, report: IngestReport, sha256: str, now: datetime) -> None:
+    conn.execute(
+        ingest_batches.insert().values(
+            source=fit(report.source, MAX_SOURCE_CHARS),
+            sha256=sha256,
+            lines=report.lines,
+            inserted=report.inserted,
+            duplicates=report.duplicates,
+            rejected=len(report.rejected),
+            at=now,
+        )
+    )
 
 
 def _store_refusal(source: str, exc: IntegrityError, ids: list[str], count: int) -> LineError:
@@ -721,14 +796,4 @@ class _Write:
         if progress:
             progress("write", fresh, fresh)
         report.rejected.extend(self.conflicts)
-        conn.execute(
-            ingest_batches.insert().values(
-                source=fit(report.source, MAX_SOURCE_CHARS),
-                sha256=done.sha256,
-                lines=report.lines,
-                inserted=report.inserted,
-                duplicates=report.duplicates,
-                rejected=len(report.rejected),
-                at=now,
-            )
-        )
+        _record_batch(conn, report, done.sha256, now)

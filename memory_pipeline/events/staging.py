@@ -131,7 +131,7 @@ def event_row(event: dict[str, Any], pos: int) -> Row:
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
-def _copy_text(value: str | None) -> str:
+def copy_text(value: str | None) -> str:
     if value is None:
         return "\\N"
     if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
@@ -144,9 +144,9 @@ def copy_line(row: Row) -> str:
     backslash, tab or line break)."""
     pos, mid, wid, wname, cid, title, platform, debug, role, content, calls, at, source = row
     return (
-        f"{pos}\t{mid}\t{wid}\t{_copy_text(wname)}\t{cid}\t{_copy_text(title)}\t{_copy_text(platform)}\t"
-        f"{'t' if debug else 'f'}\t{role}\t{_copy_text(content)}\t{_copy_text(calls)}\t{at.isoformat()}\t"
-        f"{_copy_text(source)}\n"
+        f"{pos}\t{mid}\t{wid}\t{copy_text(wname)}\t{cid}\t{copy_text(title)}\t{copy_text(platform)}\t"
+        f"{'t' if debug else 'f'}\t{role}\t{copy_text(content)}\t{copy_text(calls)}\t{at.isoformat()}\t"
+        f"{copy_text(source)}\n"
     )
 
 

@@ -38,10 +38,13 @@ def test_ingest_is_idempotent_on_message_id(store, tmp_path):
     seen = []
     first = ingest_file(store, path, progress=lambda phase, done, total: seen.append((phase, done, total)))
     size = path.stat().st_size
-    assert seen == [("validate", size, size), ("write", 2, 2)]
+    assert seen == [("validate", 0, size), ("validate", size, size), ("write", 2, 2)]
     assert (first.inserted, first.duplicates, first.new_conversations, first.new_worlds) == (2, 0, 1, 1)
-    again = ingest_file(store, path)
+    seen.clear()
+    again = ingest_file(store, path, progress=lambda phase, done, total: seen.append((phase, done, total)))
     assert (again.inserted, again.duplicates) == (0, 2)
+    # the direct write read the file and met the stored ids; the staging path's second reading is no news
+    assert seen == [("validate", 0, size), ("validate", size, size), ("write", 0, 0)]
     assert _count(store, messages) == 2
     assert _count(store, ingest_batches) == 2
     with store.connect() as conn:
@@ -269,9 +272,11 @@ def test_ingesting_never_bumps_derived_rows_and_chunks_never_bump_conversations(
 # --- concurrent ingests ---------------------------------------------------------------------------
 
 
-def _ingest_child(url: str, path: str, barrier, out) -> None:
-    """One process of the concurrent-ingest test: migrate (as every process does), validate, wait
-    for the other at the end of validation, then write."""
+def _ingest_child(url: str, path: str, barrier, out, direct: bool) -> None:
+    """One process of the concurrent-ingest test: migrate (as every process does), then ingest
+    in step with the other. The staging path waits for it at the end of validation (both then
+    check and write at once); the direct write validates and writes chunk by chunk, so both
+    start reading at once and race from their first chunk."""
     from memory_pipeline import domains
     from memory_pipeline.lib.store import Store
     from memory_pipeline.lib.store.migrate import ensure_schema
@@ -280,14 +285,15 @@ def _ingest_child(url: str, path: str, barrier, out) -> None:
     ensure_schema(store, domains.version_locations())
 
     def progress(phase, done, total):
-        if phase == "validate" and done == total:
+        if phase == "validate" and done == (0 if direct else total):
             barrier.wait(timeout=60)
 
-    report = ingest_file(store, path, progress=progress)
+    report = ingest_file(store, path, progress=progress, direct=direct)
     out.put((report.inserted, report.duplicates, report.new_conversations, report.new_worlds, len(report.rejected)))
 
 
-def test_the_same_file_ingested_twice_at_once_is_one_ingest(pg_url, tmp_path):
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "staging"])
+def test_the_same_file_ingested_twice_at_once_is_one_ingest(pg_url, tmp_path, direct):
     import multiprocessing
 
     from memory_pipeline.lib.store import Store
@@ -300,7 +306,7 @@ def test_the_same_file_ingested_twice_at_once_is_one_ingest(pg_url, tmp_path):
     path = _write(tmp_path, lines)
     spawn = multiprocessing.get_context("spawn")
     barrier, out = spawn.Barrier(2), spawn.Queue()
-    procs = [spawn.Process(target=_ingest_child, args=(pg_url, str(path), barrier, out)) for _ in range(2)]
+    procs = [spawn.Process(target=_ingest_child, args=(pg_url, str(path), barrier, out, direct)) for _ in range(2)]
     for p in procs:
         p.start()
     for p in procs:
@@ -320,10 +326,12 @@ def test_the_same_file_ingested_twice_at_once_is_one_ingest(pg_url, tmp_path):
     assert sorted(sum(b) for b in batches) == [3000, 3000]
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "staging"])
 @pytest.mark.parametrize("same", [True, False], ids=["same-content", "other-content"])
-def test_a_message_stored_by_a_concurrent_ingest_after_the_read(pg_url, tmp_path, same):
+def test_a_message_stored_by_a_concurrent_ingest_after_the_read(pg_url, tmp_path, same, direct):
     """The other transaction inserts m1 uncommitted; this ingest reads (no m1), blocks on its rows,
-    and goes on once it commits: a duplicate with the same body, a named conflict otherwise."""
+    and goes on once it commits: a duplicate with the same body, a named conflict otherwise (the
+    direct write blocks on the world, then its primary key refuses m1 and the staging path says so)."""
     import threading
     import time
     import uuid
@@ -354,7 +362,7 @@ def test_a_message_stored_by_a_concurrent_ingest_after_the_read(pg_url, tmp_path
 
             def run():
                 try:
-                    outcome["report"] = ingest_file(store, path)
+                    outcome["report"] = ingest_file(store, path, direct=direct)
                 except Exception as exc:  # noqa: BLE001 - asserted below
                     outcome["error"] = exc
 
