@@ -66,10 +66,10 @@ ui: $(STAMP)  ## the Dagster UI on the instance the demo wrote (data/dagster_hom
 	PATH="$(CURDIR)/$(BIN):$$PATH" DBT_SEND_ANONYMOUS_USAGE_STATS=false \
 	  DAGSTER_HOME=$(CURDIR)/data/dagster_home $(BIN)/dagster dev -w workspace.yaml
 
-bench: $(STAMP)  ## every measurement against its floor, full scale, on PostgreSQL and Redis (see bench/README.md)
+bench: $(STAMP)  ## every measurement against its floor, full scale (~25 minutes), on PostgreSQL and Redis (see bench/README.md)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/run.py --scale full
 
-bench-quick: $(STAMP)  ## the same measurements at a small scale (a few minutes)
+bench-quick: $(STAMP)  ## the same measurements at a small scale (~7 minutes)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/run.py --scale quick
 
 bench-tower: $(STAMP)  ## the time tower's benchmark on PostgreSQL (see bench/README.md)

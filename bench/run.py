@@ -23,6 +23,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -38,6 +39,7 @@ from sqlalchemy import create_engine, func, select, text  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import floor  # noqa: E402
+import launched  # noqa: E402
 
 PG = os.environ.get("BENCH_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -189,9 +191,11 @@ def drop_schemas() -> None:
     for schema in SCHEMAS:
         make_engine(schema_url(schema)).dispose()
     make_engine.cache_clear()
-    with create_engine(PG).begin() as conn:
-        for schema in SCHEMAS:
+    engine = create_engine(PG)
+    for schema in SCHEMAS:  # one transaction each: dozens of schemas in one exceed max_locks_per_transaction
+        with engine.begin() as conn:
             conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+    engine.dispose()
 
 
 def defs_for(store, redis_url: str = ""):
@@ -249,6 +253,102 @@ def backfill(defs, instance, ranges, per_partition=False, **kw) -> float:
     return time.perf_counter() - started
 
 
+@contextmanager
+def event_batch(size: str):
+    """DAGSTER_EVENT_BATCH_SIZE=size ('' unset) for what runs inside, restored after."""
+    old = os.environ.pop("DAGSTER_EVENT_BATCH_SIZE", None)
+    if size:
+        os.environ["DAGSTER_EVENT_BATCH_SIZE"] = size
+    try:
+        yield
+    finally:
+        os.environ.pop("DAGSTER_EVENT_BATCH_SIZE", None)
+        if old is not None:
+            os.environ["DAGSTER_EVENT_BATCH_SIZE"] = old
+
+
+def event_counts(instance) -> dict[str, int]:
+    """Events of every run of ``instance`` by type (a log line is LOG_MESSAGE)."""
+    counts: Counter = Counter()
+    for run in instance.get_runs():
+        counts.update(
+            e.dagster_event.event_type_value if e.dagster_event else "LOG_MESSAGE"
+            for e in instance.all_logs(run.run_id)
+        )
+    return dict(sorted(counts.items()))
+
+
+# The instances the per-partition comparison runs on: (key suffix, instance, DAGSTER_EVENT_BATCH_SIZE).
+INSTANCES = [
+    ("", sqlite_instance, ""),
+    ("_pg_instance", postgres_instance, ""),
+    ("_pg_instance_event_batch_100", postgres_instance, "100"),
+]
+INSTANCE_LABEL = {
+    "": "SQLite instance",
+    "_pg_instance": "PostgreSQL instance",
+    "_pg_instance_event_batch_100": "PostgreSQL instance, DAGSTER_EVENT_BATCH_SIZE=100",
+}
+# Which of the one-run-per-partition runs are timed, per scale: every k-th key of a window (1: all),
+# as (in-process and no-op runs, launched runs). A launched run costs tens of seconds (three
+# processes importing the code location), so those are sampled at both scales; at full scale the
+# in-process days are too (31 of 365). A sampled window's time is the mean of its timed runs x its
+# partitions, and is labelled so in the table and in latest.json.
+PER_PARTITION_STEP = {
+    "quick": ({"day": 1}, {"day": 30}),
+    "full": ({"day": 12, "month": 1, "year": 1}, {"day": 122, "month": 12, "year": 1}),
+}
+
+
+def per_partition_seconds(ranges, steps: dict[str, int], runs: dict, fills: list) -> dict[str, tuple[float, int, str]]:
+    """One run per partition over ``ranges``, for each of ``runs`` ({name: one_run(window, key) ->
+    seconds}), the runs of a key back to back. The runs of every ``steps[window]``-th key are timed;
+    a window's time is their mean x its partitions. A sampled window that a later window reads (a
+    month reads its days) is then completed, untimed, by each of ``fills`` (fill(window, first,
+    last)). Returns {name: (seconds, runs timed, what was timed)}."""
+    from memory_pipeline.operations import partition_keys
+
+    totals = dict.fromkeys(runs, 0.0)
+    timed, labels = 0, []
+    for i, (window, first, last) in enumerate(ranges):
+        keys = partition_keys(window, first, last)[0]
+        chosen = keys[:: steps.get(window, 1)]
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for key in chosen:
+            for name, one_run in runs.items():
+                times[name].append(one_run(window, key))
+        for name in runs:
+            totals[name] += statistics.mean(times[name]) * len(keys)
+        timed += len(chosen)
+        sampled = len(chosen) < len(keys)
+        labels.append(f"{len(chosen)} of {len(keys)} {window} runs" + (" (extrapolated)" if sampled else ""))
+        if sampled and i < len(ranges) - 1:
+            for fill in fills:
+                fill(window, first, last)
+    return {name: (total, timed, ", ".join(labels)) for name, total in totals.items()}
+
+
+def code_server_env(store, home: str, batch: str) -> dict[str, str | None]:
+    """The code location of the launched runs: the bench's store, the embedded defaults otherwise
+    (offline model, in-process cache, multiprocess executor, one run per range), as defs_for."""
+    from memory_pipeline.lib import settings
+
+    unset = (
+        settings.ENV_REDIS_URL,
+        settings.ENV_LLM_MODEL,
+        settings.ENV_LLM_API_BASE,
+        settings.ENV_LLM_API_KEY,
+        settings.ENV_CONFIG_FILE,
+        settings.ENV_EXECUTOR,
+        settings.ENV_BACKFILL_MAX_PARTITIONS_PER_RUN,
+    )
+    return {name: None for name in unset} | {
+        settings.ENV_DATABASE_URL: store.url,
+        "MEMORY_DATA_DIR": home,
+        "DAGSTER_EVENT_BATCH_SIZE": batch or None,
+    }
+
+
 def ok_calls(store) -> int:
     from memory_pipeline.lib.store.tables import llm_ledger
 
@@ -275,6 +375,16 @@ class Bench:
         self.scale, self.out = scale, out
         self.results: dict = {"scale": scale.name}
         self.rows: list[tuple[str, str, str]] = []  # (measurement, value, floor / baseline)
+        self.skip: set[str] = set()  # stages left out (--skip)
+
+    @contextmanager
+    def stage(self, name: str):
+        """Wall time of a stage, in latest.json's stage_seconds (what dominates a full run)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.results.setdefault("stage_seconds", {})[name] = round(time.perf_counter() - started, 1)
 
     def note(self, what: str, value: str, against: str = "") -> None:
         self.rows.append((what, value, against))
@@ -376,7 +486,6 @@ class Bench:
     def backfill_and_floors(self, store, events: Path, n: int):
         from dagster import DagsterInstance  # noqa: F401 - the instance type
 
-        s = self.scale
         self.home = tempfile.mkdtemp()
         self.instance = sqlite_instance(self.home)
         self.defs = defs_for(store)
@@ -403,6 +512,7 @@ class Bench:
         meta = {w: floor.real_metadata(self.instance, f"temporal_{w}_summaries") for w in ("day", "month", "year")}
         with tempfile.TemporaryDirectory() as home, sqlite_instance(home) as inst:
             noop_s = floor.run_noop(floor.noop_definitions(meta), inst, YEAR_RANGES)
+            self.noop_events = event_counts(inst)
         self.note("Dagster no-op, same partitions, events and metadata", f"{noop_s:.2f} s")
         floor_s = noop_s + fl.seconds
         self.results |= {
@@ -414,44 +524,31 @@ class Bench:
         }
         self.note("backfill / floor (no-op + set-based)", f"{backfill_s / floor_s:.2f}x", "target <= 1.25x")
 
-        # One run per partition on a fresh schema (the whole year at full scale, January at quick)
-        from memory_pipeline.events.ingest import ingest_file
-
-        days = s.per_partition_days
-        ranges = YEAR_RANGES if days == 365 else [("day", f"{YEAR}-01-01", f"{YEAR}-01-{days:02d}")]
-        pp_store = fresh_store()
-        ingest_file(pp_store, events)
-        with tempfile.TemporaryDirectory() as home, sqlite_instance(home) as inst:
-            per_s = backfill(defs_for(pp_store), inst, ranges, per_partition=True)
-        if days == 365:
-            range_s = backfill_s
-        else:
-            range_store = fresh_store()
-            ingest_file(range_store, events)
-            with tempfile.TemporaryDirectory() as home, sqlite_instance(home) as inst:
-                range_s = backfill(defs_for(range_store), inst, ranges)
-        self.results["per_partition_runs_ratio"] = round(per_s / range_s, 2)
+        # What the real range runs emit beyond the no-op's (by type, over the 378 partitions)
+        self.meta = meta
+        real_events = event_counts(self.instance)
+        self.results["range_run_events"] = {"real": real_events, "noop": self.noop_events}
+        extra = {
+            k: real_events.get(k, 0) - self.noop_events.get(k, 0)
+            for k in sorted(set(real_events) | set(self.noop_events))
+            if real_events.get(k, 0) != self.noop_events.get(k, 0)
+        }
+        per_partition_types = ("ASSET_MATERIALIZATION_PLANNED", "ASSET_MATERIALIZATION", "ASSET_CHECK_EVALUATION")
         self.note(
-            f"one run per partition ({'the year' if days == 365 else f'{days} days'})",
-            f"{per_s:.2f} s vs {range_s:.2f} s as range runs = {per_s / range_s:.1f}x",
-            "target >= 12x",
+            "events of the year's range runs, real / no-op",
+            ", ".join(f"{k} {real_events.get(k, 0)} / {self.noop_events.get(k, 0)}" for k in per_partition_types),
+            f"real minus no-op: {extra or 'none'}",
         )
 
         # The same backfill on a PostgreSQL Dagster instance, without and with event batching
+        from memory_pipeline.events.ingest import ingest_file
+
         timings = {}
         for batch in ("", "100"):
             pg_store = fresh_store()
             ingest_file(pg_store, events)
-            old = os.environ.pop("DAGSTER_EVENT_BATCH_SIZE", None)
-            if batch:
-                os.environ["DAGSTER_EVENT_BATCH_SIZE"] = batch
-            try:
-                with tempfile.TemporaryDirectory() as home, postgres_instance(home) as inst:
-                    timings[batch] = backfill(defs_for(pg_store), inst, YEAR_RANGES)
-            finally:
-                os.environ.pop("DAGSTER_EVENT_BATCH_SIZE", None)
-                if old is not None:
-                    os.environ["DAGSTER_EVENT_BATCH_SIZE"] = old
+            with event_batch(batch), tempfile.TemporaryDirectory() as home, postgres_instance(home) as inst:
+                timings[batch] = backfill(defs_for(pg_store), inst, YEAR_RANGES)
         self.results |= {
             "backfill_pg_instance_seconds": round(timings[""], 2),
             "backfill_pg_instance_event_batch_100_seconds": round(timings["100"], 2),
@@ -461,6 +558,147 @@ class Bench:
             f"{timings['']:.2f} s; with DAGSTER_EVENT_BATCH_SIZE=100: {timings['100']:.2f} s",
             f"{timings[''] / timings['100']:.2f}x from batching",
         )
+        # The year's range runs as measured above, reused by the per-partition comparison at full scale
+        self.year_range_s = {
+            ("in_process", ""): backfill_s,
+            ("in_process", "_pg_instance"): timings[""],
+            ("in_process", "_pg_instance_event_batch_100"): timings["100"],
+            ("noop", ""): noop_s,
+        }
+
+    def per_partition(self, events: Path):
+        """One run per partition against range runs over the same partitions (full: the year's 365 +
+        12 + 1; quick: January's 31 days), each side on a fresh store and a fresh instance, on every
+        instance (SQLite, PostgreSQL without and with DAGSTER_EVENT_BATCH_SIZE=100) and run three
+        ways: in-process (the CLI's runs, operations.materialize), the Dagster no-op (the same events
+        and metadata without the work: what Dagster alone gives) and launched (the production path:
+        the run launcher, a run worker per run, a process per step). In-process and no-op runs
+        alternate key by key, so both see the same load. Sampled windows are extrapolated and say so."""
+        from memory_pipeline.events.ingest import ingest_file
+        from memory_pipeline.operations import partition_keys, run_config, run_range
+
+        s = self.scale
+        days = s.per_partition_days
+        ranges = YEAR_RANGES if days == 365 else [("day", f"{YEAR}-01-01", f"{YEAR}-01-{days:02d}")]
+        steps = PER_PARTITION_STEP[s.name]
+        whole_year = ranges == YEAR_RANGES
+        noop_defs = floor.noop_definitions(self.meta)
+        detail: dict[str, dict] = {}
+
+        def store_defs():
+            store = fresh_store()
+            ingest_file(store, events)
+            return store, defs_for(store)
+
+        def in_process_run(defs, inst):
+            def one(window: str, key: str) -> float:
+                got = run_range(inst, window, key, key, run_config(window), defs)  # as materialize runs a span
+                if not got.success:
+                    raise RuntimeError(f"{window} {key} run failed: {got.error}")
+                return got.seconds
+
+            return one
+
+        def noop_run(inst):
+            return lambda window, key: floor.run_noop(noop_defs, inst, [(window, key, key)])
+
+        def filler(defs, inst):
+            def fill(window: str, first: str, last: str) -> None:  # untimed: the rows a later window reads
+                backfill(defs, inst, [(window, first, last)], mode="missing")
+
+            return fill
+
+        def record(key: str, label: str, suffix: str, range_s: float, per: tuple[float, int, str], against: str):
+            per_s, runs, timed = per
+            self.results[key] = round(per_s / range_s, 2)
+            detail[key] = {
+                "range_runs_seconds": round(range_s, 2),
+                "per_partition_runs_seconds": round(per_s, 2),
+                "per_partition_runs_timed": runs,
+                "timed": timed,
+            }
+            self.note(
+                f"one run per partition / range runs, {label}, {INSTANCE_LABEL[suffix]}",
+                f"{per_s:.2f} s vs {range_s:.2f} s = {per_s / range_s:.1f}x",
+                f"{timed}; {against}",
+            )
+
+        for suffix, make_instance, batch in INSTANCES:
+            with event_batch(batch):
+                # in-process (the project's runs) and the Dagster no-op, alternating
+                _, defs = store_defs()
+                with (
+                    tempfile.TemporaryDirectory() as home,
+                    make_instance(home) as inst,
+                    tempfile.TemporaryDirectory() as noop_home,
+                    make_instance(noop_home) as noop_inst,
+                ):
+                    per = per_partition_seconds(
+                        ranges,
+                        steps[0],
+                        {"real": in_process_run(defs, inst), "noop": noop_run(noop_inst)},
+                        [filler(defs, inst)],
+                    )
+                real_range = self.year_range_s.get(("in_process", suffix)) if whole_year else None
+                noop_range = self.year_range_s.get(("noop", suffix)) if whole_year else None
+                if whole_year and noop_range is None:
+                    with tempfile.TemporaryDirectory() as home, make_instance(home) as inst:
+                        noop_range = floor.run_noop(noop_defs, inst, ranges)
+                if not whole_year:  # a short range: the median of 3, alternating with the no-op's
+                    reals, noops = [], []
+                    for _ in range(3):
+                        _, range_defs = store_defs()
+                        with tempfile.TemporaryDirectory() as home, make_instance(home) as inst:
+                            reals.append(backfill(range_defs, inst, ranges))
+                        with tempfile.TemporaryDirectory() as home, make_instance(home) as inst:
+                            noops.append(floor.run_noop(noop_defs, inst, ranges))
+                    real_range, noop_range = statistics.median(reals), statistics.median(noops)
+                record(
+                    f"per_partition_runs_ratio{suffix}",
+                    "in-process runs",
+                    suffix,
+                    real_range,
+                    per["real"],
+                    "target >= 12x",
+                )
+                record(
+                    f"per_partition_noop_ratio{suffix}",
+                    "Dagster no-op runs",
+                    suffix,
+                    noop_range,
+                    per["noop"],
+                    "Dagster alone (same events and metadata, no work)",
+                )
+                if make_instance is not postgres_instance or "launched" in self.skip:
+                    continue
+
+                # launched: the run launcher, a run worker per run and a process per step (multiprocess)
+                for side in ("per_partition", "range"):
+                    store, defs = store_defs()
+                    with tempfile.TemporaryDirectory() as home, make_instance(home) as inst:
+                        with launched.CodeServer(inst, code_server_env(store, home, batch)) as server:
+                            if side == "range":
+                                range_s = sum(server.run(w, lo, hi) for w, lo, hi in ranges)
+                            else:
+                                launched_per = per_partition_seconds(
+                                    ranges,
+                                    steps[1],
+                                    {"launched": lambda w, k: server.run(w, k, k)},
+                                    [filler(defs, inst)],
+                                )["launched"]
+                record(
+                    f"per_partition_runs_ratio_launched{suffix}",
+                    "launched runs",
+                    suffix,
+                    range_s,
+                    launched_per,
+                    "target >= 12x",
+                )
+
+        self.results["per_partition_runs"] = {
+            "partitions": " + ".join(f"{len(partition_keys(w, lo, hi)[0])} {w}" for w, lo, hi in ranges),
+            **detail,
+        }
 
     def reads(self, redis_url: str):
         """p50/p99 of temporal_view over ``reads`` views with Redis and in-process, then what one
@@ -649,7 +887,7 @@ class Bench:
         )
 
 
-STAGES = ("ingest", "worlds", "backfill", "reads", "rss", "incremental")
+STAGES = ("ingest", "worlds", "backfill", "per_partition", "launched", "reads", "rss", "incremental")
 
 
 def table(rows) -> str:
@@ -665,7 +903,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, help="override the scale's data set size (trying the benchmark out)")
     parser.add_argument("--reads", type=int, help="override the scale's number of views timed in the read stage")
     parser.add_argument(
-        "--skip", default="", help="comma-separated stages left out (ingest, worlds, backfill, reads, rss, incremental)"
+        "--skip",
+        default="",
+        help="comma-separated stages left out (ingest, worlds, backfill, per_partition, launched, reads, rss, incremental)",
     )
     parser.add_argument(
         "--only", default="", help="comma-separated stages run alone, e.g. --only reads or --only ingest,worlds,rss"
@@ -688,6 +928,7 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     bench = Bench(scale, out)
+    bench.skip = skip
     started = time.perf_counter()
     failure = None
     print(f"benchmark, scale {scale.name}: PostgreSQL {PG.split('@')[-1]}, Redis {REDIS.split('@')[-1]}", flush=True)
@@ -702,18 +943,27 @@ def main() -> None:
                 store = fresh_store()
                 ingest_file(store, events)
             else:
-                store = bench.ingest(events, n)
+                with bench.stage("ingest"):
+                    store = bench.ingest(events, n)
             if "worlds" not in skip:
-                bench.worlds(with_backfill="backfill" not in skip)
+                with bench.stage("worlds"):
+                    bench.worlds(with_backfill="backfill" not in skip)
             if "backfill" not in skip:
-                bench.backfill_and_floors(store, events, n)
+                with bench.stage("backfill"):
+                    bench.backfill_and_floors(store, events, n)
+                if "per_partition" not in skip:
+                    with bench.stage("per_partition"):
+                        bench.per_partition(events)
             bench.store = store
             if "reads" not in skip:
-                bench.reads(REDIS)
+                with bench.stage("reads"):
+                    bench.reads(REDIS)
             if "rss" not in skip:
-                bench.rss()
+                with bench.stage("rss"):
+                    bench.rss()
             if "incremental" not in skip:
-                bench.incremental()  # last: it needs the incremental API (operations.repair)
+                with bench.stage("incremental"):
+                    bench.incremental()  # last: it needs the incremental API (operations.repair)
     except Exception as exc:  # noqa: BLE001 - reported, written, then re-raised below
         failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         raise

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from dagster import DagsterInstance, Definitions
+from dagster import DagsterInstance, Definitions, PartitionKeyRange
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.ids import validate_id
@@ -207,7 +207,7 @@ def run_range(
     if not result.success:
         failures = [e for e in result.all_events if e.is_step_failure]
         error = failures[0].event_specific_data.error.message.strip() if failures else "run failed"
-    n = len([k for k in target.partitions.get_partition_keys() if first <= k <= last])
+    n = len(target.partitions.get_partition_keys_in_range(PartitionKeyRange(first, last)))
     return RunSummary(
         window, first, last, n, result.run_id, result.success, error, (datetime.now() - started).total_seconds()
     )

@@ -153,6 +153,42 @@ def test_a_range_run_writes_the_rows_and_ledger_rows_of_one_run_per_partition(
     assert meta["2025-12-05"]["worlds_over_budget"].value == 1
 
 
+def test_a_range_run_emits_per_partition_only_its_planned_event_materialization_and_check_result(
+    pg_url, redis_url, store, instance, season
+):
+    """What a range run costs Dagster per partition, as the benchmark's no-op emits it: one planned
+    event, one materialization and one check result, each naming its partition; everything else
+    (one log line of totals included) once per run, never per partition."""
+    report = operations.materialize("day", FIRST, LAST, instance=instance, defs=_defs(pg_url, redis_url))
+    assert report.success
+    (run,) = report.runs
+    logs = instance.all_logs(run.run_id)
+    counts = Counter(e.dagster_event.event_type_value if e.dagster_event else "LOG_MESSAGE" for e in logs)
+    keys = operations.partition_keys("day", FIRST, LAST)[0]
+    assert len(keys) == 35
+    for kind in ("ASSET_MATERIALIZATION_PLANNED", "ASSET_MATERIALIZATION", "ASSET_CHECK_EVALUATION"):
+        assert counts.pop(kind) == 35, kind
+    assert counts == {
+        "ASSET_CHECK_EVALUATION_PLANNED": 1,
+        "ENGINE_EVENT": 2,
+        "LOGS_CAPTURED": 1,
+        "LOG_MESSAGE": 1,
+        "PIPELINE_START": 1,
+        "PIPELINE_SUCCESS": 1,
+        "RESOURCE_INIT_STARTED": 1,
+        "RESOURCE_INIT_SUCCESS": 1,
+        "STEP_OUTPUT": 2,
+        "STEP_START": 2,
+        "STEP_SUCCESS": 2,
+    }
+    events = [e.dagster_event for e in logs if e.dagster_event]
+    materialized = sorted(e.event_specific_data.materialization.partition for e in events if e.is_step_materialization)
+    checked = sorted(e.event_specific_data.partition for e in events if e.event_type_value == "ASSET_CHECK_EVALUATION")
+    assert materialized == checked == keys
+    (line,) = [e.user_message for e in logs if not e.dagster_event]
+    assert line.startswith("day: {") and "'rows_written': " in line
+
+
 def test_an_unchanged_range_is_skipped_from_its_record_and_changed_mode_launches_nothing(
     pg_url, redis_url, store, instance, season
 ):
