@@ -41,7 +41,7 @@ class AutoResult:
     per_world: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def _narrative(row: Any) -> Narrative:
+def narrative_from_row(row: Any) -> Narrative:
     return Narrative(
         row["memory_id"],
         row["world_id"],
@@ -57,7 +57,7 @@ def _narrative(row: Any) -> Narrative:
     )
 
 
-def _write(conn: Any, changes: list[NarrativeChange]) -> None:
+def write_narratives(conn: Any, changes: list[NarrativeChange]) -> None:
     now = utcnow()
     new = [c.narrative for c in changes if c.op == "create"]
     if new:
@@ -135,7 +135,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
                 autobiographical_memories.c.created_day, autobiographical_memories.c.memory_id
             )
         ).mappings():
-            narratives[r["world_id"]].append(_narrative(r))
+            narratives[r["world_id"]].append(narrative_from_row(r))
         worlds = sorted(set(recent) | set(narratives))
         if world_ids is not None:
             worlds = [w for w in worlds if w in set(world_ids)]
@@ -177,7 +177,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
                 messages=[{"role": "user", "content": c} for c in (m1, m2, prompts.AUTO_INSTRUCTIONS)],
                 tools=[prompts.AUTO_SCHEMAS[n] for n in prompts.AUTO_TOOLS],
                 apply=state.apply,
-                writer=_write,
+                writer=write_narratives,
                 describe=lambda c: f"{c.op} {c.narrative.id}",
             )
             created = sum(1 for c in loop.changes if c.op == "create")
@@ -243,4 +243,4 @@ def narratives(store: Any, world_id: str, include_deprecated: bool = False) -> l
         q = q.where(autobiographical_memories.c.status == "active")
     with store.connect() as conn:
         rows = conn.execute(q.order_by(autobiographical_memories.c.created_day, autobiographical_memories.c.memory_id))
-        return [_narrative(r) for r in rows.mappings()]
+        return [narrative_from_row(r) for r in rows.mappings()]

@@ -54,7 +54,7 @@ class RestoreResult:
 
 
 def restore(store: Store, day: date) -> RestoreResult:
-    from memory_pipeline.sleep.autobiography import _narrative, _write
+    from memory_pipeline.sleep.autobiography import narrative_from_row, write_narratives
     from memory_pipeline.sleep.narrative import restore_narratives
 
     out = RestoreResult(day)
@@ -88,8 +88,8 @@ def restore(store: Store, day: date) -> RestoreResult:
                 (autobiographical_memories.c.created_day >= day) | (autobiographical_memories.c.deprecated_day >= day)
             )
         ).mappings()
-        narrative_changes = restore_narratives([_narrative(r) for r in rows], day)
-        _write(conn, narrative_changes)
+        narrative_changes = restore_narratives([narrative_from_row(r) for r in rows], day)
+        write_narratives(conn, narrative_changes)
         out.narratives_deprecated = sum(1 for c in narrative_changes if c.op == "deprecate")
         out.narratives_reactivated = sum(1 for c in narrative_changes if c.op == "restore")
 

@@ -239,7 +239,7 @@ def test_restore_is_one_transaction(store, ingest, tmp_path, monkeypatch):
     def boom(conn, changes):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("memory_pipeline.sleep.autobiography._write", boom)
+    monkeypatch.setattr("memory_pipeline.sleep.autobiography.write_narratives", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         restore(store, D2)
     with store.connect() as conn:

@@ -73,15 +73,21 @@ def try_acquire(
         return _acquire(own, asset, partition, holder, ttl, now)
 
 
-def _acquire(conn: Connection, asset: str, partition: str, holder: str, ttl: timedelta, now: datetime) -> Holder | None:
+def _take(
+    conn: Connection, asset: str, partitions: list[str], holder: str, ttl: timedelta, now: datetime
+) -> postgresql.Insert | sqlite.Insert:
+    """The one statement that takes leases: insert, or take over where expired or already ours."""
     t = partition_leases.c
-    values = {"asset": asset, "partition": partition, "holder": holder, "acquired_at": now, "expires_at": now + ttl}
+    rows = [
+        {"asset": asset, "partition": p, "holder": holder, "acquired_at": now, "expires_at": now + ttl}
+        for p in partitions
+    ]
     ins: postgresql.Insert | sqlite.Insert
     if conn.dialect.name == "postgresql":
-        ins = postgresql.insert(partition_leases).values(values)
+        ins = postgresql.insert(partition_leases).values(rows)
     else:
-        ins = sqlite.insert(partition_leases).values(values)
-    stmt = ins.on_conflict_do_update(
+        ins = sqlite.insert(partition_leases).values(rows)
+    return ins.on_conflict_do_update(
         index_elements=["asset", "partition"],
         set_={
             "holder": ins.excluded.holder,
@@ -90,7 +96,11 @@ def _acquire(conn: Connection, asset: str, partition: str, holder: str, ttl: tim
         },
         where=(t.expires_at <= now) | (t.holder == holder),
     )
-    if conn.execute(stmt).rowcount == 1:
+
+
+def _acquire(conn: Connection, asset: str, partition: str, holder: str, ttl: timedelta, now: datetime) -> Holder | None:
+    t = partition_leases.c
+    if conn.execute(_take(conn, asset, [partition], holder, ttl, now)).rowcount == 1:
         return None
     row = conn.execute(select(t.holder, t.expires_at).where(t.asset == asset, t.partition == partition)).one_or_none()
     # Released between the two statements: free now, the next attempt takes it.
@@ -249,27 +259,9 @@ def try_acquire_many(
     if not partitions:
         return set()
     now = now or utcnow()
-    t = partition_leases.c
-    rows = [
-        {"asset": asset, "partition": p, "holder": holder, "acquired_at": now, "expires_at": now + ttl}
-        for p in dict.fromkeys(partitions)
-    ]
     with store.begin() as conn:
-        ins: postgresql.Insert | sqlite.Insert
-        if conn.dialect.name == "postgresql":
-            ins = postgresql.insert(partition_leases).values(rows)
-        else:
-            ins = sqlite.insert(partition_leases).values(rows)
-        stmt = ins.on_conflict_do_update(
-            index_elements=["asset", "partition"],
-            set_={
-                "holder": ins.excluded.holder,
-                "acquired_at": ins.excluded.acquired_at,
-                "expires_at": ins.excluded.expires_at,
-            },
-            where=(t.expires_at <= now) | (t.holder == holder),
-        ).returning(t.partition)
-        return set(conn.execute(stmt).scalars())
+        stmt = _take(conn, asset, list(dict.fromkeys(partitions)), holder, ttl, now)
+        return set(conn.execute(stmt.returning(partition_leases.c.partition)).scalars())
 
 
 def renew_many(store: Store, asset: str, partitions: list[str], holder: str, ttl: timedelta = DEFAULT_TTL) -> set[str]:
