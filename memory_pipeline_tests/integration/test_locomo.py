@@ -3,7 +3,7 @@ real multi-month data (external, read from LOCOMO_DIR, default ../shared/data/lo
 
 import json
 import os
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -18,10 +18,58 @@ from memory_pipeline.temporal import summaries
 from memory_pipeline.temporal.tables import temporal_summaries
 from memory_pipeline_tests.conftest import CST, cst, locomo_doc, write_locomo
 
-LOCOMO = Path(os.environ.get("LOCOMO_DIR", REPO_ROOT.parent / "shared" / "data" / "locomo"))
+REAL_LOCOMO = Path(os.environ.get("LOCOMO_DIR", REPO_ROOT.parent / "shared" / "data" / "locomo"))
 ID_RULE = "ids are 1-128 characters of A-Z a-z 0-9 . _ - @ + = / #, not starting with '/', without '..'"
 RANGE = "is out of range (supported: 1970-01-01 to 9998-12-31 UTC)"
 EXAMPLE = "'1:56 pm on 8 May, 2023'"
+
+
+def _stand_in(speakers: tuple[str, str], first: date, sessions: int, turns: int, every_days: int) -> dict:
+    """A LoCoMo-shaped conversation of the real files' size: ``sessions`` sessions ``every_days``
+    apart from ``first``, the first one of 18 turns (as in 26.json), the others of ``turns``, with
+    the real files' extra keys (observations, summaries, qa) that the importer ignores."""
+    a, b = speakers
+    topics = [
+        "the pottery class",
+        "a charity run",
+        "the camping trip",
+        "a new painting",
+        "the adoption plans",
+        "a concert last night",
+        "the garden",
+        "a book club",
+        "the kids' school",
+        "a job interview",
+    ]
+    doc: dict = {"speaker_a": a, "speaker_b": b, "qa": [{"question": "ignored", "answer": "ignored"}]}
+    for n in range(1, sessions + 1):
+        day = first + timedelta(days=every_days * (n - 1))
+        doc[f"session_{n}_date_time"] = f"1:56 pm on {day.day} {day:%B}, {day.year}"
+        doc[f"session_{n}"] = [
+            {
+                "speaker": a if i % 2 == 0 else b,
+                "dia_id": f"D{n}:{i + 1}",
+                "text": f"{'I' if i % 2 == 0 else 'We'} talked about {topics[(n + i) % len(topics)]} "
+                f"and how it went this week ({n}.{i + 1}).",
+            }
+            for i in range(18 if n == 1 else turns)
+        ]
+        doc[f"session_{n}_summary"] = "ignored"
+        doc[f"session_{n}_observation"] = {"ignored": []}
+    return doc
+
+
+@pytest.fixture(scope="module")
+def locomo_dir(tmp_path_factory) -> Path:
+    """The real LoCoMo files (LOCOMO_DIR, default ../shared/data/locomo) when they are there; on a
+    clone of the repository alone, stand-ins of the same shape and size written here: 20 and 22
+    sessions over six months, 18 turns in the first session of 26.json (what the tests assert)."""
+    if (REAL_LOCOMO / "26.json").is_file() and (REAL_LOCOMO / "30.json").is_file():
+        return REAL_LOCOMO
+    folder = tmp_path_factory.mktemp("locomo-stand-in")
+    write_locomo(folder, _stand_in(("Caroline", "Melanie"), date(2023, 5, 8), 20, 16, 9), "26.json")
+    write_locomo(folder, _stand_in(("Gina", "Jon"), date(2023, 1, 20), 22, 20, 8), "30.json")
+    return folder
 
 
 def _counts(store) -> tuple[int, int, int]:
@@ -292,8 +340,8 @@ def test_skip_bad_imports_the_good_turns(store, tmp_path):
     assert _counts(store) == (5, 2, 1)
 
 
-def test_import_locomo_and_summarize_real_days(ctx, store):
-    path = LOCOMO / "26.json"
+def test_import_locomo_and_summarize_real_days(ctx, store, locomo_dir):
+    path = locomo_dir / "26.json"
     events, errors = locomo_events(path, CST)
     assert errors == []
     assert len(events) > 300
@@ -320,14 +368,14 @@ def test_import_locomo_and_summarize_real_days(ctx, store):
     assert month.non_empty == 1
 
 
-def test_real_conversations_run_through_the_whole_graph(store, pg_url, redis_url):
+def test_real_conversations_run_through_the_whole_graph(store, pg_url, redis_url, locomo_dir):
     from dagster import DagsterEventType, instance_for_test
 
     from memory_pipeline import operations
     from memory_pipeline_tests.integration.test_dagster import make_defs
 
     for name in ("26.json", "30.json"):
-        events, errors = locomo_events(LOCOMO / name, CST)
+        events, errors = locomo_events(locomo_dir / name, CST)
         assert errors == []
         ingest_events(store, events, source=name)
     with store.connect() as conn:
