@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 import warnings
 from datetime import datetime, timedelta
@@ -125,6 +126,21 @@ def conversation(
         event(world, conv, "user" if i % 2 == 0 else "assistant", t, start + step * i, **kw)
         for i, t in enumerate(texts)
     ]
+
+
+def wait_until_blocked_on_a_lock(admin, application_name: str, tries: int = 200) -> bool:
+    """Poll (every 50 ms) until a session of ``application_name`` waits on a lock: the moment a
+    concurrency test commits the transaction that session is blocked by."""
+    for _ in range(tries):
+        with admin.connect() as conn:
+            waiting = conn.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :a AND wait_event_type = 'Lock'"),
+                {"a": application_name},
+            ).scalar_one()
+        if waiting:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def locomo_doc(sessions: int = 2, turns: int = 3) -> dict:

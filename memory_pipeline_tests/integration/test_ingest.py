@@ -11,7 +11,7 @@ from memory_pipeline.events.tables import ingest_batches
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.temporal import chunks, summaries
 from memory_pipeline.temporal.tables import temporal_summaries
-from memory_pipeline_tests.conftest import cst, event
+from memory_pipeline_tests.conftest import cst, event, wait_until_blocked_on_a_lock
 
 
 def _count(store, table) -> int:
@@ -333,10 +333,9 @@ def test_a_message_stored_by_a_concurrent_ingest_after_the_read(pg_url, tmp_path
     and goes on once it commits: a duplicate with the same body, a named conflict otherwise (the
     direct write blocks on the world, then its primary key refuses m1 and the staging path says so)."""
     import threading
-    import time
     import uuid
 
-    from sqlalchemy import create_engine, insert, text
+    from sqlalchemy import create_engine, insert
 
     from memory_pipeline import domains
     from memory_pipeline.lib.store import Store, make_engine
@@ -368,18 +367,7 @@ def test_a_message_stored_by_a_concurrent_ingest_after_the_read(pg_url, tmp_path
 
             thread = threading.Thread(target=run)
             thread.start()
-            for _ in range(200):  # until the ingest waits on the uncommitted rows
-                with admin.connect() as conn:
-                    waiting = conn.execute(
-                        text(
-                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = :a AND wait_event_type = 'Lock'"
-                        ),
-                        {"a": app},
-                    ).scalar_one()
-                if waiting:
-                    break
-                time.sleep(0.05)
-            assert waiting
+            assert wait_until_blocked_on_a_lock(admin, app)
             tx.commit()
             thread.join(timeout=60)
     finally:

@@ -24,7 +24,7 @@ from memory_pipeline.events.tables import ingest_batches
 from memory_pipeline.lib.store import Store, make_engine
 from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import conversations, worlds
-from memory_pipeline_tests.conftest import PG_URL, cst, event
+from memory_pipeline_tests.conftest import PG_URL, cst, event, wait_until_blocked_on_a_lock
 from memory_pipeline_tests.integration.test_ingest_paths import _rows
 
 NOW = datetime(2026, 7, 18, tzinfo=UTC)
@@ -278,7 +278,6 @@ def test_a_world_and_conversation_another_ingest_holds_wait_and_the_write_goes_o
     """Rows another transaction created uncommitted: the direct write waits for them, then uses
     them (same (world, platform, debug)) and writes its messages; nothing falls back."""
     import threading
-    import time
 
     app = f"ingest_{uuid.uuid4().hex[:10]}"
     waiting_store = Store(f"{pg_url}&application_name={app}")
@@ -294,18 +293,7 @@ def test_a_world_and_conversation_another_ingest_holds_wait_and_the_write_goes_o
             other.execute(insert(conversations).values(conversation_id="c1", world_id="w1", platform="local"))
             thread = threading.Thread(target=lambda: outcome.update(report=ingest_file(waiting_store, path, now=NOW)))
             thread.start()
-            for _ in range(200):  # until the ingest waits on the uncommitted world
-                with admin.connect() as conn:
-                    waiting = conn.execute(
-                        text(
-                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = :a AND wait_event_type = 'Lock'"
-                        ),
-                        {"a": app},
-                    ).scalar_one()
-                if waiting:
-                    break
-                time.sleep(0.05)
-            assert waiting
+            assert wait_until_blocked_on_a_lock(admin, app)
             tx.commit()
             thread.join(timeout=60)
     finally:
