@@ -110,8 +110,9 @@ def upsert(
 ) -> int:
     """INSERT .. ON CONFLICT (keys) DO UPDATE (update) / DO NOTHING when ``update`` is empty.
 
-    Returns the rows actually written (the statement's rowcount): a row skipped by DO NOTHING
-    does not count. Both PostgreSQL (psycopg2) and SQLite report it for batched rows too."""
+    Returns the rows actually written, a key once: a row skipped by DO NOTHING does not count.
+    Rows repeating a key are written as one after the other would be: DO UPDATE keeps the last,
+    DO NOTHING the first."""
     if not rows:
         return 0
     keys = list(keys)
@@ -121,9 +122,16 @@ def upsert(
         stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})
     else:
         stmt = stmt.on_conflict_do_nothing(index_elements=keys)
-    # executemany: SQLAlchemy batches the rows into multi-VALUES statements (insertmanyvalues)
-    # while compiling the statement once.
-    return max(conn.execute(stmt, list(rows)).rowcount, 0)
+    # One multi-VALUES statement may not touch a row twice (PostgreSQL refuses DO UPDATE on it).
+    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        k = tuple(row[c] for c in keys)
+        if update or k not in by_key:
+            by_key[k] = row
+    # RETURNING is what makes SQLAlchemy send the rows as multi-VALUES statements of up to 1,000
+    # (insertmanyvalues); an ON CONFLICT statement without it goes row by row, a round trip each.
+    returning = stmt.returning(table.c[keys[0]])
+    return len(conn.execute(returning, list(by_key.values())).all())
 
 
 class Store:
