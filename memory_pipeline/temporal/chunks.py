@@ -103,7 +103,7 @@ def _tick_once(ctx: TemporalContext, day: date, now: datetime, result: TickResul
         state = _chunk_state(conn, day)
         by_conv: dict[str, list] = defaultdict(list)
         for r in rows:
-            if logic.is_material(r["role"], r["content"], r["tool_calls"]):
+            if logic.is_material(r["role"], r["content"]):
                 by_conv[r["conversation_id"]].append(r)
         result.conversations = len(by_conv)
         plans = []
@@ -305,7 +305,7 @@ def _audit_day(day: date, rows: list, msgs: list, seen_by: TickSeen, tz: ZoneInf
     missing: dict[str, list[str]] = defaultdict(list)
     for m in msgs:
         if (
-            logic.is_material(m["role"], m["content"], m["tool_calls"])
+            logic.is_material(m["role"], m["content"])
             and m["message_id"] not in seen
             and bucket_end(bucket_start(m["at"], tz)) <= tick_now
             and (ingested_before is None or m["ingested_at"] <= ingested_before)

@@ -85,14 +85,14 @@ def day_messages(conn, d: date, tz: ZoneInfo, world_ids: list[str] | None = None
 
 def messages_between(conn, start: datetime, end: datetime, world_ids: list[str] | None = None):
     """Every message of eligible conversations timestamped in [start, end), ordered by (at,
-    message_id): one read for a batch of days (group by ``local_date(at)``)."""
+    message_id): one read for a batch of days (group by ``local_date(at)``). No tool_calls: they
+    never decide what is material (logic.is_material), and decoding them is most of a big read."""
     q = (
         select(
             messages.c.message_id,
             messages.c.conversation_id,
             messages.c.role,
             messages.c.content,
-            messages.c.tool_calls,
             messages.c.at,
             messages.c.ingested_at,
             conversations.c.world_id,

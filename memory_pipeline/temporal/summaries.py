@@ -479,7 +479,7 @@ def _days_once(
         for d in todo:
             for w in _alive(first, bounds[d][1]):
                 day_msgs = by_day_world.get((d, w), [])
-                material = [m for m in day_msgs if logic.is_material(m["role"], m["content"], m["tool_calls"])]
+                material = [m for m in day_msgs if logic.is_material(m["role"], m["content"])]
                 if not day_msgs or not material:
                     plans[(d, w)] = EmptyReason.EMPTY if day_msgs else EmptyReason.NO_SESSIONS
                     continue
@@ -777,35 +777,39 @@ def period_audits(
     lasts = {p: local_date(bounds[p][1] - timedelta(seconds=1), tz) for p in periods}
     wanted = set(periods)
     t = temporal_summaries.c
-    found_messages: dict[str, dict] = {}
+    # A message as the audit needs it: (at, world_id, counted = eligible conversation and material).
+    found_messages: dict[str, tuple[datetime, str, bool]] = {}
     found_children: dict[int, dict] = {}
     # A day row covers every eligible conversation of the day that has material.
     day_material: dict[tuple[date, str], dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    # Plain rows, no tool_calls (they never decide what is material): a day range is every
+    # message of its days, and a mapping or a decoded JSON value per message was most of the audit.
     mq = select(
         messages.c.message_id,
+        messages.c.at,
+        conversations.c.world_id,
+        messages.c.conversation_id,
         messages.c.role,
         messages.c.content,
-        messages.c.tool_calls,
-        messages.c.at,
-        messages.c.conversation_id,
-        conversations.c.world_id,
         conversations.c.platform,
         conversations.c.debug,
     ).join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+
+    def found(rows) -> None:
+        for mid, at, world_id, conv_id, role, content, platform, debug in rows:
+            counted = logic.is_eligible_conversation(platform, debug) and logic.is_material(role, content)
+            found_messages[mid] = (at, world_id, counted)
+            if counted and window == "day":
+                d = at.astimezone(tz).date()
+                if d in wanted:
+                    day_material[(d, world_id)][conv_id].add(mid)
+
     with store.connect() as conn:
         rows = conn.execute(select(temporal_summaries).where(t.window == window, t.period_start.in_(periods)))
         rows = rows.mappings().all()
         if window == "day":
             q = mq.where(messages.c.at >= bounds[periods[0]][0], messages.c.at < bounds[periods[-1]][1])
-            for m in conn.execute(q).mappings():
-                found_messages[m["message_id"]] = m
-                d = local_date(m["at"], tz)
-                if (
-                    d in wanted
-                    and logic.is_eligible_conversation(m["platform"], m["debug"])
-                    and logic.is_material(m["role"], m["content"], m["tool_calls"])
-                ):
-                    day_material[(d, m["world_id"])][m["conversation_id"]].add(m["message_id"])
+            found(conn.execute(q).all())
         else:
             q = select(temporal_summaries).where(
                 t.window == logic.CHILD_WINDOW[window],
@@ -818,8 +822,7 @@ def period_audits(
             {i for r in rows if r["source_kind"] == "message" for i in r["source_ids"] or []} - found_messages.keys()
         )
         for i in range(0, len(other_messages), 5000):
-            q = mq.where(messages.c.message_id.in_(other_messages[i : i + 5000]))
-            found_messages.update({m["message_id"]: m for m in conn.execute(q).mappings()})
+            found(conn.execute(mq.where(messages.c.message_id.in_(other_messages[i : i + 5000]))).all())
         other_children = sorted(
             {i for r in rows if r["source_kind"] in ("day", "month") for i in r["source_ids"] or []}
             - found_children.keys()
@@ -841,7 +844,7 @@ def period_audits(
 
 def _row_problems(window, r, bounds, last, found_messages, found_children, day_material) -> list[str]:
     period_start = r["period_start"]
-    start, end = bounds
+    start, end = (b.astimezone(UTC) for b in bounds)  # as the store's times are: a cheap comparison
     tag = f"{r['world_id']} {window} {period_start}"
     if r["empty_reason"] is None and (not r["content"] or r["source_count"] <= 0 or not r["source_ids"]):
         return [f"{tag}: non-empty row without sources"]
@@ -853,20 +856,16 @@ def _row_problems(window, r, bounds, last, found_messages, found_children, day_m
     if not r["source_ids"]:
         return problems
     if r["source_kind"] == "message":
+        world_id = r["world_id"]
         found = [found_messages[i] for i in r["source_ids"] if i in found_messages]
-        outside = [m for m in found if not (start <= m["at"] < end) or m["world_id"] != r["world_id"]]
-        excluded = [
-            m
-            for m in found
-            if not logic.is_eligible_conversation(m["platform"], m["debug"])
-            or not logic.is_material(m["role"], m["content"], m["tool_calls"])
-        ]
+        outside = sum(1 for at, w, _ in found if not (start <= at < end) or w != world_id)
+        excluded = sum(1 for _, _, counted in found if not counted)
         if len(found) != len(r["source_ids"]):
             problems.append(f"{tag}: {len(r['source_ids']) - len(found)} source message(s) do not exist")
         if outside:
-            problems.append(f"{tag}: {len(outside)} source message(s) outside the window or world")
+            problems.append(f"{tag}: {outside} source message(s) outside the window or world")
         if excluded:
-            problems.append(f"{tag}: {len(excluded)} source message(s) are debug, cron or not material")
+            problems.append(f"{tag}: {excluded} source message(s) are debug, cron or not material")
     else:
         kids = [found_children[i] for i in r["source_ids"] if i in found_children]
         ok = [
