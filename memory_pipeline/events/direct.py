@@ -28,8 +28,10 @@ from __future__ import annotations
 import io
 import queue
 import struct
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -195,6 +197,19 @@ def write(
     if getattr(dbapi, "encoding", None) not in ("UTF8", "UNICODE"):  # binary COPY text is UTF-8
         raise Fallback
     cursor = dbapi.cursor()  # type: ignore[union-attr]
+    with _short_switch_interval():
+        return _write(cursor, rows, now, check, progress, out, unnamed)
+
+
+def _write(
+    cursor: Any,
+    rows: Callable[[Tick | None], Iterator[Row]],
+    now: datetime,
+    check: Callable[[], None],
+    progress: Tick | None,
+    out: Written,
+    unnamed: set[str],
+) -> Written:
     ahead = _ReadAhead(rows, now, progress is not None)
     try:
         for chunk, ticks in ahead:
@@ -221,6 +236,42 @@ def write(
         ahead.close()
         cursor.close()
     return out
+
+
+# The writer waits on the server with the GIL released, and takes it back from the reading thread
+# each time an answer comes (a dozen times a chunk, the COPY's pieces included). At CPython's
+# default switch interval (5 ms) that wait was a fifth of the ingest: 102k messages in 3.08 s at
+# 5 ms, 2.46 s at 0.1 ms (medians of 5, alternating); 1 ms and 0.5 ms gained little, 0.02 ms no more.
+SWITCH_INTERVAL = 1e-4
+
+
+class _SwitchInterval:
+    """The process's switch interval at most SWITCH_INTERVAL while any direct write runs (it is
+    process-wide: the first write in lowers it, the last one out restores it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+        self.saved = sys.getswitchinterval()
+
+
+_switch = _SwitchInterval()
+
+
+@contextmanager
+def _short_switch_interval() -> Iterator[None]:
+    with _switch.lock:
+        if _switch.users == 0:
+            _switch.saved = sys.getswitchinterval()
+            sys.setswitchinterval(min(_switch.saved, SWITCH_INTERVAL))
+        _switch.users += 1
+    try:
+        yield
+    finally:
+        with _switch.lock:
+            _switch.users -= 1
+            if _switch.users == 0:
+                sys.setswitchinterval(_switch.saved)
 
 
 class _ReadAhead:

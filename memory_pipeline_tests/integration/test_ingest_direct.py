@@ -351,3 +351,34 @@ def test_any_file_is_decided_as_the_staging_path_decides_it(
     path = tmp_path / f"events-{n}.jsonl"
     _write(path, lines)
     _both(store, staging_store, staged, path, skip_bad=skip_bad)
+
+
+def test_the_switch_interval_is_short_while_the_direct_write_runs_and_restored_after(
+    store, staged, small_chunks, tmp_path
+):
+    """The writer takes the GIL back from the reading thread at every answer of the server: the
+    process's switch interval is direct.SWITCH_INTERVAL while both work, the one before after,
+    whether the file was written directly or fell back to the staging path."""
+    import sys
+
+    at = cst(2026, 7, 17, 6, 1)
+    lines = [event("w1", "c1", "user", f"line {i}", at.replace(minute=i), mid=f"m{i}") for i in range(8)]
+    path = tmp_path / "events.jsonl"
+    _write(path, lines)
+    before = sys.getswitchinterval()
+    assert before > direct.SWITCH_INTERVAL
+    during: list[float] = []
+
+    def progress(phase, done, total):
+        if phase == "validate":  # ticks the writer passes on between its chunks
+            during.append(sys.getswitchinterval())
+
+    assert ingest_file(store, path, now=NOW, progress=progress).inserted == 8
+    assert staged == [] and during and during == pytest.approx([direct.SWITCH_INTERVAL] * len(during))
+    assert sys.getswitchinterval() == before
+
+    # Again: every id stored, so the first chunk falls back; restored all the same.
+    during.clear()
+    assert ingest_file(store, path, now=NOW, progress=progress).duplicates == 8
+    assert staged == ["postgresql"]
+    assert sys.getswitchinterval() == before
