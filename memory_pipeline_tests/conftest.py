@@ -8,6 +8,8 @@ import os
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -37,21 +39,36 @@ def cst(*args) -> datetime:
     return datetime(*args, tzinfo=CST)
 
 
-@pytest.fixture
-def pg_url():
-    schema = f"t_{uuid.uuid4().hex[:12]}"
+@contextmanager
+def fresh_schema(prefix: str = "t") -> Iterator[str]:
+    """A fresh PostgreSQL schema: the URL whose connections use it; its engine disposed and the
+    schema dropped after. The process-wide caches are the caller's to clear (``forget_schemas``):
+    a test may hold two schemas, and clearing for the first dropped would orphan the other's engine."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_URL)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
     url = f"{PG_URL}?options=-csearch_path%3D{schema}"
-    yield url
-    engine = make_engine(url)
-    engine.dispose()
+    try:
+        yield url
+    finally:
+        make_engine(url).dispose()
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+def forget_schemas() -> None:
+    """Forget every cached engine and migration check (their schemas are gone)."""
     make_engine.cache_clear()
     forget_checked()
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
+
+
+@pytest.fixture
+def pg_url():
+    with fresh_schema() as url:
+        yield url
+    forget_schemas()
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from dagster import (
     evaluate_automation_conditions,
     instance_for_test,
 )
-from sqlalchemy import create_engine, func, insert, select, text
+from sqlalchemy import func, insert, select
 
 from memory_pipeline import domains, operations
 from memory_pipeline.analyst.files import AnalyticsFiles
@@ -39,12 +39,12 @@ from memory_pipeline.defs.analyst.project import analytics_dbt, dbt_executable
 from memory_pipeline.defs.analyst.resources import AnalystResource
 from memory_pipeline.events.ingest import ingest_file
 from memory_pipeline.lib.cache import _PROCESS_CACHE
-from memory_pipeline.lib.store import Store, make_engine
-from memory_pipeline.lib.store.migrate import ensure_schema, forget_checked
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import conversations, inbox, llm_ledger, messages, worlds
 from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
 from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_summaries
-from memory_pipeline_tests.conftest import PG_URL, REDIS_URL, conversation, cst, event
+from memory_pipeline_tests.conftest import REDIS_URL, conversation, cst, event, forget_schemas, fresh_schema
 
 CST = ZoneInfo("Asia/Shanghai")
 D1, D2, D3, D4 = date(2025, 12, 30), date(2025, 12, 31), date(2026, 1, 1), date(2026, 1, 2)
@@ -149,31 +149,26 @@ def _run(sample: Sample, target: str, lo: str, hi: str, **kw) -> None:
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> Sample:
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    url = f"{PG_URL}?options=-csearch_path%3D{schema}"
     cache = redis.Redis.from_url(REDIS_URL)
     cache.flushdb()
     _PROCESS_CACHE.clear()
     tmp = tmp_path_factory.mktemp("analyst")
-    store = Store(url)
-    ensure_schema(store, domains.version_locations())
-    memory_store, memory_config = MemoryStoreResource(database_url=url), MemoryConfigResource()
-    analyst = AnalystResource(
-        memory_store=memory_store, memory_config=memory_config, duckdb_path=str(tmp / "analytics.duckdb")
-    )
-    defs = build_defs(
-        {
-            "memory_store": memory_store,
-            "kv_cache": CacheResource(redis_url=REDIS_URL),
-            "llm": LLMResource(),
-            "memory_config": memory_config,
-            "analyst": analyst,
-        }
-    )
-    with instance_for_test() as instance:
+    with fresh_schema() as url, instance_for_test() as instance:
+        store = Store(url)
+        ensure_schema(store, domains.version_locations())
+        memory_store, memory_config = MemoryStoreResource(database_url=url), MemoryConfigResource()
+        analyst = AnalystResource(
+            memory_store=memory_store, memory_config=memory_config, duckdb_path=str(tmp / "analytics.duckdb")
+        )
+        defs = build_defs(
+            {
+                "memory_store": memory_store,
+                "kv_cache": CacheResource(redis_url=REDIS_URL),
+                "llm": LLMResource(),
+                "memory_config": memory_config,
+                "analyst": analyst,
+            }
+        )
         s = Sample(store, defs, instance, analyst.files(), tmp)
         _ingest(store, tmp, _events())
         _run(s, "chunks", *DAYS, as_of="2026-01-02T23:00:00+08:00")
@@ -187,14 +182,9 @@ def sample(tmp_path_factory) -> Sample:
         _run(s, "year_exports", "2025", "2025")
         _run(s, "marts", *DAYS)
         yield s
+    forget_schemas()
     cache.flushdb()
     cache.close()
-    make_engine(url).dispose()
-    make_engine.cache_clear()
-    forget_checked()
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
 
 
 def _rows(store: Store, query) -> list[dict]:

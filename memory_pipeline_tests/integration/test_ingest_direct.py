@@ -24,7 +24,7 @@ from memory_pipeline.events.tables import ingest_batches
 from memory_pipeline.lib.store import Store, make_engine
 from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import conversations, worlds
-from memory_pipeline_tests.conftest import PG_URL, cst, event, wait_until_blocked_on_a_lock
+from memory_pipeline_tests.conftest import PG_URL, cst, event, fresh_schema, wait_until_blocked_on_a_lock
 from memory_pipeline_tests.integration.test_ingest_paths import _rows
 
 NOW = datetime(2026, 7, 18, tzinfo=UTC)
@@ -33,18 +33,10 @@ NOW = datetime(2026, 7, 18, tzinfo=UTC)
 @pytest.fixture
 def staging_store():
     """A second schema, written by the staging path alone (the reference)."""
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    url = f"{PG_URL}?options=-csearch_path%3D{schema}"
-    store = Store(url)
-    ensure_schema(store, domains.version_locations())
-    yield store
-    make_engine(url).dispose()
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
+    with fresh_schema() as url:
+        store = Store(url)
+        ensure_schema(store, domains.version_locations())
+        yield store
 
 
 @pytest.fixture

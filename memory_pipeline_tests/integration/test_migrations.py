@@ -5,20 +5,19 @@ processes migrating a fresh database at once do not race."""
 from __future__ import annotations
 
 import multiprocessing
-import uuid
 from datetime import UTC, date, datetime
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, insert, inspect, select, text
+from sqlalchemy import insert, inspect, select, text
 
 from memory_pipeline import domains
-from memory_pipeline.lib.store import Store, make_engine, metadata
+from memory_pipeline.lib.store import Store, metadata
 from memory_pipeline.lib.store.migrate import VERSION_TABLE, current, ensure_schema, forget_checked, head, upgrade
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.temporal.tables import temporal_day_chunks
-from memory_pipeline_tests.conftest import PG_URL
+from memory_pipeline_tests.conftest import forget_schemas, fresh_schema
 
 LOCATIONS = domains.version_locations()
 PREVIOUS = "0003_temporal"
@@ -29,16 +28,9 @@ def empty_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'memory.sqlite'}"
         return
-    schema = f"m_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    make_engine.cache_clear()
-    forget_checked()
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
+    with fresh_schema("m") as url:
+        yield url
+    forget_schemas()
 
 
 def test_an_empty_database_reaches_head_and_matches_the_declared_tables(empty_url):
