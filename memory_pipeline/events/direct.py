@@ -177,67 +177,6 @@ def _chunks(rows: Iterator[Row], ingested_at: datetime) -> Iterator[_Chunk]:
         yield chunk
 
 
-def write(
-    conn: Connection,
-    rows: Callable[[Tick | None], Iterator[Row]],
-    now: datetime,
-    check: Callable[[], None],
-    progress: Tick | None,
-) -> Written:
-    """Write ``rows(tick)`` (validated, in file order) into worlds, conversations and messages, or
-    raise Fallback. ``check`` runs before each chunk is written (it raises Fallback on a bad line
-    that is not to be skipped). The caller owns the transaction and rolls it back on Fallback.
-
-    A thread reads ahead: it parses and validates the next chunk while this one is written, so
-    the parsing (Python) and the writing (the server) overlap. The progress the reading reports
-    is passed on from this thread, in order, before the chunk it came with is written."""
-    out = Written()
-    unnamed: set[str] = set()
-    dbapi = conn.connection.dbapi_connection
-    if getattr(dbapi, "encoding", None) not in ("UTF8", "UNICODE"):  # binary COPY text is UTF-8
-        raise Fallback
-    cursor = dbapi.cursor()  # type: ignore[union-attr]
-    with _short_switch_interval():
-        return _write(cursor, rows, now, check, progress, out, unnamed)
-
-
-def _write(
-    cursor: Any,
-    rows: Callable[[Tick | None], Iterator[Row]],
-    now: datetime,
-    check: Callable[[], None],
-    progress: Tick | None,
-    out: Written,
-    unnamed: set[str],
-) -> Written:
-    ahead = _ReadAhead(rows, now, progress is not None)
-    try:
-        for chunk, ticks in ahead:
-            for tick in ticks:
-                progress(*tick)  # type: ignore[misc]
-            if chunk is None:
-                break
-            check()
-            if not out.inserted:  # a file ingested again is told by its first chunk, before any write
-                cursor.execute(_ANY_STORED, {"m": list(chunk.ids)})
-                if cursor.fetchone()[0]:
-                    raise Fallback
-            _write_worlds(cursor, chunk, now, unnamed, out)
-            _write_conversations(cursor, chunk, now, out)
-            try:
-                cursor.copy_expert(_COPY_MESSAGES, io.BytesIO(chunk.data), size=COPY_CHUNK_CHARS)
-            except psycopg2.IntegrityError:  # a repeated or stored id, or another refusal
-                raise Fallback from None
-            out.inserted += chunk.rows
-        check()
-    except IntegrityError:
-        raise Fallback from None
-    finally:
-        ahead.close()
-        cursor.close()
-    return out
-
-
 # The writer waits on the server with the GIL released, and takes it back from the reading thread
 # each time an answer comes (a dozen times a chunk, the COPY's pieces included). At CPython's
 # default switch interval (5 ms) that wait was a fifth of the ingest: 102k messages in 3.08 s at
@@ -272,6 +211,55 @@ def _short_switch_interval() -> Iterator[None]:
             _switch.users -= 1
             if _switch.users == 0:
                 sys.setswitchinterval(_switch.saved)
+
+
+@_short_switch_interval()
+def write(
+    conn: Connection,
+    rows: Callable[[Tick | None], Iterator[Row]],
+    now: datetime,
+    check: Callable[[], None],
+    progress: Tick | None,
+) -> Written:
+    """Write ``rows(tick)`` (validated, in file order) into worlds, conversations and messages, or
+    raise Fallback. ``check`` runs before each chunk is written (it raises Fallback on a bad line
+    that is not to be skipped). The caller owns the transaction and rolls it back on Fallback.
+
+    A thread reads ahead: it parses and validates the next chunk while this one is written, so
+    the parsing (Python) and the writing (the server) overlap. The progress the reading reports
+    is passed on from this thread, in order, before the chunk it came with is written."""
+    out = Written()
+    unnamed: set[str] = set()
+    dbapi = conn.connection.dbapi_connection
+    if getattr(dbapi, "encoding", None) not in ("UTF8", "UNICODE"):  # binary COPY text is UTF-8
+        raise Fallback
+    cursor = dbapi.cursor()  # type: ignore[union-attr]
+    ahead = _ReadAhead(rows, now, progress is not None)
+    try:
+        for chunk, ticks in ahead:
+            for tick in ticks:
+                progress(*tick)  # type: ignore[misc]
+            if chunk is None:
+                break
+            check()
+            if not out.inserted:  # a file ingested again is told by its first chunk, before any write
+                cursor.execute(_ANY_STORED, {"m": list(chunk.ids)})
+                if cursor.fetchone()[0]:
+                    raise Fallback
+            _write_worlds(cursor, chunk, now, unnamed, out)
+            _write_conversations(cursor, chunk, now, out)
+            try:
+                cursor.copy_expert(_COPY_MESSAGES, io.BytesIO(chunk.data), size=COPY_CHUNK_CHARS)
+            except psycopg2.IntegrityError:  # a repeated or stored id, or another refusal
+                raise Fallback from None
+            out.inserted += chunk.rows
+        check()
+    except IntegrityError:
+        raise Fallback from None
+    finally:
+        ahead.close()
+        cursor.close()
+    return out
 
 
 class _ReadAhead:
