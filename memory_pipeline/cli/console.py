@@ -64,5 +64,7 @@ def print_ingest(report) -> None:
         f"{report.duplicates} already present, {len(report.rejected)} rejected, "
         f"{report.new_conversations} new conversations, {report.new_worlds} new worlds"
     )
+    if report.at_from_ingest:
+        console.print(f"{report.at_from_ingest} inserted without a timestamp: their time is the ingest time")
     for e in report.rejected[:50]:
         err.print(f"[yellow]rejected[/] {escape(str(e))}")

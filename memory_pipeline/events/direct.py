@@ -13,9 +13,9 @@ debug) must be the chunk's), one touches those stored before this ingest, one bi
 the messages. The first chunk's ids are looked up before anything is written, so a file ingested
 again falls back at once.
 
-Anything else raises ``Fallback`` and nothing is left: a repeat or an id stored before (refused
-by the primary key), a conversation whose (world, platform, debug) disagrees, a bad line when bad
-lines are not skipped, any row the store refuses. The caller rolls the transaction back whole and
+Anything else raises ``Fallback`` and nothing is left: a line without a timestamp, a repeat or an
+id stored before (refused by the primary key), a conversation whose (world, platform, debug)
+disagrees, a bad line when bad lines are not skipped, any row the store refuses. The caller rolls the transaction back whole and
 sends the file the staging path, which words every refusal and tells duplicates from conflicts.
 So the stored rows, the counts and the refusals are the staging path's; this is only faster.
 
@@ -127,7 +127,7 @@ def _chunks(rows: Iterator[Row], ingested_at: datetime) -> Iterator[_Chunk]:
         ids = chunk.ids
         worlds_, convs = chunk.worlds, chunk.conversations
         for _pos, mid, wid, wname, cid, title, platform, debug, role, content, calls, at, source in rows:
-            if mid in ids:
+            if mid in ids or at is None:  # a line without a timestamp: the staging path writes it
                 raise Fallback
             ids.add(mid)
             conv = convs.get(cid)

@@ -6,8 +6,10 @@ One JSON object per line (UTF-8; a byte order mark before the first line is igno
      "platform": "local", "debug": false, "role": "user",
      "content": "hello", "tool_calls": null, "timestamp": "2026-07-18T06:12:00+08:00"}
 
-Required: message_id, world_id, conversation_id (ids: see ``memory_pipeline.lib.ids``), role,
-timestamp (ISO 8601 with an offset, 1970 .. now + 1 minute). Optional: platform (default "local",
+Required: message_id, world_id, conversation_id (ids: see ``memory_pipeline.lib.ids``), role.
+timestamp: ISO 8601 with an offset, 1970 .. now + 1 minute; left out (or null) when the time is
+unknown, the message takes the time of its ingest and says so (``at_from_ingest``), and a line of a
+stored id without a timestamp is that event again when role and content agree. Optional: platform (default "local",
 at most 64 characters), debug (default false), content (default "", at most 100,000 characters),
 tool_calls (null or a list of objects, each with a non-empty string ``name``), world_name (at most
 256 characters), conversation_title (at most 512). No string may hold a NUL or a lone surrogate;
@@ -63,7 +65,6 @@ from memory_pipeline.lib.timeutil import EARLIEST, LATEST, parse_instant
 
 ROLES = {"user", "assistant", "tool", "system"}
 ID_FIELDS = ("message_id", "world_id", "conversation_id")
-REQUIRED = (*ID_FIELDS, "role", "timestamp")
 MAX_LINE_BYTES = 1_048_576
 MAX_CONTENT_CHARS = 100_000
 MAX_PLATFORM_CHARS = conversations.c.platform.type.length  # 64
@@ -138,6 +139,7 @@ class IngestReport:
     rejected: list[LineError] = field(default_factory=list)
     new_conversations: int = 0
     new_worlds: int = 0
+    at_from_ingest: int = 0  # of the inserted: lines without a timestamp, given the ingest time
 
 
 def source_label(path: str | Path) -> str:
@@ -188,8 +190,10 @@ def _check_role(role: Any) -> Problems:
 
 
 def _check_timestamp(value: Any, now: datetime) -> Problems:
-    if value in (None, ""):
-        return [("timestamp", "missing")]
+    if value is None:  # left out (or null): the time is unknown, the ingest time stands for it
+        return []
+    if value == "":
+        return [("timestamp", "empty (leave it out, or null, when the time is unknown)")]
     try:
         at = parse_timestamp(value)
     except ValueError as exc:
@@ -301,7 +305,7 @@ def validate_event(obj: Any, source: str, where: int | str, now: datetime) -> tu
         "role": obj["role"],
         "content": obj.get("content") or "",
         "tool_calls": obj.get("tool_calls") or None,
-        "at": parse_timestamp(obj["timestamp"]),
+        "at": None if obj.get("timestamp") is None else parse_timestamp(obj["timestamp"]),
         "source": fit(f"{source}:{where}", MAX_SOURCE_CHARS),
         "_file": source,
         "_where": where,
@@ -334,7 +338,7 @@ class EventBatch:
     def _conflict(self, event: dict) -> tuple[str, str] | None:
         prev = self._seen.get(event["message_id"])
         if prev is not None:
-            if (prev["content"], prev["role"], prev["at"]) != (event["content"], event["role"], event["at"]):
+            if not same_event(prev, event):
                 return "message_id", f"{shown(event['message_id'])} repeats {prev['source']} with different content"
             return None
         known = self._conv_meta.get(event["conversation_id"])
@@ -345,6 +349,14 @@ class EventBatch:
                 f"earlier lines say {known}",
             )
         return None
+
+
+def same_event(a: dict, b: dict) -> bool:
+    """Two lines of one id are the same event when role and content agree and so do their
+    timestamps, where both give one (a line without a timestamp leaves its time unknown)."""
+    return (a["content"], a["role"]) == (b["content"], b["role"]) and (
+        a["at"] is None or b["at"] is None or a["at"] == b["at"]
+    )
 
 
 def _meta(event: dict) -> tuple:
@@ -787,6 +799,7 @@ class _Write:
                 fresh -= staging.drop_conversations(conn, staging.conversations_of(conn, [p.pos for p in found]))
             staging.touch_conversations(conn, now, convs.raced)
             report.inserted = staging.write_messages(conn, now)
+            report.at_from_ingest = staging.written_at_ingest(conn, now)
             if report.inserted < fresh:  # stored by a concurrent ingest since the check above
                 found_msgs = staging.raced_messages(conn)
                 if found_msgs and not self.final:

@@ -34,6 +34,7 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    null,
     or_,
     select,
     true,
@@ -84,7 +85,7 @@ STAGING = Table(
     Column("role", String, nullable=False),
     Column("content", Text, nullable=False),
     Column("tool_calls", Text, nullable=False),
-    Column("at", UTCDateTime, nullable=False),
+    Column("at", UTCDateTime),  # null: the line gave no timestamp (the ingest time is written)
     Column("source", String, nullable=False),
     prefixes=["TEMPORARY"],
     postgresql_on_commit="DROP",
@@ -145,9 +146,13 @@ def copy_line(row: Row) -> str:
     pos, mid, wid, wname, cid, title, platform, debug, role, content, calls, at, source = row
     return (
         f"{pos}\t{mid}\t{wid}\t{copy_text(wname)}\t{cid}\t{copy_text(title)}\t{copy_text(platform)}\t"
-        f"{'t' if debug else 'f'}\t{role}\t{copy_text(content)}\t{copy_text(calls)}\t{at.isoformat()}\t"
+        f"{'t' if debug else 'f'}\t{role}\t{copy_text(content)}\t{copy_text(calls)}\t{_copy_at(at)}\t"
         f"{copy_text(source)}\n"
     )
+
+
+def _copy_at(at: datetime | None) -> str:
+    return "\\N" if at is None else at.isoformat()
 
 
 class CopyReader:
@@ -265,7 +270,7 @@ def file_repeats(conn: Connection) -> FileRepeats:
     out = FileRepeats()
     if not involved:
         return out
-    seen: dict[str, tuple[tuple[str, str, datetime], str]] = {}
+    seen: dict[str, tuple[tuple[str, str, datetime | None], str]] = {}
     conv_meta: dict[str, tuple[str, str, bool]] = {}
     gone: list[int] = []
     for pos, mid, wid, cid, platform, debug, role, content, at, source in involved:
@@ -274,7 +279,7 @@ def file_repeats(conn: Connection) -> FileRepeats:
         prev = seen.get(mid)
         if prev is not None:
             gone.append(pos)
-            if prev[0] != body:
+            if not _same_body(prev[0], body):
                 out.problems.append(
                     Problem(pos, "message_id", f"{shown(mid)} repeats {prev[1]} with different content")
                 )
@@ -353,9 +358,15 @@ def conversation_conflicts(conn: Connection) -> list[Problem]:
     return out
 
 
+def _same_body(a: tuple[str, str, datetime | None], b: tuple[str, str, datetime | None]) -> bool:
+    """(content, role, at) of two lines of one id: the same event (``ingest.same_event``)."""
+    return a[:2] == b[:2] and (a[2] is None or b[2] is None or a[2] == b[2])
+
+
 def _differs() -> Any:
+    """A staged row is another event than the stored one of its id (``ingest.same_event``)."""
     s, m = STAGING.c, messages.c
-    return or_(s.content != m.content, s.role != m.role, s.at != m.at)
+    return or_(s.content != m.content, s.role != m.role, and_(s.at.is_not(None), s.at != m.at))
 
 
 def stored_messages(conn: Connection) -> tuple[int, list[Problem]]:
@@ -396,7 +407,11 @@ def write_worlds(conn: Connection, now: datetime) -> int:
     rows; rows in key order so overlapping ingests lock them in the same order."""
     s = STAGING.c
     groups = conn.execute(
-        select(s.world_id, func.min(s.at), func.min(case((s.world_name.is_not(None), s.pos))))
+        select(
+            s.world_id,
+            func.min(func.coalesce(s.at, literal(now, UTCDateTime))),
+            func.min(case((s.world_name.is_not(None), s.pos))),
+        )
         .group_by(s.world_id)
         .order_by(s.world_id)
     ).all()
@@ -506,15 +521,35 @@ def write_messages(conn: Connection, now: datetime) -> int:
     savepoint is rolled back and the rows go in with ON CONFLICT DO NOTHING."""
     s = STAGING.c
     tool_calls = func.cast(s.tool_calls, postgresql.JSON) if conn.dialect.name == "postgresql" else s.tool_calls
+    ingested = literal(now, UTCDateTime)
     rows = (
         select(
-            s.message_id, s.conversation_id, s.role, s.content, tool_calls, s.at, literal(now, UTCDateTime), s.source
+            s.message_id,
+            s.conversation_id,
+            s.role,
+            s.content,
+            tool_calls,
+            func.coalesce(s.at, ingested),
+            ingested,
+            s.source,
+            case((s.at.is_(None), true()), else_=null()),
         )
         .where(true())
         .order_by(s.message_id)
     )
     stmt = _insert(conn, messages).from_select(
-        ["message_id", "conversation_id", "role", "content", "tool_calls", "at", "ingested_at", "source"], rows
+        [
+            "message_id",
+            "conversation_id",
+            "role",
+            "content",
+            "tool_calls",
+            "at",
+            "ingested_at",
+            "source",
+            "at_from_ingest",
+        ],
+        rows,
     )
     if conn.dialect.name == "postgresql":
         savepoint = conn.begin_nested()
@@ -531,6 +566,21 @@ def write_messages(conn: Connection, now: datetime) -> int:
 
 
 UNIQUE_VIOLATION = "23505"
+
+
+def written_at_ingest(conn: Connection, now: datetime) -> int:
+    """Messages this write stored with the ingest time for lack of a timestamp."""
+    s, m = STAGING.c, messages.c
+    if conn.execute(select(s.pos).where(s.at.is_(None)).limit(1)).first() is None:
+        return 0
+    joined = STAGING.join(messages, m.message_id == s.message_id)
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(joined)
+            .where(s.at.is_(None), m.at_from_ingest.is_(True), m.ingested_at == literal(now, UTCDateTime))
+        ).scalar_one()
+    )
 
 
 def raced_messages(conn: Connection) -> list[Problem]:

@@ -1,13 +1,16 @@
 """Ingestion: idempotent, all-or-nothing, every bad input named by file, line and field."""
 
 import json
-from datetime import UTC
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import func, select
 
+from memory_pipeline import domains
 from memory_pipeline.events.ingest import IngestError, ingest_file
 from memory_pipeline.events.tables import ingest_batches
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.temporal import chunks, summaries
 from memory_pipeline.temporal.tables import temporal_summaries
@@ -77,7 +80,7 @@ BAD_CASES = [
     ),
     ("role", _with(role="narrator"), "role", "unknown role 'narrator' (expected one of assistant, system, tool, user)"),
     ("role type", _with(role=["user"]), "role", "must be a string, got array"),
-    ("no timestamp", _without("timestamp"), "timestamp", "missing"),
+    ("empty timestamp", _with(timestamp=""), "timestamp", "empty (leave it out, or null, when the time is unknown)"),
     (
         "bad timestamp",
         _with(timestamp="yesterday at noon"),
@@ -215,6 +218,53 @@ def test_timestamps_convert_and_tool_calls_read_back(store, tmp_path):
         rows = dict(conn.execute(select(messages.c.message_id, messages.c.tool_calls)).all())
         name = conn.execute(select(worlds.c.name)).scalar_one()
     assert rows == {"z1": calls, "z2": None} and len(name) == 256
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_a_line_without_a_timestamp_takes_the_ingest_time_and_is_idempotent(store, tmp_path, backend):
+    """Seed 001: an event's time, or the ingest time when it is unknown. The message says which;
+    the same line again is a duplicate (its time is still unknown), not a conflict with the time
+    the first ingest gave it; another body under the id is still a conflict."""
+    if backend == "sqlite":
+        store = Store(f"sqlite:///{tmp_path}/m.sqlite")
+        ensure_schema(store, domains.version_locations())
+    unknown = [_without("timestamp"), {**_with(message_id="b1"), "timestamp": None}]
+    path = _write(tmp_path, [GOOD[0], *unknown])
+    now = datetime(2026, 7, 20, 1, 2, 3, tzinfo=UTC)
+    report = ingest_file(store, path, now=now)
+    assert (report.inserted, report.at_from_ingest) == (3, 2)
+    with store.connect() as conn:
+        rows = {r.message_id: r for r in conn.execute(select(messages))}
+        first_at = conn.execute(select(worlds.c.first_event_at)).scalar_one()
+    assert rows["m1"].at == cst(2026, 7, 18, 6, 1) and rows["m1"].at_from_ingest is None
+    for mid in ("b0", "b1"):
+        assert rows[mid].at == rows[mid].ingested_at and rows[mid].at_from_ingest is True
+    assert first_at == cst(2026, 7, 18, 6, 1)
+
+    again = ingest_file(store, path)  # later: a new ingest time, the same events
+    assert (again.inserted, again.duplicates, again.at_from_ingest) == (0, 3, 0)
+    timed = {**_without("timestamp"), "timestamp": "2026-07-18T06:05:00+08:00"}
+    for other in ({**_without("timestamp"), "content": "rewritten"}, timed):
+        with pytest.raises(IngestError, match="'b0' is already stored with different content"):
+            ingest_file(store, _write(tmp_path, [other], "other.jsonl"))
+    with store.connect() as conn:
+        assert conn.execute(select(messages.c.at).where(messages.c.message_id == "b0")).scalar_one() == rows["b0"].at
+
+
+def test_a_world_whose_lines_all_lack_a_timestamp_starts_at_its_ingest(store, tmp_path):
+    now = datetime(2026, 7, 20, 1, 2, 3, tzinfo=UTC)
+    path = _write(tmp_path, [_without("timestamp"), {**_without("timestamp"), "message_id": "b0"}])
+    report = ingest_file(store, path, now=now)
+    assert (report.inserted, report.duplicates, report.at_from_ingest) == (1, 0, 1)  # a repeat in the file
+    with store.connect() as conn:
+        first_at, at = conn.execute(
+            select(worlds.c.first_event_at, messages.c.at).select_from(
+                worlds.join(conversations, conversations.c.world_id == worlds.c.world_id).join(
+                    messages, messages.c.conversation_id == conversations.c.conversation_id
+                )
+            )
+        ).one()
+    assert first_at == at
 
 
 def test_skip_bad_writes_good_lines_and_reports_bad_ones(store, tmp_path):

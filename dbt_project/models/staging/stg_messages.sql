@@ -18,6 +18,8 @@ select
         or (m.role = 'assistant' and trim(coalesce(m.content, '')) = ''
             and m.tool_calls is not null and json_array_length(m.tool_calls) > 0) as is_tool_only,
     m.at as sent_at,
+    -- the line gave no timestamp: sent_at is the time of its ingest
+    coalesce(m.at_from_ingest, false) as sent_at_is_ingest_time,
     timezone('{{ var("timezone") }}', m.at) as sent_at_local,
     m.cst_day,
     m.ingested_at,

@@ -91,6 +91,8 @@ messages = Table(
     Column("at", UTCDateTime, nullable=False),  # payload timestamp, not ingest time
     Column("ingested_at", UTCDateTime, nullable=False, default=now_utc),
     Column("source", String(1024)),  # file:line it came from
+    # true: the line gave no timestamp, so ``at`` is the time of its ingest (seed 001: 时间不明确用接入时间)
+    Column("at_from_ingest", Boolean),
     Index("ix_messages_conversation_at", "conversation_id", "at"),
     Index("ix_messages_at", "at"),
 )
