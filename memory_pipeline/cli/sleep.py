@@ -126,6 +126,13 @@ def print_sleep_status(store) -> None:
     for st in s["stages"]:
         table.add_row(f"{st['stage']} days {st['status']} (newest {st['newest']})", str(st["days"]))
     console.print(table)
+    if s["refused"]:
+        refused = Table(title="Worlds refused (nothing written for them that day)")
+        for c in ("stage", "day", "world", "why"):
+            refused.add_column(c)
+        for r in s["refused"]:
+            refused.add_row(r["stage"], str(r["day"]), escape(r["world_id"]), escape(r["reason"]))
+        console.print(refused)
 
 
 @app.command()

@@ -133,13 +133,21 @@ class Change:
 @dataclass(frozen=True)
 class Rules:
     """What one stage's calls may touch: the offered tools, the sessions a light-sleep memory may
-    cite (None: any), the ids it may edit (None: any active one), the default observed_at."""
+    cite (None: any), the ids it may edit (None: any active one), the default observed_at, and
+    per session the time a create citing it defaults to (light sleep: the session's last message
+    of the day; several cited sessions: the earliest of their times, as a merge keeps the earliest)."""
 
     stage: Stage
     tools: tuple[str, ...]
     default_observed_at: datetime
     allowed_sessions: frozenset[str] | None = None
     editable_ids: frozenset[str] | None = None
+    session_times: Mapping[str, datetime] | None = None
+
+    def observed_default(self, sessions: Sequence[str]) -> datetime:
+        known = self.session_times or {}
+        times = [known[s] for s in sessions if s in known]
+        return min(times) if times else self.default_observed_at
 
 
 def _field_error(call_id: str, tool: str, name: str, problem: str) -> ToolError:
@@ -267,7 +275,7 @@ class MemoryState:
             mtype,
             content,
             sessions,
-            observed or rules.default_observed_at,
+            observed or rules.observed_default(sessions),
             version=1,
         )
         self.memories[m.id] = m

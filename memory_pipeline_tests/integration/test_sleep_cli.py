@@ -80,3 +80,24 @@ def test_conversation_commands(env, pg_url):  # noqa: F811
     assert shown.exit_code == 0 and "# 对话历程摘要（滚动）" in shown.output
     fixed = runner.invoke(app, ["conversation", "correct", "c1", "用户其实在为搬家发愁。"])
     assert fixed.exit_code == 0 and "version 2" in fixed.output
+
+
+def test_sleep_status_lists_a_refused_world_with_its_size(env, pg_url, monkeypatch):  # noqa: F811
+    config = env / "memory.yaml"
+    config.write_text(
+        "memory:\n  sleep:\n    deep_warn_chars: 100\n    deep_batch_chars: 200\n    deep_refuse_chars: 300\n"
+        f"    log_dir: {env / 'logs'}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    _ingest(
+        env,
+        conversation("w-big", "s-b", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好", "我喜欢喝茶", "好", "我喜欢爬山", "好"])
+        + conversation("w-small", "s-s", cst(2026, 3, 2, 10), ["garden tomatoes", "ok"]),
+    )
+    result = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-02"])
+    assert result.exit_code == 0, result.output  # the other world slept; the day is not a failure
+    status = runner.invoke(app, ["sleep", "status"], terminal_width=300)
+    assert status.exit_code == 0 and "Worlds refused" in status.output
+    (line,) = [ln for ln in status.output.splitlines() if "w-big" in ln]
+    assert "deep_sleep" in line and "2026-03-02" in line and "over the 300 limit" in line

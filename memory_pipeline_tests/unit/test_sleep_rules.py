@@ -333,3 +333,19 @@ def test_the_conversation_offline_rule_is_deterministic():
     assert first == offline_tools.respond("conversation_summary", msgs, tools)
     (call,) = first[1]
     assert call["arguments"]["preferences"] == ["用户喜欢爬山"] and "offline" in first[0]
+
+
+# --- message 1.5 edge cases, phase B's budget, light sleep's default observed_at -------------------
+
+
+def test_a_light_sleep_fact_without_observed_at_takes_its_sessions_time():
+    t1, t2 = datetime(2026, 5, 1, 1, 0, tzinfo=UTC), datetime(2026, 5, 1, 7, 0, tzinfo=UTC)
+    end = datetime(2026, 5, 1, 15, 59, tzinfo=UTC)
+    rules = Rules(Stage.LIGHT, LIGHT_TOOLS, end, frozenset({"s-a", "s-b"}), session_times={"s-a": t1, "s-b": t2})
+    s = state()
+    (a,) = s.apply(call(CREATE, type="world", content="x", source_sessions=["s-a"]), rules)
+    (b,) = s.apply(call(CREATE, type="world", content="y", source_sessions=["s-b"]), rules)
+    (both,) = s.apply(call(CREATE, type="world", content="z", source_sessions=["s-b", "s-a"]), rules)
+    (none,) = s.apply(call(CREATE, type="world", content="w", source_sessions=[]), rules)
+    assert (a.memory.observed_at, b.memory.observed_at, both.memory.observed_at) == (t1, t2, t1)
+    assert none.memory.observed_at == end  # no session cited: the day's last kept message
