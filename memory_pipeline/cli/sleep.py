@@ -141,10 +141,15 @@ def diff(
     before: str = typer.Argument(..., help="Snapshot day (YYYY-MM-DD)"),
     after: str = typer.Argument(..., help="Snapshot day (YYYY-MM-DD)"),
 ):
-    """What changed in a world's semantic memory between two days' snapshots."""
+    """What changed in a world's semantic memory between two days' snapshots (exit 1 when a day has
+    no snapshot or the world is unknown)."""
+    from memory_pipeline.sleep.snapshots import SnapshotMissing
     from memory_pipeline.sleep.snapshots import diff as snapshot_diff
 
-    d = snapshot_diff(open_store(), world, _day("before", before), _day("after", after))
+    try:
+        d = snapshot_diff(open_store(), world, _day("before", before), _day("after", after))
+    except SnapshotMissing as exc:
+        refuse(str(exc), code=1)
     console.print(f"{escape(world)} {before} -> {after}")
     console.print(f"  created:    {', '.join(d.created) or '-'}")
     console.print(f"  deprecated: {', '.join(d.deprecated) or '-'}")

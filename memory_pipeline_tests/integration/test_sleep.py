@@ -486,7 +486,8 @@ def test_malformed_json_arguments_are_refused_by_name(store, tmp_path):
     assert [m.content for m in active(store)] == ["x"]
 
 
-def test_remember_and_the_explicit_delete(store):
+def test_remember_and_the_explicit_delete(store, ingest):
+    ingest(conversation("w1", "s-live", cst(2026, 3, 2, 14), ["我养了一只猫"]))
     mid = mem.remember(store, "w1", "s-live", "用户养了一只猫", at=cst(2026, 3, 2, 15))
     (m,) = active(store)
     assert m.id == mid and m.source_sessions == ["s-live"] and m.observed_at == cst(2026, 3, 2, 15)
@@ -499,6 +500,57 @@ def test_remember_and_the_explicit_delete(store):
         active(store) == [] and count(store, semantic_memory_versions, semantic_memory_versions.c.op == "delete") == 1
     )
     assert count(store, semantic_memory_versions, semantic_memory_versions.c.content != "") == 0
+
+
+def test_remember_refuses_a_session_that_is_missing_or_another_worlds(store, ingest):
+    ingest(conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣"]))
+    for world, session in (("w2", "s-1"), ("w1", "s-nope")):
+        with pytest.raises(mem.InputError, match=f"field 'session_id': no session '{session}' in world '{world}'"):
+            mem.remember(store, world, session, "用户养了一只猫")
+    assert count(store, semantic_memories) == 0 and count(store, semantic_memory_versions) == 0
+    assert mem.remember(store, "w1", "s-1", "用户养了一只猫")
+
+
+def test_the_explicit_delete_removes_the_memory_from_the_day_snapshots_too(store, tmp_path):
+    ids = _seed(store, "w1", [("world", "用户的秘密", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    _seed(store, "w2", [("world", "w2 的事", ["s-9"], "2026-03-01T10:00:00+08:00")])
+    _light_done(store, tmp_path)
+    run_deep_sleep(ctx_for(store, tmp_path), D)
+    assert ids[0] in snapshot(store, "w1", D)
+    assert mem.delete_memory(store, "w2", ids[0]) is False  # another world's id: nothing happens
+    assert ids[0] in snapshot(store, "w1", D)
+    assert mem.delete_memory(store, "w1", ids[0]) is True
+    with store.connect() as conn:
+        contents = set(conn.execute(select(semantic_memory_snapshots.c.content)).scalars())
+        versions = set(conn.execute(select(semantic_memory_versions.c.content)).scalars())
+    assert "用户的秘密" not in contents and contents == {"w2 的事"}  # gone from every day it was kept in
+    assert "用户的秘密" not in versions
+
+
+def test_the_autobiographys_rejected_calls_are_recorded_with_their_errors(store, tmp_path):
+    ids = _seed(store, "w1", [("experience", "第一次跑完半马", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    with FakeOpenAI() as server:
+        server.push(
+            "tools",
+            [
+                ("create_autobiographical_memory", {"narrative": " ", "significance": 3, "kind": "event"}),
+                ("update_autobiographical_memory", {"id": "a-1", "narrative": "x"}),
+                (
+                    "create_autobiographical_memory",
+                    {"narrative": "跑完了第一个半马", "significance": 4, "kind": "milestone", "source_memory_ids": ids},
+                ),
+            ],
+        )
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        result = run_autobiography(ctx_for(store, tmp_path, llm=llm), D)
+    assert (result.narratives_created, result.rejected) == (1, 2)
+    with store.connect() as conn:
+        detail = conn.execute(
+            select(sleep_runs.c.detail).where(sleep_runs.c.stage == "autobiography_cron", sleep_runs.c.world_id == "w1")
+        ).scalar_one()
+    calls = detail["rejected_calls"]
+    assert [c["call"]["name"] for c in calls] == ["create_autobiographical_memory", "update_autobiographical_memory"]
+    assert "empty narrative is refused" in calls[0]["error"] and "unknown tool" in calls[1]["error"]
 
 
 def test_light_sleep_rejects_tools_outside_its_whitelist_and_records_them(store, ingest, tmp_path):
@@ -588,9 +640,10 @@ def test_only_the_top_20_pinned_facts_enter_the_system_prompt(store):
 # --- checklist lines that had no test that could fail ---------------------------------------------
 
 
-def test_remember_infers_the_session_and_now(store):
+def test_remember_infers_the_session_and_now(store, ingest):
     from memory_pipeline.lib.timeutil import utcnow
 
+    ingest(conversation("w1", "s-live", cst(2026, 3, 2, 14), ["我换了新工作"]))
     before = utcnow()
     mid = mem.remember(store, "w1", "s-live", "用户换了新工作", type="world")
     after = utcnow()

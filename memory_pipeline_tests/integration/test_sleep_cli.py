@@ -42,6 +42,12 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
     ]
     diff = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
     assert diff.exit_code == 0 and "deprecated:" in diff.output and "created:" in diff.output
+    # A side with no snapshot is refused by name, never reported as "everything deprecated".
+    missing = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2099-01-01"])
+    assert missing.exit_code == 1 and "no snapshot of 2099-01-01" in missing.output
+    assert "deprecated:" not in missing.output
+    unknown = runner.invoke(app, ["sleep", "diff", "nobody", "2026-03-02", "2026-03-03"])
+    assert unknown.exit_code == 1 and "unknown world 'nobody'" in unknown.output
     status = runner.invoke(app, ["status"])
     assert (
         status.exit_code == 0
@@ -51,6 +57,7 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
 
 
 def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url):  # noqa: F811
+    _ingest(env, conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我养了一只猫"]))
     result = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "   "])
     assert result.exit_code == 2 and "field 'content': empty" in result.output
     result = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "x", "--type", "mood"])
@@ -59,6 +66,11 @@ def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url): 
     assert result.exit_code == 2 and "field 'world_id'" in result.output
     result = runner.invoke(app, ["sleep", "self-block", "w1", "mood", "x"])
     assert result.exit_code == 2 and "field 'name': 'mood' is not a self block" in result.output
+    for world, session in (("w2", "s-1"), ("w1", "s-nope")):  # another world's session, or none
+        result = runner.invoke(app, ["sleep", "remember", world, session, "用户养猫"])
+        assert (
+            result.exit_code == 2 and f"field 'session_id': no session '{session}' in world '{world}'" in result.output
+        )
     store = Store(pg_url)
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() == 0
