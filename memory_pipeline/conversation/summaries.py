@@ -32,7 +32,7 @@ from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import local_date, utcnow
 
-PROMPT_VERSION = "conversation-summary-v1"
+PROMPT_VERSION = "conversation-summary-v2"  # v2: dates allowed as timeline key points
 RECALLABLE = ("user", "assistant")
 
 TOOL_SCHEMA = {
@@ -68,8 +68,8 @@ INSTRUCTIONS = """# 对话历程摘要（作者视角）
 不要：流水账（"用户讲了 A、B、C"）、罗列带日期的事件、摘抄台词；除非是时间线关键点，不写具体日期。
 要（3-5 句，绝不超过 10 句）：情感主线；角色已知的用户偏好/重要事实；情感关键点（话题 → 投入 / 回避 / 波动）；未解决的钩子。
 long_arc（角色自己的心事）优先于本摘要的情感基调：可以提到"用户聊到 X 让角色想起 arc"，但不改写 arc。
-用 write_conversation_summary 一次写出四部分。程序会检查：引用原话（整句或长段照抄）、流水账、日期、改写 long_arc
-都会被拒绝，本次摘要作废、下次触发重试。"""
+用 write_conversation_summary 一次写出四部分。程序会检查：引用原话（整句或长段照抄）、流水账、带日期的事件罗列
+（时间线关键点可以带一个日期，全篇至多两个）、改写 long_arc 都会被拒绝，本次摘要作废、稍后重试。"""
 
 LONG_ARC_HEAD = "# long_arc（角色自己的心事；情感基调以它为准。摘要可以提到它，不能改写它）"
 
