@@ -1,6 +1,7 @@
 """Seed 002 on the command line (`memory-pipeline conversation ...`): the gate's initialization
 status, the user's memory check and correction, the user-profile store, the due summaries as a
-Dagster run, what a conversation's summary and injected history are now."""
+Dagster run, an operator's retry of a failing conversation, what a conversation's summary and
+injected history are now."""
 
 from __future__ import annotations
 
@@ -107,17 +108,43 @@ def correct(conversation: str = typer.Argument(...), arc: str = typer.Argument(.
 
 
 @app.command()
+def retry(conversation: str = typer.Argument(...)):
+    """An operator's retry of a failing conversation (held after too many failures in a row, or
+    backing off): its failures in a row are forgotten and the next trigger asks the model again."""
+    from memory_pipeline.conversation.summaries import retry as do_retry
+
+    state = _guard(do_retry, open_store(), conversation)
+    console.print(
+        f"{escape(conversation)}: {state.consecutive} failure(s) in a row cleared; the next trigger asks again"
+    )
+
+
+@app.command()
 def status():
-    """Summaries, versions, unverified, failures, open requests."""
+    """Summaries, versions, unverified, failures (backing off, held with the reason), open requests."""
     print_conversation_status(open_store())
 
 
 def print_conversation_status(store) -> None:
+    from memory_pipeline.conversation import config
+    from memory_pipeline.conversation.summaries import failing
     from memory_pipeline.conversation.summaries import status as conv_status
 
+    cfg = config.load()
     table = Table(title="Rolling conversation summaries (seed 002)")
     table.add_column("what")
     table.add_column("count", justify="right")
-    for k, v in conv_status(store).items():
+    for k, v in conv_status(store, cfg).items():
         table.add_row(k.replace("_", " "), str(v))
     console.print(table)
+    rows = failing(store, cfg)
+    if rows:
+        fails = Table(title="Failing conversations (`conversation retry CONV` clears a held one)")
+        for c in ("conversation", "in a row", "state", "next attempt", "last error"):
+            fails.add_column(c)
+        for f in rows:
+            nxt = f["next_attempt"].isoformat(timespec="seconds") if f["next_attempt"] else "-"
+            fails.add_row(
+                escape(f["conversation_id"]), str(f["consecutive_failures"]), f["state"], nxt, escape(f["last_error"])
+            )
+        console.print(fails)

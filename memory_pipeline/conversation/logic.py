@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -39,7 +39,7 @@ class Trigger(StrEnum):
 
 
 class FormatError(ValueError):
-    """The model's answer breaks the layout (a failure: nothing written, retried next trigger)."""
+    """The model's answer breaks the layout (a failure: nothing written, retried after the backoff)."""
 
     kind = "format"
 
@@ -73,6 +73,26 @@ def due(status: str | None, entries: int, covered_end: int, explicit: bool, min_
     if not gate(status, entries, min_entries):
         return False
     return explicit or entries - covered_end >= min_entries
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Where a conversation stands after failures in a row (seed: 下次触发重试, bounded here): the
+    next attempt waits ``base_minutes`` after the first failure, doubling after each further one;
+    after ``max_failures`` in a row it is held until an operator retries it."""
+
+    consecutive: int
+    last_failure_at: datetime
+    last_error: str
+
+    def held(self, max_failures: int) -> bool:
+        return self.consecutive >= max_failures
+
+    def next_attempt(self, base_minutes: int) -> datetime:
+        return self.last_failure_at + timedelta(minutes=base_minutes * 2 ** max(0, self.consecutive - 1))
+
+    def waiting(self, now: datetime, base_minutes: int, max_failures: int) -> bool:
+        return self.held(max_failures) or now < self.next_attempt(base_minutes)
 
 
 def is_haiku_class(model: str) -> bool:

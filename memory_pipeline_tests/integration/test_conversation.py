@@ -151,7 +151,9 @@ def test_a_failure_writes_nothing_logs_an_event_and_retries_next_trigger(store, 
     assert rows(store) == []
     (failure,) = rows(store, conversation_summary_failures)
     assert failure["conversation_id"] == "c1" and error in failure["error"]
-    assert due_ids(store) == ["c1"]  # retried on the next trigger
+    # Retried on a later trigger, once the first backoff (10 minutes) is over.
+    assert due_ids_at(store, failure["at"] + timedelta(minutes=9)) == []
+    assert due_ids_at(store, failure["at"] + timedelta(minutes=10)) == ["c1"]
 
 
 def test_a_haiku_class_model_is_refused_before_any_call(store, ingest):
@@ -301,10 +303,11 @@ def test_an_answer_outside_the_authors_view_is_refused_logged_as_such_and_retrie
         assert rows(store) == []  # nothing written
         (failure,) = rows(store, conversation_summary_failures)
         assert failure["error"].startswith("author_view: ") and error in failure["error"]
-        # The user's check stays open and the conversation due: the next trigger asks again (never
-        # reusing the refused answer) and writes the good one.
-        assert due_ids(store) == ["c1"] and rows(store, conversation_summary_requests)[0]["done_at"] is None
-        second = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG), long_arcs=arcs)
+        # The user's check stays open and the conversation due after the backoff: that trigger asks
+        # again (never reusing the refused answer) and writes the good one.
+        later = failure["at"] + timedelta(minutes=10)
+        assert due_ids_at(store, later) == ["c1"] and rows(store, conversation_summary_requests)[0]["done_at"] is None
+        second = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG, later), long_arcs=arcs)
         assert second.written == ["c1"] and len(server.requests) == 2
         assert arc_text in server.requests[1]["messages"][2]["content"]  # the model is shown long_arc
         (request,) = rows(store, conversation_summary_requests)
@@ -322,10 +325,12 @@ def test_other_failures_are_logged_with_their_kind(store, ingest):
         llm = LLMClient(
             store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0, timeout_seconds=1
         )
-        for _ in range(2):
-            summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
+        t = cst(2026, 3, 3, 9)
+        for wait in (10, 20):  # each attempt once the backoff of the previous failure is over
+            summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG, t), now=t)
+            t += timedelta(minutes=wait)
         haiku = LLMClient(store, model="anthropic/claude-3-haiku", api_base=server.api_base, api_key="k")
-        summaries.run(store, haiku, CFG, CST, summaries.due_conversations(store, CFG))
+        summaries.run(store, haiku, CFG, CST, summaries.due_conversations(store, CFG, t), now=t)
     kinds = [f["error"].split(":", 1)[0] for f in rows(store, conversation_summary_failures)]
     assert kinds == ["format", "model", "haiku_class"]
 
@@ -374,3 +379,51 @@ def test_the_profile_section_takes_the_most_recent_value(store, ingest):
     (v1,) = rows(store)
     prefs = v1["sections"]["preferences"]
     assert prefs[:2] == ["住址：上海", "职业：编剧"] and not any("北京" in p for p in prefs)
+
+
+# --- a failing conversation backs off and is held --------------------------------------------------
+
+
+def bad_answer():
+    return summary_call(emotional_arc="用户讲了剧本、工作、墓地、搬家。整体平稳。")  # a running log: refused
+
+
+def test_a_failing_conversation_backs_off_then_is_held_until_an_operator_retries(store, ingest):
+    from memory_pipeline.conversation.tables import conversation_summary_backoff
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(30)))
+    summaries.set_init_status(store, "c1", "done")
+    t = cst(2026, 3, 3, 9)
+    with FakeOpenAI() as server:
+        for _ in range(5):
+            server.push(*bad_answer())
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        for wait in (10, 20, 40, 80):
+            (due,) = summaries.due_conversations(store, CFG, now=t)
+            result = summaries.run(store, llm, CFG, CST, [due], now=t)
+            assert "running log" in result.failed["c1"] and result.held == []
+            # Not due again until the backoff is over: every tick before it would be a new paid call.
+            assert due_ids_at(store, t + timedelta(minutes=wait - 1)) == []
+            t += timedelta(minutes=wait)
+            assert due_ids_at(store, t) == ["c1"]
+        result = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG, now=t), now=t)
+        assert result.held == ["c1"] and len(server.requests) == 5
+        # Held after five in a row: no clock brings it back, and status says why.
+        assert due_ids_at(store, t + timedelta(days=30)) == []
+        state = summaries.status(store, CFG)
+        assert (state["held"], state["backing_off"], state["failures_logged"]) == (1, 0, 5)
+        (held,) = summaries.failing(store, CFG)
+        assert held["state"] == "held" and held["consecutive_failures"] == 5
+        assert held["last_error"].startswith("author_view: ") and "running log" in held["last_error"]
+        # The operator retries it explicitly: due at once, and a success ends the failures in a row.
+        assert summaries.retry(store, "c1").consecutive == 5
+        assert due_ids_at(store, t) == ["c1"]
+        server.push(*summary_call())
+        assert summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG, now=t), now=t).written
+    assert rows(store, conversation_summary_backoff) == [] and summaries.failing(store, CFG) == []
+    with pytest.raises(summaries.InputError, match="no failures to retry"):
+        summaries.retry(store, "c1")
+
+
+def due_ids_at(store, now):
+    return [d.conversation_id for d in summaries.due_conversations(store, CFG, now=now)]

@@ -279,3 +279,39 @@ def test_an_oversized_world_is_refused_alone_and_the_asset_and_its_check_say_so(
             conn.execute(select(self_blocks.c.world_id).where(self_blocks.c.name == "autobiography_summary")).scalars()
         )
     assert "w-small" in blocks
+
+
+def test_the_rolling_summary_sensor_does_not_ask_again_during_the_backoff(defs, instance, store, ingest):
+    """A refused answer: the next ticks (every 5 minutes) request no new paid call until the
+    backoff is over; then one, under a new run key."""
+    from datetime import timedelta
+
+    from memory_pipeline.conversation.config import ConversationConfig
+    from memory_pipeline.conversation.tables import conversation_summary_backoff
+    from memory_pipeline.lib.llm import LLMClient
+    from memory_pipeline_tests.conftest import CST
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
+    summaries.set_init_status(store, "c1", "done")
+    sensor = defs.get_sensor_def("conversation_rolling_summary_sensor")
+
+    def tick():
+        resources = {"conversation": defs.resources["conversation"]}
+        with build_sensor_context(
+            instance=instance, repository_def=defs.get_repository_def(), resources=resources
+        ) as ctx:
+            return sensor.evaluate_tick(ctx)
+
+    (first,) = tick().run_requests
+    cfg = ConversationConfig()
+    with FakeOpenAI() as server:
+        server.push("ok", "no tool call")  # a format error
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        assert summaries.run(store, llm, cfg, CST, summaries.due_conversations(store, cfg)).failed
+    assert tick().run_requests == []  # the next tick: no new paid call
+    with store.begin() as conn:  # the first backoff (10 minutes) has passed
+        failed_at = conn.execute(select(conversation_summary_backoff.c.last_failure_at)).scalar_one()
+        conn.execute(conversation_summary_backoff.update().values(last_failure_at=failed_at - timedelta(minutes=10)))
+    (again,) = tick().run_requests
+    assert again.run_key != first.run_key and again.run_config == first.run_config

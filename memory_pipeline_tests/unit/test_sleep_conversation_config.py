@@ -208,3 +208,15 @@ def test_what_the_seed_allows_is_accepted(sections):
 def test_what_the_seed_forbids_is_still_refused(sections, message):
     with pytest.raises(logic.AuthorViewError, match=message):
         logic.check_author_view(sections, HISTORY)
+
+
+def test_a_failing_conversation_backs_off_doubling_and_is_held_after_five_in_a_row():
+    at = datetime(2026, 3, 2, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
+    cfg = conversation_config.ConversationConfig()
+    assert (cfg.retry_backoff_minutes, cfg.max_consecutive_failures) == (10, 5)
+    waits = [logic.Backoff(n, at, "format: x").next_attempt(10) - at for n in range(1, 5)]
+    assert [w.total_seconds() / 60 for w in waits] == [10, 20, 40, 80]
+    b = logic.Backoff(2, at, "format: x")
+    assert b.waiting(at + waits[0], 10, 5) and not b.waiting(at + waits[1], 10, 5)
+    held = logic.Backoff(5, at, "format: x")
+    assert held.held(5) and held.waiting(at + waits[-1] * 100, 10, 5)  # held: no clock lets it through

@@ -1,0 +1,30 @@
+"""Seed 002: the retry backoff of failing rolling summaries.
+
+Revision ID: 0021_conversation_failures
+Revises: 0017_ledger_tokens_source
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+import memory_pipeline.lib.store.tables
+
+revision = "0021_conversation_failures"
+down_revision = "0017_ledger_tokens_source"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "conversation_summary_backoff",
+        sa.Column("conversation_id", sa.String(length=128), nullable=False),
+        sa.Column("consecutive_failures", sa.Integer(), nullable=False),
+        sa.Column("last_failure_at", memory_pipeline.lib.store.tables.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("last_error", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("conversation_id"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("conversation_summary_backoff")
