@@ -1,11 +1,9 @@
 """Seed 002 on the command line (`memory-pipeline conversation ...`): the gate's initialization
-status, the user's memory check and correction, the user-profile store, the due summaries as a
-Dagster run, an operator's retry of a failing conversation, what a conversation's summary and
-injected history are now."""
+status, the user's memory check, their confirmation or correction of the check line, the
+user-profile store, the due summaries as a Dagster run, an operator's retry of a failing
+conversation, what a conversation's summary is now."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import typer
 from rich.markup import escape
@@ -81,19 +79,40 @@ def summarize():
 def show(conversation: str = typer.Argument(...)):
     """The newest summary version and, while unverified, its check line."""
     from memory_pipeline.conversation import config
-    from memory_pipeline.conversation.summaries import injected_history
+    from memory_pipeline.conversation.summaries import latest
     from memory_pipeline.sleep.memory import self_block_of
 
     store, cfg = open_store(), config.load()
-    # trim_history=True only to read the summary back; nothing is trimmed or written.
-    view = _guard(
-        injected_history, store, conversation, replace(cfg, trim_history=True), self_block_of(store, cfg.long_arc_block)
-    )
-    if view["summary"] is None:
+    row = _guard(latest, store, conversation)
+    if row is None:
         refuse(f"conversation {conversation!r} has no summary yet", code=1)
-    if view["long_arc"]:
-        console.print(escape(f"long_arc (wins on emotional tone): {view['long_arc']}\n"))
-    console.print(escape(view["summary"]))
+    arc = self_block_of(store, cfg.long_arc_block, [row["world_id"]]).get(row["world_id"])
+    if arc:
+        console.print(escape(f"long_arc (wins on emotional tone): {arc}\n"))
+    console.print(escape(row["content"]))
+    if row["verified"]:
+        console.print(f"version {row['version']}, verified")
+        return
+    console.print(f"version {row['version']}, unverified; its check line:")
+    console.print(escape(row["check_line"] or ""))
+    console.print(
+        escape(
+            f"the user's yes: memory-pipeline conversation confirm {conversation} --version {row['version']}; "
+            f"a no: memory-pipeline conversation correct {conversation} TEXT"
+        )
+    )
+
+
+@app.command()
+def confirm(
+    conversation: str = typer.Argument(...),
+    version: int | None = typer.Option(None, "--version", help="The version whose check line the user saw"),
+):
+    """The user said yes to the check line: the newest version is marked verified (nothing rewritten)."""
+    from memory_pipeline.conversation.summaries import confirm as do_confirm
+
+    changed = _guard(do_confirm, open_store(), conversation, version)
+    console.print("verified" if changed else "already verified: nothing changed")
 
 
 @app.command()

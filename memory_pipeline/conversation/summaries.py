@@ -352,7 +352,7 @@ def _ask(
     if long_arc.strip():
         msgs.append({"role": "user", "content": f"{LONG_ARC_HEAD}\n{long_arc}"})
     msgs += [
-        {"role": "user", "content": f"# RECENT_HISTORY（全量；本次总结 L{new_from} 之后的新增部分）\n{lines}"},
+        {"role": "user", "content": f"# RECENT_HISTORY（全量；本次总结 L{new_from} 起的新增部分）\n{lines}"},
         {"role": "user", "content": INSTRUCTIONS},
     ]
     req = LLMRequest(
@@ -458,6 +458,7 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
                 covered_end=prev["covered_end"],
                 last_updated=now,
                 verified=True,
+                verified_at=now,
                 check_line=None,
                 trigger=str(Trigger.CORRECTION),
                 model=None,
@@ -466,6 +467,40 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
             )
         )
     return int(prev["version"]) + 1
+
+
+def latest(store: Store, conversation_id: str) -> dict[str, Any] | None:
+    """The newest summary version of a conversation (its row), or None."""
+    conversation_id = _conv_id(conversation_id)
+    with store.connect() as conn:
+        return _latest(conn, [conversation_id]).get(conversation_id)
+
+
+def confirm(store: Store, conversation_id: str, version: int | None = None, now: datetime | None = None) -> bool:
+    """The user said yes to the check line: the newest version is marked verified (its content is
+    not touched). ``version``, when given, must be the newest: the user confirms the check line they
+    were shown, never an older one. False when it was verified already (nothing changed)."""
+    conversation_id = _conv_id(conversation_id)
+    with store.begin() as conn:
+        row = _latest(conn, [conversation_id]).get(conversation_id)
+        if row is None:
+            raise InputError(f"field 'conversation_id': {conversation_id!r} has no summary to confirm")
+        if version is not None and version != row["version"]:
+            raise InputError(
+                f"field 'version': {version} is not the newest version of {conversation_id!r} ({row['version']}): "
+                "only the newest check line can be confirmed"
+            )
+        if row["verified"]:
+            return False
+        conn.execute(
+            update(conversation_summaries)
+            .where(
+                conversation_summaries.c.conversation_id == conversation_id,
+                conversation_summaries.c.version == row["version"],
+            )
+            .values(verified=True, verified_at=now or utcnow())
+        )
+    return True
 
 
 def retry(store: Store, conversation_id: str) -> Backoff:

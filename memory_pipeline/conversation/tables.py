@@ -29,6 +29,7 @@ conversation_summaries = Table(
     Column("covered_end", Integer, nullable=False),
     Column("last_updated", UTCDateTime, nullable=False),
     Column("verified", Boolean, nullable=False, default=False),
+    Column("verified_at", UTCDateTime),  # when the user confirmed the check line (or wrote the correction)
     Column("check_line", Text),
     Column("trigger", String(32), nullable=False),  # entries | user_check | preference_override | correction
     Column("model", String(256)),

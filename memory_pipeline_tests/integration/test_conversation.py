@@ -200,7 +200,8 @@ def test_the_model_gets_the_full_history_and_the_previous_summary(store, ingest)
         msgs = server.requests[0]["messages"]
     assert msgs[1]["content"].startswith("# 已有 summary（上次覆盖至 L31）\n# 对话历程摘要（滚动）")
     assert "L1 **user**" in msgs[2]["content"] and "L61 **assistant**" in msgs[2]["content"]
-    assert "本次总结 L32 之后的新增部分" in msgs[2]["content"]
+    # L32 is the first new entry: the heading says the new part starts there (not "after L32").
+    assert "本次总结 L32 起的新增部分" in msgs[2]["content"] and "之后" not in msgs[2]["content"].split("\n")[0]
     assert server.requests[0]["tools"][0]["function"]["name"] == "write_conversation_summary"
 
 
@@ -381,7 +382,7 @@ def test_the_profile_section_takes_the_most_recent_value(store, ingest):
     assert prefs[:2] == ["住址：上海", "职业：编剧"] and not any("北京" in p for p in prefs)
 
 
-# --- a failing conversation backs off and is held --------------------------------------------------
+# --- a failing conversation backs off and is held; the user's confirmation ---------------------------
 
 
 def bad_answer():
@@ -427,3 +428,25 @@ def test_a_failing_conversation_backs_off_then_is_held_until_an_operator_retries
 
 def due_ids_at(store, now):
     return [d.conversation_id for d in summaries.due_conversations(store, CFG, now=now)]
+
+
+def test_the_user_confirms_the_check_line_and_the_version_is_verified(store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(31)))
+    summaries.set_init_status(store, "c1", "done")
+    summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    ingest(conversation("w1", "c1", cst(2026, 3, 4, 9), texts(30, 100)))
+    summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    v1, v2 = rows(store)
+    assert (v1["verified"], v2["verified"]) == (False, False) and v2["check_line"].endswith("，大致对吗？")
+    # Only the check line the user was shown (the newest) can be confirmed.
+    with pytest.raises(summaries.InputError, match="field 'version': 1 is not the newest version"):
+        summaries.confirm(store, "c1", version=1)
+    at = cst(2026, 3, 5, 10)
+    assert summaries.confirm(store, "c1", version=2, now=at) is True
+    v1, v2 = rows(store)
+    assert (v1["verified"], v2["verified"], v2["verified_at"]) == (False, True, at)
+    assert v2["content"] == summaries.latest(store, "c1")["content"] and len(rows(store)) == 2  # nothing rewritten
+    assert summaries.confirm(store, "c1") is False  # already verified: nothing changes
+    assert summaries.status(store)["unverified"] == 0
+    with pytest.raises(summaries.InputError, match="has no summary to confirm"):
+        summaries.confirm(store, "c2")

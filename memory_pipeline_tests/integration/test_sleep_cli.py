@@ -90,8 +90,33 @@ def test_conversation_commands(env, pg_url):  # noqa: F811
     assert result.exit_code == 0 and "1 due, 1 written, 0 failed" in result.output, result.output
     shown = runner.invoke(app, ["conversation", "show", "c1"])
     assert shown.exit_code == 0 and "# 对话历程摘要（滚动）" in shown.output
+    # While unverified, show prints the check line the help promises, and how to answer it.
+    assert "version 1, unverified" in shown.output and "我对咱们最近聊的事的印象是 " in shown.output
+    assert "，大致对吗？" in shown.output and "conversation confirm c1 --version 1" in shown.output
     fixed = runner.invoke(app, ["conversation", "correct", "c1", "用户其实在为搬家发愁。"])
     assert fixed.exit_code == 0 and "version 2" in fixed.output
+    shown = runner.invoke(app, ["conversation", "show", "c1"])
+    assert "version 2, verified" in shown.output and "大致对吗" not in shown.output
+    # The user's yes to a check line: an older version is refused, the newest is verified (once).
+    stale = runner.invoke(app, ["conversation", "confirm", "c1", "--version", "1"])
+    assert stale.exit_code == 2 and "1 is not the newest version" in stale.output
+    again = runner.invoke(app, ["conversation", "confirm", "c1"])
+    assert again.exit_code == 0 and "already verified" in again.output
+    nothing = runner.invoke(app, ["conversation", "retry", "c1"])
+    assert nothing.exit_code == 2 and "no failures to retry" in nothing.output
+
+
+def test_the_user_confirms_a_summary_from_the_command_line(env, pg_url):  # noqa: F811
+    from memory_pipeline.conversation.tables import conversation_summaries
+
+    _ingest(env, conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
+    assert runner.invoke(app, ["conversation", "init-status", "c1", "done"]).exit_code == 0
+    assert runner.invoke(app, ["conversation", "summarize"]).exit_code == 0
+    result = runner.invoke(app, ["conversation", "confirm", "c1", "--version", "1"])
+    assert result.exit_code == 0 and result.output.strip() == "verified"
+    with Store(pg_url).connect() as conn:
+        assert conn.execute(select(conversation_summaries.c.verified)).scalars().all() == [True]
+    assert "version 1, verified" in runner.invoke(app, ["conversation", "show", "c1"]).output
 
 
 def test_sleep_status_lists_a_refused_world_with_its_size(env, pg_url, monkeypatch):  # noqa: F811

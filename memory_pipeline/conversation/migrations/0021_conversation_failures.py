@@ -1,4 +1,4 @@
-"""Seed 002: the retry backoff of failing rolling summaries.
+"""Seed 002: the retry backoff of failing rolling summaries, and when a version was verified.
 
 Revision ID: 0021_conversation_failures
 Revises: 0017_ledger_tokens_source
@@ -24,7 +24,12 @@ def upgrade() -> None:
         sa.Column("last_error", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("conversation_id"),
     )
+    op.add_column(
+        "conversation_summaries",
+        sa.Column("verified_at", memory_pipeline.lib.store.tables.UTCDateTime(timezone=True), nullable=True),
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("conversation_summaries", "verified_at")
     op.drop_table("conversation_summary_backoff")
