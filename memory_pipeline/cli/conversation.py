@@ -158,11 +158,15 @@ def print_conversation_status(store) -> None:
     console.print(table)
     rows = failing(store, cfg)
     if rows:
+        from memory_pipeline.lib import settings
+        from memory_pipeline.lib.timeutil import zone
+
+        tz = zone(settings.timezone_name())
         fails = Table(title="Failing conversations (`conversation retry CONV` clears a held one)")
         for c in ("conversation", "in a row", "state", "next attempt", "last error"):
             fails.add_column(c)
         for f in rows:
-            nxt = f["next_attempt"].isoformat(timespec="seconds") if f["next_attempt"] else "-"
+            nxt = f["next_attempt"].astimezone(tz).isoformat(timespec="seconds") if f["next_attempt"] else "-"
             fails.add_row(
                 escape(f["conversation_id"]), str(f["consecutive_failures"]), f["state"], nxt, escape(f["last_error"])
             )
