@@ -24,7 +24,7 @@ from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.sleep.config import SleepConfig
-from memory_pipeline.sleep.context import SleepContext, StageFailure
+from memory_pipeline.sleep.context import SleepContext
 from memory_pipeline.sleep.deep import run_deep_sleep
 from memory_pipeline.sleep.light import run_light_sleep
 from memory_pipeline.sleep.logic import CREATE, LIGHT_TOOLS, MemoryState, Rules, Stage, message_one
@@ -91,11 +91,11 @@ def deep_band(target: int) -> None:
         with tempfile.TemporaryDirectory() as logs:
             ctx = SleepContext(store, LLMClient(store), SleepConfig(log_dir=logs), CST)
             started = time.monotonic()
-            try:
-                result = run_deep_sleep(ctx, DAY)
-            except StageFailure as exc:
+            result = run_deep_sleep(ctx, DAY)
+            if "w1" in result.refused:
                 print(
-                    f"message 1 {chars:>7} chars ({n} memories): REFUSED before any call ({ctx.llm.stats.calls} calls): {exc}"
+                    f"message 1 {chars:>7} chars ({n} memories): REFUSED before any call ({ctx.llm.stats.calls} calls): "
+                    f"{result.refused['w1']}"
                 )
                 return
             seconds = time.monotonic() - started

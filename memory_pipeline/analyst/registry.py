@@ -169,10 +169,12 @@ EXPORTS: tuple[ExportTable, ...] = (
 BY_NAME: dict[str, ExportTable] = {e.name: e for e in EXPORTS}
 
 # Tables on the shared metadata that are deliberately not exported, each with the reason: only
-# coordination state of the running system (rows that live for seconds), never data.
+# coordination state of the running system (rows that live for seconds to hours), never data.
 NOT_EXPORTED: dict[str, str] = {
     "partition_leases": "coordination state of running runs (who holds a partition now), not a fact to analyse",
     "pending_cache_writes": "a write-behind queue of cache values, emptied once Redis answers again",
+    "conversation_summary_backoff": "when a failing rolling summary may be retried (gone on success or an "
+    "operator's retry); every failure itself is exported in conversation_summary_failures",
 }
 
 

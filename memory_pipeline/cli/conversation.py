@@ -1,10 +1,9 @@
 """Seed 002 on the command line (`memory-pipeline conversation ...`): the gate's initialization
-status, the user's memory check and correction, the user-profile store, the due summaries as a
-Dagster run, what a conversation's summary and injected history are now."""
+status, the user's memory check, their confirmation or correction of the check line, the
+user-profile store, the due summaries as a Dagster run, an operator's retry of a failing
+conversation, what a conversation's summary is now."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import typer
 from rich.markup import escape
@@ -80,19 +79,40 @@ def summarize():
 def show(conversation: str = typer.Argument(...)):
     """The newest summary version and, while unverified, its check line."""
     from memory_pipeline.conversation import config
-    from memory_pipeline.conversation.summaries import injected_history
+    from memory_pipeline.conversation.summaries import latest
     from memory_pipeline.sleep.memory import self_block_of
 
     store, cfg = open_store(), config.load()
-    # trim_history=True only to read the summary back; nothing is trimmed or written.
-    view = _guard(
-        injected_history, store, conversation, replace(cfg, trim_history=True), self_block_of(store, cfg.long_arc_block)
-    )
-    if view["summary"] is None:
+    row = _guard(latest, store, conversation)
+    if row is None:
         refuse(f"conversation {conversation!r} has no summary yet", code=1)
-    if view["long_arc"]:
-        console.print(escape(f"long_arc (wins on emotional tone): {view['long_arc']}\n"))
-    console.print(escape(view["summary"]))
+    arc = self_block_of(store, cfg.long_arc_block, [row["world_id"]]).get(row["world_id"])
+    if arc:
+        console.print(escape(f"long_arc (wins on emotional tone): {arc}\n"))
+    console.print(escape(row["content"]))
+    if row["verified"]:
+        console.print(f"version {row['version']}, verified")
+        return
+    console.print(f"version {row['version']}, unverified; its check line:")
+    console.print(escape(row["check_line"] or ""))
+    console.print(
+        escape(
+            f"the user's yes: memory-pipeline conversation confirm {conversation} --version {row['version']}; "
+            f"a no: memory-pipeline conversation correct {conversation} TEXT"
+        )
+    )
+
+
+@app.command()
+def confirm(
+    conversation: str = typer.Argument(...),
+    version: int | None = typer.Option(None, "--version", help="The version whose check line the user saw"),
+):
+    """The user said yes to the check line: the newest version is marked verified (nothing rewritten)."""
+    from memory_pipeline.conversation.summaries import confirm as do_confirm
+
+    changed = _guard(do_confirm, open_store(), conversation, version)
+    console.print("verified" if changed else "already verified: nothing changed")
 
 
 @app.command()
@@ -107,17 +127,47 @@ def correct(conversation: str = typer.Argument(...), arc: str = typer.Argument(.
 
 
 @app.command()
+def retry(conversation: str = typer.Argument(...)):
+    """An operator's retry of a failing conversation (held after too many failures in a row, or
+    backing off): its failures in a row are forgotten and the next trigger asks the model again."""
+    from memory_pipeline.conversation.summaries import retry as do_retry
+
+    state = _guard(do_retry, open_store(), conversation)
+    console.print(
+        f"{escape(conversation)}: {state.consecutive} failure(s) in a row cleared; the next trigger asks again"
+    )
+
+
+@app.command()
 def status():
-    """Summaries, versions, unverified, failures, open requests."""
+    """Summaries, versions, unverified, failures (backing off, held with the reason), open requests."""
     print_conversation_status(open_store())
 
 
 def print_conversation_status(store) -> None:
+    from memory_pipeline.conversation import config
+    from memory_pipeline.conversation.summaries import failing
     from memory_pipeline.conversation.summaries import status as conv_status
 
+    cfg = config.load()
     table = Table(title="Rolling conversation summaries (seed 002)")
     table.add_column("what")
     table.add_column("count", justify="right")
-    for k, v in conv_status(store).items():
+    for k, v in conv_status(store, cfg).items():
         table.add_row(k.replace("_", " "), str(v))
     console.print(table)
+    rows = failing(store, cfg)
+    if rows:
+        from memory_pipeline.lib import settings
+        from memory_pipeline.lib.timeutil import zone
+
+        tz = zone(settings.timezone_name())
+        fails = Table(title="Failing conversations (`conversation retry CONV` clears a held one)")
+        for c in ("conversation", "in a row", "state", "next attempt", "last error"):
+            fails.add_column(c)
+        for f in rows:
+            nxt = f["next_attempt"].astimezone(tz).isoformat(timespec="seconds") if f["next_attempt"] else "-"
+            fails.add_row(
+                escape(f["conversation_id"]), str(f["consecutive_failures"]), f["state"], nxt, escape(f["last_error"])
+            )
+        console.print(fails)

@@ -126,6 +126,13 @@ def print_sleep_status(store) -> None:
     for st in s["stages"]:
         table.add_row(f"{st['stage']} days {st['status']} (newest {st['newest']})", str(st["days"]))
     console.print(table)
+    if s["refused"]:
+        refused = Table(title="Worlds refused (nothing written for them that day)")
+        for c in ("stage", "day", "world", "why"):
+            refused.add_column(c)
+        for r in s["refused"]:
+            refused.add_row(r["stage"], str(r["day"]), escape(r["world_id"]), escape(r["reason"]))
+        console.print(refused)
 
 
 @app.command()
@@ -134,10 +141,15 @@ def diff(
     before: str = typer.Argument(..., help="Snapshot day (YYYY-MM-DD)"),
     after: str = typer.Argument(..., help="Snapshot day (YYYY-MM-DD)"),
 ):
-    """What changed in a world's semantic memory between two days' snapshots."""
+    """What changed in a world's semantic memory between two days' snapshots (exit 1 when a day has
+    no snapshot or the world is unknown)."""
+    from memory_pipeline.sleep.snapshots import SnapshotMissing
     from memory_pipeline.sleep.snapshots import diff as snapshot_diff
 
-    d = snapshot_diff(open_store(), world, _day("before", before), _day("after", after))
+    try:
+        d = snapshot_diff(open_store(), world, _day("before", before), _day("after", after))
+    except SnapshotMissing as exc:
+        refuse(str(exc), code=1)
     console.print(f"{escape(world)} {before} -> {after}")
     console.print(f"  created:    {', '.join(d.created) or '-'}")
     console.print(f"  deprecated: {', '.join(d.deprecated) or '-'}")

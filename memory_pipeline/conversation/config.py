@@ -23,6 +23,10 @@ class ConversationConfig:
     # The self block holding the character's long_arc (seed: long_arc 优先): shown to the model and
     # put before the summary in the agent's context; read, never written.
     long_arc_block: str = "long_arc"
+    # A failed conversation is retried after a backoff that doubles (10, 20, 40, 80 minutes ...) and
+    # held after this many failures in a row, until an operator runs `conversation retry`.
+    retry_backoff_minutes: int = 10
+    max_consecutive_failures: int = 5
 
     def validate(self) -> ConversationConfig:
         for f in fields(self):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -39,7 +39,7 @@ class Trigger(StrEnum):
 
 
 class FormatError(ValueError):
-    """The model's answer breaks the layout (a failure: nothing written, retried next trigger)."""
+    """The model's answer breaks the layout (a failure: nothing written, retried after the backoff)."""
 
     kind = "format"
 
@@ -75,14 +75,47 @@ def due(status: str | None, entries: int, covered_end: int, explicit: bool, min_
     return explicit or entries - covered_end >= min_entries
 
 
+@dataclass(frozen=True)
+class Backoff:
+    """Where a conversation stands after failures in a row (seed: 下次触发重试, bounded here): the
+    next attempt waits ``base_minutes`` after the first failure, doubling after each further one;
+    after ``max_failures`` in a row it is held until an operator retries it."""
+
+    consecutive: int
+    last_failure_at: datetime
+    last_error: str
+
+    def held(self, max_failures: int) -> bool:
+        return self.consecutive >= max_failures
+
+    def next_attempt(self, base_minutes: int) -> datetime:
+        return self.last_failure_at + timedelta(minutes=base_minutes * 2 ** max(0, self.consecutive - 1))
+
+    def waiting(self, now: datetime, base_minutes: int, max_failures: int) -> bool:
+        return self.held(max_failures) or now < self.next_attempt(base_minutes)
+
+
 def is_haiku_class(model: str) -> bool:
     """Seed: ❌ 用 Haiku 压缩（精度不足以识别情感主线）."""
     return "haiku" in model.lower()
 
 
 _SENTENCE_END = re.compile(r"[。！？!?]+|\.(?=\s|$)")
-# 2026-04-18, 4月18日, 4/18, 04-19 (the seed's "04-19 聊工作" list)
-_DATE = re.compile(r"(?<!\d)(?:\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}|\d{2}-\d{2})(?![\d/-])|\d{1,2}月\d{1,2}日")
+_CLAUSE_END = re.compile(r"[，,；;：:。！？!?]+|\.(?=\s|$)")
+# What follows a number range that makes it a quantity, not a month-day (10-12 个小时, 10-12 次).
+_UNIT = (
+    r"\s*(?:个|小时|钟头|钟|分钟|分|秒|天|日|晚|夜|周|星期|礼拜|月|年|岁|次|回|遍|趟|点|人|位|名|本|页|章|集|部|篇|句|"
+    r"条|段|杯|瓶|顿|块|元|万|千|百|斤|公斤|克|公里|里|米|层|度|%|％|h\b|hours?\b|days?\b|mins?\b|km\b|kg\b|"
+    r"times\b|years?\b|weeks?\b)"
+)
+# Dates as the seed writes them (2026-04-18, 04-19, 4月18日) and their kin (2026/4/18, 2026年4月18日,
+# 4月18号). A bare M/D is a ratio or a fraction (24/7, 3/4, 50/50), not a date; a two-digit range
+# followed by a unit is a quantity.
+_DATE = re.compile(
+    r"(?<!\d)\d{4}\s*(?:[-/.]\s*\d{1,2}\s*[-/.]|年\s*\d{1,2}\s*月)\s*\d{1,2}\s*[日号]?(?!\d)"
+    r"|(?<!\d)\d{1,2}\s*月\s*\d{1,2}\s*[日号]"
+    rf"|(?<![\d/.-])(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?![\d/.-])(?!{_UNIT})"
+)
 
 
 def sentences(text: str) -> int:
@@ -128,8 +161,6 @@ def parse_sections(call: Mapping[str, Any], max_sentences: int = 10) -> Sections
     n = sentences(arc)
     if n > max_sentences:
         raise FormatError(f"field 'emotional_arc': {n} sentences (more than {max_sentences}: 没提炼到主线)")
-    if _DATE.search(arc):
-        raise AuthorViewError("field 'emotional_arc': contains a date (摘要不是流水账)")
     points = args.get("emotional_key_points", [])
     if not isinstance(points, list):
         raise FormatError("field 'emotional_key_points': expected a list")
@@ -150,6 +181,7 @@ def parse_sections(call: Mapping[str, Any], max_sentences: int = 10) -> Sections
 QUOTE_LINE_TOKENS = 6  # a whole history line of at least 6 tokens copied is a quoted line
 QUOTE_RUN_TOKENS = 12  # so is any run of 12 consecutive tokens of one line (or of long_arc)
 RUNNING_LOG_ITEMS = 4  # a sentence that tells what was talked about as a list of 4+ items is a running log
+TIMELINE_DATES_MAX = 2  # more dates than this in one summary is a dated event list, whatever the layout
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 _REPORTED = re.compile(
@@ -158,7 +190,16 @@ _REPORTED = re.compile(
     re.IGNORECASE,
 )
 _TOLD = re.compile(r"讲|聊|说|谈|提|talked about|told", re.IGNORECASE)
-_ITEM_SEP = re.compile(r"[、/／]")
+_ITEM_SEP = re.compile(r"、|(?<!\d)[/／](?!\d)")  # 24/7 and 3/4 are not lists
+# A word of feeling: a list of topics that says how the user was about them is the emotional
+# thread (她聊到工作、家庭、健康、感情时都很投入), not a running log (用户讲了 A、B、C、D).
+_FEELING = re.compile(
+    r"投入|回避|波动|开心|高兴|快乐|兴奋|激动|难过|伤心|悲伤|哽咽|哭|焦虑|担心|担忧|紧张|害怕|恐惧|不安|自责|愧疚|内疚|"
+    r"后悔|防御|抗拒|崩溃|放松|轻松|平静|平稳|释然|失落|沮丧|低落|委屈|生气|愤怒|烦|累|疲惫|压力|期待|犹豫|纠结|感动|"
+    r"温暖|孤独|寂寞|在意|热情|兴致|情绪|心情|感受|excited|happy|glad|sad|upset|anxious|worried|nervous|afraid|"
+    r"guilty|defensive|relaxed|calm|tired|stressed|engaged|avoid|moved|lonely|emotional",
+    re.IGNORECASE,
+)
 
 
 def tokens(text: str) -> list[str]:
@@ -177,21 +218,54 @@ def section_texts(s: Sections) -> list[tuple[str, str]]:
     )
 
 
+def check_dates(texts: Sequence[tuple[str, str]]) -> None:
+    """Seed: ❌ 包含具体日期细节（除非是时间线关键点）, ❌ 罗列事件 ("2026-04-18 聊剧本 / 04-19 聊工作").
+    A date may anchor a timeline key point (4月18日父亲忌日那天她崩溃了): one date in a clause, not
+    tied to what was talked about, at most TIMELINE_DATES_MAX in the summary. Refused: two dates in
+    one clause (a list), a date with 聊/讲/说/谈/提 in its clause (an item of a dated event list), a
+    date in a preference or fact (standing facts carry none), more than TIMELINE_DATES_MAX dates."""
+    total = 0
+    for name, text in texts:
+        found = _DATE.findall(text)
+        if not found:
+            continue
+        if name.startswith("preferences"):
+            raise AuthorViewError(f"field '{name}': contains a date (a standing fact carries none: 摘要不是流水账)")
+        for clause in _CLAUSE_END.split(text):
+            dates = _DATE.findall(clause)
+            if len(dates) > 1 or (dates and _TOLD.search(_DATE.sub("", clause))):
+                raise AuthorViewError(
+                    f"field '{name}': contains a date in a dated event list (罗列事件，不是时间线关键点): "
+                    f"{clause.strip()[:60]!r}"
+                )
+        total += len(found)
+    if total > TIMELINE_DATES_MAX:
+        raise AuthorViewError(
+            f"the summary contains {total} dates (more than {TIMELINE_DATES_MAX} timeline key points: 摘要不是流水账)"
+        )
+
+
+def running_log(sentence: str) -> bool:
+    """A sentence that tells what was talked about as a list of RUNNING_LOG_ITEMS or more things,
+    with no word of how the user felt (流水账)."""
+    listed = len(_ITEM_SEP.findall(sentence)) >= RUNNING_LOG_ITEMS - 1
+    return listed and _TOLD.search(sentence) is not None and _FEELING.search(sentence) is None
+
+
 def check_author_view(s: Sections, history: Sequence[tuple[int, str]], long_arc: str = "") -> None:
     """Seed 002 Step 2 as far as code can tell, on the model's sections (before the program adds
     the user-profile facts): no quoted lines (摘抄台词: reported speech in quotation marks, a whole
-    history line of >= 6 tokens or a run of 12 of one copied verbatim), no running log (a sentence
-    listing 4+ things talked about: 流水账), no dates outside the emotional key points, and long_arc
+    history line of >= 6 tokens or a run of 12 of one copied verbatim), no running log (流水账:
+    ``running_log``), no dates unless a timeline key point (``check_dates``), and long_arc
     referred to at most, never written (no run of 12 of its tokens). AuthorViewError names the field
     and the line (L number)."""
     texts = section_texts(s)
     for name, text in texts:
         if _REPORTED.search(text):
             raise AuthorViewError(f"field '{name}': quotes what was said (摘抄台词): {text[:60]!r}")
-        if not name.startswith("emotional_key_points") and _DATE.search(text):
-            raise AuthorViewError(f"field '{name}': contains a date (摘要不是流水账)")
+    check_dates(texts)
     for sentence in _SENTENCE_END.split(s.arc):
-        if _TOLD.search(sentence) and len(_ITEM_SEP.findall(sentence)) >= RUNNING_LOG_ITEMS - 1:
+        if running_log(sentence):
             raise AuthorViewError(f"field 'emotional_arc': a running log of topics (流水账): {sentence.strip()[:60]!r}")
     streams = {name: tokens(text) for name, text in texts}
     joined = {name: "\x1f" + "\x1f".join(t) + "\x1f" for name, t in streams.items()}

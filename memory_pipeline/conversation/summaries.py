@@ -14,14 +14,15 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from memory_pipeline.conversation import logic
 from memory_pipeline.conversation.config import ConversationConfig
-from memory_pipeline.conversation.logic import FailureKind, FormatError, Sections, Trigger
+from memory_pipeline.conversation.logic import Backoff, FailureKind, FormatError, Sections, Trigger
 from memory_pipeline.conversation.tables import (
     conversation_init_status,
     conversation_summaries,
+    conversation_summary_backoff,
     conversation_summary_failures,
     conversation_summary_requests,
     user_profile_facts,
@@ -32,7 +33,7 @@ from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import local_date, utcnow
 
-PROMPT_VERSION = "conversation-summary-v1"
+PROMPT_VERSION = "conversation-summary-v2"  # v2: dates allowed as timeline key points
 RECALLABLE = ("user", "assistant")
 
 TOOL_SCHEMA = {
@@ -68,8 +69,8 @@ INSTRUCTIONS = """# 对话历程摘要（作者视角）
 不要：流水账（"用户讲了 A、B、C"）、罗列带日期的事件、摘抄台词；除非是时间线关键点，不写具体日期。
 要（3-5 句，绝不超过 10 句）：情感主线；角色已知的用户偏好/重要事实；情感关键点（话题 → 投入 / 回避 / 波动）；未解决的钩子。
 long_arc（角色自己的心事）优先于本摘要的情感基调：可以提到"用户聊到 X 让角色想起 arc"，但不改写 arc。
-用 write_conversation_summary 一次写出四部分。程序会检查：引用原话（整句或长段照抄）、流水账、日期、改写 long_arc
-都会被拒绝，本次摘要作废、下次触发重试。"""
+用 write_conversation_summary 一次写出四部分。程序会检查：引用原话（整句或长段照抄）、流水账、带日期的事件罗列
+（时间线关键点可以带一个日期，全篇至多两个）、改写 long_arc 都会被拒绝，本次摘要作废、稍后重试。"""
 
 LONG_ARC_HEAD = "# long_arc（角色自己的心事；情感基调以它为准。摘要可以提到它，不能改写它）"
 
@@ -120,9 +121,27 @@ def _counts(conn: Any) -> dict[str, tuple[str, int]]:
     return {c: (w, n) for c, w, n in conn.execute(q)}
 
 
-def due_conversations(store: Store, cfg: ConversationConfig) -> list[Due]:
-    """Conversations that pass the gate and have a trigger: four grouped queries, whatever the count."""
+def backoffs(conn: Any, ids: Sequence[str] | None = None) -> dict[str, Backoff]:
+    """The conversations whose last attempts failed, with how many in a row and the last error."""
+    q = select(conversation_summary_backoff)
+    if ids is not None:
+        q = q.where(conversation_summary_backoff.c.conversation_id.in_(list(ids)))
+    return {
+        r["conversation_id"]: Backoff(r["consecutive_failures"], r["last_failure_at"], r["last_error"])
+        for r in conn.execute(q).mappings()
+    }
+
+
+def due_conversations(store: Store, cfg: ConversationConfig, now: datetime | None = None) -> list[Due]:
+    """Conversations that pass the gate and have a trigger, and are not waiting out a failure's
+    backoff or held after too many in a row: five grouped queries, whatever the count."""
+    now = now or utcnow()
     with store.connect() as conn:
+        waiting = {
+            c
+            for c, b in backoffs(conn).items()
+            if b.waiting(now, cfg.retry_backoff_minutes, cfg.max_consecutive_failures)
+        }
         counts = _counts(conn)
         status = dict(
             conn.execute(select(conversation_init_status.c.conversation_id, conversation_init_status.c.status)).all()
@@ -137,6 +156,8 @@ def due_conversations(store: Store, cfg: ConversationConfig) -> list[Due]:
             open_reqs.setdefault(c, trig)
     out = []
     for conv, (world, n) in sorted(counts.items()):
+        if conv in waiting:
+            continue
         covered = latest[conv]["covered_end"] if conv in latest else 0
         explicit = conv in open_reqs
         if logic.due(status.get(conv), n, covered, explicit, cfg.min_entries):
@@ -163,6 +184,7 @@ class RunResult:
     written: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # failed too many times in a row: waits for an operator
 
 
 def _profile(conn: Any, worlds: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
@@ -204,21 +226,41 @@ def run(
         hist = history(conn, ids)
         latest = _latest(conn, ids)
         profile = _profile(conn, worlds)
+        failing = backoffs(conn, ids)
     arcs = long_arcs or {}
 
     def fail(d: Due, kind: FailureKind, message: str) -> None:
-        """Nothing written but the failure-log event, ``<kind>: <message>``; retried next trigger."""
-        out.failed[d.conversation_id] = f"{kind}: {message}"
+        """Nothing written but the failure-log event, ``<kind>: <message>``, and one more failure in
+        a row (the next trigger retries after the backoff; too many in a row hold it)."""
+        error = f"{kind}: {message}"[:2000]
+        out.failed[d.conversation_id] = error
+        before = failing.get(d.conversation_id)
+        in_a_row = (before.consecutive if before else 0) + 1
         with store.begin() as conn:
             conn.execute(
                 conversation_summary_failures.insert().values(
                     conversation_id=d.conversation_id,
                     at=now,
                     trigger=str(d.trigger),
-                    error=f"{kind}: {message}"[:2000],
+                    error=error,
                     model=llm.model,
                 )
             )
+            upsert(
+                conn,
+                conversation_summary_backoff,
+                [
+                    {
+                        "conversation_id": d.conversation_id,
+                        "consecutive_failures": in_a_row,
+                        "last_failure_at": now,
+                        "last_error": error,
+                    }
+                ],
+                keys=["conversation_id"],
+            )
+        if in_a_row >= cfg.max_consecutive_failures:
+            out.held.append(d.conversation_id)
 
     for d in due:
         entries = hist.get(d.conversation_id, [])
@@ -283,6 +325,11 @@ def run(
                 )
                 .values(done_at=now, outcome=f"version {version}")
             )
+            conn.execute(  # a success ends the failures in a row
+                delete(conversation_summary_backoff).where(
+                    conversation_summary_backoff.c.conversation_id == d.conversation_id
+                )
+            )
         out.written.append(d.conversation_id)
     return out
 
@@ -305,7 +352,7 @@ def _ask(
     if long_arc.strip():
         msgs.append({"role": "user", "content": f"{LONG_ARC_HEAD}\n{long_arc}"})
     msgs += [
-        {"role": "user", "content": f"# RECENT_HISTORY（全量；本次总结 L{new_from} 之后的新增部分）\n{lines}"},
+        {"role": "user", "content": f"# RECENT_HISTORY（全量；本次总结 L{new_from} 起的新增部分）\n{lines}"},
         {"role": "user", "content": INSTRUCTIONS},
     ]
     req = LLMRequest(
@@ -411,6 +458,7 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
                 covered_end=prev["covered_end"],
                 last_updated=now,
                 verified=True,
+                verified_at=now,
                 check_line=None,
                 trigger=str(Trigger.CORRECTION),
                 model=None,
@@ -419,6 +467,56 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
             )
         )
     return int(prev["version"]) + 1
+
+
+def latest(store: Store, conversation_id: str) -> dict[str, Any] | None:
+    """The newest summary version of a conversation (its row), or None."""
+    conversation_id = _conv_id(conversation_id)
+    with store.connect() as conn:
+        return _latest(conn, [conversation_id]).get(conversation_id)
+
+
+def confirm(store: Store, conversation_id: str, version: int | None = None, now: datetime | None = None) -> bool:
+    """The user said yes to the check line: the newest version is marked verified (its content is
+    not touched). ``version``, when given, must be the newest: the user confirms the check line they
+    were shown, never an older one. False when it was verified already (nothing changed)."""
+    conversation_id = _conv_id(conversation_id)
+    with store.begin() as conn:
+        row = _latest(conn, [conversation_id]).get(conversation_id)
+        if row is None:
+            raise InputError(f"field 'conversation_id': {conversation_id!r} has no summary to confirm")
+        if version is not None and version != row["version"]:
+            raise InputError(
+                f"field 'version': {version} is not the newest version of {conversation_id!r} ({row['version']}): "
+                "only the newest check line can be confirmed"
+            )
+        if row["verified"]:
+            return False
+        conn.execute(
+            update(conversation_summaries)
+            .where(
+                conversation_summaries.c.conversation_id == conversation_id,
+                conversation_summaries.c.version == row["version"],
+            )
+            .values(verified=True, verified_at=now or utcnow())
+        )
+    return True
+
+
+def retry(store: Store, conversation_id: str) -> Backoff:
+    """An operator's explicit retry of a failing (held or backing off) conversation: its failures in
+    a row are forgotten, so the next trigger asks again (the failure log keeps every event)."""
+    conversation_id = _conv_id(conversation_id)
+    with store.begin() as conn:
+        state = backoffs(conn, [conversation_id]).get(conversation_id)
+        if state is None:
+            raise InputError(f"field 'conversation_id': {conversation_id!r} has no failures to retry")
+        conn.execute(
+            delete(conversation_summary_backoff).where(
+                conversation_summary_backoff.c.conversation_id == conversation_id
+            )
+        )
+    return state
 
 
 def injected_history(
@@ -522,7 +620,29 @@ def layout_audit(store: Store) -> tuple[int, list[str]]:
     return len(latest), problems
 
 
-def status(store: Store) -> dict[str, Any]:
+def failing(store: Store, cfg: ConversationConfig, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Conversations whose last attempts failed: held (waits for `conversation retry`) or backing
+    off until ``next_attempt``, with the last error. Reads only."""
+    now = now or utcnow()
+    with store.connect() as conn:
+        states = backoffs(conn)
+    out = []
+    for conv, b in sorted(states.items()):
+        held = b.held(cfg.max_consecutive_failures)
+        out.append(
+            {
+                "conversation_id": conv,
+                "consecutive_failures": b.consecutive,
+                "state": "held" if held else "backing off",
+                "next_attempt": None if held else b.next_attempt(cfg.retry_backoff_minutes),
+                "last_error": b.last_error,
+            }
+        )
+    return out
+
+
+def status(store: Store, cfg: ConversationConfig | None = None) -> dict[str, Any]:
+    cfg = cfg or ConversationConfig()
     with store.connect() as conn:
         versions = conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one()
         convs = conn.execute(select(func.count(func.distinct(conversation_summaries.c.conversation_id)))).scalar_one()
@@ -538,11 +658,14 @@ def status(store: Store) -> dict[str, Any]:
             .select_from(conversation_init_status)
             .where(conversation_init_status.c.status == "done")
         ).scalar_one()
+    states = failing(store, cfg)
     return {
         "conversations_summarized": convs,
         "summary_versions": versions,
         "unverified": unverified,
         "failures_logged": failures,
+        "backing_off": sum(1 for f in states if f["state"] == "backing off"),
+        "held": sum(1 for f in states if f["state"] == "held"),
         "open_requests": open_requests,
         "initialization_done": done,
     }

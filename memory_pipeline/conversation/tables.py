@@ -1,6 +1,6 @@
 """Seed 002 tables: each conversation's initialization status (the Step-0 gate), the versions of its
-rolling summary (never overwritten), explicit triggers, the failure log, and the user-profile store
-the summary's preferences section draws on (most recent wins)."""
+rolling summary (never overwritten), explicit triggers, the failure log and the retry backoff, and
+the user-profile store the summary's preferences section draws on (most recent wins)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ conversation_summaries = Table(
     Column("covered_end", Integer, nullable=False),
     Column("last_updated", UTCDateTime, nullable=False),
     Column("verified", Boolean, nullable=False, default=False),
+    Column("verified_at", UTCDateTime),  # when the user confirmed the check line (or wrote the correction)
     Column("check_line", Text),
     Column("trigger", String(32), nullable=False),  # entries | user_check | preference_override | correction
     Column("model", String(256)),
@@ -59,6 +60,18 @@ conversation_summary_failures = Table(
     Column("trigger", String(32), nullable=False),
     Column("error", Text, nullable=False),
     Column("model", String(256)),
+)
+
+# Where a conversation stands after failures in a row: the next attempt backs off, and after
+# memory.conversation.max_consecutive_failures it is held. A success or an operator's retry removes
+# the row; the failure log above keeps every event.
+conversation_summary_backoff = Table(
+    "conversation_summary_backoff",
+    metadata,
+    Column("conversation_id", ID, primary_key=True),
+    Column("consecutive_failures", Integer, nullable=False),
+    Column("last_failure_at", UTCDateTime, nullable=False),
+    Column("last_error", Text, nullable=False),
 )
 
 # The user-profile store (seed: user_profile.md): one value per (world, key), the newest wins.

@@ -154,6 +154,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
         prev = previous.get(world)
         created = deprecated = rejected = calls = 0
         text = ""
+        rejected_calls: list[dict[str, Any]] = []  # each refused call and its error, as light and deep record them
         if mems and not (prev and prev["input_fp"] == fp and prev["status"] == "done" and not ctx.force):
             existing = [
                 {
@@ -182,7 +183,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
             )
             created = sum(1 for c in loop.changes if c.op == "create")
             deprecated = sum(1 for c in loop.changes if c.op == "deprecate")
-            rejected, calls, text = len(loop.rejected), loop.llm_calls, loop.text
+            rejected, calls, text, rejected_calls = len(loop.rejected), loop.llm_calls, loop.text, loop.rejected
         elif mems:
             out.reused += 1
         # Phase B, always (also with 0 narratives created).
@@ -223,7 +224,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
                 "applied": created + deprecated,
                 "rejected": rejected,
                 "created": created,
-                "detail": {"narratives_created": created, "reply": text[:500]},
+                "detail": {"narratives_created": created, "reply": text[:500], "rejected_calls": rejected_calls},
                 "finished_at": utcnow(),
             }
         )

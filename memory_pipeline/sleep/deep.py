@@ -37,6 +37,7 @@ from memory_pipeline.sleep.memory import Provenance, load_active, load_self_laye
 from memory_pipeline.sleep.tables import semantic_memory_snapshots, sleep_runs
 
 log = logging.getLogger(__name__)
+REFUSED = "refused"  # a world's sleep_runs status when deep sleep refused it (over the size limit)
 
 
 @dataclass
@@ -70,6 +71,8 @@ class DeepResult:
     marked_stale: list[str] = field(default_factory=list)
     rounds: dict[str, list[RoundRecord]] = field(default_factory=dict)  # world -> records
     log_files: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)  # world -> why (over the 300k limit)
+    empty: list[str] = field(default_factory=list)  # worlds with no memory as of the day: no call
 
 
 def _batches(memories: Sequence[Memory], band: SizeBand) -> list[tuple[str | None, list[Memory]]]:
@@ -114,23 +117,28 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         last_out = _last_outputs(conn, day)
     cfg = ctx.cfg
     ones = {w: message_one(active.get(w, []), ctx.tz) for w in worlds}
-    # Every world's size is checked before any call: a refused day writes nothing at all.
+    # The size check is per world (seed: > 300k 报错拒绝): an oversized world is refused before any
+    # call and writes nothing (no change, no snapshot row), its record says so; the others sleep.
     too_big = {
         w: len(m)
         for w, m in ones.items()
         if size_band(len(m), cfg.deep_warn_chars, cfg.deep_batch_chars, cfg.deep_refuse_chars) == SizeBand.REFUSED
     }
-    if too_big:
-        w, n = next(iter(sorted(too_big.items())))
-        raise StageFailure(
-            f"deep sleep {day}: world {w}: active memory JSON is {n} characters, over the "
-            f"{cfg.deep_refuse_chars} limit (seed: > 300k 报错拒绝); nothing was changed"
-        )
+    for w, n in sorted(too_big.items()):
+        reason = refusal(w, n, cfg.deep_refuse_chars)
+        log.error("deep sleep %s: %s", day, reason)
+        out.refused[w] = reason
     end_of_day = day_bounds(day, ctx.tz)[1]
-    records = []
+    records = [_refused_row(day, w, n, out.refused[w]) for w, n in sorted(too_big.items())]
     for world in worlds:
+        if world in too_big:
+            continue
         out.worlds += 1
         memories = active.get(world, [])
+        if not memories:  # every memory of the world is from a later day: nothing to ask about
+            out.empty.append(world)
+            records.append(_state_row(day, world, "", "", [], empty=True))
+            continue
         fp = short_hash([prompts.PROMPT_VERSION, ones[world]], length=32)
         prev = previous.get(world)
         unchanged = fp == last_out.get(world) or (prev and prev["detail"].get("output_fp") == fp)
@@ -172,9 +180,10 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
             "observed_at": m.observed_at,
         }
         for w in worlds
+        if w not in too_big
         for m in now_active.get(w, [])
     ]
-    records.append(_day_row(Stage.DEEP, day, out.worlds, {}))
+    records.append(_day_row(Stage.DEEP, day, out.worlds, {w: {"refused": r} for w, r in out.refused.items()}))
     with ctx.store.begin() as conn:
         conn.execute(delete(semantic_memory_snapshots).where(semantic_memory_snapshots.c.day == day))
         if snap:
@@ -208,8 +217,27 @@ def _last_outputs(conn: Any, day: date) -> dict[str, str]:
     return {w: (detail or {}).get("output_fp") for w, _d, detail in conn.execute(q)}
 
 
+def refusal(world: str, chars: int, limit: int) -> str:
+    return (
+        f"world {world}: active memory JSON is {chars} characters, over the {limit} limit "
+        f"(seed: > 300k 报错拒绝); refused before any call, nothing written"
+    )
+
+
+def _refused_row(day: date, world: str, chars: int, reason: str) -> dict[str, Any]:
+    row = _state_row(day, world, "", "", [])
+    row |= {"status": REFUSED, "input_chars": chars, "detail": {"refused": reason, "message_one_chars": chars}}
+    return row
+
+
 def _state_row(
-    day: date, world: str, fp: str, out_fp: str, records: list[RoundRecord], reused: bool = False
+    day: date,
+    world: str,
+    fp: str,
+    out_fp: str,
+    records: list[RoundRecord],
+    reused: bool = False,
+    empty: bool = False,
 ) -> dict[str, Any]:
     return {
         "stage": str(Stage.DEEP),
@@ -225,7 +253,8 @@ def _state_row(
         "applied": sum(r.applied for r in records),
         "rejected": sum(len(r.rejected) for r in records),
         "created": 0,
-        "detail": {"output_fp": out_fp, "reused": reused, "rounds": len(records)},
+        "detail": {"output_fp": out_fp, "reused": reused, "rounds": len(records)}
+        | ({"empty": "no active memory as of this day: not asked"} if empty else {}),
         "finished_at": utcnow(),
     }
 

@@ -19,7 +19,7 @@ from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds, utcnow
 from memory_pipeline.sleep import prompts
-from memory_pipeline.sleep.context import SleepContext, memory_loop
+from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop
 from memory_pipeline.sleep.logic import LIGHT_TOOLS, MemoryState, Rules, Stage, duplicate_of
 from memory_pipeline.sleep.memory import Provenance, load_active, load_self_layer, taken_ids
 from memory_pipeline.sleep.prompts import SessionMaterial
@@ -37,6 +37,7 @@ class LightPrompt:
     truncated: int
     input_chars: int
     message_two_ids: list[str]
+    cut: dict[str, int] = field(default_factory=dict)  # session -> older messages left out
 
 
 @dataclass
@@ -87,33 +88,30 @@ def day_sessions(conn: Any, day: date, ctx: SleepContext) -> dict[str, list[Sess
 def build_prompt(
     day: date, sessions: Sequence[SessionMaterial], state: MemoryState, system: str, ctx: SleepContext
 ) -> LightPrompt:
-    """The three messages; over the budget, the oldest-updated sessions are dropped first and
+    """The three messages; over the budget, sessions are dropped oldest-updated first (and a
+    session larger than the whole budget cut to its newest messages: prompts.fit_sessions) and
     message 1 ends with the truncation marker."""
-    blocks = {s.session_id: prompts.session_block(s, ctx.tz) for s in sessions}
 
     def m2_for(ids: set[str]) -> tuple[str, list[str]]:
         hits = [m for m in state.active() if ids & set(m.source_sessions)]
         return prompts.light_message_two(hits, ctx.tz), [m.id for m in hits]
 
     m3 = prompts.LIGHT_INSTRUCTIONS
-    m2_all, _ = m2_for(set(blocks))
+    m2_all, _ = m2_for({s.session_id for s in sessions})
     head = len(prompts.light_message_one(day, [], 0)) + len(prompts.TRUNCATED) + 8
     budget = ctx.cfg.light_input_max_chars - len(system) - len(m2_all) - len(m3) - head
-    kept: list[SessionMaterial] = []
-    used = 0
-    for s in sorted(sessions, key=lambda s: (s.updated_at, s.session_id), reverse=True):
-        size = len(blocks[s.session_id]) + 2
-        if used + size > budget:
-            break  # this session and every older-updated one are dropped
-        kept.append(s)
-        used += size
-    kept.sort(key=lambda s: (s.updated_at, s.session_id))
-    truncated = len(sessions) - len(kept)
-    m1 = prompts.light_message_one(day, [blocks[s.session_id] for s in kept], truncated)
-    m2, m2_ids = m2_for({s.session_id for s in kept})
+    fitted = prompts.fit_sessions(sessions, ctx.tz, budget)
+    m1 = prompts.light_message_one(day, fitted.blocks, fitted.dropped)
+    m2, m2_ids = m2_for(set(fitted.sessions))
     msgs = [{"role": "user", "content": m} for m in (m1, m2, m3)]
     return LightPrompt(
-        system, msgs, [s.session_id for s in kept], truncated, len(system) + len(m1) + len(m2) + len(m3), m2_ids
+        system,
+        msgs,
+        fitted.sessions,
+        fitted.dropped,
+        len(system) + len(m1) + len(m2) + len(m3),
+        m2_ids,
+        fitted.cut,
     )
 
 
@@ -166,24 +164,31 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
             continue
         kept = {s for s in prompt.sessions}
         last_at = max((s.updated_at for s in sessions if s.session_id in kept), default=end_of_day)
-        rules = Rules(Stage.LIGHT, LIGHT_TOOLS, last_at, frozenset(kept), frozenset(prompt.message_two_ids))
+        # A fact without observed_at takes its session's time: that session's last message of the day.
+        times = {s.session_id: s.updated_at for s in sessions if s.session_id in kept}
+        rules = Rules(
+            Stage.LIGHT, LIGHT_TOOLS, last_at, frozenset(kept), frozenset(prompt.message_two_ids), session_times=times
+        )
         candidates = set(prompt.message_two_ids)
 
         def guard(call: Any, state: MemoryState = state, candidates: set[str] = candidates) -> str | None:
             dup = duplicate_of(state, call, candidates | {c.memory.id for c in state.changes})
             return f"skipped: duplicate of {dup} (already in message 2)" if dup else None
 
-        loop = memory_loop(
-            ctx,
-            state,
-            rules,
-            Provenance(Stage.LIGHT, day),
-            task="light_sleep",
-            system=prompt.system,
-            messages=prompt.messages,
-            tools=prompts.tools(LIGHT_TOOLS),
-            guard=guard,
-        )
+        if not prompt.sessions:  # nothing fits the budget: message 1 would be empty, so no call
+            loop = LoopResult(text=f"not asked: no session fits light_input_max_chars ({prompt.truncated} dropped)")
+        else:
+            loop = memory_loop(
+                ctx,
+                state,
+                rules,
+                Provenance(Stage.LIGHT, day),
+                task="light_sleep",
+                system=prompt.system,
+                messages=prompt.messages,
+                tools=prompts.tools(LIGHT_TOOLS),
+                guard=guard,
+            )
         ops = [str(c.op) for c in loop.changes]
         stats = {
             "created": ops.count("create"),
@@ -217,6 +222,8 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
                 "detail": {
                     **stats,
                     "session_ids": prompt.sessions,
+                    "sessions_cut": prompt.cut,
+                    "reply": loop.text[:500],
                     "rejected_calls": [r["error"] for r in loop.rejected],
                     "skipped_calls": [s["result"] for s in loop.skipped],
                 },

@@ -133,13 +133,21 @@ class Change:
 @dataclass(frozen=True)
 class Rules:
     """What one stage's calls may touch: the offered tools, the sessions a light-sleep memory may
-    cite (None: any), the ids it may edit (None: any active one), the default observed_at."""
+    cite (None: any), the ids it may edit (None: any active one), the default observed_at, and
+    per session the time a create citing it defaults to (light sleep: the session's last message
+    of the day; several cited sessions: the earliest of their times, as a merge keeps the earliest)."""
 
     stage: Stage
     tools: tuple[str, ...]
     default_observed_at: datetime
     allowed_sessions: frozenset[str] | None = None
     editable_ids: frozenset[str] | None = None
+    session_times: Mapping[str, datetime] | None = None
+
+    def observed_default(self, sessions: Sequence[str]) -> datetime:
+        known = self.session_times or {}
+        times = [known[s] for s in sessions if s in known]
+        return min(times) if times else self.default_observed_at
 
 
 def _field_error(call_id: str, tool: str, name: str, problem: str) -> ToolError:
@@ -267,7 +275,7 @@ class MemoryState:
             mtype,
             content,
             sessions,
-            observed or rules.default_observed_at,
+            observed or rules.observed_default(sessions),
             version=1,
         )
         self.memories[m.id] = m
@@ -390,21 +398,29 @@ class ChangeLog:
         elif change.op == Op.DEPRECATE:
             self.new.pop(m.id, None)
             self.modified.pop(m.id, None)
+            if m.id not in self.original:
+                return  # created in an earlier round: message 1 never showed it, nothing to ignore there
             if m.merged_into:
                 self.processed[m.id] = f"已被合并到 {m.merged_into}"
             else:
-                self.processed[m.id] = f"已过期/废弃（{m.reason}）"
+                self.processed[m.id] = f"已过期/废弃（{one_line(m.reason or '')}）"
 
     @property
     def count(self) -> int:
         return len(self.processed) + len(self.new) + len(self.modified)
 
 
+def one_line(text: str) -> str:
+    """Model-written text put into a line of message 1.5 (a reason, a session id): whitespace runs,
+    newlines included, become one space, so no value can start a line of its own (forge a section)."""
+    return " ".join(str(text).split())
+
+
 def _value(v: Any, tz: ZoneInfo) -> str:
     if isinstance(v, datetime):
         return v.astimezone(tz).isoformat(timespec="seconds")
     if isinstance(v, list):
-        return "[" + ",".join(v) + "]"
+        return "[" + ",".join(one_line(x) for x in v) + "]"
     return json.dumps(v, ensure_ascii=False)
 
 
@@ -420,7 +436,7 @@ def render_changes(log: ChangeLog, tz: ZoneInfo) -> str:
     if log.new:
         lines = [
             f"{m.id} ({m.type}) {json.dumps(m.content, ensure_ascii=False)} "
-            f"sources=[{','.join(m.source_sessions)}] observed={_value(m.observed_at, tz)}"
+            f"sources={_value(list(m.source_sessions), tz)} observed={_value(m.observed_at, tz)}"
             for m in sorted(log.new.values(), key=lambda m: m.id)
         ]
         parts.append("## 新增条目（未在消息1中出现）\n" + "\n".join(lines))

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store.tables import conversations
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.sleep.logic import (
     CREATE,
@@ -31,6 +32,7 @@ from memory_pipeline.sleep.tables import (
     pinned_facts,
     self_blocks,
     semantic_memories,
+    semantic_memory_snapshots,
     semantic_memory_versions,
 )
 
@@ -243,11 +245,20 @@ def pin_fact(store: Store, world_id: str, content: str, priority: int = 0) -> No
 # --- during a conversation: remember, and the memory tool's delete ---------------------------------
 
 
+def _check_session(conn: Connection, world_id: str, session_id: str) -> None:
+    """The session is a conversation of that world; one message for "missing" and "another world's"
+    (a world learns nothing about another)."""
+    owner = conn.execute(select(conversations.c.world_id).where(conversations.c.conversation_id == session_id)).scalar()
+    if owner != world_id:
+        raise InputError(f"field 'session_id': no session {session_id!r} in world {world_id!r}")
+
+
 def remember(
     store: Store, world_id: str, session_id: str, content: str, *, type: str = "experience", at: datetime | None = None
 ) -> str:
     """The in-conversation convenience: create_semantic_memory's logic and validation, with the
-    current session as source_sessions and now (or ``at``) as observed_at. Returns the new id."""
+    current session (a conversation of that world) as source_sessions and now (or ``at``) as
+    observed_at. Returns the new id."""
     world_id = _check_world(world_id)
     problem = validate_id(session_id) if isinstance(session_id, str) else "expected a string"
     if problem:
@@ -265,13 +276,15 @@ def remember(
     except ToolError as exc:
         raise InputError(str(exc).replace("tool call remember (create_semantic_memory): ", "")) from None
     with store.begin() as conn:
+        _check_session(conn, world_id, session_id)
         write_changes(conn, changes, Provenance(Stage.REMEMBER, None))
     return changes[0].memory.id
 
 
 def delete_memory(store: Store, world_id: str, memory_id: str) -> bool:
-    """The memory tool's explicit ``action=delete``: the only physical delete (content and its
-    versions are removed; a tombstone version row says when). Never offered to a sleep stage."""
+    """The memory tool's explicit ``action=delete``: the only physical delete (content, its versions
+    and its rows in the day snapshots are removed; a tombstone version row says when). Never offered
+    to a sleep stage."""
     world_id = _check_world(world_id)
     with store.begin() as conn:
         row = (
@@ -286,6 +299,11 @@ def delete_memory(store: Store, world_id: str, memory_id: str) -> bool:
         if row is None:
             return False
         conn.execute(delete(semantic_memory_versions).where(semantic_memory_versions.c.memory_id == memory_id))
+        conn.execute(
+            delete(semantic_memory_snapshots).where(
+                semantic_memory_snapshots.c.memory_id == memory_id, semantic_memory_snapshots.c.world_id == world_id
+            )
+        )
         conn.execute(delete(semantic_memories).where(semantic_memories.c.memory_id == memory_id))
         conn.execute(
             semantic_memory_versions.insert().values(

@@ -132,31 +132,51 @@ def restore_narratives(narratives: Iterable[Narrative], day: date) -> list[Narra
     return out
 
 
-def summary(narratives: Sequence[Narrative], day: date, recent_days: int, max_chars: int) -> str:
-    """Phase B: active narratives compressed by significance and time. Within ``recent_days`` of
-    ``day`` every narrative (most significant first, then newest); before, only milestones and
-    turning points, one short line each. Hard-cut at ``max_chars``."""
-    active = [n for n in narratives if n.status == "active"]
-    cutoff = day - timedelta(days=recent_days)
-    recent = sorted(
-        (n for n in active if n.created_day > cutoff), key=lambda n: (-n.significance, n.created_day), reverse=False
-    )
-    recent.sort(key=lambda n: (-n.significance, -n.created_day.toordinal()))
-    distant = sorted(
-        (
-            n
-            for n in active
-            if n.created_day <= cutoff and n.kind in (NarrativeKind.MILESTONE, NarrativeKind.TURNING_POINT)
-        ),
-        key=lambda n: n.created_day,
-    )
-    lines = []
+RECENT_HEAD = "## 近期"
+DISTANT_HEAD = "## 更早（仅里程碑 / 转折点）"
+RECENT_LINE_CHARS = 200  # recent finer ...
+DISTANT_LINE_CHARS = 80  # ... distant one short line
+_KEY_KINDS = (NarrativeKind.MILESTONE, NarrativeKind.TURNING_POINT)
+
+
+def _line(n: Narrative, recent: bool) -> str:
+    text = " ".join(n.narrative.split())
     if recent:
-        lines.append("## 近期")
-        lines += [
-            f"- [{n.created_day.isoformat()}·{n.kind}·{n.significance}] {truncate(n.narrative, 200)}" for n in recent
-        ]
-    if distant:
-        lines.append("## 更早（仅里程碑 / 转折点）")
-        lines += [f"- [{n.created_day:%Y-%m}·{n.kind}] {truncate(n.narrative, 80)}" for n in distant]
-    return truncate("\n".join(lines), max_chars)
+        return f"- [{n.created_day.isoformat()}·{n.kind}·{n.significance}] {truncate(text, RECENT_LINE_CHARS)}"
+    return f"- [{n.created_day:%Y-%m}·{n.kind}] {truncate(text, DISTANT_LINE_CHARS)}"
+
+
+def summary(narratives: Sequence[Narrative], day: date, recent_days: int, max_chars: int) -> str:
+    """Phase B: the active narratives compressed by significance and time, at most ``max_chars``.
+    Candidates: every narrative within ``recent_days`` of ``day`` (a finer line) and, before that,
+    only milestones and turning points (one short line). Significance decides what stays: the
+    budget is filled most significant first (then milestone / turning point before event, then
+    newest), a line that does not fit is left out whole and a shorter one may still fit. So a
+    significance-5 turning point of long ago outlasts any number of recent lesser events. Shown:
+    the recent lines by significance then newest, the earlier ones in time order."""
+    cutoff = day - timedelta(days=recent_days)
+    active = [n for n in narratives if n.status == "active"]
+    recent = {n.id for n in active if n.created_day > cutoff}
+    candidates = [n for n in active if n.id in recent or n.kind in _KEY_KINDS]
+    candidates.sort(key=lambda n: (-n.significance, n.kind not in _KEY_KINDS, -n.created_day.toordinal(), n.id))
+    chosen: list[Narrative] = []
+    used = 0  # characters of the lines kept, each with its newline (the last one is not written)
+    heads: set[bool] = set()
+    for n in candidates:
+        is_recent = n.id in recent
+        cost = len(_line(n, is_recent)) + 1
+        if is_recent not in heads:
+            cost += len(RECENT_HEAD if is_recent else DISTANT_HEAD) + 1
+        if used + cost > max_chars + 1:
+            continue
+        used += cost
+        heads.add(is_recent)
+        chosen.append(n)
+    near = sorted((n for n in chosen if n.id in recent), key=lambda n: (-n.significance, -n.created_day.toordinal()))
+    far = sorted((n for n in chosen if n.id not in recent), key=lambda n: (n.created_day, n.id))
+    lines = []
+    if near:
+        lines += [RECENT_HEAD, *(_line(n, True) for n in near)]
+    if far:
+        lines += [DISTANT_HEAD, *(_line(n, False) for n in far)]
+    return "\n".join(lines)

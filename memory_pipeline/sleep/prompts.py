@@ -104,10 +104,72 @@ class SessionMaterial:
         return self.lines[-1][0]
 
 
+def _head(s: SessionMaterial) -> str:
+    return f"## session {s.session_id}（平台 {s.platform}" + (f"，标题 {s.title}" if s.title else "") + "）"
+
+
+def _body(s: SessionMaterial, tz: ZoneInfo) -> list[str]:
+    return [f"[{at.astimezone(tz):%Y-%m-%d %H:%M}] {role}: {' '.join(text.split())}" for at, role, text in s.lines]
+
+
 def session_block(s: SessionMaterial, tz: ZoneInfo) -> str:
-    head = f"## session {s.session_id}（平台 {s.platform}" + (f"，标题 {s.title}" if s.title else "") + "）"
-    body = [f"[{at.astimezone(tz):%Y-%m-%d %H:%M}] {role}: {' '.join(text.split())}" for at, role, text in s.lines]
-    return "\n".join([head, *body])
+    return "\n".join([_head(s), *_body(s, tz)])
+
+
+SESSION_CUT = "[本 session 超出整个预算：仅保留当日最新 {kept} 条消息，省略更早的 {dropped} 条]"
+
+
+def session_tail(s: SessionMaterial, tz: ZoneInfo, room: int) -> tuple[str, int] | None:
+    """The session cut to its newest messages that fit ``room`` characters, the cut marked under
+    its heading: (block, messages left out), or None when not even the newest one fits."""
+    body = _body(s, tz)
+    marker_room = len(SESSION_CUT.format(kept=len(body), dropped=len(body)))
+    used = len(_head(s)) + 1 + marker_room
+    kept: list[str] = []
+    for line in reversed(body):
+        if used + 1 + len(line) > room:
+            break
+        kept.insert(0, line)
+        used += 1 + len(line)
+    if not kept:
+        return None
+    marker = SESSION_CUT.format(kept=len(kept), dropped=len(body) - len(kept))
+    return "\n".join([_head(s), marker, *kept]), len(body) - len(kept)
+
+
+@dataclass(frozen=True)
+class FittedSessions:
+    blocks: list[str]  # message 1's session blocks, oldest-updated first
+    sessions: list[str]
+    dropped: int  # the N of [已截断 N 个 session]
+    cut: dict[str, int]  # session -> its older messages left out (a session larger than the budget)
+
+
+def fit_sessions(sessions: Sequence[SessionMaterial], tz: ZoneInfo, budget: int) -> FittedSessions:
+    """Light sleep's truncation (seed: 超过约 120k 字符时，按 session 更新时间倒序截断). Newest-updated
+    first, every session that fits whole in what is left is kept; one that does not is dropped and
+    older ones may still fit. A session larger than the whole budget could never be kept whole: it
+    gets what the others left, cut to its newest messages and marked (SESSION_CUT), rather than
+    being lost. Nothing fits: no block (the caller does not ask the model)."""
+    blocks = {s.session_id: session_block(s, tz) for s in sessions}
+    newest_first = sorted(sessions, key=lambda s: (s.updated_at, s.session_id), reverse=True)
+    kept: dict[str, str] = {}
+    used = 0
+    for s in newest_first:
+        size = len(blocks[s.session_id]) + 2  # with the blank line between blocks
+        if used + size <= budget:
+            kept[s.session_id] = blocks[s.session_id]
+            used += size
+    cut: dict[str, int] = {}
+    for s in newest_first:
+        if len(blocks[s.session_id]) + 2 <= budget:
+            continue  # it fits alone: kept or dropped whole by the seed's rule above
+        tail = session_tail(s, tz, budget - used - 2)
+        if tail is not None:
+            kept[s.session_id], cut[s.session_id] = tail
+            used += len(tail[0]) + 2
+    order = [s.session_id for s in sorted(sessions, key=lambda s: (s.updated_at, s.session_id)) if s.session_id in kept]
+    return FittedSessions([kept[i] for i in order], order, len(sessions) - len(order), cut)
 
 
 def light_message_one(day: date, blocks: Sequence[str], truncated: int) -> str:

@@ -46,7 +46,12 @@ def stage_audit(store: Store, stage: Stage, day: date) -> Audit:
             audit.problems.append(
                 f"{stage} {day}: {day_row[0]['status']} (an earlier day was rebuilt: re-run this day)"
             )
-        audit.problems += [f"{stage} {day} {r['world_id']}: {r['status']}" for r in worlds if r["status"] != "done"]
+        audit.problems += [
+            f"{stage} {day} {r['world_id']}: {r['status']}"
+            + (f" ({(r['detail'] or {}).get('refused')})" if (r["detail"] or {}).get("refused") else "")
+            for r in worlds
+            if r["status"] != "done"
+        ]
         if stage == Stage.DEEP:
             snap = select(semantic_memory_snapshots.c.memory_id).where(semantic_memory_snapshots.c.day == day)
             live = select(semantic_memories.c.memory_id)
@@ -98,6 +103,13 @@ def status(store: Store) -> dict[str, Any]:
             .where(sleep_runs.c.world_id == DAY_ROW)
             .group_by(sleep_runs.c.stage, sleep_runs.c.status)
         ).all()
+        # Worlds a stage refused (deep sleep over its size limit), newest day first.
+        refused = conn.execute(
+            select(sleep_runs.c.stage, sleep_runs.c.day, sleep_runs.c.world_id, sleep_runs.c.detail)
+            .where(sleep_runs.c.status == "refused")
+            .order_by(sleep_runs.c.day.desc(), sleep_runs.c.world_id)
+            .limit(50)
+        ).all()
     return {
         "memories": by_status,
         "active_by_type": by_type,
@@ -105,4 +117,8 @@ def status(store: Store) -> dict[str, Any]:
         "narratives": narratives,
         "snapshot_days": snapshots,
         "stages": [{"stage": s, "status": st, "days": n, "newest": d} for s, st, n, d in stages],
+        "refused": [
+            {"stage": s, "day": d, "world_id": w, "reason": (detail or {}).get("refused", "")}
+            for s, d, w, detail in refused
+        ],
     }

@@ -119,7 +119,7 @@ sleep_runs = Table(
     Column("stage", String(32), primary_key=True),
     Column("day", Date, primary_key=True),
     Column("world_id", ID, primary_key=True),
-    Column("status", String(16), nullable=False),  # done | failed | stale
+    Column("status", String(16), nullable=False),  # done | failed | stale | refused (over the size limit)
     Column("input_fp", String(64)),
     Column("sessions", Integer, nullable=False, default=0),
     Column("sessions_truncated", Integer, nullable=False, default=0),

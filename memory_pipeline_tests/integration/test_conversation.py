@@ -151,7 +151,9 @@ def test_a_failure_writes_nothing_logs_an_event_and_retries_next_trigger(store, 
     assert rows(store) == []
     (failure,) = rows(store, conversation_summary_failures)
     assert failure["conversation_id"] == "c1" and error in failure["error"]
-    assert due_ids(store) == ["c1"]  # retried on the next trigger
+    # Retried on a later trigger, once the first backoff (10 minutes) is over.
+    assert due_ids_at(store, failure["at"] + timedelta(minutes=9)) == []
+    assert due_ids_at(store, failure["at"] + timedelta(minutes=10)) == ["c1"]
 
 
 def test_a_haiku_class_model_is_refused_before_any_call(store, ingest):
@@ -198,7 +200,8 @@ def test_the_model_gets_the_full_history_and_the_previous_summary(store, ingest)
         msgs = server.requests[0]["messages"]
     assert msgs[1]["content"].startswith("# 已有 summary（上次覆盖至 L31）\n# 对话历程摘要（滚动）")
     assert "L1 **user**" in msgs[2]["content"] and "L61 **assistant**" in msgs[2]["content"]
-    assert "本次总结 L32 之后的新增部分" in msgs[2]["content"]
+    # L32 is the first new entry: the heading says the new part starts there (not "after L32").
+    assert "本次总结 L32 起的新增部分" in msgs[2]["content"] and "之后" not in msgs[2]["content"].split("\n")[0]
     assert server.requests[0]["tools"][0]["function"]["name"] == "write_conversation_summary"
 
 
@@ -301,10 +304,11 @@ def test_an_answer_outside_the_authors_view_is_refused_logged_as_such_and_retrie
         assert rows(store) == []  # nothing written
         (failure,) = rows(store, conversation_summary_failures)
         assert failure["error"].startswith("author_view: ") and error in failure["error"]
-        # The user's check stays open and the conversation due: the next trigger asks again (never
-        # reusing the refused answer) and writes the good one.
-        assert due_ids(store) == ["c1"] and rows(store, conversation_summary_requests)[0]["done_at"] is None
-        second = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG), long_arcs=arcs)
+        # The user's check stays open and the conversation due after the backoff: that trigger asks
+        # again (never reusing the refused answer) and writes the good one.
+        later = failure["at"] + timedelta(minutes=10)
+        assert due_ids_at(store, later) == ["c1"] and rows(store, conversation_summary_requests)[0]["done_at"] is None
+        second = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG, later), long_arcs=arcs)
         assert second.written == ["c1"] and len(server.requests) == 2
         assert arc_text in server.requests[1]["messages"][2]["content"]  # the model is shown long_arc
         (request,) = rows(store, conversation_summary_requests)
@@ -322,10 +326,12 @@ def test_other_failures_are_logged_with_their_kind(store, ingest):
         llm = LLMClient(
             store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0, timeout_seconds=1
         )
-        for _ in range(2):
-            summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
+        t = cst(2026, 3, 3, 9)
+        for wait in (10, 20):  # each attempt once the backoff of the previous failure is over
+            summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG, t), now=t)
+            t += timedelta(minutes=wait)
         haiku = LLMClient(store, model="anthropic/claude-3-haiku", api_base=server.api_base, api_key="k")
-        summaries.run(store, haiku, CFG, CST, summaries.due_conversations(store, CFG))
+        summaries.run(store, haiku, CFG, CST, summaries.due_conversations(store, CFG, t), now=t)
     kinds = [f["error"].split(":", 1)[0] for f in rows(store, conversation_summary_failures)]
     assert kinds == ["format", "model", "haiku_class"]
 
@@ -374,3 +380,73 @@ def test_the_profile_section_takes_the_most_recent_value(store, ingest):
     (v1,) = rows(store)
     prefs = v1["sections"]["preferences"]
     assert prefs[:2] == ["住址：上海", "职业：编剧"] and not any("北京" in p for p in prefs)
+
+
+# --- a failing conversation backs off and is held; the user's confirmation ---------------------------
+
+
+def bad_answer():
+    return summary_call(emotional_arc="用户讲了剧本、工作、墓地、搬家。整体平稳。")  # a running log: refused
+
+
+def test_a_failing_conversation_backs_off_then_is_held_until_an_operator_retries(store, ingest):
+    from memory_pipeline.conversation.tables import conversation_summary_backoff
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(30)))
+    summaries.set_init_status(store, "c1", "done")
+    t = cst(2026, 3, 3, 9)
+    with FakeOpenAI() as server:
+        for _ in range(5):
+            server.push(*bad_answer())
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        for wait in (10, 20, 40, 80):
+            (due,) = summaries.due_conversations(store, CFG, now=t)
+            result = summaries.run(store, llm, CFG, CST, [due], now=t)
+            assert "running log" in result.failed["c1"] and result.held == []
+            # Not due again until the backoff is over: every tick before it would be a new paid call.
+            assert due_ids_at(store, t + timedelta(minutes=wait - 1)) == []
+            t += timedelta(minutes=wait)
+            assert due_ids_at(store, t) == ["c1"]
+        result = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG, now=t), now=t)
+        assert result.held == ["c1"] and len(server.requests) == 5
+        # Held after five in a row: no clock brings it back, and status says why.
+        assert due_ids_at(store, t + timedelta(days=30)) == []
+        state = summaries.status(store, CFG)
+        assert (state["held"], state["backing_off"], state["failures_logged"]) == (1, 0, 5)
+        (held,) = summaries.failing(store, CFG)
+        assert held["state"] == "held" and held["consecutive_failures"] == 5
+        assert held["last_error"].startswith("author_view: ") and "running log" in held["last_error"]
+        # The operator retries it explicitly: due at once, and a success ends the failures in a row.
+        assert summaries.retry(store, "c1").consecutive == 5
+        assert due_ids_at(store, t) == ["c1"]
+        server.push(*summary_call())
+        assert summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG, now=t), now=t).written
+    assert rows(store, conversation_summary_backoff) == [] and summaries.failing(store, CFG) == []
+    with pytest.raises(summaries.InputError, match="no failures to retry"):
+        summaries.retry(store, "c1")
+
+
+def due_ids_at(store, now):
+    return [d.conversation_id for d in summaries.due_conversations(store, CFG, now=now)]
+
+
+def test_the_user_confirms_the_check_line_and_the_version_is_verified(store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(31)))
+    summaries.set_init_status(store, "c1", "done")
+    summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    ingest(conversation("w1", "c1", cst(2026, 3, 4, 9), texts(30, 100)))
+    summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    v1, v2 = rows(store)
+    assert (v1["verified"], v2["verified"]) == (False, False) and v2["check_line"].endswith("，大致对吗？")
+    # Only the check line the user was shown (the newest) can be confirmed.
+    with pytest.raises(summaries.InputError, match="field 'version': 1 is not the newest version"):
+        summaries.confirm(store, "c1", version=1)
+    at = cst(2026, 3, 5, 10)
+    assert summaries.confirm(store, "c1", version=2, now=at) is True
+    v1, v2 = rows(store)
+    assert (v1["verified"], v2["verified"], v2["verified_at"]) == (False, True, at)
+    assert v2["content"] == summaries.latest(store, "c1")["content"] and len(rows(store)) == 2  # nothing rewritten
+    assert summaries.confirm(store, "c1") is False  # already verified: nothing changes
+    assert summaries.status(store)["unverified"] == 0
+    with pytest.raises(summaries.InputError, match="has no summary to confirm"):
+        summaries.confirm(store, "c2")

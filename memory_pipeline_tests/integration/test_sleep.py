@@ -101,6 +101,77 @@ def test_light_sleep_truncates_oldest_updated_sessions_with_the_marker(store, in
     assert p.input_chars <= 6000
 
 
+def test_light_sleep_keeps_every_session_that_fits_when_the_newest_alone_is_over_budget(store, ingest, tmp_path):
+    """Two 99k-character messages in the newest session and a small older one, at the seed's 120k:
+    the small session is kept, the big one cut to its newest message (marked); the model is asked."""
+    big = [event("w1", "t-big", "user", "x " * 49_500, cst(2026, 3, 2, 20, k), mid=f"t-big-{k}") for k in (2, 3)]
+    ingest(conversation("w1", "t-small", cst(2026, 3, 2, 9), ["I like green tea"]) + big)
+    ctx = ctx_for(store, tmp_path)
+    with store.connect() as conn:
+        sessions = day_sessions(conn, D, ctx)["w1"]
+    p = build_prompt(D, sessions, MemoryState("w1", [], "t"), "sys", ctx)
+    m1 = p.messages[0]["content"]
+    assert p.sessions == ["t-small", "t-big"] and p.truncated == 0 and p.cut == {"t-big": 1}
+    assert "I like green tea" in m1 and "[本 session 超出整个预算：仅保留当日最新 1 条消息，省略更早的 1 条]" in m1
+    assert "[2026-03-02 20:03] user: x x" in m1 and "[2026-03-02 20:02]" not in m1
+    assert p.input_chars <= 120_000
+    result = run_light_sleep(ctx, D)
+    assert result.llm_calls >= 1 and any(m.content == "I like green tea" for m in active(store))
+    with store.connect() as conn:
+        state = conn.execute(select(sleep_runs).where(sleep_runs.c.world_id == "w1")).mappings().one()
+    assert (state["sessions"], state["sessions_truncated"], state["detail"]["sessions_cut"]) == (2, 0, {"t-big": 1})
+
+
+def test_light_sleep_skips_a_session_that_does_not_fit_and_keeps_older_ones_that_do(store, ingest, tmp_path):
+    ingest(
+        conversation("w1", "s-old", cst(2026, 3, 2, 8), ["tiny old"])
+        + conversation("w1", "s-mid", cst(2026, 3, 2, 9), ["word " * 500])
+        + conversation("w1", "s-new", cst(2026, 3, 2, 10), ["word " * 500])
+    )
+    ctx = ctx_for(store, tmp_path, light_input_max_chars=4200)
+    with store.connect() as conn:
+        sessions = day_sessions(conn, D, ctx)["w1"]
+    p = build_prompt(D, sessions, MemoryState("w1", [], "t"), "sys", ctx)
+    # s-new fits; s-mid then does not (dropped, oldest-updated first after the newest); s-old still fits.
+    assert p.sessions == ["s-old", "s-new"] and p.truncated == 1 and p.cut == {}
+    assert p.messages[0]["content"].endswith("[已截断 1 个 session]") and p.input_chars <= 4200
+
+
+def test_light_sleep_never_asks_the_model_about_nothing(store, ingest, tmp_path):
+    ingest([event("w1", "s-huge", "user", "y " * 2500, cst(2026, 3, 2, 9))])  # one message over the budget
+    with FakeOpenAI() as server:
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        result = run_light_sleep(ctx_for(store, tmp_path, llm=llm, light_input_max_chars=4000), D)
+        assert server.requests == []
+    assert (result.llm_calls, result.sessions, result.sessions_truncated) == (0, 0, 1)
+    with store.connect() as conn:
+        state = conn.execute(select(sleep_runs).where(sleep_runs.c.world_id == "w1")).mappings().one()
+    assert state["llm_calls"] == 0 and state["detail"]["reply"].startswith("not asked: no session fits")
+
+
+def test_a_light_sleep_fact_is_observed_at_its_sessions_last_message_of_the_day(store, ingest, tmp_path):
+    ingest(
+        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好"])
+        + conversation("w1", "s-2", cst(2026, 3, 2, 15), ["我喜欢喝茶", "好", "再见", "嗯"])
+    )
+    run_light_sleep(ctx_for(store, tmp_path), D)  # the offline model passes no observed_at
+    observed = {m.content: m.observed_at for m in active(store) if m.type == "preference"}
+    assert observed == {"我喜欢吃辣": cst(2026, 3, 2, 9, 3), "我喜欢喝茶": cst(2026, 3, 2, 15, 9)}
+
+
+def test_deep_sleep_never_asks_about_an_empty_set(store, tmp_path):
+    _seed(store, "w1", [("world", "A；B", ["s-1"], "2026-03-03T10:00:00+08:00")], D + timedelta(days=1))
+    _light_done(store, tmp_path)
+    with FakeOpenAI() as server:
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        result = run_deep_sleep(ctx_for(store, tmp_path, llm=llm), D)  # w1's memories are all from D+1
+        assert server.requests == []
+    assert result.empty == ["w1"] and result.llm_calls == 0 and result.rounds == {}
+    with store.connect() as conn:
+        detail = conn.execute(select(sleep_runs.c.detail).where(sleep_runs.c.world_id == "w1")).scalar_one()
+    assert detail["empty"].startswith("no active memory as of this day")
+
+
 def test_light_sleep_writes_memories_with_versions_and_is_idempotent(store, ingest, tmp_path):
     ingest(day_events())
     ctx = ctx_for(store, tmp_path)
@@ -207,19 +278,48 @@ def test_deep_sleep_three_rounds_identical_message_one_logs_and_snapshot(store, 
     assert round_one and all(ln in records[2].change_log.splitlines() for ln in round_one)
 
 
-def test_deep_sleep_refuses_over_300k_before_any_call_and_batches_by_type(store, tmp_path):
+def test_one_world_over_300k_is_refused_alone_before_any_call_and_every_other_world_sleeps(store, tmp_path):
+    from memory_pipeline.sleep.reports import stage_audit
+    from memory_pipeline.sleep.reports import status as sleep_status
+
     big = [("world", f"fact {i} " + "x" * 900, [f"s-{i}"], "2026-03-01T10:00:00+08:00") for i in range(340)]
-    _seed(store, "w1", big)
+    _seed(store, "w-big", big)
+    _seed(store, "w1", [("world", "女儿属虎；住在杭州", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    _seed(store, "w1", [("experience", "第一次跑完半马", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    _seed(store, "w1", [("experience", "在海边看日出", ["s-2"], "2026-03-02T06:00:00+08:00")])
     _light_done(store, tmp_path)
-    ctx = ctx_for(store, tmp_path)
-    versions = count(store, semantic_memory_versions)
-    with pytest.raises(StageFailure, match="over the 300000 limit"):
-        run_deep_sleep(ctx, D)
-    assert ctx.llm.stats.calls == 0 and count(store, semantic_memory_snapshots) == 0
-    assert not (tmp_path / "logs").exists() and count(store, semantic_memory_versions) == versions
-    assert len(active(store)) == 340
-    with store.connect() as conn:  # no state record says the day was done
-        assert conn.execute(select(sleep_runs).where(sleep_runs.c.stage == "deep_sleep")).all() == []
+    with FakeOpenAI() as server:
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        versions = count(store, semantic_memory_versions, semantic_memory_versions.c.world_id == "w-big")
+        result = run_deep_sleep(ctx_for(store, tmp_path, llm=llm), D)
+        sent = json.dumps(server.requests, ensure_ascii=False)
+    assert set(result.refused) == {"w-big"} and "over the 300000 limit" in result.refused["w-big"]
+    assert "fact 0 " not in sent and "女儿属虎" in sent  # no call saw the oversized world; w1's did happen
+    assert result.worlds == 1 and len(result.rounds["w1"]) == 3
+    # The oversized world: nothing written (no change, no snapshot row, no round log) ...
+    assert count(store, semantic_memory_versions, semantic_memory_versions.c.world_id == "w-big") == versions
+    assert len(active(store, "w-big")) == 340 and not (tmp_path / "logs" / "w-big").exists()
+    assert count(store, semantic_memory_snapshots, semantic_memory_snapshots.c.world_id == "w-big") == 0
+    assert count(store, semantic_memory_snapshots, semantic_memory_snapshots.c.world_id == "w1") == 3
+    # ... and reported: its state record, the check's audit, `sleep status`.
+    with store.connect() as conn:
+        runs = dict(
+            conn.execute(
+                select(sleep_runs.c.world_id, sleep_runs.c.status).where(sleep_runs.c.stage == "deep_sleep")
+            ).all()
+        )
+        detail = conn.execute(select(sleep_runs.c.detail).where(sleep_runs.c.world_id == "w-big")).scalar_one()
+    assert runs == {"*": "done", "w1": "done", "w-big": "refused"} and detail["message_one_chars"] > 300_000
+    (problem,) = stage_audit(store, Stage.DEEP, D).problems
+    assert problem.startswith("deep_sleep 2026-03-02 w-big: refused") and "characters, over the 300000" in problem
+    (listed,) = sleep_status(store)["refused"]
+    assert (listed["world_id"], listed["day"]) == ("w-big", D) and "over the 300000 limit" in listed["reason"]
+    # The autobiography of the other worlds runs, and so does the next day's deep sleep.
+    auto = run_autobiography(ctx_for(store, tmp_path), D)
+    assert auto.narratives_created == 1 and auto.per_world["w1"]["narratives_created"] == 1
+    d2 = D + timedelta(days=1)
+    _light_done(store, tmp_path, d2)
+    assert set(run_deep_sleep(ctx_for(store, tmp_path), d2).refused) == {"w-big"}
 
 
 def test_deep_sleep_batches_by_type_between_100k_and_300k(store, tmp_path):
@@ -386,7 +486,8 @@ def test_malformed_json_arguments_are_refused_by_name(store, tmp_path):
     assert [m.content for m in active(store)] == ["x"]
 
 
-def test_remember_and_the_explicit_delete(store):
+def test_remember_and_the_explicit_delete(store, ingest):
+    ingest(conversation("w1", "s-live", cst(2026, 3, 2, 14), ["我养了一只猫"]))
     mid = mem.remember(store, "w1", "s-live", "用户养了一只猫", at=cst(2026, 3, 2, 15))
     (m,) = active(store)
     assert m.id == mid and m.source_sessions == ["s-live"] and m.observed_at == cst(2026, 3, 2, 15)
@@ -399,6 +500,57 @@ def test_remember_and_the_explicit_delete(store):
         active(store) == [] and count(store, semantic_memory_versions, semantic_memory_versions.c.op == "delete") == 1
     )
     assert count(store, semantic_memory_versions, semantic_memory_versions.c.content != "") == 0
+
+
+def test_remember_refuses_a_session_that_is_missing_or_another_worlds(store, ingest):
+    ingest(conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣"]))
+    for world, session in (("w2", "s-1"), ("w1", "s-nope")):
+        with pytest.raises(mem.InputError, match=f"field 'session_id': no session '{session}' in world '{world}'"):
+            mem.remember(store, world, session, "用户养了一只猫")
+    assert count(store, semantic_memories) == 0 and count(store, semantic_memory_versions) == 0
+    assert mem.remember(store, "w1", "s-1", "用户养了一只猫")
+
+
+def test_the_explicit_delete_removes_the_memory_from_the_day_snapshots_too(store, tmp_path):
+    ids = _seed(store, "w1", [("world", "用户的秘密", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    _seed(store, "w2", [("world", "w2 的事", ["s-9"], "2026-03-01T10:00:00+08:00")])
+    _light_done(store, tmp_path)
+    run_deep_sleep(ctx_for(store, tmp_path), D)
+    assert ids[0] in snapshot(store, "w1", D)
+    assert mem.delete_memory(store, "w2", ids[0]) is False  # another world's id: nothing happens
+    assert ids[0] in snapshot(store, "w1", D)
+    assert mem.delete_memory(store, "w1", ids[0]) is True
+    with store.connect() as conn:
+        contents = set(conn.execute(select(semantic_memory_snapshots.c.content)).scalars())
+        versions = set(conn.execute(select(semantic_memory_versions.c.content)).scalars())
+    assert "用户的秘密" not in contents and contents == {"w2 的事"}  # gone from every day it was kept in
+    assert "用户的秘密" not in versions
+
+
+def test_the_autobiographys_rejected_calls_are_recorded_with_their_errors(store, tmp_path):
+    ids = _seed(store, "w1", [("experience", "第一次跑完半马", ["s-1"], "2026-03-01T10:00:00+08:00")])
+    with FakeOpenAI() as server:
+        server.push(
+            "tools",
+            [
+                ("create_autobiographical_memory", {"narrative": " ", "significance": 3, "kind": "event"}),
+                ("update_autobiographical_memory", {"id": "a-1", "narrative": "x"}),
+                (
+                    "create_autobiographical_memory",
+                    {"narrative": "跑完了第一个半马", "significance": 4, "kind": "milestone", "source_memory_ids": ids},
+                ),
+            ],
+        )
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        result = run_autobiography(ctx_for(store, tmp_path, llm=llm), D)
+    assert (result.narratives_created, result.rejected) == (1, 2)
+    with store.connect() as conn:
+        detail = conn.execute(
+            select(sleep_runs.c.detail).where(sleep_runs.c.stage == "autobiography_cron", sleep_runs.c.world_id == "w1")
+        ).scalar_one()
+    calls = detail["rejected_calls"]
+    assert [c["call"]["name"] for c in calls] == ["create_autobiographical_memory", "update_autobiographical_memory"]
+    assert "empty narrative is refused" in calls[0]["error"] and "unknown tool" in calls[1]["error"]
 
 
 def test_light_sleep_rejects_tools_outside_its_whitelist_and_records_them(store, ingest, tmp_path):
@@ -488,9 +640,10 @@ def test_only_the_top_20_pinned_facts_enter_the_system_prompt(store):
 # --- checklist lines that had no test that could fail ---------------------------------------------
 
 
-def test_remember_infers_the_session_and_now(store):
+def test_remember_infers_the_session_and_now(store, ingest):
     from memory_pipeline.lib.timeutil import utcnow
 
+    ingest(conversation("w1", "s-live", cst(2026, 3, 2, 14), ["我换了新工作"]))
     before = utcnow()
     mid = mem.remember(store, "w1", "s-live", "用户换了新工作", type="world")
     after = utcnow()

@@ -42,6 +42,12 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
     ]
     diff = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
     assert diff.exit_code == 0 and "deprecated:" in diff.output and "created:" in diff.output
+    # A side with no snapshot is refused by name, never reported as "everything deprecated".
+    missing = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2099-01-01"])
+    assert missing.exit_code == 1 and "no snapshot of 2099-01-01" in missing.output
+    assert "deprecated:" not in missing.output
+    unknown = runner.invoke(app, ["sleep", "diff", "nobody", "2026-03-02", "2026-03-03"])
+    assert unknown.exit_code == 1 and "unknown world 'nobody'" in unknown.output
     status = runner.invoke(app, ["status"])
     assert (
         status.exit_code == 0
@@ -51,6 +57,7 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
 
 
 def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url):  # noqa: F811
+    _ingest(env, conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我养了一只猫"]))
     result = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "   "])
     assert result.exit_code == 2 and "field 'content': empty" in result.output
     result = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "x", "--type", "mood"])
@@ -59,6 +66,11 @@ def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url): 
     assert result.exit_code == 2 and "field 'world_id'" in result.output
     result = runner.invoke(app, ["sleep", "self-block", "w1", "mood", "x"])
     assert result.exit_code == 2 and "field 'name': 'mood' is not a self block" in result.output
+    for world, session in (("w2", "s-1"), ("w1", "s-nope")):  # another world's session, or none
+        result = runner.invoke(app, ["sleep", "remember", world, session, "用户养猫"])
+        assert (
+            result.exit_code == 2 and f"field 'session_id': no session '{session}' in world '{world}'" in result.output
+        )
     store = Store(pg_url)
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() == 0
@@ -78,5 +90,51 @@ def test_conversation_commands(env, pg_url):  # noqa: F811
     assert result.exit_code == 0 and "1 due, 1 written, 0 failed" in result.output, result.output
     shown = runner.invoke(app, ["conversation", "show", "c1"])
     assert shown.exit_code == 0 and "# 对话历程摘要（滚动）" in shown.output
+    # While unverified, show prints the check line the help promises, and how to answer it.
+    assert "version 1, unverified" in shown.output and "我对咱们最近聊的事的印象是 " in shown.output
+    assert "，大致对吗？" in shown.output and "conversation confirm c1 --version 1" in shown.output
     fixed = runner.invoke(app, ["conversation", "correct", "c1", "用户其实在为搬家发愁。"])
     assert fixed.exit_code == 0 and "version 2" in fixed.output
+    shown = runner.invoke(app, ["conversation", "show", "c1"])
+    assert "version 2, verified" in shown.output and "大致对吗" not in shown.output
+    # The user's yes to a check line: an older version is refused, the newest is verified (once).
+    stale = runner.invoke(app, ["conversation", "confirm", "c1", "--version", "1"])
+    assert stale.exit_code == 2 and "1 is not the newest version" in stale.output
+    again = runner.invoke(app, ["conversation", "confirm", "c1"])
+    assert again.exit_code == 0 and "already verified" in again.output
+    nothing = runner.invoke(app, ["conversation", "retry", "c1"])
+    assert nothing.exit_code == 2 and "no failures to retry" in nothing.output
+
+
+def test_the_user_confirms_a_summary_from_the_command_line(env, pg_url):  # noqa: F811
+    from memory_pipeline.conversation.tables import conversation_summaries
+
+    _ingest(env, conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
+    assert runner.invoke(app, ["conversation", "init-status", "c1", "done"]).exit_code == 0
+    assert runner.invoke(app, ["conversation", "summarize"]).exit_code == 0
+    result = runner.invoke(app, ["conversation", "confirm", "c1", "--version", "1"])
+    assert result.exit_code == 0 and result.output.strip() == "verified"
+    with Store(pg_url).connect() as conn:
+        assert conn.execute(select(conversation_summaries.c.verified)).scalars().all() == [True]
+    assert "version 1, verified" in runner.invoke(app, ["conversation", "show", "c1"]).output
+
+
+def test_sleep_status_lists_a_refused_world_with_its_size(env, pg_url, monkeypatch):  # noqa: F811
+    config = env / "memory.yaml"
+    config.write_text(
+        "memory:\n  sleep:\n    deep_warn_chars: 100\n    deep_batch_chars: 200\n    deep_refuse_chars: 300\n"
+        f"    log_dir: {env / 'logs'}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    _ingest(
+        env,
+        conversation("w-big", "s-b", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好", "我喜欢喝茶", "好", "我喜欢爬山", "好"])
+        + conversation("w-small", "s-s", cst(2026, 3, 2, 10), ["garden tomatoes", "ok"]),
+    )
+    result = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-02"])
+    assert result.exit_code == 0, result.output  # the other world slept; the day is not a failure
+    status = runner.invoke(app, ["sleep", "status"], terminal_width=300)
+    assert status.exit_code == 0 and "Worlds refused" in status.output
+    (line,) = [ln for ln in status.output.splitlines() if "w-big" in ln]
+    assert "deep_sleep" in line and "2026-03-02" in line and "over the 300 limit" in line

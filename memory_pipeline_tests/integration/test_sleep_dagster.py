@@ -225,3 +225,93 @@ def test_disabled_sleep_reads_and_writes_nothing_and_says_so(pg_url, redis_url, 
     assert _checks(instance, report.runs[0].run_id) == [(DAYS[0], True)]  # disabled on purpose: not a failure
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() == 0
+
+
+def test_an_oversized_world_is_refused_alone_and_the_asset_and_its_check_say_so(
+    pg_url, redis_url, instance, store, ingest, tmp_path
+):
+    """Limits lowered so a world of four memories is over the refusal size: deep sleep of the day
+    materializes for the other world, its metadata and its check name the refused one with its size,
+    and the autobiography then runs."""
+    from memory_pipeline.definitions import build_defs
+    from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+
+    config = tmp_path / "memory.yaml"
+    config.write_text(
+        "memory:\n  sleep:\n    deep_warn_chars: 100\n    deep_batch_chars: 200\n    deep_refuse_chars: 300\n"
+        f"    log_dir: {tmp_path / 'logs'}\n",
+        encoding="utf-8",
+    )
+    defs = build_defs(
+        {
+            "memory_store": MemoryStoreResource(database_url=pg_url),
+            "kv_cache": CacheResource(redis_url=redis_url),
+            "llm": LLMResource(),
+            "memory_config": MemoryConfigResource(config_file=str(config)),
+        }
+    )
+    ingest(
+        conversation("w-big", "s-b", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好", "我喜欢喝茶", "好", "我喜欢爬山", "好"])
+        + conversation("w-small", "s-s", cst(2026, 3, 2, 10), ["garden tomatoes", "ok"])
+    )
+    day = DAYS[0]
+    assert operations.materialize("light_sleep", day, day, instance=instance, defs=defs).success
+    deep = operations.materialize("deep_sleep", day, day, instance=instance, defs=defs)
+    assert deep.success  # the other world slept: the day is materialized, degraded and saying so
+    meta = _materializations(instance, "sleep_deep_sleep")[day]
+    assert (
+        list(meta["worlds_refused_300k"]) == ["w-big"] and "over the 300 limit" in meta["worlds_refused_300k"]["w-big"]
+    )
+    assert meta["worlds"] == 1 and meta["snapshot_rows"] >= 1
+    (check,) = instance.get_records_for_run(
+        deep.runs[0].run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records
+    evaluation = check.event_log_entry.dagster_event.event_specific_data
+    problems = evaluation.metadata["first_problems"].value
+    assert evaluation.passed is False and "w-big: refused" in problems and "characters, over the 300 limit" in problems
+    with store.connect() as conn:
+        worlds = set(conn.execute(select(semantic_memory_snapshots.c.world_id)).scalars())
+    assert worlds == {"w-small"}
+    auto = operations.materialize("autobiography", day, day, instance=instance, defs=defs)
+    assert auto.success
+    with store.connect() as conn:
+        blocks = set(
+            conn.execute(select(self_blocks.c.world_id).where(self_blocks.c.name == "autobiography_summary")).scalars()
+        )
+    assert "w-small" in blocks
+
+
+def test_the_rolling_summary_sensor_does_not_ask_again_during_the_backoff(defs, instance, store, ingest):
+    """A refused answer: the next ticks (every 5 minutes) request no new paid call until the
+    backoff is over; then one, under a new run key."""
+    from datetime import timedelta
+
+    from memory_pipeline.conversation.config import ConversationConfig
+    from memory_pipeline.conversation.tables import conversation_summary_backoff
+    from memory_pipeline.lib.llm import LLMClient
+    from memory_pipeline_tests.conftest import CST
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
+    summaries.set_init_status(store, "c1", "done")
+    sensor = defs.get_sensor_def("conversation_rolling_summary_sensor")
+
+    def tick():
+        resources = {"conversation": defs.resources["conversation"]}
+        with build_sensor_context(
+            instance=instance, repository_def=defs.get_repository_def(), resources=resources
+        ) as ctx:
+            return sensor.evaluate_tick(ctx)
+
+    (first,) = tick().run_requests
+    cfg = ConversationConfig()
+    with FakeOpenAI() as server:
+        server.push("ok", "no tool call")  # a format error
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        assert summaries.run(store, llm, cfg, CST, summaries.due_conversations(store, cfg)).failed
+    assert tick().run_requests == []  # the next tick: no new paid call
+    with store.begin() as conn:  # the first backoff (10 minutes) has passed
+        failed_at = conn.execute(select(conversation_summary_backoff.c.last_failure_at)).scalar_one()
+        conn.execute(conversation_summary_backoff.update().values(last_failure_at=failed_at - timedelta(minutes=10)))
+    (again,) = tick().run_requests
+    assert again.run_key != first.run_key and again.run_config == first.run_config

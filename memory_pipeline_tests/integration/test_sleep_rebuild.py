@@ -168,6 +168,7 @@ def test_a_rebuild_keeps_what_remember_wrote_since_and_twice_is_the_same(store, 
     ingest(three_days())
     for day in (D1, D2):
         night(store, tmp_path, day)
+    ingest(conversation("w1", "s-live", cst(2026, 3, 9, 15), ["我养了一只猫"]))  # a later day, not rebuilt here
     kept = mem.remember(store, "w1", "s-live", "用户养了一只猫", at=cst(2026, 3, 3, 15))
     night(store, tmp_path, D3)
     clean = memory_set(store)

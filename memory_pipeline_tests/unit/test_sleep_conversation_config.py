@@ -168,3 +168,55 @@ def test_what_the_seed_allows_passes():
             HISTORY,
             long_arc="角色一直放不下离开故乡这件事，心里总惦记着老房子。",
         )
+
+
+# --- what the seed allows is accepted; what it forbids is still refused -----------------------------
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        _sections(arc="她每天加班 10-12 个小时，很疲惫。说起工作时语气很平。"),
+        _sections(arc="她觉得自己 24/7 都在待命，有些撑不住。"),
+        _sections(arc="剧本已经写完了 3/4，她对结尾还在犹豫。"),
+        _sections(arc="4月18日父亲忌日那天她情绪崩溃了。之后慢慢平静下来。"),  # a timeline key point
+        _sections(topics=("4月18日 父亲忌日",)),  # a key point's own date
+        _sections(hooks=("2026-05-01 搬家之前想把剧本定稿",)),
+        _sections(arc="她聊到工作、家庭、健康、感情时都很投入。"),  # a list that says how she felt
+    ],
+    ids=["hours-range", "24-7", "fraction", "key-point-date-in-arc", "key-point-topic", "hook-date", "feeling-list"],
+)
+def test_what_the_seed_allows_is_accepted(sections):
+    logic.check_author_view(sections, HISTORY)
+
+
+@pytest.mark.parametrize(
+    "sections, message",
+    [
+        (_sections(arc="2026-04-18 聊剧本 / 04-19 聊工作 / 04-20 聊墓地。"), "dated event list"),  # the seed's
+        (_sections(arc="她4月18日谈起剧本。"), "dated event list"),
+        (_sections(hooks=("04-19 聊工作的事还没说完",)), r"field 'unresolved_hooks\[0\]': contains a date"),
+        (
+            _sections(arc="4月18日她去了墓地。4月19日她很难过。", hooks=("2026-04-20 搬家",)),
+            "contains 3 dates",
+        ),
+        (_sections(arc="用户讲了剧本、工作、墓地、搬家。"), "running log"),
+        (_sections(prefs=("2026-04-18 开始写剧本",)), r"field 'preferences\[0\]': contains a date"),
+    ],
+    ids=["seed-list", "dated-talk", "dated-hook", "three-dates", "running-log", "dated-fact"],
+)
+def test_what_the_seed_forbids_is_still_refused(sections, message):
+    with pytest.raises(logic.AuthorViewError, match=message):
+        logic.check_author_view(sections, HISTORY)
+
+
+def test_a_failing_conversation_backs_off_doubling_and_is_held_after_five_in_a_row():
+    at = datetime(2026, 3, 2, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
+    cfg = conversation_config.ConversationConfig()
+    assert (cfg.retry_backoff_minutes, cfg.max_consecutive_failures) == (10, 5)
+    waits = [logic.Backoff(n, at, "format: x").next_attempt(10) - at for n in range(1, 5)]
+    assert [w.total_seconds() / 60 for w in waits] == [10, 20, 40, 80]
+    b = logic.Backoff(2, at, "format: x")
+    assert b.waiting(at + waits[0], 10, 5) and not b.waiting(at + waits[1], 10, 5)
+    held = logic.Backoff(5, at, "format: x")
+    assert held.held(5) and held.waiting(at + waits[-1] * 100, 10, 5)  # held: no clock lets it through

@@ -34,7 +34,9 @@ class RollingSummaryConfig(Config):
     "the Step-0 gate: initialization_status done and >= 30 entries), a new version in the seed's layout "
     "(emotional arc in 3-5 sentences, never more than 10; preferences / facts; emotional key points; "
     "unresolved hooks; last_updated; covered_range). A rolling update, never an overwrite; a failure "
-    "writes nothing, logs an event and is retried on the next trigger.",
+    "writes nothing, logs an event and is retried on a later trigger after a doubling backoff (10, 20, 40, "
+    "80 minutes by default); after 5 failures in a row the conversation is held until an operator runs "
+    "`conversation retry`.",
 )
 def conversation_rolling_summaries(
     context: AssetExecutionContext, config: RollingSummaryConfig, conversation: ConversationResource
@@ -53,15 +55,23 @@ def conversation_rolling_summaries(
     result = summaries.run(store, llm, cfg, conversation.tz(), due, long_arcs=arcs)
     if result.failed:
         context.log.warning(
-            f"{len(result.failed)} summary(ies) failed (nothing written, retried on the next trigger): "
+            f"{len(result.failed)} summary(ies) failed (nothing written, retried after the backoff): "
             + " | ".join(f"{c}: {e}" for c, e in list(result.failed.items())[:5])
         )
+    if result.held:
+        context.log.warning(
+            f"held after {cfg.max_consecutive_failures} failures in a row (`memory-pipeline conversation retry "
+            f"CONV` retries): {', '.join(result.held)}"
+        )
+    waiting = summaries.failing(store, cfg)
     return MaterializeResult(
         metadata={
             "due": len(due),
             "written": len(result.written),
             "failed": len(result.failed),
             "failures": MetadataValue.json(result.failed),
+            "held": MetadataValue.json([f["conversation_id"] for f in waiting if f["state"] == "held"]),
+            "backing_off": MetadataValue.json([f["conversation_id"] for f in waiting if f["state"] != "held"]),
             "conversations": MetadataValue.json(result.written),
             **llm_metadata(llm.stats),
         }

@@ -23,7 +23,8 @@ rolling_summary_job = define_asset_job(
     description="Every 5 minutes: conversations whose initialization_status is done and that have >= 30 "
     "entries after their summary's covered_range (or an open user check / preference override, still "
     "through the gate) get a new rolling-summary version, all in one run. A failed one is asked again "
-    "on the next tick (its failure changes the run key).",
+    "once its backoff is over (10, 20, 40, 80 minutes by default; its failure changes the run key) and "
+    "held after 5 failures in a row until `conversation retry`.",
 )
 def conversation_rolling_summary_sensor(context: SensorEvaluationContext, conversation: ConversationResource):
     store, cfg = conversation.store(), conversation.cfg()

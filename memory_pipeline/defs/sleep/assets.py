@@ -75,6 +75,8 @@ def _run(
         meta = describe(result)
         context.add_asset_metadata({**meta, **llm_metadata(ctx.llm.stats)}, partition_key=key)
         context.log.info(f"{asset} {key}: {meta}")
+        for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
+            context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")
     return MaterializeResult()
 
 
@@ -119,6 +121,8 @@ def _deep_meta(r: Any) -> dict[str, Any]:
         "worlds_reused": r.reused,
         "worlds_warned_10k": r.warned,
         "worlds_batched_100k": r.batched,
+        "worlds_refused_300k": MetadataValue.json(r.refused),  # world -> why; nothing written for them
+        "worlds_empty": r.empty,  # no memory as of the day: not asked
         "changes": r.changes,
         "tool_calls_rejected": r.rejected,
         "snapshot_rows": r.snapshot_rows,

@@ -75,9 +75,9 @@ sleep_checks = [
         assets.sleep_deep_sleep,
         Stage.DEEP,
         "deep_sleep_snapshot_current_and_nothing_deleted",
-        "The day's deep sleep is done and not stale (an earlier day rebuilt after it makes it stale), and "
-        "every memory of its snapshot still exists (sleep stages deprecate or merge, never delete). One "
-        "result per partition.",
+        "The day's deep sleep is done and not stale (an earlier day rebuilt after it makes it stale), no "
+        "world was refused (over 300k characters: named with its size), and every memory of its snapshot "
+        "still exists (sleep stages deprecate or merge, never delete). One result per partition.",
     ),
     _check(
         assets.sleep_autobiography,
