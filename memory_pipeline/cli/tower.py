@@ -264,7 +264,7 @@ def print_status(store) -> None:
     )
     for g in reports.given_up(store, tz):
         err.print(f"[yellow]given up[/] {escape(g['window'])} after {g['failures']} failures: {escape(g['reason'])}")
-    stale = reports.stale_days(store, tz)
+    stale = reports.stale_days(store, tz, cfg.activity_type)
     if stale:
         err.print(f"[yellow]stale windows[/]: {', '.join(f'{d} (+{n})' for d, n in sorted(stale.items()))}")
 

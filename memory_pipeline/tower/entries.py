@@ -63,7 +63,7 @@ def append(
     """``raw_entries``: (where, raw) pairs, ``where`` naming the line or index for errors."""
     mtype = tower_types_io.get(store, type_name)
     if mtype.archived:
-        raise TowerInputError("type", f"memory type {mtype.name!r} is archived: appends are refused")
+        raise _archived(mtype.name)
     now = utcnow()
     batch: list[EntryIn] = []
     wheres: list[str] = []
@@ -93,6 +93,8 @@ def append(
             }
         )
     with store.begin() as conn:  # one transaction: all or nothing
+        if not tower_types_io.accepts_entries(conn, mtype.name):
+            raise _archived(mtype.name)  # archived since the check above
         given = [r["entry_id"] for r, e in zip(rows, batch, strict=True) if e.entry_id is not None]
         stored = _stored(conn, mtype.name, given)
         fresh = []
@@ -123,6 +125,10 @@ def append(
     report.entry_ids = [r["entry_id"] for r in rows]
     report.days = {local_date(r["at"], tz) for r in fresh}
     return report
+
+
+def _archived(name: str) -> TowerInputError:
+    return TowerInputError("type", f"memory type {name!r} is archived: appends are refused")
 
 
 def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
@@ -182,9 +188,10 @@ def append_file(store: Store, type_name: object, path: Path, tz: ZoneInfo) -> Ap
 # ---- the activity type, fed from raw conversation messages ------------------------------------------
 
 
-def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> int:
+def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> int | None:
     """Copy the messages of CST ``day`` (non-debug conversations) into the activity type, grouped
-    by world: one read, batched inserts in one transaction, idempotent on the message id."""
+    by world: one read, batched inserts in one transaction, idempotent on the message id. None when
+    the type is archived: an archived type takes no entries, from the feed either."""
     start, end = day_bounds(day, tz)
     m, c = messages.c, conversations.c
     q = (
@@ -196,6 +203,8 @@ def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> 
     now = utcnow()
     inserted = 0
     with store.begin() as conn:
+        if not tower_types_io.accepts_entries(conn, activity_type):
+            return None
         rows = []
         for r in conn.execute(q).mappings():
             content = {

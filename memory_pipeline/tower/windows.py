@@ -36,6 +36,7 @@ class BuildResult:
     entries: int = 0
     by_level: Counter[str] = field(default_factory=Counter)
     activity_fed: int = 0
+    activity_archived: bool = False  # the activity type is archived: no message was fed
 
 
 def iso(dt: datetime) -> str:
@@ -119,7 +120,8 @@ def build_day(
     conversation messages are fed into that type first."""
     result = BuildResult(day.isoformat())
     if activity_type:
-        result.activity_fed = entries_io.feed_activity(store, activity_type, day, tz)
+        fed = entries_io.feed_activity(store, activity_type, day, tz)
+        result.activity_fed, result.activity_archived = fed or 0, fed is None
     start, end = day_bounds(day, tz)
     now = utcnow()
     all_types = types_io.list_types(store, include_archived=True)
@@ -239,9 +241,13 @@ def refresh_after_late_entries(store: Store, type_name: str, days: set[date], tz
 # ---- reading the view -------------------------------------------------------------------------------
 
 
-def stale_days(store: Store, tz: ZoneInfo, now: datetime, lookback_days: int = 31) -> dict[date, int]:
-    """Closed days already materialized with entries (or conversation messages, for the activity
-    type) ingested after their materialization: {day: entries past it}. The late-data record."""
+def stale_days(
+    store: Store, tz: ZoneInfo, now: datetime, *, activity_type: str | None, lookback_days: int = 31
+) -> dict[date, int]:
+    """Closed days already materialized with entries (or conversation messages, while
+    ``activity_type`` is fed from them) ingested after their materialization: {day: entries past
+    it}. The late-data record."""
+    feed = types_io.feeds_activity(store, activity_type)
     today = local_date(now, tz)
     since = today - timedelta(days=lookback_days)
     r = tower_window_runs.c
@@ -257,13 +263,14 @@ def stale_days(store: Store, tz: ZoneInfo, now: datetime, lookback_days: int = 3
         oldest = min(runs.values())
         e, m, c = tower_entries.c, messages.c, conversations.c
         late = list(conn.execute(select(e.at, e.ingested_at).where(e.ingested_at > oldest)))
-        late += list(
-            conn.execute(
-                select(m.at, m.ingested_at)
-                .join(conversations, c.conversation_id == m.conversation_id)
-                .where(m.ingested_at > oldest, c.debug.is_(False))
+        if feed:
+            late += list(
+                conn.execute(
+                    select(m.at, m.ingested_at)
+                    .join(conversations, c.conversation_id == m.conversation_id)
+                    .where(m.ingested_at > oldest, c.debug.is_(False))
+                )
             )
-        )
     out: Counter[date] = Counter()
     for at, ingested in late:
         d = local_date(at, tz)
@@ -288,11 +295,13 @@ class Audit:
     stale_entries: int = 0
 
 
-def audit_day(store: Store, day: date, tz: ZoneInfo) -> Audit:
+def audit_day(store: Store, day: date, tz: ZoneInfo, *, activity_type: str | None = None) -> Audit:
     """Refs cover exactly the day's raw entries as of the materialization (no gap, no duplicate, no
     stranger), each level refers to exactly the finer windows present, and every summary's refs
     resolve. Entries appended after the materialization (and conversation messages of the day
-    ingested after it, not yet fed into the activity type) are counted as stale, not as a gap."""
+    ingested after it, not yet fed into ``activity_type`` while it is fed) are counted as stale,
+    not as a gap."""
+    feed = types_io.feeds_activity(store, activity_type)
     start, end = day_bounds(day, tz)
     audit = Audit()
     materialized = window_run(store, "day", day)
@@ -312,7 +321,7 @@ def audit_day(store: Store, day: date, tz: ZoneInfo) -> Audit:
             ).mappings()
         )
         audit.problems += _summary_ref_problems(conn, start, end)
-        if materialized is not None:
+        if materialized is not None and feed:
             # Conversation messages reach the activity type only when the day is (re)built: those
             # ingested after the run are not in the view either.
             m, c = messages.c, conversations.c

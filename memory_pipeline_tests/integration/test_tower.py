@@ -112,6 +112,28 @@ def test_types_crud_archive_and_builtins(tower, store):
         tower.delete_type("worklog")
 
 
+def test_an_archived_activity_type_takes_no_more_messages(tower, store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 1, 5, 9), ["tomatoes planted", "tomatoes watered"]))
+    day = cst(2026, 1, 5).date()
+    assert windows.build_day(store, day, CST, activity_type="agent/activity").activity_fed == 2
+    tower.delete_type("agent/activity")
+    ingest(conversation("w1", "c2", cst(2026, 1, 5, 15), ["compost turned"]))
+    ingest(conversation("w1", "c3", cst(2026, 1, 6, 9), ["seeds ordered"]))
+    for d in (day, cst(2026, 1, 6).date()):  # the structural run of a day already fed, and of a new day
+        built = windows.build_day(store, d, CST, activity_type="agent/activity")
+        assert built.activity_fed == 0 and built.activity_archived
+    with store.connect() as conn:
+        fed = conn.execute(select(tower_entries.c.entry_id).where(tower_entries.c.type_name == "agent/activity")).all()
+    assert len(fed) == 2  # the two messages fed before the archive, nothing since
+    archived = tower.recall("agent/activity", "day", "2026-01-05")
+    assert archived["total_entries"] == 2 and not archived["stale"]  # recall still works; nothing will be fed
+    with pytest.raises(TowerInputError, match="archived"):
+        tower.append("agent/activity", {"content": "by hand", "at": cst(2026, 1, 5, 10).isoformat()})
+    # No feed will bring the later messages in: they are not counted as stale for ever.
+    assert windows.audit_day(store, day, CST, activity_type="agent/activity").stale_entries == 0
+    assert windows.stale_days(store, CST, cst(2026, 1, 8), activity_type="agent/activity") == {}
+
+
 # ---- append ------------------------------------------------------------------------------------------
 
 

@@ -83,9 +83,9 @@ def _problems(problems: list[str]) -> MetadataValue:
     "refs resolve. One result per partition.",
 )
 def day_windows_cover(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
-    store, tz = tower.store(), tower.tz()
+    store, tz, activity_type = tower.store(), tower.tz(), tower.cfg().activity_type
     for key, day in _keys(context, cst_day_open):
-        audit = windows.audit_day(store, day, tz)
+        audit = windows.audit_day(store, day, tz, activity_type=activity_type)
         yield _evaluation(
             context,
             assets.tower_day_windows.key,
@@ -108,9 +108,9 @@ def day_windows_cover(context: AssetCheckExecutionContext, tower: TowerResource)
     "for the activity type) were appended after its windows were materialized. One result per partition.",
 )
 def day_windows_fresh(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
-    store, tz = tower.store(), tower.tz()
+    store, tz, activity_type = tower.store(), tower.tz(), tower.cfg().activity_type
     for key, day in _keys(context, cst_day_open):
-        audit = windows.audit_day(store, day, tz)
+        audit = windows.audit_day(store, day, tz, activity_type=activity_type)
         materialized = windows.window_run(store, "day", day)
         yield _evaluation(
             context,
