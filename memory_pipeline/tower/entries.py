@@ -3,7 +3,8 @@ only and idempotent on an entry id; the activity type fed from the raw conversat
 
 A batch is validated whole before anything is written, then written in one transaction: a bad
 entry refuses the batch with its line and field, and nothing is half-written. An entry id already
-stored with the same content is a duplicate (nothing written); with other content, a conflict."""
+stored from the same request (content, group, and `at` as sent: a retry that leaves `at` out again
+matches the "now" the first append stored) is a duplicate (nothing written); otherwise a conflict."""
 
 from __future__ import annotations
 
@@ -49,12 +50,24 @@ class AppendReport:
         }
 
 
-def _same(stored: Any, new: EntryIn) -> bool:
-    return (
-        stored["at"] == new.at
-        and stored["group_value"] == new.group
-        and json.dumps(stored["content"], sort_keys=True) == json.dumps(new.content, sort_keys=True)
-    )
+def _conflict(stored: Any, new: EntryIn) -> str | None:
+    """What differs between the request stored under an entry id and this one, or None (a retry).
+    The request is what the caller sent: an ``at`` left out both times matches whatever "now" the
+    first append stored, while an ``at`` given only once, or two different ones, do not."""
+    if json.dumps(stored["content"], sort_keys=True) != json.dumps(new.content, sort_keys=True):
+        return "is stored with other content"
+    if stored["group_value"] != new.group:
+        return "is stored with another group"
+    if bool(stored["at_given"]) != new.at_given:
+        return "was stored from a request that " + ("left 'at' out" if new.at_given else "gave 'at'")
+    if new.at_given and stored["at"] != new.at:
+        return "is stored with another 'at'"
+    return None
+
+
+def _refuse_conflict(entry_id: str, stored: Any, new: EntryIn, where: str) -> None:
+    if differs := _conflict(stored, new):
+        raise TowerInputError("id", f"entry id {entry_id!r} {differs}", where)
 
 
 def append(
@@ -85,6 +98,7 @@ def append(
                 "type_name": mtype.name,
                 "entry_id": eid,
                 "at": e.at,
+                "at_given": e.at_given,
                 "group_value": e.group,
                 "content": e.content,
                 "chars": e.chars,
@@ -102,10 +116,9 @@ def append(
             old = stored.get(row["entry_id"])
             if old is None:
                 fresh.append(row)
-            elif _same(old, e):
-                report.duplicates += 1
             else:
-                raise TowerInputError("id", f"entry id {row['entry_id']!r} is stored with other content", where)
+                _refuse_conflict(row["entry_id"], old, e, where)
+                report.duplicates += 1
         new_ids: set[str] = set()
         for i in range(0, len(fresh), BATCH):
             new_ids |= _insert_new(conn, fresh[i : i + BATCH])
@@ -117,8 +130,7 @@ def append(
             by_id = {r["entry_id"]: (e, where) for r, e, where in zip(rows, batch, wheres, strict=True)}
             for r in raced:
                 e, where = by_id[r["entry_id"]]
-                if not _same(now_stored[r["entry_id"]], e):
-                    raise TowerInputError("id", f"entry id {r['entry_id']!r} is stored with other content", where)
+                _refuse_conflict(r["entry_id"], now_stored[r["entry_id"]], e, where)
                 report.duplicates += 1
         report.inserted = len(new_ids)
         fresh = [r for r in fresh if r["entry_id"] in new_ids]
@@ -144,7 +156,7 @@ def _stored(conn: Connection, type_name: str, ids: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     t = tower_entries.c
     for i in range(0, len(ids), BATCH):
-        q = select(t.entry_id, t.at, t.group_value, t.content).where(
+        q = select(t.entry_id, t.at, t.at_given, t.group_value, t.content).where(
             t.type_name == type_name, t.entry_id.in_(ids[i : i + BATCH])
         )
         out.update({r["entry_id"]: r for r in conn.execute(q).mappings()})
@@ -220,6 +232,7 @@ def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> 
                     "type_name": activity_type,
                     "entry_id": r["message_id"],
                     "at": r["at"],
+                    "at_given": True,
                     "group_value": r["world_id"],
                     "content": content,
                     "chars": len(r["content"] or ""),

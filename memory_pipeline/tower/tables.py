@@ -17,6 +17,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    true,
 )
 
 from memory_pipeline.lib.store.tables import ID, UTCDateTime, metadata, now_utc
@@ -49,6 +50,8 @@ tower_entries = Table(
     Column("type_name", NAME, ForeignKey("tower_types.name"), nullable=False),
     Column("entry_id", ID, nullable=False),
     Column("at", UTCDateTime, nullable=False),
+    # Whether the caller sent `at` (else the append's time): a retry is matched on what was sent.
+    Column("at_given", Boolean, nullable=False, default=True, server_default=true()),
     Column("group_value", ID, nullable=False, default=""),
     Column("content", JSON, nullable=False),
     Column("chars", Integer, nullable=False),

@@ -131,6 +131,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0012_objects",
         "0016_sleep_rebuild",
         "0017_ledger_tokens_source",
+        "0022_tower_guardrail",
     ]
     assert head(LOCATIONS) == chain[-1]
 

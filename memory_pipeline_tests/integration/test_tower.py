@@ -178,6 +178,41 @@ def test_append_is_idempotent_on_id_and_refuses_bad_input_whole(tower, store, tm
         tower.append("tool/errors", {"content": "x", "at": future})
 
 
+def test_a_retry_without_at_is_a_duplicate_and_what_the_caller_sent_decides_a_conflict(tower, store):
+    first = tower.append("worklog", {"content": {"project": "a", "did": "x"}, "id": "k1"})
+    retry = tower.append("worklog", {"content": {"project": "a", "did": "x"}, "id": "k1"})  # `at` left out again
+    assert (first["inserted"], retry["inserted"], retry["duplicates"]) == (1, 0, 1)
+    with store.connect() as conn:
+        stored_at = conn.execute(select(tower_entries.c.at).where(tower_entries.c.entry_id == "k1")).scalar_one()
+    with pytest.raises(TowerInputError, match="field 'id': entry id 'k1' was stored from a request that left 'at' out"):
+        tower.append("worklog", {"content": {"project": "a", "did": "x"}, "id": "k1", "at": stored_at.isoformat()})
+    with pytest.raises(TowerInputError, match="field 'id': entry id 'k1' is stored with other content"):
+        tower.append("worklog", {"content": {"project": "a", "did": "y"}, "id": "k1"})
+    explicit = {"content": {"project": "a"}, "id": "k2", "at": "2026-01-05T10:00:00+08:00"}
+    tower.append("worklog", explicit)
+    assert tower.append("worklog", explicit)["duplicates"] == 1
+    with pytest.raises(TowerInputError, match="is stored with another 'at'"):
+        tower.append("worklog", {**explicit, "at": "2026-01-05T11:00:00+08:00"})
+    with pytest.raises(TowerInputError, match="was stored from a request that gave 'at'"):
+        tower.append("worklog", {"content": {"project": "a"}, "id": "k2"})
+    assert count(store, tower_entries) == 2
+
+
+def test_the_group_field_must_be_a_string_and_an_explicit_group_must_agree_with_it(tower, store):
+    with pytest.raises(
+        TowerInputError, match=r"entries\[0\]: field 'group': 'b' contradicts the content's project 'a'"
+    ):
+        tower.append("worklog", {"content": {"project": "a"}, "group": "b"})
+    with pytest.raises(
+        TowerInputError, match=r"entries\[0\]: field 'content.project': .* must be a string, got number"
+    ):
+        tower.append("worklog", {"content": {"project": 7}})
+    assert count(store, tower_entries) == 0
+    tower.append("worklog", [{"content": {"project": "a"}, "group": "a"}, {"content": {"project": None}}])
+    with store.connect() as conn:
+        assert sorted(conn.execute(select(tower_entries.c.group_value)).scalars()) == ["", "a"]
+
+
 # ---- structural windows and exact recall ------------------------------------------------------------------
 
 

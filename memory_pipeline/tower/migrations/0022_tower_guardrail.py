@@ -1,0 +1,25 @@
+"""Seed 004 (time tower): an entry records whether its caller sent `at` (an idempotent retry that
+leaves it out again is a duplicate, not a conflict).
+
+Revision ID: 0022_tower_guardrail
+Revises: 0017_ledger_tokens_source
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0022_tower_guardrail"
+down_revision = "0017_ledger_tokens_source"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    # Entries stored before this revision count as sent with their `at`: a retry must give it again.
+    with op.batch_alter_table("tower_entries") as batch:
+        batch.add_column(sa.Column("at_given", sa.Boolean(), nullable=False, server_default=sa.true()))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("tower_entries") as batch:
+        batch.drop_column("at_given")
