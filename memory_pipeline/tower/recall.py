@@ -13,9 +13,11 @@ from datetime import date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.timeutil import EARLIEST, LATEST
 from memory_pipeline.tower.entries import entries_by_pk
 from memory_pipeline.tower.logic import (
     RANGE,
@@ -126,19 +128,45 @@ def _walk(conn: Connection, t: MemoryType, rows: list[Any]) -> list[int]:
     return pks
 
 
-def _count_now(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None) -> tuple[int, int]:
+def _count_now(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None, fed: bool) -> int:
+    """The type's entries in [start, end) now, plus, for the activity type while it is fed, the
+    conversation messages not fed into it yet (they are part of the stream, only not in the view)."""
     e = tower_entries.c
-    q = select(e.chars).where(e.type_name == t.name, e.at >= start, e.at < end)
+    q = select(func.count()).where(e.type_name == t.name, e.at >= start, e.at < end)
     if group is not None:
         q = q.where(e.group_value == group)
-    chars = list(conn.execute(q).scalars())
-    return len(chars), sum(chars)
+    n = int(conn.execute(q).scalar_one())
+    return n + (len(_unfed(conn, t, start, end, group)) if fed else 0)
+
+
+def _unfed(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None) -> list[Any]:
+    """(world_id, at) of the non-debug conversation messages in [start, end) not yet fed into the
+    activity type ``t`` (its entries carry the message id)."""
+    m, c, e = messages.c, conversations.c, tower_entries.c
+    fed = select(e.entry_pk).where(e.type_name == t.name, e.entry_id == m.message_id).exists()
+    q = (
+        select(c.world_id, m.at)
+        .join(conversations, c.conversation_id == m.conversation_id)
+        .where(m.at >= start, m.at < end, c.debug.is_(False), ~fed)
+    )
+    if group is not None:
+        q = q.where(c.world_id == group)
+    return list(conn.execute(q))
 
 
 def recall(
-    store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group: object = None, limit: int, cursor: object = None
+    store: Store,
+    t: MemoryType,
+    spec: Spec,
+    tz: ZoneInfo,
+    *,
+    group: object = None,
+    limit: int,
+    cursor: object = None,
+    fed: bool = False,
 ) -> dict[str, Any]:
-    """Exact recall: the raw entries of the window, by walking its references, a page at a time."""
+    """Exact recall: the raw entries of the window, by walking its references, a page at a time.
+    ``fed``: ``t`` is the activity type, fed from the conversation messages (see _count_now)."""
     grp = _group(group)
     offset = decode_cursor(cursor)
     e = tower_entries.c
@@ -169,7 +197,7 @@ def recall(
         )
         page = chosen[offset : offset + limit]
         entries = entries_by_pk(conn, page)
-        now_count, _ = _count_now(conn, t, spec.start, spec.end, grp)
+        now_count = _count_now(conn, t, spec.start, spec.end, grp, fed)
     not_in_view = max(0, now_count - len(chosen))
     nxt = offset + len(page)
     return {
@@ -224,6 +252,7 @@ def browse(
     group: object = None,
     limit: int,
     cursor: object = None,
+    fed: bool = False,
 ) -> dict[str, Any]:
     """One level at a time: without an anchor, the windows of ``granularity`` (default the chain's
     coarsest); with one, that window's children at the next finer level, with entry counts."""
@@ -252,7 +281,10 @@ def browse(
     with store.connect() as conn:
         rows = list(conn.execute(q.order_by(w.start, w.group_value)).mappings())
         page = rows[offset : offset + limit]
-        counts = _counts_now(conn, t, page)
+        counts = _counts_now(conn, t, page, fed)
+        # Entries of the scope that no listed window holds yet (windows not built, or built before them).
+        lo, hi = (parent.start, parent.end) if parent else (EARLIEST, LATEST)
+        not_in_view = max(0, _count_now(conn, t, lo, hi, grp, fed) - sum(r["entry_count"] for r in rows))
     nxt = offset + len(page)
     items = []
     for r in page:
@@ -282,16 +314,20 @@ def browse(
         "returned": len(items),
         "next_cursor": encode_cursor(nxt) if nxt < len(rows) else None,
         "windows": items,
+        "stale": not_in_view > 0,
+        "entries_not_in_view": not_in_view,
     }
 
 
-def _counts_now(conn: Connection, t: MemoryType, rows: list[Any]) -> dict[tuple[str, datetime], int]:
+def _counts_now(conn: Connection, t: MemoryType, rows: list[Any], fed: bool) -> dict[tuple[str, datetime], int]:
     if not rows:
         return {}
     e = tower_entries.c
     lo, hi = min(r["start"] for r in rows), max(r["end"] for r in rows)
     ats: dict[str, list[datetime]] = defaultdict(list)
     for gv, at in conn.execute(select(e.group_value, e.at).where(e.type_name == t.name, e.at >= lo, e.at < hi)):
+        ats[gv].append(at)
+    for gv, at in _unfed(conn, t, lo, hi, None) if fed else []:
         ats[gv].append(at)
     for v in ats.values():
         v.sort()
@@ -320,10 +356,13 @@ def groups_with_entries(conn: Connection, t: MemoryType, spec: Spec) -> list[str
     return sorted(conn.execute(q).scalars())
 
 
-def get_summary(store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group: object = None) -> dict[str, Any]:
+def get_summary(
+    store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group: object = None, fed: bool = False
+) -> dict[str, Any]:
     grp = _group(group)
     s = tower_summaries.c
     with store.connect() as conn:
+        unfed = len(_unfed(conn, t, spec.start, spec.end, grp)) if fed else 0
         if cap_span(t, spec, tz):
             q = (
                 select(tower_summaries)
@@ -342,7 +381,7 @@ def get_summary(store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group:
                 latest.setdefault((r["start"], r["group_value"]), r)
             views = []
             for r in latest.values():
-                n, _ = _count_now(conn, t, r["start"], r["end"], r["group_value"])
+                n = _count_now(conn, t, r["start"], r["end"], r["group_value"], fed)
                 views.append(record_view(r, tz, n))
             return {
                 "type": t.name,
@@ -351,16 +390,16 @@ def get_summary(store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group:
                 "note": f"wider than the summary cap ({t.summary_cap}): the {t.summary_cap} summaries inside it",
                 "summaries": views,
                 "missing_groups": [],
+                **_summary_staleness(views, unfed),
             }
         groups = [grp] if grp is not None else groups_with_entries(conn, t, spec)
         found, missing = [], []
         for gv in groups:
             key = WindowKey(t.name, spec.granularity, spec.start, spec.end, gv)
             rec = newest(conn, key)
-            n, _ = _count_now(conn, t, spec.start, spec.end, gv)
             if rec is not None:
-                found.append(record_view(rec, tz, n))
-            elif n:
+                found.append(record_view(rec, tz, _count_now(conn, t, spec.start, spec.end, gv, fed)))
+            elif _count_now(conn, t, spec.start, spec.end, gv, False):
                 missing.append(gv)
     state = (
         "empty" if not found and not missing else ("found" if not missing else ("missing" if not found else "partial"))
@@ -371,4 +410,11 @@ def get_summary(store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group:
         "state": state,
         "summaries": found,
         "missing_groups": missing,
+        **_summary_staleness(found, unfed),
     }
+
+
+def _summary_staleness(views: list[dict[str, Any]], unfed: int) -> dict[str, Any]:
+    """A summary misses the entries appended after it; the activity type's window also misses the
+    messages not fed into it yet (counted whether or not a summary exists)."""
+    return {"stale": unfed > 0 or any(v["stale"] for v in views), "entries_not_in_view": unfed}

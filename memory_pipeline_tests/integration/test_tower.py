@@ -306,6 +306,32 @@ def test_activity_type_is_fed_from_conversation_messages(tower, store, ingest):
     assert tower.windows("agent/activity", "day", "2026-01-05")["level"] == "1h"
 
 
+def test_activity_reads_say_stale_while_messages_wait_to_be_fed(tower, store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 1, 5, 9), ["tomatoes planted", "tomatoes watered"]))
+    day = cst(2026, 1, 5).date()
+    windows.build_day(store, day, CST, activity_type="agent/activity")
+    windows.build_coarse(store, Granularity.WEEK, day, CST)
+    assert not tower.recall("agent/activity", "day", "2026-01-05")["stale"]
+    ingest(conversation("w1", "c2", cst(2026, 1, 5, 13), ["late message"]))  # after the day was built
+    recalled = tower.recall("agent/activity", "day", "2026-01-05")
+    assert recalled["stale"] and recalled["entries_not_in_view"] == 1 and recalled["total_entries"] == 2
+    by_group = tower.recall("agent/activity", "day", "2026-01-05", group="w1")
+    assert by_group["entries_not_in_view"] == 1
+    assert tower.recall("agent/activity", "day", "2026-01-05", group="w2")["entries_not_in_view"] == 0
+    # Browse: the day listed in its week is stale; its children (hours) leave the 13:00 message out.
+    week = tower.windows("agent/activity", "week", "2026-01-05")
+    assert [(w["stale"], w["entries_not_in_view"]) for w in week["windows"]] == [(True, 1)]
+    hours = tower.windows("agent/activity", "day", "2026-01-05")
+    assert hours["stale"] and hours["entries_not_in_view"] == 1
+    summary = tower.get_summary("agent/activity", "day", "2026-01-05")
+    assert summary["stale"] and summary["entries_not_in_view"] == 1
+    assert windows.audit_day(store, day, CST, activity_type="agent/activity").stale_entries == 1
+    windows.build_day(store, day, CST, activity_type="agent/activity")  # the late-data run feeds it
+    fresh = tower.recall("agent/activity", "day", "2026-01-05")
+    assert not fresh["stale"] and fresh["total_entries"] == 3
+    assert not tower.windows("agent/activity", "day", "2026-01-05")["stale"]
+
+
 # ---- summaries -----------------------------------------------------------------------------------
 
 
