@@ -21,7 +21,7 @@ from sqlalchemy import Connection, delete, select
 
 from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest
 from memory_pipeline.lib.store import Store, leases, upsert
-from memory_pipeline.lib.text import short_hash, truncate
+from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.tower import prompts
 from memory_pipeline.tower import types as types_io
@@ -53,7 +53,11 @@ from memory_pipeline.tower.tables import tower_summaries, tower_summary_attempts
 from memory_pipeline.tower.types import MemoryType
 
 LEASE_ASSET = "tower_summary"
-ENTRY_LINE_MAX_CHARS = 2000
+
+
+class SummaryRefused(Exception):
+    """A summary that must not be appended (nothing fits the token budget, or an aggregate that
+    copies a child): the job fails with this reason and counts as a failure for the backoff."""
 
 
 @dataclass
@@ -211,6 +215,11 @@ def _make(sctx: SummaryContext, task: str, header: str, items: list[str]) -> Mad
     """Within the token budget one direct call; over it one call per chunk, then one to merge."""
     before = sctx.llm.stats.calls
     plan = plan_chunks([approx_tokens(x) for x in items], sctx.cfg.input_budget_tokens, sctx.cfg.max_chunks)
+    if not plan.chunks:  # an empty record would pass for a summary
+        raise SummaryRefused(
+            f"all {len(items)} item(s) are over the input budget of {sctx.cfg.input_budget_tokens} tokens "
+            "each (memory.tower.input_budget_tokens): nothing to summarize, nothing appended"
+        )
     if plan.strategy == Strategy.DIRECT:
         chosen = [items[i] for i in plan.chunks[0]] if plan.chunks else []
         answer = _ask(sctx, task, header, chosen)
@@ -278,16 +287,21 @@ def _from_raw(sctx: SummaryContext, key: WindowKey, rows: list[Any]) -> Outcome:
         if last is not None and last["material_fp"] == fp and not sctx.force_llm:
             return Outcome(JobState.SUCCEEDED, last["record_id"], reused=True)
         full = entries_by_pk(conn, pks)
-    items = []
-    for e in full:
-        grp = f" ({e['group_value']})" if e["group_value"] and not key.group else ""
-        text = truncate(" ".join(entry_text(e["content"]).split()), ENTRY_LINE_MAX_CHARS)
-        items.append(f"[{e['at'].astimezone(sctx.tz):%Y-%m-%d %H:%M}]{grp} {text}")
-    header = f"# {key.label(sctx.tz)}: {len(items)} entries"
-    made = _make(sctx, "tower_raw", header, items)
+    items = _raw_items(sctx, key, full)
+    made = _make(sctx, "tower_raw", f"# {key.label(sctx.tz)}: {len(items)} entries", items)
     with sctx.store.begin() as conn:
         rid = _insert(conn, sctx, key, made, source=Source.RAW, ref_kind="entry", refs=pks, entry_count=len(pks), fp=fp)
     return Outcome(JobState.SUCCEEDED, rid, calls=made.calls)
+
+
+def _raw_items(sctx: SummaryContext, key: WindowKey, full: list[Any]) -> list[str]:
+    """One line per entry, whole: only the token budget cuts, and what it cuts is counted."""
+    items = []
+    for e in full:
+        grp = f" ({e['group_value']})" if e["group_value"] and not key.group else ""
+        text = " ".join(entry_text(e["content"]).split())
+        items.append(f"[{e['at'].astimezone(sctx.tz):%Y-%m-%d %H:%M}]{grp} {text}")
+    return items
 
 
 def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[Any]) -> Outcome:
@@ -405,7 +419,7 @@ def summarize(
         )
         try:
             out = _from_chain(sctx, t, key, rows) if chained else _from_raw(sctx, key, rows)
-        except LLMHardFailure as exc:
+        except (LLMHardFailure, SummaryRefused) as exc:
             return _failed(sctx, key, str(exc), now)
         with sctx.store.begin() as conn:
             _clear_attempts(conn, key)  # guardrail 2: a success clears the retry ledger
@@ -525,7 +539,9 @@ def given_up(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
 @dataclass
 class Drift:
     window: str
-    score: float  # keyword/section overlap of the chained summary with a recompute from raw (1.0 same)
+    # Keyword/section overlap of the chained summary with a recompute from raw (1.0: the same words);
+    # None when no recompute fits the token budget.
+    score: float | None
     identical_to_child: bool  # the coarse text equals a child's text byte for byte: no compression
 
 
@@ -559,11 +575,12 @@ def drift(sctx: SummaryContext, g: Granularity, period: date, sample: int) -> li
         with sctx.store.connect() as conn:
             rows_e = entries_in(conn, key.type_name, key.start, key.end, key.group)
             full = entries_by_pk(conn, [int(e["entry_pk"]) for e in rows_e])
-        items = [
-            f"[{e['at'].astimezone(sctx.tz):%Y-%m-%d %H:%M}] {truncate(' '.join(entry_text(e['content']).split()), ENTRY_LINE_MAX_CHARS)}"
-            for e in full
-        ]
-        made = _make(sctx, "tower_raw", f"# {key.label(sctx.tz)}: {len(items)} entries", items)
+        items = _raw_items(sctx, key, full)
         identical = any(r["text"] == c for c in children[r["record_id"]])
+        try:
+            made = _make(sctx, "tower_raw", f"# {key.label(sctx.tz)}: {len(items)} entries", items)
+        except SummaryRefused:
+            out.append(Drift(key.label(sctx.tz), None, identical))
+            continue
         out.append(Drift(key.label(sctx.tz), round(keyword_overlap(r["sections"], made.sections), 3), identical))
     return out

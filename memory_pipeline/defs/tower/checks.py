@@ -167,6 +167,7 @@ def week_summaries_drift(context: AssetCheckExecutionContext, tower: TowerResour
         sctx = tower.summary_context(DRIFT_CHECK, key)
         found = summaries.drift(sctx, Granularity.WEEK, period, sctx.cfg.drift_sample)
         identical = [d.window for d in found if d.identical_to_child]
+        scored = [d.score for d in found if d.score is not None]
         yield _evaluation(
             context,
             assets.tower_week_summaries.key,
@@ -174,7 +175,7 @@ def week_summaries_drift(context: AssetCheckExecutionContext, tower: TowerResour
             not identical,
             {
                 "sampled": len(found),
-                "mean_overlap": round(sum(d.score for d in found) / len(found), 3) if found else 1.0,
+                "mean_overlap": round(sum(scored) / len(scored), 3) if scored else 1.0,
                 "scores": MetadataValue.json({d.window: d.score for d in found}),
                 "identical_to_a_child": MetadataValue.json(identical),
                 "llm_calls": sctx.llm.stats.calls,
