@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -68,6 +68,19 @@ class SummaryContext:
     tz: ZoneInfo
     force_llm: bool = False
     lease_wait_seconds: float = 600.0
+    # Guardrail 5: a round appends at most ``commit_limit`` records, every one counted (the children
+    # a bottom-up summary makes from raw included); ``appended`` labels what this context wrote.
+    commit_limit: int | None = None
+    appended: list[str] = field(default_factory=list)
+
+    def make_room(self) -> None:
+        """Called before each model call that would append a record: past the limit, the round is full."""
+        if self.commit_limit is not None and len(self.appended) >= self.commit_limit:
+            raise RoundFull
+
+
+class RoundFull(Exception):
+    """The round has appended its max_commits_per_round records: the rest waits for the next round."""
 
 
 @dataclass(frozen=True)
@@ -272,7 +285,9 @@ def _insert(
         "material_fp": fp,
         "created_at": utcnow(),
     }
-    return int(conn.execute(tower_summaries.insert().values(row)).inserted_primary_key[0])
+    record_id = int(conn.execute(tower_summaries.insert().values(row)).inserted_primary_key[0])
+    sctx.appended.append(key.label(sctx.tz))
+    return record_id
 
 
 def _fp(sctx: SummaryContext, kind: str, refs: list[int]) -> str:
@@ -288,6 +303,7 @@ def _from_raw(sctx: SummaryContext, key: WindowKey, rows: list[Any]) -> Outcome:
             return Outcome(JobState.SUCCEEDED, last["record_id"], reused=True)
         full = entries_by_pk(conn, pks)
     items = _raw_items(sctx, key, full)
+    sctx.make_room()
     made = _make(sctx, "tower_raw", f"# {key.label(sctx.tz)}: {len(items)} entries", items)
     with sctx.store.begin() as conn:
         rid = _insert(conn, sctx, key, made, source=Source.RAW, ref_kind="entry", refs=pks, entry_count=len(pks), fp=fp)
@@ -334,6 +350,7 @@ def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[
         return Outcome(JobState.SUCCEEDED, last["record_id"], calls=calls, reused=calls == 0)
     header = f"period: {window_label(key.granularity, key.start, sctx.tz)} ({len(ids)} {child} windows)"
     items = [f"# {window_label(child, r['start'], sctx.tz)}\n{_child_material(r['sections'])}" for r in child_records]
+    sctx.make_room()
     made = _make(sctx, "tower_aggregate", header, items)
     with sctx.store.begin() as conn:
         rid = _insert(
@@ -459,14 +476,19 @@ def _groups(store: Store, t: MemoryType, start: datetime, end: datetime) -> list
 def _one(
     sctx: SummaryContext, t: MemoryType, key: WindowKey, now: datetime, result: RoundResult, scheduled: bool
 ) -> None:
-    out = summarize(sctx, t, key, source=Source.CHAIN, now=now, scheduled=scheduled)
+    before = len(sctx.appended)
+    try:
+        out = summarize(sctx, t, key, source=Source.CHAIN, now=now, scheduled=scheduled)
+    except RoundFull:
+        result.deferred += 1  # guardrail 5: what it appended so far stays (children are reused next round)
+        return
+    finally:
+        written = sctx.appended[before:]
+        result.committed += len(written)
+        result.written += written
     result.calls += out.calls
-    if out.state == JobState.SUCCEEDED:
-        if out.reused:
-            result.reused += 1
-        else:
-            result.committed += 1
-            result.written.append(key.label(sctx.tz))
+    if out.state == JobState.SUCCEEDED and out.reused:
+        result.reused += 1
     elif out.state == JobState.SKIPPED_EMPTY:
         result.skipped_empty += 1
     elif out.state == JobState.GIVEN_UP:
@@ -480,8 +502,10 @@ def _one(
 def semantic_tick(sctx: SummaryContext, now: datetime) -> RoundResult:
     """Guardrails 1-5 in one round: for each type with summaries on, each level up to its cap, only
     the latest settled window; a (window, group) with a record is done (no call); backing-off and
-    given-up ones wait; at most max_commits_per_round records, the rest deferred to the next round."""
+    given-up ones wait; at most max_commits_per_round records (every record appended, the children
+    made bottom-up included), the rest deferred to the next round."""
     result = RoundResult()
+    sctx = replace(sctx, commit_limit=sctx.cfg.max_commits_per_round, appended=[])
     for t in types_io.list_types(sctx.store):
         if not t.summaries_enabled:
             continue
@@ -494,9 +518,6 @@ def semantic_tick(sctx: SummaryContext, now: datetime) -> RoundResult:
                         continue  # guardrail 2: done already, no call
                     ledger = attempts(conn, key)
                 if ledger is not None and (ledger["given_up_at"] is not None or ledger["next_attempt_at"] > now):
-                    continue
-                if result.committed >= sctx.cfg.max_commits_per_round:
-                    result.deferred += 1  # guardrail 5
                     continue
                 _one(sctx, t, key, now, result, scheduled=True)
     return result

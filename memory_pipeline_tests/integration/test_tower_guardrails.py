@@ -7,9 +7,12 @@ import json
 
 from sqlalchemy import func, select
 
+from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.tower import summaries
 from memory_pipeline.tower.config import TowerConfig
+from memory_pipeline.tower.summaries import SummaryContext
 from memory_pipeline.tower.tables import tower_summaries, tower_summary_attempts
-from memory_pipeline_tests.conftest import cst
+from memory_pipeline_tests.conftest import CST, cst
 from memory_pipeline_tests.fake_openai import FakeOpenAI
 from memory_pipeline_tests.integration.test_tower import count, make_tower
 
@@ -63,3 +66,48 @@ def test_a_window_whose_every_entry_is_over_the_budget_fails_and_appends_nothing
     assert tower.get_summary("r/clip", "day", "2026-01-05")["state"] == "missing"
     with store.connect() as conn:
         assert conn.execute(select(func.max(tower_summary_attempts.c.failures))).scalar_one() == 1
+
+
+def test_a_round_commits_at_most_20_records_children_made_bottom_up_included(store):
+    tower = make_tower(store)
+    tower.create_type("r/many", chain=["1h", "day"], summaries=True, group_field="g")
+    tower.append(
+        "r/many",
+        [
+            {"content": f"g{g} hour {h}", "group": f"g{g}", "at": cst(2026, 1, 5, 9 + h).isoformat()}
+            for g in range(30)
+            for h in range(3)
+        ],
+    )
+    sctx = SummaryContext(store, LLMClient(store), tower.cfg, CST)
+    now = cst(2026, 1, 6, 0, 10)  # the day 2026-01-05 has settled; each group needs 3 hours + 1 day
+    assert tower.cfg.max_commits_per_round == 20
+    first = summaries.semantic_tick(sctx, now)
+    assert (first.committed, len(first.written), count(store, tower_summaries)) == (20, 20, 20)
+    assert first.deferred == 25  # 5 groups done (4 records each), the other 25 wait
+    rounds = [first]
+    while rounds[-1].deferred:
+        rounds.append(summaries.semantic_tick(sctx, now))
+    assert [r.committed for r in rounds] == [20] * 6 and count(store, tower_summaries) == 120
+    assert summaries.semantic_tick(sctx, now).committed == 0
+
+
+def test_a_round_that_fills_up_inside_a_window_defers_its_aggregate_and_keeps_the_children(store):
+    tower = make_tower(store, TowerConfig(max_commits_per_round=6))
+    tower.create_type("r/many", chain=["1h", "day"], summaries=True, group_field="g")
+    tower.append(
+        "r/many",
+        [
+            {"content": f"g{g} hour {h}", "group": f"g{g}", "at": cst(2026, 1, 5, 9 + h).isoformat()}
+            for g in range(2)
+            for h in range(3)
+        ],
+    )
+    sctx = SummaryContext(store, LLMClient(store), tower.cfg, CST)
+    now = cst(2026, 1, 6, 0, 10)
+    first = summaries.semantic_tick(sctx, now)  # g0: 3 hours + day; g1: 2 of its 3 hours
+    assert (first.committed, first.deferred) == (6, 1)
+    second = summaries.semantic_tick(sctx, now)  # g1: the last hour + the day, from the kept children
+    assert (second.committed, second.deferred) == (2, 0)
+    day = tower.get_summary("r/many", "day", "2026-01-05", group="g1")["summaries"][0]
+    assert len(day["refs"]["ids"]) == 3 and count(store, tower_summaries) == 8
