@@ -264,6 +264,11 @@ def print_status(store) -> None:
     )
     for g in reports.given_up(store, tz):
         err.print(f"[yellow]given up[/] {escape(g['window'])} after {g['failures']} failures: {escape(g['reason'])}")
+    for r in reports.retrying(store, tz):
+        err.print(
+            f"[yellow]retrying[/] {escape(r['window'])}: failure {r['failures']} of {cfg.give_up_after}, next attempt "
+            f"from {r['next_attempt_at']} by {r['retried_by']}: {escape(r['reason'])}"
+        )
     stale = reports.stale_days(store, tz, cfg.activity_type)
     if stale:
         err.print(f"[yellow]stale windows[/]: {', '.join(f'{d} (+{n})' for d, n in sorted(stale.items()))}")

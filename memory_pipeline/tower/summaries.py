@@ -366,8 +366,9 @@ def _child_material(sections: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _failed(sctx: SummaryContext, key: WindowKey, error: str, now: datetime) -> Outcome:
-    """Guardrail 4: back off (doubling), and past give_up_after record the window as given up."""
+def _failed(sctx: SummaryContext, key: WindowKey, error: str, now: datetime, scheduled: bool) -> Outcome:
+    """Guardrail 4: back off (doubling), and past give_up_after record the window as given up. A
+    window the semantic tick failed on is retried by the tick (``scheduled``), whatever its level."""
     with sctx.store.begin() as conn:
         prev = attempts(conn, key)
         failures = (prev["failures"] if prev else 0) + 1
@@ -386,6 +387,7 @@ def _failed(sctx: SummaryContext, key: WindowKey, error: str, now: datetime) -> 
                     "last_error": error[:2000],
                     "next_attempt_at": now + backoff_delay(failures, sctx.cfg.backoff),
                     "given_up_at": now if given_up else None,
+                    "scheduled": scheduled or bool(prev and prev["scheduled"]),
                     "updated_at": now,
                 }
             ],
@@ -437,7 +439,7 @@ def summarize(
         try:
             out = _from_chain(sctx, t, key, rows) if chained else _from_raw(sctx, key, rows)
         except (LLMHardFailure, SummaryRefused) as exc:
-            return _failed(sctx, key, str(exc), now)
+            return _failed(sctx, key, str(exc), now, scheduled)
         with sctx.store.begin() as conn:
             _clear_attempts(conn, key)  # guardrail 2: a success clears the retry ledger
         return out
@@ -500,27 +502,48 @@ def _one(
 
 
 def semantic_tick(sctx: SummaryContext, now: datetime) -> RoundResult:
-    """Guardrails 1-5 in one round: for each type with summaries on, each level up to its cap, only
-    the latest settled window; a (window, group) with a record is done (no call); backing-off and
-    given-up ones wait; at most max_commits_per_round records (every record appended, the children
-    made bottom-up included), the rest deferred to the next round."""
+    """Guardrails 1-5 in one round: the windows the tick failed on whose backoff is over (oldest
+    first), then, for each type with summaries on and each level up to its cap, only the latest
+    settled window; a (window, group) with a record is done (no call); backing-off and given-up ones
+    wait; at most max_commits_per_round records (every record appended, the children made bottom-up
+    included), the rest deferred to the next round."""
     result = RoundResult()
     sctx = replace(sctx, commit_limit=sctx.cfg.max_commits_per_round, appended=[])
-    for t in types_io.list_types(sctx.store):
-        if not t.summaries_enabled:
-            continue
+    types = {t.name: t for t in types_io.list_types(sctx.store) if t.summaries_enabled}
+    keys = _due_retries(sctx.store, types, now)
+    for t in types.values():
         for g in summary_levels(t.chain, t.summary_cap):
             start, end = latest_settled(g, now, sctx.cfg.settle, sctx.tz)
-            for group in _groups(sctx.store, t, start, end):
-                key = WindowKey(t.name, str(g), start, end, group)
-                with sctx.store.connect() as conn:
-                    if newest(conn, key) is not None:
-                        continue  # guardrail 2: done already, no call
-                    ledger = attempts(conn, key)
-                if ledger is not None and (ledger["given_up_at"] is not None or ledger["next_attempt_at"] > now):
-                    continue
-                _one(sctx, t, key, now, result, scheduled=True)
+            keys += [WindowKey(t.name, str(g), start, end, group) for group in _groups(sctx.store, t, start, end)]
+    for key in dict.fromkeys(keys):  # a due retry may also be a latest window: once
+        with sctx.store.connect() as conn:
+            if newest(conn, key) is not None:
+                continue  # guardrail 2: done already, no call
+            ledger = attempts(conn, key)
+        if ledger is not None and (ledger["given_up_at"] is not None or ledger["next_attempt_at"] > now):
+            continue
+        _one(sctx, types[key.type_name], key, now, result, scheduled=True)
     return result
+
+
+def _due_retries(store: Store, types: dict[str, MemoryType], now: datetime) -> list[WindowKey]:
+    """Guardrail 4 for every level: the windows the tick failed on, not given up, whose backoff is
+    over, of types that still summarize that level (a newer window being the latest does not leave
+    a failed one behind)."""
+    a = tower_summary_attempts.c
+    q = (
+        select(tower_summary_attempts)
+        .where(a.scheduled.is_(True), a.given_up_at.is_(None), a.next_attempt_at <= now)
+        .order_by(a.start, a.type_name, a.granularity, a.group_value)
+    )
+    with store.connect() as conn:
+        rows = list(conn.execute(q).mappings())
+    return [
+        WindowKey(r["type_name"], r["granularity"], r["start"], r["end"], r["group_value"])
+        for r in rows
+        if r["type_name"] in types
+        and r["granularity"] in summary_levels(types[r["type_name"]].chain, types[r["type_name"]].summary_cap)
+    ]
 
 
 def summarize_period(sctx: SummaryContext, g: Granularity, period: date, now: datetime) -> RoundResult:
@@ -541,14 +564,26 @@ def summarize_period(sctx: SummaryContext, g: Granularity, period: date, now: da
 
 
 def given_up(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+    return _ledger(store, tz, given_up=True)
+
+
+def retrying(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+    """Windows with failures not given up yet: when the next attempt may come, and who makes it."""
+    return _ledger(store, tz, given_up=False)
+
+
+def _ledger(store: Store, tz: ZoneInfo, *, given_up: bool) -> list[dict[str, Any]]:
     a = tower_summary_attempts.c
+    q = select(tower_summary_attempts).where(a.given_up_at.is_not(None) if given_up else a.given_up_at.is_(None))
     with store.connect() as conn:
-        rows = conn.execute(select(tower_summary_attempts).where(a.given_up_at.is_not(None))).mappings().all()
+        rows = conn.execute(q.order_by(a.start, a.type_name, a.granularity, a.group_value)).mappings().all()
     return [
         {
             "window": WindowKey(r["type_name"], r["granularity"], r["start"], r["end"], r["group_value"]).label(tz),
             "failures": r["failures"],
             "reason": r["last_error"],
+            "next_attempt_at": r["next_attempt_at"].astimezone(tz).isoformat(),
+            "retried_by": "the semantic tick" if r["scheduled"] else "the next explicit call",
         }
         for r in rows
     ]

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     true,
 )
 
@@ -120,6 +121,8 @@ tower_summary_attempts = Table(
     Column("last_error", Text, nullable=False),
     Column("next_attempt_at", UTCDateTime, nullable=False),
     Column("given_up_at", UTCDateTime),
+    # The semantic tick failed here and owns the retries (an explicit call's failure waits for its caller).
+    Column("scheduled", Boolean, nullable=False, default=False, server_default=false()),
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),
 )
 

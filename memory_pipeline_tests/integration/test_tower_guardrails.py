@@ -4,12 +4,14 @@ at most max_commits_per_round records, children included; failed sub-day windows
 given up like day windows."""
 
 import json
+from datetime import timedelta
 
 from sqlalchemy import func, select
 
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.tower import summaries
 from memory_pipeline.tower.config import TowerConfig
+from memory_pipeline.tower.logic import Granularity
 from memory_pipeline.tower.summaries import SummaryContext
 from memory_pipeline.tower.tables import tower_summaries, tower_summary_attempts
 from memory_pipeline_tests.conftest import CST, cst
@@ -111,3 +113,43 @@ def test_a_round_that_fills_up_inside_a_window_defers_its_aggregate_and_keeps_th
     assert (second.committed, second.deferred) == (2, 0)
     day = tower.get_summary("r/many", "day", "2026-01-05", group="g1")["summaries"][0]
     assert len(day["refs"]["ids"]) == 3 and count(store, tower_summaries) == 8
+
+
+def test_failed_10_minute_windows_back_off_from_10_min_and_are_given_up_after_5(store):
+    with FakeOpenAI() as fake:
+        for _ in range(100):
+            fake.push("status", 400)
+        tower = make_tower(store)
+        tower.create_type("r/10m", chain=["10min"], summaries=True)
+        base = cst(2026, 1, 5, 10)
+        tower.append(
+            "r/10m", [{"content": f"e{i}", "at": (base + timedelta(minutes=i)).isoformat()} for i in range(60)]
+        )
+        llm = LLMClient(store, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
+        sctx = SummaryContext(store, llm, TowerConfig(), CST)
+        first_window = summaries.level_key(summaries.types_io.get(store, "r/10m"), Granularity.MIN10, base, "", CST)
+        attempted_at = []
+        for k in range(21):  # ticks 10 min apart from 10:15 to 13:35
+            now = base + timedelta(minutes=15 + 10 * k)
+            before = _failures(store, first_window)
+            summaries.semantic_tick(sctx, now)
+            if _failures(store, first_window) > before:
+                attempted_at.append(f"{now:%H:%M}")
+            if k == 2:  # 10:35: the 10:00 window is backing off, listed with who retries it
+                (row,) = [r for r in summaries.retrying(store, CST) if r["window"].endswith("10:00+08:00")]
+                assert row["failures"] == 2 and row["retried_by"] == "the semantic tick"
+                assert row["next_attempt_at"] == "2026-01-05T10:45:00+08:00"
+        # Backoff doubling from 10 min (+10, +20, +40, +80), given up at the 5th consecutive failure.
+        assert attempted_at == ["10:15", "10:25", "10:45", "11:25", "12:45"]
+        given = summaries.given_up(store, CST)
+        assert len(given) == 6 and {g["failures"] for g in given} == {5}  # every 10-min window of the hour
+        assert all("400" in g["reason"] for g in given) and summaries.retrying(store, CST) == []
+        asked = len(fake.requests)
+        summaries.semantic_tick(sctx, base + timedelta(hours=5))
+        assert len(fake.requests) == asked  # given up: no more calls
+
+
+def _failures(store, key) -> int:
+    with store.connect() as conn:
+        row = summaries.attempts(conn, key)
+    return row["failures"] if row else 0
