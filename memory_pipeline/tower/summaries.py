@@ -323,7 +323,8 @@ def _raw_items(sctx: SummaryContext, key: WindowKey, full: list[Any]) -> list[st
 def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[Any]) -> Outcome:
     """Bottom-up: each finer child window with entries gets its summary (from raw where missing),
     then one call aggregates the children. A lone child is still aggregated by the model with the
-    window's own header: an aggregate never passes a child's text through unchanged."""
+    window's own header, and an answer whose text equals a child's is refused (SummaryRefused): an
+    aggregate never passes a child's text through unchanged."""
     g = Granularity(key.granularity)
     child = child_level(t.chain, g)
     assert child is not None
@@ -352,6 +353,13 @@ def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[
     items = [f"# {window_label(child, r['start'], sctx.tz)}\n{_child_material(r['sections'])}" for r in child_records]
     sctx.make_room()
     made = _make(sctx, "tower_aggregate", header, items)
+    text = render_sections(made.sections)
+    if copied := next((r for r in child_records if r["text"] == text), None):
+        raise SummaryRefused(
+            f"the aggregate's text is identical to its child {window_label(child, copied['start'], sctx.tz)} "
+            f"(record {copied['record_id']}): an aggregate never passes a child's text through unchanged; "
+            "nothing appended"
+        )
     with sctx.store.begin() as conn:
         rid = _insert(
             conn, sctx, key, made, source=Source.CHAIN, ref_kind="summary", refs=ids, entry_count=len(rows), fp=fp
@@ -431,6 +439,9 @@ def summarize(
             return Outcome(JobState.FAILED, reason=f"backing off until {ledger['next_attempt_at'].isoformat()}")
         if not rows:
             return Outcome(JobState.SKIPPED_EMPTY)  # guardrail 3: no call, no record
+        if ledger is not None and not sctx.force_llm:
+            # A retry asks afresh: the cached answer of a refused aggregate would only be refused again.
+            sctx = replace(sctx, force_llm=True)
         chained = (
             source == Source.CHAIN
             and key.granularity != RANGE

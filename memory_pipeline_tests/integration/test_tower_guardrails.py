@@ -153,3 +153,28 @@ def _failures(store, key) -> int:
     with store.connect() as conn:
         row = summaries.attempts(conn, key)
     return row["failures"] if row else 0
+
+
+def test_an_aggregate_identical_to_its_only_child_is_refused_at_write_time(store):
+    same = json.dumps({"conclusions": ["same text every time"]})
+    with FakeOpenAI(default_text=same) as fake:
+        tower = make_tower(store, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
+        tower.create_type("r/echo", chain=["day", "week"], summaries=True)
+        tower.append("r/echo", {"content": "one day only", "at": cst(2026, 1, 6, 10).isoformat()})
+        job = tower.summarize("r/echo", "week", "2026-01-05")["jobs"][0]
+        assert job["state"] == "failed" and job["record_id"] is None
+        assert "the aggregate's text is identical to its child day 2026-01-06" in job["error"]
+        assert job["error"].startswith("failure 1 of 5:")  # counts for the backoff
+        with store.connect() as conn:
+            kept = list(conn.execute(select(tower_summaries.c.granularity)).scalars())
+        assert kept == ["day"]  # the child stays; no week record
+        assert tower.get_summary("r/echo", "week", "2026-01-05")["state"] == "missing"
+        # The retry asks the model afresh (the cached copy would be refused again) and succeeds.
+        fake.default_text = json.dumps({"conclusions": ["a week with one day of work"]})
+        retry = tower.summarize("r/echo", "week", "2026-01-05")["jobs"][0]
+        assert retry["state"] == "succeeded" and retry["llm_calls"] == 1
+    week = tower.get_summary("r/echo", "week", "2026-01-05")["summaries"][0]
+    day = tower.get_summary("r/echo", "day", "2026-01-06")["summaries"][0]
+    assert week["text"] != day["text"] and week["refs"]["ids"] == [day["record_id"]]
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(tower_summary_attempts)).scalar_one() == 0
