@@ -185,9 +185,11 @@ def summary(
     to: str = typer.Option(None, "--to"),
     group: str = typer.Option(None, "--group"),
     summarize_on_miss: bool = typer.Option(False, "--summarize-on-miss"),
+    limit: int = typer.Option(None, "--limit"),
+    cursor: str = typer.Option(None, "--cursor"),
 ):
-    """Semantic recall: the stored summary (missing / empty otherwise)."""
-    _json(_do(_tower().get_summary, type_name, granularity, anchor, from_, to, group, summarize_on_miss))
+    """Semantic recall: the stored summary (missing / empty otherwise), a page at a time."""
+    _json(_do(_tower().get_summary, type_name, granularity, anchor, from_, to, group, summarize_on_miss, limit, cursor))
 
 
 @app.command()

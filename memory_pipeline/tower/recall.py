@@ -30,8 +30,9 @@ from memory_pipeline.tower.logic import (
     parse_anchor,
     window_end,
     window_start,
+    windows_between,
 )
-from memory_pipeline.tower.summaries import WindowKey, newest, record_view
+from memory_pipeline.tower.summaries import record_view
 from memory_pipeline.tower.tables import tower_entries, tower_summaries, tower_windows
 from memory_pipeline.tower.types import MemoryType
 from memory_pipeline.tower.windows import from_iso
@@ -357,61 +358,145 @@ def groups_with_entries(conn: Connection, t: MemoryType, spec: Spec) -> list[str
 
 
 def get_summary(
-    store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group: object = None, fed: bool = False
+    store: Store,
+    t: MemoryType,
+    spec: Spec,
+    tz: ZoneInfo,
+    *,
+    group: object = None,
+    limit: int,
+    cursor: object = None,
+    fed: bool = False,
 ) -> dict[str, Any]:
+    """Semantic recall, a page at a time (the client decides how much, as for exact recall). One
+    window: a page of its groups, each found or missing. A range wider than the cap: in time order,
+    the cap-level summaries of the windows overlapping it and the gaps between them (stretches with
+    no summary, with the entries they hold), so an empty year is said, not skipped."""
     grp = _group(group)
-    s = tower_summaries.c
+    offset = decode_cursor(cursor)
     with store.connect() as conn:
         unfed = len(_unfed(conn, t, spec.start, spec.end, grp)) if fed else 0
         if cap_span(t, spec, tz):
-            q = (
-                select(tower_summaries)
-                .where(
-                    s.type_name == t.name,
-                    s.granularity == str(t.summary_cap),
-                    s.start >= spec.start,
-                    s.start < spec.end,
-                )
-                .order_by(s.start, s.group_value, s.record_id.desc())
-            )
-            if grp is not None:
-                q = q.where(s.group_value == grp)
-            latest: dict[tuple[datetime, str], Any] = {}
-            for r in conn.execute(q).mappings():
-                latest.setdefault((r["start"], r["group_value"]), r)
-            views = []
-            for r in latest.values():
-                n = _count_now(conn, t, r["start"], r["end"], r["group_value"], fed)
-                views.append(record_view(r, tz, n))
-            return {
-                "type": t.name,
-                "window": _spec_view(spec, tz),
-                "state": "cap_level",
-                "note": f"wider than the summary cap ({t.summary_cap}): the {t.summary_cap} summaries inside it",
-                "summaries": views,
-                "missing_groups": [],
-                **_summary_staleness(views, unfed),
-            }
+            return _cap_level(conn, t, spec, tz, grp, offset, limit, fed, unfed)
         groups = [grp] if grp is not None else groups_with_entries(conn, t, spec)
-        found, missing = [], []
-        for gv in groups:
-            key = WindowKey(t.name, spec.granularity, spec.start, spec.end, gv)
-            rec = newest(conn, key)
-            if rec is not None:
-                found.append(record_view(rec, tz, _count_now(conn, t, spec.start, spec.end, gv, fed)))
-            elif _count_now(conn, t, spec.start, spec.end, gv, False):
-                missing.append(gv)
-    state = (
-        "empty" if not found and not missing else ("found" if not missing else ("missing" if not found else "partial"))
-    )
+        latest = _newest_records(conn, t, spec.granularity, spec.start, spec.end, grp)
+        slots = [(gv, latest.get((spec.start, gv))) for gv in groups]
+        if grp is not None and slots[0][1] is None and not _count_now(conn, t, spec.start, spec.end, grp, False):
+            slots = []  # the group asked for has no entries here: empty
+        page = slots[offset : offset + limit]
+        records = _full_records(conn, [rec.record_id for _, rec in page if rec is not None])
+        found = [
+            record_view(records[rec.record_id], tz, _count_now(conn, t, spec.start, spec.end, gv, fed))
+            for gv, rec in page
+            if rec is not None
+        ]
+    missing = [gv for gv, rec in page if rec is None]
+    n_found = sum(1 for _, rec in slots if rec is not None)
+    n_missing = len(slots) - n_found
+    state = "empty" if not slots else ("found" if not n_missing else ("missing" if not n_found else "partial"))
+    nxt = offset + len(page)
     return {
         "type": t.name,
         "window": _spec_view(spec, tz),
         "state": state,
+        "total_summaries": n_found,
+        "total_missing_groups": n_missing,
+        "total_chars": sum(rec.chars for _, rec in slots if rec is not None),
+        "returned": len(page),
+        "next_cursor": encode_cursor(nxt) if nxt < len(slots) else None,
         "summaries": found,
         "missing_groups": missing,
         **_summary_staleness(found, unfed),
     }
+
+
+def _cap_level(
+    conn: Connection,
+    t: MemoryType,
+    spec: Spec,
+    tz: ZoneInfo,
+    grp: str | None,
+    offset: int,
+    limit: int,
+    fed: bool,
+    unfed: int,
+) -> dict[str, Any]:
+    """The cap-level summaries of every cap window overlapping ``spec`` and the gaps between them,
+    one sequence in time order, paged; no call."""
+    cap = t.summary_cap
+    latest = _newest_records(conn, t, str(cap), spec.start, spec.end, grp)
+    by_start: dict[datetime, list[Any]] = defaultdict(list)
+    for (start, _), rec in sorted(latest.items(), key=lambda kv: kv[0]):
+        by_start[start].append(rec)
+    items: list[tuple[str, Any]] = []  # ("summary", record) or ("gap", the run of windows without one)
+    run: list[tuple[datetime, datetime]] = []
+    for start, end in windows_between(cap, spec.start, spec.end, tz):
+        if start not in by_start:
+            run.append((start, end))
+            continue
+        if run:
+            items.append(("gap", run))
+            run = []
+        items += [("summary", rec) for rec in by_start[start]]
+    if run:
+        items.append(("gap", run))
+    page = items[offset : offset + limit]
+    records = _full_records(conn, [rec.record_id for kind, rec in page if kind == "summary"])
+    views, gaps = [], []
+    for kind, item in page:
+        if kind == "summary":
+            r = records[item.record_id]
+            views.append(record_view(r, tz, _count_now(conn, t, r["start"], r["end"], r["group_value"], fed)))
+        else:
+            start, end = item[0][0], item[-1][1]
+            gaps.append(
+                {
+                    "start": start.astimezone(tz).isoformat(),
+                    "end": end.astimezone(tz).isoformat(),
+                    "windows": len(item),
+                    "entries": _count_now(conn, t, start, end, grp, fed),
+                }
+            )
+    nxt = offset + len(page)
+    return {
+        "type": t.name,
+        "window": _spec_view(spec, tz),
+        "state": "cap_level",
+        "note": f"wider than the summary cap ({cap}): the {cap} summaries of the windows overlapping it, "
+        f"and the gaps (stretches of {cap} windows with no summary)",
+        "total_summaries": len(latest),
+        "total_gaps": sum(1 for kind, _ in items if kind == "gap"),
+        "total_chars": sum(rec.chars for rec in latest.values()),
+        "returned": len(page),
+        "next_cursor": encode_cursor(nxt) if nxt < len(items) else None,
+        "summaries": views,
+        "gaps": gaps,
+        "missing_groups": [],
+        **_summary_staleness(views, unfed),
+    }
+
+
+def _newest_records(
+    conn: Connection, t: MemoryType, granularity: str, start: datetime, end: datetime, grp: str | None
+) -> dict[tuple[datetime, str], Any]:
+    """{(window start, group): (record_id, chars of its text)} of the newest record per window and
+    group of ``granularity`` overlapping [start, end); one window exactly for a range key."""
+    s = tower_summaries.c
+    q = select(s.record_id, s.start, s.group_value, func.length(s.text).label("chars")).where(
+        s.type_name == t.name, s.granularity == granularity
+    )
+    q = q.where(s.start == start, s.end == end) if granularity == RANGE else q.where(s.start < end, s.end > start)
+    if grp is not None:
+        q = q.where(s.group_value == grp)
+    latest: dict[tuple[datetime, str], Any] = {}
+    for r in conn.execute(q.order_by(s.start, s.group_value, s.record_id.desc())):
+        latest.setdefault((r.start, r.group_value), r)
+    return latest
+
+
+def _full_records(conn: Connection, ids: list[int]) -> dict[int, Any]:
+    s = tower_summaries.c
+    return {r["record_id"]: r for r in conn.execute(select(tower_summaries).where(s.record_id.in_(ids))).mappings()}
 
 
 def _summary_staleness(views: list[dict[str, Any]], unfed: int) -> dict[str, Any]:

@@ -521,6 +521,62 @@ def test_semantic_recall_cap_level_from_to_and_summarize_on_miss(tower, store):
     assert tower.job_status(statuses[0]["job_id"])["job_id"] == statuses[0]["job_id"]
 
 
+def test_semantic_recall_pages_with_totals_and_says_where_a_wide_range_has_no_summary(tower, store):
+    tower.create_type("r/year", chain=["week"], summaries=True)
+    tower.append("r/year", [{"content": f"w{m}", "at": f"2025-{m:02d}-10T12:00:00+08:00"} for m in range(1, 13)])
+    tower.append("r/year", {"content": "never summarized", "at": "2024-06-05T12:00:00+08:00"})
+    for m in range(1, 13):
+        tower.summarize("r/year", "week", f"2025-{m:02d}-10")
+    n = calls(store)
+    wide = tower.get_summary("r/year", from_="2024-01-01", to="2026-01-01")
+    assert wide["state"] == "cap_level" and (wide["total_summaries"], wide["total_gaps"]) == (12, 13)
+    assert wide["returned"] == 25 and wide["next_cursor"] is None  # within the default limit of 100
+    first = wide["gaps"][0]  # 2024 and the first days of 2025: no summary, one entry never summarized
+    assert (first["start"], first["end"]) == ("2024-01-01T00:00:00+08:00", "2025-01-06T00:00:00+08:00")
+    assert (first["windows"], first["entries"]) == (53, 1)
+    assert all(g["entries"] == 0 for g in wide["gaps"][1:])
+    assert wide["total_chars"] == sum(len(x["text"]) for x in wide["summaries"])
+    items, cursor = [], None
+    while True:  # the client decides how much: pages of 5 items (summaries and gaps) in time order
+        page = tower.get_summary("r/year", from_="2024-01-01", to="2026-01-01", limit=5, cursor=cursor)
+        assert page["returned"] == len(page["summaries"]) + len(page["gaps"]) <= 5
+        items += [(x["window"]["start"], "summary") for x in page["summaries"]]
+        items += [(g["start"], "gap") for g in page["gaps"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(items) == 25 and sorted(items) == sorted(set(items))
+    assert [k for _, k in sorted(items)] == ["gap"] + ["summary", "gap"] * 12
+    for bad in (0, 1001, True):
+        with pytest.raises(TowerInputError, match="field 'limit': must be an integer from 1 to 1000"):
+            tower.get_summary("r/year", from_="2024-01-01", to="2026-01-01", limit=bad)
+    assert calls(store) == n  # reading never calls an LLM
+    # A week that starts before the range but overlaps it is part of the answer (Nov 1 is a Saturday).
+    tower.append("r/year", {"content": "a weekend", "at": "2025-11-01T10:00:00+08:00"})
+    tower.summarize("r/year", "week", "2025-11-01")
+    november = tower.get_summary("r/year", from_="2025-11-01", to="2025-12-01")
+    assert [x["window"]["start"] for x in november["summaries"]] == [
+        "2025-10-27T00:00:00+08:00",
+        "2025-11-10T00:00:00+08:00",
+    ]
+
+
+def test_semantic_recall_of_one_window_pages_its_groups(tower, store):
+    tower.append(
+        "worklog",
+        [{"content": {"project": p, "did": f"{p} work"}, "at": cst(2026, 1, 5, 10).isoformat()} for p in "abcde"],
+    )
+    for p in "ace":
+        tower.summarize("worklog", "day", "2026-01-05", group=p)
+    whole = tower.get_summary("worklog", "day", "2026-01-05")
+    assert whole["state"] == "partial" and (whole["total_summaries"], whole["total_missing_groups"]) == (3, 2)
+    page = tower.get_summary("worklog", "day", "2026-01-05", limit=2)
+    assert [s["group"] for s in page["summaries"]] == ["a"] and page["missing_groups"] == ["b"]
+    rest = tower.get_summary("worklog", "day", "2026-01-05", limit=1000, cursor=page["next_cursor"])
+    assert [s["group"] for s in rest["summaries"]] == ["c", "e"] and rest["missing_groups"] == ["d"]
+    assert rest["next_cursor"] is None and rest["state"] == "partial"
+
+
 def test_jobs_return_at_once_in_the_background(store):
     tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="t", partition=p))
     tower.create_type("proj/decisions", summaries=True)
