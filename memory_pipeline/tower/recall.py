@@ -17,7 +17,7 @@ from sqlalchemy import Connection, func, select
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import conversations, messages
-from memory_pipeline.lib.timeutil import EARLIEST, LATEST
+from memory_pipeline.lib.timeutil import EARLIEST, LATEST, instant_problem
 from memory_pipeline.tower.entries import entries_by_pk
 from memory_pipeline.tower.logic import (
     RANGE,
@@ -48,12 +48,17 @@ class Spec:
 
 
 def _instant(value: object, field: str, tz: ZoneInfo) -> datetime:
+    """A bare date (its midnight here) or an ISO instant with an offset, within the range the store
+    holds (so the window around it can be computed and queried)."""
     if isinstance(value, str) and len(value.strip()) == 10:
         try:
             d = date.fromisoformat(value.strip())
         except ValueError:
             raise TowerInputError(field, "is not a date (YYYY-MM-DD) or an ISO 8601 datetime with an offset") from None
-        return datetime(d.year, d.month, d.day, tzinfo=tz)
+        midnight = datetime(d.year, d.month, d.day, tzinfo=tz)
+        if problem := instant_problem(midnight):
+            raise TowerInputError(field, problem)
+        return midnight
     return parse_anchor(value, field)
 
 

@@ -97,3 +97,10 @@ def test_status_prints_the_guardrail_defaults_and_a_configured_change(env, store
     monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
     changed = _flat(runner.invoke(app, ["status"]).output)
     assert "semantic tick every 15 min, settle 5 min" in changed and "given up after 3 failures" in changed
+
+
+def test_dates_out_of_range_are_one_line_refusals_naming_the_field(env):
+    for args in (("-g", "week", "-a", "9999-12-31"), ("-g", "day", "-a", "0001-01-01")):
+        out = run("recall", "worklog", *args)
+        assert out.exit_code == 2 and "Traceback" not in out.output
+        assert _flat(out.output).startswith("field 'anchor': is out of range (supported: 1970-01-01 to 9998-12-31 UTC)")
