@@ -42,6 +42,14 @@ def _json(value: Any) -> None:
     console.print_json(json.dumps(value, ensure_ascii=False, default=str))
 
 
+def _jobs_json(answer: dict[str, Any]) -> None:
+    """Print the answer; exit 1 when a job it ran failed or was given up (the CLI runs them inline)."""
+    _json(answer)
+    failed = [j for j in answer.get("jobs", []) if j["state"] in ("failed", "given_up")]
+    if failed:
+        refuse(f"{len(failed)} of {len(answer['jobs'])} job(s) {' / '.join(sorted({j['state'] for j in failed}))}", 1)
+
+
 def _parse_json(text: str | None, field: str) -> Any:
     if text is None:
         return None
@@ -189,7 +197,9 @@ def summary(
     cursor: str = typer.Option(None, "--cursor"),
 ):
     """Semantic recall: the stored summary (missing / empty otherwise), a page at a time."""
-    _json(_do(_tower().get_summary, type_name, granularity, anchor, from_, to, group, summarize_on_miss, limit, cursor))
+    _jobs_json(
+        _do(_tower().get_summary, type_name, granularity, anchor, from_, to, group, summarize_on_miss, limit, cursor)
+    )
 
 
 @app.command()
@@ -201,8 +211,8 @@ def summarize(
     to: str = typer.Option(None, "--to"),
     group: str = typer.Option(None, "--group"),
 ):
-    """Summarize a closed window bottom-up (runs the job here and prints its final state)."""
-    _json(_do(_tower().summarize, type_name, granularity, anchor, from_, to, group))
+    """Summarize a closed window bottom-up (runs the job here and prints its final state; exit 1 if it failed)."""
+    _jobs_json(_do(_tower().summarize, type_name, granularity, anchor, from_, to, group))
 
 
 @app.command()
@@ -214,8 +224,8 @@ def recompute(
     to: str = typer.Option(None, "--to"),
     group: str = typer.Option(None, "--group"),
 ):
-    """Rebuild a window's summary from the raw entries, bypassing the chain."""
-    _json(_do(_tower().recompute, type_name, granularity, anchor, from_, to, group))
+    """Rebuild a window's summary from the raw entries, bypassing the chain (exit 1 if the job failed)."""
+    _jobs_json(_do(_tower().recompute, type_name, granularity, anchor, from_, to, group))
 
 
 @app.command()
