@@ -297,6 +297,7 @@ def mcp(
     port = port or t.cfg.mcp_port
     from memory_pipeline.tower.mcp_server import make_uvicorn
 
-    err.print(f"MCP endpoint: http://{host}:{port} (and /mcp); Ctrl-C stops it")
-    make_uvicorn(t, host, port).run()
+    # Printed once the port accepts connections, so a client started on the banner finds it.
+    banner = f"MCP endpoint: http://{host}:{port} (and /mcp); Ctrl-C stops it"
+    make_uvicorn(t, host, port, on_ready=lambda: err.print(banner)).run()
     t.close()

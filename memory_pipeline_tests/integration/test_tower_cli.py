@@ -2,6 +2,14 @@
 recall, summary, summarize, jobs and status; bad input exits 2 naming the field and writes nothing."""
 
 import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -142,3 +150,27 @@ def test_summary_pages_from_the_command_line(env, store):
         run("summary", "worklog", "-g", "day", "-a", "2026-01-05", "--cursor", first["next_cursor"]).output
     )
     assert [s["group"] for s in rest["summaries"]] == ["c"] and rest["next_cursor"] is None
+
+
+def test_the_mcp_banner_is_printed_once_the_port_accepts_connections(env, pg_url, redis_url):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cli = Path(sys.executable).with_name("memory-pipeline")
+    child_env = {**os.environ, "MEMORY_DATABASE_URL": pg_url, "REDIS_URL": redis_url, "DAGSTER_HOME": str(env)}
+    proc = subprocess.Popen([str(cli), "mcp", "--port", str(port)], stderr=subprocess.PIPE, text=True, env=child_env)
+    try:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+        deadline = time.monotonic() + 120
+        while True:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            if line.startswith("MCP endpoint"):
+                break
+        # The moment the banner is out, a client connects (no retry).
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        assert line.strip() == f"MCP endpoint: http://127.0.0.1:{port} (and /mcp); Ctrl-C stops it"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
