@@ -261,6 +261,40 @@ def test_windows_refs_regenerable_audit_and_paginated_exact_recall(tower, store)
     assert sum(w["entry_count"] for w in browse["windows"]) == in_day
 
 
+def test_the_cover_check_fails_a_window_whose_entry_count_disagrees_with_its_refs(tower, store):
+    tower.create_type("proj/decisions", chain=["1h", "day", "week"])
+    week_of_entries(tower, days=(5, 6))
+    for d in (5, 6):
+        windows.build_day(store, cst(2026, 1, d).date(), CST)
+    windows.build_coarse(store, Granularity.WEEK, cst(2026, 1, 5).date(), CST)
+    day = cst(2026, 1, 5).date()
+    assert windows.audit_day(store, day, CST).problems == []
+    assert windows.audit_coarse(store, Granularity.WEEK, day, CST).problems == []
+    w = tower_windows.c
+    for level in ("1h", "day", "week"):  # the refs stay right; only the count a client reads is off
+        with store.begin() as conn:
+            conn.execute(
+                tower_windows.update()
+                .where(w.type_name == "proj/decisions", w.granularity == level, w.start >= cst(2026, 1, 5))
+                .where(w.start < cst(2026, 1, 5, 10))
+                .values(entry_count=w.entry_count + 1)
+            )
+        audit = (
+            windows.audit_coarse(store, Granularity.WEEK, day, CST)
+            if level == "week"
+            else windows.audit_day(store, day, CST)
+        )
+        assert any(f"proj/decisions [] {level} " in p and "entry_count" in p for p in audit.problems), audit.problems
+        with store.begin() as conn:
+            conn.execute(
+                tower_windows.update()
+                .where(w.type_name == "proj/decisions", w.granularity == level)
+                .values(entry_count=w.entry_count - 1)
+                .where(w.start >= cst(2026, 1, 5), w.start < cst(2026, 1, 5, 10))
+            )
+    assert windows.audit_day(store, day, CST).problems == []
+
+
 def test_stale_read_says_so_and_a_late_entry_updates_refs_at_once(tower, store):
     tower.create_type("proj/decisions", summaries=True)
     week_of_entries(tower, days=(5,))

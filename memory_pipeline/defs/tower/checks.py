@@ -79,8 +79,8 @@ def _problems(problems: list[str]) -> MetadataValue:
     partitions_def=cst_day_open,
     name=COVER_CHECK,
     description="Refs of the day's windows cover exactly its raw entries as of the materialization (no gap, "
-    "no duplicate, no stranger), each level refers to exactly the finer windows present, and every summary's "
-    "refs resolve. One result per partition.",
+    "no duplicate, no stranger), each level refers to exactly the finer windows present, each window's entry "
+    "count and characters agree with its refs, and every summary's refs resolve. One result per partition.",
 )
 def day_windows_cover(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
     store, tz, activity_type = tower.store(), tower.tz(), tower.cfg().activity_type
@@ -131,8 +131,8 @@ def _coarse_check(asset_def, g: Granularity, defn):
         asset=asset_def,
         partitions_def=defn,
         name=COVER_CHECK,
-        description=f"Each {g} window refers to exactly the finer windows present inside it, and every summary's "
-        "refs resolve. One result per partition.",
+        description=f"Each {g} window refers to exactly the finer windows present inside it, its entry count and "
+        "characters agree with them, and every summary's refs resolve. One result per partition.",
     )
     def _check(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
         store, tz = tower.store(), tower.tz()
