@@ -42,6 +42,14 @@ def _json(value: Any) -> None:
     console.print_json(json.dumps(value, ensure_ascii=False, default=str))
 
 
+def _jobs_json(answer: dict[str, Any]) -> None:
+    """Print the answer; exit 1 when a job it ran failed or was given up (the CLI runs them inline)."""
+    _json(answer)
+    failed = [j for j in answer.get("jobs", []) if j["state"] in ("failed", "given_up")]
+    if failed:
+        refuse(f"{len(failed)} of {len(answer['jobs'])} job(s) {' / '.join(sorted({j['state'] for j in failed}))}", 1)
+
+
 def _parse_json(text: str | None, field: str) -> Any:
     if text is None:
         return None
@@ -185,9 +193,13 @@ def summary(
     to: str = typer.Option(None, "--to"),
     group: str = typer.Option(None, "--group"),
     summarize_on_miss: bool = typer.Option(False, "--summarize-on-miss"),
+    limit: int = typer.Option(None, "--limit"),
+    cursor: str = typer.Option(None, "--cursor"),
 ):
-    """Semantic recall: the stored summary (missing / empty otherwise)."""
-    _json(_do(_tower().get_summary, type_name, granularity, anchor, from_, to, group, summarize_on_miss))
+    """Semantic recall: the stored summary (missing / empty otherwise), a page at a time."""
+    _jobs_json(
+        _do(_tower().get_summary, type_name, granularity, anchor, from_, to, group, summarize_on_miss, limit, cursor)
+    )
 
 
 @app.command()
@@ -199,8 +211,8 @@ def summarize(
     to: str = typer.Option(None, "--to"),
     group: str = typer.Option(None, "--group"),
 ):
-    """Summarize a closed window bottom-up (runs the job here and prints its final state)."""
-    _json(_do(_tower().summarize, type_name, granularity, anchor, from_, to, group))
+    """Summarize a closed window bottom-up (runs the job here and prints its final state; exit 1 if it failed)."""
+    _jobs_json(_do(_tower().summarize, type_name, granularity, anchor, from_, to, group))
 
 
 @app.command()
@@ -212,8 +224,8 @@ def recompute(
     to: str = typer.Option(None, "--to"),
     group: str = typer.Option(None, "--group"),
 ):
-    """Rebuild a window's summary from the raw entries, bypassing the chain."""
-    _json(_do(_tower().recompute, type_name, granularity, anchor, from_, to, group))
+    """Rebuild a window's summary from the raw entries, bypassing the chain (exit 1 if the job failed)."""
+    _jobs_json(_do(_tower().recompute, type_name, granularity, anchor, from_, to, group))
 
 
 @app.command()
@@ -264,7 +276,12 @@ def print_status(store) -> None:
     )
     for g in reports.given_up(store, tz):
         err.print(f"[yellow]given up[/] {escape(g['window'])} after {g['failures']} failures: {escape(g['reason'])}")
-    stale = reports.stale_days(store, tz)
+    for r in reports.retrying(store, tz):
+        err.print(
+            f"[yellow]retrying[/] {escape(r['window'])}: failure {r['failures']} of {cfg.give_up_after}, next attempt "
+            f"from {r['next_attempt_at']} by {r['retried_by']}: {escape(r['reason'])}"
+        )
+    stale = reports.stale_days(store, tz, cfg.activity_type)
     if stale:
         err.print(f"[yellow]stale windows[/]: {', '.join(f'{d} (+{n})' for d, n in sorted(stale.items()))}")
 
@@ -280,6 +297,7 @@ def mcp(
     port = port or t.cfg.mcp_port
     from memory_pipeline.tower.mcp_server import make_uvicorn
 
-    err.print(f"MCP endpoint: http://{host}:{port} (and /mcp); Ctrl-C stops it")
-    make_uvicorn(t, host, port).run()
+    # Printed once the port accepts connections, so a client started on the banner finds it.
+    banner = f"MCP endpoint: http://{host}:{port} (and /mcp); Ctrl-C stops it"
+    make_uvicorn(t, host, port, on_ready=lambda: err.print(banner)).run()
     t.close()

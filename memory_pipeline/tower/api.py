@@ -104,6 +104,11 @@ class Tower:
     def _limit(self, limit: Any) -> int:
         return check_limit(limit, self.cfg.recall_default_limit, self.cfg.recall_max_limit)
 
+    def _fed(self, t: types_io.MemoryType) -> bool:
+        """``t`` is the activity type and still fed from the conversation messages: its reads count
+        the messages not fed yet as entries not in view."""
+        return t.name == self.cfg.activity_type and not t.archived
+
     def windows(
         self,
         type_name: Any,
@@ -123,6 +128,7 @@ class Tower:
             group=group,
             limit=self._limit(limit),
             cursor=cursor,
+            fed=self._fed(t),
         )
 
     def recall(
@@ -138,7 +144,9 @@ class Tower:
     ) -> dict[str, Any]:
         t = types_io.get(self.store, type_name)
         spec = recall_io.resolve(t, self.tz, granularity, anchor, from_, to)
-        return recall_io.recall(self.store, t, spec, self.tz, group=group, limit=self._limit(limit), cursor=cursor)
+        return recall_io.recall(
+            self.store, t, spec, self.tz, group=group, limit=self._limit(limit), cursor=cursor, fed=self._fed(t)
+        )
 
     def get_summary(
         self,
@@ -149,14 +157,19 @@ class Tower:
         to: Any = None,
         group: Any = None,
         summarize_on_miss: Any = False,
+        limit: Any = None,
+        cursor: Any = None,
     ) -> dict[str, Any]:
-        """The stored summary; `missing` says so. With ``summarize_on_miss`` a job per missing group is
-        started (the stated exception to "reading never calls an LLM"); an empty window makes none."""
+        """The stored summary; `missing` says so. With ``summarize_on_miss`` a job per missing group of
+        the page is started (the stated exception to "reading never calls an LLM"); an empty window
+        makes none. ``limit`` and ``cursor`` page the answer as they page exact recall."""
         if not isinstance(summarize_on_miss, bool):
             raise TowerInputError("summarize_on_miss", f"expected true or false, got {json_type(summarize_on_miss)}")
         t = types_io.get(self.store, type_name)
         spec = recall_io.resolve(t, self.tz, granularity, anchor, from_, to)
-        answer = recall_io.get_summary(self.store, t, spec, self.tz, group=group)
+        answer = recall_io.get_summary(
+            self.store, t, spec, self.tz, group=group, limit=self._limit(limit), cursor=cursor, fed=self._fed(t)
+        )
         answer["jobs"] = []
         if summarize_on_miss and answer["missing_groups"]:
             keys = [WindowKey(t.name, spec.granularity, spec.start, spec.end, g) for g in answer["missing_groups"]]

@@ -3,7 +3,8 @@ only and idempotent on an entry id; the activity type fed from the raw conversat
 
 A batch is validated whole before anything is written, then written in one transaction: a bad
 entry refuses the batch with its line and field, and nothing is half-written. An entry id already
-stored with the same content is a duplicate (nothing written); with other content, a conflict."""
+stored from the same request (content, group, and `at` as sent: a retry that leaves `at` out again
+matches the "now" the first append stored) is a duplicate (nothing written); otherwise a conflict."""
 
 from __future__ import annotations
 
@@ -49,12 +50,24 @@ class AppendReport:
         }
 
 
-def _same(stored: Any, new: EntryIn) -> bool:
-    return (
-        stored["at"] == new.at
-        and stored["group_value"] == new.group
-        and json.dumps(stored["content"], sort_keys=True) == json.dumps(new.content, sort_keys=True)
-    )
+def _conflict(stored: Any, new: EntryIn) -> str | None:
+    """What differs between the request stored under an entry id and this one, or None (a retry).
+    The request is what the caller sent: an ``at`` left out both times matches whatever "now" the
+    first append stored, while an ``at`` given only once, or two different ones, do not."""
+    if json.dumps(stored["content"], sort_keys=True) != json.dumps(new.content, sort_keys=True):
+        return "is stored with other content"
+    if stored["group_value"] != new.group:
+        return "is stored with another group"
+    if bool(stored["at_given"]) != new.at_given:
+        return "was stored from a request that " + ("left 'at' out" if new.at_given else "gave 'at'")
+    if new.at_given and stored["at"] != new.at:
+        return "is stored with another 'at'"
+    return None
+
+
+def _refuse_conflict(entry_id: str, stored: Any, new: EntryIn, where: str) -> None:
+    if differs := _conflict(stored, new):
+        raise TowerInputError("id", f"entry id {entry_id!r} {differs}", where)
 
 
 def append(
@@ -63,7 +76,7 @@ def append(
     """``raw_entries``: (where, raw) pairs, ``where`` naming the line or index for errors."""
     mtype = tower_types_io.get(store, type_name)
     if mtype.archived:
-        raise TowerInputError("type", f"memory type {mtype.name!r} is archived: appends are refused")
+        raise _archived(mtype.name)
     now = utcnow()
     batch: list[EntryIn] = []
     wheres: list[str] = []
@@ -85,6 +98,7 @@ def append(
                 "type_name": mtype.name,
                 "entry_id": eid,
                 "at": e.at,
+                "at_given": e.at_given,
                 "group_value": e.group,
                 "content": e.content,
                 "chars": e.chars,
@@ -93,6 +107,8 @@ def append(
             }
         )
     with store.begin() as conn:  # one transaction: all or nothing
+        if not tower_types_io.accepts_entries(conn, mtype.name):
+            raise _archived(mtype.name)  # archived since the check above
         given = [r["entry_id"] for r, e in zip(rows, batch, strict=True) if e.entry_id is not None]
         stored = _stored(conn, mtype.name, given)
         fresh = []
@@ -100,10 +116,9 @@ def append(
             old = stored.get(row["entry_id"])
             if old is None:
                 fresh.append(row)
-            elif _same(old, e):
-                report.duplicates += 1
             else:
-                raise TowerInputError("id", f"entry id {row['entry_id']!r} is stored with other content", where)
+                _refuse_conflict(row["entry_id"], old, e, where)
+                report.duplicates += 1
         new_ids: set[str] = set()
         for i in range(0, len(fresh), BATCH):
             new_ids |= _insert_new(conn, fresh[i : i + BATCH])
@@ -115,14 +130,17 @@ def append(
             by_id = {r["entry_id"]: (e, where) for r, e, where in zip(rows, batch, wheres, strict=True)}
             for r in raced:
                 e, where = by_id[r["entry_id"]]
-                if not _same(now_stored[r["entry_id"]], e):
-                    raise TowerInputError("id", f"entry id {r['entry_id']!r} is stored with other content", where)
+                _refuse_conflict(r["entry_id"], now_stored[r["entry_id"]], e, where)
                 report.duplicates += 1
         report.inserted = len(new_ids)
         fresh = [r for r in fresh if r["entry_id"] in new_ids]
     report.entry_ids = [r["entry_id"] for r in rows]
     report.days = {local_date(r["at"], tz) for r in fresh}
     return report
+
+
+def _archived(name: str) -> TowerInputError:
+    return TowerInputError("type", f"memory type {name!r} is archived: appends are refused")
 
 
 def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
@@ -138,7 +156,7 @@ def _stored(conn: Connection, type_name: str, ids: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     t = tower_entries.c
     for i in range(0, len(ids), BATCH):
-        q = select(t.entry_id, t.at, t.group_value, t.content).where(
+        q = select(t.entry_id, t.at, t.at_given, t.group_value, t.content).where(
             t.type_name == type_name, t.entry_id.in_(ids[i : i + BATCH])
         )
         out.update({r["entry_id"]: r for r in conn.execute(q).mappings()})
@@ -182,9 +200,10 @@ def append_file(store: Store, type_name: object, path: Path, tz: ZoneInfo) -> Ap
 # ---- the activity type, fed from raw conversation messages ------------------------------------------
 
 
-def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> int:
+def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> int | None:
     """Copy the messages of CST ``day`` (non-debug conversations) into the activity type, grouped
-    by world: one read, batched inserts in one transaction, idempotent on the message id."""
+    by world: one read, batched inserts in one transaction, idempotent on the message id. None when
+    the type is archived: an archived type takes no entries, from the feed either."""
     start, end = day_bounds(day, tz)
     m, c = messages.c, conversations.c
     q = (
@@ -196,6 +215,8 @@ def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> 
     now = utcnow()
     inserted = 0
     with store.begin() as conn:
+        if not tower_types_io.accepts_entries(conn, activity_type):
+            return None
         rows = []
         for r in conn.execute(q).mappings():
             content = {
@@ -211,6 +232,7 @@ def feed_activity(store: Store, activity_type: str, day: date, tz: ZoneInfo) -> 
                     "type_name": activity_type,
                     "entry_id": r["message_id"],
                     "at": r["at"],
+                    "at_given": True,
                     "group_value": r["world_id"],
                     "content": content,
                     "chars": len(r["content"] or ""),

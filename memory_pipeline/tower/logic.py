@@ -272,20 +272,21 @@ def json_problem(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class EntryIn:
-    """One validated entry to append."""
+    """One validated entry to append. ``at_given``: the caller sent ``at`` (else it is the time of
+    the append), so a retry of the same request is recognised by what the caller sent."""
 
     entry_id: str | None
     at: datetime
     group: str
     content: Any
     chars: int
+    at_given: bool = True
 
 
-def validate_entry(
-    raw: Any, *, group_field: str | None, now: datetime, where: str = "", default_at: datetime | None = None
-) -> EntryIn:
+def validate_entry(raw: Any, *, group_field: str | None, now: datetime, where: str = "") -> EntryIn:
     """``raw`` is ``{"content": <any JSON or text>, "at"?: ISO, "id"?: str, "group"?: str}``. The
-    group falls back to ``content[group_field]`` when the content is an object that holds it."""
+    group falls back to ``content[group_field]`` when the content is an object that holds it; that
+    field must then be a string, and an explicit ``group`` must agree with it."""
     if not isinstance(raw, dict):
         raise TowerInputError("entry", f"must be an object, got {json_type(raw)}", where)
     unknown = sorted(set(raw) - {"content", "at", "id", "group"})
@@ -299,24 +300,44 @@ def validate_entry(
     entry_id = raw.get("id")
     if entry_id is not None and (problem := validate_id(entry_id)):
         raise TowerInputError("id", problem, where)
-    at = default_at or now
-    if raw.get("at") is not None:
+    at, at_given = now, raw.get("at") is not None
+    if at_given:
         try:
             at = parse_instant(raw["at"])
         except ValueError as exc:
             raise TowerInputError("at", str(exc), where) from None
     if at > now + FUTURE_TOLERANCE:
         raise TowerInputError("at", "is in the future (entries record what happened)", where)
-    group = raw.get("group")
-    if group is None and group_field and isinstance(content, dict) and isinstance(content.get(group_field), str):
-        group = content[group_field]
-    if group is not None:
-        if not group_field:
-            raise TowerInputError("group", "this type has no group field", where)
-        if problem := validate_id(group):
-            raise TowerInputError("group", problem, where)
+    group = _entry_group(raw.get("group"), content, group_field, where)
     chars = len(content) if isinstance(content, str) else len(json.dumps(content, ensure_ascii=False))
-    return EntryIn(entry_id, at, group or "", content, chars)
+    return EntryIn(entry_id, at, group, content, chars, at_given)
+
+
+def _entry_group(given: Any, content: Any, group_field: str | None, where: str) -> str:
+    """The explicit ``group``, else the content's group field. A group field that is not a string
+    is refused, not turned into the empty group; so is an explicit group that contradicts it."""
+    field_value = content.get(group_field) if group_field and isinstance(content, dict) else None
+    if field_value is not None and not isinstance(field_value, str):
+        raise TowerInputError(
+            f"content.{group_field}",
+            f"the type's group field must be a string, got {json_type(field_value)}",
+            where,
+        )
+    field = "group"
+    if given is None:
+        given, field = field_value, f"content.{group_field}"
+    elif field_value is not None and given != field_value:
+        raise TowerInputError(
+            "group", f"{given!r} contradicts the content's {group_field} {field_value!r}"[:300], where
+        )
+    if given is None:
+        return ""
+    if not group_field:
+        raise TowerInputError("group", "this type has no group field", where)
+    if problem := validate_id(given):
+        raise TowerInputError(field, problem, where)
+    assert isinstance(given, str)
+    return given
 
 
 def entry_text(content: Any) -> str:

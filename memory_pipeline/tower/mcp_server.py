@@ -12,10 +12,15 @@ LLM calls, and only as jobs."""
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from memory_pipeline.tower.api import Tower
+from memory_pipeline.tower.logic import TowerInputError
+
+log = logging.getLogger(__name__)
 
 TOOL_NAMES = (
     "mem/create_type",
@@ -39,20 +44,24 @@ WINDOW_DOC = (
 )
 
 
+PAGE_DOC = " limit (default 100, max 1000) and cursor page the answer, which states its totals."
+
+
 def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any:
     from mcp.server.fastmcp import FastMCP
 
     logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)  # the known warning about "/"
-    server = FastMCP(
-        "chronomem",
-        instructions="Time tower memory (seed 004): memory types with raw and summary series; exact recall "
-        "(navigation: raw entries, paginated) and semantic recall (stored summaries).",
-        host=host,
-        port=port,
-        streamable_http_path="/mcp",
-    )
+    _quiet_disconnects()
+    tools: list[Any] = []
 
-    @server.tool(
+    def tool(name: str, description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            tools.append(_strict_tool(fn, name, description))
+            return fn
+
+        return register
+
+    @tool(
         name="mem/create_type",
         description="Create a memory type. Name: [A-Za-z0-9_/-]+ (no '..', no "
         "leading or trailing '/'). chain: granularities from 10min, 30min, 1h, 3h, day, week, month "
@@ -78,11 +87,11 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
             summary_cap=summary_cap,
         )
 
-    @server.tool(name="mem/list_types", description="List memory types (archived ones with include_archived).")
+    @tool(name="mem/list_types", description="List memory types (archived ones with include_archived).")
     def list_types(include_archived: bool = False) -> dict[str, Any]:
         return {"types": tower.list_types(include_archived)}
 
-    @server.tool(
+    @tool(
         name="mem/get_type",
         description="Show one memory type: chain, summaries switch, cap, group "
         "field, declared retention, its two series.",
@@ -90,7 +99,7 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
     def get_type(name: str) -> dict[str, Any]:
         return tower.get_type(name)
 
-    @server.tool(
+    @tool(
         name="mem/update_type",
         description="Update a type (not its name): description, chain, "
         "summaries, group_field, retention, summary_cap, given in `changes`.",
@@ -98,7 +107,7 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
     def update_type(name: str, changes: dict[str, Any]) -> dict[str, Any]:
         return tower.update_type(name, changes)
 
-    @server.tool(
+    @tool(
         name="mem/delete_type",
         description="Archive a type: appends are refused, recall still works, "
         "the name stays reserved; no entry or summary is ever deleted. worklog cannot be deleted.",
@@ -106,7 +115,7 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
     def delete_type(name: str) -> dict[str, Any]:
         return tower.delete_type(name)
 
-    @server.tool(
+    @tool(
         name="mem/append",
         description="Append entries to a type's raw series (append-only). Each entry: "
         "{content: any JSON or text, at?: ISO datetime (default now), id?: idempotency key, group?: "
@@ -115,7 +124,7 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
     def append(type: str, entries: list[Any]) -> dict[str, Any]:
         return tower.append(type, entries, source="mcp")
 
-    @server.tool(
+    @tool(
         name="mem/windows",
         description="Structural recall, one level at a time: the windows of a "
         "level, or (with anchor) a window's children, with entry counts and staleness. limit (default "
@@ -131,7 +140,7 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
     ) -> dict[str, Any]:
         return tower.windows(type, granularity, anchor, group, limit, cursor)
 
-    @server.tool(
+    @tool(
         name="mem/recall",
         description="Exact recall: resolve a window to its raw entries by walking the "
         "references; returns the raw volume (navigation, not compression), paginated by limit and "
@@ -149,11 +158,14 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
     ) -> dict[str, Any]:
         return tower.recall(type, granularity, anchor, from_, to, group, limit, cursor)
 
-    @server.tool(
+    @tool(
         name="mem/get_summary",
         description="Semantic recall: the stored summary (state found), or "
-        "missing / empty; a range wider than the cap returns the cap-level summaries inside it. With "
-        "summarize_on_miss a summarize job starts for missing groups (never for an empty window)." + WINDOW_DOC,
+        "missing / empty; a range wider than the cap returns the cap-level summaries of the windows "
+        "overlapping it and the gaps (stretches with no summary, with their entry counts). With "
+        "summarize_on_miss a summarize job starts for the page's missing groups (never for an empty window)."
+        + PAGE_DOC
+        + WINDOW_DOC,
     )
     def get_summary(
         type: str,
@@ -163,10 +175,12 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
         to: str | None = None,
         group: str | None = None,
         summarize_on_miss: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
     ) -> dict[str, Any]:
-        return tower.get_summary(type, granularity, anchor, from_, to, group, summarize_on_miss)
+        return tower.get_summary(type, granularity, anchor, from_, to, group, summarize_on_miss, limit, cursor)
 
-    @server.tool(
+    @tool(
         name="mem/summarize",
         description="Start summarize jobs (one per group) over a closed, settled "
         "window, bottom-up over the chain (a from/to window from raw). Returns job ids at once." + WINDOW_DOC,
@@ -181,7 +195,7 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
     ) -> dict[str, Any]:
         return tower.summarize(type, granularity, anchor, from_, to, group)
 
-    @server.tool(
+    @tool(
         name="mem/recompute",
         description="Start recompute jobs: rebuild a window's summary from the raw "
         "entries, bypassing the chain (faithful, costs more tokens). Returns job ids at once." + WINDOW_DOC,
@@ -196,7 +210,7 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
     ) -> dict[str, Any]:
         return tower.recompute(type, granularity, anchor, from_, to, group)
 
-    @server.tool(
+    @tool(
         name="mem/job_status",
         description="State of a summarize job: queued, running, succeeded, "
         "skipped_empty, failed or given_up, with the summary record id.",
@@ -204,11 +218,111 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
     def job_status(job_id: str) -> dict[str, Any]:
         return tower.job_status(job_id)
 
-    @server.tool(name="mem/list_jobs", description="Recent summarize jobs, newest first (filter by type, state).")
+    @tool(name="mem/list_jobs", description="Recent summarize jobs, newest first (filter by type, state).")
     def list_jobs(type: str | None = None, state: str | None = None, limit: int | None = None) -> dict[str, Any]:
         return {"jobs": tower.list_jobs(type, state, limit)}
 
-    return server
+    return FastMCP(
+        "chronomem",
+        instructions="Time tower memory (seed 004): memory types with raw and summary series; exact recall "
+        "(navigation: raw entries, paginated) and semantic recall (stored summaries).",
+        host=host,
+        port=port,
+        streamable_http_path="/mcp",
+        tools=tools,
+    )
+
+
+# The window's start is ``from`` on the wire; ``from`` is a Python keyword, so the functions say ``from_``.
+_ALIASES = {"from_": "from"}
+
+
+def _strict_tool(fn: Callable[..., Any], name: str, description: str) -> Any:
+    """The SDK's tool for ``fn``, with an argument model that is strict (no "yes" for true, no "10"
+    for 10), refuses an unknown argument instead of dropping it, and names ``from_`` ``from``."""
+    from mcp.server.fastmcp.tools import Tool
+    from pydantic import Field, create_model
+
+    args_base, metadata = _strict_classes()
+    base = Tool.from_function(fn, name=name, description=description)
+    fields: dict[str, Any] = {
+        field: (info.annotation, Field(... if info.is_required() else info.default, alias=_ALIASES.get(field)))
+        for field, info in base.fn_metadata.arg_model.model_fields.items()
+    }
+    model = create_model(f"{fn.__name__}Arguments", __base__=args_base, **fields)
+    meta = metadata(
+        arg_model=model,
+        output_schema=base.fn_metadata.output_schema,
+        output_model=base.fn_metadata.output_model,
+        wrap_output=base.fn_metadata.wrap_output,
+    )
+    return base.model_copy(update={"fn_metadata": meta, "parameters": model.model_json_schema(by_alias=True)})
+
+
+@functools.cache
+def _strict_classes() -> tuple[Any, Any]:
+    """The argument model base and the call path of the strict tools (built on first use, so that
+    importing this module does not import the SDK)."""
+    from mcp.server.fastmcp.utilities.func_metadata import ArgModelBase, FuncMetadata
+    from pydantic import ConfigDict, ValidationError
+
+    class StrictArgs(ArgModelBase):
+        model_config = ConfigDict(extra="forbid", strict=True, arbitrary_types_allowed=True)
+
+        def model_dump_one_level(self) -> dict[str, Any]:
+            return {field: getattr(self, field) for field in type(self).model_fields}  # Python names
+
+    class StrictMetadata(FuncMetadata):
+        async def call_fn_with_arg_validation(
+            self,
+            fn: Callable[..., Any],
+            fn_is_async: bool,
+            arguments_to_validate: dict[str, Any],
+            arguments_to_pass_directly: dict[str, Any] | None,
+        ) -> Any:
+            try:
+                parsed = self.arg_model.model_validate(self.pre_parse_json(arguments_to_validate))
+            except ValidationError as exc:
+                raise _argument_error(exc, self.arg_model) from None
+            kwargs = parsed.model_dump_one_level() | (arguments_to_pass_directly or {})
+            try:
+                return fn(**kwargs)
+            except TowerInputError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the client gets one line, the log the traceback
+                log.exception("tool call failed")
+                raise RuntimeError(f"internal error ({type(exc).__name__}); the server logged it") from None
+
+    return StrictArgs, StrictMetadata
+
+
+def _argument_error(exc: Any, model: Any) -> TowerInputError:
+    """The first problem of a pydantic ValidationError as one line naming the argument."""
+    first = exc.errors()[0]
+    field = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(first["loc"]))
+    if first["type"] == "extra_forbidden":
+        names = [info.alias or name for name, info in model.model_fields.items()]
+        return TowerInputError(field or "arguments", f"unknown argument (this tool takes: {', '.join(names)})")
+    if first["type"] == "missing":
+        return TowerInputError(field, "is required")
+    return TowerInputError(field or "arguments", first["msg"][:1].lower() + first["msg"][1:])
+
+
+class _QuietDisconnects(logging.Filter):
+    """The SDK logs a traceback ("Error in standalone SSE writer") each time a client's session ends
+    and its stream is already closed: log noise, as the client is gone. That one record only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import anyio
+
+        closed = record.exc_info is not None and isinstance(record.exc_info[1], anyio.ClosedResourceError)
+        return not (closed and record.getMessage() == "Error in standalone SSE writer")
+
+
+def _quiet_disconnects() -> None:
+    sdk = logging.getLogger("mcp.server.streamable_http")
+    if not any(isinstance(f, _QuietDisconnects) for f in sdk.filters):
+        sdk.addFilter(_QuietDisconnects())
 
 
 def asgi_app(server: Any) -> Any:
@@ -221,8 +335,15 @@ def asgi_app(server: Any) -> Any:
     return app
 
 
-def make_uvicorn(tower: Tower, host: str, port: int) -> Any:
+def make_uvicorn(tower: Tower, host: str, port: int, on_ready: Callable[[], None] | None = None) -> Any:
+    """The server, to ``run()`` (blocking); ``on_ready`` is called once it accepts connections."""
     import uvicorn
 
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and on_ready is not None:
+                on_ready()
+
     app = asgi_app(build_server(tower, host, port))
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    return Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))

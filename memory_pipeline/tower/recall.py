@@ -13,9 +13,11 @@ from datetime import date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.timeutil import EARLIEST, LATEST, instant_problem
 from memory_pipeline.tower.entries import entries_by_pk
 from memory_pipeline.tower.logic import (
     RANGE,
@@ -28,8 +30,9 @@ from memory_pipeline.tower.logic import (
     parse_anchor,
     window_end,
     window_start,
+    windows_between,
 )
-from memory_pipeline.tower.summaries import WindowKey, newest, record_view
+from memory_pipeline.tower.summaries import record_view
 from memory_pipeline.tower.tables import tower_entries, tower_summaries, tower_windows
 from memory_pipeline.tower.types import MemoryType
 from memory_pipeline.tower.windows import from_iso
@@ -45,12 +48,17 @@ class Spec:
 
 
 def _instant(value: object, field: str, tz: ZoneInfo) -> datetime:
+    """A bare date (its midnight here) or an ISO instant with an offset, within the range the store
+    holds (so the window around it can be computed and queried)."""
     if isinstance(value, str) and len(value.strip()) == 10:
         try:
             d = date.fromisoformat(value.strip())
         except ValueError:
             raise TowerInputError(field, "is not a date (YYYY-MM-DD) or an ISO 8601 datetime with an offset") from None
-        return datetime(d.year, d.month, d.day, tzinfo=tz)
+        midnight = datetime(d.year, d.month, d.day, tzinfo=tz)
+        if problem := instant_problem(midnight):
+            raise TowerInputError(field, problem)
+        return midnight
     return parse_anchor(value, field)
 
 
@@ -126,19 +134,45 @@ def _walk(conn: Connection, t: MemoryType, rows: list[Any]) -> list[int]:
     return pks
 
 
-def _count_now(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None) -> tuple[int, int]:
+def _count_now(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None, fed: bool) -> int:
+    """The type's entries in [start, end) now, plus, for the activity type while it is fed, the
+    conversation messages not fed into it yet (they are part of the stream, only not in the view)."""
     e = tower_entries.c
-    q = select(e.chars).where(e.type_name == t.name, e.at >= start, e.at < end)
+    q = select(func.count()).where(e.type_name == t.name, e.at >= start, e.at < end)
     if group is not None:
         q = q.where(e.group_value == group)
-    chars = list(conn.execute(q).scalars())
-    return len(chars), sum(chars)
+    n = int(conn.execute(q).scalar_one())
+    return n + (len(_unfed(conn, t, start, end, group)) if fed else 0)
+
+
+def _unfed(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None) -> list[Any]:
+    """(world_id, at) of the non-debug conversation messages in [start, end) not yet fed into the
+    activity type ``t`` (its entries carry the message id)."""
+    m, c, e = messages.c, conversations.c, tower_entries.c
+    fed = select(e.entry_pk).where(e.type_name == t.name, e.entry_id == m.message_id).exists()
+    q = (
+        select(c.world_id, m.at)
+        .join(conversations, c.conversation_id == m.conversation_id)
+        .where(m.at >= start, m.at < end, c.debug.is_(False), ~fed)
+    )
+    if group is not None:
+        q = q.where(c.world_id == group)
+    return list(conn.execute(q))
 
 
 def recall(
-    store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group: object = None, limit: int, cursor: object = None
+    store: Store,
+    t: MemoryType,
+    spec: Spec,
+    tz: ZoneInfo,
+    *,
+    group: object = None,
+    limit: int,
+    cursor: object = None,
+    fed: bool = False,
 ) -> dict[str, Any]:
-    """Exact recall: the raw entries of the window, by walking its references, a page at a time."""
+    """Exact recall: the raw entries of the window, by walking its references, a page at a time.
+    ``fed``: ``t`` is the activity type, fed from the conversation messages (see _count_now)."""
     grp = _group(group)
     offset = decode_cursor(cursor)
     e = tower_entries.c
@@ -169,7 +203,7 @@ def recall(
         )
         page = chosen[offset : offset + limit]
         entries = entries_by_pk(conn, page)
-        now_count, _ = _count_now(conn, t, spec.start, spec.end, grp)
+        now_count = _count_now(conn, t, spec.start, spec.end, grp, fed)
     not_in_view = max(0, now_count - len(chosen))
     nxt = offset + len(page)
     return {
@@ -224,6 +258,7 @@ def browse(
     group: object = None,
     limit: int,
     cursor: object = None,
+    fed: bool = False,
 ) -> dict[str, Any]:
     """One level at a time: without an anchor, the windows of ``granularity`` (default the chain's
     coarsest); with one, that window's children at the next finer level, with entry counts."""
@@ -252,7 +287,10 @@ def browse(
     with store.connect() as conn:
         rows = list(conn.execute(q.order_by(w.start, w.group_value)).mappings())
         page = rows[offset : offset + limit]
-        counts = _counts_now(conn, t, page)
+        counts = _counts_now(conn, t, page, fed)
+        # Entries of the scope that no listed window holds yet (windows not built, or built before them).
+        lo, hi = (parent.start, parent.end) if parent else (EARLIEST, LATEST)
+        not_in_view = max(0, _count_now(conn, t, lo, hi, grp, fed) - sum(r["entry_count"] for r in rows))
     nxt = offset + len(page)
     items = []
     for r in page:
@@ -282,16 +320,20 @@ def browse(
         "returned": len(items),
         "next_cursor": encode_cursor(nxt) if nxt < len(rows) else None,
         "windows": items,
+        "stale": not_in_view > 0,
+        "entries_not_in_view": not_in_view,
     }
 
 
-def _counts_now(conn: Connection, t: MemoryType, rows: list[Any]) -> dict[tuple[str, datetime], int]:
+def _counts_now(conn: Connection, t: MemoryType, rows: list[Any], fed: bool) -> dict[tuple[str, datetime], int]:
     if not rows:
         return {}
     e = tower_entries.c
     lo, hi = min(r["start"] for r in rows), max(r["end"] for r in rows)
     ats: dict[str, list[datetime]] = defaultdict(list)
     for gv, at in conn.execute(select(e.group_value, e.at).where(e.type_name == t.name, e.at >= lo, e.at < hi)):
+        ats[gv].append(at)
+    for gv, at in _unfed(conn, t, lo, hi, None) if fed else []:
         ats[gv].append(at)
     for v in ats.values():
         v.sort()
@@ -320,55 +362,149 @@ def groups_with_entries(conn: Connection, t: MemoryType, spec: Spec) -> list[str
     return sorted(conn.execute(q).scalars())
 
 
-def get_summary(store: Store, t: MemoryType, spec: Spec, tz: ZoneInfo, *, group: object = None) -> dict[str, Any]:
+def get_summary(
+    store: Store,
+    t: MemoryType,
+    spec: Spec,
+    tz: ZoneInfo,
+    *,
+    group: object = None,
+    limit: int,
+    cursor: object = None,
+    fed: bool = False,
+) -> dict[str, Any]:
+    """Semantic recall, a page at a time (the client decides how much, as for exact recall). One
+    window: a page of its groups, each found or missing. A range wider than the cap: in time order,
+    the cap-level summaries of the windows overlapping it and the gaps between them (stretches with
+    no summary, with the entries they hold), so an empty year is said, not skipped."""
     grp = _group(group)
-    s = tower_summaries.c
+    offset = decode_cursor(cursor)
     with store.connect() as conn:
+        unfed = len(_unfed(conn, t, spec.start, spec.end, grp)) if fed else 0
         if cap_span(t, spec, tz):
-            q = (
-                select(tower_summaries)
-                .where(
-                    s.type_name == t.name,
-                    s.granularity == str(t.summary_cap),
-                    s.start >= spec.start,
-                    s.start < spec.end,
-                )
-                .order_by(s.start, s.group_value, s.record_id.desc())
-            )
-            if grp is not None:
-                q = q.where(s.group_value == grp)
-            latest: dict[tuple[datetime, str], Any] = {}
-            for r in conn.execute(q).mappings():
-                latest.setdefault((r["start"], r["group_value"]), r)
-            views = []
-            for r in latest.values():
-                n, _ = _count_now(conn, t, r["start"], r["end"], r["group_value"])
-                views.append(record_view(r, tz, n))
-            return {
-                "type": t.name,
-                "window": _spec_view(spec, tz),
-                "state": "cap_level",
-                "note": f"wider than the summary cap ({t.summary_cap}): the {t.summary_cap} summaries inside it",
-                "summaries": views,
-                "missing_groups": [],
-            }
+            return _cap_level(conn, t, spec, tz, grp, offset, limit, fed, unfed)
         groups = [grp] if grp is not None else groups_with_entries(conn, t, spec)
-        found, missing = [], []
-        for gv in groups:
-            key = WindowKey(t.name, spec.granularity, spec.start, spec.end, gv)
-            rec = newest(conn, key)
-            n, _ = _count_now(conn, t, spec.start, spec.end, gv)
-            if rec is not None:
-                found.append(record_view(rec, tz, n))
-            elif n:
-                missing.append(gv)
-    state = (
-        "empty" if not found and not missing else ("found" if not missing else ("missing" if not found else "partial"))
-    )
+        latest = _newest_records(conn, t, spec.granularity, spec.start, spec.end, grp)
+        slots = [(gv, latest.get((spec.start, gv))) for gv in groups]
+        if grp is not None and slots[0][1] is None and not _count_now(conn, t, spec.start, spec.end, grp, False):
+            slots = []  # the group asked for has no entries here: empty
+        page = slots[offset : offset + limit]
+        records = _full_records(conn, [rec.record_id for _, rec in page if rec is not None])
+        found = [
+            record_view(records[rec.record_id], tz, _count_now(conn, t, spec.start, spec.end, gv, fed))
+            for gv, rec in page
+            if rec is not None
+        ]
+    missing = [gv for gv, rec in page if rec is None]
+    n_found = sum(1 for _, rec in slots if rec is not None)
+    n_missing = len(slots) - n_found
+    state = "empty" if not slots else ("found" if not n_missing else ("missing" if not n_found else "partial"))
+    nxt = offset + len(page)
     return {
         "type": t.name,
         "window": _spec_view(spec, tz),
         "state": state,
+        "total_summaries": n_found,
+        "total_missing_groups": n_missing,
+        "total_chars": sum(rec.chars for _, rec in slots if rec is not None),
+        "returned": len(page),
+        "next_cursor": encode_cursor(nxt) if nxt < len(slots) else None,
         "summaries": found,
         "missing_groups": missing,
+        **_summary_staleness(found, unfed),
     }
+
+
+def _cap_level(
+    conn: Connection,
+    t: MemoryType,
+    spec: Spec,
+    tz: ZoneInfo,
+    grp: str | None,
+    offset: int,
+    limit: int,
+    fed: bool,
+    unfed: int,
+) -> dict[str, Any]:
+    """The cap-level summaries of every cap window overlapping ``spec`` and the gaps between them,
+    one sequence in time order, paged; no call."""
+    cap = t.summary_cap
+    latest = _newest_records(conn, t, str(cap), spec.start, spec.end, grp)
+    by_start: dict[datetime, list[Any]] = defaultdict(list)
+    for (start, _), rec in sorted(latest.items(), key=lambda kv: kv[0]):
+        by_start[start].append(rec)
+    items: list[tuple[str, Any]] = []  # ("summary", record) or ("gap", the run of windows without one)
+    run: list[tuple[datetime, datetime]] = []
+    for start, end in windows_between(cap, spec.start, spec.end, tz):
+        if start not in by_start:
+            run.append((start, end))
+            continue
+        if run:
+            items.append(("gap", run))
+            run = []
+        items += [("summary", rec) for rec in by_start[start]]
+    if run:
+        items.append(("gap", run))
+    page = items[offset : offset + limit]
+    records = _full_records(conn, [rec.record_id for kind, rec in page if kind == "summary"])
+    views, gaps = [], []
+    for kind, item in page:
+        if kind == "summary":
+            r = records[item.record_id]
+            views.append(record_view(r, tz, _count_now(conn, t, r["start"], r["end"], r["group_value"], fed)))
+        else:
+            start, end = item[0][0], item[-1][1]
+            gaps.append(
+                {
+                    "start": start.astimezone(tz).isoformat(),
+                    "end": end.astimezone(tz).isoformat(),
+                    "windows": len(item),
+                    "entries": _count_now(conn, t, start, end, grp, fed),
+                }
+            )
+    nxt = offset + len(page)
+    return {
+        "type": t.name,
+        "window": _spec_view(spec, tz),
+        "state": "cap_level",
+        "note": f"wider than the summary cap ({cap}): the {cap} summaries of the windows overlapping it, "
+        f"and the gaps (stretches of {cap} windows with no summary)",
+        "total_summaries": len(latest),
+        "total_gaps": sum(1 for kind, _ in items if kind == "gap"),
+        "total_chars": sum(rec.chars for rec in latest.values()),
+        "returned": len(page),
+        "next_cursor": encode_cursor(nxt) if nxt < len(items) else None,
+        "summaries": views,
+        "gaps": gaps,
+        "missing_groups": [],
+        **_summary_staleness(views, unfed),
+    }
+
+
+def _newest_records(
+    conn: Connection, t: MemoryType, granularity: str, start: datetime, end: datetime, grp: str | None
+) -> dict[tuple[datetime, str], Any]:
+    """{(window start, group): (record_id, chars of its text)} of the newest record per window and
+    group of ``granularity`` overlapping [start, end); one window exactly for a range key."""
+    s = tower_summaries.c
+    q = select(s.record_id, s.start, s.group_value, func.length(s.text).label("chars")).where(
+        s.type_name == t.name, s.granularity == granularity
+    )
+    q = q.where(s.start == start, s.end == end) if granularity == RANGE else q.where(s.start < end, s.end > start)
+    if grp is not None:
+        q = q.where(s.group_value == grp)
+    latest: dict[tuple[datetime, str], Any] = {}
+    for r in conn.execute(q.order_by(s.start, s.group_value, s.record_id.desc())):
+        latest.setdefault((r.start, r.group_value), r)
+    return latest
+
+
+def _full_records(conn: Connection, ids: list[int]) -> dict[int, Any]:
+    s = tower_summaries.c
+    return {r["record_id"]: r for r in conn.execute(select(tower_summaries).where(s.record_id.in_(ids))).mappings()}
+
+
+def _summary_staleness(views: list[dict[str, Any]], unfed: int) -> dict[str, Any]:
+    """A summary misses the entries appended after it; the activity type's window also misses the
+    messages not fed into it yet (counted whether or not a summary exists)."""
+    return {"stale": unfed > 0 or any(v["stale"] for v in views), "entries_not_in_view": unfed}

@@ -43,5 +43,9 @@ def given_up(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
     return summaries.given_up(store, tz)
 
 
-def stale_days(store: Store, tz: ZoneInfo) -> dict[date, int]:
-    return windows.stale_days(store, tz, utcnow())
+def retrying(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+    return summaries.retrying(store, tz)
+
+
+def stale_days(store: Store, tz: ZoneInfo, activity_type: str | None) -> dict[date, int]:
+    return windows.stale_days(store, tz, utcnow(), activity_type=activity_type)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -21,7 +21,7 @@ from sqlalchemy import Connection, delete, select
 
 from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest
 from memory_pipeline.lib.store import Store, leases, upsert
-from memory_pipeline.lib.text import short_hash, truncate
+from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.tower import prompts
 from memory_pipeline.tower import types as types_io
@@ -53,7 +53,11 @@ from memory_pipeline.tower.tables import tower_summaries, tower_summary_attempts
 from memory_pipeline.tower.types import MemoryType
 
 LEASE_ASSET = "tower_summary"
-ENTRY_LINE_MAX_CHARS = 2000
+
+
+class SummaryRefused(Exception):
+    """A summary that must not be appended (nothing fits the token budget, or an aggregate that
+    copies a child): the job fails with this reason and counts as a failure for the backoff."""
 
 
 @dataclass
@@ -64,6 +68,19 @@ class SummaryContext:
     tz: ZoneInfo
     force_llm: bool = False
     lease_wait_seconds: float = 600.0
+    # Guardrail 5: a round appends at most ``commit_limit`` records, every one counted (the children
+    # a bottom-up summary makes from raw included); ``appended`` labels what this context wrote.
+    commit_limit: int | None = None
+    appended: list[str] = field(default_factory=list)
+
+    def make_room(self) -> None:
+        """Called before each model call that would append a record: past the limit, the round is full."""
+        if self.commit_limit is not None and len(self.appended) >= self.commit_limit:
+            raise RoundFull
+
+
+class RoundFull(Exception):
+    """The round has appended its max_commits_per_round records: the rest waits for the next round."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +228,11 @@ def _make(sctx: SummaryContext, task: str, header: str, items: list[str]) -> Mad
     """Within the token budget one direct call; over it one call per chunk, then one to merge."""
     before = sctx.llm.stats.calls
     plan = plan_chunks([approx_tokens(x) for x in items], sctx.cfg.input_budget_tokens, sctx.cfg.max_chunks)
+    if not plan.chunks:  # an empty record would pass for a summary
+        raise SummaryRefused(
+            f"all {len(items)} item(s) are over the input budget of {sctx.cfg.input_budget_tokens} tokens "
+            "each (memory.tower.input_budget_tokens): nothing to summarize, nothing appended"
+        )
     if plan.strategy == Strategy.DIRECT:
         chosen = [items[i] for i in plan.chunks[0]] if plan.chunks else []
         answer = _ask(sctx, task, header, chosen)
@@ -263,7 +285,9 @@ def _insert(
         "material_fp": fp,
         "created_at": utcnow(),
     }
-    return int(conn.execute(tower_summaries.insert().values(row)).inserted_primary_key[0])
+    record_id = int(conn.execute(tower_summaries.insert().values(row)).inserted_primary_key[0])
+    sctx.appended.append(key.label(sctx.tz))
+    return record_id
 
 
 def _fp(sctx: SummaryContext, kind: str, refs: list[int]) -> str:
@@ -278,22 +302,29 @@ def _from_raw(sctx: SummaryContext, key: WindowKey, rows: list[Any]) -> Outcome:
         if last is not None and last["material_fp"] == fp and not sctx.force_llm:
             return Outcome(JobState.SUCCEEDED, last["record_id"], reused=True)
         full = entries_by_pk(conn, pks)
-    items = []
-    for e in full:
-        grp = f" ({e['group_value']})" if e["group_value"] and not key.group else ""
-        text = truncate(" ".join(entry_text(e["content"]).split()), ENTRY_LINE_MAX_CHARS)
-        items.append(f"[{e['at'].astimezone(sctx.tz):%Y-%m-%d %H:%M}]{grp} {text}")
-    header = f"# {key.label(sctx.tz)}: {len(items)} entries"
-    made = _make(sctx, "tower_raw", header, items)
+    items = _raw_items(sctx, key, full)
+    sctx.make_room()
+    made = _make(sctx, "tower_raw", f"# {key.label(sctx.tz)}: {len(items)} entries", items)
     with sctx.store.begin() as conn:
         rid = _insert(conn, sctx, key, made, source=Source.RAW, ref_kind="entry", refs=pks, entry_count=len(pks), fp=fp)
     return Outcome(JobState.SUCCEEDED, rid, calls=made.calls)
 
 
+def _raw_items(sctx: SummaryContext, key: WindowKey, full: list[Any]) -> list[str]:
+    """One line per entry, whole: only the token budget cuts, and what it cuts is counted."""
+    items = []
+    for e in full:
+        grp = f" ({e['group_value']})" if e["group_value"] and not key.group else ""
+        text = " ".join(entry_text(e["content"]).split())
+        items.append(f"[{e['at'].astimezone(sctx.tz):%Y-%m-%d %H:%M}]{grp} {text}")
+    return items
+
+
 def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[Any]) -> Outcome:
     """Bottom-up: each finer child window with entries gets its summary (from raw where missing),
     then one call aggregates the children. A lone child is still aggregated by the model with the
-    window's own header: an aggregate never passes a child's text through unchanged."""
+    window's own header, and an answer whose text equals a child's is refused (SummaryRefused): an
+    aggregate never passes a child's text through unchanged."""
     g = Granularity(key.granularity)
     child = child_level(t.chain, g)
     assert child is not None
@@ -320,7 +351,15 @@ def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[
         return Outcome(JobState.SUCCEEDED, last["record_id"], calls=calls, reused=calls == 0)
     header = f"period: {window_label(key.granularity, key.start, sctx.tz)} ({len(ids)} {child} windows)"
     items = [f"# {window_label(child, r['start'], sctx.tz)}\n{_child_material(r['sections'])}" for r in child_records]
+    sctx.make_room()
     made = _make(sctx, "tower_aggregate", header, items)
+    text = render_sections(made.sections)
+    if copied := next((r for r in child_records if r["text"] == text), None):
+        raise SummaryRefused(
+            f"the aggregate's text is identical to its child {window_label(child, copied['start'], sctx.tz)} "
+            f"(record {copied['record_id']}): an aggregate never passes a child's text through unchanged; "
+            "nothing appended"
+        )
     with sctx.store.begin() as conn:
         rid = _insert(
             conn, sctx, key, made, source=Source.CHAIN, ref_kind="summary", refs=ids, entry_count=len(rows), fp=fp
@@ -335,8 +374,9 @@ def _child_material(sections: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _failed(sctx: SummaryContext, key: WindowKey, error: str, now: datetime) -> Outcome:
-    """Guardrail 4: back off (doubling), and past give_up_after record the window as given up."""
+def _failed(sctx: SummaryContext, key: WindowKey, error: str, now: datetime, scheduled: bool) -> Outcome:
+    """Guardrail 4: back off (doubling), and past give_up_after record the window as given up. A
+    window the semantic tick failed on is retried by the tick (``scheduled``), whatever its level."""
     with sctx.store.begin() as conn:
         prev = attempts(conn, key)
         failures = (prev["failures"] if prev else 0) + 1
@@ -355,6 +395,7 @@ def _failed(sctx: SummaryContext, key: WindowKey, error: str, now: datetime) -> 
                     "last_error": error[:2000],
                     "next_attempt_at": now + backoff_delay(failures, sctx.cfg.backoff),
                     "given_up_at": now if given_up else None,
+                    "scheduled": scheduled or bool(prev and prev["scheduled"]),
                     "updated_at": now,
                 }
             ],
@@ -398,6 +439,9 @@ def summarize(
             return Outcome(JobState.FAILED, reason=f"backing off until {ledger['next_attempt_at'].isoformat()}")
         if not rows:
             return Outcome(JobState.SKIPPED_EMPTY)  # guardrail 3: no call, no record
+        if ledger is not None and not sctx.force_llm:
+            # A retry asks afresh: the cached answer of a refused aggregate would only be refused again.
+            sctx = replace(sctx, force_llm=True)
         chained = (
             source == Source.CHAIN
             and key.granularity != RANGE
@@ -405,8 +449,8 @@ def summarize(
         )
         try:
             out = _from_chain(sctx, t, key, rows) if chained else _from_raw(sctx, key, rows)
-        except LLMHardFailure as exc:
-            return _failed(sctx, key, str(exc), now)
+        except (LLMHardFailure, SummaryRefused) as exc:
+            return _failed(sctx, key, str(exc), now, scheduled)
         with sctx.store.begin() as conn:
             _clear_attempts(conn, key)  # guardrail 2: a success clears the retry ledger
         return out
@@ -445,14 +489,19 @@ def _groups(store: Store, t: MemoryType, start: datetime, end: datetime) -> list
 def _one(
     sctx: SummaryContext, t: MemoryType, key: WindowKey, now: datetime, result: RoundResult, scheduled: bool
 ) -> None:
-    out = summarize(sctx, t, key, source=Source.CHAIN, now=now, scheduled=scheduled)
+    before = len(sctx.appended)
+    try:
+        out = summarize(sctx, t, key, source=Source.CHAIN, now=now, scheduled=scheduled)
+    except RoundFull:
+        result.deferred += 1  # guardrail 5: what it appended so far stays (children are reused next round)
+        return
+    finally:
+        written = sctx.appended[before:]
+        result.committed += len(written)
+        result.written += written
     result.calls += out.calls
-    if out.state == JobState.SUCCEEDED:
-        if out.reused:
-            result.reused += 1
-        else:
-            result.committed += 1
-            result.written.append(key.label(sctx.tz))
+    if out.state == JobState.SUCCEEDED and out.reused:
+        result.reused += 1
     elif out.state == JobState.SKIPPED_EMPTY:
         result.skipped_empty += 1
     elif out.state == JobState.GIVEN_UP:
@@ -464,28 +513,48 @@ def _one(
 
 
 def semantic_tick(sctx: SummaryContext, now: datetime) -> RoundResult:
-    """Guardrails 1-5 in one round: for each type with summaries on, each level up to its cap, only
-    the latest settled window; a (window, group) with a record is done (no call); backing-off and
-    given-up ones wait; at most max_commits_per_round records, the rest deferred to the next round."""
+    """Guardrails 1-5 in one round: the windows the tick failed on whose backoff is over (oldest
+    first), then, for each type with summaries on and each level up to its cap, only the latest
+    settled window; a (window, group) with a record is done (no call); backing-off and given-up ones
+    wait; at most max_commits_per_round records (every record appended, the children made bottom-up
+    included), the rest deferred to the next round."""
     result = RoundResult()
-    for t in types_io.list_types(sctx.store):
-        if not t.summaries_enabled:
-            continue
+    sctx = replace(sctx, commit_limit=sctx.cfg.max_commits_per_round, appended=[])
+    types = {t.name: t for t in types_io.list_types(sctx.store) if t.summaries_enabled}
+    keys = _due_retries(sctx.store, types, now)
+    for t in types.values():
         for g in summary_levels(t.chain, t.summary_cap):
             start, end = latest_settled(g, now, sctx.cfg.settle, sctx.tz)
-            for group in _groups(sctx.store, t, start, end):
-                key = WindowKey(t.name, str(g), start, end, group)
-                with sctx.store.connect() as conn:
-                    if newest(conn, key) is not None:
-                        continue  # guardrail 2: done already, no call
-                    ledger = attempts(conn, key)
-                if ledger is not None and (ledger["given_up_at"] is not None or ledger["next_attempt_at"] > now):
-                    continue
-                if result.committed >= sctx.cfg.max_commits_per_round:
-                    result.deferred += 1  # guardrail 5
-                    continue
-                _one(sctx, t, key, now, result, scheduled=True)
+            keys += [WindowKey(t.name, str(g), start, end, group) for group in _groups(sctx.store, t, start, end)]
+    for key in dict.fromkeys(keys):  # a due retry may also be a latest window: once
+        with sctx.store.connect() as conn:
+            if newest(conn, key) is not None:
+                continue  # guardrail 2: done already, no call
+            ledger = attempts(conn, key)
+        if ledger is not None and (ledger["given_up_at"] is not None or ledger["next_attempt_at"] > now):
+            continue
+        _one(sctx, types[key.type_name], key, now, result, scheduled=True)
     return result
+
+
+def _due_retries(store: Store, types: dict[str, MemoryType], now: datetime) -> list[WindowKey]:
+    """Guardrail 4 for every level: the windows the tick failed on, not given up, whose backoff is
+    over, of types that still summarize that level (a newer window being the latest does not leave
+    a failed one behind)."""
+    a = tower_summary_attempts.c
+    q = (
+        select(tower_summary_attempts)
+        .where(a.scheduled.is_(True), a.given_up_at.is_(None), a.next_attempt_at <= now)
+        .order_by(a.start, a.type_name, a.granularity, a.group_value)
+    )
+    with store.connect() as conn:
+        rows = list(conn.execute(q).mappings())
+    return [
+        WindowKey(r["type_name"], r["granularity"], r["start"], r["end"], r["group_value"])
+        for r in rows
+        if r["type_name"] in types
+        and r["granularity"] in summary_levels(types[r["type_name"]].chain, types[r["type_name"]].summary_cap)
+    ]
 
 
 def summarize_period(sctx: SummaryContext, g: Granularity, period: date, now: datetime) -> RoundResult:
@@ -506,14 +575,26 @@ def summarize_period(sctx: SummaryContext, g: Granularity, period: date, now: da
 
 
 def given_up(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+    return _ledger(store, tz, given_up=True)
+
+
+def retrying(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+    """Windows with failures not given up yet: when the next attempt may come, and who makes it."""
+    return _ledger(store, tz, given_up=False)
+
+
+def _ledger(store: Store, tz: ZoneInfo, *, given_up: bool) -> list[dict[str, Any]]:
     a = tower_summary_attempts.c
+    q = select(tower_summary_attempts).where(a.given_up_at.is_not(None) if given_up else a.given_up_at.is_(None))
     with store.connect() as conn:
-        rows = conn.execute(select(tower_summary_attempts).where(a.given_up_at.is_not(None))).mappings().all()
+        rows = conn.execute(q.order_by(a.start, a.type_name, a.granularity, a.group_value)).mappings().all()
     return [
         {
             "window": WindowKey(r["type_name"], r["granularity"], r["start"], r["end"], r["group_value"]).label(tz),
             "failures": r["failures"],
             "reason": r["last_error"],
+            "next_attempt_at": r["next_attempt_at"].astimezone(tz).isoformat(),
+            "retried_by": "the semantic tick" if r["scheduled"] else "the next explicit call",
         }
         for r in rows
     ]
@@ -525,7 +606,9 @@ def given_up(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
 @dataclass
 class Drift:
     window: str
-    score: float  # keyword/section overlap of the chained summary with a recompute from raw (1.0 same)
+    # Keyword/section overlap of the chained summary with a recompute from raw (1.0: the same words);
+    # None when no recompute fits the token budget.
+    score: float | None
     identical_to_child: bool  # the coarse text equals a child's text byte for byte: no compression
 
 
@@ -559,11 +642,12 @@ def drift(sctx: SummaryContext, g: Granularity, period: date, sample: int) -> li
         with sctx.store.connect() as conn:
             rows_e = entries_in(conn, key.type_name, key.start, key.end, key.group)
             full = entries_by_pk(conn, [int(e["entry_pk"]) for e in rows_e])
-        items = [
-            f"[{e['at'].astimezone(sctx.tz):%Y-%m-%d %H:%M}] {truncate(' '.join(entry_text(e['content']).split()), ENTRY_LINE_MAX_CHARS)}"
-            for e in full
-        ]
-        made = _make(sctx, "tower_raw", f"# {key.label(sctx.tz)}: {len(items)} entries", items)
+        items = _raw_items(sctx, key, full)
         identical = any(r["text"] == c for c in children[r["record_id"]])
+        try:
+            made = _make(sctx, "tower_raw", f"# {key.label(sctx.tz)}: {len(items)} entries", items)
+        except SummaryRefused:
+            out.append(Drift(key.label(sctx.tz), None, identical))
+            continue
         out.append(Drift(key.label(sctx.tz), round(keyword_overlap(r["sections"], made.sections), 3), identical))
     return out

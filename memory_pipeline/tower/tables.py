@@ -17,6 +17,8 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
+    true,
 )
 
 from memory_pipeline.lib.store.tables import ID, UTCDateTime, metadata, now_utc
@@ -49,6 +51,8 @@ tower_entries = Table(
     Column("type_name", NAME, ForeignKey("tower_types.name"), nullable=False),
     Column("entry_id", ID, nullable=False),
     Column("at", UTCDateTime, nullable=False),
+    # Whether the caller sent `at` (else the append's time): a retry is matched on what was sent.
+    Column("at_given", Boolean, nullable=False, default=True, server_default=true()),
     Column("group_value", ID, nullable=False, default=""),
     Column("content", JSON, nullable=False),
     Column("chars", Integer, nullable=False),
@@ -117,6 +121,8 @@ tower_summary_attempts = Table(
     Column("last_error", Text, nullable=False),
     Column("next_attempt_at", UTCDateTime, nullable=False),
     Column("given_up_at", UTCDateTime),
+    # The semantic tick failed here and owns the retries (an explicit call's failure waits for its caller).
+    Column("scheduled", Boolean, nullable=False, default=False, server_default=false()),
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),
 )
 

@@ -152,6 +152,24 @@ def load(conn: Connection, name: str) -> MemoryType | None:
     return _row(r) if r else None
 
 
+def accepts_entries(conn: Connection, name: str) -> bool:
+    """Whether ``name`` exists and is not archived, read under a share lock on its row (PostgreSQL), so
+    an archive committed meanwhile waits for this transaction and no entry lands after it."""
+    q = select(tower_types.c.archived_at).where(tower_types.c.name == name).with_for_update(read=True)
+    row = conn.execute(q).first()
+    return row is not None and row.archived_at is None
+
+
+def feeds_activity(store: Store, activity_type: str | None) -> str | None:
+    """The activity type's name while it is fed from the conversation messages (it exists and is not
+    archived), else None: an archived activity type takes no more messages."""
+    if not activity_type:
+        return None
+    with store.connect() as conn:
+        t = load(conn, activity_type)
+    return activity_type if t is not None and not t.archived else None
+
+
 def get(store: Store, name: object) -> MemoryType:
     name = check_name(name, "type")
     with store.connect() as conn:

@@ -36,6 +36,7 @@ class BuildResult:
     entries: int = 0
     by_level: Counter[str] = field(default_factory=Counter)
     activity_fed: int = 0
+    activity_archived: bool = False  # the activity type is archived: no message was fed
 
 
 def iso(dt: datetime) -> str:
@@ -119,7 +120,8 @@ def build_day(
     conversation messages are fed into that type first."""
     result = BuildResult(day.isoformat())
     if activity_type:
-        result.activity_fed = entries_io.feed_activity(store, activity_type, day, tz)
+        fed = entries_io.feed_activity(store, activity_type, day, tz)
+        result.activity_fed, result.activity_archived = fed or 0, fed is None
     start, end = day_bounds(day, tz)
     now = utcnow()
     all_types = types_io.list_types(store, include_archived=True)
@@ -239,9 +241,13 @@ def refresh_after_late_entries(store: Store, type_name: str, days: set[date], tz
 # ---- reading the view -------------------------------------------------------------------------------
 
 
-def stale_days(store: Store, tz: ZoneInfo, now: datetime, lookback_days: int = 31) -> dict[date, int]:
-    """Closed days already materialized with entries (or conversation messages, for the activity
-    type) ingested after their materialization: {day: entries past it}. The late-data record."""
+def stale_days(
+    store: Store, tz: ZoneInfo, now: datetime, *, activity_type: str | None, lookback_days: int = 31
+) -> dict[date, int]:
+    """Closed days already materialized with entries (or conversation messages, while
+    ``activity_type`` is fed from them) ingested after their materialization: {day: entries past
+    it}. The late-data record."""
+    feed = types_io.feeds_activity(store, activity_type)
     today = local_date(now, tz)
     since = today - timedelta(days=lookback_days)
     r = tower_window_runs.c
@@ -257,13 +263,14 @@ def stale_days(store: Store, tz: ZoneInfo, now: datetime, lookback_days: int = 3
         oldest = min(runs.values())
         e, m, c = tower_entries.c, messages.c, conversations.c
         late = list(conn.execute(select(e.at, e.ingested_at).where(e.ingested_at > oldest)))
-        late += list(
-            conn.execute(
-                select(m.at, m.ingested_at)
-                .join(conversations, c.conversation_id == m.conversation_id)
-                .where(m.ingested_at > oldest, c.debug.is_(False))
+        if feed:
+            late += list(
+                conn.execute(
+                    select(m.at, m.ingested_at)
+                    .join(conversations, c.conversation_id == m.conversation_id)
+                    .where(m.ingested_at > oldest, c.debug.is_(False))
+                )
             )
-        )
     out: Counter[date] = Counter()
     for at, ingested in late:
         d = local_date(at, tz)
@@ -288,11 +295,13 @@ class Audit:
     stale_entries: int = 0
 
 
-def audit_day(store: Store, day: date, tz: ZoneInfo) -> Audit:
+def audit_day(store: Store, day: date, tz: ZoneInfo, *, activity_type: str | None = None) -> Audit:
     """Refs cover exactly the day's raw entries as of the materialization (no gap, no duplicate, no
-    stranger), each level refers to exactly the finer windows present, and every summary's refs
-    resolve. Entries appended after the materialization (and conversation messages of the day
-    ingested after it, not yet fed into the activity type) are counted as stale, not as a gap."""
+    stranger), each level refers to exactly the finer windows present, each window's entry_count and
+    chars agree with its refs, and every summary's refs resolve. Entries appended after the materialization (and conversation messages of the day
+    ingested after it, not yet fed into ``activity_type`` while it is fed) are counted as stale,
+    not as a gap."""
+    feed = types_io.feeds_activity(store, activity_type)
     start, end = day_bounds(day, tz)
     audit = Audit()
     materialized = window_run(store, "day", day)
@@ -301,7 +310,7 @@ def audit_day(store: Store, day: date, tz: ZoneInfo) -> Audit:
         types = {t.name: t for t in types_io.list_types(store, include_archived=True)}
         entry_rows = list(
             conn.execute(
-                select(e.entry_pk, e.type_name, e.group_value, e.ingested_at).where(e.at >= start, e.at < end)
+                select(e.entry_pk, e.type_name, e.group_value, e.chars, e.ingested_at).where(e.at >= start, e.at < end)
             ).mappings()
         )
         wins = list(
@@ -312,7 +321,7 @@ def audit_day(store: Store, day: date, tz: ZoneInfo) -> Audit:
             ).mappings()
         )
         audit.problems += _summary_ref_problems(conn, start, end)
-        if materialized is not None:
+        if materialized is not None and feed:
             # Conversation messages reach the activity type only when the day is (re)built: those
             # ingested after the run are not in the view either.
             m, c = messages.c, conversations.c
@@ -369,7 +378,31 @@ def audit_day(store: Store, day: date, tz: ZoneInfo) -> Audit:
                     audit.problems.append(f"{name} [{group}] {g}: {len(bad)} ref(s) to absent {child} windows")
                 if any(n > 1 for n in referred.values()):
                     audit.problems.append(f"{name} [{group}] {g}: a {child} window referred to twice")
+    audit.problems += _count_problems(wins, wins, types, {int(r["entry_pk"]): int(r["chars"]) for r in entry_rows})
     return audit
+
+
+def _count_problems(
+    rows: list[Any], finer: list[Any], types: dict[str, MemoryType], chars_of: dict[int, int]
+) -> list[str]:
+    """Each window's entry_count and chars (what `windows` shows a client) agree with its refs: the
+    entries it refers to, or the sums of the ``finer`` windows it refers to."""
+    by_start = {(r["type_name"], r["granularity"], r["group_value"], iso(r["start"])): r for r in finer}
+    out = []
+    for r in rows:
+        if r["ref_kind"] == "entry":
+            n, chars = len(r["refs"]), sum(chars_of.get(int(x), 0) for x in r["refs"])
+        else:
+            t = types.get(r["type_name"])
+            child = child_level(t.chain, Granularity(r["granularity"])) if t else None
+            kids = [by_start.get((r["type_name"], str(child), r["group_value"], x)) for x in r["refs"]]
+            n, chars = sum(k["entry_count"] for k in kids if k), sum(k["chars"] for k in kids if k)
+        if (r["entry_count"], r["chars"]) != (n, chars):
+            out.append(
+                f"{r['type_name']} [{r['group_value']}] {r['granularity']} {iso(r['start'])}: entry_count "
+                f"{r['entry_count']} and chars {r['chars']}, but its refs hold {n} entries and {chars} chars"
+            )
+    return out
 
 
 def _summary_ref_problems(conn: Connection, start: datetime, end: datetime) -> list[str]:
@@ -392,7 +425,8 @@ def _summary_ref_problems(conn: Connection, start: datetime, end: datetime) -> l
 
 
 def audit_coarse(store: Store, g: Granularity, period: date, tz: ZoneInfo) -> Audit:
-    """A week or month window refers to exactly the finer windows present inside it."""
+    """A week or month window refers to exactly the finer windows present inside it, and its
+    entry_count and chars agree with what it refers to."""
     start = window_start(g, datetime(period.year, period.month, period.day, tzinfo=tz), tz)
     end = window_end(g, start, tz)
     audit = Audit()
@@ -400,27 +434,36 @@ def audit_coarse(store: Store, g: Granularity, period: date, tz: ZoneInfo) -> Au
     with store.connect() as conn:
         types = {t.name: t for t in types_io.list_types(store, include_archived=True)}
         rows = list(conn.execute(select(tower_windows).where(w.granularity == str(g), w.start == start)).mappings())
+        finer: list[Any] = []
         for row in rows:
             t = types.get(row["type_name"])
             child = child_level(t.chain, g) if t else None
             if child is None:
                 continue
-            present = {
-                iso(x)
-                for x in conn.execute(
-                    select(w.start).where(
+            kids = list(
+                conn.execute(
+                    select(tower_windows).where(
                         w.type_name == row["type_name"],
                         w.granularity == str(child),
                         w.group_value == row["group_value"],
                         w.start >= start,
                         w.start < end,
                     )
-                ).scalars()
-            }
+                ).mappings()
+            )
+            finer += kids
+            present = {iso(k["start"]) for k in kids}
             if set(row["refs"]) != present or len(row["refs"]) != len(set(row["refs"])):
                 audit.problems.append(
                     f"{row['type_name']} [{row['group_value']}] {g} {period}: refs differ from the {child} windows present"
                 )
+        e = tower_entries.c
+        pks = sorted({int(x) for r in rows if r["ref_kind"] == "entry" for x in r["refs"]})
+        chars_of: dict[int, int] = {}
+        for i in range(0, len(pks), BATCH):
+            q = select(e.entry_pk, e.chars).where(e.entry_pk.in_(pks[i : i + BATCH]))
+            chars_of.update({int(pk): int(n) for pk, n in conn.execute(q)})
+        audit.problems += _count_problems(rows, finer, types, chars_of)
         audit.problems += _summary_ref_problems(conn, start, end)
     audit.audited = len(rows)
     return audit

@@ -133,6 +133,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0017_ledger_tokens_source",
         "0018_message_at_from_ingest",
         "0019_conversation_failures",
+        "0020_tower_guardrail",
     ]
     assert head(LOCATIONS) == chain[-1]
 

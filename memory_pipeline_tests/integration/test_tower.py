@@ -112,6 +112,28 @@ def test_types_crud_archive_and_builtins(tower, store):
         tower.delete_type("worklog")
 
 
+def test_an_archived_activity_type_takes_no_more_messages(tower, store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 1, 5, 9), ["tomatoes planted", "tomatoes watered"]))
+    day = cst(2026, 1, 5).date()
+    assert windows.build_day(store, day, CST, activity_type="agent/activity").activity_fed == 2
+    tower.delete_type("agent/activity")
+    ingest(conversation("w1", "c2", cst(2026, 1, 5, 15), ["compost turned"]))
+    ingest(conversation("w1", "c3", cst(2026, 1, 6, 9), ["seeds ordered"]))
+    for d in (day, cst(2026, 1, 6).date()):  # the structural run of a day already fed, and of a new day
+        built = windows.build_day(store, d, CST, activity_type="agent/activity")
+        assert built.activity_fed == 0 and built.activity_archived
+    with store.connect() as conn:
+        fed = conn.execute(select(tower_entries.c.entry_id).where(tower_entries.c.type_name == "agent/activity")).all()
+    assert len(fed) == 2  # the two messages fed before the archive, nothing since
+    archived = tower.recall("agent/activity", "day", "2026-01-05")
+    assert archived["total_entries"] == 2 and not archived["stale"]  # recall still works; nothing will be fed
+    with pytest.raises(TowerInputError, match="archived"):
+        tower.append("agent/activity", {"content": "by hand", "at": cst(2026, 1, 5, 10).isoformat()})
+    # No feed will bring the later messages in: they are not counted as stale for ever.
+    assert windows.audit_day(store, day, CST, activity_type="agent/activity").stale_entries == 0
+    assert windows.stale_days(store, CST, cst(2026, 1, 8), activity_type="agent/activity") == {}
+
+
 # ---- append ------------------------------------------------------------------------------------------
 
 
@@ -154,6 +176,41 @@ def test_append_is_idempotent_on_id_and_refuses_bad_input_whole(tower, store, tm
     future = (utcnow() + timedelta(hours=1)).isoformat()
     with pytest.raises(TowerInputError, match=r"entries\[0\]: field 'at': is in the future"):
         tower.append("tool/errors", {"content": "x", "at": future})
+
+
+def test_a_retry_without_at_is_a_duplicate_and_what_the_caller_sent_decides_a_conflict(tower, store):
+    first = tower.append("worklog", {"content": {"project": "a", "did": "x"}, "id": "k1"})
+    retry = tower.append("worklog", {"content": {"project": "a", "did": "x"}, "id": "k1"})  # `at` left out again
+    assert (first["inserted"], retry["inserted"], retry["duplicates"]) == (1, 0, 1)
+    with store.connect() as conn:
+        stored_at = conn.execute(select(tower_entries.c.at).where(tower_entries.c.entry_id == "k1")).scalar_one()
+    with pytest.raises(TowerInputError, match="field 'id': entry id 'k1' was stored from a request that left 'at' out"):
+        tower.append("worklog", {"content": {"project": "a", "did": "x"}, "id": "k1", "at": stored_at.isoformat()})
+    with pytest.raises(TowerInputError, match="field 'id': entry id 'k1' is stored with other content"):
+        tower.append("worklog", {"content": {"project": "a", "did": "y"}, "id": "k1"})
+    explicit = {"content": {"project": "a"}, "id": "k2", "at": "2026-01-05T10:00:00+08:00"}
+    tower.append("worklog", explicit)
+    assert tower.append("worklog", explicit)["duplicates"] == 1
+    with pytest.raises(TowerInputError, match="is stored with another 'at'"):
+        tower.append("worklog", {**explicit, "at": "2026-01-05T11:00:00+08:00"})
+    with pytest.raises(TowerInputError, match="was stored from a request that gave 'at'"):
+        tower.append("worklog", {"content": {"project": "a"}, "id": "k2"})
+    assert count(store, tower_entries) == 2
+
+
+def test_the_group_field_must_be_a_string_and_an_explicit_group_must_agree_with_it(tower, store):
+    with pytest.raises(
+        TowerInputError, match=r"entries\[0\]: field 'group': 'b' contradicts the content's project 'a'"
+    ):
+        tower.append("worklog", {"content": {"project": "a"}, "group": "b"})
+    with pytest.raises(
+        TowerInputError, match=r"entries\[0\]: field 'content.project': .* must be a string, got number"
+    ):
+        tower.append("worklog", {"content": {"project": 7}})
+    assert count(store, tower_entries) == 0
+    tower.append("worklog", [{"content": {"project": "a"}, "group": "a"}, {"content": {"project": None}}])
+    with store.connect() as conn:
+        assert sorted(conn.execute(select(tower_entries.c.group_value)).scalars()) == ["", "a"]
 
 
 # ---- structural windows and exact recall ------------------------------------------------------------------
@@ -204,6 +261,40 @@ def test_windows_refs_regenerable_audit_and_paginated_exact_recall(tower, store)
     assert sum(w["entry_count"] for w in browse["windows"]) == in_day
 
 
+def test_the_cover_check_fails_a_window_whose_entry_count_disagrees_with_its_refs(tower, store):
+    tower.create_type("proj/decisions", chain=["1h", "day", "week"])
+    week_of_entries(tower, days=(5, 6))
+    for d in (5, 6):
+        windows.build_day(store, cst(2026, 1, d).date(), CST)
+    windows.build_coarse(store, Granularity.WEEK, cst(2026, 1, 5).date(), CST)
+    day = cst(2026, 1, 5).date()
+    assert windows.audit_day(store, day, CST).problems == []
+    assert windows.audit_coarse(store, Granularity.WEEK, day, CST).problems == []
+    w = tower_windows.c
+    for level in ("1h", "day", "week"):  # the refs stay right; only the count a client reads is off
+        with store.begin() as conn:
+            conn.execute(
+                tower_windows.update()
+                .where(w.type_name == "proj/decisions", w.granularity == level, w.start >= cst(2026, 1, 5))
+                .where(w.start < cst(2026, 1, 5, 10))
+                .values(entry_count=w.entry_count + 1)
+            )
+        audit = (
+            windows.audit_coarse(store, Granularity.WEEK, day, CST)
+            if level == "week"
+            else windows.audit_day(store, day, CST)
+        )
+        assert any(f"proj/decisions [] {level} " in p and "entry_count" in p for p in audit.problems), audit.problems
+        with store.begin() as conn:
+            conn.execute(
+                tower_windows.update()
+                .where(w.type_name == "proj/decisions", w.granularity == level)
+                .values(entry_count=w.entry_count - 1)
+                .where(w.start >= cst(2026, 1, 5), w.start < cst(2026, 1, 5, 10))
+            )
+    assert windows.audit_day(store, day, CST).problems == []
+
+
 def test_stale_read_says_so_and_a_late_entry_updates_refs_at_once(tower, store):
     tower.create_type("proj/decisions", summaries=True)
     week_of_entries(tower, days=(5,))
@@ -247,6 +338,32 @@ def test_activity_type_is_fed_from_conversation_messages(tower, store, ingest):
     page = tower.recall("agent/activity", "day", "2026-01-05", group="w1")
     assert page["total_entries"] == 3 and page["entries"][0]["content"]["text"] == "tomatoes planted"
     assert tower.windows("agent/activity", "day", "2026-01-05")["level"] == "1h"
+
+
+def test_activity_reads_say_stale_while_messages_wait_to_be_fed(tower, store, ingest):
+    ingest(conversation("w1", "c1", cst(2026, 1, 5, 9), ["tomatoes planted", "tomatoes watered"]))
+    day = cst(2026, 1, 5).date()
+    windows.build_day(store, day, CST, activity_type="agent/activity")
+    windows.build_coarse(store, Granularity.WEEK, day, CST)
+    assert not tower.recall("agent/activity", "day", "2026-01-05")["stale"]
+    ingest(conversation("w1", "c2", cst(2026, 1, 5, 13), ["late message"]))  # after the day was built
+    recalled = tower.recall("agent/activity", "day", "2026-01-05")
+    assert recalled["stale"] and recalled["entries_not_in_view"] == 1 and recalled["total_entries"] == 2
+    by_group = tower.recall("agent/activity", "day", "2026-01-05", group="w1")
+    assert by_group["entries_not_in_view"] == 1
+    assert tower.recall("agent/activity", "day", "2026-01-05", group="w2")["entries_not_in_view"] == 0
+    # Browse: the day listed in its week is stale; its children (hours) leave the 13:00 message out.
+    week = tower.windows("agent/activity", "week", "2026-01-05")
+    assert [(w["stale"], w["entries_not_in_view"]) for w in week["windows"]] == [(True, 1)]
+    hours = tower.windows("agent/activity", "day", "2026-01-05")
+    assert hours["stale"] and hours["entries_not_in_view"] == 1
+    summary = tower.get_summary("agent/activity", "day", "2026-01-05")
+    assert summary["stale"] and summary["entries_not_in_view"] == 1
+    assert windows.audit_day(store, day, CST, activity_type="agent/activity").stale_entries == 1
+    windows.build_day(store, day, CST, activity_type="agent/activity")  # the late-data run feeds it
+    fresh = tower.recall("agent/activity", "day", "2026-01-05")
+    assert not fresh["stale"] and fresh["total_entries"] == 3
+    assert not tower.windows("agent/activity", "day", "2026-01-05")["stale"]
 
 
 # ---- summaries -----------------------------------------------------------------------------------
@@ -436,6 +553,62 @@ def test_semantic_recall_cap_level_from_to_and_summarize_on_miss(tower, store):
     statuses = tower.list_jobs(limit=100)
     assert all(set(j) >= {"job_id", "state", "record_id"} for j in statuses)
     assert tower.job_status(statuses[0]["job_id"])["job_id"] == statuses[0]["job_id"]
+
+
+def test_semantic_recall_pages_with_totals_and_says_where_a_wide_range_has_no_summary(tower, store):
+    tower.create_type("r/year", chain=["week"], summaries=True)
+    tower.append("r/year", [{"content": f"w{m}", "at": f"2025-{m:02d}-10T12:00:00+08:00"} for m in range(1, 13)])
+    tower.append("r/year", {"content": "never summarized", "at": "2024-06-05T12:00:00+08:00"})
+    for m in range(1, 13):
+        tower.summarize("r/year", "week", f"2025-{m:02d}-10")
+    n = calls(store)
+    wide = tower.get_summary("r/year", from_="2024-01-01", to="2026-01-01")
+    assert wide["state"] == "cap_level" and (wide["total_summaries"], wide["total_gaps"]) == (12, 13)
+    assert wide["returned"] == 25 and wide["next_cursor"] is None  # within the default limit of 100
+    first = wide["gaps"][0]  # 2024 and the first days of 2025: no summary, one entry never summarized
+    assert (first["start"], first["end"]) == ("2024-01-01T00:00:00+08:00", "2025-01-06T00:00:00+08:00")
+    assert (first["windows"], first["entries"]) == (53, 1)
+    assert all(g["entries"] == 0 for g in wide["gaps"][1:])
+    assert wide["total_chars"] == sum(len(x["text"]) for x in wide["summaries"])
+    items, cursor = [], None
+    while True:  # the client decides how much: pages of 5 items (summaries and gaps) in time order
+        page = tower.get_summary("r/year", from_="2024-01-01", to="2026-01-01", limit=5, cursor=cursor)
+        assert page["returned"] == len(page["summaries"]) + len(page["gaps"]) <= 5
+        items += [(x["window"]["start"], "summary") for x in page["summaries"]]
+        items += [(g["start"], "gap") for g in page["gaps"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(items) == 25 and sorted(items) == sorted(set(items))
+    assert [k for _, k in sorted(items)] == ["gap"] + ["summary", "gap"] * 12
+    for bad in (0, 1001, True):
+        with pytest.raises(TowerInputError, match="field 'limit': must be an integer from 1 to 1000"):
+            tower.get_summary("r/year", from_="2024-01-01", to="2026-01-01", limit=bad)
+    assert calls(store) == n  # reading never calls an LLM
+    # A week that starts before the range but overlaps it is part of the answer (Nov 1 is a Saturday).
+    tower.append("r/year", {"content": "a weekend", "at": "2025-11-01T10:00:00+08:00"})
+    tower.summarize("r/year", "week", "2025-11-01")
+    november = tower.get_summary("r/year", from_="2025-11-01", to="2025-12-01")
+    assert [x["window"]["start"] for x in november["summaries"]] == [
+        "2025-10-27T00:00:00+08:00",
+        "2025-11-10T00:00:00+08:00",
+    ]
+
+
+def test_semantic_recall_of_one_window_pages_its_groups(tower, store):
+    tower.append(
+        "worklog",
+        [{"content": {"project": p, "did": f"{p} work"}, "at": cst(2026, 1, 5, 10).isoformat()} for p in "abcde"],
+    )
+    for p in "ace":
+        tower.summarize("worklog", "day", "2026-01-05", group=p)
+    whole = tower.get_summary("worklog", "day", "2026-01-05")
+    assert whole["state"] == "partial" and (whole["total_summaries"], whole["total_missing_groups"]) == (3, 2)
+    page = tower.get_summary("worklog", "day", "2026-01-05", limit=2)
+    assert [s["group"] for s in page["summaries"]] == ["a"] and page["missing_groups"] == ["b"]
+    rest = tower.get_summary("worklog", "day", "2026-01-05", limit=1000, cursor=page["next_cursor"])
+    assert [s["group"] for s in rest["summaries"]] == ["c", "e"] and rest["missing_groups"] == ["d"]
+    assert rest["next_cursor"] is None and rest["state"] == "partial"
 
 
 def test_jobs_return_at_once_in_the_background(store):

@@ -98,3 +98,24 @@ def test_arbitrary_calls_are_done_or_refused_by_field_and_write_nothing_when_ref
             assert _counts(store) == before  # nothing half-written
 
     check()
+
+
+def test_dates_out_of_range_are_refused_naming_the_field(store):
+    tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="t", partition=p), run_jobs="inline")
+    for g in ("day", "week"):
+        for anchor in ("9999-12-31", "0001-01-01", "1969-06-01"):
+            for call in (tower.recall, tower.get_summary, tower.summarize, tower.windows):
+                try:
+                    call("worklog", g, anchor)
+                except TowerInputError as exc:
+                    assert str(exc).startswith("field 'anchor': is out of range (supported: 1970-01-01"), str(exc)
+                else:
+                    raise AssertionError(f"{call.__name__} {g} {anchor} was not refused")
+    for lo, hi, field in (("0001-01-01", "2026-01-01", "from"), ("2026-01-01", "9999-12-31", "to")):
+        for call in (tower.recall, tower.get_summary, tower.summarize):
+            try:
+                call("worklog", from_=lo, to=hi)
+            except TowerInputError as exc:
+                assert str(exc).startswith(f"field '{field}': is out of range"), str(exc)
+            else:
+                raise AssertionError(f"{call.__name__} {lo}..{hi} was not refused")

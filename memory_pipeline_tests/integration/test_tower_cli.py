@@ -2,6 +2,14 @@
 recall, summary, summarize, jobs and status; bad input exits 2 naming the field and writes nothing."""
 
 import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -9,6 +17,7 @@ from typer.testing import CliRunner
 
 from memory_pipeline.cli import app
 from memory_pipeline.tower.tables import tower_entries
+from memory_pipeline_tests.fake_openai import FakeOpenAI
 
 runner = CliRunner()
 
@@ -97,3 +106,71 @@ def test_status_prints_the_guardrail_defaults_and_a_configured_change(env, store
     monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
     changed = _flat(runner.invoke(app, ["status"]).output)
     assert "semantic tick every 15 min, settle 5 min" in changed and "given up after 3 failures" in changed
+
+
+def test_a_failed_summarize_job_exits_non_zero_and_status_lists_the_window_as_retrying(env, store, monkeypatch):
+    with FakeOpenAI() as fake:
+        fake.push("status", 400).push("status", 400)
+        monkeypatch.setenv("MEMORY_LLM_MODEL", "openai/fake")
+        monkeypatch.setenv("MEMORY_LLM_API_BASE", fake.api_base)
+        monkeypatch.setenv("MEMORY_LLM_API_KEY", "k")
+        monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
+        monkeypatch.delenv("MEMORY_CONFIG_FILE", raising=False)
+        assert (
+            run("append", "worklog", "--json", '{"project": "a"}', "--at", "2026-01-05T10:00:00+08:00").exit_code == 0
+        )
+        failed = run("summarize", "worklog", "-g", "day", "-a", "2026-01-05")
+        assert failed.exit_code == 1 and '"state": "failed"' in failed.output
+        assert "1 of 1 job(s) failed" in failed.output
+        missed = run("summary", "worklog", "-g", "day", "-a", "2026-01-05", "--summarize-on-miss")
+        assert missed.exit_code == 1 and '"state": "failed"' in missed.output
+    status = _flat(runner.invoke(app, ["status"]).output)
+    assert "retrying worklog day 2026-01-05 [a]: failure 2 of 5, next attempt from" in status
+    assert "by the next explicit call" in status
+    for name in ("MEMORY_LLM_MODEL", "MEMORY_LLM_API_BASE", "MEMORY_LLM_API_KEY"):
+        monkeypatch.delenv(name)
+    ok = run("summarize", "worklog", "-g", "day", "-a", "2026-01-05")  # the offline model
+    assert ok.exit_code == 0 and '"state": "succeeded"' in ok.output
+
+
+def test_dates_out_of_range_are_one_line_refusals_naming_the_field(env):
+    for args in (("-g", "week", "-a", "9999-12-31"), ("-g", "day", "-a", "0001-01-01")):
+        out = run("recall", "worklog", *args)
+        assert out.exit_code == 2 and "Traceback" not in out.output
+        assert _flat(out.output).startswith("field 'anchor': is out of range (supported: 1970-01-01 to 9998-12-31 UTC)")
+
+
+def test_summary_pages_from_the_command_line(env, store):
+    for p in ("a", "b", "c"):
+        run("append", "worklog", "--json", json.dumps({"project": p}), "--at", "2026-01-05T10:00:00+08:00")
+        run("summarize", "worklog", "-g", "day", "-a", "2026-01-05", "--group", p)
+    first = json.loads(run("summary", "worklog", "-g", "day", "-a", "2026-01-05", "--limit", "2").output)
+    assert [s["group"] for s in first["summaries"]] == ["a", "b"] and first["total_summaries"] == 3
+    rest = json.loads(
+        run("summary", "worklog", "-g", "day", "-a", "2026-01-05", "--cursor", first["next_cursor"]).output
+    )
+    assert [s["group"] for s in rest["summaries"]] == ["c"] and rest["next_cursor"] is None
+
+
+def test_the_mcp_banner_is_printed_once_the_port_accepts_connections(env, pg_url, redis_url):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cli = Path(sys.executable).with_name("memory-pipeline")
+    child_env = {**os.environ, "MEMORY_DATABASE_URL": pg_url, "REDIS_URL": redis_url, "DAGSTER_HOME": str(env)}
+    proc = subprocess.Popen([str(cli), "mcp", "--port", str(port)], stderr=subprocess.PIPE, text=True, env=child_env)
+    try:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+        deadline = time.monotonic() + 120
+        while True:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            if line.startswith("MCP endpoint"):
+                break
+        # The moment the banner is out, a client connects (no retry).
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        assert line.strip() == f"MCP endpoint: http://127.0.0.1:{port} (and /mcp); Ctrl-C stops it"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

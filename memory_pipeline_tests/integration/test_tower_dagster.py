@@ -252,3 +252,21 @@ def test_freshness_check_warns_with_the_count_when_entries_pass_the_materializat
     again = check_only.execute_in_process(instance=instance, tags=one_day)
     (fresh,) = _fresh_results(instance, again.run_id)
     assert fresh.passed and fresh.metadata["entries_not_in_view"].value == 0
+
+
+def test_a_structural_run_feeds_no_message_into_an_archived_activity_type(defs, instance, store, ingest):
+    tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="t", partition=p), run_jobs="inline")
+    tower.delete_type("agent/activity")
+    ingest(conversation("w", "c", cst(2026, 1, 5, 12), ["hi"]))
+    key = "2026-01-05"
+    run = operations.materialize("tower_windows", key, key, instance=instance, defs=defs)
+    assert run.success
+    (event,) = instance.fetch_materializations(tower_assets.tower_day_windows.key, limit=1).records
+    metadata = event.asset_materialization.metadata
+    assert metadata["activity_entries_fed"].value == 0
+    assert metadata["activity_feed"].value == "agent/activity archived: no message fed"
+    recalled = tower.recall("agent/activity", "day", key)
+    assert recalled["total_entries"] == 0 and not recalled["stale"]
+    assert tower.get_type("agent/activity")["archived"] is True
+    fresh = [r for r in _checks(instance, run.runs[0].run_id) if r[0] == "tower_windows_fresh"]
+    assert fresh == [("tower_windows_fresh", key, True)]  # a message it will never take is not "late"

@@ -3,6 +3,7 @@ driven by the SDK's own client over streamable HTTP, at the seed's address and a
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 import time
@@ -223,7 +224,7 @@ def test_over_mcp_only_summarize_recompute_and_summarize_on_miss_call_the_llm(se
                 ("mem/recall", {**day, "limit": 1}),
                 (
                     "mem/recall",
-                    {"type": "worklog", "from_": "2026-01-05T00:00:00+08:00", "to": "2026-01-07T00:00:00+08:00"},
+                    {"type": "worklog", "from": "2026-01-05T00:00:00+08:00", "to": "2026-01-07T00:00:00+08:00"},
                 ),
                 ("mem/get_summary", day),
                 ("mem/get_summary", {"type": "worklog", "granularity": "week", "anchor": "2026-01-05"}),
@@ -266,3 +267,86 @@ def _wait(url: str, job_ids: list[str]) -> list[str]:
             return states
         time.sleep(0.1)
     return states
+
+
+async def _raw_calls(url: str, calls: list[tuple[str, dict]]) -> tuple[dict, list]:
+    """The tools' input schemas, and each call's result as (isError, text)."""
+    async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as session:
+        await session.initialize()
+        schemas = {t.name: t.inputSchema for t in (await session.list_tools()).tools}
+        out = []
+        for name, args in calls:
+            result = await session.call_tool(name, args)
+            out.append((result.isError, result.content[0].text))
+        return schemas, out
+
+
+def test_window_arguments_are_from_and_to_and_bad_arguments_are_refused_in_one_line(server, store):
+    url, tower = server
+    tower.append("worklog", [{"content": {"project": "a"}, "at": f"2026-01-0{d}T10:00:00+08:00"} for d in (5, 6)])
+    windows.build_day(store, date(2026, 1, 5), CST)
+    windows.build_day(store, date(2026, 1, 6), CST)
+    span = {"type": "worklog", "from": "2026-01-05T00:00:00+08:00", "to": "2026-01-07T00:00:00+08:00"}
+    schemas, results = asyncio.run(
+        _raw_calls(
+            url,
+            [
+                ("mem/recall", span),
+                ("mem/get_summary", span),
+                ("mem/recall", {**{k: v for k, v in span.items() if k != "from"}, "from_": span["from"]}),
+                ("mem/recall", {"type": "worklog", "granularity": "day", "anchor": "2026-01-05", "limt": 5}),
+                ("mem/list_types", {"include_archived": "yes"}),
+                (
+                    "mem/get_summary",
+                    {"type": "worklog", "granularity": "day", "anchor": "2026-01-05", "summarize_on_miss": "yes"},
+                ),
+                ("mem/recall", {"type": "worklog", "granularity": "day", "anchor": "2026-01-05", "limit": "10"}),
+                ("mem/recall", {"type": "worklog", "granularity": "day", "anchor": "0001-01-01"}),
+                ("mem/get_summary", {"type": "worklog", "granularity": "week", "anchor": "9999-12-31"}),
+                ("mem/recall", {"granularity": "day", "anchor": "2026-01-05"}),
+            ],
+        )
+    )
+    for tool in ("mem/recall", "mem/get_summary", "mem/summarize", "mem/recompute"):
+        props = schemas[tool]["properties"]
+        assert "from" in props and "to" in props and "from_" not in props, tool
+    assert {"limit", "cursor"} <= set(schemas["mem/get_summary"]["properties"])
+    (ok_err, ok), (sum_err, summ) = results[0], results[1]
+    assert not ok_err and json.loads(ok)["total_entries"] == 2  # `from` works
+    assert not sum_err and json.loads(summ)["state"] == "missing"
+    expected = [
+        "field 'from_': unknown argument (this tool takes: type, granularity, anchor, from, to, group, limit, cursor)",
+        "field 'limt': unknown argument",
+        "field 'include_archived': input should be a valid boolean",
+        "field 'summarize_on_miss': input should be a valid boolean",
+        "field 'limit': input should be a valid integer",
+        "field 'anchor': is out of range (supported: 1970-01-01 to 9998-12-31 UTC)",
+        "field 'anchor': is out of range (supported: 1970-01-01 to 9998-12-31 UTC)",
+        "field 'type': is required",
+    ]
+    for (is_error, text), want in zip(results[2:], expected, strict=True):
+        assert is_error and want in text, text
+        assert "\n" not in text and "SELECT" not in text and "pydantic" not in text, text
+
+
+def test_get_summary_over_mcp_pages_with_totals(server, store):
+    url, tower = server
+    tower.append("worklog", [{"content": {"project": p}, "at": "2026-01-05T10:00:00+08:00"} for p in "abc"])
+    day = {"type": "worklog", "granularity": "day", "anchor": "2026-01-05"}
+    (started,) = asyncio.run(_session_calls(url, [("mem/summarize", day)]))
+    assert _wait(url, [j["job_id"] for j in started["jobs"]]) == ["succeeded"] * 3
+    (first,) = asyncio.run(_session_calls(url, [("mem/get_summary", {**day, "limit": 2})]))
+    assert [s["group"] for s in first["summaries"]] == ["a", "b"] and first["total_summaries"] == 3
+    (rest,) = asyncio.run(_session_calls(url, [("mem/get_summary", {**day, "cursor": first["next_cursor"]})]))
+    assert [s["group"] for s in rest["summaries"]] == ["c"] and rest["next_cursor"] is None
+
+
+def test_a_client_disconnecting_leaves_no_traceback_in_the_server_log(server, caplog):
+    caplog.set_level(logging.DEBUG, logger="mcp.server.streamable_http")
+    url, _ = server
+    asyncio.run(_session_calls(url, [("mem/list_types", {})]))
+    deadline = time.monotonic() + 20  # the SDK closes the session's standalone stream after the client left
+    while not any(r.getMessage() == "Closing standalone SSE writer" for r in caplog.records):
+        assert time.monotonic() < deadline, "the session was never closed"
+        time.sleep(0.05)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]

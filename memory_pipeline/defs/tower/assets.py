@@ -49,7 +49,7 @@ def _round_metadata(result: summaries.RoundResult) -> dict:
     tags=STORE_TAG,
     description="Seed 004 structural windows of one CST day, every level up to `day` of every memory type "
     "(refs to the finer windows, down to the raw entries; zero LLM). Feeds the day's conversation messages "
-    "into the activity type first. Today's open partition is refreshed every minute by "
+    "into the activity type first (not once it is archived). Today's open partition is refreshed every minute by "
     "tower_structural_refresh_sensor; empty windows get no rows.",
 )
 def tower_day_windows(context: AssetExecutionContext, tower: TowerResource) -> MaterializeResult:
@@ -63,6 +63,9 @@ def tower_day_windows(context: AssetExecutionContext, tower: TowerResource) -> M
                 "windows_written": result.windows,
                 "entries": result.entries,
                 "activity_entries_fed": result.activity_fed,
+                "activity_feed": f"{cfg.activity_type} archived: no message fed"
+                if result.activity_archived
+                else f"into {cfg.activity_type}",
                 "by_level": dict(result.by_level),
                 "llm_calls": 0,
             },

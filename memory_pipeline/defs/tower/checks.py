@@ -79,13 +79,13 @@ def _problems(problems: list[str]) -> MetadataValue:
     partitions_def=cst_day_open,
     name=COVER_CHECK,
     description="Refs of the day's windows cover exactly its raw entries as of the materialization (no gap, "
-    "no duplicate, no stranger), each level refers to exactly the finer windows present, and every summary's "
-    "refs resolve. One result per partition.",
+    "no duplicate, no stranger), each level refers to exactly the finer windows present, each window's entry "
+    "count and characters agree with its refs, and every summary's refs resolve. One result per partition.",
 )
 def day_windows_cover(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
-    store, tz = tower.store(), tower.tz()
+    store, tz, activity_type = tower.store(), tower.tz(), tower.cfg().activity_type
     for key, day in _keys(context, cst_day_open):
-        audit = windows.audit_day(store, day, tz)
+        audit = windows.audit_day(store, day, tz, activity_type=activity_type)
         yield _evaluation(
             context,
             assets.tower_day_windows.key,
@@ -108,9 +108,9 @@ def day_windows_cover(context: AssetCheckExecutionContext, tower: TowerResource)
     "for the activity type) were appended after its windows were materialized. One result per partition.",
 )
 def day_windows_fresh(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
-    store, tz = tower.store(), tower.tz()
+    store, tz, activity_type = tower.store(), tower.tz(), tower.cfg().activity_type
     for key, day in _keys(context, cst_day_open):
-        audit = windows.audit_day(store, day, tz)
+        audit = windows.audit_day(store, day, tz, activity_type=activity_type)
         materialized = windows.window_run(store, "day", day)
         yield _evaluation(
             context,
@@ -131,8 +131,8 @@ def _coarse_check(asset_def, g: Granularity, defn):
         asset=asset_def,
         partitions_def=defn,
         name=COVER_CHECK,
-        description=f"Each {g} window refers to exactly the finer windows present inside it, and every summary's "
-        "refs resolve. One result per partition.",
+        description=f"Each {g} window refers to exactly the finer windows present inside it, its entry count and "
+        "characters agree with them, and every summary's refs resolve. One result per partition.",
     )
     def _check(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
         store, tz = tower.store(), tower.tz()
@@ -167,6 +167,7 @@ def week_summaries_drift(context: AssetCheckExecutionContext, tower: TowerResour
         sctx = tower.summary_context(DRIFT_CHECK, key)
         found = summaries.drift(sctx, Granularity.WEEK, period, sctx.cfg.drift_sample)
         identical = [d.window for d in found if d.identical_to_child]
+        scored = [d.score for d in found if d.score is not None]
         yield _evaluation(
             context,
             assets.tower_week_summaries.key,
@@ -174,7 +175,7 @@ def week_summaries_drift(context: AssetCheckExecutionContext, tower: TowerResour
             not identical,
             {
                 "sampled": len(found),
-                "mean_overlap": round(sum(d.score for d in found) / len(found), 3) if found else 1.0,
+                "mean_overlap": round(sum(scored) / len(scored), 3) if scored else 1.0,
                 "scores": MetadataValue.json({d.window: d.score for d in found}),
                 "identical_to_a_child": MetadataValue.json(identical),
                 "llm_calls": sctx.llm.stats.calls,

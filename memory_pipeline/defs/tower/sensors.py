@@ -68,7 +68,7 @@ def tower_semantic_tick_sensor(context: SensorEvaluationContext, tower: TowerRes
 )
 def tower_late_data_sensor(context: SensorEvaluationContext, tower: TowerResource):
     store = tower.store()
-    stale = windows.stale_days(store, tower.tz(), utcnow())
+    stale = windows.stale_days(store, tower.tz(), utcnow(), activity_type=tower.cfg().activity_type)
     if not stale:
         return SkipReason("no closed day with entries past its windows")
     requests = []
