@@ -12,12 +12,13 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib import ids
@@ -330,8 +331,8 @@ def enqueue_hourly(octx: ObjectsContext) -> list[dict[str, Any]]:
     return [enqueue(octx, w, JobMode.ORGANIZE, origin=JobOrigin.HOURLY) for w in hourly_worlds(octx)]
 
 
-def deep_worlds(octx: ObjectsContext) -> list[tuple[str, date]]:
-    """Worlds whose nightly deep review is due now (logic.deep_due), not in flight."""
+def _deep_due(octx: ObjectsContext) -> list[tuple[str, date]]:
+    """Worlds whose nightly deep review is due now (logic.deep_due) and not in flight."""
     now = octx.now()
     local_now = now.astimezone(octx.tz)
     w, c, m = objects_worlds.c, conversations.c, messages.c
@@ -353,9 +354,30 @@ def deep_worlds(octx: ObjectsContext) -> list[tuple[str, date]]:
     return due
 
 
+def deep_queued(octx: ObjectsContext) -> list[tuple[str, date]]:
+    """Worlds with a deep review job not yet run to its end (queued, or left by a run that met the
+    world's lease busy and gave up waiting), with the date it reviews (today for an explicit one)."""
+    j = objects_jobs.c
+    today = octx.now().astimezone(octx.tz).date()
+    with octx.store.connect() as conn:
+        rows = conn.execute(
+            select(j.world_id, func.min(j.local_date))
+            .where(j.mode == JobMode.DEEP, j.status.in_(list(ACTIVE_JOB)))
+            .group_by(j.world_id)
+        ).all()
+    return sorted((world, day or today) for world, day in rows)
+
+
+def deep_worlds(octx: ObjectsContext) -> list[tuple[str, date]]:
+    """The worlds a deep review run is for now: those due tonight, and those whose deep job is
+    still queued (asked again until it has run: a run that found the world's lease busy, say with
+    another run compacting, leaves it queued)."""
+    return sorted(_deep_due(octx) + deep_queued(octx))  # disjoint: a due world has no deep job in flight
+
+
 def enqueue_deep(octx: ObjectsContext) -> list[dict[str, Any]]:
     out = []
-    for world, day in deep_worlds(octx):
+    for world, day in _deep_due(octx):
         with octx.store.begin() as conn:
             conn.execute(update(objects_worlds).where(objects_worlds.c.world_id == world).values(last_deep_date=day))
         out.append(enqueue(octx, world, JobMode.DEEP, origin=JobOrigin.NIGHTLY, local_day=day))
@@ -397,12 +419,15 @@ def _runnable(
     octx: ObjectsContext, world: str, modes: Sequence[JobMode] | None = None
 ) -> tuple[list[logic.JobView], datetime | None]:
     with octx.store.connect() as conn:
-        return _order(octx, conn, world, modes)
+        mine, later, _ = _order(octx, conn, world, modes)
+    return mine, later
 
 
 def _order(
     octx: ObjectsContext, conn: Connection, world: str, modes: Sequence[JobMode] | None
-) -> tuple[list[logic.JobView], datetime | None]:
+) -> tuple[list[logic.JobView], datetime | None, list[logic.JobView]]:
+    """The world's runnable jobs of ``modes`` in rotation order, when the next one backing off is
+    due, and the rotation of every runnable job of the world."""
     j = objects_jobs.c
     q = select(j.job_id, j.mode, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
         j.world_id == world, j.status.in_(list(ACTIVE_JOB))
@@ -416,7 +441,8 @@ def _order(
     ]
     mine = [v for v in views if not modes or v.mode in modes]
     later = min((v.not_before for v in mine if v.not_before and v.not_before > octx.now()), default=None)
-    return [v for v in logic.rotation_order(views, octx.now()) if v in mine], later
+    rotation = logic.rotation_order(views, octx.now())
+    return [v for v in rotation if v in mine], later, rotation
 
 
 def _worlds_with_jobs(
@@ -438,6 +464,16 @@ def _flags(conn: Connection, world: str) -> tuple[bool, bool]:
     return (bool(row.busy), bool(row.stopped)) if row else (False, False)
 
 
+# A run waiting for a world's lease reserves the world's next turn (a lease of its own in the
+# platform lease table, renewed while it waits): a run of other modes that would take the lease
+# for a job the rotation puts after the reserved one yields instead. So runs of different modes
+# (a compaction run, an organize run, the nightly deep review) take turns on one world, batch by
+# batch, by least-recent claim, and none starves another.
+NEXT_TURN_ASSET = "objects_worker_next"
+NEXT_TURN_TTL = timedelta(seconds=10)
+LEASE_POLL_SECONDS = 0.5
+
+
 def run_worker(
     octx: ObjectsContext,
     worlds: Sequence[str] | None = None,
@@ -446,34 +482,108 @@ def run_worker(
     modes: Sequence[JobMode] | None = None,
 ) -> WorkerReport:
     """Advance every runnable job, batch after batch, rotating by least-recent claim, until no job
-    is runnable (or ``max_batches``). A job backing off is waited for (at most ``max_wait`` s)."""
+    is runnable (or ``max_batches``). A job backing off is waited for (at most ``max_wait`` s); so
+    is a world whose lease another run holds (at most ``max_wait`` s without a turn, its next turn
+    reserved meanwhile), other worlds going first. A world still busy then is reported in
+    ``lease_busy`` and its jobs stay queued for a later run."""
     report = WorkerReport()
     release_stale(octx)
     limit = max_batches if max_batches is not None else octx.cfg.max_batches_per_run
-    for world in _worlds_with_jobs(octx, worlds, modes):
-        while report.batches < limit:
-            turn = _turn(octx, report, world, modes=modes)
-            if turn.result == "stopped":
-                break
-            if turn.result == "idle":
-                if turn.later is None:
-                    break
-                wait = (turn.later - octx.now()).total_seconds()
-                if wait > max_wait:
-                    break
-                (octx.sleep or time.sleep)(max(0.0, wait))
+    runner = uuid.uuid4().hex[:12]
+    queue = deque(_worlds_with_jobs(octx, worlds, modes))
+    waiting: dict[str, datetime] = {}  # world -> since when this run has had no turn on it
+    try:
+        while queue and report.batches < limit:
+            world = queue.popleft()
+            result, ran = _advance(octx, report, world, modes, limit, max_wait, runner)
+            if result != "lease_busy":
+                waiting.pop(world, None)
                 continue
-            if turn.result == "lease_busy":
+            since = octx.now() if ran or world not in waiting else waiting[world]
+            waiting[world] = since
+            if (octx.now() - since).total_seconds() >= max_wait:
                 report.lease_busy.append(world)
-                break
+                continue
+            queue.append(world)
+            if all(w in waiting for w in queue):  # nothing else to do meanwhile
+                (octx.sleep or time.sleep)(LEASE_POLL_SECONDS)
+    finally:
+        _unreserve(octx, runner)
     return report
+
+
+def _advance(
+    octx: ObjectsContext,
+    report: WorkerReport,
+    world: str,
+    modes: Sequence[JobMode] | None,
+    limit: int,
+    max_wait: float,
+    runner: str,
+) -> tuple[str, int]:
+    """Batches of ``world`` until none is runnable: how it ended ('stopped', 'idle', 'lease_busy',
+    'limit') and how many batches ran."""
+    ran = 0
+    while report.batches < limit:
+        turn = _turn(octx, report, world, modes=modes, runner=runner)
+        if turn.result in ("stopped", "lease_busy"):
+            return turn.result, ran
+        if turn.result == "idle":
+            if turn.later is None:
+                return "idle", ran
+            wait = (turn.later - octx.now()).total_seconds()
+            if wait > max_wait:
+                return "idle", ran
+            (octx.sleep or time.sleep)(max(0.0, wait))
+            continue
+        ran += 1
+    return "limit", ran
+
+
+def _yields(
+    octx: ObjectsContext, conn: Connection, world: str, rotation: list[logic.JobView], job_id: int, runner: str
+) -> bool:
+    """Another run has reserved the world's next turn for a job the rotation puts before ``job_id``."""
+    t = partition_leases.c
+    holder = conn.execute(
+        select(t.holder).where(t.asset == NEXT_TURN_ASSET, t.partition == world, t.expires_at > octx.now())
+    ).scalar()
+    wanted, _, other = (holder or "").partition("@")
+    if not holder or other == runner or not wanted.isdigit():
+        return False
+    order = [v.job_id for v in rotation]
+    return int(wanted) in order and order.index(int(wanted)) < order.index(job_id)
+
+
+def _reserve(octx: ObjectsContext, conn: Connection, world: str, job_id: int, runner: str) -> None:
+    """Reserve the world's next turn for ``job_id`` (unless another run holds it), renewing ours."""
+    t = partition_leases.c
+    mine = f"{job_id}@{runner}"
+    conn.execute(
+        delete(partition_leases).where(
+            t.asset == NEXT_TURN_ASSET, t.partition == world, t.holder.endswith(f"@{runner}"), t.holder != mine
+        )
+    )
+    leases.try_acquire(octx.store, NEXT_TURN_ASSET, world, mine, NEXT_TURN_TTL, now=octx.now(), conn=conn)
+
+
+def _unreserve(octx: ObjectsContext, runner: str, world: str | None = None, conn: Connection | None = None) -> None:
+    t = partition_leases.c
+    q = delete(partition_leases).where(t.asset == NEXT_TURN_ASSET, t.holder.endswith(f"@{runner}"))
+    if world is not None:
+        q = q.where(t.partition == world)
+    if conn is not None:
+        conn.execute(q)
+        return
+    with octx.store.begin() as own:
+        own.execute(q)
 
 
 @dataclass
 class Turn:
     """What one turn of a world did: 'stopped' (busy or stopped), 'idle' (no job runnable now;
-    ``later``: when a backing-off one is), 'lease_busy', or the batch's 'committed', 'done',
-    'failed'."""
+    ``later``: when a backing-off one is), 'lease_busy' (another run holds the world, or has
+    reserved its next turn), or the batch's 'committed', 'done', 'failed'."""
 
     result: str
     later: datetime | None = None
@@ -553,6 +663,7 @@ def _turn(
     *,
     modes: Sequence[JobMode] | None = None,
     job_id: int | None = None,
+    runner: str | None = None,
 ) -> Turn:
     """One turn of ``world``: in one transaction its flags, the next job by rotation (or
     ``job_id``), the lease, the claim and, for organize, the page and related objects; then the
@@ -568,14 +679,20 @@ def _turn(
                 busy, stopped = _flags(conn, world)
                 if busy or stopped:
                     return Turn("stopped")
-                order, later = _order(octx, conn, world, modes)
+                order, later, rotation = _order(octx, conn, world, modes)
                 if not order:
                     return Turn("idle", later)
                 job_id = order[0].job_id
+                if runner and _yields(octx, conn, world, rotation, job_id, runner):
+                    return Turn("lease_busy")
             holder = f"job{job_id}-{uuid.uuid4().hex[:12]}"
             ttl = timedelta(seconds=octx.cfg.lease_seconds)
             if leases.try_acquire(octx.store, LEASE_ASSET, world, holder, ttl, now=octx.now(), conn=conn) is not None:
+                if runner:
+                    _reserve(octx, conn, world, job_id, runner)
                 return Turn("lease_busy")
+            if runner:
+                _unreserve(octx, runner, world, conn)
             lease = BatchLease(world, holder, deadline=time.monotonic() + octx.cfg.worker_timeout_seconds)
             job = _take_job(octx, conn, job_id)
             mode = JobMode(job["mode"])
