@@ -70,7 +70,7 @@ def _jobs(store):
         return conn.execute(select(j.mode, j.status).where(j.mode != "compact").order_by(j.job_id)).all()
 
 
-# --- a malformed read call (finding: it crashed the worker and wedged the world) -------------------------
+# --- a malformed read call (it used to raise out of the worker and wedge the world) -----------------------
 def test_a_malformed_read_call_is_answered_as_its_tool_result_and_the_batch_goes_on(store, ingest):
     _, (e0, e1) = ready(store, ingest, ["hello Alice", "second event"])
     with FakeOpenAI() as server:
@@ -128,7 +128,7 @@ def test_any_other_error_inside_a_batch_is_a_failed_claim_never_a_running_job(st
     assert count(store, objects_objects) == 1  # project:daily only: every failed commit rolled back whole
 
 
-# --- a token belongs to its event and batch (finding: another batch's token was taken as a replay) -------
+# --- a token belongs to its event and batch (another batch's token used to pass for a replay) -----------
 def test_a_token_of_another_event_is_a_correction_and_nothing_is_counted_as_written(store, ingest):
     octx, (e0, e1) = ready(store, ingest, ["first", "second"])
     worker.enqueue(octx, W, "organize")
