@@ -3,8 +3,10 @@
 Generates N events (default 10,000) over 10 worlds, ingests them into a fresh schema of
 BENCH_DATABASE_URL (default the local `test` database), brings them into the hot timeline and
 compacts it explicitly (so every event is pending), then organizes them all and reports events per
-second, model calls per event and the count of zero-progress `continue` outcomes (target 0).
-Some events are longer than a page (8,000 characters), so `continue` outcomes occur."""
+second, model calls per event, the `continue` outcomes and the batches without progress as the
+worker counted them (claimed batches that committed nothing new: failed claims and replayed
+receipts; target 0). Some events are longer than a page (8,000 characters), so `continue`
+outcomes occur."""
 
 from __future__ import annotations
 
@@ -84,18 +86,12 @@ def main() -> None:
         rep = worker.run_worker(octx)
         secs = time.perf_counter() - t
         with store.connect() as conn:
-            zero = sum(
-                1
-                for d in conn.execute(
-                    select(objects_receipts.c.detail).where(objects_receipts.c.outcome == "continue")
-                ).scalars()
-                if d.get("zero_progress_continue")
-            )
             continues = conn.execute(select(func.count()).where(objects_receipts.c.outcome == "continue")).scalar()
         print(
             f"organize: {pending} events in {secs:.1f}s = {pending / secs:,.1f} events/s; "
             f"{rep.model_calls} model calls = {rep.model_calls / max(1, pending):.3f} per event; "
-            f"outcomes {rep.outcomes}; continue {continues}, zero-progress continue {zero}; failed claims {rep.failures}"
+            f"outcomes {rep.outcomes}; continue {continues}; batches without progress {rep.zero_progress_batches} "
+            f"(failed claims {rep.failures}, corrections {rep.corrections})"
         )
     finally:
         with admin.begin() as conn:

@@ -1,7 +1,8 @@
 """A local OpenAI-compatible HTTP server the tests start on 127.0.0.1 (no provider is reachable).
 
-Responses are scripted: each request pops the next step, or gets the default answer (``answer(body)``
-when set, else ``default_text``). ``length`` answers a text cut short (finish_reason "length", as a
+Responses are scripted: each request pops the next step, or gets the default answer (tool calls
+``tool_answer(body)`` when set, else the text ``answer(body)`` when set, else ``default_text``). Tool
+calls are (name, arguments) pairs; arguments given as a string are sent exactly as they are. ``length`` answers a text cut short (finish_reason "length", as a
 provider stopping at max_tokens); ``usage = None`` leaves the usage report out of every answer. ``hold(marker)`` keeps every request whose messages contain
 ``marker`` unanswered until ``release()``: a call in flight, for a fault injected at that moment."""
 
@@ -23,6 +24,7 @@ class FakeOpenAI:
         self.echo_url = "https://svc-user:proxy-pass-123@llm-proxy.internal/v1"
         self.latency = 0.0  # seconds every answer takes (a provider is never instant)
         self.answer = None  # callable(request body) -> text of the default answer
+        self.tool_answer = None  # callable(request body) -> tool calls [(name, arguments)] of the default answer
         self.hold_marker: str | None = None
         self.held = threading.Event()  # a request with the marker has arrived and is held
         self.released = threading.Event()
@@ -40,8 +42,12 @@ class FakeOpenAI:
                     server.held.set()
                     server.released.wait(timeout=900)
                 time.sleep(server.latency)
-                default = server.answer(body) if server.answer else server.default_text
-                step = server.script.popleft() if server.script else ("ok", default)
+                if server.script:
+                    step = server.script.popleft()
+                elif server.tool_answer:
+                    step = ("tools", server.tool_answer(body))
+                else:
+                    step = ("ok", server.answer(body) if server.answer else server.default_text)
                 kind, arg = step
                 if kind == "sleep":
                     time.sleep(arg)
@@ -84,7 +90,11 @@ class FakeOpenAI:
         message = {"role": "assistant", "content": text}
         if tool_calls:
             message["tool_calls"] = [
-                {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)},
+                }
                 for i, (name, args) in enumerate(tool_calls)
             ]
         finish = finish or ("tool_calls" if tool_calls else "stop")

@@ -5,8 +5,9 @@ cursor, progress and outcome, the receipt, one graph revision. A refusal writes 
 Refused here (besides the pure field checks of ``logic.check_graph_write``): an expired lease, a
 stale graph revision, an overwrite of an object the batch did not read, evidence outside the
 claimed event, a write for an event other than the claimed one (a skipped event), a page_end past
-the claimed page (a skipped unread page), the outcome rules. A replayed token returns the
-original receipt."""
+the claimed page (a skipped unread page), the outcome rules. A token belongs to its batch: the
+same submission replayed for the same batch returns the original receipt; a token of another
+batch (another event, page, world or claim) is refused."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ class Claim:
     deep_ids: list[str] = field(default_factory=list)
     # Run last inside the commit's transaction (the worker: the batch's ledger rows, the lease).
     finish: Callable[[Connection], None] | None = None
+    # Which claim of its job this is (the worker: "<job id>.<claim number>"): a token it commits
+    # belongs to it, so the same token sent by a later claim is not a replay.
+    batch: str | None = None
 
 
 class LeaseLost(SubmissionError):
@@ -102,6 +106,36 @@ def replayed(conn: Connection, token: Any) -> dict[str, Any] | None:
     return receipt_dict(r) if r is not None else None
 
 
+def _replay(conn: Connection, claim: Claim, raw: Any) -> dict[str, Any] | None:
+    """The original receipt when the submission's token was committed by this same batch (same
+    world, mode, job and claim, and the same event page or review batch); None for a new token.
+    A token another batch committed is refused: replaying it would dispose of nothing here."""
+    again = replayed(conn, raw.get("token") if isinstance(raw, dict) else None)
+    if again is None:
+        return None
+    page = claim.page
+    same = (
+        again["world_id"] == claim.world_id
+        and again["mode"] == str(claim.mode)
+        and again["job_id"] == claim.job_id
+        and again.get("batch") == claim.batch
+        and (
+            (again["event_id"], again.get("page_start")) == (page.event_id, page.start)
+            if page is not None
+            else sorted(again.get("reviewed") or []) == sorted(claim.deep_ids)
+        )
+    )
+    if same:
+        return {**again, "replayed": True}
+    where = ""
+    if again["world_id"] == claim.world_id:  # another world's receipts are not this batch's to see
+        where = f" (event {again['event_id']}, page from {again.get('page_start')})" if again["event_id"] else ""
+    raise SubmissionError(
+        "token",
+        f"already committed by another batch{where}: a token belongs to its event and batch; send this batch's token",
+    )
+
+
 def receipt_dict(r: Any) -> dict[str, Any]:
     return {
         "token": r["token"],
@@ -128,17 +162,18 @@ def _content(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in ("name", "aliases", "summary", "body", "cues", "purpose", "reference")}
 
 
-def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
+def commit(octx: ObjectsContext, claim: Claim, raw: Any, *, size_bytes: int | None = None) -> dict[str, Any]:
     """Validate and commit one submission for ``claim``; returns the receipt (the original one for
-    a replayed token). Raises SubmissionError naming the field when refused."""
+    a token this batch already committed). Raises SubmissionError naming the field when refused.
+    ``size_bytes``: the proposal's size as transferred (``logic.check_graph_write``)."""
     deep = claim.mode is logic.JobMode.DEEP
     now = octx.now()
     with octx.store.begin() as conn:
-        # A replayed token first: its original receipt, whatever else the submission says.
-        again = replayed(conn, raw.get("token") if isinstance(raw, dict) else None)
+        # A replay of this batch's committed submission first: its original receipt.
+        again = _replay(conn, claim, raw)
         if again is not None:
-            return {**again, "replayed": True}
-        write = logic.check_graph_write(raw, deep=deep)
+            return again
+        write = logic.check_graph_write(raw, deep=deep, size_bytes=size_bytes)
         lease_checker(claim.world_id, claim.holder, now)(conn)
         # The revision advances first, only from the one the write was made against (a refusal
         # below rolls it back with everything else): one statement checks and takes it.
@@ -262,12 +297,10 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any) -> dict[str, Any]:
             "legacy_relations_archived": len(write.archive_relations),
             "attached": attach_ids,
             "core": [c.name for c in core_changes],
+            "page_start": page.start if page else None,
             "page_end": write.page_end,
             "reviewed": list(write.reviewed),
-            "zero_progress_continue": write.outcome is Outcome.CONTINUE
-            and not changed
-            and page is not None
-            and (write.page_end or 0) <= page.start,
+            "batch": claim.batch,
         }
         conn.execute(
             objects_receipts.insert().values(

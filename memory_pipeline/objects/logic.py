@@ -229,16 +229,50 @@ def check_budget(value: int) -> int:
     return value
 
 
+def json_bytes(value: Any) -> int:
+    """What a value takes in the transfer budget: its JSON as sent (UTF-8, not ASCII-escaped)."""
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode())
+
+
 def fit_objects(objects: Sequence[Mapping[str, Any]], budget_bytes: int) -> list[Mapping[str, Any]]:
     """Related objects in order while their JSON fits the bytes left (the claim's transfer budget)."""
     out, used = [], 0
     for obj in objects:
-        size = len(json.dumps(obj, ensure_ascii=False, default=str).encode())
+        size = json_bytes(obj)
         if used + size > budget_bytes:
             break
         out.append(obj)
         used += size
     return out
+
+
+def fit_result(result: Mapping[str, Any], left: int, budget: int, offset: int = 0) -> tuple[dict[str, Any], int]:
+    """A read-tool result as a batch sends it within the ``left`` bytes of its transfer budget, and
+    its size: whole when it fits; a list result cut to the first items that fit (saying so, with
+    ``next_offset`` to read on when the tool pages); otherwise refused with a note of the numbers."""
+    whole = dict(result)
+    size = json_bytes(whole)
+    if size <= left:
+        return whole, size
+    items = whole.get("items")
+    if isinstance(items, list):
+        for k in range(len(items) - 1, 0, -1):
+            cut = {
+                **whole,
+                "items": items[:k],
+                "truncated": f"the first {k} of {len(items)} items: {left:,} bytes were left of this batch's "
+                f"transfer budget of {budget:,}",
+            }
+            if "next_offset" in whole:
+                cut["next_offset"] = offset + k
+            cut_size = json_bytes(cut)
+            if cut_size <= left:
+                return cut, cut_size
+    refused = {
+        "refused": f"the result is {size:,} bytes and {max(0, left):,} bytes are left of this batch's transfer "
+        f"budget of {budget:,}: not sent"
+    }
+    return refused, json_bytes(refused)
 
 
 # --- objects, relations, graph writes ------------------------------------------------------------
@@ -462,14 +496,16 @@ def check_relation(raw: Any, where: str) -> RelationWrite:
     return RelationWrite(str(src), lab, str(dst))
 
 
-def check_graph_write(args: Any, *, deep: bool = False) -> GraphWrite:
+def check_graph_write(args: Any, *, deep: bool = False, size_bytes: int | None = None) -> GraphWrite:
     """Shape, types and every per-field and per-write limit of a submission; the checks against
-    the store (revision, lease, unread objects, evidence, pages) are the core's."""
-    if not isinstance(args, Mapping):
-        raise SubmissionError("submission", f"must be an object, got {_json_type(args)}")
-    size = len(json.dumps(args, ensure_ascii=False, default=str).encode())
+    the store (revision, lease, unread objects, evidence, pages) are the core's. ``size_bytes``:
+    the proposal's size as it was transferred (the tool call's arguments string as received);
+    without it, its JSON as UTF-8."""
+    size = json_bytes(args) if size_bytes is None else size_bytes
     if size >= PROPOSAL_MAX_BYTES:
         raise SubmissionError("submission", f"proposal is {size:,} bytes (must be under {PROPOSAL_MAX_BYTES:,})")
+    if not isinstance(args, Mapping):
+        raise SubmissionError("submission", f"must be an object, got {_json_type(args)}")
     allowed = {
         "token",
         "graph_revision",

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from memory_pipeline.objects import logic
 
 COMPACT_VERSION = "objects-compact-v1"
-ORGANIZE_VERSION = "objects-organize-v2"
-DEEP_VERSION = "objects-deep-v2"
+ORGANIZE_VERSION = "objects-organize-v3"
+DEEP_VERSION = "objects-deep-v3"
 
 # Seed 001 §1 建议正文: what each type's body holds (unknown facts are written as unknown).
 SUGGESTED_BODIES = {
@@ -39,20 +40,23 @@ ORGANIZE_SYSTEM = (
     "lifecycle; business states (to do, done) go in the body. Relations use "
     "only the labels " + ", ".join(logic.RelationLabel) + ". New projects are candidates. A "
     "credential keeps purpose and reference, never a secret value. You may call memory_list, "
-    "memory_find, memory_read and memory_evidence first; finish with submit_graph and an outcome: continue (more pages or object "
+    "memory_find, memory_read and memory_evidence first (every tool call gets its result; their results "
+    "count against the bytes left of the batch's transfer budget, and one that does not fit is cut or "
+    "refused); finish with submit_graph and an outcome: continue (more pages or object "
     "work; save progress), linked (whole event read, at least one object or core target), "
     f"archive_only (whole event read, no object target, say why). Limits: summary {logic.SUMMARY_MAX_CHARS}, "
     f"body {logic.BODY_MAX_CHARS:,}, progress {logic.PROGRESS_MAX_CHARS:,}, reason {logic.REASON_MAX_CHARS:,} characters; "
     f"per write {logic.MAX_OBJECTS_PER_WRITE} objects, {logic.MAX_RELATIONS_PER_WRITE} relations, {logic.MAX_CORE_PER_WRITE} core. "
     "A scope, when given, is the request's goal and a search hint, never a filter: the claimed page is "
-    "archived whatever it is about."
+    "archived whatever it is about. A refused call says what is wrong; at most 3 refusals per batch."
 )
 
 DEEP_SYSTEM = (
     "You review long-term objects: cross-project relations, stale conclusions, duplicates, reusable "
     "knowledge. Do not rewrite unchanged objects. Confirm every reviewed id in submit_graph.reviewed. "
     "The hot timeline is not yours to change, and the core documents change only when something calls "
-    "for it. Read an object's evidence (memory_evidence) only when you need the raw events."
+    "for it. Read an object's evidence (memory_evidence) only when you need the raw events. Every tool "
+    "call gets its result; a refused call says what is wrong (at most 3 refusals per batch)."
 )
 
 _STR = {"type": "string"}
@@ -132,7 +136,7 @@ def organize_user(
     text: str,
     progress: str,
     objects: Sequence[Mapping[str, Any]],
-    notes: Sequence[str] = (),
+    bytes_left: int,
     scope: str = "",
 ) -> str:
     return json.dumps(
@@ -143,7 +147,7 @@ def organize_user(
             "event": {"id": event_id, "occurred_at": occurred_at, "chars": chars, "page": [start, stop], "text": text},
             "progress": progress,
             "objects": list(objects),
-            "notes": list(notes),
+            "transfer_bytes_left": bytes_left,  # for read-tool results
         },
         ensure_ascii=False,
         default=str,
@@ -151,28 +155,98 @@ def organize_user(
 
 
 def deep_user(
-    *, token: str, revision: int, objects: Sequence[Mapping[str, Any]], notes: Sequence[str] = (), scope: str = ""
+    *, token: str, revision: int, objects: Sequence[Mapping[str, Any]], bytes_left: int, scope: str = ""
 ) -> str:
     return json.dumps(
-        {"token": token, "graph_revision": revision, "scope": scope, "objects": list(objects), "notes": list(notes)},
+        {
+            "token": token,
+            "graph_revision": revision,
+            "scope": scope,
+            "objects": list(objects),
+            "transfer_bytes_left": bytes_left,
+        },
         ensure_ascii=False,
         default=str,
     )
 
 
-def parse_tool_call(result_text: str, tool_calls: Sequence[Mapping[str, Any]]) -> tuple[str, Any] | None:
-    """The first tool call (name, arguments), or a JSON object in the text (a model without tool
-    calls): {"tool": name, "arguments": {...}} or the bare arguments of the submit tool."""
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of an answer: ``call_id`` (None for a JSON answer in the text), the tool
+    (empty: the bare arguments of the submit tool), the parsed arguments (the text when they are
+    not JSON) and ``raw``, the arguments exactly as received (what their size is measured on)."""
+
+    call_id: str | None
+    name: str
+    arguments: Any
+    raw: str
+
+    @property
+    def size(self) -> int:
+        return len(self.raw.encode())
+
+
+def parse_tool_calls(result_text: str, tool_calls: Sequence[Mapping[str, Any]]) -> list[ToolCall]:
+    """Every tool call of an answer, in order; or the one JSON object in the text of a model
+    without tool calls: {"tool": name, "arguments": {...}}, or the bare arguments of the submit
+    tool. An answer with neither: []."""
     if tool_calls:
-        call = tool_calls[0]
-        return str(call.get("name", "")), call.get("arguments")
+        out = []
+        for call in tool_calls:
+            args = call.get("arguments")
+            raw = call.get("raw_arguments")
+            if not isinstance(raw, str):  # the offline model: no wire, its arguments as JSON text
+                raw = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, default=str)
+            out.append(ToolCall(call.get("id"), str(call.get("name", "")), args, raw))
+        return out
     text = (result_text or "").strip()
     if text.startswith("```"):
         text = text.strip("`").split("\n", 1)[-1]
     try:
         doc = json.loads(text)
     except ValueError:
-        return None
+        return []
     if isinstance(doc, dict) and isinstance(doc.get("tool"), str):
-        return doc["tool"], doc.get("arguments")
-    return ("", doc) if isinstance(doc, dict) else None
+        args = doc.get("arguments")
+        return [ToolCall(None, doc["tool"], args, json.dumps(args, ensure_ascii=False, default=str))]
+    return [ToolCall(None, "", doc, text)] if isinstance(doc, dict) else []
+
+
+def parse_tool_call(result_text: str, tool_calls: Sequence[Mapping[str, Any]]) -> tuple[str, Any] | None:
+    """The first tool call (name, arguments) of an answer (compact: one tool, one call)."""
+    calls = parse_tool_calls(result_text, tool_calls)
+    return (calls[0].name, calls[0].arguments) if calls else None
+
+
+# Arguments this large are not sent back to the model with its answer (they were refused for their
+# size, and echoing them would send the oversized proposal again).
+ECHO_MAX_BYTES = logic.PROPOSAL_MAX_BYTES
+
+
+def _echo(raw: str) -> str:
+    size = len(raw.encode())
+    return raw if size < ECHO_MAX_BYTES else json.dumps({"omitted": f"{size:,} bytes, not sent back"})
+
+
+def assistant_message(text: str, calls: Sequence[ToolCall]) -> dict[str, Any]:
+    """The model's answer as it goes back in the batch's conversation."""
+    with_ids = [c for c in calls if c.call_id is not None]
+    if not with_ids:
+        return {"role": "assistant", "content": _echo(text or "")}
+    echoed = [
+        {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": _echo(c.raw)}} for c in with_ids
+    ]
+    return {"role": "assistant", "content": _echo(text) if text else None, "tool_calls": echoed}
+
+
+def tool_result(call: ToolCall, content: Mapping[str, Any]) -> dict[str, Any]:
+    """The result of one tool call: a tool message with its tool_call_id (a user message for a
+    JSON answer in the text, which has no id)."""
+    if call.call_id is None:
+        body = json.dumps({"result_of": call.name or "submission", **content}, ensure_ascii=False, default=str)
+        return {"role": "user", "content": body}
+    return {
+        "role": "tool",
+        "tool_call_id": call.call_id,
+        "content": json.dumps(content, ensure_ascii=False, default=str),
+    }

@@ -12,7 +12,15 @@ from memory_pipeline.lib import ids
 from memory_pipeline.objects import graph, logic, recall, reports, worker
 from memory_pipeline.objects.context import ObjectsContext
 
-TOOLS = ("memory_find", "memory_read", "memory_evidence", "memory_organize", "memory_status", "memory_approve")
+_AGENT_ARGS = {
+    "memory_find": {"world", "query", "limit"},
+    "memory_read": {"world", "id"},
+    "memory_evidence": {"world", "id", "offset", "limit"},
+    "memory_organize": {"world", "mode", "scope", "retry_blocked", "token"},
+    "memory_status": {"world"},
+    "memory_approve": {"world", "id"},
+}
+TOOLS = tuple(_AGENT_ARGS)
 
 
 class ToolError(ValueError):
@@ -47,22 +55,43 @@ def _text(args: Mapping[str, Any], tool: str, name: str, limit: int, default: An
     return str(value)
 
 
-def call(octx: ObjectsContext, tool: Any, args: Any) -> dict[str, Any]:
-    if tool not in TOOLS:
-        raise ToolError(f"tool: {str(tool)[:40]!r} is not one of {', '.join(TOOLS)}")
+def _query(args: Mapping[str, Any], tool: str) -> str:
+    query = _text(args, tool, "query", 500)
+    if not query.strip():
+        raise ToolError(f"{tool}.query: must not be empty")
+    return query
+
+
+def _object_id(args: Mapping[str, Any], tool: str) -> str:
+    oid = _arg(args, tool, "id", str)
+    try:
+        logic.parse_object_id(oid, f"{tool}.id")
+    except logic.SubmissionError as exc:
+        raise ToolError(str(exc)) from None
+    return str(oid)
+
+
+def _dossier(octx: ObjectsContext, world: str, oid: str, tool: str) -> dict[str, Any]:
+    doc = recall.read(octx.store, world, oid)
+    if doc is None:
+        raise ToolError(f"{tool}.id: no object {oid} in world {world}")
+    return doc
+
+
+def _checked(tool: Any, args: Any, allowed: Mapping[str, set[str]]) -> tuple[str, Mapping[str, Any]]:
+    if tool not in allowed:
+        raise ToolError(f"tool: {str(tool)[:40]!r} is not one of {', '.join(allowed)}")
     if not isinstance(args, Mapping):
         raise ToolError(f"{tool}: arguments must be an object")
-    allowed = {
-        "memory_find": {"world", "query", "limit"},
-        "memory_read": {"world", "id"},
-        "memory_evidence": {"world", "id", "offset", "limit"},
-        "memory_organize": {"world", "mode", "scope", "retry_blocked", "token"},
-        "memory_status": {"world"},
-        "memory_approve": {"world", "id"},
-    }[tool]
-    extra = sorted(str(k) for k in args if k not in allowed)
+    extra = sorted(str(k) for k in args if k not in allowed[tool])
     if extra:
-        raise ToolError(f"{tool}.{extra[0][:40]}: unknown argument (arguments: {', '.join(sorted(allowed))})")
+        names = ", ".join(sorted(allowed[tool])) or "none"
+        raise ToolError(f"{tool}.{extra[0][:40]}: unknown argument (arguments: {names})")
+    return str(tool), args
+
+
+def call(octx: ObjectsContext, tool: Any, args: Any) -> dict[str, Any]:
+    tool, args = _checked(tool, args, _AGENT_ARGS)
     store = octx.store
     if tool == "memory_status":
         world = _world(args, tool) if "world" in args else None
@@ -72,10 +101,7 @@ def call(octx: ObjectsContext, tool: Any, args: Any) -> dict[str, Any]:
         limit = _arg(args, tool, "limit", int, recall.PAGE)
         if not 1 <= limit <= 100:
             raise ToolError(f"{tool}.limit: 1-100")
-        query = _text(args, tool, "query", 500)
-        if not query.strip():
-            raise ToolError(f"{tool}.query: must not be empty")
-        return {"items": recall.find(store, world, query, limit)}
+        return {"items": recall.find(store, world, _query(args, tool), limit)}
     if tool == "memory_approve":
         # The user's approval, relayed by the agent after asking: a candidate project becomes active.
         pid = _arg(args, tool, "id", str)
@@ -83,17 +109,10 @@ def call(octx: ObjectsContext, tool: Any, args: Any) -> dict[str, Any]:
             return graph.approve_project(octx, world, pid)
         except logic.SubmissionError as exc:
             raise ToolError(f"{tool}.id: {exc.problem}") from None
-    if tool in ("memory_read", "memory_evidence"):
-        oid = _arg(args, tool, "id", str)
-        try:
-            logic.parse_object_id(oid, f"{tool}.id")
-        except logic.SubmissionError as exc:
-            raise ToolError(str(exc)) from None
-        if tool == "memory_read":
-            doc = recall.read(store, world, oid)
-            if doc is None:
-                raise ToolError(f"{tool}.id: no object {oid} in world {world}")
-            return doc
+    if tool == "memory_read":
+        return _dossier(octx, world, _object_id(args, tool), tool)
+    if tool == "memory_evidence":
+        oid = _object_id(args, tool)
         offset = _arg(args, tool, "offset", int, 0)
         limit = _arg(args, tool, "limit", int, recall.PAGE)
         if offset < 0 or not 1 <= limit <= 100:
@@ -110,3 +129,35 @@ def call(octx: ObjectsContext, tool: Any, args: Any) -> dict[str, Any]:
         )
     except worker.RequestError as exc:
         raise ToolError(f"{tool}.{exc}") from None
+
+
+# The read tools an organize or deep batch offers its model before it submits (seed 001 §2: browse,
+# search, read objects and their sources). The batch's world is implied, never an argument.
+BATCH_TOOL_ARGS = {
+    "memory_list": {"type", "offset"},
+    "memory_find": {"query"},
+    "memory_read": {"id"},
+    "memory_evidence": {"id", "offset"},
+}
+
+
+def batch_read(octx: ObjectsContext, world: str, tool: Any, args: Any) -> dict[str, Any]:
+    """A read tool called by the model of a batch of ``world``: its result, or ToolError naming the
+    argument (the model's to correct). memory_find lists ids, names and summaries; memory_read
+    gives the whole dossier (and only a read allows rewriting an object)."""
+    tool, args = _checked(tool, args, BATCH_TOOL_ARGS)
+    offset = _arg(args, tool, "offset", int, 0)
+    if offset < 0:
+        raise ToolError(f"{tool}.offset: must be >= 0")
+    if tool == "memory_list":
+        otype = _arg(args, tool, "type", str)
+        if otype not in set(logic.ObjectType):
+            raise ToolError(f"{tool}.type: {otype[:40]!r} is not a type ({', '.join(logic.ObjectType)})")
+        return recall.list_objects(octx.store, world, otype, offset)
+    if tool == "memory_find":
+        hits = recall.find(octx.store, world, _query(args, tool))
+        return {"items": [{k: h[k] for k in ("id", "type", "name", "status", "summary")} for h in hits]}
+    oid = _object_id(args, tool)
+    if tool == "memory_read":
+        return _dossier(octx, world, oid, tool)
+    return recall.evidence(octx.store, world, oid, offset)

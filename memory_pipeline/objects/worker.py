@@ -8,21 +8,24 @@ asset ``objects_worker``, partition = world): one valid lease at a time, worker 
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib import ids
-from memory_pipeline.lib.llm import LLMRequest
+from memory_pipeline.lib.llm import LLMRequest, LLMResult
 from memory_pipeline.lib.llm.client import LLMHardFailure
 from memory_pipeline.lib.store import leases, upsert
-from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.store.tables import conversations, messages, partition_leases
 from memory_pipeline.lib.store.tables import worlds as worlds_table
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.objects import graph, logic, offline_rules, prompts, timeline
@@ -37,6 +40,8 @@ from memory_pipeline.objects.tables import (
     objects_objects,
     objects_worlds,
 )
+
+log = logging.getLogger(__name__)
 
 ACTIVE_JOB = (JobStatus.QUEUED, JobStatus.RUNNING)
 
@@ -326,8 +331,8 @@ def enqueue_hourly(octx: ObjectsContext) -> list[dict[str, Any]]:
     return [enqueue(octx, w, JobMode.ORGANIZE, origin=JobOrigin.HOURLY) for w in hourly_worlds(octx)]
 
 
-def deep_worlds(octx: ObjectsContext) -> list[tuple[str, date]]:
-    """Worlds whose nightly deep review is due now (logic.deep_due), not in flight."""
+def _deep_due(octx: ObjectsContext) -> list[tuple[str, date]]:
+    """Worlds whose nightly deep review is due now (logic.deep_due) and not in flight."""
     now = octx.now()
     local_now = now.astimezone(octx.tz)
     w, c, m = objects_worlds.c, conversations.c, messages.c
@@ -349,9 +354,30 @@ def deep_worlds(octx: ObjectsContext) -> list[tuple[str, date]]:
     return due
 
 
+def deep_queued(octx: ObjectsContext) -> list[tuple[str, date]]:
+    """Worlds with a deep review job not yet run to its end (queued, or left by a run that met the
+    world's lease busy and gave up waiting), with the date it reviews (today for an explicit one)."""
+    j = objects_jobs.c
+    today = octx.now().astimezone(octx.tz).date()
+    with octx.store.connect() as conn:
+        rows = conn.execute(
+            select(j.world_id, func.min(j.local_date))
+            .where(j.mode == JobMode.DEEP, j.status.in_(list(ACTIVE_JOB)))
+            .group_by(j.world_id)
+        ).all()
+    return sorted((world, day or today) for world, day in rows)
+
+
+def deep_worlds(octx: ObjectsContext) -> list[tuple[str, date]]:
+    """The worlds a deep review run is for now: those due tonight, and those whose deep job is
+    still queued (asked again until it has run: a run that found the world's lease busy, say with
+    another run compacting, leaves it queued)."""
+    return sorted(_deep_due(octx) + deep_queued(octx))  # disjoint: a due world has no deep job in flight
+
+
 def enqueue_deep(octx: ObjectsContext) -> list[dict[str, Any]]:
     out = []
-    for world, day in deep_worlds(octx):
+    for world, day in _deep_due(octx):
         with octx.store.begin() as conn:
             conn.execute(update(objects_worlds).where(objects_worlds.c.world_id == world).values(last_deep_date=day))
         out.append(enqueue(octx, world, JobMode.DEEP, origin=JobOrigin.NIGHTLY, local_day=day))
@@ -362,14 +388,17 @@ def enqueue_deep(octx: ObjectsContext) -> list[dict[str, Any]]:
 @dataclass
 class WorkerReport:
     batches: int = 0
-    committed: int = 0
+    committed: int = 0  # batches whose commit wrote something (a replayed receipt is not counted)
     failures: int = 0
     model_calls: int = 0
     jobs_done: int = 0
     jobs_failed: int = 0
     blocked_events: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
-    zero_progress_continue: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)  # of the batches committed
+    # Claimed batches that committed nothing new: every failed claim, and a submission that only
+    # replayed an earlier receipt. Each is a failed claim of its batch, so the 5th in a row ends it.
+    zero_progress_batches: int = 0
+    corrections: int = 0  # refused tool calls sent back to the model as their results
     truncated_answers: int = 0  # answers cut at max_tokens (the next call asked for more)
     lease_busy: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -377,8 +406,6 @@ class WorkerReport:
 
 def release_stale(octx: ObjectsContext) -> int:
     """Jobs found ``running`` whose world lease is gone or expired are released for a new claim."""
-    from memory_pipeline.lib.store.tables import partition_leases
-
     j, t = objects_jobs.c, partition_leases.c
     with octx.store.begin() as conn:
         live = set(conn.execute(select(t.partition).where(t.asset == LEASE_ASSET, t.expires_at > octx.now())).scalars())
@@ -392,12 +419,15 @@ def _runnable(
     octx: ObjectsContext, world: str, modes: Sequence[JobMode] | None = None
 ) -> tuple[list[logic.JobView], datetime | None]:
     with octx.store.connect() as conn:
-        return _order(octx, conn, world, modes)
+        mine, later, _ = _order(octx, conn, world, modes)
+    return mine, later
 
 
 def _order(
     octx: ObjectsContext, conn: Connection, world: str, modes: Sequence[JobMode] | None
-) -> tuple[list[logic.JobView], datetime | None]:
+) -> tuple[list[logic.JobView], datetime | None, list[logic.JobView]]:
+    """The world's runnable jobs of ``modes`` in rotation order, when the next one backing off is
+    due, and the rotation of every runnable job of the world."""
     j = objects_jobs.c
     q = select(j.job_id, j.mode, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
         j.world_id == world, j.status.in_(list(ACTIVE_JOB))
@@ -411,7 +441,8 @@ def _order(
     ]
     mine = [v for v in views if not modes or v.mode in modes]
     later = min((v.not_before for v in mine if v.not_before and v.not_before > octx.now()), default=None)
-    return [v for v in logic.rotation_order(views, octx.now()) if v in mine], later
+    rotation = logic.rotation_order(views, octx.now())
+    return [v for v in rotation if v in mine], later, rotation
 
 
 def _worlds_with_jobs(
@@ -433,6 +464,16 @@ def _flags(conn: Connection, world: str) -> tuple[bool, bool]:
     return (bool(row.busy), bool(row.stopped)) if row else (False, False)
 
 
+# A run waiting for a world's lease reserves the world's next turn (a lease of its own in the
+# platform lease table, renewed while it waits): a run of other modes that would take the lease
+# for a job the rotation puts after the reserved one yields instead. So runs of different modes
+# (a compaction run, an organize run, the nightly deep review) take turns on one world, batch by
+# batch, by least-recent claim, and none starves another.
+NEXT_TURN_ASSET = "objects_worker_next"
+NEXT_TURN_TTL = timedelta(seconds=10)
+LEASE_POLL_SECONDS = 0.5
+
+
 def run_worker(
     octx: ObjectsContext,
     worlds: Sequence[str] | None = None,
@@ -441,34 +482,108 @@ def run_worker(
     modes: Sequence[JobMode] | None = None,
 ) -> WorkerReport:
     """Advance every runnable job, batch after batch, rotating by least-recent claim, until no job
-    is runnable (or ``max_batches``). A job backing off is waited for (at most ``max_wait`` s)."""
+    is runnable (or ``max_batches``). A job backing off is waited for (at most ``max_wait`` s); so
+    is a world whose lease another run holds (at most ``max_wait`` s without a turn, its next turn
+    reserved meanwhile), other worlds going first. A world still busy then is reported in
+    ``lease_busy`` and its jobs stay queued for a later run."""
     report = WorkerReport()
     release_stale(octx)
     limit = max_batches if max_batches is not None else octx.cfg.max_batches_per_run
-    for world in _worlds_with_jobs(octx, worlds, modes):
-        while report.batches < limit:
-            turn = _turn(octx, report, world, modes=modes)
-            if turn.result == "stopped":
-                break
-            if turn.result == "idle":
-                if turn.later is None:
-                    break
-                wait = (turn.later - octx.now()).total_seconds()
-                if wait > max_wait:
-                    break
-                (octx.sleep or time.sleep)(max(0.0, wait))
+    runner = uuid.uuid4().hex[:12]
+    queue = deque(_worlds_with_jobs(octx, worlds, modes))
+    waiting: dict[str, datetime] = {}  # world -> since when this run has had no turn on it
+    try:
+        while queue and report.batches < limit:
+            world = queue.popleft()
+            result, ran = _advance(octx, report, world, modes, limit, max_wait, runner)
+            if result != "lease_busy":
+                waiting.pop(world, None)
                 continue
-            if turn.result == "lease_busy":
+            since = octx.now() if ran or world not in waiting else waiting[world]
+            waiting[world] = since
+            if (octx.now() - since).total_seconds() >= max_wait:
                 report.lease_busy.append(world)
-                break
+                continue
+            queue.append(world)
+            if all(w in waiting for w in queue):  # nothing else to do meanwhile
+                (octx.sleep or time.sleep)(LEASE_POLL_SECONDS)
+    finally:
+        _unreserve(octx, runner)
     return report
+
+
+def _advance(
+    octx: ObjectsContext,
+    report: WorkerReport,
+    world: str,
+    modes: Sequence[JobMode] | None,
+    limit: int,
+    max_wait: float,
+    runner: str,
+) -> tuple[str, int]:
+    """Batches of ``world`` until none is runnable: how it ended ('stopped', 'idle', 'lease_busy',
+    'limit') and how many batches ran."""
+    ran = 0
+    while report.batches < limit:
+        turn = _turn(octx, report, world, modes=modes, runner=runner)
+        if turn.result in ("stopped", "lease_busy"):
+            return turn.result, ran
+        if turn.result == "idle":
+            if turn.later is None:
+                return "idle", ran
+            wait = (turn.later - octx.now()).total_seconds()
+            if wait > max_wait:
+                return "idle", ran
+            (octx.sleep or time.sleep)(max(0.0, wait))
+            continue
+        ran += 1
+    return "limit", ran
+
+
+def _yields(
+    octx: ObjectsContext, conn: Connection, world: str, rotation: list[logic.JobView], job_id: int, runner: str
+) -> bool:
+    """Another run has reserved the world's next turn for a job the rotation puts before ``job_id``."""
+    t = partition_leases.c
+    holder = conn.execute(
+        select(t.holder).where(t.asset == NEXT_TURN_ASSET, t.partition == world, t.expires_at > octx.now())
+    ).scalar()
+    wanted, _, other = (holder or "").partition("@")
+    if not holder or other == runner or not wanted.isdigit():
+        return False
+    order = [v.job_id for v in rotation]
+    return int(wanted) in order and order.index(int(wanted)) < order.index(job_id)
+
+
+def _reserve(octx: ObjectsContext, conn: Connection, world: str, job_id: int, runner: str) -> None:
+    """Reserve the world's next turn for ``job_id`` (unless another run holds it), renewing ours."""
+    t = partition_leases.c
+    mine = f"{job_id}@{runner}"
+    conn.execute(
+        delete(partition_leases).where(
+            t.asset == NEXT_TURN_ASSET, t.partition == world, t.holder.endswith(f"@{runner}"), t.holder != mine
+        )
+    )
+    leases.try_acquire(octx.store, NEXT_TURN_ASSET, world, mine, NEXT_TURN_TTL, now=octx.now(), conn=conn)
+
+
+def _unreserve(octx: ObjectsContext, runner: str, world: str | None = None, conn: Connection | None = None) -> None:
+    t = partition_leases.c
+    q = delete(partition_leases).where(t.asset == NEXT_TURN_ASSET, t.holder.endswith(f"@{runner}"))
+    if world is not None:
+        q = q.where(t.partition == world)
+    if conn is not None:
+        conn.execute(q)
+        return
+    with octx.store.begin() as own:
+        own.execute(q)
 
 
 @dataclass
 class Turn:
     """What one turn of a world did: 'stopped' (busy or stopped), 'idle' (no job runnable now;
-    ``later``: when a backing-off one is), 'lease_busy', or the batch's 'committed', 'done',
-    'failed'."""
+    ``later``: when a backing-off one is), 'lease_busy' (another run holds the world, or has
+    reserved its next turn), or the batch's 'committed', 'done', 'failed'."""
 
     result: str
     later: datetime | None = None
@@ -510,11 +625,13 @@ class BatchFailed(RuntimeError):
 @dataclass
 class BatchLease:
     """The world's lease for one batch. The batch's commit releases it in its own transaction, with
-    the batch's buffered ledger rows (``finish``): nothing is left to do under it then."""
+    the batch's buffered ledger rows (``finish``): nothing is left to do under it then.
+    ``deadline``: time.monotonic() when the batch's time (the worker timeout) is up."""
 
     world: str
     holder: str
     released: bool = False
+    deadline: float | None = None
 
     def finish(self, octx: ObjectsContext) -> Callable[[Connection], None]:
         release = graph.lease_releaser(self.world, self.holder)
@@ -546,11 +663,14 @@ def _turn(
     *,
     modes: Sequence[JobMode] | None = None,
     job_id: int | None = None,
+    runner: str | None = None,
 ) -> Turn:
     """One turn of ``world``: in one transaction its flags, the next job by rotation (or
     ``job_id``), the lease, the claim and, for organize, the page and related objects; then the
     batch, whose commit (or failure) is the second transaction. The offline model's ledger rows
-    wait for that transaction: it is free, so nothing is lost that costs anything to redo."""
+    wait for that transaction: it is free, so nothing is lost that costs anything to redo. Any
+    error inside the batch ends it as a failed claim (counted, backed off): a job is never left
+    ``running`` by a batch that went wrong."""
     lease = BatchLease(world, "", released=True)  # nothing taken yet
     buffering, octx.llm.buffering = octx.llm.buffering, True
     try:
@@ -559,30 +679,40 @@ def _turn(
                 busy, stopped = _flags(conn, world)
                 if busy or stopped:
                     return Turn("stopped")
-                order, later = _order(octx, conn, world, modes)
+                order, later, rotation = _order(octx, conn, world, modes)
                 if not order:
                     return Turn("idle", later)
                 job_id = order[0].job_id
+                if runner and _yields(octx, conn, world, rotation, job_id, runner):
+                    return Turn("lease_busy")
             holder = f"job{job_id}-{uuid.uuid4().hex[:12]}"
             ttl = timedelta(seconds=octx.cfg.lease_seconds)
             if leases.try_acquire(octx.store, LEASE_ASSET, world, holder, ttl, now=octx.now(), conn=conn) is not None:
+                if runner:
+                    _reserve(octx, conn, world, job_id, runner)
                 return Turn("lease_busy")
-            lease = BatchLease(world, holder)
+            if runner:
+                _unreserve(octx, runner, world, conn)
+            lease = BatchLease(world, holder, deadline=time.monotonic() + octx.cfg.worker_timeout_seconds)
             job = _take_job(octx, conn, job_id)
             mode = JobMode(job["mode"])
             page = _claim_page(octx, conn, job) if mode is JobMode.ORGANIZE else None
         report.batches += 1
         try:
             if mode is JobMode.COMPACT:
-                done = _compact_batch(octx, job, lease, report)
+                end = _compact_batch(octx, job, lease, report)
             elif mode is JobMode.ORGANIZE:
-                done = page is None or _organize_batch(octx, job, lease, report, page)
+                end = "done" if page is None else _organize_batch(octx, job, lease, report, page)
             else:
-                done = _deep_batch(octx, job, lease, report)
+                end = _deep_batch(octx, job, lease, report)
         except (BatchFailed, SubmissionError, LLMHardFailure) as exc:
             _failed(octx, job, str(exc), report)
             return Turn("failed")
-        if done:
+        except Exception as exc:  # noqa: BLE001 - any other error: a failed claim, never a job left running
+            log.exception("objects %s batch %s of job %s failed", mode, job.get("_batch", ""), job_id)
+            _failed(octx, job, f"{type(exc).__name__}: {exc}", report)
+            return Turn("failed")
+        if end == "done":
             report.jobs_done += 1
             _finish_job(octx, job_id, JobStatus.DONE)
             return Turn("done")
@@ -599,10 +729,11 @@ def _turn(
 
 
 def _failed(octx: ObjectsContext, job: dict[str, Any], error: str, report: WorkerReport) -> None:
-    """A failed claim: counted, with backoff; the 5th consecutive failure of the same batch ends
-    the job, blocking only that batch's events (originals and checkpoints kept). A threshold job
-    that ends so suppresses automatic creation for an hour."""
+    """A failed claim: counted (a batch without progress), with backoff; the 5th consecutive
+    failure of the same batch ends the job, blocking only that batch's events (originals and
+    checkpoints kept). A threshold job that ends so suppresses automatic creation for an hour."""
     report.failures += 1
+    report.zero_progress_batches += 1
     report.errors.append(error)
     with octx.store.begin() as conn:
         octx.llm.write_pending(conn)  # the failed batch's calls are accounted with its failure
@@ -674,25 +805,47 @@ def _record_failure(
 class ModelBudget:
     """One batch's model calls: at most 16 rounds (a truncated answer is a round too); output
     asked for starts at 32,768 tokens and doubles after a truncated answer up to 131,072, never
-    above the model's limit or the context left (``LLMClient.output_limit``)."""
+    above the model's limit or the context left (``LLMClient.output_limit``). Every call ends by the
+    batch's deadline (its timeout is the time left) and no round starts past it."""
 
+    deadline: float | None = None  # time.monotonic() when the batch's time is up
+    limit_seconds: int = logic.WORKER_TIMEOUT_DEFAULT_SECONDS
     rounds: int = 0
     output_tokens: int = logic.OUTPUT_TOKENS_DEFAULT
 
+    def left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
-def _complete(octx: ObjectsContext, req: LLMRequest, report: WorkerReport, budget: ModelBudget) -> tuple[str, Any]:
+
+def _budget(octx: ObjectsContext, lease: BatchLease) -> ModelBudget:
+    return ModelBudget(deadline=lease.deadline, limit_seconds=octx.cfg.worker_timeout_seconds)
+
+
+def _ask(octx: ObjectsContext, req: LLMRequest, report: WorkerReport, budget: ModelBudget) -> LLMResult:
+    """One round: the model's (untruncated) answer."""
     while True:
         if budget.rounds >= logic.MAX_MODEL_ROUNDS:
             raise BatchFailed(f"no submission within {logic.MAX_MODEL_ROUNDS} model rounds")
+        left = budget.left()
+        if left is not None and left <= 0:
+            raise BatchFailed(f"{req.task}: the batch's {budget.limit_seconds} s are up; no round starts after them")
         budget.rounds += 1
         cap = octx.llm.output_limit(req)
         tokens = budget.output_tokens if cap is None else min(budget.output_tokens, cap)
         if tokens <= 0:
             raise BatchFailed(f"{req.task}: the prompt leaves no room in the model's context for an answer")
         report.model_calls += 1
-        result = octx.llm.complete(replace(req, max_tokens=tokens))
+        try:
+            result = octx.llm.complete(replace(req, max_tokens=tokens, deadline=budget.deadline))
+        except LLMHardFailure as exc:
+            left = budget.left()
+            if left is not None and left < 1.0:  # the call was cut at the batch's deadline
+                raise BatchFailed(
+                    f"{req.task}: the batch's {budget.limit_seconds} s ran out during a model call: {exc}"
+                ) from None
+            raise
         if not result.truncated:
-            break
+            return result
         report.truncated_answers += 1
         grown = logic.grown_output_tokens(tokens, cap)
         if grown is None:
@@ -701,14 +854,10 @@ def _complete(octx: ObjectsContext, req: LLMRequest, report: WorkerReport, budge
                 "context left allow"
             )
         budget.output_tokens = grown
-    call = prompts.parse_tool_call(result.text, result.tool_calls)
-    if call is None:
-        raise BatchFailed(f"{req.task}: the model answered without a tool call or JSON object")
-    return call
 
 
 # --- compact ----------------------------------------------------------------------------------------
-def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, report: WorkerReport) -> bool:
+def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, report: WorkerReport) -> str:
     world = job["world_id"]
     end = job["range_end_seq"]
     if end is None:
@@ -719,15 +868,15 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
     if threshold and logic.threshold_done(
         timeline.hot_estimates(octx, [world]).get(world, 0), octx.cfg.compact_threshold_tokens
     ):
-        return True
+        return "done"
     if not threshold and timeline.raw_left(octx, world, end) == 0:
-        return True
+        return "done"
     size = logic.COMPACT_BATCH_MAX
     for _ in range(job["consecutive_failures"]):
         size = logic.shrink(size)
     batch = timeline.next_batch(octx, world, end, max(size, 2))
     if not batch.nodes or (threshold and len(batch.nodes) < 2):
-        return True  # a threshold job stops when nothing is left to merge
+        return "done"  # a threshold job stops when nothing is left to merge
     batch.nodes = batch.nodes[:size]
     job["_batch"] = ",".join(batch.ids)
     nodes = [(x["node_id"], x["text"]) for x in batch.nodes]
@@ -740,7 +889,11 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
         tools=[prompts.SUBMIT_COMPACT_TOOL],
         offline_answer=lambda _r: offline_rules.compact(nodes),
     )
-    name, args = _complete(octx, req, report, ModelBudget())
+    result = _ask(octx, req, report, _budget(octx, lease))
+    call = prompts.parse_tool_call(result.text, result.tool_calls)
+    if call is None:
+        raise BatchFailed(f"{req.task}: the model answered without a tool call or JSON object")
+    name, args = call
     if name and name != offline_rules.SUBMIT_COMPACT:
         raise SubmissionError(name, "compact has one tool, submit_compact; any other (an object write) is refused")
     summary = logic.check_compact_submission(args, batch.ids, batch.chars)
@@ -765,7 +918,7 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
         finish=finish,
     )
     lease.committed(octx)
-    return False
+    return "committed"
 
 
 # --- organize -----------------------------------------------------------------------------------------
@@ -851,7 +1004,7 @@ def _related(conn: Connection, world: str, event_id: str, text: str, budget: int
 
 def _organize_batch(
     octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, report: WorkerReport, claimed: ClaimedPage
-) -> bool:
+) -> str:
     world = job["world_id"]
     ev = claimed.event
     job["_event"] = ev["event_id"]
@@ -875,8 +1028,10 @@ def _organize_batch(
         {x["id"] for x in related},
         page=page,
         finish=lease.finish(octx),
+        batch=f"{job['job_id']}.{job['claims']}",
     )
-    notes: list[str] = []
+    budget = octx.cfg.transfer_budget_bytes
+    talk = BatchTalk(budget, budget - len(page_text.encode()) - sum(logic.json_bytes(o) for o in related))
 
     def answer(_r: LLMRequest) -> tuple[str, list[dict[str, Any]]]:
         return offline_rules.organize(
@@ -889,100 +1044,124 @@ def _organize_batch(
             read_objects=related,
         )
 
-    return _rounds(
-        octx,
-        claim,
-        lease,
-        report,
-        lambda: LLMRequest(
-            task="objects_organize",
-            system=prompts.ORGANIZE_SYSTEM,
-            user=prompts.organize_user(
-                token=token,
-                revision=revision,
-                event_id=page.event_id,
-                occurred_at=page.occurred_at.isoformat(),
-                chars=page.chars,
-                start=start,
-                stop=stop,
-                text=page_text,
-                progress=ev["progress"],
-                objects=related,
-                notes=notes,
-                scope=job["scope"] or "",
-            ),
-            prompt_version=prompts.ORGANIZE_VERSION,
-            world_id=world,
-            tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],
-            offline_answer=answer,
+    request = LLMRequest(
+        task="objects_organize",
+        system=prompts.ORGANIZE_SYSTEM,
+        user=prompts.organize_user(
+            token=token,
+            revision=revision,
+            event_id=page.event_id,
+            occurred_at=page.occurred_at.isoformat(),
+            chars=page.chars,
+            start=start,
+            stop=stop,
+            text=page_text,
+            progress=ev["progress"],
+            objects=related,
+            bytes_left=talk.left,
+            scope=job["scope"] or "",
         ),
-        notes,
+        prompt_version=prompts.ORGANIZE_VERSION,
+        world_id=world,
+        tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],
+        offline_answer=answer,
     )
+    return _rounds(octx, claim, lease, report, request, talk)
+
+
+@dataclass
+class BatchTalk:
+    """An organize or deep batch's conversation with its model after the claim: each answer, then
+    the result of every tool call in it, in order (a tool message with its tool_call_id). Read-tool
+    results count against the claim's transfer budget (``left`` bytes of ``budget``); refused calls
+    are corrections (at most 3)."""
+
+    budget: int
+    left: int
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    corrections: int = 0
+
+    def reply(self, call: prompts.ToolCall, content: dict[str, Any]) -> None:
+        self.messages.append(prompts.tool_result(call, content))
+
+    def send(self, call: prompts.ToolCall, result: dict[str, Any], offset: int) -> bool:
+        """A read result within the bytes left (cut or refused when it does not fit): sent whole?"""
+        fitted, size = logic.fit_result(result, self.left, self.budget, offset)
+        self.left = max(0, self.left - size)
+        self.reply(call, fitted)
+        return fitted == result
+
+    def correct(self, call: prompts.ToolCall | None, problem: str, report: WorkerReport) -> None:
+        if self.corrections >= logic.MAX_FIELD_CORRECTIONS:
+            raise BatchFailed(f"still refused after {logic.MAX_FIELD_CORRECTIONS} corrections: {problem}")
+        self.corrections += 1
+        report.corrections += 1
+        note = {"refused": problem, "corrections_left": logic.MAX_FIELD_CORRECTIONS - self.corrections}
+        if call is None:
+            self.messages.append({"role": "user", "content": json.dumps(note, ensure_ascii=False)})
+        else:
+            self.reply(call, note)
 
 
 def _rounds(
-    octx: ObjectsContext, claim: Claim, lease: BatchLease, report: WorkerReport, build: Any, notes: list[str]
-) -> bool:
-    """At most 16 model rounds and 3 field-level corrections per batch; read tools add to what the
-    batch has read (so their objects may be updated)."""
-    from memory_pipeline.objects import recall
-
-    corrections = 0
-    budget = ModelBudget()
+    octx: ObjectsContext, claim: Claim, lease: BatchLease, report: WorkerReport, request: LLMRequest, talk: BatchTalk
+) -> str:
+    """The batch's model rounds (at most 16, within the batch's time) until a submission commits.
+    Every tool call of an answer is answered in order: a read tool with its result, the submit tool
+    with its refusal (a commit ends the batch: calls after it are not run), any other tool as
+    unknown. A refusal or a bad argument is a correction; the 4th fails the batch."""
+    budget = _budget(octx, lease)
+    talk.messages.append({"role": "user", "content": request.user})
     while True:
-        name, args = _complete(octx, build(), report, budget)
-        if name == "memory_find" and isinstance(args, dict):
-            found = recall.find(octx.store, claim.world_id, str(args.get("query", "")))
-            notes.append(f"memory_find {args.get('query')!r}: {[f['id'] for f in found]}")
-            continue
-        if name == "memory_read" and isinstance(args, dict):
-            doc = recall.read(octx.store, claim.world_id, str(args.get("id", "")))
-            if doc is not None:
-                claim.read_ids.add(doc["id"])
-            notes.append(f"memory_read {args.get('id')!r}: {doc}")
-            continue
-        if name in ("memory_list", "memory_evidence") and isinstance(args, dict):
-            notes.append(_look(octx, claim.world_id, name, args))
-            continue
+        result = _ask(octx, replace(request, conversation=tuple(talk.messages)), report, budget)
+        calls = prompts.parse_tool_calls(result.text, result.tool_calls)
+        talk.messages.append(prompts.assistant_message(result.text, calls))
+        if not calls:
+            talk.correct(None, f"answer: no tool call; finish with {offline_rules.SUBMIT_GRAPH}", report)
+        for call in calls:
+            if _one_call(octx, claim, lease, report, talk, call):
+                return "committed"
+
+
+def _one_call(
+    octx: ObjectsContext, claim: Claim, lease: BatchLease, report: WorkerReport, talk: BatchTalk, call: prompts.ToolCall
+) -> bool:
+    """Answer one tool call of the batch's model; True when it committed the batch."""
+    from memory_pipeline.objects import tools
+
+    if call.name in (offline_rules.SUBMIT_GRAPH, ""):  # "": the bare submission in a JSON answer
         try:
-            receipt = graph.commit(octx, claim, args)
+            receipt = graph.commit(octx, claim, call.arguments, size_bytes=call.size)
         except graph.LeaseLost:
             raise
         except SubmissionError as exc:
-            corrections += 1
-            if corrections > logic.MAX_FIELD_CORRECTIONS:
-                raise
-            notes.append(f"refused: {exc}")
-            continue
-        if not receipt.get("replayed"):
-            lease.committed(octx)
-        outcome = receipt.get("outcome")
-        if outcome:
-            report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
-        report.zero_progress_continue += int(bool(receipt.get("zero_progress_continue")))
+            talk.correct(call, str(exc), report)
+            return False
+        if receipt.get("replayed"):  # this batch's earlier commit: nothing new
+            raise BatchFailed(
+                f"no progress: token {receipt['token']} was already committed (revision {receipt['revision']})"
+            )
+        lease.committed(octx)
+        if receipt.get("outcome"):
+            report.outcomes[receipt["outcome"]] = report.outcomes.get(receipt["outcome"], 0) + 1
+        return True
+    if call.name not in tools.BATCH_TOOL_ARGS:
+        offered = ", ".join([*tools.BATCH_TOOL_ARGS, offline_rules.SUBMIT_GRAPH])
+        talk.correct(call, f"tool: {call.name[:40]!r} is not a tool of this batch ({offered})", report)
         return False
-
-
-def _look(octx: ObjectsContext, world: str, name: str, args: dict[str, Any]) -> str:
-    """memory_list / memory_evidence for the model: what they return, or why they refused, as a
-    note for its next round (a bad argument is the model's to correct, not a failed batch). Neither
-    counts as reading an object's dossier: only memory_read allows rewriting it."""
-    from memory_pipeline.objects import recall
-
-    offset = args.get("offset", 0)
     try:
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise recall.RecallError("offset: must be an integer")
-        if name == "memory_list":
-            return f"memory_list {args.get('type')!r}: {recall.list_objects(octx.store, world, str(args.get('type')), offset)}"
-        oid = str(args.get("id", ""))
-        return f"memory_evidence {oid!r}: {recall.evidence(octx.store, world, oid, offset)}"
-    except recall.RecallError as exc:
-        return f"{name} refused: {exc}"
+        result = tools.batch_read(octx, claim.world_id, call.name, call.arguments)
+    except tools.ToolError as exc:
+        talk.correct(call, str(exc), report)
+        return False
+    offset = call.arguments.get("offset", 0) if isinstance(call.arguments, dict) else 0
+    if talk.send(call, result, offset) and call.name == "memory_read":
+        claim.read_ids.add(result["id"])  # only a dossier the model was sent may be rewritten
+    return False
 
 
 # --- deep review ------------------------------------------------------------------------------------------
-def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, report: WorkerReport) -> bool:
+def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, report: WorkerReport) -> str:
     world = job["world_id"]
     o = objects_objects.c
     inventory = job["inventory"]
@@ -998,7 +1177,7 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
             )
     pos = job["inventory_pos"] or 0
     if pos >= len(inventory):
-        return True
+        return "done"
     size = logic.DEEP_BATCH_MAX
     for _ in range(job["consecutive_failures"]):
         size = logic.shrink(size)
@@ -1023,24 +1202,22 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
         set(present),
         deep_ids=batch_ids,
         finish=lease.finish(octx),
+        batch=f"{job['job_id']}.{job['claims']}",
     )
-    notes: list[str] = []
-    return _rounds(
-        octx,
-        claim,
-        lease,
-        report,
-        lambda: LLMRequest(
-            task="objects_deep",
-            system=prompts.DEEP_SYSTEM,
-            user=prompts.deep_user(token=token, revision=revision, objects=docs, notes=notes, scope=job["scope"] or ""),
-            prompt_version=prompts.DEEP_VERSION,
-            world_id=world,
-            tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],
-            offline_answer=lambda _r: offline_rules.deep(token=token, graph_revision=revision, object_ids=batch_ids),
+    budget = octx.cfg.transfer_budget_bytes
+    talk = BatchTalk(budget, budget - sum(logic.json_bytes(d) for d in docs))
+    request = LLMRequest(
+        task="objects_deep",
+        system=prompts.DEEP_SYSTEM,
+        user=prompts.deep_user(
+            token=token, revision=revision, objects=docs, bytes_left=max(0, talk.left), scope=job["scope"] or ""
         ),
-        notes,
+        prompt_version=prompts.DEEP_VERSION,
+        world_id=world,
+        tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],
+        offline_answer=lambda _r: offline_rules.deep(token=token, graph_revision=revision, object_ids=batch_ids),
     )
+    return _rounds(octx, claim, lease, report, request, talk)
 
 
 def requeue_days(octx: ObjectsContext, days: Sequence[date], worlds: Sequence[str] | None = None) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """The LLM resource over litellm against a local OpenAI-compatible server, and its ledger."""
 
+import threading
+import time
+from dataclasses import replace
+
 import pytest
 from sqlalchemy import select
 
@@ -116,10 +120,36 @@ def test_tool_calls_come_back_parsed(store, server):
     req = LLMRequest(task="extract", system="s", user="u", prompt_version="t-1", tools=tools)
     result = _client(store, server).complete(req)
     assert result.tool_calls == [
-        {"id": "call_0", "name": "create_semantic_memory", "arguments": {"text": "likes tomatoes", "importance": 3}}
+        {
+            "id": "call_0",
+            "name": "create_semantic_memory",
+            "arguments": {"text": "likes tomatoes", "importance": 3},
+            "raw_arguments": '{"text": "likes tomatoes", "importance": 3}',  # the string as received
+        }
     ]
     assert server.requests[0]["tools"][0]["function"]["name"] == "create_semantic_memory"
     assert _ledger(store)[0]["tokens_in"] == 21
+
+
+def test_a_deadline_bounds_a_call_and_its_retries(store, server):
+    server.hold("material about tomatoes")  # the provider never answers
+    client = _client(store, server, timeout_seconds=600, max_retries=3, backoff_seconds=0.2)
+    failed: list[str] = []
+
+    def call():
+        try:
+            client.complete(replace(REQ, deadline=time.monotonic() + 1.5))
+        except LLMHardFailure as exc:
+            failed.append(str(exc))
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(60)  # the 1.5 s left end the call, not the client's 600 s timeout
+    alive = caller.is_alive()
+    server.release()
+    assert not alive and len(failed) == 1 and "Timeout" in failed[0]
+    (row,) = _ledger(store)
+    assert row["outcome"] == "error" and row["attempts"] <= 2  # no retry starts past the deadline
 
 
 def test_offline_model_is_deterministic_and_within_target(store):

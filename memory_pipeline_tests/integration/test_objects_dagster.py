@@ -81,7 +81,7 @@ def test_sensors_drive_compaction_and_organize_and_days_get_one_check_result_eac
         .records[0]
         .asset_materialization.metadata
     )
-    assert mat["zero_progress_continue"].value == 0 and mat["model_calls"].value > 0
+    assert mat["zero_progress_batches"].value == 0 and mat["model_calls"].value > 0
     assert (tmp_path / "objects" / "w1" / "README.md").exists()
 
     job = defs.get_job_def("objects_outcomes_job")

@@ -274,10 +274,16 @@ def test_the_model_lists_and_reads_sources_before_writing_and_only_a_read_allows
         "memory_evidence",
         "submit_graph",
     ]
-    notes = json.loads(sent[-1].user)["notes"]
-    assert "knowledge:garden" in notes[0] and "'text': 'garden one'" in notes[1]
-    assert notes[2] == "memory_evidence refused: offset: must be an integer"
-    assert "not read in this batch" in notes[3]  # the evidence alone does not allow a rewrite
+    talk = sent[-1].conversation  # every answer, then its tool call's result with its id
+    assert [m["role"] for m in talk] == ["user"] + ["assistant", "tool"] * 5
+    for answer, result in zip(talk[1::2], talk[2::2], strict=True):
+        assert result["tool_call_id"] == answer["tool_calls"][0]["id"]
+    results = [json.loads(m["content"]) for m in talk[2::2]]
+    assert [i["id"] for i in results[0]["items"]] == ["knowledge:garden"]
+    assert [i["text"] for i in results[1]["items"]] == ["garden one"]
+    assert results[2] == {"refused": "memory_evidence.offset: expected an integer", "corrections_left": 2}
+    assert "not read in this batch" in results[3]["refused"]  # the evidence alone does not allow a rewrite
+    assert results[4]["id"] == "knowledge:garden" and results[4]["body"].startswith("Conclusion: unknown")
     assert recall.read(store, W, "knowledge:garden")["body"] == "Conclusion: the plot is the garden"
     assert states(store)[e2] == "linked"
 

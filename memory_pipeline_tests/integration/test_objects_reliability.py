@@ -28,10 +28,10 @@ from memory_pipeline_tests.integration.test_objects import W, add, claim_for, re
 
 
 def _leases_now(store):
+    """The world leases held now (not a waiting run's reservation of the next turn)."""
+    t = partition_leases.c
     with store.connect() as conn:
-        return conn.execute(
-            select(partition_leases.c.holder, partition_leases.c.acquired_at, partition_leases.c.expires_at)
-        ).all()
+        return conn.execute(select(t.holder, t.acquired_at, t.expires_at).where(t.asset == graph.LEASE_ASSET)).all()
 
 
 def _with_objects(store, ingest, n=9):

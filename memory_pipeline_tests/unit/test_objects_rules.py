@@ -350,6 +350,49 @@ def test_a_proposal_of_900000_bytes_is_refused():
     assert check_graph_write(base(objects=big[:20]))  # 20 such objects fit
 
 
+def test_the_proposal_limit_applies_to_the_size_as_transferred():
+    small = base(objects=[obj()])
+    with pytest.raises(SubmissionError, match=r"proposal is 900,000 bytes \(must be under 900,000\)"):
+        check_graph_write(small, size_bytes=900_000)
+    assert check_graph_write(small, size_bytes=899_999).objects[0].object_id == "person:qhy"
+    # the arguments string as a provider sent it: \u escapes count, six bytes a character
+    call = {"id": "c1", "name": "submit_graph", "arguments": {"body": "园"}, "raw_arguments": '{"body": "\\u56ed"}'}
+    (parsed,) = prompts.parse_tool_calls("", [call])
+    assert (parsed.call_id, parsed.name, parsed.size) == ("c1", "submit_graph", 18)  # not 15 re-encoded
+    (offline,) = prompts.parse_tool_calls("", [{"id": "o", "name": "submit_graph", "arguments": {"body": "园"}}])
+    assert offline.size == len('{"body": "园"}'.encode())  # no wire: its JSON as UTF-8
+
+
+def test_every_tool_call_of_an_answer_is_parsed_in_order():
+    calls = [{"id": f"c{i}", "name": n, "arguments": {}} for i, n in enumerate(["memory_read", "submit_graph"])]
+    assert [(c.call_id, c.name) for c in prompts.parse_tool_calls("", calls)] == [
+        ("c0", "memory_read"),
+        ("c1", "submit_graph"),
+    ]
+    (text,) = prompts.parse_tool_calls('{"tool": "memory_find", "arguments": {"query": "x"}}', [])
+    assert (text.call_id, text.name, text.arguments) == (None, "memory_find", {"query": "x"})
+    assert prompts.parse_tool_calls("I think the garden matters.", []) == []
+
+
+def test_a_read_result_is_cut_to_the_items_that_fit_or_refused():
+    items = [{"event_id": f"e{i}", "text": "x" * 1_000} for i in range(20)]
+    result = {"object_id": "knowledge:k", "items": items, "next_offset": 20}
+    whole, size = logic.fit_result(result, 96_000, 96_000)
+    assert whole == result and size == logic.json_bytes(result)
+    cut, size = logic.fit_result(result, 5_500, 96_000, offset=20)
+    assert len(cut["items"]) == 5 and cut["next_offset"] == 25 and size <= 5_500
+    assert (
+        cut["truncated"] == "the first 5 of 20 items: 5,500 bytes were left of this batch's transfer budget of 96,000"
+    )
+    refused, size = logic.fit_result(result, 500, 96_000)
+    assert (
+        set(refused) == {"refused"}
+        and "500 bytes are left of this batch's transfer budget of 96,000" in refused["refused"]
+    )
+    dossier, _ = logic.fit_result({"id": "person:a", "body": "y" * 2_000}, 1_000, 96_000)
+    assert set(dossier) == {"refused"}  # a dossier is sent whole or not at all
+
+
 def test_prompts_carry_the_dossier_rules_for_every_type():
     assert set(prompts.SUGGESTED_BODIES) == {str(t) for t in logic.ObjectType}
     for otype, body in prompts.SUGGESTED_BODIES.items():

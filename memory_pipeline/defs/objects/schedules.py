@@ -1,14 +1,12 @@
 """Seed 001 nightly deep review at 02:50 CST (the deferral while not quiet and the catch-up after a
 late start are objects_deep_review_sensor's, under the same rule)."""
 
-from dagster import DefaultScheduleStatus, RunConfig, RunRequest, ScheduleEvaluationContext, SkipReason, schedule
+from dagster import DefaultScheduleStatus, ScheduleEvaluationContext, SkipReason, schedule
 
 from memory_pipeline.defs._shared.partitions import TZ
-from memory_pipeline.defs.objects.assets import ObjectsRunConfig
 from memory_pipeline.defs.objects.jobs import deep_review_job
 from memory_pipeline.defs.objects.resources import ObjectsResource
-from memory_pipeline.defs.objects.sensors import ORIGIN_TAG
-from memory_pipeline.objects import worker
+from memory_pipeline.defs.objects.sensors import deep_review_request
 
 
 @schedule(
@@ -21,14 +19,8 @@ from memory_pipeline.objects import worker
     "local date (a world still talking is deferred to objects_deep_review_sensor).",
 )
 def objects_deep_review_schedule(context: ScheduleEvaluationContext, objects: ObjectsResource):
-    due = worker.deep_worlds(objects.context("objects_deep_review_schedule"))
-    if not due:
-        return SkipReason("no world quiet and due (deferred to objects_deep_review_sensor)")
-    return RunRequest(
-        run_key=f"deep-{due[0][1].isoformat()}-{','.join(w for w, _ in due)}",
-        run_config=RunConfig(ops={"objects_archive": ObjectsRunConfig(deep=True, automatic=False)}),
-        tags={ORIGIN_TAG: "nightly"},
-    )
+    request = deep_review_request(objects, "objects_deep_review_schedule")
+    return request or SkipReason("no world quiet and due (deferred to objects_deep_review_sensor)")
 
 
 objects_schedules = [objects_deep_review_schedule]

@@ -89,6 +89,25 @@ def objects_organize_sensor(context: SensorEvaluationContext, objects: ObjectsRe
     return RunRequest(run_key=f"organize-{now:%Y%m%dT%H%M%S}", tags={ORIGIN_TAG: "hourly"})
 
 
+def deep_review_request(objects: ObjectsResource, name: str) -> RunRequest | None:
+    """The run for every world whose deep review is due, or whose deep job is still queued (a run
+    that found the world's lease busy left it so): asked for again until it has run. A first
+    request is keyed by its date and worlds; asking again for a queued job gets a fresh key."""
+    octx = objects.context(name)
+    due = worker.deep_worlds(octx)
+    if not due:
+        return None
+    day = due[0][1].isoformat()
+    key = f"deep-{day}-{','.join(w for w, _ in due)}"
+    if worker.deep_queued(octx):
+        key += f"-again-{utcnow():%Y%m%dT%H%M%S%f}"
+    return RunRequest(
+        run_key=key,
+        run_config=RunConfig(ops={"objects_archive": ObjectsRunConfig(deep=True, automatic=False)}),
+        tags={ORIGIN_TAG: "nightly"},
+    )
+
+
 @sensor(
     job=deep_review_job,
     name="objects_deep_review_sensor",
@@ -96,20 +115,14 @@ def objects_organize_sensor(context: SensorEvaluationContext, objects: ObjectsRe
     default_status=DefaultSensorStatus.STOPPED,
     description="The nightly deep review's deferral and catch-up: from 02:50 CST, once a world has been "
     "quiet for five minutes and has not been reviewed this local date, requests the deep review (a "
-    "start after 02:50 catches up the current date only).",
+    "start after 02:50 catches up the current date only). A deep job not yet run (its run found the "
+    "world busy, say with compaction) is requested again while no deep review run is in flight.",
 )
 def objects_deep_review_sensor(context: SensorEvaluationContext, objects: ObjectsResource):
     if _in_flight(context, deep_review_job.name):
         return SkipReason("a deep review run is in flight")
-    due = worker.deep_worlds(objects.context("objects_deep_review_sensor"))
-    if not due:
-        return SkipReason("no world due for its deep review")
-    day = due[0][1].isoformat()
-    return RunRequest(
-        run_key=f"deep-{day}-{','.join(w for w, _ in due)}",
-        run_config=RunConfig(ops={"objects_archive": ObjectsRunConfig(deep=True, automatic=False)}),
-        tags={ORIGIN_TAG: "nightly"},
-    )
+    request = deep_review_request(objects, "objects_deep_review_sensor")
+    return request or SkipReason("no world due for its deep review and no deep job queued")
 
 
 @sensor(

@@ -66,6 +66,9 @@ class LLMRequest:
     # Output tokens this call may produce (None: the provider's default). An answer that reaches
     # it stops there with finish_reason "length".
     max_tokens: int | None = None
+    # time.monotonic() by which the call must have ended (the caller's time limit): each attempt
+    # waits at most the time left (and the client's timeout), and no attempt starts past it.
+    deadline: float | None = field(default=None, compare=False)
 
     def messages(self) -> list[dict[str, Any]]:
         if self.conversation is not None:
@@ -254,13 +257,15 @@ class LLMClient:
         while True:
             attempts += 1
             try:
-                text, tin, tout, tool_calls, cost, finish, source = self._call(req)
+                text, tin, tout, tool_calls, cost, finish, source = self._call(req, self._attempt_timeout(req))
                 break
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised as hard failure
                 retry = attempts <= self.max_retries and not self.is_offline and _is_retryable(exc)
                 said = self._redacted(str(exc))
+                delay = self.backoff_seconds * (2 ** (attempts - 1)) * (1 + random.random() * 0.1)
+                if retry and req.deadline is not None and time.monotonic() + delay >= req.deadline:
+                    retry = False  # the next attempt would start past the caller's deadline
                 if retry:
-                    delay = self.backoff_seconds * (2 ** (attempts - 1)) * (1 + random.random() * 0.1)
                     log.warning("LLM %s attempt %s failed (%s); retrying in %.2fs", req.task, attempts, said, delay)
                     time.sleep(delay)
                     continue
@@ -317,10 +322,21 @@ class LLMClient:
                 pass
         return redact(text, secrets)
 
+    def _attempt_timeout(self, req: LLMRequest) -> float:
+        """The client's timeout, or less: the time left before the request's deadline."""
+        if req.deadline is None:
+            return self.timeout_seconds
+        left = req.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the deadline of {req.task} passed before the call started")
+        return min(self.timeout_seconds, left)
+
     def _call(
-        self, req: LLMRequest
+        self, req: LLMRequest, timeout: float
     ) -> tuple[str, int, int, list[dict[str, Any]], float | None, str | None, TokensSource]:
-        """(text, tokens in, tokens out, tool calls, cost, finish reason, where the tokens come from)."""
+        """(text, tokens in, tokens out, tool calls, cost, finish reason, where the tokens come from).
+        A tool call is {id, name, arguments (parsed; the text when it is not JSON), raw_arguments
+        (the arguments string exactly as received)}."""
         if self.is_offline:
             return self._call_offline(req)
 
@@ -332,7 +348,7 @@ class LLMClient:
         kwargs: dict[str, Any] = dict(
             model=self.model,
             messages=req.messages(),
-            timeout=self.timeout_seconds,
+            timeout=timeout,
             num_retries=0,
         )
         if self.api_base:
@@ -361,7 +377,7 @@ class LLMClient:
                 arguments: Any = json.loads(raw)
             except ValueError:
                 arguments = raw  # kept as text: the caller refuses the call by name, not the whole answer
-            tool_calls.append({"id": tc.id, "name": tc.function.name, "arguments": arguments})
+            tool_calls.append({"id": tc.id, "name": tc.function.name, "arguments": arguments, "raw_arguments": raw})
         source = TokensSource.PROVIDER
         if tin == 0 and tout == 0:
             # No usage in the answer (litellm then reports zeros): estimated, and recorded as such.
