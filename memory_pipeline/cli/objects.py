@@ -220,15 +220,20 @@ def status(world: str | None = typer.Option(None, "--world")):
 
 
 def print_objects_status(store, world: str | None = None) -> None:
-    from memory_pipeline.objects import recall, reports
+    from memory_pipeline.objects import logic, recall, reports
 
     st = reports.status(store, world)
     states = st["states"]
     console.print(
         "objects: events by state "
         + (", ".join(f"{k} {v}" for k, v in sorted(states.items())) or "none yet")
-        + ("" if st["complete"] else " [yellow](partial: unfinished events remain)[/]")
+        + ("" if st["complete"] else " [yellow](partial: unfinished or never-organized events remain)[/]")
     )
+    if st["not_organized"]:
+        console.print(
+            f"not organized (over {logic.EVENT_MAX_CHARS:,} characters; raw kept, `objects inspect event ID` reads it): "
+            + ", ".join(f"{escape(r['event_id'])} ({r['chars']:,} characters)" for r in st["not_organized"])
+        )
     counts = recall.object_counts(store)
     table = Table(title="Objects per world and type")
     for col in ("world", "objects by type", "graph revision", "worker error"):

@@ -25,6 +25,9 @@ from memory_pipeline.objects.tables import (
 class Audit:
     audited: int = 0
     problems: list[str] = field(default_factory=list)
+    # Events that are no fault of the pipeline yet never organized (oversized): the day is not
+    # complete, and its check says so as a warning.
+    not_organized: list[str] = field(default_factory=list)
 
 
 def day_audit(store: Store, day: date) -> Audit:
@@ -64,6 +67,15 @@ def day_audit(store: Store, day: date) -> Audit:
             )
         ).scalars()
         out.problems += [f"{e}: queued while still in the hot timeline" for e in queued_hot]
+        oversized = conn.execute(
+            select(s.event_id, s.chars)
+            .where(s.event_day == day, s.state.in_([str(x) for x in logic.NOT_ORGANIZED_STATES]))
+            .order_by(s.occurred_at, s.event_id)
+        ).all()
+        out.not_organized += [
+            f"{e}: oversized ({chars:,} characters, limit {logic.EVENT_MAX_CHARS:,}), not organized; raw event kept"
+            for e, chars in oversized
+        ]
     return out
 
 

