@@ -185,6 +185,29 @@ def head_level(child_levels: Iterable[int]) -> int:
     return max(child_levels, default=0) + 1
 
 
+def compact_pick(level_counts: Mapping[int, int], size: int, *, whole_range: bool) -> tuple[int, int] | None:
+    """What the next compact batch merges, from the number of active nodes per level in the
+    job's range: ``(level, count)``, the oldest ``count`` nodes of that one level; None when the
+    job is done. A batch never mixes levels, so heads form a tree of fan-out 8 whose depth grows
+    with log8 of the slices (a head is never folded into the next batch as a chain would).
+
+    First a full group of 8 at the lowest level that has one; then an explicit compact (which
+    covers its whole range) takes the raw slices left, fewer than 8; a threshold job (which only
+    needs the estimate down) the lowest level with at least 2 nodes. ``size`` (8, halved after a
+    capacity failure) caps the count."""
+    full = [lv for lv, n in level_counts.items() if n >= COMPACT_BATCH_MAX]
+    if full:
+        return min(full), min(size, COMPACT_BATCH_MAX)
+    if whole_range:
+        raw = level_counts.get(0, 0)
+        return (0, min(size, raw)) if raw else None
+    several = [lv for lv, n in level_counts.items() if n >= 2]
+    if not several:
+        return None
+    level = min(several)
+    return level, min(size, level_counts[level])
+
+
 def check_compact_submission(args: Any, batch_ids: Sequence[str], batch_chars: int) -> str:
     """The compact submit tool's arguments -> the summary. Refused: any key but summary/covers (an
     object write during compact), coverage other than exactly the batch, a result not shorter."""

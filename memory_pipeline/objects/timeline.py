@@ -236,31 +236,30 @@ def range_end(octx: ObjectsContext, world: str) -> int:
     return int(top) if top is not None else -1
 
 
-def next_batch(octx: ObjectsContext, world: str, end_seq: int, size: int) -> CompactBatch:
+def next_batch(octx: ObjectsContext, world: str, end_seq: int, size: int, *, whole_range: bool = True) -> CompactBatch:
+    """The next compact batch in the range up to ``end_seq`` (``logic.compact_pick``): the oldest
+    nodes of one level, at most ``size``; no nodes when the job is done. ``whole_range``: an
+    explicit compact (covers every raw slice of its range); a threshold job only lowers the
+    estimate."""
     n = objects_hot_nodes.c
+    in_range = (n.world_id == world, n.active.is_(True), n.seq <= end_seq)
     with octx.store.connect() as conn:
+        counts = dict(conn.execute(select(n.level, func.count()).where(*in_range).group_by(n.level)).all())
+        pick = logic.compact_pick({int(k): int(v) for k, v in counts.items()}, size, whole_range=whole_range)
+        if pick is None:
+            return CompactBatch(world, [])
+        level, most = pick
         rows = (
             conn.execute(
                 select(n.node_id, n.level, n.text, n.event_id, n.seq, n.first_at, n.last_at)
-                .where(n.world_id == world, n.active.is_(True), n.seq <= end_seq)
+                .where(*in_range, n.level == level)
                 .order_by(n.seq)
-                .limit(size)
+                .limit(most)
             )
             .mappings()
             .all()
         )
     return CompactBatch(world, [dict(r) for r in rows])
-
-
-def raw_left(octx: ObjectsContext, world: str, end_seq: int) -> int:
-    n = objects_hot_nodes.c
-    with octx.store.connect() as conn:
-        return int(
-            conn.execute(
-                select(func.count()).where(n.world_id == world, n.active.is_(True), n.level == 0, n.seq <= end_seq)
-            ).scalar()
-            or 0
-        )
 
 
 def commit_compact(

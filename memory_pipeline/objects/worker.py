@@ -720,15 +720,12 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
         timeline.hot_estimates(octx, [world]).get(world, 0), octx.cfg.compact_threshold_tokens
     ):
         return True
-    if not threshold and timeline.raw_left(octx, world, end) == 0:
-        return True
     size = logic.COMPACT_BATCH_MAX
     for _ in range(job["consecutive_failures"]):
         size = logic.shrink(size)
-    batch = timeline.next_batch(octx, world, end, max(size, 2))
-    if not batch.nodes or (threshold and len(batch.nodes) < 2):
-        return True  # a threshold job stops when nothing is left to merge
-    batch.nodes = batch.nodes[:size]
+    batch = timeline.next_batch(octx, world, end, size, whole_range=not threshold)
+    if not batch.nodes:
+        return True  # nothing left to merge in the range
     job["_batch"] = ",".join(batch.ids)
     nodes = [(x["node_id"], x["text"]) for x in batch.nodes]
     req = LLMRequest(

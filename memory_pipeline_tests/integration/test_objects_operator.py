@@ -8,14 +8,15 @@ memory_find ranks an archived duplicate below its survivor."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import date
 
 import pytest
 from typer.testing import CliRunner
 
 from memory_pipeline.cli import app
-from memory_pipeline.objects import audit, reports
-from memory_pipeline_tests.integration.test_objects import W
+from memory_pipeline.objects import audit, reports, timeline
+from memory_pipeline_tests.integration.test_objects import W, octx_for
 
 DAY = date(2026, 10, 5)
 
@@ -85,3 +86,20 @@ def test_an_oversized_event_is_never_organized_never_complete_and_readable_by_ti
     ev = json.loads(audit_world("objects", "inspect", "event", "big1"))
     assert ev["chars"] == 32_001 and len(ev["text"]) == 8_000 and ev["next_offset"] == 8_000
     assert ev["reason"] == "longer than 32,000 characters"
+
+
+def test_an_explicit_compact_builds_a_tree_that_expands_to_every_raw_slice(audit_world, store):
+    resident = json.loads(audit_world("objects", "resident", W))
+    levels = [n["level"] for n in resident["hot_timeline"]]
+    assert max(levels) == math.ceil(math.log(60, 8)) == 2  # not a chain of 9 levels
+    octx = octx_for(store)
+    reached, frontier = [], [n["id"] for n in resident["hot_timeline"]]
+    while frontier:
+        node = frontier.pop()
+        kids = timeline.expand(octx, node)
+        if not kids:
+            continue
+        assert len(kids) <= 8 and len({k["level"] for k in kids}) == 1  # a head merges one level
+        frontier += [k["node_id"] for k in kids if k["level"] > 0]
+        reached += [(k["event_id"], k["text"]) for k in kids if k["level"] == 0]
+    assert sorted(reached) == sorted((f"m{i}", f"note {i} about the garden and tomatoes") for i in range(60))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import uuid
+from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -373,3 +375,35 @@ def test_an_oversized_event_is_never_counted_complete():
     assert logic.day_status({"linked": 3, "oversized": 1}, open_day=False) == "partial"
     assert logic.day_status({"oversized": 1}, open_day=False) == "partial"
     assert logic.day_status({"linked": 3, "archive_only": 2}, open_day=False) == "complete"
+
+
+def _tree(events: int) -> tuple[list[int], list[list[int]]]:
+    """Run compact_pick over ``events`` one-slice events, merging as the worker does: (the levels
+    left in the timeline, the levels of each batch)."""
+    timeline = [0] * events  # levels in timeline order
+    batches = []
+    while (pick := logic.compact_pick(Counter(timeline), logic.COMPACT_BATCH_MAX, whole_range=True)) is not None:
+        level, count = pick
+        first = timeline.index(level)
+        batches.append(timeline[first : first + count])
+        timeline[first : first + count] = [level + 1]
+    return timeline, batches
+
+
+@pytest.mark.parametrize("events", [1, 7, 8, 9, 60, 64, 65, 500, 4_096])
+def test_compaction_builds_a_tree_of_fan_out_8_not_a_chain(events):
+    left, batches = _tree(events)
+    top = max(left)
+    # depth grows with log8 of the slices: between floor(log8 n) and ceil(log8 n)
+    assert math.floor(math.log(events, 8) + 1e-9) <= top <= max(1, math.ceil(math.log(events, 8) - 1e-9))
+    assert all(len(b) <= 8 and len(set(b)) == 1 for b in batches)  # one level per batch, at most 8 nodes
+    assert left == sorted(left, reverse=True) and max(Counter(left).values()) < 8  # older heads higher; < 8 a level
+
+
+def test_a_threshold_job_merges_the_lowest_level_with_two_nodes():
+    assert logic.compact_pick({0: 3, 1: 5}, 8, whole_range=False) == (0, 3)
+    assert logic.compact_pick({0: 1, 1: 5}, 8, whole_range=False) == (1, 5)
+    assert logic.compact_pick({0: 1, 1: 1}, 8, whole_range=False) is None
+    assert logic.compact_pick({0: 1, 1: 1}, 8, whole_range=True) == (0, 1)  # explicit: every raw slice
+    assert logic.compact_pick({0: 20, 1: 9}, 4, whole_range=True) == (0, 4)  # shrunk after a failure
+    assert logic.compact_pick({1: 5, 2: 7}, 8, whole_range=True) is None  # no raw left, no full group

@@ -1,0 +1,39 @@
+"""Seed 001 hot timeline (PostgreSQL, offline model): compaction builds a tree whose depth grows
+with log8 of the slices; a compacted raw slice keeps a reference to its raw event, not a second
+copy of its text; enabling the domain on an existing store queues the already-compacted events
+(pending, no hot slices), keeps the newest hot and gives existing objects their recorded
+sources, idempotently."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from sqlalchemy import select
+
+from memory_pipeline.objects import timeline
+from memory_pipeline.objects.tables import objects_hot_nodes
+from memory_pipeline_tests.integration.test_objects import add, compact_all, octx_for, states
+
+
+def _active_levels(store) -> list[int]:
+    n = objects_hot_nodes.c
+    with store.connect() as conn:
+        return list(conn.execute(select(n.level).where(n.active.is_(True)).order_by(n.seq)).scalars())
+
+
+def test_compaction_depth_grows_with_log8_of_the_slices(store, ingest):
+    octx = octx_for(store, compact_threshold_tokens=10**6)
+    add(ingest, [f"note {i} on tomatoes" for i in range(512)])
+    timeline.intake(octx)
+    compact_all(octx)
+    # 512 = 8^3 slices: 64 heads of level 1, 8 of level 2, one of level 3 (a chain would reach 73)
+    assert _active_levels(store) == [3] == [round(math.log(512, 8))]
+    n = objects_hot_nodes.c
+    with store.connect() as conn:
+        heads = conn.execute(select(n.node_id, n.level, n.children).where(n.level > 0)).all()
+    for node_id, level, children in heads:  # every head merges at most 8 nodes of one level, one below
+        kids = timeline.expand(octx, node_id)
+        assert len(children) <= 8 and {k["level"] for k in kids} == {level - 1}
+    assert Counter(level for _, level, _ in heads) == {1: 64, 2: 8, 3: 1}
+    assert Counter(states(store).values()) == {"pending": 512}
