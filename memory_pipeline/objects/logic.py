@@ -136,6 +136,16 @@ class DayStatus(StrEnum):
 
 
 CORE_NAMES = ("AGENTS.md", "SOUL.md", "USER.md")
+
+
+class CoreAuthor(StrEnum):
+    """Who wrote a version of a core document."""
+
+    MODEL = "model"  # an organize / deep commit (its receipt token kept)
+    HUMAN = "human"  # a human edit, imported
+    UNKNOWN = "unknown"  # written before core history was kept
+
+
 BUILTIN_DAILY = "project:daily"
 
 
@@ -163,6 +173,11 @@ def slices(text: str, size: int = SLICE_MAX_CHARS) -> list[str]:
     if not text:
         return [""]
     return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def slice_range(index: int, size: int = SLICE_MAX_CHARS) -> tuple[int, int]:
+    """The characters [start, stop) of its event that raw slice ``index`` covers (``slices``)."""
+    return index * size, (index + 1) * size
 
 
 def estimate_tokens(text: str, chars_per_token: float) -> int:
@@ -558,10 +573,13 @@ def check_graph_write(args: Any, *, deep: bool = False) -> GraphWrite:
     for i, a in enumerate(lists["attach"]):
         parse_object_id(a, f"attach[{i}]")
         attach.append(str(a))
-    core = []
+    core: list[CoreWrite] = []
     for i, c in enumerate(lists["core"]):
         if not isinstance(c, Mapping) or c.get("name") not in CORE_NAMES:
             raise SubmissionError(f"core[{i}].name", f"must be one of {', '.join(CORE_NAMES)}")
+        _unknown_field(f"core[{i}]", c, {"name", "content"})
+        if any(w.name == c["name"] for w in core):
+            raise SubmissionError(f"core[{i}].name", f"{c['name']} appears twice in one write")
         core.append(CoreWrite(str(c["name"]), _text(c, "content", f"core[{i}]", BODY_MAX_CHARS)))
     reviewed = []
     for i, r in enumerate(lists["reviewed"]):

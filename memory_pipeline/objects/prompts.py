@@ -10,8 +10,8 @@ from typing import Any
 from memory_pipeline.objects import logic
 
 COMPACT_VERSION = "objects-compact-v1"
-ORGANIZE_VERSION = "objects-organize-v2"
-DEEP_VERSION = "objects-deep-v2"
+ORGANIZE_VERSION = "objects-organize-v3"
+DEEP_VERSION = "objects-deep-v3"
 
 # Seed 001 §1 建议正文: what each type's body holds (unknown facts are written as unknown).
 SUGGESTED_BODIES = {
@@ -31,6 +31,13 @@ COMPACT_SYSTEM = (
     "other tool: object writes are not part of compaction."
 )
 
+_CORE = (
+    "The core documents (AGENTS.md, SOUL.md, USER.md) are in `core`, each with its current content "
+    "(or absent). A core write replaces a whole document: start from the content given, keep what a "
+    "human wrote, and change only what this material calls for. A document not delivered, or changed "
+    "since this batch read it, cannot be written."
+)
+
 ORGANIZE_SYSTEM = (
     "You archive one page of one event into long-term objects (person, task, todo, schedule, "
     "knowledge, project, credential). Each object is one concise current dossier: no quotes or "
@@ -45,14 +52,14 @@ ORGANIZE_SYSTEM = (
     f"body {logic.BODY_MAX_CHARS:,}, progress {logic.PROGRESS_MAX_CHARS:,}, reason {logic.REASON_MAX_CHARS:,} characters; "
     f"per write {logic.MAX_OBJECTS_PER_WRITE} objects, {logic.MAX_RELATIONS_PER_WRITE} relations, {logic.MAX_CORE_PER_WRITE} core. "
     "A scope, when given, is the request's goal and a search hint, never a filter: the claimed page is "
-    "archived whatever it is about."
+    "archived whatever it is about. " + _CORE
 )
 
 DEEP_SYSTEM = (
     "You review long-term objects: cross-project relations, stale conclusions, duplicates, reusable "
     "knowledge. Do not rewrite unchanged objects. Confirm every reviewed id in submit_graph.reviewed. "
     "The hot timeline is not yours to change, and the core documents change only when something calls "
-    "for it. Read an object's evidence (memory_evidence) only when you need the raw events."
+    "for it. Read an object's evidence (memory_evidence) only when you need the raw events. " + _CORE
 )
 
 _STR = {"type": "string"}
@@ -134,6 +141,7 @@ def organize_user(
     objects: Sequence[Mapping[str, Any]],
     notes: Sequence[str] = (),
     scope: str = "",
+    core: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     return json.dumps(
         {
@@ -142,6 +150,7 @@ def organize_user(
             "scope": scope,  # the request's goal and search hint, never a filter
             "event": {"id": event_id, "occurred_at": occurred_at, "chars": chars, "page": [start, stop], "text": text},
             "progress": progress,
+            "core": list(core),
             "objects": list(objects),
             "notes": list(notes),
         },
@@ -151,10 +160,23 @@ def organize_user(
 
 
 def deep_user(
-    *, token: str, revision: int, objects: Sequence[Mapping[str, Any]], notes: Sequence[str] = (), scope: str = ""
+    *,
+    token: str,
+    revision: int,
+    objects: Sequence[Mapping[str, Any]],
+    notes: Sequence[str] = (),
+    scope: str = "",
+    core: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     return json.dumps(
-        {"token": token, "graph_revision": revision, "scope": scope, "objects": list(objects), "notes": list(notes)},
+        {
+            "token": token,
+            "graph_revision": revision,
+            "scope": scope,
+            "core": list(core),
+            "objects": list(objects),
+            "notes": list(notes),
+        },
         ensure_ascii=False,
         default=str,
     )

@@ -2,8 +2,9 @@
 2,000 characters; compaction replaces up to 8 nodes with a summary head in one transaction that
 also queues fully-compacted events for archiving and records a receipt.
 
-Raw events are never copied: a raw node holds its slice for the resident view, the event itself
-stays in ``messages`` (the attachment an object's evidence expands to)."""
+Raw events are never copied: a raw node holds its slice only while it is in the hot timeline (the
+resident view); once compacted it keeps its event id and slice index, and its text is read from
+``messages`` (the attachment an object's evidence expands to)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, bindparam, case, func, select, update
 
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.objects import logic
@@ -196,20 +197,30 @@ def hot_view(octx: ObjectsContext, world: str, max_bytes: int | None = None) -> 
 
 
 def expand(octx: ObjectsContext, node_id: str) -> list[dict[str, Any]]:
-    """A head's children, one level down (raw slices at level 0)."""
-    n = objects_hot_nodes.c
+    """A head's children, one level down. A compacted raw slice keeps no text of its own: it is
+    its event's character range, read from the raw table (never copied)."""
+    n, m = objects_hot_nodes.c, messages.c
     with octx.store.connect() as conn:
         head = conn.execute(select(n.children).where(n.node_id == node_id)).scalar_one_or_none()
         if not head:
             return []
-        rows = (
-            conn.execute(
-                select(n.node_id, n.level, n.text, n.event_id, n.seq).where(n.node_id.in_(list(head))).order_by(n.seq)
-            )
-            .mappings()
-            .all()
+        rows = [
+            dict(r)
+            for r in conn.execute(
+                select(n.node_id, n.level, n.text, n.event_id, n.slice_index, n.active, n.seq)
+                .where(n.node_id.in_(list(head)))
+                .order_by(n.seq)
+            ).mappings()
+        ]
+        events = sorted({r["event_id"] for r in rows if r["level"] == 0 and not r["active"]})
+        raw = (
+            dict(conn.execute(select(m.message_id, m.content).where(m.message_id.in_(events))).all()) if events else {}
         )
-    return [dict(r) for r in rows]
+    for r in rows:
+        if r["event_id"] in raw:
+            start, stop = logic.slice_range(r["slice_index"] or 0)
+            r["text"] = (raw[r["event_id"]] or "")[start:stop]
+    return rows
 
 
 # --- compaction ----------------------------------------------------------------------------------
@@ -281,10 +292,12 @@ def commit_compact(
     now = octx.now()
     with octx.store.begin() as conn:
         lease_check(conn)
+        # A raw slice leaving the hot timeline keeps only its reference (event id, slice index):
+        # its text stays in the raw table alone, never a second copy.
         done = conn.execute(
             update(objects_hot_nodes)
             .where(n.node_id.in_(batch.ids), n.active.is_(True))
-            .values(active=False, parent_id=head_id)
+            .values(active=False, parent_id=head_id, text=case((n.level == 0, ""), else_=n.text))
         ).rowcount
         if done != len(batch.ids):
             raise logic.SubmissionError("covers", "a node of the batch left the hot timeline meanwhile; batch is stale")

@@ -8,6 +8,7 @@ asset ``objects_worker``, partition = world): one valid lease at a time, worker 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -776,6 +777,8 @@ class ClaimedPage:
     stop: int
     revision: int
     related: list[dict[str, Any]]
+    core: list[dict[str, Any]] = field(default_factory=list)  # the core documents, read before written
+    core_read: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -807,8 +810,10 @@ def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any]) -> 
     start = ev["page_cursor"]
     stop = min(len(text), start + logic.page_chars(budget, job["consecutive_failures"]))
     left = budget - len(text[start:stop].encode())
+    core, core_read = graph.core_for_batch(conn, world, left)
+    left -= len(json.dumps(core, ensure_ascii=False).encode())
     related = _related(conn, world, ev["event_id"], text[start:stop], left)
-    return ClaimedPage(ev, start, stop, int(ev["graph_revision"]), related)
+    return ClaimedPage(ev, start, stop, int(ev["graph_revision"]), related, core, core_read)
 
 
 def object_doc(r: Any) -> dict[str, Any]:
@@ -872,6 +877,7 @@ def _organize_batch(
         {x["id"] for x in related},
         page=page,
         finish=lease.finish(octx),
+        core_read=dict(claimed.core_read),
     )
     notes: list[str] = []
 
@@ -907,6 +913,7 @@ def _organize_batch(
                 objects=related,
                 notes=notes,
                 scope=job["scope"] or "",
+                core=claimed.core,
             ),
             prompt_version=prompts.ORGANIZE_VERSION,
             world_id=world,
@@ -1008,7 +1015,9 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
             .all()
         )
         revision = _revision(conn, world)
-    docs = [object_doc(r) for r in rows]
+        docs = [object_doc(r) for r in rows]
+        left = octx.cfg.transfer_budget_bytes - len(json.dumps(docs, ensure_ascii=False, default=str).encode())
+        core, core_read = graph.core_for_batch(conn, world, left)
     present = [i for i in batch_ids if i in {d["id"] for d in docs}]
     token = f"deep-{uuid.uuid4().hex}"
     claim = Claim(
@@ -1020,6 +1029,7 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
         set(present),
         deep_ids=batch_ids,
         finish=lease.finish(octx),
+        core_read=core_read,
     )
     notes: list[str] = []
     return _rounds(
@@ -1030,7 +1040,9 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
         lambda: LLMRequest(
             task="objects_deep",
             system=prompts.DEEP_SYSTEM,
-            user=prompts.deep_user(token=token, revision=revision, objects=docs, notes=notes, scope=job["scope"] or ""),
+            user=prompts.deep_user(
+                token=token, revision=revision, objects=docs, notes=notes, scope=job["scope"] or "", core=core
+            ),
             prompt_version=prompts.DEEP_VERSION,
             world_id=world,
             tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],

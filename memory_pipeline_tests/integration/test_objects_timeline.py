@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
+from memory_pipeline.lib.store.tables import messages
 from memory_pipeline.objects import timeline
 from memory_pipeline.objects.tables import objects_hot_nodes
 from memory_pipeline_tests.integration.test_objects import add, compact_all, octx_for, states
@@ -37,3 +38,23 @@ def test_compaction_depth_grows_with_log8_of_the_slices(store, ingest):
         assert len(children) <= 8 and {k["level"] for k in kids} == {level - 1}
     assert Counter(level for _, level, _ in heads) == {1: 64, 2: 8, 3: 1}
     assert Counter(states(store).values()) == {"pending": 512}
+
+
+def test_a_compacted_raw_slice_keeps_a_reference_not_a_copy(store, ingest):
+    octx = octx_for(store)
+    (big, small) = add(ingest, ["".join(f"{i:05d} " for i in range(3_400)), "a short note"])  # 20,400 characters
+    timeline.intake(octx)
+    with store.connect() as conn:
+        hot_chars = conn.execute(select(func.sum(func.length(objects_hot_nodes.c.text)))).scalar()
+    assert hot_chars == 20_400 + 12  # while hot, the resident view holds the slices
+    compact_all(octx)
+    n = objects_hot_nodes.c
+    with store.connect() as conn:
+        raw_copied = conn.execute(select(func.sum(func.length(n.text))).where(n.level == 0)).scalar()
+        head_of_big = conn.execute(select(n.parent_id).where(n.node_id == f"{big}#0")).scalar()
+        raw = conn.execute(select(messages.c.content).where(messages.c.message_id == big)).scalar()
+    assert raw_copied == 0  # compacted: only the raw table holds the text
+    kids = timeline.expand(octx, head_of_big)
+    assert [k["node_id"] for k in kids] == [f"{big}#{i}" for i in range(8)]
+    assert "".join(k["text"] for k in kids) == raw[:16_000]  # read back from the raw event range
+    assert states(store) == {big: "pending", small: "pending"}

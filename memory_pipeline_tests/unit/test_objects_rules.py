@@ -407,3 +407,10 @@ def test_a_threshold_job_merges_the_lowest_level_with_two_nodes():
     assert logic.compact_pick({0: 1, 1: 1}, 8, whole_range=True) == (0, 1)  # explicit: every raw slice
     assert logic.compact_pick({0: 20, 1: 9}, 4, whole_range=True) == (0, 4)  # shrunk after a failure
     assert logic.compact_pick({1: 5, 2: 7}, 8, whole_range=True) is None  # no raw left, no full group
+
+
+def test_a_core_document_appears_once_per_write():
+    core = [{"name": "USER.md", "content": "a"}, {"name": "USER.md", "content": "b"}]
+    with pytest.raises(SubmissionError, match="twice") as e:
+        check_graph_write(base(core=core))
+    assert e.value.field == "core[1].name"
