@@ -808,9 +808,19 @@ def projection_page_name(object_id: str, page: int) -> str:
     return base if page == 0 else base[: -len(".md")] + f".p{page + 1}.md"
 
 
-def render_index(entries: Sequence[tuple[str, str, str]]) -> str:
-    """README.md: objects by type and name, each linking to its file. entries: (type, name, id)."""
+def render_index(entries: Sequence[tuple[str, str, str]], core: Sequence[str] = ()) -> str:
+    """README.md: the core documents present, then objects by type and name, each linking to its
+    file. entries: (type, name, id)."""
     lines = ["# Objects", "", "Generated from the store (the authority); edits here are never imported.", ""]
+    if core:
+        lines += [
+            "## Core documents",
+            "",
+            "A human edit of one of these files is imported (its prior version kept).",
+            "",
+        ]
+        lines += [f"- [{name}]({name})" for name in CORE_NAMES if name in core]
+        lines.append("")
     by_type: dict[str, list[tuple[str, str]]] = {}
     for otype, name, oid in entries:
         by_type.setdefault(otype, []).append((name, oid))
@@ -822,6 +832,25 @@ def render_index(entries: Sequence[tuple[str, str, str]]) -> str:
         lines += [f"- [{_md_escape(n)}]({projection_path(oid)}) `{oid}`" for n, oid in items]
         lines.append("")
     return "\n".join(lines)
+
+
+class CoreFileAction(StrEnum):
+    NONE = "none"  # file and store agree
+    WRITE = "write"  # the store is ahead of the file, or the file is gone: (re)write it
+    IMPORT = "import"  # a human edited the file: import it as a new version
+    RECORD = "record"  # the file was edited to what the store already holds: note it
+
+
+def core_file_action(stored: str | None, written_hash: str | None, on_disk: str | None) -> CoreFileAction:
+    """What the projection does with one core document file. Object files are never imported; a
+    core document's human edit is (seed 001 §6): a file that is not what the projection last
+    wrote there (``written_hash``) was edited by a human, and the edit wins (the store's version
+    stays in the history). A missing file is written again from the store."""
+    if on_disk is None:
+        return CoreFileAction.WRITE if stored is not None else CoreFileAction.NONE
+    if content_hash(on_disk) == written_hash:
+        return CoreFileAction.NONE if stored in (None, on_disk) else CoreFileAction.WRITE
+    return CoreFileAction.RECORD if stored == on_disk else CoreFileAction.IMPORT
 
 
 def content_hash(text: str) -> str:

@@ -119,18 +119,25 @@ def status(store: Store, world: str | None = None) -> dict[str, Any]:
 
 
 def _projection_lag(conn: Any, world: str | None) -> dict[str, Any]:
+    """Objects whose files are being (re)written (``behind``: never projected, older than the
+    store, missing or edited on disk, or failed), of them the files the last check found
+    ``missing`` or ``differing``, and the errors (objects and core documents)."""
+    from memory_pipeline.objects.projection import lagging_objects
+
     o, p = objects_objects.c, objects_projection.c
-    q = (
-        select(func.count())
-        .select_from(
-            objects_objects.outerjoin(objects_projection, (p.world_id == o.world_id) & (p.object_id == o.object_id))
-        )
-        .where((p.object_id.is_(None)) | (p.revision < o.revision) | (p.error.is_not(None)))
-    )
+    joined, lagging = lagging_objects()
+    q = select(func.count()).select_from(joined).where(lagging)
+    dq = select(p.drift, func.count()).where(p.drift.is_not(None)).group_by(p.drift)
     eq = select(p.world_id, p.object_id, p.error).where(p.error.is_not(None)).limit(20)
     if world:
-        q, eq = q.where(o.world_id == world), eq.where(p.world_id == world)
-    return {"behind": int(conn.execute(q).scalar() or 0), "errors": [dict(r._mapping) for r in conn.execute(eq).all()]}
+        q, dq, eq = q.where(o.world_id == world), dq.where(p.world_id == world), eq.where(p.world_id == world)
+    drift = {k: int(n) for k, n in conn.execute(dq).all()}
+    return {
+        "behind": int(conn.execute(q).scalar() or 0),
+        "missing": drift.get("missing", 0),
+        "differing": drift.get("differs", 0),
+        "errors": [dict(r._mapping) for r in conn.execute(eq).all()],
+    }
 
 
 def day_changes(store: Store) -> dict[date, Any]:

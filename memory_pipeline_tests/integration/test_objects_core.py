@@ -1,8 +1,9 @@
 """Seed 001 core documents (AGENTS.md, SOUL.md, USER.md) on PostgreSQL: the organize model is
 given them before it may replace one (an overwrite of a document the batch did not read is
-refused, and so is one of a document changed since the batch read it), and every write keeps
-the prior version with who wrote it, the graph revision and when. The model is the local
-OpenAI-compatible fake server or a claim committed directly."""
+refused, and so is one of a document changed since the batch read it), every write keeps the
+prior version with who wrote it, the graph revision and when, and a human edit of a projected
+core file is imported, never lost. The model is the local OpenAI-compatible fake server or a
+claim committed directly."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sqlalchemy import select
 
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store import leases
-from memory_pipeline.objects import graph, logic, worker
+from memory_pipeline.objects import graph, logic, projection, reports, worker
 from memory_pipeline.objects.config import ObjectsConfig
 from memory_pipeline.objects.context import ObjectsContext
 from memory_pipeline.objects.logic import SubmissionError
@@ -152,3 +153,51 @@ def test_a_core_document_edited_after_the_batch_read_it_is_never_overwritten(sto
     assert "core[0].name: stale: USER.md changed after this batch read it" in json.dumps(f.requests[2]["messages"])
     assert _current(store) == edit
     assert [(v, who, text) for v, who, text, *_ in _history(store)] == [(1, "human", ANA), (2, "human", edit)]
+
+
+def test_a_human_edit_of_a_projected_core_file_is_imported_and_never_lost(store, ingest, tmp_path):
+    octx, (e1,) = ready(store, ingest, ["the user likes tea"])
+    worker.enqueue(octx, W, "organize", origin=logic.JobOrigin.HOURLY)
+    graph.import_core(octx, W, "USER.md", ANA)
+    projection.project(store, tmp_path)
+    path = tmp_path / W / "USER.md"
+    assert path.read_text() == ANA and "[USER.md](USER.md)" in (tmp_path / W / "README.md").read_text()
+
+    path.write_text(ANA + "\nLikes: green tea")  # a human edit of the file
+    assert projection.needs_pass(store, tmp_path)  # the sensor's question
+    rep = projection.project(store, tmp_path)
+    assert rep.core_imported == [f"{W}/USER.md"] and _current(store) == ANA + "\nLikes: green tea"
+
+    def model_writes(content):  # a batch that read the current document replaces it
+        claim = claim_for(octx, e1)
+        with store.connect() as conn:
+            claim.core_read = graph.core_for_batch(conn, W, 96_000)[1]
+        graph.commit(octx, claim, sub(claim, core=[{"name": "USER.md", "content": content}]))
+        leases.release(store, graph.LEASE_ASSET, W, "h-test")
+
+    model_writes("Likes: coffee")
+    projection.project(store, tmp_path)
+    assert path.read_text() == "Likes: coffee"  # the store moved on, the file follows
+
+    path.write_text("Likes: coffee, never before noon")  # the human edits the file ...
+    model_writes("Likes: espresso")  # ... while a model writes the document
+    projection.project(store, tmp_path)
+    assert _current(store) == path.read_text() == "Likes: coffee, never before noon"  # the human edit wins
+    assert [who for _, who, *_ in _history(store)] == ["human", "human", "model", "model", "human"]
+    assert "Likes: espresso" in [text for _, _, text, *_ in _history(store)]  # the model's version is kept too
+
+    path.unlink()  # a deleted core file is written again from the store
+    projection.project(store, tmp_path)
+    assert path.read_text() == "Likes: coffee, never before noon" and len(_history(store)) == 5
+
+    (tmp_path / W / "SOUL.md").write_text("Calm.")  # a new core file by hand
+    projection.project(store, tmp_path)
+    assert _current(store, "SOUL.md") == "Calm." and _history(store, "SOUL.md")[0][1] == "human"
+
+    path.write_text("x" * 16_001)  # an edit the store refuses: reported, the file left as written
+    rep = projection.project(store, tmp_path)
+    assert any("USER.md: human edit not imported" in e for e in rep.errors)
+    assert [e["object_id"] for e in reports.status(store, W)["projection"]["errors"]] == ["USER.md"]
+    projection.project(store, tmp_path)
+    assert path.read_text() == "x" * 16_001 and _current(store) == "Likes: coffee, never before noon"
+    assert not projection.needs_pass(store, tmp_path)  # no pass every minute for it

@@ -103,3 +103,13 @@ def test_an_explicit_compact_builds_a_tree_that_expands_to_every_raw_slice(audit
         frontier += [k["node_id"] for k in kids if k["level"] > 0]
         reached += [(k["event_id"], k["text"]) for k in kids if k["level"] == 0]
     assert sorted(reached) == sorted((f"m{i}", f"note {i} about the garden and tomatoes") for i in range(60))
+
+
+def test_the_projection_repairs_a_deleted_file_and_says_what_it_found(audit_world, tmp_path):
+    audit_world("objects", "project", "--passes", "5")
+    files = sorted((tmp_path / "data" / "objects" / W / "knowledge").glob("*.md"))
+    assert files
+    files[0].unlink()
+    out = audit_world("objects", "project")
+    assert "found 1 file(s) missing" in out and files[0].exists()
+    assert "0 object(s) behind" in audit_world("objects", "status", "--world", W)

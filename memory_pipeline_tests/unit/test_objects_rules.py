@@ -414,3 +414,15 @@ def test_a_core_document_appears_once_per_write():
     with pytest.raises(SubmissionError, match="twice") as e:
         check_graph_write(base(core=core))
     assert e.value.field == "core[1].name"
+
+
+def test_a_core_file_edited_by_a_human_is_imported_a_missing_one_written_again():
+    act, h = logic.CoreFileAction, logic.content_hash
+    assert logic.core_file_action("v1", h("v1"), "v1") is act.NONE
+    assert logic.core_file_action("v2", h("v1"), "v1") is act.WRITE  # the store moved on: rewrite
+    assert logic.core_file_action("v1", h("v1"), None) is act.WRITE  # deleted: restored
+    assert logic.core_file_action("v1", h("v1"), "human") is act.IMPORT  # edited by hand: imported
+    assert logic.core_file_action("v2", h("v1"), "human") is act.IMPORT  # both moved: the human edit wins
+    assert logic.core_file_action(None, None, "human") is act.IMPORT  # a new file by hand
+    assert logic.core_file_action("v1", None, "v1") is act.RECORD
+    assert logic.core_file_action(None, None, None) is act.NONE
