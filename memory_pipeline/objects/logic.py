@@ -286,7 +286,9 @@ def fit_objects(objects: Sequence[Mapping[str, Any]], budget_bytes: int) -> list
 _KEY = re.compile(r"^[^\s:/\\#?*\[\]\x00-\x1f]{1,96}$")
 # Secrets look like provider keys, tokens, private keys or password assignments, or a long
 # unbroken run of letters and digits mixing classes (entropy). A reference names where the secret
-# lives ("1Password: GitHub deploy key"), never the secret itself.
+# lives ("1Password: GitHub deploy key"), never the secret itself. A placeholder ("password:
+# unknown") is no secret.
+_PLACEHOLDER = r"(?!(?:unknown|none|null|n/a|redacted|hidden|not set|<[^>]*>|\*+)(?:\W|$))"
 _SECRET_PATTERNS = [
     re.compile(r"\b(sk|pk|rk)-[A-Za-z0-9_-]{16,}"),
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
@@ -294,14 +296,20 @@ _SECRET_PATTERNS = [
     re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}"),
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
     re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
-    re.compile(r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key)\s*[:=]\s*\S{4,}"),
+    re.compile(r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key)\s*[:=]\s*" + _PLACEHOLDER + r"\S{4,}"),
+    re.compile(r"(?i)(密码|口令|密钥|令牌)\s*[:：=]\s*" + _PLACEHOLDER + r"\S{4,}"),
 ]
 _LONG_RUN = re.compile(r"[A-Za-z0-9+/_=-]{24,}")
 
 
-def looks_like_secret(value: str) -> bool:
+def looks_like_secret(value: str, *, strict: bool = True) -> bool:
+    """A value that looks like a secret. ``strict`` (a credential's fields) adds the entropy rule;
+    in other objects only the unmistakable shapes count, so a commit hash or an id in a knowledge
+    body is not taken for a key."""
     if any(p.search(value) for p in _SECRET_PATTERNS):
         return True
+    if not strict:
+        return False
     for run in _LONG_RUN.findall(value):
         classes = sum(bool(re.search(p, run)) for p in (r"[a-z]", r"[A-Z]", r"[0-9]"))
         if classes >= 3 or (classes == 2 and re.search(r"[0-9]", run) and len(run) >= 32):
@@ -471,16 +479,24 @@ def check_object(raw: Any, where: str) -> ObjectWrite:
         purpose=purpose,
         reference=reference,
     )
-    if otype is ObjectType.CREDENTIAL:
-        for key in ("name", "summary", "body", "purpose", "reference"):
-            if looks_like_secret(getattr(obj, key) or ""):
-                raise SubmissionError(
-                    f"{where}.{key}", "looks like a secret value; a credential keeps only its purpose and a reference"
-                )
-        for i, alias in enumerate([*obj.aliases, *obj.cues]):
-            if looks_like_secret(alias):
-                raise SubmissionError(f"{where}.aliases[{i}]", "looks like a secret value")
+    _refuse_secrets(obj, where)
     return obj
+
+
+def _refuse_secrets(obj: ObjectWrite, where: str) -> None:
+    """No object keeps a secret value, whatever its type; a credential keeps only its purpose and
+    a reference to where the secret lives (and is held to the stricter rule)."""
+    strict = obj.type is ObjectType.CREDENTIAL
+    fields = [(key, getattr(obj, key) or "") for key in ("name", "summary", "body", "purpose", "reference")]
+    fields += [(f"aliases[{i}]", a) for i, a in enumerate(obj.aliases)]
+    fields += [(f"cues[{i}]", c) for i, c in enumerate(obj.cues)]
+    for key, value in fields:
+        if looks_like_secret(value, strict=strict):
+            raise SubmissionError(
+                f"{where}.{key}",
+                "looks like a secret value; memory never keeps one (a credential object keeps its purpose "
+                "and a reference to where the secret lives)",
+            )
 
 
 def check_relation(raw: Any, where: str) -> RelationWrite:

@@ -409,6 +409,39 @@ def test_a_threshold_job_merges_the_lowest_level_with_two_nodes():
     assert logic.compact_pick({1: 5, 2: 7}, 8, whole_range=True) is None  # no raw left, no full group
 
 
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("body", "API access: sk-abcdefghijklmnopqrstuvwx"),
+        ("summary", "deploys with ghp_abcdefghijklmnopqrstuvwxyz0123"),
+        ("body", "Role: admin\npassword: hunter22"),
+        ("body", "服务器密码：hunter22"),
+        ("name", "AKIAABCDEFGHIJKLMNOP"),
+    ],
+)
+def test_secret_values_are_refused_in_every_objects_fields(field, value):
+    with pytest.raises(SubmissionError, match="looks like a secret") as e:
+        check_graph_write(base(objects=[obj(**{field: value})]))
+    assert e.value.field == f"objects[0].{field}"
+    with pytest.raises(SubmissionError, match="looks like a secret") as e:
+        check_graph_write(base(objects=[obj("knowledge:deploy", cues=["deploy", "token=abcd1234efgh"])]))
+    assert e.value.field == "objects[0].cues[1]"
+
+
+def test_an_ordinary_object_may_name_hashes_and_unknown_passwords():
+    fine = [
+        "Fixed in commit 3f2a9c1b4d5e6f708192a3b4c5d6e7f8a9b0c1d2",
+        "Password: unknown (asked the user to keep it in 1Password)",
+        "token: <redacted>",
+    ]
+    for body in fine:
+        assert check_graph_write(base(objects=[obj("knowledge:deploy", body=body)])).objects[0].body == body
+    # a credential is held to the stricter rule: a high-entropy run is refused there
+    cred = {"id": "credential:x", "name": "x", "purpose": "deploys", "reference": "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9"}
+    with pytest.raises(SubmissionError, match="looks like a secret"):
+        check_graph_write(base(objects=[cred]))
+
+
 def test_a_core_document_appears_once_per_write():
     core = [{"name": "USER.md", "content": "a"}, {"name": "USER.md", "content": "b"}]
     with pytest.raises(SubmissionError, match="twice") as e:

@@ -86,8 +86,8 @@ def outcomes_trace_to_raw_events(
     asset=assets.objects_archive,
     name=STATE_CHECK,
     description="Objects have a known type and status, summary <= 400 and body <= 16,000 characters; new "
-    "relations use only the standard labels and member_of points to a project; no credential holds a "
-    "value that looks like a secret; every attachment points to a raw event.",
+    "relations use only the standard labels and member_of points to a project; no object holds a value "
+    "that looks like a secret; every attachment points to a raw event.",
 )
 def objects_keep_vocabulary_and_limits(objects: ObjectsResource) -> AssetCheckResult:
     found = audit.state_audit(objects.memory_store.store())
