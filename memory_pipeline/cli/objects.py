@@ -86,6 +86,8 @@ def run(
     (the Dagster assets do the same under their sensors)."""
     from memory_pipeline.objects import timeline, worker
 
+    if max_batches < 0:
+        refuse(f"--max-batches: must be 0 (no limit) or more, got {max_batches}")
     worlds = [_world(w) for w in world] or None
     octx = _octx()
     if not octx.cfg.enabled:

@@ -12,11 +12,13 @@ import math
 from datetime import date
 
 import pytest
+from sqlalchemy import update
 from typer.testing import CliRunner
 
 from memory_pipeline.cli import app
-from memory_pipeline.objects import audit, reports, timeline
-from memory_pipeline_tests.integration.test_objects import W, octx_for
+from memory_pipeline.objects import audit, graph, recall, reports, timeline
+from memory_pipeline.objects.tables import objects_objects
+from memory_pipeline_tests.integration.test_objects import W, claim_for, octx_for, ready, sub
 
 DAY = date(2026, 10, 5)
 
@@ -113,3 +115,25 @@ def test_the_projection_repairs_a_deleted_file_and_says_what_it_found(audit_worl
     out = audit_world("objects", "project")
     assert "found 1 file(s) missing" in out and files[0].exists()
     assert "0 object(s) behind" in audit_world("objects", "status", "--world", W)
+
+
+def test_the_cli_refuses_negative_counts_and_a_backwards_range(cli):
+    assert "--max-batches: must be 0 (no limit) or more, got -5" in cli("objects", "run", "--max-batches", "-5", code=2)
+    assert "--passes: must be at least 1, got -3" in cli("objects", "project", "--passes", "-3", code=2)
+    out = cli("objects", "inspect", "events", "2026-10-06T00:00:00+08:00", "2026-10-05T00:00:00+08:00", code=2)
+    assert "FROM 2026-10-06T00:00:00+08:00 is after TO 2026-10-05T00:00:00+08:00" in out
+
+
+def test_memory_find_ranks_a_live_object_above_an_archived_duplicate(store, ingest):
+    octx, (e1,) = ready(store, ingest, ["x"])
+    claim = claim_for(octx, e1)
+    dup = {"id": "person:ana-old", "name": "Ana", "aliases": ["Ana Silva"], "body": "Ana Silva, gardener"}
+    survivor = {"id": "person:ana", "name": "Ana Silva", "body": "Gardener"}
+    graph.commit(octx, claim, sub(claim, objects=[dup, survivor]))
+    with store.begin() as conn:  # deep review archived the duplicate
+        conn.execute(
+            update(objects_objects).where(objects_objects.c.object_id == "person:ana-old").values(status="archived")
+        )
+    hits = recall.find(store, W, "Ana Silva")
+    assert [h["id"] for h in hits] == ["person:ana", "person:ana-old"]
+    assert hits[1]["score"] > hits[0]["score"]  # the duplicate matches better, yet ranks below
