@@ -190,6 +190,22 @@ def threshold_done(estimate: int, threshold: int) -> bool:
     return estimate < THRESHOLD_END_RATIO * threshold
 
 
+def kept_hot_on_enable(lengths_newest_first: Iterable[int], chars_per_token: float, threshold_tokens: int) -> int:
+    """Enabling the domain on a store that had no object memory: how many of a world's newest
+    events (their lengths, newest first) stay in the hot timeline. As many as keep the estimate
+    below 60% of the compaction threshold, where a threshold compaction would have stopped; every
+    older event counts as already compacted (queued for archiving, no hot slices)."""
+    budget = THRESHOLD_END_RATIO * threshold_tokens
+    used = kept = 0
+    for length in lengths_newest_first:
+        est = math.ceil(length / chars_per_token)
+        if used + est >= budget:
+            break
+        used += est
+        kept += 1
+    return kept
+
+
 def shrink(size: int, floor: int = 1) -> int:
     """The next smaller batch after a capacity failure (halving, never below ``floor``)."""
     return max(floor, size // 2)

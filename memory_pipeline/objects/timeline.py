@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, case, func, select, update
@@ -30,6 +31,7 @@ class IntakeReport:
     events: int = 0
     slices: int = 0
     oversized: int = 0
+    compacted: int = 0  # enable only: older events queued as already compacted
     worlds: set[str] = field(default_factory=set)
 
 
@@ -46,41 +48,45 @@ def ensure_worlds(conn: Any, worlds: Sequence[str]) -> None:
     )
 
 
-def intake(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> IntakeReport:
+def _unseen(worlds: Sequence[str] | None) -> Any:
+    """Raw events this domain has not seen yet, oldest first (debug conversations and empty turns
+    are not memory)."""
+    m, c, s = messages.c, conversations.c, objects_event_state.c
+    q = (
+        select(m.message_id, c.world_id, m.content, m.at, m.role)
+        .join(conversations, c.conversation_id == m.conversation_id)
+        .outerjoin(objects_event_state, s.event_id == m.message_id)
+        .where(s.event_id.is_(None), c.debug.is_(False), m.content != "")
+        .order_by(m.at, m.message_id)
+    )
+    return q.where(c.world_id.in_(list(worlds))) if worlds else q
+
+
+def intake(
+    octx: ObjectsContext, worlds: Sequence[str] | None = None, *, kept_hot: Mapping[str, set[str]] | None = None
+) -> IntakeReport:
     """Bring every raw event not yet seen into the hot timeline (late events too: they enter here
     and go through compact, never straight into the archive queue). One read per chunk, one
-    transaction per chunk; debug conversations and empty turns are not memory."""
+    transaction per chunk. ``kept_hot`` (only ``enable``): for a world enabled on an existing
+    store, the events that enter the hot timeline; its other events count as already compacted
+    and are queued for archiving without hot slices."""
     report = IntakeReport()
-    m, c, s = messages.c, conversations.c, objects_event_state.c
     while True:
-        q = (
-            select(m.message_id, c.world_id, m.content, m.at, m.role)
-            .join(conversations, c.conversation_id == m.conversation_id)
-            .outerjoin(objects_event_state, s.event_id == m.message_id)
-            .where(s.event_id.is_(None), c.debug.is_(False), m.content != "")
-            .order_by(m.at, m.message_id)
-            .limit(INTAKE_CHUNK)
-        )
-        if worlds:
-            q = q.where(c.world_id.in_(list(worlds)))
         with octx.store.begin() as conn:
-            rows = conn.execute(q).all()
+            rows = conn.execute(_unseen(worlds).limit(INTAKE_CHUNK)).all()
             if not rows:
                 return report
             world_ids = sorted({r.world_id for r in rows})
             ensure_worlds(conn, world_ids)
-            seqs = dict(
-                conn.execute(
-                    select(objects_worlds.c.world_id, objects_worlds.c.next_seq).where(
-                        objects_worlds.c.world_id.in_(world_ids)
-                    )
-                ).all()
-            )
-            nodes, states = [], []
+            w = objects_worlds.c
+            seqs = dict(conn.execute(select(w.world_id, w.next_seq).where(w.world_id.in_(world_ids))).all())
+            nodes: list[dict[str, Any]] = []
+            states = []
             now = octx.now()
             for r in rows:
                 text = r.content or ""
-                oversized = len(text) > logic.EVENT_MAX_CHARS
+                compacted = kept_hot is not None and r.world_id in kept_hot and r.message_id not in kept_hot[r.world_id]
+                state = _entry_state(len(text), compacted)
                 states.append(
                     {
                         "event_id": r.message_id,
@@ -88,51 +94,62 @@ def intake(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> IntakeR
                         "occurred_at": r.at,
                         "event_day": octx.day_of(r.at),
                         "chars": len(text),
-                        "state": EventState.OVERSIZED if oversized else EventState.HOT,
+                        "state": state,
                         "page_cursor": 0,
                         "progress": "",
-                        "reason": f"longer than {logic.EVENT_MAX_CHARS:,} characters" if oversized else "",
+                        "reason": f"longer than {logic.EVENT_MAX_CHARS:,} characters"
+                        if state is EventState.OVERSIZED
+                        else "",
+                        "queued_at": now if state is EventState.PENDING else None,
                         "explicit": False,
                         "updated_at": now,
                     }
                 )
-                if oversized:
-                    report.oversized += 1
-                    continue
-                for i, part in enumerate(logic.slices(text)):
-                    seq = seqs[r.world_id]
-                    seqs[r.world_id] = seq + 1
-                    nodes.append(
-                        {
-                            "node_id": f"{r.message_id}#{i}",
-                            "world_id": r.world_id,
-                            "seq": seq,
-                            "level": 0,
-                            "event_id": r.message_id,
-                            "slice_index": i,
-                            "text": part,
-                            "est_tokens": logic.estimate_tokens(part, octx.cfg.chars_per_token),
-                            "first_at": r.at,
-                            "last_at": r.at,
-                            "active": True,
-                            "parent_id": None,
-                            "children": None,
-                            "receipt_token": None,
-                            "created_at": now,
-                        }
-                    )
+                report.oversized += int(state is EventState.OVERSIZED)
+                report.compacted += int(state is EventState.PENDING)
+                if state is EventState.HOT:
+                    nodes += _raw_nodes(octx, r, seqs[r.world_id], now)
+                    seqs[r.world_id] += len(logic.slices(text))
             conn.execute(objects_event_state.insert(), states)
             if nodes:
                 conn.execute(objects_hot_nodes.insert(), nodes)
             conn.execute(
-                update(objects_worlds)
-                .where(objects_worlds.c.world_id == bindparam("w"))
-                .values(next_seq=bindparam("n")),
+                update(objects_worlds).where(w.world_id == bindparam("w")).values(next_seq=bindparam("n")),
                 [{"w": w, "n": n} for w, n in seqs.items()],
             )
         report.events += len(rows)
         report.slices += len(nodes)
         report.worlds.update(world_ids)
+
+
+def _entry_state(chars: int, compacted: bool) -> EventState:
+    if chars > logic.EVENT_MAX_CHARS:
+        return EventState.OVERSIZED  # never organized (its own outcome); the raw event stays readable by time
+    return EventState.PENDING if compacted else EventState.HOT
+
+
+def _raw_nodes(octx: ObjectsContext, r: Any, first_seq: int, now: datetime) -> list[dict[str, Any]]:
+    """An event's raw slices of at most 2,000 characters, from ``first_seq`` on."""
+    return [
+        {
+            "node_id": f"{r.message_id}#{i}",
+            "world_id": r.world_id,
+            "seq": first_seq + i,
+            "level": 0,
+            "event_id": r.message_id,
+            "slice_index": i,
+            "text": part,
+            "est_tokens": logic.estimate_tokens(part, octx.cfg.chars_per_token),
+            "first_at": r.at,
+            "last_at": r.at,
+            "active": True,
+            "parent_id": None,
+            "children": None,
+            "receipt_token": None,
+            "created_at": now,
+        }
+        for i, part in enumerate(logic.slices(r.content or ""))
+    ]
 
 
 def hot_estimates(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> dict[str, int]:
@@ -392,15 +409,73 @@ def store_counts(octx: ObjectsContext) -> dict[str, int]:
         }
 
 
-def enable(octx: ObjectsContext) -> dict[str, Any]:
-    """Turning the domain on for an existing store: every raw event gets its record (through the
-    hot timeline, as late events do; compaction then queues them), objects keep their attachments;
-    idempotent, deletes nothing. Reports counts before and after and an integrity check."""
-    from memory_pipeline.objects import audit
+def _kept_hot_for_new_worlds(octx: ObjectsContext) -> dict[str, set[str]]:
+    """For every world with raw events and no record in this domain yet: its newest events that
+    stay in the hot timeline (``logic.kept_hot_on_enable``); oversized ones never enter it."""
+    m, c, s = messages.c, conversations.c, objects_event_state.c
+    with octx.store.connect() as conn:
+        seen = set(conn.execute(select(s.world_id).distinct()).scalars())
+        worlds = set(conn.execute(select(c.world_id).where(c.debug.is_(False)).distinct()).scalars()) - seen
+        out: dict[str, set[str]] = {}
+        for world in sorted(worlds):
+            rows = conn.execute(
+                select(m.message_id, func.length(m.content))
+                .join(conversations, c.conversation_id == m.conversation_id)
+                .where(c.world_id == world, c.debug.is_(False), m.content != "")
+                .where(func.length(m.content) <= logic.EVENT_MAX_CHARS)
+                .order_by(m.at.desc(), m.message_id.desc())
+                .limit(INTAKE_CHUNK)
+            ).all()
+            kept = logic.kept_hot_on_enable(
+                [int(n) for _, n in rows], octx.cfg.chars_per_token, octx.cfg.compact_threshold_tokens
+            )
+            out[world] = {e for e, _ in rows[:kept]}
+    return out
 
-    before = store_counts(octx)
-    report = intake(octx)
-    after = store_counts(octx)
+
+def _recorded_sources(octx: ObjectsContext) -> int:
+    """Existing objects get the source relations their own write history records: an object
+    version written by an organize commit names the event of its receipt; a missing attachment
+    (object -> that raw event) is added. Nothing is guessed: an object with no recorded event stays
+    without sources."""
+    from memory_pipeline.objects.tables import objects_attachments, objects_versions
+
+    v, r, a = objects_versions.c, objects_receipts.c, objects_attachments.c
+    q = (
+        select(v.world_id, v.object_id, r.event_id, func.min(r.revision))
+        .join(objects_receipts, r.token == v.receipt_token)
+        .join(messages, messages.c.message_id == r.event_id)
+        .where(
+            ~select(a.event_id)
+            .where(a.world_id == v.world_id, a.object_id == v.object_id, a.event_id == r.event_id)
+            .exists()
+        )
+        .group_by(v.world_id, v.object_id, r.event_id)
+    )
+    with octx.store.begin() as conn:
+        rows = [
+            {"world_id": w, "object_id": o, "event_id": e, "revision": rev, "created_at": octx.now()}
+            for w, o, e, rev in conn.execute(q).all()
+        ]
+        if rows:
+            conn.execute(objects_attachments.insert(), rows)
+    return len(rows)
+
+
+def enable(octx: ObjectsContext) -> dict[str, Any]:
+    """Turning the domain on for an existing store (seed 001 §7): every raw event gets its record.
+    In a world this domain has never seen, the events older than what a threshold compaction
+    would leave in the hot timeline count as already compacted: they are queued for archiving
+    (``pending``) with no hot slices; the newest stay hot. Existing objects get the source
+    relations their write history records. Idempotent (a world already seen takes new events
+    through the hot timeline, as late events), deletes nothing; reports counts before and after
+    and an integrity check."""
+    from memory_pipeline.objects import audit, reports
+
+    before, states_before = store_counts(octx), reports.state_counts(octx.store)
+    report = intake(octx, kept_hot=_kept_hot_for_new_worlds(octx))
+    sources = _recorded_sources(octx)
+    after, states_after = store_counts(octx), reports.state_counts(octx.store)
     m, c, s = messages.c, conversations.c, objects_event_state.c
     with octx.store.connect() as conn:
         missing = int(
@@ -417,4 +492,15 @@ def enable(octx: ObjectsContext) -> dict[str, Any]:
         problems.append(f"{missing} raw event(s) without a record")
     if after["raw_events"] != before["raw_events"] or after["objects"] < before["objects"]:
         problems.append("raw events or objects changed while enabling")
-    return {"before": before, "after": after, "entered": report.events, "integrity": problems or "ok"}
+    return {
+        "before": before,
+        "after": after,
+        "states_before": states_before,
+        "states_after": states_after,
+        "entered": report.events,
+        "queued_as_compacted": report.compacted,
+        "entered_hot": report.events - report.compacted - report.oversized,
+        "oversized": report.oversized,
+        "sources_added": sources,
+        "integrity": problems or "ok",
+    }

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from memory_pipeline.lib.store.tables import messages
-from memory_pipeline.objects import timeline
-from memory_pipeline.objects.tables import objects_hot_nodes
-from memory_pipeline_tests.integration.test_objects import add, compact_all, octx_for, states
+from memory_pipeline.objects import timeline, worker
+from memory_pipeline.objects.tables import objects_attachments, objects_event_state, objects_hot_nodes
+from memory_pipeline_tests.conftest import cst
+from memory_pipeline_tests.integration.test_objects import W, add, compact_all, count, octx_for, states
 
 
 def _active_levels(store) -> list[int]:
@@ -58,3 +60,46 @@ def test_a_compacted_raw_slice_keeps_a_reference_not_a_copy(store, ingest):
     assert [k["node_id"] for k in kids] == [f"{big}#{i}" for i in range(8)]
     assert "".join(k["text"] for k in kids) == raw[:16_000]  # read back from the raw event range
     assert states(store) == {big: "pending", small: "pending"}
+
+
+def test_enabling_on_an_existing_store_queues_the_already_compacted_events(store, ingest):
+    # 60% of 100 tokens at 4 characters a token: the newest events under 240 characters stay hot
+    octx = octx_for(store, compact_threshold_tokens=100)
+    ids = add(ingest, [f"garden note {i:03d}" for i in range(50)])  # 15 characters = 4 tokens each
+    raw_before = count(store, messages)
+    first = timeline.enable(octx)
+    assert (first["entered"], first["queued_as_compacted"], first["entered_hot"]) == (50, 36, 14)
+    assert first["states_before"] == {} and first["states_after"] == {"pending": 36, "hot": 14}
+    assert first["integrity"] == "ok" and count(store, messages) == raw_before
+    got = states(store)
+    assert all(got[e] == "pending" for e in ids[:36]) and all(got[e] == "hot" for e in ids[36:])
+    with store.connect() as conn:
+        hot_events = set(conn.execute(select(objects_hot_nodes.c.event_id)).scalars())
+        queued_at = conn.execute(
+            select(func.count()).where(
+                objects_event_state.c.state == "pending", objects_event_state.c.queued_at.is_(None)
+            )
+        ).scalar()
+    assert hot_events == set(ids[36:]) and queued_at == 0  # already compacted: no hot slices
+    assert worker.hourly_worlds(octx) == [W]  # the hourly organize takes them from here
+
+    again = timeline.enable(octx)  # idempotent
+    assert (again["entered"], again["sources_added"]) == (0, 0) and again["after"] == first["after"]
+    late = add(ingest, ["a note after enabling"], start=cst(2026, 1, 11, 9))
+    assert timeline.enable(octx)["entered_hot"] == 1 and states(store)[late[0]] == "hot"  # a seen world: as late events
+
+    # existing objects get the sources their write history records (an attachment lost here)
+    worker.enqueue(octx, W, "organize")
+    worker.run_worker(octx, max_batches=3)
+    with store.begin() as conn:
+        lost = conn.execute(delete(objects_attachments).where(objects_attachments.c.event_id == ids[0])).rowcount
+    assert lost and timeline.enable(octx)["sources_added"] == lost
+    assert count(store, objects_attachments, objects_attachments.c.event_id == ids[0]) == lost
+    assert timeline.enable(octx)["sources_added"] == 0
+
+
+def test_enabling_never_puts_an_oversized_event_in_the_timeline(store, ingest):
+    octx = octx_for(store, compact_threshold_tokens=100)
+    (big, small) = add(ingest, ["x" * 32_001, "tomatoes"], start=cst(2026, 1, 10, 9) - timedelta(days=1))
+    rep = timeline.enable(octx)
+    assert (rep["oversized"], rep["entered_hot"]) == (1, 1) and states(store) == {big: "oversized", small: "hot"}

@@ -459,3 +459,11 @@ def test_a_core_file_edited_by_a_human_is_imported_a_missing_one_written_again()
     assert logic.core_file_action(None, None, "human") is act.IMPORT  # a new file by hand
     assert logic.core_file_action("v1", None, "v1") is act.RECORD
     assert logic.core_file_action(None, None, None) is act.NONE
+
+
+def test_enabling_keeps_hot_only_what_a_threshold_compaction_would_leave():
+    # threshold 100 tokens at 4 characters each: 60% = 60 tokens, kept strictly below
+    assert logic.kept_hot_on_enable([40, 40, 40, 400], 4.0, 100) == 3  # 10 + 10 + 10 tokens, then 100 more
+    assert logic.kept_hot_on_enable([200, 40], 4.0, 100) == 1  # 50, then 60 would not stay below
+    assert logic.kept_hot_on_enable([400], 4.0, 100) == 0
+    assert logic.kept_hot_on_enable([], 4.0, 100) == 0
