@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.objects import logic
+from memory_pipeline.objects.projection import lagging_objects
 from memory_pipeline.objects.tables import (
     objects_event_state,
     objects_failures,
@@ -122,8 +123,6 @@ def _projection_lag(conn: Any, world: str | None) -> dict[str, Any]:
     """Objects whose files are being (re)written (``behind``: never projected, older than the
     store, missing or edited on disk, or failed), of them the files the last check found
     ``missing`` or ``differing``, and the errors (objects and core documents)."""
-    from memory_pipeline.objects.projection import lagging_objects
-
     o, p = objects_objects.c, objects_projection.c
     joined, lagging = lagging_objects()
     q = select(func.count()).select_from(joined).where(lagging)

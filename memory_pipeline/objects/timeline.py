@@ -87,6 +87,7 @@ def intake(
                 text = r.content or ""
                 compacted = kept_hot is not None and r.world_id in kept_hot and r.message_id not in kept_hot[r.world_id]
                 state = _entry_state(len(text), compacted)
+                oversized = state is EventState.OVERSIZED
                 states.append(
                     {
                         "event_id": r.message_id,
@@ -97,15 +98,13 @@ def intake(
                         "state": state,
                         "page_cursor": 0,
                         "progress": "",
-                        "reason": f"longer than {logic.EVENT_MAX_CHARS:,} characters"
-                        if state is EventState.OVERSIZED
-                        else "",
+                        "reason": f"longer than {logic.EVENT_MAX_CHARS:,} characters" if oversized else "",
                         "queued_at": now if state is EventState.PENDING else None,
                         "explicit": False,
                         "updated_at": now,
                     }
                 )
-                report.oversized += int(state is EventState.OVERSIZED)
+                report.oversized += int(oversized)
                 report.compacted += int(state is EventState.PENDING)
                 if state is EventState.HOT:
                     nodes += _raw_nodes(octx, r, seqs[r.world_id], now)
