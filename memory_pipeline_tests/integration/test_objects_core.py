@@ -201,3 +201,17 @@ def test_a_human_edit_of_a_projected_core_file_is_imported_and_never_lost(store,
     projection.project(store, tmp_path)
     assert path.read_text() == "x" * 16_001 and _current(store) == "Likes: coffee, never before noon"
     assert not projection.needs_pass(store, tmp_path)  # no pass every minute for it
+
+
+def test_the_deep_review_is_given_the_core_documents_too(store, ingest, monkeypatch):
+    octx, _ = ready(store, ingest, ["x"])
+    worker.enqueue(octx, W, "organize")
+    worker.run_worker(octx)
+    graph.import_core(octx, W, "SOUL.md", "Calm and precise.")
+    spy = []
+    real_complete = octx.llm.complete
+    monkeypatch.setattr(octx.llm, "complete", lambda req, **kw: spy.append(req) or real_complete(req, **kw))
+    worker.enqueue(octx, W, "deep")
+    worker.run_worker(octx)
+    core = {d["name"]: d for d in json.loads(spy[0].user)["core"]}
+    assert spy[0].task == "objects_deep" and core["SOUL.md"]["content"] == "Calm and precise."
