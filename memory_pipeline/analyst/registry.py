@@ -32,6 +32,7 @@ from memory_pipeline.lib.store.tables import conversations, inbox, llm_cache, ll
 from memory_pipeline.objects.tables import (
     objects_attachments,
     objects_core,
+    objects_core_versions,
     objects_event_state,
     objects_failures,
     objects_hot_nodes,
@@ -160,10 +161,19 @@ EXPORTS: tuple[ExportTable, ...] = (
     ExportTable(objects_relations, None, "Seed 001 relations between objects (standard labels; legacy kept readable)."),
     ExportTable(objects_attachments, None, "Seed 001 attachments: object -> raw event evidence (and event -> object)."),
     ExportTable(objects_core, None, "Seed 001 per-world core documents (AGENTS.md, SOUL.md, USER.md)."),
+    ExportTable(
+        objects_core_versions,
+        "at",
+        "Seed 001 every version of a core document (model commit or human import), by the day written.",
+    ),
     ExportTable(objects_jobs, None, "Seed 001 compact / organize / deep jobs with their origin and status."),
     ExportTable(objects_failures, "at", "Seed 001 failure history of claims (never rewritten as done)."),
     ExportTable(objects_receipts, "created_at", "Seed 001 one receipt per committed batch, with its outcome."),
-    ExportTable(objects_projection, None, "Seed 001 Markdown projection state per object (hash, revision, error)."),
+    ExportTable(
+        objects_projection,
+        None,
+        "Seed 001 Markdown projection state per object and core document (hash, pages, revision, drift, error).",
+    ),
 )
 
 BY_NAME: dict[str, ExportTable] = {e.name: e for e in EXPORTS}

@@ -86,6 +86,8 @@ def run(
     (the Dagster assets do the same under their sensors)."""
     from memory_pipeline.objects import timeline, worker
 
+    if max_batches < 0:
+        refuse(f"--max-batches: must be 0 (no limit) or more, got {max_batches}")
     worlds = [_world(w) for w in world] or None
     octx = _octx()
     if not octx.cfg.enabled:
@@ -195,19 +197,26 @@ def resident(world: str = typer.Argument(...)):
 
 
 @app.command("project")
-def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10 objects")):
-    """Write the Markdown projection (README index, one folder per type) under the data folder."""
+def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10 objects (at least 1)")):
+    """Write the Markdown projection (README index, one folder per type, the core documents) under
+    the data folder: files deleted or edited by hand are rewritten, a core document's human edit
+    is imported."""
     from pathlib import Path
 
     from memory_pipeline.lib import settings
     from memory_pipeline.objects import projection
 
+    if passes < 1:
+        refuse(f"--passes: must be at least 1, got {passes}")
     octx = _octx()
     root = Path(octx.cfg.projection_dir) if octx.cfg.projection_dir else settings.data_dir() / "objects"
-    for _ in range(max(1, passes)):
+    for _ in range(passes):
         rep = projection.project(octx.store, root)
         console.print(
-            f"{root}: {rep.written} written, {rep.unchanged} unchanged, {rep.behind_after} behind, errors {rep.errors[:3]}"
+            f"{root}: {rep.written} written, {rep.unchanged} unchanged; found {rep.missing} file(s) missing, "
+            f"{rep.differing} edited by hand; core documents {rep.core_written} written, "
+            f"{len(rep.core_imported)} human edit(s) imported {rep.core_imported}; {rep.behind_after} behind, "
+            f"errors {rep.errors[:3]}"
         )
         if not rep.behind_after:
             break
@@ -220,15 +229,20 @@ def status(world: str | None = typer.Option(None, "--world")):
 
 
 def print_objects_status(store, world: str | None = None) -> None:
-    from memory_pipeline.objects import recall, reports
+    from memory_pipeline.objects import logic, recall, reports
 
     st = reports.status(store, world)
     states = st["states"]
     console.print(
         "objects: events by state "
         + (", ".join(f"{k} {v}" for k, v in sorted(states.items())) or "none yet")
-        + ("" if st["complete"] else " [yellow](partial: unfinished events remain)[/]")
+        + ("" if st["complete"] else " [yellow](partial: unfinished or never-organized events remain)[/]")
     )
+    if st["not_organized"]:
+        console.print(
+            f"not organized (over {logic.EVENT_MAX_CHARS:,} characters; raw kept, `objects inspect event ID` reads it): "
+            + ", ".join(f"{escape(r['event_id'])} ({r['chars']:,} characters)" for r in st["not_organized"])
+        )
     counts = recall.object_counts(store)
     table = Table(title="Objects per world and type")
     for col in ("world", "objects by type", "graph revision", "worker error"):
@@ -256,7 +270,12 @@ def print_objects_status(store, world: str | None = None) -> None:
     if st["failures"]:
         console.print(f"failure history (newest {len(st['failures'])}): " + escape(st["failures"][0]["error"][:200]))
     lag = st["projection"]
-    console.print(f"markdown projection: {lag['behind']} object(s) behind, {len(lag['errors'])} error(s)")
+    console.print(
+        f"markdown projection: {lag['behind']} object(s) behind (being rewritten; the last check found "
+        f"{lag['missing']} file(s) missing, {lag['differing']} edited by hand: object files are never imported), "
+        f"{len(lag['errors'])} error(s)"
+        + "".join(f"\n  {escape(e['world_id'])} {escape(e['object_id'])}: {escape(e['error'])}" for e in lag["errors"])
+    )
 
 
 def _offset(value: str | None, name: str = "OFFSET") -> int:

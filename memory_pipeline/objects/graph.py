@@ -11,6 +11,7 @@ batch (another event, page, world or claim) is refused."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -18,14 +19,23 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, select, update
 
-from memory_pipeline.lib.store import upsert
+from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import partition_leases
 from memory_pipeline.objects import logic
 from memory_pipeline.objects.context import ObjectsContext
-from memory_pipeline.objects.logic import EventState, GraphWrite, ObjectStatus, ObjectType, Outcome, SubmissionError
+from memory_pipeline.objects.logic import (
+    CoreAuthor,
+    EventState,
+    GraphWrite,
+    ObjectStatus,
+    ObjectType,
+    Outcome,
+    SubmissionError,
+)
 from memory_pipeline.objects.tables import (
     objects_attachments,
     objects_core,
+    objects_core_versions,
     objects_event_state,
     objects_jobs,
     objects_objects,
@@ -66,6 +76,9 @@ class Claim:
     # Which claim of its job this is (the worker: "<job id>.<claim number>"): a token it commits
     # belongs to it, so the same token sent by a later claim is not a replay.
     batch: str | None = None
+    # The core documents the batch was given: name -> the revision of the version it read (None:
+    # read as absent). Only these may be written, and only while unchanged since.
+    core_read: dict[str, int | None] = field(default_factory=dict)
 
 
 class LeaseLost(SubmissionError):
@@ -208,7 +221,7 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any, *, size_bytes: int | No
                 ).all()
             )
         new_rel = [r for r in rel_rows if (r["src"], r["label"], r["dst"]) not in existing_rel]
-        core_changes = _core_changes(conn, claim.world_id, write)
+        core_changes = _core_changes(conn, claim, write)
         changed = bool(changed_objects or new_objects or new_rel or core_changes or write.archive_relations)
         had_target = False
         page = claim.page
@@ -272,22 +285,8 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any, *, size_bytes: int | No
                 keys=["world_id", "object_id", "event_id"],
                 update=[],
             )
-        if core_changes:
-            upsert(
-                conn,
-                objects_core,
-                [
-                    {
-                        "world_id": claim.world_id,
-                        "name": c.name,
-                        "content": c.content,
-                        "revision": revision,
-                        "updated_at": now,
-                    }
-                    for c in core_changes
-                ],
-                keys=["world_id", "name"],
-            )
+        for c in core_changes:
+            write_core(conn, claim.world_id, c.name, c.content, revision, CoreAuthor.MODEL, now, token=write.token)
         if page is not None:
             _dispose_event(conn, page, write, now)
         detail: dict[str, Any] = {
@@ -398,12 +397,106 @@ def _object_changes(
     return changed, new
 
 
-def _core_changes(conn: Connection, world: str, write: GraphWrite) -> list[logic.CoreWrite]:
+def _core_changes(conn: Connection, claim: Claim, write: GraphWrite) -> list[logic.CoreWrite]:
+    """The core writes that change a document. Refused, like an unread object: an overwrite of a
+    document the batch was not given, and one of a document changed since the batch read it (a
+    human edit imported meanwhile is never overwritten blind)."""
     if not write.core:
         return []
     c = objects_core.c
-    have = dict(conn.execute(select(c.name, c.content).where(c.world_id == world)).all())
-    return [w for w in write.core if have.get(w.name) != w.content]
+    have = {
+        r.name: r for r in conn.execute(select(c.name, c.content, c.revision).where(c.world_id == claim.world_id)).all()
+    }
+    for i, w in enumerate(write.core):
+        current = have[w.name].revision if w.name in have else None
+        if w.name not in claim.core_read:
+            if current is not None:
+                raise SubmissionError(
+                    f"core[{i}].name", f"{w.name} exists and was not read in this batch: overwrite refused"
+                )
+            continue
+        read = claim.core_read[w.name]
+        if current != read:
+            seen = f"at revision {read}" if read is not None else "as absent"
+            raise SubmissionError(
+                f"core[{i}].name",
+                f"stale: {w.name} changed after this batch read it ({seen}; now revision {current}); "
+                "submit without it: the next batch reads the current document",
+            )
+    return [w for w in write.core if w.name not in have or have[w.name].content != w.content]
+
+
+def write_core(
+    conn: Connection,
+    world: str,
+    name: str,
+    content: str,
+    revision: int,
+    written_by: CoreAuthor,
+    now: datetime,
+    token: str | None = None,
+) -> int:
+    """A new version of a core document: the current row and its history row (the prior versions
+    stay there). Returns the version number."""
+    c = objects_core.c
+    version = (conn.execute(select(c.version).where(c.world_id == world, c.name == name)).scalar_one_or_none() or 0) + 1
+    row = {
+        "world_id": world,
+        "name": name,
+        "content": content,
+        "revision": revision,
+        "version": version,
+        "written_by": str(written_by),
+        "updated_at": now,
+    }
+    upsert(conn, objects_core, [row], keys=["world_id", "name"])
+    conn.execute(
+        objects_core_versions.insert().values(
+            world_id=world,
+            name=name,
+            version=version,
+            revision=revision,
+            written_by=str(written_by),
+            content=content,
+            receipt_token=token,
+            at=now,
+        )
+    )
+    return version
+
+
+def core_for_batch(
+    conn: Connection, world: str, budget_bytes: int
+) -> tuple[list[dict[str, Any]], dict[str, int | None]]:
+    """The core documents a batch is given (the seed's three core files, read before any may be
+    replaced), within ``budget_bytes`` of the claim's transfer budget; and what it read (name ->
+    revision, None for an absent document). A document over the budget is named but not
+    delivered, and so cannot be written in this batch."""
+    c = objects_core.c
+    rows = {
+        r.name: r
+        for r in conn.execute(select(c.name, c.content, c.revision, c.version).where(c.world_id == world)).all()
+    }
+    docs: list[dict[str, Any]] = []
+    read: dict[str, int | None] = {}
+    left = budget_bytes
+    for name in logic.CORE_NAMES:
+        r = rows.get(name)
+        if r is None:
+            docs.append({"name": name, "absent": True})
+            read[name] = None
+            continue
+        doc = {"name": name, "version": r.version, "revision": r.revision, "content": r.content}
+        size = len(json.dumps(doc, ensure_ascii=False).encode())
+        if size > left:
+            docs.append(
+                {"name": name, "version": r.version, "not_delivered": "over the transfer budget; not writable now"}
+            )
+            continue
+        docs.append(doc)
+        read[name] = r.revision
+        left -= size
+    return docs, read
 
 
 def _write_objects(
@@ -582,15 +675,20 @@ def ensure_daily(conn: Connection, world: str, now: datetime) -> None:
 
 
 def import_core(octx: ObjectsContext, world: str, name: str, content: str) -> dict[str, Any]:
-    """A human edit of a core document (AGENTS.md, SOUL.md, USER.md) imported into the store: one
-    graph revision; an unchanged document is not rewritten."""
+    """A human edit of a core document (AGENTS.md, SOUL.md, USER.md) imported into the store."""
+    return import_core_text(octx.store, world, name, content, octx.now())
+
+
+def import_core_text(store: Store, world: str, name: str, content: str, now: datetime) -> dict[str, Any]:
+    """A human edit of a core document imported: a new version written by ``human`` (the prior
+    one kept in the history) and one graph revision, so a batch that read the old version can no
+    longer overwrite it; an unchanged document is not rewritten."""
     if name not in logic.CORE_NAMES:
         raise SubmissionError("name", f"must be one of {', '.join(logic.CORE_NAMES)}")
     if not isinstance(content, str) or len(content) > logic.BODY_MAX_CHARS or "\x00" in content:
         raise SubmissionError("content", f"a text of at most {logic.BODY_MAX_CHARS:,} characters without NUL")
-    now = octx.now()
     c = objects_core.c
-    with octx.store.begin() as conn:
+    with store.begin() as conn:
         from memory_pipeline.objects import timeline
 
         timeline.ensure_worlds(conn, [world])
@@ -603,10 +701,5 @@ def import_core(octx: ObjectsContext, world: str, name: str, content: str) -> di
             .values(graph_revision=objects_worlds.c.graph_revision + 1)
             .returning(objects_worlds.c.graph_revision)
         ).scalar_one()
-        upsert(
-            conn,
-            objects_core,
-            [{"world_id": world, "name": name, "content": content, "revision": revision, "updated_at": now}],
-            keys=["world_id", "name"],
-        )
-    return {"name": name, "changed": True, "revision": revision}
+        version = write_core(conn, world, name, content, revision, CoreAuthor.HUMAN, now)
+    return {"name": name, "changed": True, "revision": revision, "version": version}

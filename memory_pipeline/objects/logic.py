@@ -90,7 +90,9 @@ class Outcome(StrEnum):
 class EventState(StrEnum):
     """Where an event is: still in the hot timeline, queued for archiving (pending), partly read
     (in_progress, after a continue), final (linked / archive_only), or blocked after 5 failures.
-    ``oversized``: longer than 32,000 characters, never entered (the seed's event limit)."""
+    ``oversized``: longer than 32,000 characters (the seed's event limit), so never organized: its
+    own outcome, which status, the range status and the day check count as not organized (never
+    complete); the raw event stays readable by time."""
 
     HOT = "hot"
     PENDING = "pending"
@@ -103,6 +105,7 @@ class EventState(StrEnum):
 
 FINAL_STATES = (EventState.LINKED, EventState.ARCHIVE_ONLY)
 QUEUED_STATES = (EventState.PENDING, EventState.IN_PROGRESS)
+NOT_ORGANIZED_STATES = (EventState.OVERSIZED,)  # final for the pipeline, yet never organized
 
 
 class JobMode(StrEnum):
@@ -133,6 +136,16 @@ class DayStatus(StrEnum):
 
 
 CORE_NAMES = ("AGENTS.md", "SOUL.md", "USER.md")
+
+
+class CoreAuthor(StrEnum):
+    """Who wrote a version of a core document."""
+
+    MODEL = "model"  # an organize / deep commit (its receipt token kept)
+    HUMAN = "human"  # a human edit, imported
+    UNKNOWN = "unknown"  # written before core history was kept
+
+
 BUILTIN_DAILY = "project:daily"
 
 
@@ -162,6 +175,11 @@ def slices(text: str, size: int = SLICE_MAX_CHARS) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+def slice_range(index: int, size: int = SLICE_MAX_CHARS) -> tuple[int, int]:
+    """The characters [start, stop) of its event that raw slice ``index`` covers (``slices``)."""
+    return index * size, (index + 1) * size
+
+
 def estimate_tokens(text: str, chars_per_token: float) -> int:
     """The one estimator of the hot timeline (seed: 沿用估算 token 口径): characters / ratio."""
     return math.ceil(len(text) / chars_per_token) if text else 0
@@ -172,6 +190,22 @@ def threshold_done(estimate: int, threshold: int) -> bool:
     return estimate < THRESHOLD_END_RATIO * threshold
 
 
+def kept_hot_on_enable(lengths_newest_first: Iterable[int], chars_per_token: float, threshold_tokens: int) -> int:
+    """Enabling the domain on a store that had no object memory: how many of a world's newest
+    events (their lengths, newest first) stay in the hot timeline. As many as keep the estimate
+    below 60% of the compaction threshold, where a threshold compaction would have stopped; every
+    older event counts as already compacted (queued for archiving, no hot slices)."""
+    budget = THRESHOLD_END_RATIO * threshold_tokens
+    used = kept = 0
+    for length in lengths_newest_first:
+        est = math.ceil(length / chars_per_token)
+        if used + est >= budget:
+            break
+        used += est
+        kept += 1
+    return kept
+
+
 def shrink(size: int, floor: int = 1) -> int:
     """The next smaller batch after a capacity failure (halving, never below ``floor``)."""
     return max(floor, size // 2)
@@ -180,6 +214,29 @@ def shrink(size: int, floor: int = 1) -> int:
 def head_level(child_levels: Iterable[int]) -> int:
     """A head sits one level above its highest child, so heads expand level by level."""
     return max(child_levels, default=0) + 1
+
+
+def compact_pick(level_counts: Mapping[int, int], size: int, *, whole_range: bool) -> tuple[int, int] | None:
+    """What the next compact batch merges, from the number of active nodes per level in the
+    job's range: ``(level, count)``, the oldest ``count`` nodes of that one level; None when the
+    job is done. A batch never mixes levels, so heads form a tree of fan-out 8 whose depth grows
+    with log8 of the slices (a head is never folded into the next batch as a chain would).
+
+    First a full group of 8 at the lowest level that has one; then an explicit compact (which
+    covers its whole range) takes the raw slices left, fewer than 8; a threshold job (which only
+    needs the estimate down) the lowest level with at least 2 nodes. ``size`` (8, halved after a
+    capacity failure) caps the count."""
+    full = [lv for lv, n in level_counts.items() if n >= COMPACT_BATCH_MAX]
+    if full:
+        return min(full), min(size, COMPACT_BATCH_MAX)
+    if whole_range:
+        raw = level_counts.get(0, 0)
+        return (0, min(size, raw)) if raw else None
+    several = [lv for lv, n in level_counts.items() if n >= 2]
+    if not several:
+        return None
+    level = min(several)
+    return level, min(size, level_counts[level])
 
 
 def check_compact_submission(args: Any, batch_ids: Sequence[str], batch_chars: int) -> str:
@@ -279,7 +336,9 @@ def fit_result(result: Mapping[str, Any], left: int, budget: int, offset: int = 
 _KEY = re.compile(r"^[^\s:/\\#?*\[\]\x00-\x1f]{1,96}$")
 # Secrets look like provider keys, tokens, private keys or password assignments, or a long
 # unbroken run of letters and digits mixing classes (entropy). A reference names where the secret
-# lives ("1Password: GitHub deploy key"), never the secret itself.
+# lives ("1Password: GitHub deploy key"), never the secret itself. A placeholder ("password:
+# unknown") is no secret.
+_PLACEHOLDER = r"(?!(?:unknown|none|null|n/a|redacted|hidden|not set|<[^>]*>|\*+)(?:\W|$))"
 _SECRET_PATTERNS = [
     re.compile(r"\b(sk|pk|rk)-[A-Za-z0-9_-]{16,}"),
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
@@ -287,14 +346,20 @@ _SECRET_PATTERNS = [
     re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}"),
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
     re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
-    re.compile(r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key)\s*[:=]\s*\S{4,}"),
+    re.compile(r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key)\s*[:=]\s*" + _PLACEHOLDER + r"\S{4,}"),
+    re.compile(r"(?i)(密码|口令|密钥|令牌)\s*[:：=]\s*" + _PLACEHOLDER + r"\S{4,}"),
 ]
 _LONG_RUN = re.compile(r"[A-Za-z0-9+/_=-]{24,}")
 
 
-def looks_like_secret(value: str) -> bool:
+def looks_like_secret(value: str, *, strict: bool = True) -> bool:
+    """A value that looks like a secret. ``strict`` (a credential's fields) adds the entropy rule;
+    in other objects only the unmistakable shapes count, so a commit hash or an id in a knowledge
+    body is not taken for a key."""
     if any(p.search(value) for p in _SECRET_PATTERNS):
         return True
+    if not strict:
+        return False
     for run in _LONG_RUN.findall(value):
         classes = sum(bool(re.search(p, run)) for p in (r"[a-z]", r"[A-Z]", r"[0-9]"))
         if classes >= 3 or (classes == 2 and re.search(r"[0-9]", run) and len(run) >= 32):
@@ -464,16 +529,24 @@ def check_object(raw: Any, where: str) -> ObjectWrite:
         purpose=purpose,
         reference=reference,
     )
-    if otype is ObjectType.CREDENTIAL:
-        for key in ("name", "summary", "body", "purpose", "reference"):
-            if looks_like_secret(getattr(obj, key) or ""):
-                raise SubmissionError(
-                    f"{where}.{key}", "looks like a secret value; a credential keeps only its purpose and a reference"
-                )
-        for i, alias in enumerate([*obj.aliases, *obj.cues]):
-            if looks_like_secret(alias):
-                raise SubmissionError(f"{where}.aliases[{i}]", "looks like a secret value")
+    _refuse_secrets(obj, where)
     return obj
+
+
+def _refuse_secrets(obj: ObjectWrite, where: str) -> None:
+    """No object keeps a secret value, whatever its type; a credential keeps only its purpose and
+    a reference to where the secret lives (and is held to the stricter rule)."""
+    strict = obj.type is ObjectType.CREDENTIAL
+    fields = [(key, getattr(obj, key) or "") for key in ("name", "summary", "body", "purpose", "reference")]
+    fields += [(f"aliases[{i}]", a) for i, a in enumerate(obj.aliases)]
+    fields += [(f"cues[{i}]", c) for i, c in enumerate(obj.cues)]
+    for key, value in fields:
+        if looks_like_secret(value, strict=strict):
+            raise SubmissionError(
+                f"{where}.{key}",
+                "looks like a secret value; memory never keeps one (a credential object keeps its purpose "
+                "and a reference to where the secret lives)",
+            )
 
 
 def check_relation(raw: Any, where: str) -> RelationWrite:
@@ -568,10 +641,13 @@ def check_graph_write(args: Any, *, deep: bool = False, size_bytes: int | None =
     for i, a in enumerate(lists["attach"]):
         parse_object_id(a, f"attach[{i}]")
         attach.append(str(a))
-    core = []
+    core: list[CoreWrite] = []
     for i, c in enumerate(lists["core"]):
         if not isinstance(c, Mapping) or c.get("name") not in CORE_NAMES:
             raise SubmissionError(f"core[{i}].name", f"must be one of {', '.join(CORE_NAMES)}")
+        _unknown_field(f"core[{i}]", c, {"name", "content"})
+        if any(w.name == c["name"] for w in core):
+            raise SubmissionError(f"core[{i}].name", f"{c['name']} appears twice in one write")
         core.append(CoreWrite(str(c["name"]), _text(c, "content", f"core[{i}]", BODY_MAX_CHARS)))
     reviewed = []
     for i, r in enumerate(lists["reviewed"]):
@@ -731,11 +807,12 @@ def deep_due(now_local: datetime, last_deep_date: date | None, last_activity_loc
 
 def day_status(counts: Mapping[str, int], *, open_day: bool) -> DayStatus:
     """A CST day of events is complete only when every event is linked/archive_only; anything
-    blocked, queued or still hot makes it partial (never reported complete)."""
+    blocked, queued, still hot or oversized (never organized) makes it partial (never reported
+    complete)."""
     total = sum(counts.values())
     if total == 0:
         return DayStatus.OPEN if open_day else DayStatus.EMPTY
-    final = sum(counts.get(s, 0) for s in FINAL_STATES) + counts.get(EventState.OVERSIZED, 0)
+    final = sum(counts.get(s, 0) for s in FINAL_STATES)
     if final == total and not open_day:
         return DayStatus.COMPLETE
     return DayStatus.OPEN if open_day and not counts.get(EventState.BLOCKED) else DayStatus.PARTIAL
@@ -799,9 +876,19 @@ def projection_page_name(object_id: str, page: int) -> str:
     return base if page == 0 else base[: -len(".md")] + f".p{page + 1}.md"
 
 
-def render_index(entries: Sequence[tuple[str, str, str]]) -> str:
-    """README.md: objects by type and name, each linking to its file. entries: (type, name, id)."""
+def render_index(entries: Sequence[tuple[str, str, str]], core: Sequence[str] = ()) -> str:
+    """README.md: the core documents present, then objects by type and name, each linking to its
+    file. entries: (type, name, id)."""
     lines = ["# Objects", "", "Generated from the store (the authority); edits here are never imported.", ""]
+    if core:
+        lines += [
+            "## Core documents",
+            "",
+            "A human edit of one of these files is imported (its prior version kept).",
+            "",
+        ]
+        lines += [f"- [{name}]({name})" for name in CORE_NAMES if name in core]
+        lines.append("")
     by_type: dict[str, list[tuple[str, str]]] = {}
     for otype, name, oid in entries:
         by_type.setdefault(otype, []).append((name, oid))
@@ -813,6 +900,25 @@ def render_index(entries: Sequence[tuple[str, str, str]]) -> str:
         lines += [f"- [{_md_escape(n)}]({projection_path(oid)}) `{oid}`" for n, oid in items]
         lines.append("")
     return "\n".join(lines)
+
+
+class CoreFileAction(StrEnum):
+    NONE = "none"  # file and store agree
+    WRITE = "write"  # the store is ahead of the file, or the file is gone: (re)write it
+    IMPORT = "import"  # a human edited the file: import it as a new version
+    RECORD = "record"  # the file was edited to what the store already holds: note it
+
+
+def core_file_action(stored: str | None, written_hash: str | None, on_disk: str | None) -> CoreFileAction:
+    """What the projection does with one core document file. Object files are never imported; a
+    core document's human edit is (seed 001 §6): a file that is not what the projection last
+    wrote there (``written_hash``) was edited by a human, and the edit wins (the store's version
+    stays in the history). A missing file is written again from the store."""
+    if on_disk is None:
+        return CoreFileAction.WRITE if stored is not None else CoreFileAction.NONE
+    if content_hash(on_disk) == written_hash:
+        return CoreFileAction.NONE if stored in (None, on_disk) else CoreFileAction.WRITE
+    return CoreFileAction.RECORD if stored == on_disk else CoreFileAction.IMPORT
 
 
 def content_hash(text: str) -> str:

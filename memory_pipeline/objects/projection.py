@@ -1,7 +1,13 @@
-"""Seed 001 §6: the Markdown projection (core I/O). The store is the authority; files are never
-read back. Per world: ``README.md`` (objects by type and name, linking to their files) and one
-folder per type; file names from stable id hashes. At most 10 objects per pass (later passes
-continue until caught up); a file whose content is unchanged is not rewritten."""
+"""Seed 001 §6: the Markdown projection (core I/O). Per world: ``README.md`` (the core documents,
+then objects by type and name, linking to their files), one folder per type with file names from
+stable id hashes, and the three core documents (``AGENTS.md``, ``SOUL.md``, ``USER.md``).
+
+The store is the authority for object files: each pass compares what is on disk with what was
+written (a file deleted or hand-edited is found and rewritten; an edit is never imported), and
+rewrites at most 10 objects (later passes continue until caught up); a file whose content is
+unchanged is not rewritten. A core document's human edit is imported instead (a new version, the
+prior one kept): the seed's import of the three core files is unchanged. What lags, what the
+check found on disk and every error show in ``memory_status``."""
 
 from __future__ import annotations
 
@@ -10,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.timeutil import utcnow
-from memory_pipeline.objects import logic, recall
-from memory_pipeline.objects.tables import objects_objects, objects_projection
+from memory_pipeline.objects import graph, logic, recall
+from memory_pipeline.objects.logic import CoreFileAction
+from memory_pipeline.objects.tables import objects_core, objects_objects, objects_projection, objects_worlds
 
 
 @dataclass
@@ -25,6 +32,10 @@ class ProjectionReport:
     unchanged: int = 0
     errors: list[str] = field(default_factory=list)
     behind_after: int = 0
+    missing: int = 0  # object files found missing by this pass's check (rewritten now or by later passes)
+    differing: int = 0  # object files found hand-edited (rewritten: their edits are never imported)
+    core_written: int = 0
+    core_imported: list[str] = field(default_factory=list)  # world/NAME
 
 
 def _write_if_changed(path: Path, text: str) -> bool:
@@ -40,16 +51,73 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def _behind(store: Store, limit: int | None) -> list[tuple[str, str, int]]:
+def _read(path: Path) -> str | None:
+    """A projected file's text; None when it is not there (or its folder is not a folder)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, UnicodeDecodeError):
+        return None
+
+
+def _on_disk(root: Path, world: str, object_id: str, pages: int) -> str | None:
+    """The hash of an object's files as they are on disk (as ``project`` hashes what it writes),
+    None when one is missing."""
+    texts = []
+    for page in range(pages):
+        text = _read(root / world / logic.projection_page_name(object_id, page))
+        if text is None:
+            return None
+        texts.append(text)
+    return logic.content_hash("\n".join(texts))
+
+
+def check_files(store: Store, root: Path) -> dict[tuple[str, str], str]:
+    """Every projected object's files against what was written there: (world, id) -> ``missing``
+    or ``differs``. Read-only: one read per file."""
     o, p = objects_objects.c, objects_projection.c
     q = (
-        select(o.world_id, o.object_id, o.revision)
-        .select_from(
-            objects_objects.outerjoin(objects_projection, (p.world_id == o.world_id) & (p.object_id == o.object_id))
-        )
-        .where((p.object_id.is_(None)) | (p.revision < o.revision) | (p.error.is_not(None)))
-        .order_by(o.world_id, o.object_id)
+        select(p.world_id, p.object_id, p.content_hash, p.pages)
+        .join(objects_objects, (o.world_id == p.world_id) & (o.object_id == p.object_id))
+        .where(p.error.is_(None))
     )
+    with store.connect() as conn:
+        rows = conn.execute(q).all()
+    drift = {}
+    for world, oid, digest, pages in rows:
+        found = _on_disk(root, world, oid, pages or 1)
+        if found is None:
+            drift[(world, oid)] = "missing"
+        elif found != digest:
+            drift[(world, oid)] = "differs"
+    return drift
+
+
+def _record_drift(store: Store, drift: dict[tuple[str, str], str]) -> None:
+    """What the check found, so status shows it until the file is rewritten."""
+    p = objects_projection.c
+    with store.begin() as conn:
+        conn.execute(update(objects_projection).where(p.drift.is_not(None)).values(drift=None))
+        if drift:
+            conn.execute(
+                update(objects_projection)
+                .where(p.world_id == bindparam("w"), p.object_id == bindparam("oid"))
+                .values(drift=bindparam("kind")),
+                [{"w": w, "oid": oid, "kind": kind} for (w, oid), kind in drift.items()],
+            )
+
+
+def lagging_objects() -> tuple[Any, Any]:
+    """Objects whose files must be (re)written: never projected, older than the store, missing or
+    edited on disk (as the last check found), or failed. (The join, the condition.)"""
+    o, p = objects_objects.c, objects_projection.c
+    joined = objects_objects.outerjoin(objects_projection, (p.world_id == o.world_id) & (p.object_id == o.object_id))
+    return joined, (p.object_id.is_(None)) | (p.revision < o.revision) | (p.error.is_not(None)) | (p.drift.is_not(None))
+
+
+def _behind(store: Store, limit: int | None) -> list[tuple[str, str, int]]:
+    o = objects_objects.c
+    joined, lagging = lagging_objects()
+    q = select(o.world_id, o.object_id, o.revision).select_from(joined).where(lagging).order_by(o.world_id, o.object_id)
     if limit is not None:
         q = q.limit(limit)
     with store.connect() as conn:
@@ -73,55 +141,159 @@ def _dossier(doc: dict[str, Any]) -> logic.Dossier:
     )
 
 
-def project(store: Store, root: Path, per_pass: int = logic.PROJECTION_PER_PASS) -> ProjectionReport:
-    report = ProjectionReport()
-    todo = _behind(store, per_pass)
-    rows, touched_worlds = [], set()
-    for world, oid, revision in todo:
-        report.considered += 1
-        touched_worlds.add(world)
-        path = logic.projection_path(oid)
-        error = None
-        digest = ""
-        try:
-            doc = recall.read(store, world, oid)
-            if doc is None:
-                continue
+def _project_object(
+    store: Store, root: Path, world: str, oid: str, revision: int, report: ProjectionReport
+) -> dict[str, Any]:
+    """Render one object and write the pages whose content differs; its projection row."""
+    error, digest, pages = None, "", 1
+    try:
+        doc = recall.read(store, world, oid)
+        if doc is not None:
             d = _dossier(doc)
             texts = [logic.render_markdown(d, page) for page in range(logic.projection_pages(d))]
-            digest = logic.content_hash("\n".join(texts))
+            digest, pages = logic.content_hash("\n".join(texts)), len(texts)
             wrote = False
             for page, text in enumerate(texts):
                 wrote |= _write_if_changed(root / world / logic.projection_page_name(oid, page), text)
             report.written += int(wrote)
             report.unchanged += int(not wrote)
-        except OSError as exc:
-            error = f"{type(exc).__name__}: {exc.strerror or exc}"
-            report.errors.append(f"{world} {oid}: {error}")
-        rows.append(
-            {
-                "world_id": world,
-                "object_id": oid,
-                "path": path,
-                "content_hash": digest,
-                "revision": revision,
-                "projected_at": utcnow(),
-                "error": error,
-            }
-        )
-    for world in sorted(touched_worlds):
-        o = objects_objects.c
-        with store.connect() as conn:
-            entries = [
-                (r.type, r.name, r.object_id)
-                for r in conn.execute(select(o.type, o.name, o.object_id).where(o.world_id == world)).all()
-            ]
-        try:
-            _write_if_changed(root / world / "README.md", logic.render_index(entries))
-        except OSError as exc:
-            report.errors.append(f"{world} README.md: {exc}")
+    except OSError as exc:
+        error = f"{type(exc).__name__}: {exc.strerror or exc}"
+        report.errors.append(f"{world} {oid}: {error}")
+    return {
+        "world_id": world,
+        "object_id": oid,
+        "path": logic.projection_path(oid),
+        "content_hash": digest,
+        "revision": revision,
+        "projected_at": utcnow(),
+        "error": error,
+        "pages": pages,
+        "drift": None,
+    }
+
+
+def project(store: Store, root: Path, per_pass: int = logic.PROJECTION_PER_PASS) -> ProjectionReport:
+    """One pass: check the files on disk, rewrite at most ``per_pass`` objects that lag or drifted,
+    the README of every world, and the core documents (a human edit imported)."""
+    report = ProjectionReport()
+    drift = check_files(store, root)
+    report.missing = sum(1 for k in drift.values() if k == "missing")
+    report.differing = len(drift) - report.missing
+    _record_drift(store, drift)
+    rows = []
+    for world, oid, revision in _behind(store, per_pass):
+        report.considered += 1
+        rows.append(_project_object(store, root, world, oid, revision, report))
     if rows:
         with store.begin() as conn:
             upsert(conn, objects_projection, rows, keys=["world_id", "object_id"])
+    _project_core(store, root, report)
+    _project_indexes(store, root, report)
     report.behind_after = len(_behind(store, None))
     return report
+
+
+def _project_indexes(store: Store, root: Path, report: ProjectionReport) -> None:
+    """Each world's README.md (written again only when its content changed, or when it is gone)."""
+    o, c = objects_objects.c, objects_core.c
+    with store.connect() as conn:
+        entries: dict[str, list[tuple[str, str, str]]] = {}
+        for w, t, name, oid in conn.execute(select(o.world_id, o.type, o.name, o.object_id)).all():
+            entries.setdefault(w, []).append((t, name, oid))
+        core: dict[str, list[str]] = {}
+        for w, name in conn.execute(select(c.world_id, c.name)).all():
+            core.setdefault(w, []).append(name)
+    for world in sorted(set(entries) | set(core)):
+        try:
+            _write_if_changed(
+                root / world / "README.md", logic.render_index(entries.get(world, []), core.get(world, []))
+            )
+        except OSError as exc:
+            report.errors.append(f"{world} README.md: {exc}")
+
+
+@dataclass
+class CoreFile:
+    """One core document file that is not in step with the store, and what to do with it."""
+
+    world: str
+    name: str
+    action: CoreFileAction
+    on_disk: str | None
+    stored: str | None
+    revision: int
+
+
+def core_actions(store: Store, root: Path) -> list[CoreFile]:
+    """Every core document file not in step with the store (read-only). A human edit the store
+    refused stays as the human left it (reported) until the file changes again."""
+    w, c, p = objects_worlds.c, objects_core.c, objects_projection.c
+    with store.connect() as conn:
+        worlds = sorted(conn.execute(select(w.world_id)).scalars())
+        stored = {(r.world_id, r.name): r for r in conn.execute(select(c.world_id, c.name, c.content, c.revision))}
+        written = {
+            (r.world_id, r.object_id): r
+            for r in conn.execute(
+                select(p.world_id, p.object_id, p.content_hash, p.error).where(p.object_id.in_(list(logic.CORE_NAMES)))
+            )
+        }
+    out = []
+    for world in worlds:
+        for name in logic.CORE_NAMES:
+            disk = _read(root / world / name)
+            have, last = stored.get((world, name)), written.get((world, name))
+            if last is not None and last.error and disk is not None and logic.content_hash(disk) == last.content_hash:
+                continue
+            content = have.content if have else None
+            action = logic.core_file_action(content, last.content_hash if last else None, disk)
+            if action is not CoreFileAction.NONE:
+                out.append(CoreFile(world, name, action, disk, content, have.revision if have else 0))
+    return out
+
+
+def _project_core(store: Store, root: Path, report: ProjectionReport) -> None:
+    rows = []
+    for f in core_actions(store, root):
+        error, text, revision = None, f.on_disk, f.revision
+        try:
+            if f.action is CoreFileAction.IMPORT and f.on_disk is not None:
+                revision = graph.import_core_text(store, f.world, f.name, f.on_disk, utcnow()).get("revision", revision)
+                report.core_imported.append(f"{f.world}/{f.name}")
+            elif f.action is CoreFileAction.WRITE and f.stored is not None:
+                text = f.stored
+                _write_if_changed(root / f.world / f.name, text)
+                report.core_written += 1
+        except logic.SubmissionError as exc:  # the file stays as the human wrote it, reported
+            error = f"human edit not imported: {exc}"
+        except OSError as exc:
+            error = f"{type(exc).__name__}: {exc.strerror or exc}"
+        if error:
+            report.errors.append(f"{f.world} {f.name}: {error}")
+        rows.append(
+            {
+                "world_id": f.world,
+                "object_id": f.name,
+                "path": f.name,
+                "content_hash": logic.content_hash(text) if text is not None else "",
+                "revision": revision,
+                "projected_at": utcnow(),
+                "error": error,
+                "pages": 1,
+                "drift": None,
+            }
+        )
+    if rows:
+        with store.begin() as conn:
+            upsert(conn, objects_projection, rows, keys=["world_id", "object_id"])
+
+
+def needs_pass(store: Store, root: Path) -> str | None:
+    """Why a projection pass has work now (read-only; the sensor's question), or None."""
+    if _behind(store, 1):
+        return "objects newer than their files"
+    if check_files(store, root):
+        return "object files missing or edited on disk"
+    if core_actions(store, root):
+        return "core documents to write or a human edit to import"
+    return None

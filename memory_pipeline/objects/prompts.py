@@ -32,6 +32,13 @@ COMPACT_SYSTEM = (
     "other tool: object writes are not part of compaction."
 )
 
+_CORE = (
+    "The core documents (AGENTS.md, SOUL.md, USER.md) are in `core`, each with its current content "
+    "(or absent). A core write replaces a whole document: start from the content given, keep what a "
+    "human wrote, and change only what this material calls for. A document not delivered, or changed "
+    "since this batch read it, cannot be written."
+)
+
 ORGANIZE_SYSTEM = (
     "You archive one page of one event into long-term objects (person, task, todo, schedule, "
     "knowledge, project, credential). Each object is one concise current dossier: no quotes or "
@@ -48,7 +55,7 @@ ORGANIZE_SYSTEM = (
     f"body {logic.BODY_MAX_CHARS:,}, progress {logic.PROGRESS_MAX_CHARS:,}, reason {logic.REASON_MAX_CHARS:,} characters; "
     f"per write {logic.MAX_OBJECTS_PER_WRITE} objects, {logic.MAX_RELATIONS_PER_WRITE} relations, {logic.MAX_CORE_PER_WRITE} core. "
     "A scope, when given, is the request's goal and a search hint, never a filter: the claimed page is "
-    "archived whatever it is about. A refused call says what is wrong; at most 3 refusals per batch."
+    "archived whatever it is about. A refused call says what is wrong; at most 3 refusals per batch. " + _CORE
 )
 
 DEEP_SYSTEM = (
@@ -56,7 +63,7 @@ DEEP_SYSTEM = (
     "knowledge. Do not rewrite unchanged objects. Confirm every reviewed id in submit_graph.reviewed. "
     "The hot timeline is not yours to change, and the core documents change only when something calls "
     "for it. Read an object's evidence (memory_evidence) only when you need the raw events. Every tool "
-    "call gets its result; a refused call says what is wrong (at most 3 refusals per batch)."
+    "call gets its result; a refused call says what is wrong (at most 3 refusals per batch). " + _CORE
 )
 
 _STR = {"type": "string"}
@@ -138,6 +145,7 @@ def organize_user(
     objects: Sequence[Mapping[str, Any]],
     bytes_left: int,
     scope: str = "",
+    core: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     return json.dumps(
         {
@@ -146,6 +154,7 @@ def organize_user(
             "scope": scope,  # the request's goal and search hint, never a filter
             "event": {"id": event_id, "occurred_at": occurred_at, "chars": chars, "page": [start, stop], "text": text},
             "progress": progress,
+            "core": list(core),
             "objects": list(objects),
             "transfer_bytes_left": bytes_left,  # for read-tool results
         },
@@ -155,13 +164,20 @@ def organize_user(
 
 
 def deep_user(
-    *, token: str, revision: int, objects: Sequence[Mapping[str, Any]], bytes_left: int, scope: str = ""
+    *,
+    token: str,
+    revision: int,
+    objects: Sequence[Mapping[str, Any]],
+    bytes_left: int,
+    scope: str = "",
+    core: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     return json.dumps(
         {
             "token": token,
             "graph_revision": revision,
             "scope": scope,
+            "core": list(core),
             "objects": list(objects),
             "transfer_bytes_left": bytes_left,
         },

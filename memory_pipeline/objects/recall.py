@@ -72,7 +72,8 @@ def find(store: Store, world: str, query: str, limit: int = PAGE) -> list[dict[s
             score += len(terms & (_terms(r["summary"]) | _terms(r["body"]) | _terms(" ".join(names))))
             if score:
                 scored.append((score, r))
-        scored.sort(key=lambda x: (-x[0], x[1]["object_id"]))
+        # A live object ranks above every archived one (an archived duplicate never outranks its survivor).
+        scored.sort(key=lambda x: (x[1]["status"] == logic.ObjectStatus.ARCHIVED, -x[0], x[1]["object_id"]))
         hits = [_doc(r) | {"score": s} for s, r in scored[:limit]]
         projects = [h["id"] for h in hits if h["type"] == "project"]
         if projects and len(hits) < limit:
@@ -223,6 +224,8 @@ def events_between(
     """inspect events FROM TO: events by occurrence time in [start, end), ``cursor`` to continue."""
     if start.tzinfo is None or end.tzinfo is None:
         raise RecallError("FROM/TO: ISO 8601 with an offset")
+    if start > end:
+        raise RecallError(f"FROM/TO: FROM {start.isoformat()} is after TO {end.isoformat()} (the range is [FROM, TO))")
     s, m = objects_event_state.c, messages.c
     q = (
         select(m.message_id, m.at, m.role, m.content, s.world_id, s.state)

@@ -1,6 +1,7 @@
-"""Seed 001 §5 memory_status: counts per state, the earliest 20 unfinished records, the current
-worker error, the failure history, jobs, projection lag, and per-day completeness (a day with a
-blocked or unfinished event is ``partial``, never complete). Read-only, grouped queries."""
+"""Seed 001 §5 memory_status: counts per state, the earliest 20 unfinished records, the events
+never organized (oversized), the current worker error, the failure history, jobs, projection lag,
+and per-day completeness (a day with a blocked, unfinished or oversized event is ``partial``,
+never complete). Read-only, grouped queries."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy import func, select
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.objects import logic
+from memory_pipeline.objects.projection import lagging_objects
 from memory_pipeline.objects.tables import (
     objects_event_state,
     objects_failures,
@@ -26,6 +28,7 @@ UNFINISHED = [
     logic.EventState.IN_PROGRESS,
     logic.EventState.BLOCKED,
 ]
+NOT_ORGANIZED = list(logic.NOT_ORGANIZED_STATES)
 
 
 def state_counts(store: Store, world: str | None = None) -> dict[str, int]:
@@ -75,6 +78,14 @@ def status(store: Store, world: str | None = None) -> dict[str, Any]:
             .order_by(s.occurred_at, s.event_id)
             .limit(logic.STATUS_EARLIEST)
         )
+        # Oversized events never become organized: listed apart, so they never hide as finished
+        # and never crowd the earliest unfinished (which a run can still finish).
+        nq = (
+            select(s.event_id, s.world_id, s.state, s.occurred_at, s.chars, s.reason)
+            .where(s.state.in_([str(x) for x in NOT_ORGANIZED]))
+            .order_by(s.occurred_at, s.event_id)
+            .limit(logic.STATUS_EARLIEST)
+        )
         jq = select(j.mode, j.status, func.count()).group_by(j.mode, j.status)
         fq = (
             select(f.world_id, f.job_id, f.mode, f.batch, f.error, f.at)
@@ -85,10 +96,12 @@ def status(store: Store, world: str | None = None) -> dict[str, Any]:
             w.world_id, w.graph_revision, w.worker_error, w.worker_error_at, w.auto_suppressed_until, w.busy, w.stopped
         )
         if world:
-            q, jq, fq, wq = (
-                x.where(c == world) for x, c in ((q, s.world_id), (jq, j.world_id), (fq, f.world_id), (wq, w.world_id))
+            q, nq, jq, fq, wq = (
+                x.where(c == world)
+                for x, c in ((q, s.world_id), (nq, s.world_id), (jq, j.world_id), (fq, f.world_id), (wq, w.world_id))
             )
         earliest = [dict(r._mapping) for r in conn.execute(q).all()]
+        not_organized = [dict(r._mapping) for r in conn.execute(nq).all()]
         jobs = [{"mode": m, "status": st, "count": int(n)} for m, st, n in conn.execute(jq).all()]
         failures = [dict(r._mapping) for r in conn.execute(fq).all()]
         worlds = [dict(r._mapping) for r in conn.execute(wq).all()]
@@ -97,27 +110,33 @@ def status(store: Store, world: str | None = None) -> dict[str, Any]:
     return {
         "states": counts,
         "earliest_unfinished": earliest,
+        "not_organized": not_organized,
         "jobs": jobs,
         "failures": failures,
         "worlds": worlds,
         "projection": lag,
-        "complete": not any(counts.get(x, 0) for x in UNFINISHED),
+        "complete": not any(counts.get(x, 0) for x in UNFINISHED + NOT_ORGANIZED),
     }
 
 
 def _projection_lag(conn: Any, world: str | None) -> dict[str, Any]:
+    """Objects whose files are being (re)written (``behind``: never projected, older than the
+    store, missing or edited on disk, or failed), of them the files the last check found
+    ``missing`` or ``differing``, and the errors (objects and core documents)."""
     o, p = objects_objects.c, objects_projection.c
-    q = (
-        select(func.count())
-        .select_from(
-            objects_objects.outerjoin(objects_projection, (p.world_id == o.world_id) & (p.object_id == o.object_id))
-        )
-        .where((p.object_id.is_(None)) | (p.revision < o.revision) | (p.error.is_not(None)))
-    )
+    joined, lagging = lagging_objects()
+    q = select(func.count()).select_from(joined).where(lagging)
+    dq = select(p.drift, func.count()).where(p.drift.is_not(None)).group_by(p.drift)
     eq = select(p.world_id, p.object_id, p.error).where(p.error.is_not(None)).limit(20)
     if world:
-        q, eq = q.where(o.world_id == world), eq.where(p.world_id == world)
-    return {"behind": int(conn.execute(q).scalar() or 0), "errors": [dict(r._mapping) for r in conn.execute(eq).all()]}
+        q, dq, eq = q.where(o.world_id == world), dq.where(p.world_id == world), eq.where(p.world_id == world)
+    drift = {k: int(n) for k, n in conn.execute(dq).all()}
+    return {
+        "behind": int(conn.execute(q).scalar() or 0),
+        "missing": drift.get("missing", 0),
+        "differing": drift.get("differs", 0),
+        "errors": [dict(r._mapping) for r in conn.execute(eq).all()],
+    }
 
 
 def day_changes(store: Store) -> dict[date, Any]:

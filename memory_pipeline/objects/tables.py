@@ -132,14 +132,34 @@ objects_attachments = Table(
     Index("ix_objects_attachments_event", "event_id"),
 )
 
+# The current core documents; every version (the prior ones included) is in objects_core_versions.
 objects_core = Table(
     "objects_core",
     metadata,
     Column("world_id", ID, primary_key=True),
     Column("name", String(16), primary_key=True),  # AGENTS.md | SOUL.md | USER.md
     Column("content", Text, nullable=False),
-    Column("revision", Integer, nullable=False),
+    Column("revision", Integer, nullable=False),  # the graph revision that wrote this version
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),
+    Column("version", Integer, nullable=False, default=1, server_default="1"),
+    Column("written_by", String(16), nullable=False, default="unknown", server_default="unknown"),  # CoreAuthor
+)
+
+# Every version of a core document, who wrote it (a model commit or a human import), under which
+# graph revision and when: a write never loses the text it replaces. Nothing is deleted.
+objects_core_versions = Table(
+    "objects_core_versions",
+    metadata,
+    Column("version_id", Integer, primary_key=True, autoincrement=True),
+    Column("world_id", ID, nullable=False),
+    Column("name", String(16), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("revision", Integer, nullable=False),
+    Column("written_by", String(16), nullable=False),  # CoreAuthor
+    Column("content", Text, nullable=False),
+    Column("receipt_token", String(128)),  # a model commit's receipt
+    Column("at", UTCDateTime, nullable=False, default=now_utc),
+    UniqueConstraint("world_id", "name", "version", name="uq_objects_core_versions"),
 )
 
 # Compact / organize / deep jobs (the enqueue receipts of memory_organize and the automatic ones).
@@ -199,7 +219,8 @@ objects_receipts = Table(
     Index("ix_objects_receipts_day", "event_day"),
 )
 
-# Markdown projection state: what was written for each object, and the last error.
+# Markdown projection state: what was written for each object (and each core document, keyed by
+# its name), the last error, and what the last check found on disk.
 objects_projection = Table(
     "objects_projection",
     metadata,
@@ -210,4 +231,6 @@ objects_projection = Table(
     Column("revision", Integer, nullable=False),
     Column("projected_at", UTCDateTime, nullable=False, default=now_utc),
     Column("error", Text),
+    Column("pages", Integer, nullable=False, default=1, server_default="1"),
+    Column("drift", String(16)),  # missing | differs: found by the last check, until rewritten
 )

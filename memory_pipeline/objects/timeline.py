@@ -2,18 +2,20 @@
 2,000 characters; compaction replaces up to 8 nodes with a summary head in one transaction that
 also queues fully-compacted events for archiving and records a receipt.
 
-Raw events are never copied: a raw node holds its slice for the resident view, the event itself
-stays in ``messages`` (the attachment an object's evidence expands to)."""
+Raw events are never copied: a raw node holds its slice only while it is in the hot timeline (the
+resident view); once compacted it keeps its event id and slice index, and its text is read from
+``messages`` (the attachment an object's evidence expands to)."""
 
 from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, bindparam, case, func, select, update
 
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.objects import logic
@@ -29,6 +31,7 @@ class IntakeReport:
     events: int = 0
     slices: int = 0
     oversized: int = 0
+    compacted: int = 0  # enable only: older events queued as already compacted
     worlds: set[str] = field(default_factory=set)
 
 
@@ -45,41 +48,46 @@ def ensure_worlds(conn: Any, worlds: Sequence[str]) -> None:
     )
 
 
-def intake(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> IntakeReport:
+def _unseen(worlds: Sequence[str] | None) -> Any:
+    """Raw events this domain has not seen yet, oldest first (debug conversations and empty turns
+    are not memory)."""
+    m, c, s = messages.c, conversations.c, objects_event_state.c
+    q = (
+        select(m.message_id, c.world_id, m.content, m.at, m.role)
+        .join(conversations, c.conversation_id == m.conversation_id)
+        .outerjoin(objects_event_state, s.event_id == m.message_id)
+        .where(s.event_id.is_(None), c.debug.is_(False), m.content != "")
+        .order_by(m.at, m.message_id)
+    )
+    return q.where(c.world_id.in_(list(worlds))) if worlds else q
+
+
+def intake(
+    octx: ObjectsContext, worlds: Sequence[str] | None = None, *, kept_hot: Mapping[str, set[str]] | None = None
+) -> IntakeReport:
     """Bring every raw event not yet seen into the hot timeline (late events too: they enter here
     and go through compact, never straight into the archive queue). One read per chunk, one
-    transaction per chunk; debug conversations and empty turns are not memory."""
+    transaction per chunk. ``kept_hot`` (only ``enable``): for a world enabled on an existing
+    store, the events that enter the hot timeline; its other events count as already compacted
+    and are queued for archiving without hot slices."""
     report = IntakeReport()
-    m, c, s = messages.c, conversations.c, objects_event_state.c
     while True:
-        q = (
-            select(m.message_id, c.world_id, m.content, m.at, m.role)
-            .join(conversations, c.conversation_id == m.conversation_id)
-            .outerjoin(objects_event_state, s.event_id == m.message_id)
-            .where(s.event_id.is_(None), c.debug.is_(False), m.content != "")
-            .order_by(m.at, m.message_id)
-            .limit(INTAKE_CHUNK)
-        )
-        if worlds:
-            q = q.where(c.world_id.in_(list(worlds)))
         with octx.store.begin() as conn:
-            rows = conn.execute(q).all()
+            rows = conn.execute(_unseen(worlds).limit(INTAKE_CHUNK)).all()
             if not rows:
                 return report
             world_ids = sorted({r.world_id for r in rows})
             ensure_worlds(conn, world_ids)
-            seqs = dict(
-                conn.execute(
-                    select(objects_worlds.c.world_id, objects_worlds.c.next_seq).where(
-                        objects_worlds.c.world_id.in_(world_ids)
-                    )
-                ).all()
-            )
-            nodes, states = [], []
+            w = objects_worlds.c
+            seqs = dict(conn.execute(select(w.world_id, w.next_seq).where(w.world_id.in_(world_ids))).all())
+            nodes: list[dict[str, Any]] = []
+            states = []
             now = octx.now()
             for r in rows:
                 text = r.content or ""
-                oversized = len(text) > logic.EVENT_MAX_CHARS
+                compacted = kept_hot is not None and r.world_id in kept_hot and r.message_id not in kept_hot[r.world_id]
+                state = _entry_state(len(text), compacted)
+                oversized = state is EventState.OVERSIZED
                 states.append(
                     {
                         "event_id": r.message_id,
@@ -87,51 +95,60 @@ def intake(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> IntakeR
                         "occurred_at": r.at,
                         "event_day": octx.day_of(r.at),
                         "chars": len(text),
-                        "state": EventState.OVERSIZED if oversized else EventState.HOT,
+                        "state": state,
                         "page_cursor": 0,
                         "progress": "",
                         "reason": f"longer than {logic.EVENT_MAX_CHARS:,} characters" if oversized else "",
+                        "queued_at": now if state is EventState.PENDING else None,
                         "explicit": False,
                         "updated_at": now,
                     }
                 )
-                if oversized:
-                    report.oversized += 1
-                    continue
-                for i, part in enumerate(logic.slices(text)):
-                    seq = seqs[r.world_id]
-                    seqs[r.world_id] = seq + 1
-                    nodes.append(
-                        {
-                            "node_id": f"{r.message_id}#{i}",
-                            "world_id": r.world_id,
-                            "seq": seq,
-                            "level": 0,
-                            "event_id": r.message_id,
-                            "slice_index": i,
-                            "text": part,
-                            "est_tokens": logic.estimate_tokens(part, octx.cfg.chars_per_token),
-                            "first_at": r.at,
-                            "last_at": r.at,
-                            "active": True,
-                            "parent_id": None,
-                            "children": None,
-                            "receipt_token": None,
-                            "created_at": now,
-                        }
-                    )
+                report.oversized += int(oversized)
+                report.compacted += int(state is EventState.PENDING)
+                if state is EventState.HOT:
+                    nodes += _raw_nodes(octx, r, seqs[r.world_id], now)
+                    seqs[r.world_id] += len(logic.slices(text))
             conn.execute(objects_event_state.insert(), states)
             if nodes:
                 conn.execute(objects_hot_nodes.insert(), nodes)
             conn.execute(
-                update(objects_worlds)
-                .where(objects_worlds.c.world_id == bindparam("w"))
-                .values(next_seq=bindparam("n")),
+                update(objects_worlds).where(w.world_id == bindparam("w")).values(next_seq=bindparam("n")),
                 [{"w": w, "n": n} for w, n in seqs.items()],
             )
         report.events += len(rows)
         report.slices += len(nodes)
         report.worlds.update(world_ids)
+
+
+def _entry_state(chars: int, compacted: bool) -> EventState:
+    if chars > logic.EVENT_MAX_CHARS:
+        return EventState.OVERSIZED  # never organized (its own outcome); the raw event stays readable by time
+    return EventState.PENDING if compacted else EventState.HOT
+
+
+def _raw_nodes(octx: ObjectsContext, r: Any, first_seq: int, now: datetime) -> list[dict[str, Any]]:
+    """An event's raw slices of at most 2,000 characters, from ``first_seq`` on."""
+    return [
+        {
+            "node_id": f"{r.message_id}#{i}",
+            "world_id": r.world_id,
+            "seq": first_seq + i,
+            "level": 0,
+            "event_id": r.message_id,
+            "slice_index": i,
+            "text": part,
+            "est_tokens": logic.estimate_tokens(part, octx.cfg.chars_per_token),
+            "first_at": r.at,
+            "last_at": r.at,
+            "active": True,
+            "parent_id": None,
+            "children": None,
+            "receipt_token": None,
+            "created_at": now,
+        }
+        for i, part in enumerate(logic.slices(r.content or ""))
+    ]
 
 
 def hot_estimates(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> dict[str, int]:
@@ -196,20 +213,30 @@ def hot_view(octx: ObjectsContext, world: str, max_bytes: int | None = None) -> 
 
 
 def expand(octx: ObjectsContext, node_id: str) -> list[dict[str, Any]]:
-    """A head's children, one level down (raw slices at level 0)."""
-    n = objects_hot_nodes.c
+    """A head's children, one level down. A compacted raw slice keeps no text of its own: it is
+    its event's character range, read from the raw table (never copied)."""
+    n, m = objects_hot_nodes.c, messages.c
     with octx.store.connect() as conn:
         head = conn.execute(select(n.children).where(n.node_id == node_id)).scalar_one_or_none()
         if not head:
             return []
-        rows = (
-            conn.execute(
-                select(n.node_id, n.level, n.text, n.event_id, n.seq).where(n.node_id.in_(list(head))).order_by(n.seq)
-            )
-            .mappings()
-            .all()
+        rows = [
+            dict(r)
+            for r in conn.execute(
+                select(n.node_id, n.level, n.text, n.event_id, n.slice_index, n.active, n.seq)
+                .where(n.node_id.in_(list(head)))
+                .order_by(n.seq)
+            ).mappings()
+        ]
+        events = sorted({r["event_id"] for r in rows if r["level"] == 0 and not r["active"]})
+        raw = (
+            dict(conn.execute(select(m.message_id, m.content).where(m.message_id.in_(events))).all()) if events else {}
         )
-    return [dict(r) for r in rows]
+    for r in rows:
+        if r["event_id"] in raw:
+            start, stop = logic.slice_range(r["slice_index"] or 0)
+            r["text"] = (raw[r["event_id"]] or "")[start:stop]
+    return rows
 
 
 # --- compaction ----------------------------------------------------------------------------------
@@ -236,31 +263,30 @@ def range_end(octx: ObjectsContext, world: str) -> int:
     return int(top) if top is not None else -1
 
 
-def next_batch(octx: ObjectsContext, world: str, end_seq: int, size: int) -> CompactBatch:
+def next_batch(octx: ObjectsContext, world: str, end_seq: int, size: int, *, whole_range: bool = True) -> CompactBatch:
+    """The next compact batch in the range up to ``end_seq`` (``logic.compact_pick``): the oldest
+    nodes of one level, at most ``size``; no nodes when the job is done. ``whole_range``: an
+    explicit compact (covers every raw slice of its range); a threshold job only lowers the
+    estimate."""
     n = objects_hot_nodes.c
+    in_range = (n.world_id == world, n.active.is_(True), n.seq <= end_seq)
     with octx.store.connect() as conn:
+        counts = dict(conn.execute(select(n.level, func.count()).where(*in_range).group_by(n.level)).all())
+        pick = logic.compact_pick({int(k): int(v) for k, v in counts.items()}, size, whole_range=whole_range)
+        if pick is None:
+            return CompactBatch(world, [])
+        level, most = pick
         rows = (
             conn.execute(
                 select(n.node_id, n.level, n.text, n.event_id, n.seq, n.first_at, n.last_at)
-                .where(n.world_id == world, n.active.is_(True), n.seq <= end_seq)
+                .where(*in_range, n.level == level)
                 .order_by(n.seq)
-                .limit(size)
+                .limit(most)
             )
             .mappings()
             .all()
         )
     return CompactBatch(world, [dict(r) for r in rows])
-
-
-def raw_left(octx: ObjectsContext, world: str, end_seq: int) -> int:
-    n = objects_hot_nodes.c
-    with octx.store.connect() as conn:
-        return int(
-            conn.execute(
-                select(func.count()).where(n.world_id == world, n.active.is_(True), n.level == 0, n.seq <= end_seq)
-            ).scalar()
-            or 0
-        )
 
 
 def commit_compact(
@@ -282,10 +308,12 @@ def commit_compact(
     now = octx.now()
     with octx.store.begin() as conn:
         lease_check(conn)
+        # A raw slice leaving the hot timeline keeps only its reference (event id, slice index):
+        # its text stays in the raw table alone, never a second copy.
         done = conn.execute(
             update(objects_hot_nodes)
             .where(n.node_id.in_(batch.ids), n.active.is_(True))
-            .values(active=False, parent_id=head_id)
+            .values(active=False, parent_id=head_id, text=case((n.level == 0, ""), else_=n.text))
         ).rowcount
         if done != len(batch.ids):
             raise logic.SubmissionError("covers", "a node of the batch left the hot timeline meanwhile; batch is stale")
@@ -380,15 +408,73 @@ def store_counts(octx: ObjectsContext) -> dict[str, int]:
         }
 
 
-def enable(octx: ObjectsContext) -> dict[str, Any]:
-    """Turning the domain on for an existing store: every raw event gets its record (through the
-    hot timeline, as late events do; compaction then queues them), objects keep their attachments;
-    idempotent, deletes nothing. Reports counts before and after and an integrity check."""
-    from memory_pipeline.objects import audit
+def _kept_hot_for_new_worlds(octx: ObjectsContext) -> dict[str, set[str]]:
+    """For every world with raw events and no record in this domain yet: its newest events that
+    stay in the hot timeline (``logic.kept_hot_on_enable``); oversized ones never enter it."""
+    m, c, s = messages.c, conversations.c, objects_event_state.c
+    with octx.store.connect() as conn:
+        seen = set(conn.execute(select(s.world_id).distinct()).scalars())
+        worlds = set(conn.execute(select(c.world_id).where(c.debug.is_(False)).distinct()).scalars()) - seen
+        out: dict[str, set[str]] = {}
+        for world in sorted(worlds):
+            rows = conn.execute(
+                select(m.message_id, func.length(m.content))
+                .join(conversations, c.conversation_id == m.conversation_id)
+                .where(c.world_id == world, c.debug.is_(False), m.content != "")
+                .where(func.length(m.content) <= logic.EVENT_MAX_CHARS)
+                .order_by(m.at.desc(), m.message_id.desc())
+                .limit(INTAKE_CHUNK)
+            ).all()
+            kept = logic.kept_hot_on_enable(
+                [int(n) for _, n in rows], octx.cfg.chars_per_token, octx.cfg.compact_threshold_tokens
+            )
+            out[world] = {e for e, _ in rows[:kept]}
+    return out
 
-    before = store_counts(octx)
-    report = intake(octx)
-    after = store_counts(octx)
+
+def _recorded_sources(octx: ObjectsContext) -> int:
+    """Existing objects get the source relations their own write history records: an object
+    version written by an organize commit names the event of its receipt; a missing attachment
+    (object -> that raw event) is added. Nothing is guessed: an object with no recorded event stays
+    without sources."""
+    from memory_pipeline.objects.tables import objects_attachments, objects_versions
+
+    v, r, a = objects_versions.c, objects_receipts.c, objects_attachments.c
+    q = (
+        select(v.world_id, v.object_id, r.event_id, func.min(r.revision))
+        .join(objects_receipts, r.token == v.receipt_token)
+        .join(messages, messages.c.message_id == r.event_id)
+        .where(
+            ~select(a.event_id)
+            .where(a.world_id == v.world_id, a.object_id == v.object_id, a.event_id == r.event_id)
+            .exists()
+        )
+        .group_by(v.world_id, v.object_id, r.event_id)
+    )
+    with octx.store.begin() as conn:
+        rows = [
+            {"world_id": w, "object_id": o, "event_id": e, "revision": rev, "created_at": octx.now()}
+            for w, o, e, rev in conn.execute(q).all()
+        ]
+        if rows:
+            conn.execute(objects_attachments.insert(), rows)
+    return len(rows)
+
+
+def enable(octx: ObjectsContext) -> dict[str, Any]:
+    """Turning the domain on for an existing store (seed 001 §7): every raw event gets its record.
+    In a world this domain has never seen, the events older than what a threshold compaction
+    would leave in the hot timeline count as already compacted: they are queued for archiving
+    (``pending``) with no hot slices; the newest stay hot. Existing objects get the source
+    relations their write history records. Idempotent (a world already seen takes new events
+    through the hot timeline, as late events), deletes nothing; reports counts before and after
+    and an integrity check."""
+    from memory_pipeline.objects import audit, reports
+
+    before, states_before = store_counts(octx), reports.state_counts(octx.store)
+    report = intake(octx, kept_hot=_kept_hot_for_new_worlds(octx))
+    sources = _recorded_sources(octx)
+    after, states_after = store_counts(octx), reports.state_counts(octx.store)
     m, c, s = messages.c, conversations.c, objects_event_state.c
     with octx.store.connect() as conn:
         missing = int(
@@ -405,4 +491,15 @@ def enable(octx: ObjectsContext) -> dict[str, Any]:
         problems.append(f"{missing} raw event(s) without a record")
     if after["raw_events"] != before["raw_events"] or after["objects"] < before["objects"]:
         problems.append("raw events or objects changed while enabling")
-    return {"before": before, "after": after, "entered": report.events, "integrity": problems or "ok"}
+    return {
+        "before": before,
+        "after": after,
+        "states_before": states_before,
+        "states_after": states_after,
+        "entered": report.events,
+        "queued_as_compacted": report.compacted,
+        "entered_hot": report.events - report.compacted - report.oversized,
+        "oversized": report.oversized,
+        "sources_added": sources,
+        "integrity": problems or "ok",
+    }

@@ -869,15 +869,12 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
         timeline.hot_estimates(octx, [world]).get(world, 0), octx.cfg.compact_threshold_tokens
     ):
         return "done"
-    if not threshold and timeline.raw_left(octx, world, end) == 0:
-        return "done"
     size = logic.COMPACT_BATCH_MAX
     for _ in range(job["consecutive_failures"]):
         size = logic.shrink(size)
-    batch = timeline.next_batch(octx, world, end, max(size, 2))
-    if not batch.nodes or (threshold and len(batch.nodes) < 2):
-        return "done"  # a threshold job stops when nothing is left to merge
-    batch.nodes = batch.nodes[:size]
+    batch = timeline.next_batch(octx, world, end, size, whole_range=not threshold)
+    if not batch.nodes:
+        return "done"  # nothing left to merge in the range
     job["_batch"] = ",".join(batch.ids)
     nodes = [(x["node_id"], x["text"]) for x in batch.nodes]
     req = LLMRequest(
@@ -932,6 +929,8 @@ class ClaimedPage:
     stop: int
     revision: int
     related: list[dict[str, Any]]
+    core: list[dict[str, Any]] = field(default_factory=list)  # the core documents, read before written
+    core_read: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -963,8 +962,10 @@ def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any]) -> 
     start = ev["page_cursor"]
     stop = min(len(text), start + logic.page_chars(budget, job["consecutive_failures"]))
     left = budget - len(text[start:stop].encode())
+    core, core_read = graph.core_for_batch(conn, world, left)
+    left -= logic.json_bytes(core)
     related = _related(conn, world, ev["event_id"], text[start:stop], left)
-    return ClaimedPage(ev, start, stop, int(ev["graph_revision"]), related)
+    return ClaimedPage(ev, start, stop, int(ev["graph_revision"]), related, core, core_read)
 
 
 def object_doc(r: Any) -> dict[str, Any]:
@@ -1029,9 +1030,11 @@ def _organize_batch(
         page=page,
         finish=lease.finish(octx),
         batch=f"{job['job_id']}.{job['claims']}",
+        core_read=dict(claimed.core_read),
     )
     budget = octx.cfg.transfer_budget_bytes
-    talk = BatchTalk(budget, budget - len(page_text.encode()) - sum(logic.json_bytes(o) for o in related))
+    sent = len(page_text.encode()) + logic.json_bytes(claimed.core) + sum(logic.json_bytes(o) for o in related)
+    talk = BatchTalk(budget, budget - sent)
 
     def answer(_r: LLMRequest) -> tuple[str, list[dict[str, Any]]]:
         return offline_rules.organize(
@@ -1060,6 +1063,7 @@ def _organize_batch(
             objects=related,
             bytes_left=talk.left,
             scope=job["scope"] or "",
+            core=claimed.core,
         ),
         prompt_version=prompts.ORGANIZE_VERSION,
         world_id=world,
@@ -1190,7 +1194,9 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
             .all()
         )
         revision = _revision(conn, world)
-    docs = [object_doc(r) for r in rows]
+        docs = [object_doc(r) for r in rows]
+        left = octx.cfg.transfer_budget_bytes - logic.json_bytes(docs)
+        core, core_read = graph.core_for_batch(conn, world, left)
     present = [i for i in batch_ids if i in {d["id"] for d in docs}]
     token = f"deep-{uuid.uuid4().hex}"
     claim = Claim(
@@ -1203,14 +1209,20 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
         deep_ids=batch_ids,
         finish=lease.finish(octx),
         batch=f"{job['job_id']}.{job['claims']}",
+        core_read=core_read,
     )
     budget = octx.cfg.transfer_budget_bytes
-    talk = BatchTalk(budget, budget - sum(logic.json_bytes(d) for d in docs))
+    talk = BatchTalk(budget, budget - sum(logic.json_bytes(d) for d in docs) - logic.json_bytes(core))
     request = LLMRequest(
         task="objects_deep",
         system=prompts.DEEP_SYSTEM,
         user=prompts.deep_user(
-            token=token, revision=revision, objects=docs, bytes_left=max(0, talk.left), scope=job["scope"] or ""
+            token=token,
+            revision=revision,
+            objects=docs,
+            bytes_left=max(0, talk.left),
+            scope=job["scope"] or "",
+            core=core,
         ),
         prompt_version=prompts.DEEP_VERSION,
         world_id=world,

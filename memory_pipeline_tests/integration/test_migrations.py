@@ -106,6 +106,42 @@ def test_ledger_rows_before_the_tokens_source_revision_are_backfilled(empty_url)
     ]
 
 
+def test_core_documents_get_their_history_and_compacted_slices_lose_their_copy(empty_url):
+    from memory_pipeline.objects.tables import objects_core, objects_core_versions, objects_hot_nodes
+
+    store = Store(empty_url)
+    upgrade(store, LOCATIONS, "0017_ledger_tokens_source")
+    at = datetime(2026, 1, 5, 2, 0, tzinfo=UTC)
+    node = {"world_id": "w1", "level": 0, "est_tokens": 1, "first_at": at, "last_at": at, "created_at": at}
+    with store.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO objects_core (world_id, name, content, revision, updated_at)"
+                " VALUES ('w1', 'USER.md', 'Ana wrote this', 4, :at)"
+            ),
+            {"at": at},
+        )
+        for node_id, seq, active in (("e1#0", 0, False), ("e2#0", 1, True)):
+            conn.execute(
+                text(
+                    "INSERT INTO objects_hot_nodes (node_id, world_id, seq, level, event_id, slice_index, text,"
+                    " est_tokens, first_at, last_at, active, created_at) VALUES (:node_id, :world_id, :seq, :level,"
+                    " :event_id, 0, :text, :est_tokens, :first_at, :last_at, :active, :created_at)"
+                ),
+                {**node, "node_id": node_id, "seq": seq, "event_id": node_id[:2], "text": "raw", "active": active},
+            )
+    upgrade(store, LOCATIONS)
+    with store.connect() as conn:
+        core = conn.execute(select(objects_core)).mappings().one()
+        history = conn.execute(select(objects_core_versions)).mappings().all()
+        texts = dict(conn.execute(select(objects_hot_nodes.c.node_id, objects_hot_nodes.c.text)).all())
+    assert (core["version"], core["written_by"]) == (1, "unknown")
+    assert [(h["version"], h["written_by"], h["content"], h["revision"]) for h in history] == [
+        (1, "unknown", "Ana wrote this", 4)
+    ]
+    assert texts == {"e1#0": "", "e2#0": "raw"}  # compacted: the raw table holds it; hot: kept
+
+
 def test_the_history_is_one_line_across_the_platform_and_the_domains():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
@@ -134,6 +170,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0018_message_at_from_ingest",
         "0019_conversation_failures",
         "0020_tower_guardrail",
+        "0021_objects_core_history",
     ]
     assert head(LOCATIONS) == chain[-1]
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import uuid
+from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -410,3 +412,101 @@ def test_prompts_carry_the_dossier_rules_for_every_type():
     )
     (written,) = calls[0]["arguments"]["objects"]
     assert written["body"] == "Conclusion: unknown\nApplicability: unknown\nLessons: unknown"  # never guessed
+
+
+def test_an_oversized_event_is_never_counted_complete():
+    assert logic.day_status({"linked": 3, "oversized": 1}, open_day=False) == "partial"
+    assert logic.day_status({"oversized": 1}, open_day=False) == "partial"
+    assert logic.day_status({"linked": 3, "archive_only": 2}, open_day=False) == "complete"
+
+
+def _tree(events: int) -> tuple[list[int], list[list[int]]]:
+    """Run compact_pick over ``events`` one-slice events, merging as the worker does: (the levels
+    left in the timeline, the levels of each batch)."""
+    timeline = [0] * events  # levels in timeline order
+    batches = []
+    while (pick := logic.compact_pick(Counter(timeline), logic.COMPACT_BATCH_MAX, whole_range=True)) is not None:
+        level, count = pick
+        first = timeline.index(level)
+        batches.append(timeline[first : first + count])
+        timeline[first : first + count] = [level + 1]
+    return timeline, batches
+
+
+@pytest.mark.parametrize("events", [1, 7, 8, 9, 60, 64, 65, 500, 4_096])
+def test_compaction_builds_a_tree_of_fan_out_8_not_a_chain(events):
+    left, batches = _tree(events)
+    top = max(left)
+    # depth grows with log8 of the slices: between floor(log8 n) and ceil(log8 n)
+    assert math.floor(math.log(events, 8) + 1e-9) <= top <= max(1, math.ceil(math.log(events, 8) - 1e-9))
+    assert all(len(b) <= 8 and len(set(b)) == 1 for b in batches)  # one level per batch, at most 8 nodes
+    assert left == sorted(left, reverse=True) and max(Counter(left).values()) < 8  # older heads higher; < 8 a level
+
+
+def test_a_threshold_job_merges_the_lowest_level_with_two_nodes():
+    assert logic.compact_pick({0: 3, 1: 5}, 8, whole_range=False) == (0, 3)
+    assert logic.compact_pick({0: 1, 1: 5}, 8, whole_range=False) == (1, 5)
+    assert logic.compact_pick({0: 1, 1: 1}, 8, whole_range=False) is None
+    assert logic.compact_pick({0: 1, 1: 1}, 8, whole_range=True) == (0, 1)  # explicit: every raw slice
+    assert logic.compact_pick({0: 20, 1: 9}, 4, whole_range=True) == (0, 4)  # shrunk after a failure
+    assert logic.compact_pick({1: 5, 2: 7}, 8, whole_range=True) is None  # no raw left, no full group
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("body", "API access: sk-abcdefghijklmnopqrstuvwx"),
+        ("summary", "deploys with ghp_abcdefghijklmnopqrstuvwxyz0123"),
+        ("body", "Role: admin\npassword: hunter22"),
+        ("body", "服务器密码：hunter22"),
+        ("name", "AKIAABCDEFGHIJKLMNOP"),
+    ],
+)
+def test_secret_values_are_refused_in_every_objects_fields(field, value):
+    with pytest.raises(SubmissionError, match="looks like a secret") as e:
+        check_graph_write(base(objects=[obj(**{field: value})]))
+    assert e.value.field == f"objects[0].{field}"
+    with pytest.raises(SubmissionError, match="looks like a secret") as e:
+        check_graph_write(base(objects=[obj("knowledge:deploy", cues=["deploy", "token=abcd1234efgh"])]))
+    assert e.value.field == "objects[0].cues[1]"
+
+
+def test_an_ordinary_object_may_name_hashes_and_unknown_passwords():
+    fine = [
+        "Fixed in commit 3f2a9c1b4d5e6f708192a3b4c5d6e7f8a9b0c1d2",
+        "Password: unknown (asked the user to keep it in 1Password)",
+        "token: <redacted>",
+    ]
+    for body in fine:
+        assert check_graph_write(base(objects=[obj("knowledge:deploy", body=body)])).objects[0].body == body
+    # a credential is held to the stricter rule: a high-entropy run is refused there
+    cred = {"id": "credential:x", "name": "x", "purpose": "deploys", "reference": "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9"}
+    with pytest.raises(SubmissionError, match="looks like a secret"):
+        check_graph_write(base(objects=[cred]))
+
+
+def test_a_core_document_appears_once_per_write():
+    core = [{"name": "USER.md", "content": "a"}, {"name": "USER.md", "content": "b"}]
+    with pytest.raises(SubmissionError, match="twice") as e:
+        check_graph_write(base(core=core))
+    assert e.value.field == "core[1].name"
+
+
+def test_a_core_file_edited_by_a_human_is_imported_a_missing_one_written_again():
+    act, h = logic.CoreFileAction, logic.content_hash
+    assert logic.core_file_action("v1", h("v1"), "v1") is act.NONE
+    assert logic.core_file_action("v2", h("v1"), "v1") is act.WRITE  # the store moved on: rewrite
+    assert logic.core_file_action("v1", h("v1"), None) is act.WRITE  # deleted: restored
+    assert logic.core_file_action("v1", h("v1"), "human") is act.IMPORT  # edited by hand: imported
+    assert logic.core_file_action("v2", h("v1"), "human") is act.IMPORT  # both moved: the human edit wins
+    assert logic.core_file_action(None, None, "human") is act.IMPORT  # a new file by hand
+    assert logic.core_file_action("v1", None, "v1") is act.RECORD
+    assert logic.core_file_action(None, None, None) is act.NONE
+
+
+def test_enabling_keeps_hot_only_what_a_threshold_compaction_would_leave():
+    # threshold 100 tokens at 4 characters each: 60% = 60 tokens, kept strictly below
+    assert logic.kept_hot_on_enable([40, 40, 40, 400], 4.0, 100) == 3  # 10 + 10 + 10 tokens, then 100 more
+    assert logic.kept_hot_on_enable([200, 40], 4.0, 100) == 1  # 50, then 60 would not stay below
+    assert logic.kept_hot_on_enable([400], 4.0, 100) == 0
+    assert logic.kept_hot_on_enable([], 4.0, 100) == 0

@@ -1,7 +1,7 @@
 -- Seed 001: per world and CST day of the events, how far archiving got: events by state, the
 -- objects their evidence reaches, and the day's status. A day is complete only when every event
--- is linked or archive_only (oversized ones never enter); anything blocked, queued or still in the
--- hot timeline makes it partial.
+-- is linked or archive_only; anything blocked, queued, still in the hot timeline or oversized (over
+-- 32,000 characters, never organized) makes it partial.
 with e as (
     select * from {{ ref('stg_objects_event_state') }}
 ),
@@ -26,7 +26,7 @@ select
     count(*) filter (where e.state = 'oversized') as oversized,
     coalesce(max(o.objects), 0) as objects_reached,
     case
-        when count(*) filter (where not e.is_final and e.state <> 'oversized') = 0 then 'complete'
+        when count(*) filter (where not e.is_final) = 0 then 'complete'
         else 'partial'
     end as status
 from e

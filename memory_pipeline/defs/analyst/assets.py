@@ -138,7 +138,9 @@ UPSTREAM: dict[str, Upstream] = {
     "objects_versions": Upstream((objects.objects_archive,), Trigger.RECENT),
     "objects_relations": Upstream((objects.objects_archive,), Trigger.ALIGNED),
     "objects_attachments": Upstream((objects.objects_archive,), Trigger.ALIGNED),
-    "objects_core": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    # Core documents: written by commits and by the projection's import of a human edit.
+    "objects_core": Upstream((objects.objects_archive, objects.objects_markdown_projection), Trigger.ALIGNED),
+    "objects_core_versions": Upstream((objects.objects_archive, objects.objects_markdown_projection), Trigger.RECENT),
     "objects_jobs": Upstream(_OBJECTS, Trigger.ALIGNED),
     "objects_failures": Upstream(_OBJECTS, Trigger.RECENT),
     "objects_receipts": Upstream(_OBJECTS, Trigger.RECENT),

@@ -200,22 +200,30 @@ def objects_event_outcomes(
     deps=[objects_archive],
     group_name=GROUP,
     tags=STORE_TAG,
-    description="Seed 001 Markdown projection: per world a README index and one folder per type, file names "
-    "from stable id hashes; at most 10 objects per pass (later passes continue), unchanged files not "
-    "rewritten. The store is the authority; edits to the files are never imported.",
+    description="Seed 001 Markdown projection: per world a README index, one folder per type (file names "
+    "from stable id hashes) and the three core documents; at most 10 objects per pass (later passes "
+    "continue), unchanged files not rewritten. The store is the authority: object files deleted or edited "
+    "by hand are found and rewritten (never imported); a core document's human edit is imported as a new "
+    "version.",
 )
 def objects_markdown_projection(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
     store = objects.memory_store.store()
     root = objects.projection_root()
+    if config.passes < 1:
+        raise ValueError(f"passes: must be at least 1, got {config.passes}")
     written = unchanged = 0
     errors: list[str] = []
-    behind = 0
-    for _ in range(max(1, config.passes)):
+    imported: list[str] = []
+    behind = missing = differing = 0
+    for i in range(config.passes):
         rep = projection.project(store, root)
         written, unchanged, behind = written + rep.written, unchanged + rep.unchanged, rep.behind_after
+        if i == 0:  # what the first check found on disk
+            missing, differing = rep.missing, rep.differing
         errors += rep.errors
+        imported += rep.core_imported
         if not behind:
             break
     return MaterializeResult(
@@ -223,6 +231,9 @@ def objects_markdown_projection(
             "root": str(root),
             "files_written": written,
             "unchanged": unchanged,
+            "files_found_missing": missing,
+            "files_found_edited": differing,
+            "core_human_edits_imported": MetadataValue.json(imported),
             "objects_behind": behind,
             "errors": MetadataValue.md("\n".join(f"- {e}" for e in errors[:20]) or "none"),
         }

@@ -44,7 +44,9 @@ STATE_CHECK = "objects_keep_vocabulary_and_limits"
     name=OUTCOMES_CHECK,
     description="Every linked event of the day has an object target whose evidence is a raw event, every "
     "archive_only event states its reason, every final event has its receipt, and no event of the day is "
-    "in the archive queue while still in the hot timeline. One result per partition.",
+    "in the archive queue while still in the hot timeline (an error otherwise). An oversized event (over "
+    "32,000 characters) is never organized: the day's result is then a warning listing it. One result per "
+    "partition.",
 )
 def outcomes_trace_to_raw_events(
     context: AssetCheckExecutionContext, objects: ObjectsResource
@@ -59,9 +61,9 @@ def outcomes_trace_to_raw_events(
         yield AssetCheckEvaluation(
             asset_key=key_asset,
             check_name=spec.name,
-            passed=not found.problems,
+            passed=not found.problems and not found.not_organized,
             partition=key,
-            severity=AssetCheckSeverity.ERROR,
+            severity=AssetCheckSeverity.ERROR if found.problems else AssetCheckSeverity.WARN,
             target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
                 storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
             )
@@ -71,6 +73,10 @@ def outcomes_trace_to_raw_events(
                 "events_audited": found.audited,
                 "problems": len(found.problems),
                 "first_problems": MetadataValue.md("\n".join(f"- {p}" for p in found.problems[:20]) or "none"),
+                "not_organized": len(found.not_organized),
+                "first_not_organized": MetadataValue.md(
+                    "\n".join(f"- {p}" for p in found.not_organized[:20]) or "none"
+                ),
             },
         )
     yield Output(None)
@@ -80,8 +86,8 @@ def outcomes_trace_to_raw_events(
     asset=assets.objects_archive,
     name=STATE_CHECK,
     description="Objects have a known type and status, summary <= 400 and body <= 16,000 characters; new "
-    "relations use only the standard labels and member_of points to a project; no credential holds a "
-    "value that looks like a secret; every attachment points to a raw event.",
+    "relations use only the standard labels and member_of points to a project; no object holds a value "
+    "that looks like a secret; every attachment points to a raw event.",
 )
 def objects_keep_vocabulary_and_limits(objects: ObjectsResource) -> AssetCheckResult:
     found = audit.state_audit(objects.memory_store.store())

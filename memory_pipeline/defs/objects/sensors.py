@@ -130,15 +130,16 @@ def objects_deep_review_sensor(context: SensorEvaluationContext, objects: Object
     name="objects_projection_sensor",
     minimum_interval_seconds=60,
     default_status=DefaultSensorStatus.STOPPED,
-    description="Markdown projection heartbeat: one pass of at most 10 objects while the files lag the store.",
+    description="Markdown projection heartbeat: one pass of at most 10 objects while the files lag the store, "
+    "a file was deleted or edited by hand, or a core document's human edit waits to be imported.",
 )
 def objects_projection_sensor(context: SensorEvaluationContext, objects: ObjectsResource):
     if _in_flight(context, projection_job.name):
         return SkipReason("a projection run is in flight")
-    behind = projection._behind(objects.memory_store.store(), 1)
-    if not behind:
-        return SkipReason("projection is caught up")
-    return RunRequest(run_key=f"project-{datetime.now():%Y%m%dT%H%M%S}")
+    why = projection.needs_pass(objects.memory_store.store(), objects.projection_root())
+    if why is None:
+        return SkipReason("projection is caught up with the store and the files on disk")
+    return RunRequest(run_key=f"project-{datetime.now():%Y%m%dT%H%M%S}", tags={"memory_pipeline/projection": why})
 
 
 STALE_MAX_REQUESTS = 100
