@@ -269,7 +269,7 @@ def test_read_tool_results_count_against_the_transfer_budget(store, ingest):
     talk = json.dumps(server.requests[-1]["messages"], ensure_ascii=False)
     assert 0 < sum(e in talk for e in ids[:20]) < 20  # not all 160,000 bytes of evidence went along
     claim = _claim(server.requests[-1])
-    material = len(claim["event"]["text"].encode()) + sum(_bytes(o) for o in claim["objects"])
+    material = len(claim["event"]["text"].encode()) + _bytes(claim["core"]) + sum(_bytes(o) for o in claim["objects"])
     assert claim["transfer_bytes_left"] == 96_000 - material
     (_, first), (_, second) = _results(server.requests[-1])
     sent = sum(len(m["content"].encode()) for m in server.requests[-1]["messages"] if m["role"] == "tool")
