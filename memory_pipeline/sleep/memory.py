@@ -9,13 +9,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.engine import Connection
 
+from memory_pipeline.lib import settings
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store, upsert
-from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.lib.timeutil import local_date, utcnow
 from memory_pipeline.sleep.logic import (
     CREATE,
     Change,
@@ -53,11 +55,12 @@ def _memory(row: Mapping[str, Any]) -> Memory:
 def load_active(
     conn: Connection, world_ids: Sequence[str] | None = None, upto_day: date | None = None
 ) -> dict[str, list[Memory]]:
-    """Active memories by world, in one query; with ``upto_day``, only those a sleep stage created
-    on that day or before (or `remember` wrote): a later day's extractions are not that day's set."""
+    """Active memories by world, in one query; with ``upto_day``, only those of that day or before
+    (created by its sleep or an earlier one, or written by `remember` that day or before): a later
+    day's are not that day's set."""
     q = select(semantic_memories).where(semantic_memories.c.status == MemoryStatus.ACTIVE)
     if upto_day is not None:
-        q = q.where(or_(semantic_memories.c.created_day.is_(None), semantic_memories.c.created_day <= upto_day))
+        q = q.where(semantic_memories.c.created_day <= upto_day)
     if world_ids is not None:
         q = q.where(semantic_memories.c.world_id.in_(list(world_ids)))
     out: dict[str, list[Memory]] = defaultdict(list)
@@ -244,10 +247,19 @@ def pin_fact(store: Store, world_id: str, content: str, priority: int = 0) -> No
 
 
 def remember(
-    store: Store, world_id: str, session_id: str, content: str, *, type: str = "experience", at: datetime | None = None
+    store: Store,
+    world_id: str,
+    session_id: str,
+    content: str,
+    *,
+    type: str = "experience",
+    at: datetime | None = None,
+    tz: ZoneInfo | None = None,
 ) -> str:
     """The in-conversation convenience: create_semantic_memory's logic and validation, with the
-    current session as source_sessions and now (or ``at``) as observed_at. Returns the new id."""
+    current session as source_sessions and now (or ``at``) as observed_at. The memory belongs to
+    the CST day (``tz``, default the configured zone) it is written on: that day's sleep and later
+    ones see it, an earlier day's (a rebuild, a re-run) never does. Returns the new id."""
     world_id = _check_world(world_id)
     problem = validate_id(session_id) if isinstance(session_id, str) else "expected a string"
     if problem:
@@ -264,8 +276,9 @@ def remember(
         changes = state.apply(call, rules)
     except ToolError as exc:
         raise InputError(str(exc).replace("tool call remember (create_semantic_memory): ", "")) from None
+    written_on = local_date(utcnow(), tz or ZoneInfo(settings.timezone_name()))
     with store.begin() as conn:
-        write_changes(conn, changes, Provenance(Stage.REMEMBER, None))
+        write_changes(conn, changes, Provenance(Stage.REMEMBER, written_on))
     return changes[0].memory.id
 
 

@@ -26,7 +26,9 @@ semantic_memories = Table(
     Column("reason", Text),
     Column("version", Integer, nullable=False),
     Column("created_by", String(32), nullable=False),  # light_sleep | deep_sleep | remember ...
-    Column("created_day", Date),  # the sleep partition that created it (None: remember)
+    # The CST day it belongs to: the sleep partition that created it, or the day `remember` wrote it.
+    # A day's sleep sees only the memories of that day or before.
+    Column("created_day", Date),
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),
     Index("ix_semantic_world_status", "world_id", "status"),
@@ -121,6 +123,9 @@ sleep_runs = Table(
     Column("world_id", ID, primary_key=True),
     Column("status", String(16), nullable=False),  # done | failed | stale
     Column("input_fp", String(64)),
+    # What it ran with: a record of another model or prompt version is not reused (null: before they were kept).
+    Column("model", String(256)),
+    Column("prompt_version", String(64)),
     Column("sessions", Integer, nullable=False, default=0),
     Column("sessions_truncated", Integer, nullable=False, default=0),
     Column("input_chars", Integer, nullable=False, default=0),

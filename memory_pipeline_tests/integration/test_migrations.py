@@ -106,6 +106,29 @@ def test_ledger_rows_before_the_tokens_source_revision_are_backfilled(empty_url)
     ]
 
 
+def test_remember_rows_before_the_as_of_day_revision_get_the_cst_day_they_were_written_on(empty_url):
+    """A `remember` row had no day: it joined every past day's deep-sleep set and snapshot."""
+    store = Store(empty_url)
+    upgrade(store, LOCATIONS, "0017_ledger_tokens_source")
+    with store.begin() as conn:
+        for mid, at, day in (
+            ("f-remember", datetime(2026, 3, 4, 17, 30, tzinfo=UTC), None),  # 2026-03-05 01:30 CST
+            ("f-light", datetime(2026, 3, 2, 1, 0, tzinfo=UTC), date(2026, 3, 1)),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO semantic_memories (memory_id, world_id, type, content, source_sessions, observed_at,"
+                    " status, version, created_by, created_day, created_at, updated_at)"
+                    " VALUES (:m, 'w1', 'world', 'x', '[]', :at, 'active', 1, 'remember', :d, :at, :at)"
+                ),
+                {"m": mid, "at": at if empty_url.startswith("postgresql") else at.replace(tzinfo=None), "d": day},
+            )
+    upgrade(store, LOCATIONS)
+    with store.connect() as conn:
+        days = dict(conn.execute(text("SELECT memory_id, created_day FROM semantic_memories")).all())
+    assert {k: str(v) for k, v in days.items()} == {"f-remember": "2026-03-05", "f-light": "2026-03-01"}
+
+
 def test_the_history_is_one_line_across_the_platform_and_the_domains():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
@@ -131,6 +154,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0012_objects",
         "0016_sleep_rebuild",
         "0017_ledger_tokens_source",
+        "0020_sleep_as_of_day",
     ]
     assert head(LOCATIONS) == chain[-1]
 

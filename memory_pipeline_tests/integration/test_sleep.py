@@ -498,7 +498,8 @@ def test_remember_infers_the_session_and_now(store):
     assert m.id == mid and m.source_sessions == ["s-live"] and before <= m.observed_at <= after
     with store.connect() as conn:
         (v,) = conn.execute(select(semantic_memory_versions)).mappings().all()
-    assert (v["op"], v["stage"], v["day"]) == ("create", "remember", None)  # create's logic, its version row
+    # create's logic, its version row, on the CST day it was written (that day's sleep and later ones see it)
+    assert (v["op"], v["stage"], v["day"]) == ("create", "remember", after.astimezone(CST).date())
     with pytest.raises(mem.InputError, match="field 'type': 'mood' is not one of"):
         mem.remember(store, "w1", "s-live", "x", type="mood")  # create's validation
 
