@@ -80,11 +80,6 @@ def taken_ids(conn: Connection, world_ids: Sequence[str]) -> dict[str, set[str]]
     return dict(out)
 
 
-def worlds_with_memories(conn: Connection) -> list[str]:
-    q = select(semantic_memories.c.world_id).where(semantic_memories.c.status == MemoryStatus.ACTIVE).distinct()
-    return sorted(conn.execute(q).scalars())
-
-
 @dataclass(frozen=True)
 class Provenance:
     stage: Stage

@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import func, select
 
 from memory_pipeline.lib.store import Store
-from memory_pipeline.sleep.light import DAY_ROW
 from memory_pipeline.sleep.logic import Stage
+from memory_pipeline.sleep.order import DAY_ROW, Position, RunStatus
+from memory_pipeline.sleep.runs import day_statuses
 from memory_pipeline.sleep.tables import (
     autobiographical_memories,
     self_blocks,
@@ -75,6 +76,13 @@ def stage_audit(store: Store, stage: Stage, day: date) -> Audit:
                 f"{r['world_id']}: no autobiography_summary" for r in worlds if r["world_id"] not in written
             ]
     return audit
+
+
+def stale_positions(store: Store, since: date) -> list[Position]:
+    """The places from ``since`` on whose day record is stale (to be run again, in order)."""
+    with store.connect() as conn:
+        statuses = day_statuses(conn, since)
+    return sorted(p for p, s in statuses.items() if s == RunStatus.STALE)
 
 
 def status(store: Store) -> dict[str, Any]:

@@ -52,7 +52,9 @@ semantic_memory_versions = Table(
     Column("reason", Text),
     Column("stage", String(32), nullable=False),
     Column("day", Date),  # the partition of the stage run (None outside sleep)
-    Column("round", String(16)),  # deep sleep's round
+    # Deep sleep's round; on a rebuild row (stage sleep_rebuild) deep_sleep when it put back the
+    # state before that day's deep sleep (None: before its light sleep).
+    Column("round", String(16)),
     Column("at", UTCDateTime, nullable=False, default=now_utc),
     Index("ix_semantic_versions_memory", "memory_id", "version"),
     Index("ix_semantic_versions_world_day", "world_id", "day"),
@@ -121,7 +123,7 @@ sleep_runs = Table(
     Column("stage", String(32), primary_key=True),
     Column("day", Date, primary_key=True),
     Column("world_id", ID, primary_key=True),
-    Column("status", String(16), nullable=False),  # done | failed | stale
+    Column("status", String(16), nullable=False),  # done | failed | stale (RunStatus)
     Column("input_fp", String(64)),
     # What it ran with: a record of another model or prompt version is not reused (null: before they were kept).
     Column("model", String(256)),
