@@ -136,6 +136,8 @@ def print_sleep_status(store) -> None:
     table.add_row("snapshot days", str(s["snapshot_days"]))
     for st in s["stages"]:
         table.add_row(f"{st['stage']} days {st['status']} (newest {st['newest']})", str(st["days"]))
+    for stage, days in sorted(s["failed_attempts"].items()):
+        table.add_row(f"{stage} done days whose last attempt failed (newest {days[-1]}; outputs kept)", str(len(days)))
     console.print(table)
 
 

@@ -106,6 +106,16 @@ def status(store: Store) -> dict[str, Any]:
             .where(sleep_runs.c.world_id == DAY_ROW)
             .group_by(sleep_runs.c.stage, sleep_runs.c.status)
         ).all()
+        # Done days whose last attempt failed (nothing of it written: the outputs are the done run's).
+        attempts = conn.execute(
+            select(sleep_runs.c.stage, sleep_runs.c.day, sleep_runs.c.detail).where(
+                sleep_runs.c.world_id == DAY_ROW, sleep_runs.c.status == RunStatus.DONE
+            )
+        ).all()
+        failed_attempts: dict[str, list[date]] = {}
+        for stage, day, detail in attempts:
+            if isinstance(detail, dict) and "failed_attempt" in detail:
+                failed_attempts.setdefault(stage, []).append(day)
     return {
         "memories": by_status,
         "active_by_type": by_type,
@@ -113,4 +123,5 @@ def status(store: Store) -> dict[str, Any]:
         "narratives": narratives,
         "snapshot_days": snapshots,
         "stages": [{"stage": s, "status": st, "days": n, "newest": d} for s, st, n, d in stages],
+        "failed_attempts": {s: sorted(days) for s, days in failed_attempts.items()},
     }

@@ -125,16 +125,23 @@ class StageRun:
             else:
                 row = self.record(world, detail={"failed_attempt": attempt}) | {"status": str(RunStatus.FAILED)}
             upsert(conn, sleep_runs, [row], keys=KEYS)
-            day_row = conn.execute(
-                select(sleep_runs.c.status).where(
-                    sleep_runs.c.stage == str(self.position.stage),
-                    sleep_runs.c.day == self.day,
-                    sleep_runs.c.world_id == DAY_ROW,
+            day_row = (
+                conn.execute(
+                    select(sleep_runs).where(
+                        sleep_runs.c.stage == str(self.position.stage),
+                        sleep_runs.c.day == self.day,
+                        sleep_runs.c.world_id == DAY_ROW,
+                    )
                 )
-            ).scalar()
-            if day_row != RunStatus.DONE:
-                failed = self.record(DAY_ROW, detail={"failed_world": world, "error": error})
-                upsert(conn, sleep_runs, [failed | {"status": str(RunStatus.FAILED)}], keys=KEYS)
+                .mappings()
+                .first()
+            )
+            noted = {"failed_attempt": attempt | {"world": world}}
+            if day_row is not None and day_row["status"] == RunStatus.DONE:  # `sleep status` counts these
+                row = dict(day_row) | {"detail": {**(day_row["detail"] or {}), **noted}}
+            else:
+                row = self.record(DAY_ROW, detail=noted) | {"status": str(RunStatus.FAILED)}
+            upsert(conn, sleep_runs, [row], keys=KEYS)
 
     def finish(self, worlds: int, detail: dict[str, Any], every_world: Sequence[str] | None) -> None:
         """The day record; with ``every_world`` (a run over all worlds), records of other worlds at

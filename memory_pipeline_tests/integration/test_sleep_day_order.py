@@ -25,6 +25,7 @@ from memory_pipeline.sleep.light import run_light_sleep
 from memory_pipeline.sleep.logic import Stage
 from memory_pipeline.sleep.rebuild import restore
 from memory_pipeline.sleep.reports import stage_audit
+from memory_pipeline.sleep.reports import status as sleep_status
 from memory_pipeline.sleep.snapshots import diff, snapshot
 from memory_pipeline.sleep.tables import semantic_memories, semantic_memory_versions, sleep_runs
 from memory_pipeline_tests.conftest import CST, conversation, cst, event
@@ -259,6 +260,9 @@ def test_a_model_failure_mid_tool_loop_writes_nothing_and_leaves_its_round_log(s
     second = json.loads((logs / "deep_sleep_2026-03-02_2_split.json").read_text(encoding="utf-8"))
     assert first["committed"] is False and first["applied"] == 1 and first["error"] is None
     assert second["committed"] is False and "LLMHardFailure" in second["error"] and "500" in second["failure"]
+    assert sleep_status(store)["failed_attempts"] == {"deep_sleep": [D2]}  # `sleep status` says so
+    run_deep_sleep(ctx_for(store, tmp_path, force=True), D2)  # asked again, it runs and the note goes
+    assert sleep_status(store)["failed_attempts"] == {} and NOT_SPICY in snap(store, D2)
 
 
 def test_a_first_run_that_fails_is_recorded_failed_and_the_next_one_runs(store, ingest, tmp_path):
