@@ -27,7 +27,7 @@ from memory_pipeline.sleep.rebuild import restore
 from memory_pipeline.sleep.reports import stage_audit
 from memory_pipeline.sleep.reports import status as sleep_status
 from memory_pipeline.sleep.snapshots import diff, snapshot
-from memory_pipeline.sleep.tables import semantic_memories, semantic_memory_versions, sleep_runs
+from memory_pipeline.sleep.tables import self_blocks, semantic_memories, semantic_memory_versions, sleep_runs
 from memory_pipeline_tests.conftest import CST, conversation, cst, event
 from memory_pipeline_tests.fake_openai import FakeOpenAI
 from memory_pipeline_tests.integration.test_dagster import make_defs
@@ -316,3 +316,21 @@ def test_the_schedules_and_backfills_redo_stale_days_in_order(store, ingest, tmp
     for day in (D1, D2):
         night(store, tmp_path, day)
     assert set(statuses(store).values()) == {"done"} and NOT_SPICY in active(store)
+
+
+def test_a_rebuild_puts_back_the_autobiography_summary_the_day_before_left(store, ingest, tmp_path):
+    """Every stage's system prompt carries autobiography_summary: a rebuilt day must see the one the
+    day before it left, not a later day's."""
+    two_days(ingest)
+    night(store, tmp_path, D1)
+    with store.connect() as conn:
+        q = select(self_blocks.c.content, self_blocks.c.updated_by).where(
+            self_blocks.c.world_id == "r", self_blocks.c.name == "autobiography_summary"
+        )
+        after_day_one = tuple(conn.execute(q).one())
+        night(store, tmp_path, D2)
+        assert tuple(conn.execute(q).one()) != after_day_one
+        restore(store, D2)
+        assert tuple(conn.execute(q).one()) == after_day_one
+        restore(store, D1)  # before the first autobiography there was none
+        assert conn.execute(q).first() is None
