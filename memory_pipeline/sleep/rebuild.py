@@ -18,6 +18,7 @@ works on the restored set (``as_of``): sleep/order.py."""
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -197,7 +198,8 @@ def as_of(
     """The active memories each world had before ``position``: the live set of the memories of its
     day or before, with the world's restore plan applied (where later places are done)."""
     live = load_active(conn, worlds, upto_day=position.day)
-    restored = {c.memory.id: c.memory for p in plans.values() for c in p.memory}
+    # Copies: a stage's state changes its memories in place, the plan must keep the restored state.
+    restored = {c.memory.id: copy.deepcopy(c.memory) for p in plans.values() for c in p.memory}
     if not restored:
         return live
     later = set(

@@ -334,3 +334,26 @@ def test_a_rebuild_puts_back_the_autobiography_summary_the_day_before_left(store
         assert tuple(conn.execute(q).one()) == after_day_one
         restore(store, D1)  # before the first autobiography there was none
         assert conn.execute(q).first() is None
+
+
+def test_a_deep_sleep_rerun_keeps_a_true_version_history(store, ingest, tmp_path):
+    """Asked again, deep sleep of day 2 first puts 我喜欢吃辣 back (restore) and then deprecates it
+    again: each step is its own version row, in order, with the state it left."""
+    two_days(ingest)
+    for day in (D1, D2):
+        night(store, tmp_path, day)
+    run_deep_sleep(ctx_for(store, tmp_path, force=True), D2)
+    v = semantic_memory_versions.c
+    with store.connect() as conn:
+        (mid,) = conn.execute(
+            select(semantic_memories.c.memory_id).where(semantic_memories.c.content == SPICY)
+        ).scalars()
+        rows = conn.execute(
+            select(v.version, v.op, v.status, v.stage, v.day, v.round).where(v.memory_id == mid).order_by(v.version_id)
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        (1, "create", "active", "light_sleep", D1, None),
+        (2, "deprecate", "deprecated", "deep_sleep", D2, "contradiction"),
+        (3, "restore", "active", "sleep_rebuild", D2, "deep_sleep"),
+        (4, "deprecate", "deprecated", "deep_sleep", D2, "contradiction"),
+    ]
