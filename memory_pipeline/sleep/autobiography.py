@@ -8,6 +8,7 @@ rebuild of D puts back (sleep/order.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import defaultdict
 from collections.abc import Sequence
@@ -174,7 +175,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
             out.reused += 1  # done with this model and prompt: its narratives and summary stand
             continue
         plan = run.plans.get(world)
-        undone = {c.narrative.id: c.narrative for c in plan.narratives} if plan else {}
+        undone = {c.narrative.id: copy.deepcopy(c.narrative) for c in plan.narratives} if plan else {}
         items = [undone.get(n.id, n) for n in narratives.get(world, [])]  # as of this day
         mems = _recent(active.get(world, []), start, end, ctx.tz)
         if not mems and not items:
