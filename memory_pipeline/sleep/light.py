@@ -2,7 +2,9 @@
 that extracts semantic memory from conversations. Per world: the sessions with a recallable
 (user/assistant, non-empty) message timestamped in D, three user messages built by code, the
 three-tool whitelist, and a state record per run. One read of the day's messages, one of the
-worlds' active memories and one of the self layer for all worlds of the run."""
+worlds' active memories and one of the self layer for all worlds of the run. A world whose day
+changed (late messages), run again where later places are done, is a rebuild of the day: it is put
+back to before D's light sleep first and the later places turn stale (sleep/order.py)."""
 
 from __future__ import annotations
 
