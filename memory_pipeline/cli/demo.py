@@ -139,7 +139,8 @@ def _long_conversation(path) -> None:
 
 
 def _sleep_step(console: Console, instance, store) -> bool:
-    """Seed 003 over the sample's last two weeks (each stage one run over the range, days in order),
+    """Seed 003 over the sample's last two weeks (one run over the range, day by day: each day's light
+    sleep, deep sleep and autobiography before the next day's, so each day's snapshot is that day's),
     then seed 002's rolling summary of the long conversation (its gate opened first)."""
     from memory_pipeline import operations
     from memory_pipeline.conversation.summaries import set_init_status
@@ -154,14 +155,13 @@ def _sleep_step(console: Console, instance, store) -> bool:
         pin_fact(store, world, f"The user of {world} lives in Hangzhou.", priority=1)
     console.print(f"[bold]2c.[/] sleep (seed 003) {SLEEP_FROM} .. {SLEEP_TO} and rolling summaries (seed 002)")
     ok = True
-    for window in ("light_sleep", "deep_sleep", "autobiography"):
-        rep = operations.materialize(window, SLEEP_FROM.isoformat(), SLEEP_TO.isoformat(), instance=instance)
-        for r in rep.runs:
-            ok &= r.success
-            console.print(
-                f"   {window:<14} {r.first}..{r.last}: {r.partitions} partition(s) in one run {r.run_id[:8]} "
-                f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
-            )
+    rep = operations.materialize("sleep", SLEEP_FROM.isoformat(), SLEEP_TO.isoformat(), instance=instance)
+    for r in rep.runs:
+        ok &= r.success
+        console.print(
+            f"   light, deep, autobiography {r.first}..{r.last}: {r.partitions} day(s) in one run {r.run_id[:8]}, "
+            f"each day's three stages before the next day's ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
+        )
     set_init_status(store, LONG_CONVERSATION, "done")
     job = build_defs().resolve_job_def("conversation_rolling_summary_job")
     result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET)

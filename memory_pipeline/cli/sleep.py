@@ -61,12 +61,28 @@ def backfill(
     stage: str = typer.Option("all", "--stage", help="all | light | deep | autobiography"),
 ):
     """Operator recovery: run the sleep stages over closed past days, oldest first (each day's light,
-    deep and autobiography before the next day). A day done before costs no model call; a stale day
-    (after a rebuild of an earlier one) is run again."""
+    deep and autobiography before the next day). A day done before with the same model and prompt
+    version costs no model call; a stale day (after a rebuild of an earlier one), a day done with
+    another model, or a light sleep whose day got late messages runs again, and that is a rebuild
+    of the day: the days after it turn stale (the command says which are left)."""
     if stage != "all" and stage not in STAGES:
         refuse(f"--stage {stage!r}: one of all, light, deep, autobiography")
     keys = _keys(start, end)
     _recover(keys, list(STAGES.values()) if stage == "all" else [STAGES[stage]], False)
+    _still_stale(keys[0] if keys else start)
+
+
+def _still_stale(since: str) -> None:
+    """Days an earlier place ran again for (a re-run of a day is a rebuild of it) and nothing redid."""
+    from memory_pipeline.sleep.reports import stale_positions
+
+    left = sorted({p.day.isoformat() for p in stale_positions(open_store(), date.fromisoformat(since))})
+    if left:
+        err.print(
+            f"[yellow]still stale: {left[0]} .. {left[-1]} ({len(left)} day(s)): run `memory-pipeline sleep "
+            f"backfill --from {left[0]} --to {left[-1]}` (or rebuild with --through {left[-1]}); the nightly "
+            f"ticks also run them, in order[/]"
+        )
 
 
 @app.command()
@@ -95,12 +111,7 @@ def rebuild(
         f"{len(result.stale_days)} day(s) stale"
     )
     _recover(keys, list(STAGES.values()), True)
-    left = [d.isoformat() for d in result.stale_days if d.isoformat() > keys[-1]]
-    if left:
-        err.print(
-            f"[yellow]still stale: {left[0]} .. {left[-1]} ({len(left)} day(s)): run `memory-pipeline sleep "
-            f"backfill --from {left[0]} --to {left[-1]}` (or rebuild with --through {left[-1]})[/]"
-        )
+    _still_stale(keys[0])
 
 
 @app.command()
@@ -125,6 +136,8 @@ def print_sleep_status(store) -> None:
     table.add_row("snapshot days", str(s["snapshot_days"]))
     for st in s["stages"]:
         table.add_row(f"{st['stage']} days {st['status']} (newest {st['newest']})", str(st["days"]))
+    for stage, days in sorted(s["failed_attempts"].items()):
+        table.add_row(f"{stage} done days whose last attempt failed (newest {days[-1]}; outputs kept)", str(len(days)))
     console.print(table)
     if s["refused"]:
         refused = Table(title="Worlds refused (nothing written for them that day)")

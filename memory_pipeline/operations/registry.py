@@ -22,10 +22,11 @@ class Target:
     configurable: bool = True  # its asset takes the run config (force_llm, worlds, as_of, ...)
     selection: tuple[AssetKey, ...] = ()  # run only these assets of the job (and their checks)
     changed: ChangedFn | None = None  # mode "changed"; without it, "changed" means "missing"
+    op: str = ""  # the op taking the run config, when the asset is one of a multi-asset's
 
     @property
     def op_name(self) -> str:
-        return self.asset_key.path[-1]
+        return self.op or self.asset_key.path[-1]
 
 
 _TARGETS: dict[str, Target] = {}

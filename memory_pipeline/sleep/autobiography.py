@@ -1,15 +1,19 @@
 """Seed 003 self autobiography (04:00 CST, after deep sleep). Phase A (conditional): from the
 active experience / imprint memories observed in the 7 CST days ending on D and the existing
 narratives, append 0..N narratives (never from raw conversation). Phase B (always): refresh
-``self_blocks.autobiography_summary`` (updated_by = autobiography_cron)."""
+``self_blocks.autobiography_summary`` (updated_by = autobiography_cron). The memories are those as of D;
+a day done before is reused (its narratives and summary stand); a world's narratives, summary and
+state record commit in one transaction, and the record keeps the summary as it was before, what a
+rebuild of D puts back (sleep/order.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -18,14 +22,16 @@ from memory_pipeline.lib.store import upsert
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds, utcnow
 from memory_pipeline.sleep import prompts
-from memory_pipeline.sleep.context import SleepContext, tool_loop
-from memory_pipeline.sleep.light import _day_row, _previous, record_runs, system_for
-from memory_pipeline.sleep.logic import MemoryStatus, Stage
+from memory_pipeline.sleep.context import LoopResult, SleepContext, tool_loop
+from memory_pipeline.sleep.light import system_for
+from memory_pipeline.sleep.logic import Memory, Stage
 from memory_pipeline.sleep.memory import load_self_layer
 from memory_pipeline.sleep.narrative import Narrative, NarrativeChange, NarrativeState, summary
+from memory_pipeline.sleep.order import DAY_ROW
+from memory_pipeline.sleep.rebuild import SUMMARY_BEFORE, SUMMARY_BLOCK
+from memory_pipeline.sleep.runs import StageRun
 from memory_pipeline.sleep.tables import autobiographical_memories, self_blocks, semantic_memories
 
-SUMMARY_BLOCK = "autobiography_summary"
 AUTO_TYPES = ("experience", "imprint")
 
 
@@ -38,6 +44,8 @@ class AutoResult:
     reused: int = 0
     llm_calls: int = 0
     summaries_written: int = 0
+    restored: int = 0  # worlds put back to before this day's autobiography first (later places were done)
+    stale_days: list[date] = field(default_factory=list)  # days whose later records those restores made stale
     per_world: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -108,54 +116,79 @@ def write_narratives(conn: Any, changes: list[NarrativeChange]) -> None:
         )
 
 
+def _worlds_of(conn: Any, day: date, previous: dict[str, Any]) -> list[str]:
+    """Worlds with a memory or a narrative of ``day`` or before, or a record of this day."""
+    q = select(semantic_memories.c.world_id).where(semantic_memories.c.created_day <= day)
+    n = select(autobiographical_memories.c.world_id).where(autobiographical_memories.c.created_day <= day)
+    found = set(conn.execute(q.union(n)).scalars())
+    return sorted(found | (set(previous) - {DAY_ROW}))
+
+
+def _recent(memories: Sequence[Memory], start: datetime, end: datetime, tz: Any) -> list[dict[str, Any]]:
+    """The window's experience / imprint memories, oldest first, as phase A is shown them."""
+    picked = sorted(
+        (m for m in memories if m.type in AUTO_TYPES and start <= m.observed_at < end),
+        key=lambda m: (m.observed_at, m.id),
+    )
+    return [
+        {
+            "id": m.id,
+            "type": m.type,
+            "content": m.content,
+            "observed_at": m.observed_at.astimezone(tz).isoformat(timespec="seconds"),
+        }
+        for m in picked
+    ]
+
+
 def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | None = None) -> AutoResult:
     out = AutoResult()
     start = day_bounds(day - timedelta(days=ctx.cfg.autobiography_window_days - 1), ctx.tz)[0]
     end = day_bounds(day, ctx.tz)[1]
     with ctx.store.connect() as conn:
-        recent: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        q = (
-            select(semantic_memories)
-            .where(semantic_memories.c.status == MemoryStatus.ACTIVE, semantic_memories.c.type.in_(AUTO_TYPES))
-            .where(semantic_memories.c.observed_at >= start, semantic_memories.c.observed_at < end)
-            .order_by(semantic_memories.c.world_id, semantic_memories.c.observed_at, semantic_memories.c.memory_id)
-        )
-        for r in conn.execute(q).mappings():
-            recent[r["world_id"]].append(
-                {
-                    "id": r["memory_id"],
-                    "type": r["type"],
-                    "content": r["content"],
-                    "observed_at": r["observed_at"].astimezone(ctx.tz).isoformat(timespec="seconds"),
-                }
-            )
-        narratives: dict[str, list[Narrative]] = defaultdict(list)
-        for r in conn.execute(
-            select(autobiographical_memories).order_by(
-                autobiographical_memories.c.created_day, autobiographical_memories.c.memory_id
-            )
-        ).mappings():
-            narratives[r["world_id"]].append(narrative_from_row(r))
-        worlds = sorted(set(recent) | set(narratives))
+        run = StageRun.open(conn, ctx, Stage.AUTOBIOGRAPHY, day)
+        worlds = _worlds_of(conn, day, run.previous)
         if world_ids is not None:
             worlds = [w for w in worlds if w in set(world_ids)]
-        blocks, pinned = load_self_layer(conn, worlds, ctx.cfg.pinned_top)
-        previous = _previous(conn, Stage.AUTOBIOGRAPHY, day)
-    records = []
-    summaries = []
+        todo = [w for w in worlds if not run.reusable(w)]
+        active = run.prepare(conn, todo)
+        narratives: dict[str, list[Narrative]] = defaultdict(list)
+        for r in conn.execute(
+            select(autobiographical_memories)
+            .where(autobiographical_memories.c.world_id.in_(todo))
+            .order_by(autobiographical_memories.c.created_day, autobiographical_memories.c.memory_id)
+        ).mappings():
+            narratives[r["world_id"]].append(narrative_from_row(r))
+        blocks, pinned = load_self_layer(conn, todo, ctx.cfg.pinned_top)
+        current = {
+            w: {"content": c, "updated_by": by}
+            for w, c, by in conn.execute(
+                select(self_blocks.c.world_id, self_blocks.c.content, self_blocks.c.updated_by).where(
+                    self_blocks.c.name == SUMMARY_BLOCK, self_blocks.c.world_id.in_(todo)
+                )
+            )
+        }
+    worlds_seen = list(worlds)
     for world in worlds:
+        if world not in todo:
+            out.worlds += 1
+            out.reused += 1  # done with this model and prompt: its narratives and summary stand
+            continue
+        plan = run.plans.get(world)
+        undone = {c.narrative.id: copy.deepcopy(c.narrative) for c in plan.narratives} if plan else {}
+        items = [undone.get(n.id, n) for n in narratives.get(world, [])]  # as of this day
+        mems = _recent(active.get(world, []), start, end, ctx.tz)
+        if not mems and not items:
+            worlds_seen.remove(world)  # nothing as of this day (a record it had goes)
+            continue
         out.worlds += 1
-        mems = recent.get(world, [])
-        state = NarrativeState(world, day, narratives.get(world, []), [m["id"] for m in mems])
+        state = NarrativeState(world, day, items, [m["id"] for m in mems])
         m1 = "# 近 7 日 experience / imprint 语义记忆\n" + "\n".join(
             json.dumps(m, ensure_ascii=False, sort_keys=True) for m in mems
         )
         fp = short_hash([prompts.PROMPT_VERSION, m1], length=32)
-        prev = previous.get(world)
-        created = deprecated = rejected = calls = 0
-        text = ""
-        rejected_calls: list[dict[str, Any]] = []  # each refused call and its error, as light and deep record them
-        if mems and not (prev and prev["input_fp"] == fp and prev["status"] == "done" and not ctx.force):
+        loop = LoopResult()
+        if mems:
             existing = [
                 {
                     "id": n.id,
@@ -170,70 +203,72 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
             m2 = "# 已有自传记忆（active）\n" + (
                 "\n".join(json.dumps(e, ensure_ascii=False, sort_keys=True) for e in existing) or "（无）"
             )
-            loop = tool_loop(
-                ctx,
-                task="autobiography",
-                world_id=world,
-                system=system_for(ctx, blocks, pinned, world),
-                messages=[{"role": "user", "content": c} for c in (m1, m2, prompts.AUTO_INSTRUCTIONS)],
-                tools=[prompts.AUTO_SCHEMAS[n] for n in prompts.AUTO_TOOLS],
-                apply=state.apply,
-                writer=write_narratives,
-                describe=lambda c: f"{c.op} {c.narrative.id}",
-            )
-            created = sum(1 for c in loop.changes if c.op == "create")
-            deprecated = sum(1 for c in loop.changes if c.op == "deprecate")
-            rejected, calls, text, rejected_calls = len(loop.rejected), loop.llm_calls, loop.text, loop.rejected
-        elif mems:
-            out.reused += 1
+            try:
+                tool_loop(
+                    ctx,
+                    task="autobiography",
+                    world_id=world,
+                    system=system_for(ctx, blocks, pinned, world),
+                    messages=[{"role": "user", "content": c} for c in (m1, m2, prompts.AUTO_INSTRUCTIONS)],
+                    tools=[prompts.AUTO_SCHEMAS[n] for n in prompts.AUTO_TOOLS],
+                    apply=state.apply,
+                    describe=lambda c: f"{c.op} {c.narrative.id}",
+                    result=loop,
+                )
+            except Exception as exc:
+                run.failed(world, exc, {"llm_calls": loop.llm_calls, "changes_not_written": len(loop.changes)})
+                raise
+        created = sum(1 for c in loop.changes if c.op == "create")
+        deprecated = sum(1 for c in loop.changes if c.op == "deprecate")
+        rejected = len(loop.rejected)
         # Phase B, always (also with 0 narratives created).
         block = summary(
             list(state.items.values()), day, ctx.cfg.autobiography_recent_days, ctx.cfg.autobiography_summary_max_chars
         )
-        summaries.append(
-            {
-                "world_id": world,
-                "name": SUMMARY_BLOCK,
-                "content": block,
-                "updated_by": str(Stage.AUTOBIOGRAPHY),
-                "updated_at": utcnow(),
-            }
-        )
+        before = plan.summary if plan is not None and plan.summary is not None else current.get(world, {})
         out.narratives_created += created
         out.narratives_deprecated += deprecated
         out.rejected += rejected
-        out.llm_calls += calls
+        out.llm_calls += loop.llm_calls
+        out.restored += world in run.ahead
         out.per_world[world] = {
             "memories": len(mems),
             "narratives_created": created,
             "deprecated": deprecated,
             "rejected": rejected,
         }
-        records.append(
-            {
-                "stage": str(Stage.AUTOBIOGRAPHY),
-                "day": day,
-                "world_id": world,
-                "status": "done",
-                "input_fp": fp,
-                "sessions": 0,
-                "sessions_truncated": 0,
-                "input_chars": len(m1),
-                "llm_calls": calls,
-                "tool_calls": created + deprecated + rejected,
-                "applied": created + deprecated,
-                "rejected": rejected,
-                "created": created,
-                "detail": {"narratives_created": created, "reply": text[:500], "rejected_calls": rejected_calls},
-                "finished_at": utcnow(),
-            }
+        record = run.record(
+            world,
+            input_fp=fp,
+            input_chars=len(m1),
+            llm_calls=loop.llm_calls,
+            tool_calls=loop.tool_calls,
+            applied=created + deprecated,
+            rejected=rejected,
+            created=created,
+            detail={
+                "narratives_created": created,
+                "reply": loop.text[:500],
+                "rejected_calls": loop.rejected,  # each refused call and its error, as light and deep record them
+                SUMMARY_BEFORE: before or None,
+            },
         )
-    records.append(_day_row(Stage.AUTOBIOGRAPHY, day, out.worlds, out.per_world))
-    with ctx.store.begin() as conn:
-        if summaries:
-            upsert(conn, self_blocks, summaries, keys=["world_id", "name"])
-        record_runs(conn, records, worlds if world_ids is None else None)
-    out.summaries_written = len(summaries)
+        row = {
+            "world_id": world,
+            "name": SUMMARY_BLOCK,
+            "content": block,
+            "updated_by": str(Stage.AUTOBIOGRAPHY),
+            "updated_at": utcnow(),
+        }
+
+        def write(conn: Any, changes: list[Any] = loop.changes, row: dict[str, Any] = row) -> None:
+            write_narratives(conn, changes)
+            upsert(conn, self_blocks, [row], keys=["world_id", "name"])
+
+        run.commit(world, record, write)
+        out.summaries_written += 1
+    run.finish(out.worlds, out.per_world, worlds_seen if world_ids is None else None)
+    out.stale_days = sorted(run.stale_days)
     return out
 
 

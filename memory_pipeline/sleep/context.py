@@ -2,8 +2,9 @@
 
 The loop sends the messages, validates each tool call the model returns against the in-memory
 state (a refused call changes nothing and goes back to the model as an error result for that
-call), writes the accepted changes of the turn in one transaction, and asks again with the results
-until the model makes no call (or ``max_tool_turns``)."""
+call), keeps the accepted changes, and asks again with the results until the model makes no call
+(or ``max_tool_turns``). It writes nothing: the stage commits a world's changes in one transaction
+with its state record (sleep/runs.py), so a model failure mid-loop leaves nothing half-written."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from memory_pipeline.lib.store import Store
 from memory_pipeline.sleep import offline_rules
 from memory_pipeline.sleep.config import SleepConfig
 from memory_pipeline.sleep.logic import Change, MemoryState, Rules, ToolError
-from memory_pipeline.sleep.memory import Provenance, write_changes
 from memory_pipeline.sleep.prompts import PROMPT_VERSION
 
 offline_rules.install()
@@ -52,8 +52,6 @@ class LoopResult:
 Guard = Callable[[Mapping[str, Any]], str | None]
 # Applies one call to a state: the changes, or ToolError.
 Apply = Callable[[Mapping[str, Any]], list[Any]]
-# Writes the accepted changes of one turn inside the transaction it is given.
-Writer = Callable[[Any, list[Any]], None]
 
 
 def _assistant(text: str, calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -85,11 +83,13 @@ def tool_loop(
     messages: Sequence[dict[str, Any]],
     tools: list[dict[str, Any]],
     apply: Apply,
-    writer: Writer,
     describe: Callable[[Any], str],
     guard: Guard | None = None,
+    on_change: Callable[[Any], None] | None = None,
+    result: LoopResult | None = None,
 ) -> LoopResult:
-    result = LoopResult()
+    """``result`` (given by the caller) keeps what the loop did so far when a call raises."""
+    result = result if result is not None else LoopResult()
     convo: list[dict[str, Any]] = list(messages)
     for _turn in range(ctx.cfg.max_tool_turns):
         req = LLMRequest(
@@ -101,8 +101,8 @@ def tool_loop(
             tools=tools,
             conversation=tuple(convo),
         )
+        result.llm_calls += 1  # counted before: a call that fails is one of the run's calls too
         answer = ctx.llm.complete(req, force=True)
-        result.llm_calls += 1
         result.text = answer.text
         if not answer.tool_calls:
             break
@@ -123,10 +123,10 @@ def tool_loop(
                 continue
             accepted.extend(changes)
             replies.append("ok: " + "; ".join(describe(c) for c in changes))
-        if accepted:
-            with ctx.store.begin() as conn:
-                writer(conn, accepted)
-            result.changes.extend(accepted)
+        for c in accepted:
+            if on_change:
+                on_change(c)
+        result.changes.extend(accepted)
         convo.append(_assistant(answer.text, answer.tool_calls))
         convo += [
             {"role": "tool", "tool_call_id": c["id"], "content": r}
@@ -143,7 +143,6 @@ def memory_loop(
     ctx: SleepContext,
     state: MemoryState,
     rules: Rules,
-    prov: Provenance,
     *,
     task: str,
     system: str,
@@ -151,15 +150,9 @@ def memory_loop(
     tools: list[dict[str, Any]],
     guard: Guard | None = None,
     on_change: Callable[[Change], None] | None = None,
+    result: LoopResult | None = None,
 ) -> LoopResult:
     """The tool loop over semantic memory: calls applied to ``state`` under ``rules``."""
-
-    def writer(conn: Any, changes: list[Any]) -> None:
-        write_changes(conn, changes, prov)
-        for c in changes:
-            if on_change:
-                on_change(c)
-
     return tool_loop(
         ctx,
         task=task,
@@ -168,7 +161,8 @@ def memory_loop(
         messages=messages,
         tools=tools,
         apply=lambda call: state.apply(call, rules),
-        writer=writer,
         describe=lambda c: f"{c.op} {c.memory.id}",
         guard=guard,
+        on_change=on_change,
+        result=result,
     )

@@ -1,7 +1,11 @@
 """Seed 003 deep sleep (03:00 CST, partition D): three rounds in order over every world's active
 semantic memory (contradiction + expiry, split, dedupe-merge), message 1 built once per batch and
 sent byte-identical in every round, message 1.5 the cumulative change log in the seed's text, the
-size bands, one JSON log per round (files, never the database), and the day's snapshot."""
+size bands, one JSON log per round (files, never the database), and the day's snapshot. Day D works on
+the set as of D (D-1's snapshot plus D's light-sleep writes and what `remember` wrote on D or
+before): a day done before is reused; run again where later places are done, the world is first
+put back to before D's deep sleep (sleep/order.py). A world's changes, its snapshot and its state
+record commit in one transaction."""
 
 from __future__ import annotations
 
@@ -9,20 +13,21 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
 
 from memory_pipeline.lib.text import short_hash
-from memory_pipeline.lib.timeutil import day_bounds, utcnow
+from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.sleep import prompts
-from memory_pipeline.sleep.context import SleepContext, StageFailure, memory_loop
-from memory_pipeline.sleep.light import DAY_ROW, _day_row, _previous, record_runs, system_for
+from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop
+from memory_pipeline.sleep.light import system_for
 from memory_pipeline.sleep.logic import (
     DEEP_TOOLS,
     ROUNDS,
+    Change,
     ChangeLog,
     Memory,
     MemoryState,
@@ -33,11 +38,12 @@ from memory_pipeline.sleep.logic import (
     render_changes,
     size_band,
 )
-from memory_pipeline.sleep.memory import Provenance, load_active, load_self_layer, taken_ids, worlds_with_memories
-from memory_pipeline.sleep.tables import semantic_memory_snapshots, sleep_runs
+from memory_pipeline.sleep.memory import Provenance, load_self_layer, taken_ids, write_changes
+from memory_pipeline.sleep.order import DAY_ROW
+from memory_pipeline.sleep.runs import StageRun
+from memory_pipeline.sleep.tables import semantic_memories, semantic_memory_snapshots, sleep_runs
 
 log = logging.getLogger(__name__)
-REFUSED = "refused"  # a world's sleep_runs status when deep sleep refused it (over the size limit)
 
 
 @dataclass
@@ -56,6 +62,7 @@ class RoundRecord:
     message_one_chars: int
     message_one_sha: str
     input_chars: int
+    error: str | None = None  # the round a failure interrupted: what failed (nothing of the attempt is written)
 
 
 @dataclass
@@ -68,7 +75,8 @@ class DeepResult:
     changes: int = 0
     rejected: int = 0
     snapshot_rows: int = 0
-    marked_stale: list[str] = field(default_factory=list)
+    restored: int = 0  # worlds put back to before this day's deep sleep first (later places were done)
+    stale_days: list[date] = field(default_factory=list)  # days whose later records those restores made stale
     rounds: dict[str, list[RoundRecord]] = field(default_factory=dict)  # world -> records
     log_files: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)  # world -> why (over the 300k limit)
@@ -84,39 +92,27 @@ def _batches(memories: Sequence[Memory], band: SizeBand) -> list[tuple[str | Non
     return [(t, by_type[t]) for t in sorted(by_type)]
 
 
-def check_order(conn: Any, day: date) -> None:
-    """Day D needs D's light sleep, and D-1's deep sleep unless D is the first deep-sleep day."""
-    rows = conn.execute(
-        select(sleep_runs.c.stage, sleep_runs.c.day, sleep_runs.c.status).where(sleep_runs.c.world_id == DAY_ROW)
-    ).all()
-    light = {d for s, d, st in rows if s == Stage.LIGHT and st == "done"}
-    deep = {d: st for s, d, st in rows if s == Stage.DEEP}
-    if day not in light:
-        raise StageFailure(f"deep sleep {day}: light sleep of {day} has not run (run it first: days go in order)")
-    earlier = [d for d in deep if d < day]
-    prev = day - timedelta(days=1)
-    if earlier and deep.get(prev) != "done":
-        state = deep.get(prev, "missing")
-        raise StageFailure(
-            f"deep sleep {day}: deep sleep of {prev} is {state} (day N's deep sleep needs day N-1's; "
-            f"run {prev} first, or backfill the range in order)"
-        )
+def _worlds_of(conn: Any, day: date, previous: dict[str, Any]) -> list[str]:
+    """Worlds with a memory of ``day`` or before (active or not: a restore may bring one back), and
+    those with a record of this day (a world with nothing left as of it gets its empty snapshot)."""
+    q = select(semantic_memories.c.world_id).where(semantic_memories.c.created_day <= day).distinct()
+    return sorted(set(conn.execute(q).scalars()) | (set(previous) - {DAY_ROW}))
 
 
 def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None = None) -> DeepResult:
     out = DeepResult()
     with ctx.store.connect() as conn:
-        check_order(conn, day)
-        worlds = worlds_with_memories(conn)
+        run = StageRun.open(conn, ctx, Stage.DEEP, day)
+        worlds = _worlds_of(conn, day, run.previous)
         if world_ids is not None:
             worlds = [w for w in worlds if w in set(world_ids)]
-        active = load_active(conn, worlds, upto_day=day)
-        taken = taken_ids(conn, worlds)
-        blocks, pinned = load_self_layer(conn, worlds, ctx.cfg.pinned_top)
-        previous = _previous(conn, Stage.DEEP, day)
+        todo = [w for w in worlds if not run.reusable(w)]
+        active = run.prepare(conn, todo)
+        taken = taken_ids(conn, todo)
+        blocks, pinned = load_self_layer(conn, todo, ctx.cfg.pinned_top)
         last_out = _last_outputs(conn, day)
     cfg = ctx.cfg
-    ones = {w: message_one(active.get(w, []), ctx.tz) for w in worlds}
+    ones = {w: message_one(active.get(w, []), ctx.tz) for w in todo}
     # The size check is per world (seed: > 300k 报错拒绝): an oversized world is refused before any
     # call and writes nothing (no change, no snapshot row), its record says so; the others sleep.
     too_big = {
@@ -129,22 +125,27 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         log.error("deep sleep %s: %s", day, reason)
         out.refused[w] = reason
     end_of_day = day_bounds(day, ctx.tz)[1]
-    records = [_refused_row(day, w, n, out.refused[w]) for w, n in sorted(too_big.items())]
+    worlds_seen = list(worlds)
     for world in worlds:
+        memories = active.get(world, [])
+        if world in todo and not memories and world not in run.previous:
+            worlds_seen.remove(world)  # nothing as of this day: no snapshot, no record
+            continue
         if world in too_big:
+            run.refused(world, out.refused[world], too_big[world])
             continue
         out.worlds += 1
-        memories = active.get(world, [])
-        if not memories:  # every memory of the world is from a later day: nothing to ask about
-            out.empty.append(world)
-            records.append(_state_row(day, world, "", "", [], empty=True))
+        if world not in todo:
+            out.reused += 1  # done with this model and prompt: its snapshot stands
             continue
-        fp = short_hash([prompts.PROMPT_VERSION, ones[world]], length=32)
-        prev = previous.get(world)
-        unchanged = fp == last_out.get(world) or (prev and prev["detail"].get("output_fp") == fp)
-        if unchanged and not ctx.force:
-            out.reused += 1  # consolidated already and nothing new since: no call
-            records.append(_state_row(day, world, fp, fp, [], reused=True))
+        out.restored += world in run.ahead
+        fp = short_hash([prompts.PROMPT_VERSION, ctx.llm.model, ones[world]], length=32)
+        state = MemoryState(world, memories, salt=f"deep:{day}", taken=taken.get(world, ()))
+        if not memories or (fp == last_out.get(world) and not ctx.force):
+            out.reused += 1  # nothing new since the previous day's deep sleep (or nothing at all): no call
+            if not memories:
+                out.empty.append(world)
+            _commit(run, state, day, fp, fp, [], [], reused=True)
             continue
         band = size_band(len(ones[world]), cfg.deep_warn_chars, cfg.deep_batch_chars, cfg.deep_refuse_chars)
         if band == SizeBand.WARN:
@@ -155,56 +156,76 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         if band == SizeBand.BATCHED:
             out.batched.append(world)
         system = system_for(ctx, blocks, pinned, world)
-        state = MemoryState(world, memories, salt=f"deep:{day}", taken=taken.get(world, ()))
         world_records: list[RoundRecord] = []
-        for batch_type, batch in _batches(memories, band):
-            world_records += _run_batch(ctx, day, state, system, batch, batch_type, end_of_day)
+        writes: list[tuple[Provenance, list[Change]]] = []
+        try:
+            for batch_type, batch in _batches(memories, band):
+                _run_batch(ctx, day, state, system, batch, batch_type, end_of_day, world_records, writes)
+        except Exception as exc:
+            # Nothing of the attempt is written; its round log is, so an operator sees what happened.
+            failure = f"{type(exc).__name__}: {exc}"
+            out.log_files += write_round_logs(ctx.cfg.logs(), day, world, world_records, failure)
+            run.failed(world, exc, {"rounds_run": len(world_records), "changes_not_written": len(state.changes)})
+            raise
         out.rounds[world] = world_records
         out.llm_calls += sum(r.llm_calls for r in world_records)
         out.changes += sum(r.applied for r in world_records)
         out.rejected += sum(len(r.rejected) for r in world_records)
+        out_fp = short_hash([prompts.PROMPT_VERSION, ctx.llm.model, message_one(state.active(), ctx.tz)], length=32)
+        _commit(run, state, day, fp, out_fp, world_records, writes)
         out.log_files += write_round_logs(ctx.cfg.logs(), day, world, world_records)
-        out_fp = short_hash([prompts.PROMPT_VERSION, message_one(state.active(), ctx.tz)], length=32)
-        records.append(_state_row(day, world, fp, out_fp, world_records))
-    # The snapshot of every world (also the unchanged ones), then the state records, in one transaction.
-    with ctx.store.connect() as conn:
-        now_active = load_active(conn, worlds, upto_day=day)
+    refused = {w: {"refused": r} for w, r in out.refused.items()}
+    run.finish(out.worlds, refused, worlds_seen if world_ids is None else None)
+    out.snapshot_rows = run.snapshot_rows
+    out.stale_days = sorted(run.stale_days)
+    return out
+
+
+def _commit(
+    run: StageRun,
+    state: MemoryState,
+    day: date,
+    fp: str,
+    out_fp: str,
+    records: list[RoundRecord],
+    writes: list[tuple[Provenance, list[Change]]],
+    reused: bool = False,
+) -> None:
+    """The world's changes, its snapshot of the day (its set after them) and its state record, in one
+    transaction (with the world's restore, when later places were done)."""
     snap = [
         {
             "day": day,
-            "world_id": w,
+            "world_id": state.world_id,
             "memory_id": m.id,
             "type": m.type,
             "content": m.content,
             "source_sessions": list(m.source_sessions),
             "observed_at": m.observed_at,
         }
-        for w in worlds
-        if w not in too_big
-        for m in now_active.get(w, [])
+        for m in state.active()
     ]
-    records.append(_day_row(Stage.DEEP, day, out.worlds, {w: {"refused": r} for w, r in out.refused.items()}))
-    with ctx.store.begin() as conn:
-        conn.execute(delete(semantic_memory_snapshots).where(semantic_memory_snapshots.c.day == day))
+
+    def write(conn: Any) -> None:
+        for prov, changes in writes:
+            write_changes(conn, changes, prov)
+        s = semantic_memory_snapshots.c
+        conn.execute(delete(semantic_memory_snapshots).where(s.day == day, s.world_id == state.world_id))
         if snap:
             conn.execute(semantic_memory_snapshots.insert(), snap)
-        record_runs(conn, records, worlds if world_ids is None else None)
-        # Rebuilding D makes every later deep-sleep day stale: it ran on a set D no longer had.
-        later = select(sleep_runs.c.day).where(
-            sleep_runs.c.stage == str(Stage.DEEP),
-            sleep_runs.c.day > day,
-            sleep_runs.c.status == "done",
-            sleep_runs.c.world_id == DAY_ROW,
-        )
-        out.marked_stale = sorted(d.isoformat() for d in conn.execute(later).scalars())
-        if out.marked_stale:
-            conn.execute(
-                update(sleep_runs)
-                .where(sleep_runs.c.stage == str(Stage.DEEP), sleep_runs.c.day > day)
-                .values(status="stale")
-            )
-    out.snapshot_rows = len(snap)
-    return out
+
+    record = run.record(
+        state.world_id,
+        input_fp=fp,
+        input_chars=sum(r.input_chars for r in records),
+        llm_calls=sum(r.llm_calls for r in records),
+        tool_calls=sum(r.tool_calls for r in records),
+        applied=sum(r.applied for r in records),
+        rejected=sum(len(r.rejected) for r in records),
+        detail={"output_fp": out_fp, "reused": reused, "rounds": len(records)},
+    )
+    run.commit(state.world_id, record, write)
+    run.snapshot_rows += len(snap)
 
 
 def _last_outputs(conn: Any, day: date) -> dict[str, str]:
@@ -224,41 +245,6 @@ def refusal(world: str, chars: int, limit: int) -> str:
     )
 
 
-def _refused_row(day: date, world: str, chars: int, reason: str) -> dict[str, Any]:
-    row = _state_row(day, world, "", "", [])
-    row |= {"status": REFUSED, "input_chars": chars, "detail": {"refused": reason, "message_one_chars": chars}}
-    return row
-
-
-def _state_row(
-    day: date,
-    world: str,
-    fp: str,
-    out_fp: str,
-    records: list[RoundRecord],
-    reused: bool = False,
-    empty: bool = False,
-) -> dict[str, Any]:
-    return {
-        "stage": str(Stage.DEEP),
-        "day": day,
-        "world_id": world,
-        "status": "done",
-        "input_fp": fp,
-        "sessions": 0,
-        "sessions_truncated": 0,
-        "input_chars": sum(r.input_chars for r in records),
-        "llm_calls": sum(r.llm_calls for r in records),
-        "tool_calls": sum(r.tool_calls for r in records),
-        "applied": sum(r.applied for r in records),
-        "rejected": sum(len(r.rejected) for r in records),
-        "created": 0,
-        "detail": {"output_fp": out_fp, "reused": reused, "rounds": len(records)}
-        | ({"empty": "no active memory as of this day: not asked"} if empty else {}),
-        "finished_at": utcnow(),
-    }
-
-
 def _run_batch(
     ctx: SleepContext,
     day: date,
@@ -267,11 +253,14 @@ def _run_batch(
     batch: list[Memory],
     batch_type: str | None,
     end_of_day: Any,
-) -> list[RoundRecord]:
+    out: list[RoundRecord],
+    writes: list[tuple[Provenance, list[Change]]],
+) -> None:
+    """The three rounds over one batch: a RoundRecord each in ``out`` (also the round a failure
+    interrupts, with its error) and the round's changes, to write, in ``writes``."""
     one = message_one(batch, ctx.tz)  # built once: every round sends these exact bytes
     changes = ChangeLog(frozenset(m.id for m in batch))
     rules = Rules(Stage.DEEP, DEEP_TOOLS, end_of_day)
-    out = []
     for index, round_ in enumerate(ROUNDS, start=1):
         prior = changes.count
         one_five = render_changes(changes, ctx.tz)
@@ -281,42 +270,54 @@ def _run_batch(
         # Message 2 (the program's pre-filter) is empty in this version, so it is not sent.
         msgs.append({"role": "user", "content": prompts.deep_message_three(round_)})
         active_count = len(batch) - len(changes.processed) + len(changes.new)
-        loop = memory_loop(
-            ctx,
-            state,
-            rules,
-            Provenance(Stage.DEEP, day, str(round_)),
-            task=f"deep_sleep:{round_}",
-            system=system,
-            messages=msgs,
-            tools=prompts.tools(DEEP_TOOLS),
-            on_change=changes.record,
-        )
-        out.append(
-            RoundRecord(
-                round_index=index,
-                round=str(round_),
-                batch_type=batch_type,
-                active_count=active_count,
-                prior_changes=prior,
-                llm_calls=loop.llm_calls,
-                tool_calls=loop.tool_calls,
-                applied=len(loop.changes),
-                rejected=loop.rejected,
-                summary=loop.text,
-                change_log=render_changes(changes, ctx.tz),
-                message_one_chars=len(one),
-                message_one_sha=short_hash([one], length=64),
-                input_chars=len(system) + sum(len(m["content"]) for m in msgs),
+        loop = LoopResult()
+        error = None
+        try:
+            memory_loop(
+                ctx,
+                state,
+                rules,
+                task=f"deep_sleep:{round_}",
+                system=system,
+                messages=msgs,
+                tools=prompts.tools(DEEP_TOOLS),
+                on_change=changes.record,
+                result=loop,
             )
-        )
-    return out
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            out.append(
+                RoundRecord(
+                    round_index=index,
+                    round=str(round_),
+                    batch_type=batch_type,
+                    active_count=active_count,
+                    prior_changes=prior,
+                    llm_calls=loop.llm_calls,
+                    tool_calls=loop.tool_calls,
+                    applied=len(loop.changes),
+                    rejected=loop.rejected,
+                    summary=loop.text,
+                    change_log=render_changes(changes, ctx.tz),
+                    message_one_chars=len(one),
+                    message_one_sha=short_hash([one], length=64),
+                    input_chars=len(system) + sum(len(m["content"]) for m in msgs),
+                    error=error,
+                )
+            )
+        writes.append((Provenance(Stage.DEEP, day, str(round_)), list(loop.changes)))
 
 
-def write_round_logs(folder: Path, day: date, world: str, records: list[RoundRecord]) -> list[str]:
+def write_round_logs(
+    folder: Path, day: date, world: str, records: list[RoundRecord], failure: str | None = None
+) -> list[str]:
     """``deep_sleep_{day}_{round_index}_{round}.json`` per round under ``<log dir>/<world>/``: the
     day, round, active count, prior change count, tool calls, summary and change-log snapshot
-    (with the batch type when batched). Files only, for troubleshooting; never the database."""
+    (with the batch type when batched). Files only, for troubleshooting; never the database. With
+    ``failure`` (the attempt failed: nothing of it committed), each file says so, and the round
+    the failure interrupted carries its error."""
     target = folder / world
     target.mkdir(parents=True, exist_ok=True)
     written = []
@@ -341,6 +342,7 @@ def write_round_logs(folder: Path, day: date, world: str, records: list[RoundRec
                 "message_one_chars": r.message_one_chars,
                 "message_one_sha256": r.message_one_sha,
                 "input_chars": r.input_chars,
+                "error": r.error,
             }
             for r in mine
         ]
@@ -360,6 +362,7 @@ def write_round_logs(folder: Path, day: date, world: str, records: list[RoundRec
                 "batches": entries,
             }
         )
+        doc |= {"committed": failure is None, "failure": failure}
         path = target / f"deep_sleep_{day.isoformat()}_{index}_{round_}.json"
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(doc, ensure_ascii=False, indent=2), encoding="utf-8")

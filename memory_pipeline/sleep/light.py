@@ -2,31 +2,33 @@
 that extracts semantic memory from conversations. Per world: the sessions with a recallable
 (user/assistant, non-empty) message timestamped in D, three user messages built by code, the
 three-tool whitelist, and a state record per run. One read of the day's messages, one of the
-worlds' active memories and one of the self layer for all worlds of the run."""
+worlds' active memories and one of the self layer for all worlds of the run. A world whose day
+changed (late messages), run again where later places are done, is a rebuild of the day: it is put
+back to before D's light sleep first and the later places turn stale (sleep/order.py)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from datetime import date
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 
-from memory_pipeline.lib.store import upsert
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.text import short_hash
-from memory_pipeline.lib.timeutil import day_bounds, utcnow
+from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.sleep import prompts
 from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop
-from memory_pipeline.sleep.logic import LIGHT_TOOLS, MemoryState, Rules, Stage, duplicate_of
-from memory_pipeline.sleep.memory import Provenance, load_active, load_self_layer, taken_ids
+from memory_pipeline.sleep.logic import LIGHT_TOOLS, Change, MemoryState, Rules, Stage, duplicate_of
+from memory_pipeline.sleep.memory import Provenance, load_self_layer, taken_ids, write_changes
+from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.prompts import SessionMaterial
+from memory_pipeline.sleep.runs import StageRun
 from memory_pipeline.sleep.tables import sleep_runs
 
 RECALLABLE_ROLES = ("user", "assistant")
-DAY_ROW = "*"  # sleep_runs.world_id of the stage's day-level record (not an id: '*' is outside the alphabet)
 
 
 @dataclass
@@ -52,6 +54,8 @@ class LightResult:
     rejected: int = 0
     duplicates_skipped: int = 0
     llm_calls: int = 0
+    restored: int = 0  # worlds put back to before this day's light sleep first (later places were done)
+    stale_days: list[date] = field(default_factory=list)  # days whose later records those restores made stale
     per_world: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -119,49 +123,39 @@ def system_for(ctx: SleepContext, blocks: dict[str, dict[str, str]], pinned: dic
     return prompts.system_prompt(ctx.cfg.block_names(), blocks.get(world, {}), pinned.get(world, []))
 
 
-def _previous(conn: Any, stage: Stage, day: date) -> dict[str, dict[str, Any]]:
-    q = select(sleep_runs).where(sleep_runs.c.stage == str(stage), sleep_runs.c.day == day)
-    return {r["world_id"]: dict(r) for r in conn.execute(q).mappings()}
-
-
-def record_runs(conn: Any, rows: list[dict[str, Any]], worlds: Sequence[str] | None = None) -> None:
-    """Upsert the run's state records; with ``worlds`` (a run over every world of the day), the
-    records of other worlds for this stage and day go: a re-run after a rebuild leaves no stale one."""
-    if worlds is not None and rows:
-        stage, day = rows[0]["stage"], rows[0]["day"]
-        conn.execute(
-            delete(sleep_runs).where(
-                sleep_runs.c.stage == stage, sleep_runs.c.day == day, sleep_runs.c.world_id.not_in([*worlds, DAY_ROW])
-            )
-        )
-    upsert(conn, sleep_runs, rows, keys=["stage", "day", "world_id"])
+def material_fp(sessions: Sequence[SessionMaterial]) -> str:
+    """The day's material of one world (every session's recallable lines, before truncation): a late
+    message changes it; the state it is read against does not (that is the day order's business)."""
+    return short_hash([astuple(s) for s in sessions], length=32)
 
 
 def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None = None) -> LightResult:
     out = LightResult()
     with ctx.store.connect() as conn:
+        run = StageRun.open(conn, ctx, Stage.LIGHT, day)
         by_world = day_sessions(conn, day, ctx)
         if world_ids is not None:
             by_world = {w: s for w, s in by_world.items() if w in set(world_ids)}
         worlds = sorted(by_world)
-        active = load_active(conn, worlds)
-        taken = taken_ids(conn, worlds)
-        blocks, pinned = load_self_layer(conn, worlds, ctx.cfg.pinned_top)
-        previous = _previous(conn, Stage.LIGHT, day)
+        fps = {w: material_fp(by_world[w]) for w in worlds}
+        todo = [w for w in worlds if not run.reusable(w, fps[w])]
+        active = run.prepare(conn, todo)
+        taken = taken_ids(conn, todo)
+        blocks, pinned = load_self_layer(conn, todo, ctx.cfg.pinned_top)
     end_of_day = day_bounds(day, ctx.tz)[1]
-    records = []
     for world in worlds:
         sessions = by_world[world]
+        out.worlds += 1
+        if world not in todo:
+            prev = run.previous[world]  # the same material was extracted already: nothing to ask or write
+            out.reused += 1
+            out.sessions += prev["sessions"]
+            out.sessions_truncated += prev["sessions_truncated"]
+            continue
         state = MemoryState(world, active.get(world, []), salt=f"light:{day}", taken=taken.get(world, ()))
         prompt = build_prompt(day, sessions, state, system_for(ctx, blocks, pinned, world), ctx)
-        fp = short_hash([prompts.PROMPT_VERSION, prompt.messages[0]["content"]], length=32)
-        out.worlds += 1
         out.sessions += len(prompt.sessions)
         out.sessions_truncated += prompt.truncated
-        prev = previous.get(world)
-        if prev and prev["status"] == "done" and prev["input_fp"] == fp and not ctx.force:
-            out.reused += 1  # the same material was extracted already: nothing to ask, nothing to write
-            continue
         kept = {s for s in prompt.sessions}
         last_at = max((s.updated_at for s in sessions if s.session_id in kept), default=end_of_day)
         # A fact without observed_at takes its session's time: that session's last message of the day.
@@ -175,20 +169,25 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
             dup = duplicate_of(state, call, candidates | {c.memory.id for c in state.changes})
             return f"skipped: duplicate of {dup} (already in message 2)" if dup else None
 
+        loop = LoopResult()
         if not prompt.sessions:  # nothing fits the budget: message 1 would be empty, so no call
-            loop = LoopResult(text=f"not asked: no session fits light_input_max_chars ({prompt.truncated} dropped)")
+            loop.text = f"not asked: no session fits light_input_max_chars ({prompt.truncated} dropped)"
         else:
-            loop = memory_loop(
-                ctx,
-                state,
-                rules,
-                Provenance(Stage.LIGHT, day),
-                task="light_sleep",
-                system=prompt.system,
-                messages=prompt.messages,
-                tools=prompts.tools(LIGHT_TOOLS),
-                guard=guard,
-            )
+            try:
+                memory_loop(
+                    ctx,
+                    state,
+                    rules,
+                    task="light_sleep",
+                    system=prompt.system,
+                    messages=prompt.messages,
+                    tools=prompts.tools(LIGHT_TOOLS),
+                    guard=guard,
+                    result=loop,
+                )
+            except Exception as exc:
+                run.failed(world, exc, {"llm_calls": loop.llm_calls, "changes_not_written": len(loop.changes)})
+                raise
         ops = [str(c.op) for c in loop.changes]
         stats = {
             "created": ops.count("create"),
@@ -203,57 +202,36 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
         out.rejected += stats["rejected"]
         out.duplicates_skipped += stats["duplicates_skipped"]
         out.llm_calls += loop.llm_calls
+        out.restored += world in run.ahead
         out.per_world[world] = {"sessions": len(prompt.sessions), "truncated": prompt.truncated, **stats}
-        records.append(
-            {
-                "stage": str(Stage.LIGHT),
-                "day": day,
-                "world_id": world,
-                "status": "done",
-                "input_fp": fp,
-                "sessions": len(prompt.sessions),
-                "sessions_truncated": prompt.truncated,
-                "input_chars": prompt.input_chars,
-                "llm_calls": loop.llm_calls,
-                "tool_calls": loop.tool_calls,
-                "applied": len(loop.changes),
-                "rejected": len(loop.rejected),
-                "created": stats["created"],
-                "detail": {
-                    **stats,
-                    "session_ids": prompt.sessions,
-                    "sessions_cut": prompt.cut,
-                    "reply": loop.text[:500],
-                    "rejected_calls": [r["error"] for r in loop.rejected],
-                    "skipped_calls": [s["result"] for s in loop.skipped],
-                },
-                "finished_at": utcnow(),
-            }
+        record = run.record(
+            world,
+            input_fp=fps[world],
+            sessions=len(prompt.sessions),
+            sessions_truncated=prompt.truncated,
+            input_chars=prompt.input_chars,
+            llm_calls=loop.llm_calls,
+            tool_calls=loop.tool_calls,
+            applied=len(loop.changes),
+            rejected=len(loop.rejected),
+            created=stats["created"],
+            detail={
+                **stats,
+                "session_ids": prompt.sessions,
+                "sessions_cut": prompt.cut,
+                "reply": loop.text[:500],
+                "rejected_calls": [r["error"] for r in loop.rejected],
+                "skipped_calls": [s["result"] for s in loop.skipped],
+            },
         )
-    records.append(_day_row(Stage.LIGHT, day, out.worlds, out.per_world))
-    with ctx.store.begin() as conn:
-        record_runs(conn, records, worlds if world_ids is None else None)
+
+        def write(conn: Any, changes: list[Change] = loop.changes) -> None:
+            write_changes(conn, changes, Provenance(Stage.LIGHT, day))
+
+        run.commit(world, record, write)
+    run.finish(out.worlds, out.per_world, worlds if world_ids is None else None)
+    out.stale_days = sorted(run.stale_days)
     return out
-
-
-def _day_row(stage: Stage, day: date, worlds: int, detail: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "stage": str(stage),
-        "day": day,
-        "world_id": DAY_ROW,
-        "status": "done",
-        "input_fp": None,
-        "sessions": 0,
-        "sessions_truncated": 0,
-        "input_chars": 0,
-        "llm_calls": 0,
-        "tool_calls": 0,
-        "applied": 0,
-        "rejected": 0,
-        "created": 0,
-        "detail": {"worlds": worlds, "per_world": detail},
-        "finished_at": utcnow(),
-    }
 
 
 def late_days(store: Any, tz: Any) -> dict[date, Any]:

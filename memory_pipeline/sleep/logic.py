@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from enum import StrEnum
@@ -449,10 +449,11 @@ def render_changes(log: ChangeLog, tz: ZoneInfo) -> str:
     return "\n\n".join(parts)
 
 
-# --- rebuild of day D: the set before D's sleep ----------------------------------------------------
+# --- rebuild: the set before a place in the day order ---------------------------------------------
 
-# The writers whose changes a rebuild of D undoes when made for day D or later. A restore's own rows
-# count: rebuilding an earlier day afterwards undoes them too (they put back a state of that day).
+# The writers whose changes a restore to before a place undoes when made at that place or later
+# (sleep/order.py: version_position). A restore's own rows count: restoring to an earlier place
+# afterwards undoes them too (they put back a state of that day).
 SLEEP_WRITERS = frozenset({Stage.LIGHT, Stage.DEEP, Stage.REBUILD})
 
 
@@ -469,6 +470,7 @@ class VersionRow:
     status: str
     merged_into: str | None
     reason: str | None
+    round: str | None = None
 
     def state(self) -> tuple[Any, ...]:
         return (
@@ -485,31 +487,30 @@ def _state(m: Memory) -> tuple[Any, ...]:
     return (m.type, m.content, list(m.source_sessions), m.observed_at, str(m.status), m.merged_into)
 
 
-def undone_by_rebuild(row: VersionRow, day: date) -> bool:
-    return row.stage in SLEEP_WRITERS and row.day is not None and row.day >= day
-
-
 def restore_changes(
-    current: Mapping[str, Memory], versions: Mapping[str, Sequence[VersionRow]], day: date
+    current: Mapping[str, Memory],
+    versions: Mapping[str, Sequence[VersionRow]],
+    day: date,
+    undone: Callable[[VersionRow], bool],
+    before: str,
 ) -> list[Change]:
-    """What a rebuild of ``day`` writes to put back the semantic memory as it was before the sleep of
-    ``day``: every memory (``current``, its live row) takes the state of its newest version row not
-    written by light sleep, deep sleep or a rebuild of ``day`` or later (``versions``: its rows,
-    oldest first). A memory with no such row was created by that sleep: it is deprecated. Nothing
-    is deleted; each change is a version row (op restore or deprecate) saying why. What `remember`
-    or a late-data light sleep of an earlier day wrote stays. With no such write since, the
-    active set equals the snapshot of ``day`` - 1."""
+    """What a rebuild of ``day`` writes to put back the semantic memory as it was ``before`` (e.g.
+    "the sleep of 2026-03-03"): every memory (``current``, its live row) takes the state of its
+    newest version row the restore does not undo (``versions``: its rows, oldest first; ``undone``:
+    written at that place or later). A memory with no such row was created there or later: it is
+    deprecated. Nothing is deleted; each change is a version row (op restore or deprecate) saying
+    why. What `remember` wrote stays."""
     out: list[Change] = []
     for mid in sorted(current):
         m = current[mid]
         rows = versions.get(mid, [])
-        kept = [r for r in rows if not undone_by_rebuild(r, day)]
+        kept = [r for r in rows if not undone(r)]
         if not kept:
             if m.status != MemoryStatus.ACTIVE:
                 continue
             first = rows[0] if rows else None
             made = f"{first.stage} of {first.day}" if first else "a later sleep"
-            why = f"rebuild of {day}: created by {made}, undone (the set is restored to before the sleep of {day})"
+            why = f"rebuild of {day}: created by {made}, undone (the set is restored to before {before})"
             new = copy.deepcopy(m)
             new.status, new.reason, new.version = MemoryStatus.DEPRECATED, why, m.version + 1
             out.append(Change(Op.DEPRECATE, new, note=why))
@@ -530,6 +531,6 @@ def restore_changes(
             m.version + 1,
         )
         what = "reactivated" if new.status == MemoryStatus.ACTIVE and m.status != MemoryStatus.ACTIVE else "reverted"
-        why = f"rebuild of {day}: {what} to its state before the sleep of {day} (undoing {len(rows) - len(kept)} change(s))"
+        why = f"rebuild of {day}: {what} to its state before {before} (undoing {len(rows) - len(kept)} change(s))"
         out.append(Change(Op.RESTORE, new, note=why))
     return out

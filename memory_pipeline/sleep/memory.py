@@ -9,14 +9,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.engine import Connection
 
+from memory_pipeline.lib import settings
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import conversations
-from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.lib.timeutil import local_date, utcnow
 from memory_pipeline.sleep.logic import (
     CREATE,
     Change,
@@ -55,11 +57,12 @@ def _memory(row: Mapping[str, Any]) -> Memory:
 def load_active(
     conn: Connection, world_ids: Sequence[str] | None = None, upto_day: date | None = None
 ) -> dict[str, list[Memory]]:
-    """Active memories by world, in one query; with ``upto_day``, only those a sleep stage created
-    on that day or before (or `remember` wrote): a later day's extractions are not that day's set."""
+    """Active memories by world, in one query; with ``upto_day``, only those of that day or before
+    (created by its sleep or an earlier one, or written by `remember` that day or before): a later
+    day's are not that day's set."""
     q = select(semantic_memories).where(semantic_memories.c.status == MemoryStatus.ACTIVE)
     if upto_day is not None:
-        q = q.where(or_(semantic_memories.c.created_day.is_(None), semantic_memories.c.created_day <= upto_day))
+        q = q.where(semantic_memories.c.created_day <= upto_day)
     if world_ids is not None:
         q = q.where(semantic_memories.c.world_id.in_(list(world_ids)))
     out: dict[str, list[Memory]] = defaultdict(list)
@@ -77,11 +80,6 @@ def taken_ids(conn: Connection, world_ids: Sequence[str]) -> dict[str, set[str]]
     for w, mid in conn.execute(q):
         out[w].add(mid)
     return dict(out)
-
-
-def worlds_with_memories(conn: Connection) -> list[str]:
-    q = select(semantic_memories.c.world_id).where(semantic_memories.c.status == MemoryStatus.ACTIVE).distinct()
-    return sorted(conn.execute(q).scalars())
 
 
 @dataclass(frozen=True)
@@ -254,11 +252,20 @@ def _check_session(conn: Connection, world_id: str, session_id: str) -> None:
 
 
 def remember(
-    store: Store, world_id: str, session_id: str, content: str, *, type: str = "experience", at: datetime | None = None
+    store: Store,
+    world_id: str,
+    session_id: str,
+    content: str,
+    *,
+    type: str = "experience",
+    at: datetime | None = None,
+    tz: ZoneInfo | None = None,
 ) -> str:
     """The in-conversation convenience: create_semantic_memory's logic and validation, with the
     current session (a conversation of that world) as source_sessions and now (or ``at``) as
-    observed_at. Returns the new id."""
+    observed_at. The memory belongs to the CST day (``tz``, default the configured zone) it is
+    written on: that day's sleep and later ones see it, an earlier day's (a rebuild, a re-run) never
+    does. Returns the new id."""
     world_id = _check_world(world_id)
     problem = validate_id(session_id) if isinstance(session_id, str) else "expected a string"
     if problem:
@@ -275,9 +282,10 @@ def remember(
         changes = state.apply(call, rules)
     except ToolError as exc:
         raise InputError(str(exc).replace("tool call remember (create_semantic_memory): ", "")) from None
+    written_on = local_date(utcnow(), tz or ZoneInfo(settings.timezone_name()))
     with store.begin() as conn:
         _check_session(conn, world_id, session_id)
-        write_changes(conn, changes, Provenance(Stage.REMEMBER, None))
+        write_changes(conn, changes, Provenance(Stage.REMEMBER, written_on))
     return changes[0].memory.id
 
 

@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import func, select
 
 from memory_pipeline.lib.store import Store
-from memory_pipeline.sleep.light import DAY_ROW
 from memory_pipeline.sleep.logic import Stage
+from memory_pipeline.sleep.order import DAY_ROW, Position, RunStatus
+from memory_pipeline.sleep.runs import day_statuses
 from memory_pipeline.sleep.tables import (
     autobiographical_memories,
     self_blocks,
@@ -82,6 +83,13 @@ def stage_audit(store: Store, stage: Stage, day: date) -> Audit:
     return audit
 
 
+def stale_positions(store: Store, since: date) -> list[Position]:
+    """The places from ``since`` on whose day record is stale (to be run again, in order)."""
+    with store.connect() as conn:
+        statuses = day_statuses(conn, since)
+    return sorted(p for p, s in statuses.items() if s == RunStatus.STALE)
+
+
 def status(store: Store) -> dict[str, Any]:
     """Counts for `memory-pipeline status` and `sleep status`."""
     with store.connect() as conn:
@@ -106,10 +114,20 @@ def status(store: Store) -> dict[str, Any]:
         # Worlds a stage refused (deep sleep over its size limit), newest day first.
         refused = conn.execute(
             select(sleep_runs.c.stage, sleep_runs.c.day, sleep_runs.c.world_id, sleep_runs.c.detail)
-            .where(sleep_runs.c.status == "refused")
+            .where(sleep_runs.c.status == RunStatus.REFUSED)
             .order_by(sleep_runs.c.day.desc(), sleep_runs.c.world_id)
             .limit(50)
         ).all()
+        # Done days whose last attempt failed (nothing of it written: the outputs are the done run's).
+        attempts = conn.execute(
+            select(sleep_runs.c.stage, sleep_runs.c.day, sleep_runs.c.detail).where(
+                sleep_runs.c.world_id == DAY_ROW, sleep_runs.c.status == RunStatus.DONE
+            )
+        ).all()
+        failed_attempts: dict[str, list[date]] = {}
+        for stage, day, detail in attempts:
+            if isinstance(detail, dict) and "failed_attempt" in detail:
+                failed_attempts.setdefault(stage, []).append(day)
     return {
         "memories": by_status,
         "active_by_type": by_type,
@@ -121,4 +139,5 @@ def status(store: Store) -> dict[str, Any]:
             {"stage": s, "day": d, "world_id": w, "reason": (detail or {}).get("refused", "")}
             for s, d, w, detail in refused
         ],
+        "failed_attempts": {s: sorted(days) for s, days in failed_attempts.items()},
     }

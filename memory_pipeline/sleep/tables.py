@@ -26,7 +26,9 @@ semantic_memories = Table(
     Column("reason", Text),
     Column("version", Integer, nullable=False),
     Column("created_by", String(32), nullable=False),  # light_sleep | deep_sleep | remember ...
-    Column("created_day", Date),  # the sleep partition that created it (None: remember)
+    # The CST day it belongs to: the sleep partition that created it, or the day `remember` wrote it.
+    # A day's sleep sees only the memories of that day or before.
+    Column("created_day", Date),
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),
     Index("ix_semantic_world_status", "world_id", "status"),
@@ -50,7 +52,9 @@ semantic_memory_versions = Table(
     Column("reason", Text),
     Column("stage", String(32), nullable=False),
     Column("day", Date),  # the partition of the stage run (None outside sleep)
-    Column("round", String(16)),  # deep sleep's round
+    # Deep sleep's round; on a rebuild row (stage sleep_rebuild) deep_sleep when it put back the
+    # state before that day's deep sleep (None: before its light sleep).
+    Column("round", String(16)),
     Column("at", UTCDateTime, nullable=False, default=now_utc),
     Index("ix_semantic_versions_memory", "memory_id", "version"),
     Index("ix_semantic_versions_world_day", "world_id", "day"),
@@ -119,8 +123,11 @@ sleep_runs = Table(
     Column("stage", String(32), primary_key=True),
     Column("day", Date, primary_key=True),
     Column("world_id", ID, primary_key=True),
-    Column("status", String(16), nullable=False),  # done | failed | stale | refused (over the size limit)
+    Column("status", String(16), nullable=False),  # done | failed | stale | refused (RunStatus)
     Column("input_fp", String(64)),
+    # What it ran with: a record of another model or prompt version is not reused (null: before they were kept).
+    Column("model", String(256)),
+    Column("prompt_version", String(64)),
     Column("sessions", Integer, nullable=False, default=0),
     Column("sessions_truncated", Integer, nullable=False, default=0),
     Column("input_chars", Integer, nullable=False, default=0),

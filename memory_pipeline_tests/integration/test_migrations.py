@@ -142,6 +142,29 @@ def test_core_documents_get_their_history_and_compacted_slices_lose_their_copy(e
     assert texts == {"e1#0": "", "e2#0": "raw"}  # compacted: the raw table holds it; hot: kept
 
 
+def test_remember_rows_before_the_as_of_day_revision_get_the_cst_day_they_were_written_on(empty_url):
+    """A `remember` row had no day: it joined every past day's deep-sleep set and snapshot."""
+    store = Store(empty_url)
+    upgrade(store, LOCATIONS, "0017_ledger_tokens_source")
+    with store.begin() as conn:
+        for mid, at, day in (
+            ("f-remember", datetime(2026, 3, 4, 17, 30, tzinfo=UTC), None),  # 2026-03-05 01:30 CST
+            ("f-light", datetime(2026, 3, 2, 1, 0, tzinfo=UTC), date(2026, 3, 1)),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO semantic_memories (memory_id, world_id, type, content, source_sessions, observed_at,"
+                    " status, version, created_by, created_day, created_at, updated_at)"
+                    " VALUES (:m, 'w1', 'world', 'x', '[]', :at, 'active', 1, 'remember', :d, :at, :at)"
+                ),
+                {"m": mid, "at": at if empty_url.startswith("postgresql") else at.replace(tzinfo=None), "d": day},
+            )
+    upgrade(store, LOCATIONS)
+    with store.connect() as conn:
+        days = dict(conn.execute(text("SELECT memory_id, created_day FROM semantic_memories")).all())
+    assert {k: str(v) for k, v in days.items()} == {"f-remember": "2026-03-05", "f-light": "2026-03-01"}
+
+
 def test_the_history_is_one_line_across_the_platform_and_the_domains():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
@@ -171,6 +194,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0019_conversation_failures",
         "0020_tower_guardrail",
         "0021_objects_core_history",
+        "0022_sleep_as_of_day",
     ]
     assert head(LOCATIONS) == chain[-1]
 

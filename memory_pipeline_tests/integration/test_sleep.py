@@ -16,6 +16,7 @@ from memory_pipeline.sleep.context import SleepContext, StageFailure
 from memory_pipeline.sleep.deep import run_deep_sleep
 from memory_pipeline.sleep.light import build_prompt, day_sessions, run_light_sleep, system_for
 from memory_pipeline.sleep.logic import MemoryState, Stage
+from memory_pipeline.sleep.reports import stale_positions
 from memory_pipeline.sleep.snapshots import diff, snapshot
 from memory_pipeline.sleep.tables import (
     autobiographical_memories,
@@ -184,8 +185,10 @@ def test_light_sleep_writes_memories_with_versions_and_is_idempotent(store, inge
     assert count(store, semantic_memory_versions) == len(rows)
     again = run_light_sleep(ctx, D)
     assert again.reused == 1 and again.llm_calls == 0 and len(active(store)) == len(rows)
+    # A forced re-run is a rebuild of the day: its facts are undone and made again, never duplicated.
     forced = run_light_sleep(SleepContext(store, ctx.llm, ctx.cfg, CST, force=True), D)
-    assert forced.created == 0 and len(active(store)) == len(rows)  # message 2 holds them: no duplicate
+    assert forced.created == len(rows) and forced.restored == 1
+    assert sorted(m.content for m in active(store)) == sorted(m.content for m in rows)
     with store.connect() as conn:
         state = (
             conn.execute(select(sleep_runs).where(sleep_runs.c.stage == "light_sleep", sleep_runs.c.world_id == "w1"))
@@ -353,11 +356,13 @@ def test_deep_sleep_needs_light_sleep_and_the_previous_day_and_snapshots_diff(st
         run_deep_sleep(ctx_for(store, tmp_path), D)
     _light_done(store, tmp_path)
     run_deep_sleep(ctx_for(store, tmp_path), D)
-    d3 = D + timedelta(days=2)
-    _light_done(store, tmp_path, d3)
-    with pytest.raises(StageFailure, match="deep sleep of 2026-03-03 is missing"):
+    d2, d3 = D + timedelta(days=1), D + timedelta(days=2)
+    # Days go in order: a later day's light sleep waits for the day before it to be done.
+    with pytest.raises(StageFailure, match="light sleep 2026-03-04: autobiography of 2026-03-03 has not run"):
+        _light_done(store, tmp_path, d3)
+    with pytest.raises(StageFailure, match="light sleep of 2026-03-04 has not run"):
         run_deep_sleep(ctx_for(store, tmp_path), d3)
-    d2 = D + timedelta(days=1)
+    run_autobiography(ctx_for(store, tmp_path), D)
     _seed(
         store,
         "w1",
@@ -368,9 +373,10 @@ def test_deep_sleep_needs_light_sleep_and_the_previous_day_and_snapshots_diff(st
     run_deep_sleep(ctx_for(store, tmp_path), d2)
     change = diff(store, "w1", D, d2)
     assert len(change.created) == 1 and len(change.deprecated) == 0 and change.merged == {}
-    # Rebuilding D marks D+1 stale.
+    # Deep sleep of D asked again is a rebuild of D from its deep sleep: the places after it turn stale.
     rebuilt = run_deep_sleep(SleepContext(store, LLMClient(store), ctx_for(store, tmp_path).cfg, CST, force=True), D)
-    assert rebuilt.marked_stale == ["2026-03-03"]
+    assert rebuilt.restored == 1 and rebuilt.stale_days == [D, d2]
+    assert {p.stage for p in stale_positions(store, D)} == {Stage.AUTOBIOGRAPHY, Stage.LIGHT, Stage.DEEP}
 
 
 def test_autobiography_phase_a_and_b(store, tmp_path):
@@ -391,9 +397,12 @@ def test_autobiography_phase_a_and_b(store, tmp_path):
         block = conn.execute(select(self_blocks).where(self_blocks.c.name == "autobiography_summary")).mappings().one()
     assert row["kind"] == "milestone" and "很久以前的事" not in row["narrative"] and len(row["source_memory_ids"]) == 2
     assert block["updated_by"] == "autobiography_cron" and "第一次跑完半马" in block["content"]
-    # Nothing new worth recording: 0 created is a success, and phase B still runs.
-    second = run_autobiography(SleepContext(store, LLMClient(store), ctx.cfg, CST, force=True), D)
-    assert second.narratives_created == 0 and second.summaries_written == 1
+    # The next day, nothing new worth recording: 0 created is a success, and phase B still runs.
+    d2 = D + timedelta(days=1)
+    _light_done(store, tmp_path, d2)
+    run_deep_sleep(ctx, d2)
+    second = run_autobiography(ctx, d2)
+    assert second.narratives_created == 0 and second.summaries_written == 1 and second.llm_calls == 1
     assert count(store, autobiographical_memories) == 1
 
 
@@ -651,7 +660,8 @@ def test_remember_infers_the_session_and_now(store, ingest):
     assert m.id == mid and m.source_sessions == ["s-live"] and before <= m.observed_at <= after
     with store.connect() as conn:
         (v,) = conn.execute(select(semantic_memory_versions)).mappings().all()
-    assert (v["op"], v["stage"], v["day"]) == ("create", "remember", None)  # create's logic, its version row
+    # create's logic, its version row, on the CST day it was written (that day's sleep and later ones see it)
+    assert (v["op"], v["stage"], v["day"]) == ("create", "remember", after.astimezone(CST).date())
     with pytest.raises(mem.InputError, match="field 'type': 'mood' is not one of"):
         mem.remember(store, "w1", "s-live", "x", type="mood")  # create's validation
 
@@ -662,11 +672,14 @@ def test_only_light_sleep_extracts_semantic_memory_from_conversations(store, ing
     ingest(day_events())
     assert count(store, semantic_memories) == 0  # ingesting a conversation writes no semantic memory
     ctx = ctx_for(store, tmp_path)
-    _light_done(store, tmp_path, D - timedelta(days=1))
     with store.connect() as conn:
         convs = conn.execute(select(conversations).order_by(conversations.c.conversation_id)).all()
-    run_autobiography(ctx, D)
+    w2_day = D - timedelta(days=1)  # w2 spoke that day: light sleep is the only stage reading it
+    run_autobiography(ctx, w2_day)
     assert count(store, semantic_memories) == 0  # the autobiography never reads raw conversation
+    run_light_sleep(ctx, w2_day)
+    run_deep_sleep(ctx, w2_day)
+    run_autobiography(ctx, w2_day)
     run_light_sleep(ctx, D)
     created = active(store)
     assert created and {m.id for m in created} == {
@@ -715,7 +728,6 @@ def test_light_sleep_dedupes_only_against_message_two_and_deep_sleep_merges_acro
     assert result.duplicates_skipped == 0  # the earlier fact is another session's: not in message 2
     spicy = [m for m in active(store) if m.content == "我喜欢吃辣"]
     assert len(spicy) == 2 and {tuple(m.source_sessions) for m in spicy} == {("s-old",), ("s-1",)}
-    _light_done(store, tmp_path, D - timedelta(days=1))
     run_deep_sleep(ctx, D)
     (merged,) = [m for m in active(store) if m.content == "我喜欢吃辣"]
     assert sorted(merged.source_sessions) == ["s-1", "s-old"] and merged.id not in old
@@ -732,27 +744,6 @@ def test_deep_sleep_warns_between_10k_and_100k(store, tmp_path, caplog):
     assert result.warned == ["w1"] and result.batched == []
     assert len({r.batch_type for r in result.rounds["w1"]}) == 1 and len(result.rounds["w1"]) == 3  # not batched
     assert "world w1: active memory JSON is" in caplog.text and "(10k..100k)" in caplog.text and "w2" not in caplog.text
-
-
-def test_deep_sleep_of_a_day_sees_the_set_as_of_that_day(store, ingest, tmp_path):
-    """Catch-up order (light sleep of D and D+1 before deep sleep of D): deep sleep of D works on
-    D-1's set plus D's light-sleep writes only; D+1's are left to deep sleep of D+1."""
-    d2 = D + timedelta(days=1)
-    ingest(
-        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["我喜欢吃辣", "好"])
-        + conversation("w1", "s-2", cst(2026, 3, 3, 9), ["我喜欢吃辣", "好"])
-    )
-    ctx = ctx_for(store, tmp_path)
-    run_light_sleep(ctx, D)
-    run_light_sleep(ctx, d2)
-    assert len([m for m in active(store) if m.content == "我喜欢吃辣"]) == 2
-    run_deep_sleep(ctx, D)
-    assert len([m for m in active(store) if m.content == "我喜欢吃辣"]) == 2  # D+1's duplicate not D's business
-    snap_d = {r["content"] for r in snapshot(store, "w1", D).values()}
-    assert "我喜欢吃辣" in snap_d and len(snapshot(store, "w1", D)) == 2  # D's fact and s-1's experience
-    run_deep_sleep(ctx, d2)
-    (merged,) = [m for m in active(store) if m.content == "我喜欢吃辣"]
-    assert sorted(merged.source_sessions) == ["s-1", "s-2"]
 
 
 def test_autobiography_reads_the_seven_cst_days_ending_on_its_day(store, tmp_path):

@@ -9,7 +9,7 @@ sleep of day N after day N-1's, and no run fails."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import date, datetime
 
 import pytest
 import yaml
@@ -26,10 +26,12 @@ from sqlalchemy import select
 
 from memory_pipeline.lib.settings import REPO_ROOT
 from memory_pipeline.sleep.light import DAY_ROW
+from memory_pipeline.sleep.snapshots import snapshot
 from memory_pipeline.sleep.tables import semantic_memories, sleep_runs
 from memory_pipeline_tests.conftest import conversation, cst
 
 SCHEDULES = ("sleep_light_schedule", "sleep_deep_schedule", "sleep_autobiography_schedule")
+ORDER = ("light_sleep", "deep_sleep", "autobiography_cron")  # a day's stages, in order
 LOG = logging.getLogger("sleep_catchup_test")
 
 
@@ -99,59 +101,56 @@ def test_missed_nights_are_caught_up_oldest_first_each_stage_after_the_one_it_ne
     # Down for the nights of 03-04, 03-05 and 03-06; back at 10:00 on 03-06.
     tick(context, cst(2026, 3, 6, 10, 0))
     # Dagster evaluates the newest missed tick of each schedule (no partition set: no replay of the
-    # older ones); light sleep's requests every missed day, deep sleep's and the autobiography's
-    # wait for the stage they need, whichever the daemon evaluated first.
+    # older ones), in an order it shuffles. The first one requests ONE run of the nights job over the
+    # missed days, day by day (each day's light, deep and autobiography before the next day's), up
+    # to the last day all of whose stages are due at its hour (03-05 at 04:00, 03-04 before); the
+    # others skip while that run is queued.
     missed_tick = cst(2026, 3, 6, 2, 0).timestamp()
-    light = ticks_of(instance, remote["sleep_light_schedule"])
-    assert [(t, s) for t, s, _r in light[1:]] == [(missed_tick, TickStatus.SUCCESS)]
-    deep = ticks_of(instance, remote["sleep_deep_schedule"])
-    assert [(t, s) for t, s, _r in deep[1:]] == [(missed_tick + 3600, TickStatus.SKIPPED)]
-    assert "2026-03-03 waits for sleep_light_sleep of that day" in deep[-1][2]
-    auto = ticks_of(instance, remote["sleep_autobiography_schedule"])
-    assert [s for _t, s, _r in auto[1:]] == [TickStatus.SKIPPED] and "waits for sleep_deep_sleep" in auto[-1][2]
-    caught = instance.get_runs(limit=1)[0]  # the missed days as ONE light run, oldest first
-    assert caught.job_name == "sleep_light_job" and caught.status == DagsterRunStatus.SUCCESS
-    assert (caught.tags["dagster/asset_partition_range_start"], caught.tags["dagster/asset_partition_range_end"]) == (
-        "2026-03-03",
-        "2026-03-05",
-    )
+    evaluated = {
+        name: ticks_of(instance, remote[name])[1:]  # the first night's tick is [0]
+        for name in SCHEDULES
+    }
+    assert sorted(t for ticks in evaluated.values() for t, _s, _r in ticks) == [
+        missed_tick,
+        missed_tick + 3600,
+        missed_tick + 7200,
+    ]
+    statuses = sorted(s.value for ticks in evaluated.values() for _t, s, _r in ticks)
+    assert statuses == sorted(s.value for s in (TickStatus.SUCCESS, TickStatus.SKIPPED, TickStatus.SKIPPED))
+    skipped = [r for ticks in evaluated.values() for _t, s, r in ticks if s == TickStatus.SKIPPED]
+    assert all("of sleep_nights_job is not finished" in r for r in skipped)
+    caught = instance.get_runs(limit=1)[0]
+    assert caught.job_name == "sleep_nights_job" and caught.status == DagsterRunStatus.SUCCESS
+    assert caught.tags["dagster/asset_partition_range_start"] == "2026-03-03"
+    assert caught.tags["dagster/asset_partition_range_end"] in ("2026-03-04", "2026-03-05")
     assert len(instance.get_runs()) == 4
 
-    for hour in (2, 3, 4):  # the next night: deep sleep and the autobiography catch up in order
+    for hour in (2, 3, 4):  # the next night: what is left, each stage after the one it needs
         tick(context, cst(2026, 3, 7, hour, 0, 30))
     runs = instance.get_runs()
-    assert len(runs) == 7 and all(r.status == DagsterRunStatus.SUCCESS for r in runs), [
-        (r.job_name, r.status) for r in runs
-    ]
-    deep_run = next(r for r in runs if r.job_name == "sleep_deep_job")  # newest first
-    assert (
-        deep_run.tags["dagster/asset_partition_range_start"],
-        deep_run.tags["dagster/asset_partition_range_end"],
-    ) == (
-        "2026-03-03",
-        "2026-03-06",
-    )
+    assert all(r.status == DagsterRunStatus.SUCCESS for r in runs), [(r.job_name, r.status) for r in runs]
     days = ["2026-03-02", "2026-03-03", "2026-03-04", "2026-03-05", "2026-03-06"]
     for key in ("sleep_light_sleep", "sleep_deep_sleep", "sleep_autobiography"):
         assert sorted(instance.get_materialized_partitions(AssetKey(key))) == days
-    # Order, from each day's state record: deep sleep of N after N-1's and after light sleep of N;
-    # the autobiography of N after deep sleep of N.
+    # Order, from each day's state record: every place finished after the one before it (light
+    # sleep of N+1 after the autobiography of N: it reads what day N left).
     with store.connect() as conn:
-        finished = {
-            (stage, day.isoformat()): at
+        finished = [
+            (day, ORDER.index(stage), at)
             for stage, day, at, status in conn.execute(
                 select(sleep_runs.c.stage, sleep_runs.c.day, sleep_runs.c.finished_at, sleep_runs.c.status).where(
                     sleep_runs.c.world_id == DAY_ROW
                 )
             )
             if status == "done"
-        }
+        ]
         contents = set(
             conn.execute(select(semantic_memories.c.content).where(semantic_memories.c.status == "active")).scalars()
         )
     assert len(finished) == 15
-    for prev, day in zip(days, days[1:], strict=False):
-        assert finished[("deep_sleep", prev)] < finished[("deep_sleep", day)]
-    for day in days:
-        assert finished[("light_sleep", day)] < finished[("deep_sleep", day)] < finished[("autobiography_cron", day)]
+    in_order = [at for _d, _r, at in sorted(finished)]
+    assert in_order == sorted(in_order)
     assert "我不喜欢吃辣" in contents and "我喜欢吃辣" not in contents  # 03-04's deep sleep saw 03-02's fact
+    # Each day's snapshot is that day's set: 03-04's negation is in no earlier snapshot.
+    assert "我不喜欢吃辣" not in {r["content"] for r in snapshot(store, "w1", date(2026, 3, 3)).values()}
+    assert "我喜欢喝茶；住在杭州" not in {r["content"] for r in snapshot(store, "w1", date(2026, 3, 2)).values()}

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from memory_pipeline.cli import app
 from memory_pipeline.lib.store import Store
 from memory_pipeline.sleep.tables import pinned_facts, semantic_memories
-from memory_pipeline_tests.conftest import conversation, cst
+from memory_pipeline_tests.conftest import conversation, cst, event
 from memory_pipeline_tests.integration.test_cli import env  # noqa: F401 - the fixture
 
 runner = CliRunner()
@@ -138,3 +138,51 @@ def test_sleep_status_lists_a_refused_world_with_its_size(env, pg_url, monkeypat
     assert status.exit_code == 0 and "Worlds refused" in status.output
     (line,) = [ln for ln in status.output.splitlines() if "w-big" in ln]
     assert "deep_sleep" in line and "2026-03-02" in line and "over the 300 limit" in line
+
+
+def _active(pg_url):
+    with Store(pg_url).connect() as conn:
+        return set(
+            conn.execute(select(semantic_memories.c.content).where(semantic_memories.c.status == "active")).scalars()
+        )
+
+
+def _spicy_days(folder):
+    _ingest(
+        folder,
+        conversation("r", "r-a", cst(2026, 3, 1, 9), ["我喜欢吃辣", "好"])
+        + conversation("r", "r-b", cst(2026, 3, 2, 9), ["我不喜欢吃辣", "好"]),
+    )
+    done = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-01", "--to", "2026-03-02"])
+    assert done.exit_code == 0, done.output
+
+
+def test_a_late_message_backfilled_is_a_rebuild_of_its_day_and_the_command_says_what_is_left(env, pg_url):  # noqa: F811
+    _spicy_days(env)
+    late = env / "late.jsonl"
+    late.write_text(json.dumps(event("r", "r-a", "user", "ok", cst(2026, 3, 1, 10), mid="r3")) + "\n", encoding="utf-8")
+    assert runner.invoke(app, ["ingest", str(late)]).exit_code == 0
+    light = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-01", "--to", "2026-03-01", "--stage", "light"])
+    assert light.exit_code == 0, light.output
+    assert not {"我喜欢吃辣", "我不喜欢吃辣"} <= _active(pg_url)  # what deep sleep resolved stays resolved
+    assert "still stale: 2026-03-01 .. 2026-03-02" in light.output.replace("\n", " ")
+    status = runner.invoke(app, ["sleep", "status"])
+    assert "deep_sleep days stale" in status.output.replace("\n", " ")
+    again = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-01", "--to", "2026-03-02"])
+    assert again.exit_code == 0 and "still stale" not in again.output
+    assert "我不喜欢吃辣" in _active(pg_url) and "我喜欢吃辣" not in _active(pg_url)
+
+
+def test_a_backfill_with_another_model_asks_that_model(env, pg_url, monkeypatch):  # noqa: F811
+    """Finished days are not reused for another model: here it cannot answer, so the command fails
+    (exit 1) and nothing changed; the same model reuses them (no call, exit 0)."""
+    _spicy_days(env)
+    before = _active(pg_url)
+    same = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-01", "--to", "2026-03-01", "--stage", "light"])
+    assert same.exit_code == 0 and _active(pg_url) == before
+    monkeypatch.setenv("MEMORY_LLM_MODEL", "openai/other")
+    monkeypatch.setenv("MEMORY_LLM_API_BASE", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
+    other = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-01", "--to", "2026-03-01", "--stage", "light"])
+    assert other.exit_code == 1 and "failed" in other.output
+    assert _active(pg_url) == before

@@ -5,7 +5,6 @@ one ordered run), the deep-sleep order guard, and the rolling-summary sensor end
 import pytest
 from dagster import (
     AssetKey,
-    AssetMaterialization,
     DagsterEventType,
     DagsterRunStatus,
     build_schedule_context,
@@ -20,6 +19,7 @@ from memory_pipeline.conversation import summaries
 from memory_pipeline.conversation.tables import conversation_summaries
 from memory_pipeline.sleep import memory as mem
 from memory_pipeline.sleep.config import SleepConfig
+from memory_pipeline.sleep.runs import day_statuses
 from memory_pipeline.sleep.tables import self_blocks, semantic_memories, semantic_memory_snapshots
 from memory_pipeline_tests.conftest import conversation, cst
 from memory_pipeline_tests.integration.test_dagster import make_defs
@@ -67,11 +67,11 @@ def _checks(instance, run_id):
 
 
 def test_the_three_stages_run_in_day_order_with_a_check_result_per_partition(defs, instance, store, two_days):
-    for window in ("light_sleep", "deep_sleep", "autobiography"):
-        report = operations.materialize(window, DAYS[0], DAYS[1], instance=instance, defs=defs)
-        assert report.success, report.runs[0].error
-        assert len(report.runs) == 1
-        assert sorted(_checks(instance, report.runs[0].run_id)) == [(DAYS[0], True), (DAYS[1], True)]
+    report = operations.materialize("sleep", DAYS[0], DAYS[1], instance=instance, defs=defs)
+    assert report.success, report.runs[0].error
+    assert len(report.runs) == 1  # one run: each day's light, deep and autobiography before the next day's
+    checks = sorted(_checks(instance, report.runs[0].run_id))
+    assert checks == sorted([(d, True) for d in DAYS] * 3)
     light = _materializations(instance, "sleep_light_sleep")
     assert light[DAYS[0]]["worlds"] == 1 and light[DAYS[1]]["worlds"] == 2 and light[DAYS[0]]["memories_created"] >= 2
     deep = _materializations(instance, "sleep_deep_sleep")
@@ -97,14 +97,29 @@ def test_the_three_stages_run_in_day_order_with_a_check_result_per_partition(def
         assert sorted(blocks) == ["w1", "w2"]
 
 
-def test_deep_sleep_out_of_order_fails_naming_the_missing_day(defs, instance, two_days):
-    assert operations.materialize("light_sleep", DAYS[0], DAYS[1], instance=instance, defs=defs).success
-    assert operations.materialize("deep_sleep", DAYS[0], DAYS[0], instance=instance, defs=defs).success
-    # 03 after 02 is fine; now rebuild 02: 03 becomes stale and its check says so.
-    assert operations.materialize("deep_sleep", DAYS[1], DAYS[1], instance=instance, defs=defs).success
+def test_a_stage_out_of_order_fails_naming_the_place_it_waits_for(defs, instance, two_days):
+    """Light sleep of day 2 before day 1 is done would read a set day 1's deep sleep has not made."""
+    report = operations.materialize("light_sleep", DAYS[0], DAYS[1], instance=instance, defs=defs)
+    assert not report.success
+    assert "light sleep 2026-03-03: autobiography of 2026-03-02 has not run" in report.runs[0].error
+    assert operations.materialize("sleep", DAYS[0], DAYS[1], instance=instance, defs=defs).success
+    # Deep sleep of day 1 asked again is a rebuild of day 1 from its deep sleep: day 1's
+    # autobiography and day 2 turn stale, and the run says so; its partitions get an observation.
     rebuilt = operations.materialize("deep_sleep", DAYS[0], DAYS[0], instance=instance, defs=defs, force_llm=True)
     assert rebuilt.success
-    assert _materializations(instance, "sleep_deep_sleep")[DAYS[0]]["later_days_marked_stale"] == [DAYS[1]]
+    meta = _materializations(instance, "sleep_deep_sleep")[DAYS[0]]
+    assert meta["later_days_marked_stale"] == DAYS and meta["worlds_restored_first"] == 1
+    observed = {
+        (r.asset_key.to_user_string(), r.event_log_entry.dagster_event.event_specific_data.asset_observation.partition)
+        for key in ("sleep_light_sleep", "sleep_deep_sleep", "sleep_autobiography")
+        for r in instance.fetch_observations(AssetKey(key), limit=10).records
+    }
+    assert observed == {
+        ("sleep_autobiography", DAYS[0]),
+        ("sleep_light_sleep", DAYS[1]),
+        ("sleep_deep_sleep", DAYS[1]),
+        ("sleep_autobiography", DAYS[1]),
+    }
 
 
 def test_deep_sleep_without_its_light_sleep_fails_with_the_reason(defs, instance, two_days):
@@ -112,7 +127,26 @@ def test_deep_sleep_without_its_light_sleep_fails_with_the_reason(defs, instance
     assert not report.success and "light sleep of 2026-03-02 has not run" in report.runs[0].error
 
 
-def test_sleep_schedules_crons_builtin_ids_and_catch_up_as_one_ordered_run(defs, instance):
+def _tick(defs, instance, name, at):
+    sched = defs.get_schedule_def(name)
+    with build_schedule_context(
+        instance=instance,
+        scheduled_execution_time=at,
+        repository_def=defs.get_repository_def(),
+        resources={"sleep": defs.resources["sleep"]},
+    ) as ctx:
+        return sched.evaluate_tick(ctx)
+
+
+def _run(defs, instance, req):
+    job = defs.resolve_job_def("sleep_nights_job")
+    kwargs = dict(instance=instance, tags=req.tags, asset_selection=req.asset_selection, raise_on_error=False)
+    if req.partition_key:
+        return job.execute_in_process(partition_key=req.partition_key, **kwargs)
+    return job.execute_in_process(**kwargs)
+
+
+def test_sleep_schedules_crons_builtin_ids_and_catch_up_as_one_ordered_run(defs, instance, store, two_days):
     crons = {
         n: defs.get_schedule_def(n)
         for n in ("sleep_light_schedule", "sleep_deep_schedule", "sleep_autobiography_schedule")
@@ -125,39 +159,45 @@ def test_sleep_schedules_crons_builtin_ids_and_catch_up_as_one_ordered_run(defs,
         "builtin-self-autobiography",
     ]
     assert "builtin-deep-sleep" in crons["sleep_deep_schedule"].description
-    repo = defs.get_repository_def()
-    sched = crons["sleep_deep_schedule"]
-
-    def tick(at):
-        return sched.evaluate_tick(
-            build_schedule_context(instance=instance, scheduled_execution_time=at, repository_def=repo)
-        ).run_requests
-
-    def done(asset, *days):
-        for day in days:
-            instance.report_runless_asset_event(AssetMaterialization(AssetKey(asset), partition=day))
-
-    def skip(at):
-        return sched.evaluate_tick(
-            build_schedule_context(instance=instance, scheduled_execution_time=at, repository_def=repo)
-        ).skip_message
-
-    assert "2026-03-02 waits for sleep_light_sleep of that day" in skip(cst(2026, 3, 3, 3, 0))
-    done("sleep_light_sleep", "2026-03-02")
-    (first,) = tick(cst(2026, 3, 3, 3, 0))
-    assert first.partition_key == "2026-03-02"  # 03:00 on D+1 processes D
-    done("sleep_deep_sleep", "2026-03-02")
-    done("sleep_light_sleep", "2026-03-03", "2026-03-04", "2026-03-06")
-    (missed,) = tick(cst(2026, 3, 7, 3, 0))  # down for three nights: one run, oldest first ...
+    # A normal night: each tick its own stage of yesterday (03:00 on D+1 processes D).
+    (light,) = _tick(defs, instance, "sleep_light_schedule", cst(2026, 3, 3, 2, 0)).run_requests
+    assert light.partition_key == "2026-03-02" and light.asset_selection == [AssetKey("sleep_light_sleep")]
+    assert _run(defs, instance, light).success
+    (deep,) = _tick(defs, instance, "sleep_deep_schedule", cst(2026, 3, 3, 3, 0)).run_requests
+    assert deep.partition_key == "2026-03-02" and deep.asset_selection == [AssetKey("sleep_deep_sleep")]
+    assert _run(defs, instance, deep).success
+    skipped = _tick(defs, instance, "sleep_deep_schedule", cst(2026, 3, 3, 3, 0))
+    assert "nothing to do: every place up to deep sleep of 2026-03-02 is done" in skipped.skip_message
+    # Down from then on; back on 03-07 at the autobiography's hour: one run over the missed days,
+    # day by day, each day's three stages (the done ones reused).
+    (missed,) = _tick(defs, instance, "sleep_autobiography_schedule", cst(2026, 3, 7, 4, 0)).run_requests
     assert (missed.tags["dagster/asset_partition_range_start"], missed.tags["dagster/asset_partition_range_end"]) == (
-        "2026-03-03",
-        "2026-03-04",  # ... up to the first day whose light sleep is not done (03-05): it waits
+        "2026-03-02",
+        "2026-03-06",
     )
-    # While a run of the job is running (or queued), a tick requests nothing (it would overlap).
-    queued = create_run_for_test(instance, job_name="sleep_deep_job", status=DagsterRunStatus.STARTED)
-    assert f"run {queued.run_id} of sleep_deep_job is not finished" in skip(cst(2026, 3, 7, 3, 0))
+    assert missed.asset_selection == [
+        AssetKey(k) for k in ("sleep_light_sleep", "sleep_deep_sleep", "sleep_autobiography")
+    ]
+    # At the light sleep's hour the newest day's deep sleep and autobiography are not due yet: the
+    # run stops at the last whole day.
+    (early,) = _tick(defs, instance, "sleep_light_schedule", cst(2026, 3, 7, 2, 0)).run_requests
+    assert early.tags["dagster/asset_partition_range_end"] == "2026-03-05"
+    # While a sleep run is running (or queued), no tick requests anything (it would overlap).
+    queued = create_run_for_test(instance, job_name="sleep_nights_job", status=DagsterRunStatus.STARTED)
+    busy = _tick(defs, instance, "sleep_light_schedule", cst(2026, 3, 7, 2, 0))
+    assert f"run {queued.run_id} of sleep_nights_job is not finished" in busy.skip_message
     instance.report_run_failed(queued)
-    assert tick(cst(2026, 3, 7, 3, 0)) == [missed]
+    assert _run(defs, instance, missed).success
+    with store.connect() as conn:
+        statuses = day_statuses(conn)
+    assert sorted({p.day.isoformat() for p, st in statuses.items() if st == "done"}) == [
+        "2026-03-02",
+        "2026-03-03",
+        "2026-03-04",
+        "2026-03-05",
+        "2026-03-06",
+    ]
+    assert len(statuses) == 15
 
 
 def test_rolling_summary_sensor_end_to_end(defs, instance, store, pg_url, ingest):
@@ -190,15 +230,8 @@ def test_rolling_summary_sensor_end_to_end(defs, instance, store, pg_url, ingest
 
 def test_the_light_schedule_tick_runs_end_to_end(defs, instance, store, two_days):
     """From the 02:00 tick on 2026-03-03 to the day's memories: the run the schedule requests."""
-    sched = defs.get_schedule_def("sleep_light_schedule")
-    ctx = build_schedule_context(
-        instance=instance, scheduled_execution_time=cst(2026, 3, 3, 2, 0), repository_def=defs.get_repository_def()
-    )
-    (req,) = sched.evaluate_tick(ctx).run_requests
-    job = defs.resolve_job_def("sleep_light_job")
-    result = job.execute_in_process(
-        instance=instance, partition_key=req.partition_key, tags=req.tags, raise_on_error=False
-    )
+    (req,) = _tick(defs, instance, "sleep_light_schedule", cst(2026, 3, 3, 2, 0)).run_requests
+    result = _run(defs, instance, req)
     assert result.success and req.partition_key == "2026-03-02"
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() >= 2

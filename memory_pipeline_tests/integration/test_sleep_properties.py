@@ -122,12 +122,13 @@ def test_arbitrary_tool_calls_never_raise_and_write_exactly_the_accepted(store, 
         ctx,
         state,
         Rules(Stage.DEEP, DEEP_TOOLS, T0),
-        mem.Provenance(Stage.DEEP, None),
         task="property_test",
         system="s",
         messages=[{"role": "user", "content": "m1"}],
         tools=OFFERED,
     )
+    with store.begin() as conn:  # what a stage commits: the loop's accepted changes
+        mem.write_changes(conn, result.changes, mem.Provenance(Stage.DEEP, None))
     rows, versions = _counts(store)
     event(f"accepted calls: {min(len(result.changes), 2)}+, rejected: {min(len(result.rejected), 2)}+")
     assert versions - before_versions == len(result.changes)

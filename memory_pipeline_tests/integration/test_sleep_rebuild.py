@@ -144,7 +144,7 @@ def test_rebuilding_day_2_restores_day_1s_snapshot_and_the_rerun_equals_a_clean_
     assert undone and all(r["reason"].startswith("rebuild of 2026-03-03: created by ") for r in undone)
     # Days 2 and 3 are stale: their audits fail; deep sleep of day 3 refuses until day 2 is run again.
     assert "stale" in stage_audit(store, Stage.DEEP, D3).problems[0]
-    with pytest.raises(StageFailure, match="light sleep of 2026-03-04 has not run"):
+    with pytest.raises(StageFailure, match="light sleep of 2026-03-04 is stale"):
         run_deep_sleep(ctx_for(store, tmp_path, True), D3)
 
     for day in (D2, D3):  # the day, then every later day, in order
@@ -183,16 +183,18 @@ def test_a_rebuild_keeps_what_remember_wrote_since_and_twice_is_the_same(store, 
 
 
 def test_a_forced_rerun_never_reuses_the_id_of_a_deprecated_memory(store, ingest, tmp_path):
-    """Day 1's 我喜欢吃辣 is deprecated by day 3; light sleep of day 1 asked again makes the same
-    call in the same order: the id it would get is taken, so it gets another (no collision)."""
+    """Light sleep of day 1 asked again is a rebuild of day 1: its two facts are undone (deprecated)
+    and made again in the same calls and order; the ids they would get are taken, so they get others."""
     ingest(three_days())
     for day in (D1, D2, D3):
         night(store, tmp_path, day)
+    before = row_ids(store)
     again = run_light_sleep(ctx_for(store, tmp_path, True), D1)
-    assert again.created == 1  # message 2 no longer holds the deprecated fact: light sleep writes it anew
+    assert again.created == 2 and again.restored == 1
     with store.connect() as conn:
         rows = conn.execute(select(semantic_memories).where(semantic_memories.c.content == "我喜欢吃辣")).mappings()
-        assert sorted(r["status"] for r in rows) == ["active", "deprecated"]
+        rows = sorted(rows, key=lambda r: r["memory_id"] in before)
+    assert [(r["memory_id"] in before, r["status"]) for r in rows] == [(False, "active"), (True, "deprecated")]
 
 
 def test_rebuild_command_restores_runs_through_and_says_what_stays_stale(env, pg_url):  # noqa: F811

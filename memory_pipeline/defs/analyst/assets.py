@@ -52,9 +52,9 @@ LLM_ASSETS = [
     temporal.temporal_day_summaries,
     temporal.temporal_month_summaries,
     temporal.temporal_year_summaries,
-    sleep.sleep_light_sleep,
-    sleep.sleep_deep_sleep,
-    sleep.sleep_autobiography,
+    sleep.LIGHT_KEY,
+    sleep.DEEP_KEY,
+    sleep.AUTO_KEY,
 ]
 
 
@@ -113,15 +113,13 @@ UPSTREAM: dict[str, Upstream] = {
     "tower_jobs": Upstream((), Trigger.REFRESH),
     "tower_window_runs": Upstream((), Trigger.REFRESH),
     # Seed 003: whole tables after any sleep run; by-day tables along the sleep partitions.
-    "semantic_memories": Upstream((sleep.sleep_light_sleep, sleep.sleep_deep_sleep), Trigger.ALIGNED),
-    "semantic_memory_versions": Upstream(_sleep_all(sleep.sleep_light_sleep, sleep.sleep_deep_sleep), Trigger.RECENT),
-    "semantic_memory_snapshots": Upstream((sleep.sleep_deep_sleep,), Trigger.ALIGNED),
-    "self_blocks": Upstream((sleep.sleep_autobiography,), Trigger.ALIGNED),
+    "semantic_memories": Upstream((sleep.LIGHT_KEY, sleep.DEEP_KEY), Trigger.ALIGNED),
+    "semantic_memory_versions": Upstream(_sleep_all(sleep.LIGHT_KEY, sleep.DEEP_KEY), Trigger.RECENT),
+    "semantic_memory_snapshots": Upstream((sleep.DEEP_KEY,), Trigger.ALIGNED),
+    "self_blocks": Upstream((sleep.AUTO_KEY,), Trigger.ALIGNED),
     "pinned_facts": Upstream((), Trigger.REFRESH),  # written by operators (CLI)
-    "autobiographical_memories": Upstream((sleep.sleep_autobiography,), Trigger.ALIGNED),
-    "sleep_runs": Upstream(
-        (sleep.sleep_light_sleep, sleep.sleep_deep_sleep, sleep.sleep_autobiography), Trigger.ALIGNED
-    ),
+    "autobiographical_memories": Upstream((sleep.AUTO_KEY,), Trigger.ALIGNED),
+    "sleep_runs": Upstream((sleep.LIGHT_KEY, sleep.DEEP_KEY, sleep.AUTO_KEY), Trigger.ALIGNED),
     # Seed 002: versions and failures land on the day of the run; the rest is written outside runs.
     "conversation_summaries": Upstream((conversation.conversation_rolling_summaries,), Trigger.RECENT),
     "conversation_summary_failures": Upstream((conversation.conversation_rolling_summaries,), Trigger.RECENT),

@@ -1,22 +1,27 @@
 """Seed 003 as Dagster assets (group ``sleep``, ``cst_day`` partitions, one partition for every
 world): light sleep, deep sleep (after that day's light sleep and the previous day's deep sleep)
-and the self autobiography (after deep sleep). Each loops over the days of its run in order and
-calls the core."""
+and the self autobiography (after deep sleep). They are one multi-asset, subsettable, so a run over
+a range goes day by day, each day's selected stages in order (light, deep, autobiography) before the
+next day's: a day's outputs are a function of that day whatever is launched (sleep/order.py). The
+nightly schedules select one stage; catch-up, late data and backfills select all three."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import date
 from typing import Any
 
 from dagster import (
     AssetDep,
     AssetExecutionContext,
     AssetKey,
+    AssetObservation,
+    AssetSpec,
     BackfillPolicy,
     Config,
     Failure,
     MaterializeResult,
     MetadataValue,
     TimeWindowPartitionMapping,
-    asset,
+    multi_asset,
 )
 from pydantic import Field
 
@@ -29,11 +34,18 @@ from memory_pipeline.sleep.autobiography import run_autobiography
 from memory_pipeline.sleep.context import StageFailure
 from memory_pipeline.sleep.deep import run_deep_sleep
 from memory_pipeline.sleep.light import run_light_sleep
+from memory_pipeline.sleep.logic import Stage
+from memory_pipeline.sleep.order import STAGES
+from memory_pipeline.sleep.reports import stale_positions
 
 GROUP = "sleep"
 STORE_TAG = {"memory_pipeline/store": ""}
 LLM_POOL = "llm"
+OP = "sleep_stages"
+LIGHT_KEY = AssetKey("sleep_light_sleep")
 DEEP_KEY = AssetKey("sleep_deep_sleep")
+AUTO_KEY = AssetKey("sleep_autobiography")
+KEYS = {Stage.LIGHT: LIGHT_KEY, Stage.DEEP: DEEP_KEY, Stage.AUTOBIOGRAPHY: AUTO_KEY}
 
 
 class SleepRunConfig(Config):
@@ -51,33 +63,12 @@ def _worlds(config: SleepRunConfig) -> list[str] | None:
         raise Failure(description=f"run config: {exc}", allow_retries=False) from None
 
 
-def _run(
-    context: AssetExecutionContext,
-    config: SleepRunConfig,
-    sleep: SleepResource,
-    stage: Callable[..., Any],
-    describe: Callable[[Any], dict[str, Any]],
-) -> MaterializeResult:
-    """The run's days in order; the first failure stops the run (later days need it) and says why."""
-    worlds = _worlds(config)
-    asset = context.assets_def.key.to_user_string()
-    if not sleep.cfg().enabled:
-        context.log.info(f"{asset}: memory.sleep.enabled is false, nothing read or written")
-        for key in context.partition_keys:
-            context.add_asset_metadata({"disabled": True}, partition_key=key)
-        return MaterializeResult()
-    for key, day in partition_dates(context):
-        ctx = sleep.context(asset, key, force=config.force_llm)
-        try:
-            result = stage(ctx, day, worlds)
-        except StageFailure as exc:
-            raise Failure(description=str(exc), metadata={"failed_partition": key}, allow_retries=False) from None
-        meta = describe(result)
-        context.add_asset_metadata({**meta, **llm_metadata(ctx.llm.stats)}, partition_key=key)
-        context.log.info(f"{asset} {key}: {meta}")
-        for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
-            context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")
-    return MaterializeResult()
+def _stage_fn(stage: Stage) -> tuple[Callable[..., Any], Callable[[Any], dict[str, Any]]]:
+    return {
+        Stage.LIGHT: (run_light_sleep, _light_meta),
+        Stage.DEEP: (run_deep_sleep, _deep_meta),
+        Stage.AUTOBIOGRAPHY: (run_autobiography, _auto_meta),
+    }[stage]
 
 
 def _light_meta(r: Any) -> dict[str, Any]:
@@ -91,6 +82,7 @@ def _light_meta(r: Any) -> dict[str, Any]:
         "memories_deprecated": r.deprecated,
         "tool_calls_rejected": r.rejected,
         "duplicates_skipped": r.duplicates_skipped,
+        "worlds_restored_first": r.restored,
         "per_world": md_table(
             ("world", "sessions", "truncated", "created", "updated", "deprecated", "rejected"),
             [
@@ -126,7 +118,7 @@ def _deep_meta(r: Any) -> dict[str, Any]:
         "changes": r.changes,
         "tool_calls_rejected": r.rejected,
         "snapshot_rows": r.snapshot_rows,
-        "later_days_marked_stale": r.marked_stale,
+        "worlds_restored_first": r.restored,
         "round_log_files": len(r.log_files),
         "rounds": md_table(("world", "#", "round", "batch", "active", "tool calls", "applied", "rejected"), rows),
     }
@@ -139,74 +131,117 @@ def _auto_meta(r: Any) -> dict[str, Any]:
         "narratives_deprecated": r.narratives_deprecated,
         "tool_calls_rejected": r.rejected,
         "summaries_written": r.summaries_written,
+        "worlds_restored_first": r.restored,
         "per_world": MetadataValue.json(r.per_world),
     }
 
 
-_COMMON: dict[str, Any] = dict(
-    partitions_def=cst_day,
-    backfill_policy=BackfillPolicy.single_run(),
-    group_name=GROUP,
-    kinds={"llm"},
-    tags=STORE_TAG,
-    pool=LLM_POOL,
-)
+_SPEC: dict[str, Any] = dict(group_name=GROUP, kinds={"llm"}, tags=STORE_TAG, skippable=True)
 
 
-@asset(
-    name="sleep_light_sleep",
-    deps=[raw_conversation_events],
-    description="Seed 003 light sleep (builtin-light-sleep, 02:00 CST) for the CST day of the partition: per "
-    "world, the sessions with a recallable message that day (message 1, by session, with timestamps; "
-    "over ~120k characters the oldest-updated sessions are dropped and marked [已截断 N 个 session]), the "
-    "active memories citing them (message 2) and the extraction instructions (message 3), with only "
-    "create / update / deprecate_semantic_memory. The only path extracting semantic memory from "
-    "conversations. A state record per world; an unchanged day is not asked again.",
-    **_COMMON,
-)
-def sleep_light_sleep(
-    context: AssetExecutionContext, config: SleepRunConfig, sleep: SleepResource
-) -> MaterializeResult:
-    return _run(context, config, sleep, run_light_sleep, _light_meta)
-
-
-@asset(
-    name="sleep_deep_sleep",
-    deps=[
-        AssetDep("sleep_light_sleep"),
-        AssetDep(
+@multi_asset(
+    name=OP,
+    specs=[
+        AssetSpec(
+            LIGHT_KEY,
+            deps=[raw_conversation_events],
+            description="Seed 003 light sleep (builtin-light-sleep, 02:00 CST) for the CST day of the partition: "
+            "per world, the sessions with a recallable message that day (message 1, by session, with timestamps; "
+            "over ~120k characters the oldest-updated sessions are dropped and marked [已截断 N 个 session]), the "
+            "active memories citing them (message 2) and the extraction instructions (message 3), with only "
+            "create / update / deprecate_semantic_memory. The only path extracting semantic memory from "
+            "conversations. A state record per world; an unchanged day is not asked again. Needs the previous "
+            "day's autobiography; run where later stages are done, it is a rebuild of the day (they turn stale).",
+            **_SPEC,
+        ),
+        AssetSpec(
             DEEP_KEY,
-            partition_mapping=TimeWindowPartitionMapping(
-                start_offset=-1, end_offset=-1, allow_nonexistent_upstream_partitions=True
-            ),
+            deps=[
+                AssetDep(LIGHT_KEY),
+                AssetDep(
+                    DEEP_KEY,
+                    partition_mapping=TimeWindowPartitionMapping(
+                        start_offset=-1, end_offset=-1, allow_nonexistent_upstream_partitions=True
+                    ),
+                ),
+            ],
+            description="Seed 003 deep sleep (builtin-deep-sleep, 03:00 CST): three rounds in order over every "
+            "world's active semantic memory as of the day (contradiction + expiry, split, dedupe-merge) with "
+            "create / update / deprecate / merge; message 1 (all active memories as JSON) byte-identical across "
+            "the rounds, message 1.5 the cumulative change log; < 10k normal, 10k-100k warned, 100k-300k batched "
+            "by type, > 300k refused before any call. One JSON log per round (files). Output: the day's semantic "
+            "memory snapshot. Needs that day's light sleep (and so the previous day's stages).",
+            **_SPEC,
+        ),
+        AssetSpec(
+            AUTO_KEY,
+            deps=[DEEP_KEY],
+            description="Seed 003 self autobiography (builtin-self-autobiography, 04:00 CST, after deep sleep). Phase "
+            "A: from the active experience / imprint memories observed in the 7 days ending on the partition day "
+            "and the existing narratives, append 0..N autobiographical memories (create / deprecate only; none is "
+            "a normal success). Phase B, always: refresh self_blocks.autobiography_summary (updated_by "
+            "autobiography_cron), recent narratives finer, distant ones only milestones and turning points.",
+            **_SPEC,
         ),
     ],
-    description="Seed 003 deep sleep (builtin-deep-sleep, 03:00 CST): three rounds in order over every "
-    "world's active semantic memory (contradiction + expiry, split, dedupe-merge) with create / update / "
-    "deprecate / merge; message 1 (all active memories as JSON) byte-identical across the rounds, message "
-    "1.5 the cumulative change log; < 10k normal, 10k-100k warned, 100k-300k batched by type, > 300k "
-    "refused before any call. One JSON log per round (files). Output: the day's semantic memory snapshot. "
-    "Needs that day's light sleep and the previous day's deep sleep.",
-    **_COMMON,
+    can_subset=True,
+    partitions_def=cst_day,
+    backfill_policy=BackfillPolicy.single_run(),
+    pool=LLM_POOL,
 )
-def sleep_deep_sleep(context: AssetExecutionContext, config: SleepRunConfig, sleep: SleepResource) -> MaterializeResult:
-    return _run(context, config, sleep, run_deep_sleep, _deep_meta)
-
-
-@asset(
-    name="sleep_autobiography",
-    deps=[DEEP_KEY],
-    description="Seed 003 self autobiography (builtin-self-autobiography, 04:00 CST, after deep sleep). Phase A: "
-    "from the active experience / imprint memories observed in the 7 days ending on the partition day and "
-    "the existing narratives, append 0..N autobiographical memories (create / deprecate only; none is a "
-    "normal success). Phase B, always: refresh self_blocks.autobiography_summary (updated_by "
-    "autobiography_cron), recent narratives finer, distant ones only milestones and turning points.",
-    **_COMMON,
-)
-def sleep_autobiography(
+def sleep_stages(
     context: AssetExecutionContext, config: SleepRunConfig, sleep: SleepResource
-) -> MaterializeResult:
-    return _run(context, config, sleep, run_autobiography, _auto_meta)
+) -> Iterator[MaterializeResult]:
+    """The run's days in order, each day's selected stages in order; the first failure stops the run
+    (later places need it) and says why. Places the run leaves stale get an observation saying so."""
+    worlds = _worlds(config)
+    stages = [s for s in STAGES if KEYS[s] in context.selected_asset_keys]
+    if not sleep.cfg().enabled:
+        context.log.info("sleep: memory.sleep.enabled is false, nothing read or written")
+        for key in context.partition_keys:
+            for stage in stages:
+                context.add_asset_metadata({"disabled": True}, asset_key=KEYS[stage], partition_key=key)
+    else:
+        stale: set[date] = set()
+        for key, day in partition_dates(context):
+            for stage in stages:
+                asset = KEYS[stage].to_user_string()
+                ctx = sleep.context(asset, key, force=config.force_llm)
+                run, describe = _stage_fn(stage)
+                try:
+                    result = run(ctx, day, worlds)
+                except StageFailure as exc:
+                    raise Failure(
+                        description=str(exc), metadata={"failed_partition": key}, allow_retries=False
+                    ) from None
+                stale |= set(result.stale_days)
+                made = [d.isoformat() for d in result.stale_days]
+                meta = {**describe(result), "later_days_marked_stale": made, **llm_metadata(ctx.llm.stats)}
+                context.add_asset_metadata(meta, asset_key=KEYS[stage], partition_key=key)
+                context.log.info(f"{asset} {key}: {meta}")
+                for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
+                    context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")
+        if stale:
+            _observe_stale(context, sleep, min(stale))
+    for stage in stages:
+        yield MaterializeResult(asset_key=KEYS[stage])
 
 
-sleep_assets = [sleep_light_sleep, sleep_deep_sleep, sleep_autobiography]
+def _observe_stale(context: AssetExecutionContext, sleep: SleepResource, since: date) -> None:
+    """What the run left stale (an earlier place ran again and nothing after it in this run redid
+    it): an observation on each such partition, so the UI says it is to be run again."""
+    for position in stale_positions(sleep.memory_store.store(), since):
+        context.log_event(
+            AssetObservation(
+                asset_key=KEYS[position.stage],
+                partition=position.day.isoformat(),
+                metadata={
+                    "stale": True,
+                    "why": f"an earlier place was run again in run {context.run.run_id}: {position} runs again at "
+                    "the next nightly tick (or `memory-pipeline sleep backfill`)",
+                },
+            )
+        )
+
+
+sleep_assets = [sleep_stages]

@@ -7,6 +7,7 @@ from dagster import (
     AssetCheckEvaluation,
     AssetCheckExecutionContext,
     AssetCheckSeverity,
+    AssetKey,
     AssetRecordsFilter,
     MetadataValue,
     Output,
@@ -25,8 +26,8 @@ from memory_pipeline.sleep.logic import Stage
 from memory_pipeline.sleep.reports import Audit, stage_audit
 
 
-def _check(asset_def, stage: Stage, name: str, description: str):
-    @asset_check(asset=asset_def, partitions_def=cst_day, name=name, description=description)
+def _check(asset_key: AssetKey, stage: Stage, name: str, description: str):
+    @asset_check(asset=asset_key, partitions_def=cst_day, name=name, description=description)
     def _c(
         context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, sleep: SleepResource
     ) -> Iterator[AssetCheckEvaluation | Output]:
@@ -37,11 +38,11 @@ def _check(asset_def, stage: Stage, name: str, description: str):
             day = local_date(cst_day.time_window_for_partition_key(key).start, tz)
             audit = Audit() if disabled else stage_audit(store, stage, day)
             records = context.instance.fetch_materializations(
-                AssetRecordsFilter(asset_key=asset_def.key, asset_partitions=[key]), limit=1
+                AssetRecordsFilter(asset_key=asset_key, asset_partitions=[key]), limit=1
             ).records
             record = records[0] if records else None
             yield AssetCheckEvaluation(
-                asset_key=asset_def.key,
+                asset_key=asset_key,
                 check_name=spec.name,
                 passed=not audit.problems,
                 partition=key,
@@ -66,13 +67,13 @@ def _check(asset_def, stage: Stage, name: str, description: str):
 
 sleep_checks = [
     _check(
-        assets.sleep_light_sleep,
+        assets.LIGHT_KEY,
         Stage.LIGHT,
         "light_sleep_state_recorded",
         "The day has light sleep's state record, done for every world it processed. One result per partition.",
     ),
     _check(
-        assets.sleep_deep_sleep,
+        assets.DEEP_KEY,
         Stage.DEEP,
         "deep_sleep_snapshot_current_and_nothing_deleted",
         "The day's deep sleep is done and not stale (an earlier day rebuilt after it makes it stale), no "
@@ -80,7 +81,7 @@ sleep_checks = [
         "still exists (sleep stages deprecate or merge, never delete). One result per partition.",
     ),
     _check(
-        assets.sleep_autobiography,
+        assets.AUTO_KEY,
         Stage.AUTOBIOGRAPHY,
         "autobiography_summary_refreshed",
         "Every world the day's autobiography run saw has self_blocks.autobiography_summary written by "

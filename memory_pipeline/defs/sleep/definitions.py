@@ -19,8 +19,10 @@ defs = Definitions(
 )
 
 for _name, _target in {
-    "light_sleep": Target("sleep_light_job", cst_day, assets.sleep_light_sleep.key),
-    "deep_sleep": Target("sleep_deep_job", cst_day, assets.sleep_deep_sleep.key),
-    "autobiography": Target("sleep_autobiography_job", cst_day, assets.sleep_autobiography.key),
+    "light_sleep": Target("sleep_light_job", cst_day, assets.LIGHT_KEY, op=assets.OP),
+    "deep_sleep": Target("sleep_deep_job", cst_day, assets.DEEP_KEY, op=assets.OP),
+    "autobiography": Target("sleep_autobiography_job", cst_day, assets.AUTO_KEY, op=assets.OP),
+    # The three stages, day by day (a range is one run; each day's stages before the next day's).
+    "sleep": Target("sleep_nights_job", cst_day, assets.AUTO_KEY, op=assets.OP),
 }.items():
     register(_name, _target)

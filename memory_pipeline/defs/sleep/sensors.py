@@ -1,29 +1,42 @@
 """Late data for sleep: messages ingested after a day's light sleep ran reach the semantic memory
-through that day's light sleep again (only worlds whose material changed are asked again); the
-next night's deep sleep then consolidates them (they carry that earlier day)."""
+through that day's light sleep again. That is a rebuild of the day (sleep/order.py): the sensor
+requests one run of the nights job from that day through the newest done place, day by day, each
+day's light, deep and autobiography before the next day's. Only the worlds whose material changed
+are asked again and restored first; every other world's records are reused."""
 
 from zoneinfo import ZoneInfo
 
-from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
+from dagster import DefaultSensorStatus, SensorEvaluationContext, SkipReason, sensor
 
-from memory_pipeline.defs.sleep.jobs import light_job
+from memory_pipeline.defs.sleep.jobs import nights_job
 from memory_pipeline.defs.sleep.resources import SleepResource
+from memory_pipeline.defs.sleep.schedules import busy, describe, run_request
 from memory_pipeline.sleep.light import late_days
+from memory_pipeline.sleep.order import rerun_from
+from memory_pipeline.sleep.runs import day_statuses
 
 
 @sensor(
     name="sleep_late_data_sensor",
-    job=light_job,
+    job=nights_job,
     minimum_interval_seconds=900,
     default_status=DefaultSensorStatus.STOPPED,
-    description="Every 15 minutes: days whose light sleep ran before some of their messages were ingested "
-    "(late data) get their light sleep again, one run per day (run key: day + newest late ingest).",
+    description="Every 15 minutes: the earliest day whose light sleep ran before some of its messages were "
+    "ingested (late data) is rebuilt, with every later day done so far, in one run in day order (run key: "
+    "range + newest late ingest).",
 )
 def sleep_late_data_sensor(context: SensorEvaluationContext, sleep: SleepResource):
-    late = late_days(sleep.memory_store.store(), ZoneInfo(sleep.memory_config.timezone))
+    store = sleep.memory_store.store()
+    late = late_days(store, ZoneInfo(sleep.memory_config.timezone))
     if not late:
         return SkipReason("no message arrived after its day's light sleep")
-    return [
-        RunRequest(run_key=f"late:{day.isoformat()}:{at.isoformat()}", partition_key=day.isoformat())
-        for day, at in sorted(late.items())
-    ]
+    why = busy(context.instance)
+    if why:
+        return SkipReason(why)
+    first = min(late)
+    with store.connect() as conn:
+        req = rerun_from(day_statuses(conn, first), first)
+    if req is None:
+        return SkipReason(f"{first}: nothing done from that day on")
+    newest = max(late.values())
+    return [run_request(f"late:{describe(req)}:{newest.isoformat()}", req, {})]

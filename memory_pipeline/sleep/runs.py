@@ -1,0 +1,166 @@
+"""Seed 003 stage runs in the day order (core I/O, no Dagster): a stage's place is checked against
+the day records (sleep/order.py), a world's previous record is reused only when it is done with the
+same model, prompt version and input, a world with a done record at this place or a later one is
+restored to before this place first (the rebuild's restore), and each world's changes commit in one
+transaction together with that restore, the later records it makes stale and the world's state
+record. A model failure mid-run therefore leaves nothing half-written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.engine import Connection
+
+from memory_pipeline.lib.store import upsert
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.sleep.context import SleepContext, StageFailure
+from memory_pipeline.sleep.logic import Memory, Stage
+from memory_pipeline.sleep.order import DAY_ROW, Position, RunStatus, order_problem
+from memory_pipeline.sleep.prompts import PROMPT_VERSION
+from memory_pipeline.sleep.rebuild import WorldRestore, ahead, as_of, mark_stale, plan_restore, write_restore
+from memory_pipeline.sleep.tables import sleep_runs
+
+KEYS = ["stage", "day", "world_id"]
+
+
+def day_statuses(conn: Connection, since: date | None = None) -> dict[Position, str]:
+    """Every stage's day record (its status) from ``since`` on: the day order's state."""
+    r = sleep_runs.c
+    q = select(r.stage, r.day, r.status).where(r.world_id == DAY_ROW)
+    if since is not None:
+        q = q.where(r.day >= since)
+    return {Position.of(day, Stage(stage)): status for stage, day, status in conn.execute(q)}
+
+
+@dataclass
+class StageRun:
+    """One stage's run of one day over its worlds."""
+
+    ctx: SleepContext
+    position: Position
+    previous: dict[str, dict[str, Any]]  # this place's records, by world
+    ahead: set[str] = field(default_factory=set)  # worlds restored first (a done record here or later)
+    plans: dict[str, WorldRestore] = field(default_factory=dict)
+    stale_days: set[date] = field(default_factory=set)  # days with records the restores made stale
+    snapshot_rows: int = 0
+
+    @classmethod
+    def open(cls, conn: Connection, ctx: SleepContext, stage: Stage, day: date) -> StageRun:
+        """Refuses (StageFailure, nothing written) when the place before this one is not done."""
+        position = Position.of(day, stage)
+        problem = order_problem(position, day_statuses(conn))
+        if problem:
+            raise StageFailure(problem)
+        q = select(sleep_runs).where(sleep_runs.c.stage == str(stage), sleep_runs.c.day == day)
+        return cls(ctx, position, {r["world_id"]: dict(r) for r in conn.execute(q).mappings()})
+
+    @property
+    def day(self) -> date:
+        return self.position.day
+
+    def reusable(self, world: str, fp: str | None = None) -> bool:
+        """Done before with the same model and prompt version (and input fingerprint, when the input
+        can change without an earlier place running again: light sleep's late messages)."""
+        prev = self.previous.get(world)
+        return (
+            not self.ctx.force
+            and prev is not None
+            and prev["status"] == RunStatus.DONE
+            and (prev["model"], prev["prompt_version"]) == (self.ctx.llm.model, PROMPT_VERSION)
+            and (fp is None or prev["input_fp"] == fp)
+        )
+
+    def prepare(self, conn: Connection, worlds: Sequence[str]) -> dict[str, list[Memory]]:
+        """The active memories of ``worlds`` (those to run) as of this place: a world with a done
+        record here or later is restored in memory now, in the store at its commit."""
+        self.ahead = ahead(conn, self.position, worlds)
+        self.plans = plan_restore(conn, self.position, sorted(self.ahead)) if self.ahead else {}
+        return as_of(conn, self.position, worlds, self.plans)
+
+    def record(self, world: str, **values: Any) -> dict[str, Any]:
+        row: dict[str, Any] = dict.fromkeys(
+            ("sessions", "sessions_truncated", "input_chars", "llm_calls", "tool_calls", "applied", "rejected"), 0
+        )
+        row |= {"created": 0, "input_fp": None, "detail": {}}
+        return (
+            row
+            | values
+            | {
+                "stage": str(self.position.stage),
+                "day": self.day,
+                "world_id": world,
+                "status": str(RunStatus.DONE),
+                "model": self.ctx.llm.model,
+                "prompt_version": PROMPT_VERSION,
+                "finished_at": utcnow(),
+            }
+        )
+
+    def commit(self, world: str, record: dict[str, Any], write: Callable[[Connection], None] | None = None) -> None:
+        """One transaction: the world's restore (when it had later places done), the later records
+        of the world and later day records made stale (they did not see this run), the stage's
+        writes, the state record."""
+        with self.ctx.store.begin() as conn:
+            if world in self.plans:
+                write_restore(conn, self.position, {world: self.plans[world]})
+            self.stale_days |= set(mark_stale(conn, self.position, [world], include_own=False))
+            if write is not None:
+                write(conn)
+            upsert(conn, sleep_runs, [record], keys=KEYS)
+
+    def refused(self, world: str, reason: str, chars: int) -> None:
+        """The world was refused before any call (deep sleep's size limit): nothing of it is
+        written, no restore, no stale marks; its record says why, so it runs again when asked."""
+        row = self.record(world, input_chars=chars, detail={"refused": reason, "message_one_chars": chars})
+        with self.ctx.store.begin() as conn:
+            upsert(conn, sleep_runs, [row | {"status": str(RunStatus.REFUSED)}], keys=KEYS)
+
+    def failed(self, world: str, exc: BaseException, detail: dict[str, Any] | None = None) -> None:
+        """The attempt for ``world`` failed: nothing of it was written. A world (and day) done here
+        before keeps that record, its outputs still the done run's, with the failed attempt noted;
+        otherwise the record says failed."""
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        attempt = {"at": utcnow().isoformat(), "error": error, "model": self.ctx.llm.model, **(detail or {})}
+        prev = self.previous.get(world)
+        with self.ctx.store.begin() as conn:
+            if prev is not None and prev["status"] == RunStatus.DONE:
+                row = prev | {"detail": {**(prev["detail"] or {}), "failed_attempt": attempt}}
+            else:
+                row = self.record(world, detail={"failed_attempt": attempt}) | {"status": str(RunStatus.FAILED)}
+            upsert(conn, sleep_runs, [row], keys=KEYS)
+            day_row = (
+                conn.execute(
+                    select(sleep_runs).where(
+                        sleep_runs.c.stage == str(self.position.stage),
+                        sleep_runs.c.day == self.day,
+                        sleep_runs.c.world_id == DAY_ROW,
+                    )
+                )
+                .mappings()
+                .first()
+            )
+            noted = {"failed_attempt": attempt | {"world": world}}
+            if day_row is not None and day_row["status"] == RunStatus.DONE:  # `sleep status` counts these
+                row = dict(day_row) | {"detail": {**(day_row["detail"] or {}), **noted}}
+            else:
+                row = self.record(DAY_ROW, detail=noted) | {"status": str(RunStatus.FAILED)}
+            upsert(conn, sleep_runs, [row], keys=KEYS)
+
+    def finish(self, worlds: int, detail: dict[str, Any], every_world: Sequence[str] | None) -> None:
+        """The day record; with ``every_world`` (a run over all worlds), records of other worlds at
+        this place go (a world with nothing here any more leaves no stale record behind)."""
+        with self.ctx.store.begin() as conn:
+            if every_world is not None:
+                conn.execute(
+                    delete(sleep_runs).where(
+                        sleep_runs.c.stage == str(self.position.stage),
+                        sleep_runs.c.day == self.day,
+                        sleep_runs.c.world_id.not_in([*every_world, DAY_ROW]),
+                    )
+                )
+            row = self.record(DAY_ROW, detail={"worlds": worlds, "per_world": detail})
+            upsert(conn, sleep_runs, [row], keys=KEYS)
