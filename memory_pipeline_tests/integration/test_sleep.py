@@ -167,10 +167,10 @@ def test_deep_sleep_never_asks_about_an_empty_set(store, tmp_path):
         llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
         result = run_deep_sleep(ctx_for(store, tmp_path, llm=llm), D)  # w1's memories are all from D+1
         assert server.requests == []
-    assert result.empty == ["w1"] and result.llm_calls == 0 and result.rounds == {}
-    with store.connect() as conn:
-        detail = conn.execute(select(sleep_runs.c.detail).where(sleep_runs.c.world_id == "w1")).scalar_one()
-    assert detail["empty"].startswith("no active memory as of this day")
+    assert result.llm_calls == 0 and result.rounds == {} and result.worlds == 0
+    with store.connect() as conn:  # nothing as of D: no snapshot and no record of w1 for D
+        assert conn.execute(select(sleep_runs.c.day).where(sleep_runs.c.world_id == "w1")).all() == []
+        assert conn.execute(select(semantic_memory_snapshots.c.day)).all() == []
 
 
 def test_light_sleep_writes_memories_with_versions_and_is_idempotent(store, ingest, tmp_path):
