@@ -186,6 +186,43 @@ def memories(world: str = typer.Argument(...)):
 
 
 @app.command()
+def narratives(
+    world: str = typer.Argument(...),
+    include_deprecated: bool = typer.Option(False, "--all", help="Deprecated narratives too"),
+):
+    """A world's autobiographical memory (seed 003's narratives, oldest first) and its current
+    autobiography_summary block (reading memory never calls a model)."""
+    from memory_pipeline.sleep.autobiography import narratives as read_narratives
+    from memory_pipeline.sleep.memory import InputError, check_world, load_self_layer
+    from memory_pipeline.sleep.rebuild import SUMMARY_BLOCK
+
+    try:
+        world = check_world(world)
+    except InputError as exc:
+        refuse(str(exc))
+    store = open_store()
+    rows = read_narratives(store, world, include_deprecated=include_deprecated)
+    with store.connect() as conn:
+        summary = load_self_layer(conn, [world], 0)[0].get(world, {}).get(SUMMARY_BLOCK, "")
+    table = Table(title=f"autobiographical memory of {escape(world)}")
+    for c in ("id", "day", "kind", "significance", "period", "narrative", *(["status"] if include_deprecated else [])):
+        table.add_column(c)
+    for n in rows:
+        status = [n.status + (f" ({escape(n.reason)})" if n.reason else "")] if include_deprecated else []
+        table.add_row(
+            n.id,
+            n.created_day.isoformat(),
+            n.kind,
+            str(n.significance),
+            escape(n.period or ""),
+            escape(n.narrative),
+            *status,
+        )
+    console.print(table)
+    console.print(f"{SUMMARY_BLOCK}: {escape(summary) if summary else '(none yet)'}")
+
+
+@app.command()
 def remember(
     world: str = typer.Argument(...),
     session: str = typer.Argument(..., help="The current session (conversation) id"),

@@ -203,7 +203,7 @@ class InputError(ValueError):
     """Bad input at an entry point (CLI, Python API): names the field; nothing is written."""
 
 
-def _check_world(world_id: Any) -> str:
+def check_world(world_id: Any) -> str:
     problem = validate_id(world_id) if isinstance(world_id, str) else "expected a string"
     if problem:
         raise InputError(f"field 'world_id': {problem}")
@@ -211,7 +211,7 @@ def _check_world(world_id: Any) -> str:
 
 
 def set_self_block(store: Store, world_id: str, name: str, content: str, names: Sequence[str], by: str) -> None:
-    world_id = _check_world(world_id)
+    world_id = check_world(world_id)
     if name not in names:
         raise InputError(f"field 'name': {name!r} is not a self block (one of {', '.join(names)})")
     if not isinstance(content, str) or len(content) > 20_000 or "\x00" in content:
@@ -226,7 +226,7 @@ def set_self_block(store: Store, world_id: str, name: str, content: str, names: 
 
 
 def pin_fact(store: Store, world_id: str, content: str, priority: int = 0) -> None:
-    world_id = _check_world(world_id)
+    world_id = check_world(world_id)
     if not isinstance(content, str) or not content.strip() or len(content) > 2000 or "\x00" in content:
         raise InputError("field 'content': a non-empty string of at most 2000 characters without NUL")
     if isinstance(priority, bool) or not isinstance(priority, int):
@@ -266,7 +266,7 @@ def remember(
     observed_at. The memory belongs to the CST day (``tz``, default the configured zone) it is
     written on: that day's sleep and later ones see it, an earlier day's (a rebuild, a re-run) never
     does. Returns the new id."""
-    world_id = _check_world(world_id)
+    world_id = check_world(world_id)
     problem = validate_id(session_id) if isinstance(session_id, str) else "expected a string"
     if problem:
         raise InputError(f"field 'session_id': {problem}")
@@ -293,7 +293,7 @@ def delete_memory(store: Store, world_id: str, memory_id: str) -> bool:
     """The memory tool's explicit ``action=delete``: the only physical delete (content, its versions
     and its rows in the day snapshots are removed; a tombstone version row says when). Never offered
     to a sleep stage."""
-    world_id = _check_world(world_id)
+    world_id = check_world(world_id)
     with store.begin() as conn:
         row = (
             conn.execute(

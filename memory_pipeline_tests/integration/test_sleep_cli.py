@@ -186,3 +186,47 @@ def test_a_backfill_with_another_model_asks_that_model(env, pg_url, monkeypatch)
     other = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-01", "--to", "2026-03-01", "--stage", "light"])
     assert other.exit_code == 1 and "failed" in other.output
     assert _active(pg_url) == before
+
+
+def test_narratives_reads_a_worlds_autobiographical_memory_and_no_other(env, pg_url):  # noqa: F811
+    """Seed 003: recall can read autobiographical memory; a world's read reaches no other world's."""
+    from datetime import date
+
+    from memory_pipeline.lib.store import upsert
+    from memory_pipeline.sleep.autobiography import write_narratives
+    from memory_pipeline.sleep.narrative import Narrative, NarrativeChange
+    from memory_pipeline.sleep.tables import self_blocks
+
+    def made(nid, world, text, kind="event", status="active"):
+        n = Narrative(nid, world, text, 4, kind, "2026 春", ["f-1"], date(2026, 3, 2), status=status)
+        return NarrativeChange("create", n)
+
+    store = Store(pg_url)
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    with store.begin() as conn:
+        write_narratives(
+            conn,
+            [
+                made("a-1", "w1", "第一次独自搬家", kind="milestone"),
+                made("a-2", "w1", "一件后来被取代的小事", status="deprecated"),
+                made("b-1", "w2", "另一个世界的秘密"),
+            ],
+        )
+        upsert(
+            conn,
+            self_blocks,
+            [{"world_id": "w1", "name": "autobiography_summary", "content": "今年春天独自搬了家", "updated_by": "x"}],
+            keys=["world_id", "name"],
+        )
+    shown = runner.invoke(app, ["sleep", "narratives", "w1"], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "第一次独自搬家" in shown.output and "milestone" in shown.output
+    assert "一件后来被取代的小事" not in shown.output and "另一个世界的秘密" not in shown.output
+    assert "autobiography_summary: 今年春天独自搬了家" in shown.output
+    every = runner.invoke(app, ["sleep", "narratives", "w1", "--all"], terminal_width=200)
+    assert "一件后来被取代的小事" in every.output and "deprecated" in every.output
+    assert "另一个世界的秘密" not in every.output
+    none = runner.invoke(app, ["sleep", "narratives", "w3"])
+    assert none.exit_code == 0 and "autobiography_summary: (none yet)" in none.output
+    bad = runner.invoke(app, ["sleep", "narratives", "../x"])
+    assert bad.exit_code == 2 and "field 'world_id'" in bad.output
