@@ -400,8 +400,19 @@ class WorkerReport:
     zero_progress_batches: int = 0
     corrections: int = 0  # refused tool calls sent back to the model as their results
     truncated_answers: int = 0  # answers cut at max_tokens (the next call asked for more)
-    lease_busy: list[str] = field(default_factory=list)
+    lease_busy: list[str] = field(default_factory=list)  # worlds skipped: another run held the lease
+    not_claimed: list[str] = field(default_factory=list)  # worlds skipped: the agent is busy or stopped
+    # What failed, as an operator reads it: "<world> <mode> job <id>[ batch <batch>]: <error>" per
+    # failed claim, the jobs that ended failed, the events blocked.
     errors: list[str] = field(default_factory=list)
+    failed_jobs: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Everything this run claimed succeeded: no failed claim (so no job ended failed and no
+        event was blocked). A world skipped (lease busy, agent busy or stopped) is no failure."""
+        return self.failures == 0
 
 
 def release_stale(octx: ObjectsContext) -> int:
@@ -496,6 +507,8 @@ def run_worker(
         while queue and report.batches < limit:
             world = queue.popleft()
             result, ran = _advance(octx, report, world, modes, limit, max_wait, runner)
+            if result == "stopped":
+                report.not_claimed.append(world)
             if result != "lease_busy":
                 waiting.pop(world, None)
                 continue
@@ -734,7 +747,8 @@ def _failed(octx: ObjectsContext, job: dict[str, Any], error: str, report: Worke
     checkpoints kept). A threshold job that ends so suppresses automatic creation for an hour."""
     report.failures += 1
     report.zero_progress_batches += 1
-    report.errors.append(error)
+    batch = f" batch {job['_batch']}" if job.get("_batch") else ""
+    report.errors.append(f"{job['world_id']} {job['mode']} job {job['job_id']}{batch}: {error}")
     with octx.store.begin() as conn:
         octx.llm.write_pending(conn)  # the failed batch's calls are accounted with its failure
         _record_failure(octx, conn, job, error, report)
@@ -787,7 +801,9 @@ def _record_failure(
             .values(state=EventState.BLOCKED, updated_at=now)
         ).rowcount
     report.blocked_events += blocked
+    report.blocked += [job["_event"]] if blocked else []
     report.jobs_failed += 1
+    report.failed_jobs.append(f"{job['world_id']} {job['mode']} job {job['job_id']}")
     conn.execute(
         update(objects_jobs)
         .where(j.job_id == job["job_id"])
