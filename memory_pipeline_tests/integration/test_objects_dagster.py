@@ -157,3 +157,38 @@ def test_a_disabled_domain_does_no_work_and_says_so(pg_url, redis_url, instance,
     assert mat.asset_materialization.metadata["disabled"].value is True
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(objects_event_state)).scalar() == 0
+
+
+def _failure(run) -> str:
+    (event,) = run.get_step_failure_events()
+    return event.step_failure_data.user_failure_data.description
+
+
+def test_a_negative_max_batches_or_too_few_passes_fail_the_run_naming_the_field_before_any_work(
+    defs, instance, store, ingest
+):
+    from dagster import RunConfig
+
+    from memory_pipeline.defs.objects.assets import ObjectsRunConfig
+
+    ingest(conversation("w1", "a", cst(2026, 1, 10, 9), ["garden tomatoes planted today"] * 8))
+    assert defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance).success
+    with store.connect() as conn:
+        jobs_before = conn.execute(select(func.count()).select_from(objects_jobs)).scalar()
+    calls_before = _calls(store)
+    run = defs.get_job_def("objects_organize_job").execute_in_process(
+        instance=instance,
+        run_config=RunConfig(ops={"objects_archive": ObjectsRunConfig(max_batches=-1)}),
+        raise_on_error=False,
+    )
+    assert not run.success
+    assert _failure(run) == "run config: max_batches must be 0 (the configured maximum) or more, got -1"
+    with store.connect() as conn:  # refused before any work: no hourly job created, no model called
+        assert conn.execute(select(func.count()).select_from(objects_jobs)).scalar() == jobs_before
+    assert _calls(store) == calls_before
+    run = defs.get_job_def("objects_projection_job").execute_in_process(
+        instance=instance,
+        run_config=RunConfig(ops={"objects_markdown_projection": ObjectsRunConfig(passes=0)}),
+        raise_on_error=False,
+    )
+    assert not run.success and _failure(run) == "run config: passes must be at least 1, got 0"

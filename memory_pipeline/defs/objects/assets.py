@@ -4,7 +4,15 @@ per-event outcomes and receipts are partitioned by the CST day of the events the
 
 from collections import Counter
 
-from dagster import AssetExecutionContext, BackfillPolicy, Config, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetExecutionContext,
+    BackfillPolicy,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 from pydantic import Field
 
 from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
@@ -23,7 +31,7 @@ LLM_POOL = "llm"
 
 class ObjectsRunConfig(Config):
     worlds: list[str] = Field(default_factory=list, description="Only these world ids (default: all).")
-    max_batches: int = Field(0, description="Stop after this many batches (0: the configured maximum).")
+    max_batches: int = Field(0, description="Stop after this many batches (0: the configured maximum; never negative).")
     automatic: bool = Field(
         True,
         description="Create the automatic jobs first (threshold compaction, hourly organize); "
@@ -36,6 +44,18 @@ class ObjectsRunConfig(Config):
         "that moves objects forward (never deletes objects or undoes commits), then organize them.",
     )
     passes: int = Field(1, description="objects_markdown_projection: passes of at most 10 objects each.")
+
+
+def _checked(config: ObjectsRunConfig) -> ObjectsRunConfig:
+    """The run config's counts, refused by field name before any work (as the CLI refuses them)."""
+    if config.max_batches < 0:
+        raise Failure(
+            description=f"run config: max_batches must be 0 (the configured maximum) or more, got {config.max_batches}",
+            allow_retries=False,
+        )
+    if config.passes < 1:
+        raise Failure(description=f"run config: passes must be at least 1, got {config.passes}", allow_retries=False)
+    return config
 
 
 def _disabled(octx) -> MaterializeResult | None:
@@ -74,6 +94,7 @@ def _worker_metadata(rep: WorkerReport) -> dict:
 def objects_hot_timeline(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     octx = objects.context("objects_hot_timeline")
     if (off := _disabled(octx)) is not None:
         return off
@@ -104,6 +125,7 @@ def objects_hot_timeline(
 def objects_compaction(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     octx = objects.context("objects_compaction")
     if (off := _disabled(octx)) is not None:
         return off
@@ -133,6 +155,7 @@ def objects_compaction(
 def objects_archive(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     octx = objects.context("objects_archive")
     if (off := _disabled(octx)) is not None:
         return off
@@ -172,6 +195,7 @@ def objects_archive(
 def objects_event_outcomes(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     dates = partition_dates(context)
     octx = objects.context("objects_event_outcomes", f"{dates[0][0]}..{dates[-1][0]}" if dates else None)
     rep = None
@@ -209,10 +233,9 @@ def objects_event_outcomes(
 def objects_markdown_projection(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     store = objects.memory_store.store()
     root = objects.projection_root()
-    if config.passes < 1:
-        raise ValueError(f"passes: must be at least 1, got {config.passes}")
     written = unchanged = 0
     errors: list[str] = []
     imported: list[str] = []
