@@ -259,7 +259,8 @@ def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10
         rep = projection.project(octx.store, root)
         console.print(
             f"{root}: {rep.written} written, {rep.unchanged} unchanged; found {rep.missing} file(s) missing, "
-            f"{rep.differing} edited by hand; core documents {rep.core_written} written, "
+            f"{rep.differing} edited by hand; removed {rep.removed} page file(s) that should no longer exist; "
+            f"core documents {rep.core_written} written, "
             f"{len(rep.core_imported)} human edit(s) imported {rep.core_imported}; {rep.behind_after} behind, "
             f"{len(rep.errors)} error(s)"
         )

@@ -819,10 +819,39 @@ def day_status(counts: Mapping[str, int], *, open_day: bool) -> DayStatus:
 
 
 # --- Markdown projection -------------------------------------------------------------------------
+def projection_hash(object_id: str) -> str:
+    """The stable hash of an object id its file names are made of."""
+    return hashlib.sha256(object_id.encode()).hexdigest()[:16]
+
+
 def projection_path(object_id: str) -> str:
     """``<type>/<stable hash of the id>.md``: no name clashes, no path problems."""
     otype = object_id.split(":", 1)[0]
-    return f"{otype}/{hashlib.sha256(object_id.encode()).hexdigest()[:16]}.md"
+    return f"{otype}/{projection_hash(object_id)}.md"
+
+
+# A file name the projection writes in a type folder: the first page, or continuation page N >= 2.
+PROJECTION_FILE = re.compile(r"([0-9a-f]{16})(?:\.p([2-9]|[1-9][0-9]+))?\.md")
+
+
+def stale_projection_files(names: Iterable[str], pages_by_hash: Mapping[str, int | None]) -> list[str]:
+    """Of the file names in one type folder, those the projection wrote there that should no longer
+    exist: any page of an id the store has no object of this type for (re-keyed, removed), or a
+    continuation page past the pages the object's file was last written with (it shrank).
+    ``pages_by_hash``: each object of the folder's type, by ``projection_hash``, with those pages
+    (None: never projected yet, so none of its pages is judged). Other names are not the
+    projection's and are left alone."""
+    out = []
+    for name in names:
+        m = PROJECTION_FILE.fullmatch(name)
+        if m is None:
+            continue
+        digest, page = m.group(1), int(m.group(2) or 1) - 1
+        if digest not in pages_by_hash:
+            out.append(name)
+        elif (pages := pages_by_hash[digest]) is not None and page >= pages:
+            out.append(name)
+    return sorted(out)
 
 
 @dataclass

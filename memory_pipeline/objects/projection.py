@@ -7,7 +7,8 @@ written (a file deleted or hand-edited is found and rewritten; an edit is never 
 rewrites at most 10 objects (later passes continue until caught up); a file whose content is
 unchanged is not rewritten. A core document's human edit is imported instead (a new version, the
 prior one kept): the seed's import of the three core files is unchanged. What lags, what the
-check found on disk and every error show in ``memory_status``."""
+check found on disk and every error show in ``memory_status``. A page file that should no longer
+exist (its object re-keyed, or now on fewer pages) is removed in the pass that finds it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, delete, exists, select, update
 
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.timeutil import utcnow
@@ -34,6 +35,7 @@ class ProjectionReport:
     behind_after: int = 0
     missing: int = 0  # object files found missing by this pass's check (rewritten now or by later passes)
     differing: int = 0  # object files found hand-edited (rewritten: their edits are never imported)
+    removed: int = 0  # page files that should no longer exist (an object re-keyed, or now on fewer pages)
     core_written: int = 0
     core_imported: list[str] = field(default_factory=list)  # world/NAME
 
@@ -188,10 +190,56 @@ def project(store: Store, root: Path, per_pass: int = logic.PROJECTION_PER_PASS)
     if rows:
         with store.begin() as conn:
             upsert(conn, objects_projection, rows, keys=["world_id", "object_id"])
+    _sweep(store, root, report)
     _project_core(store, root, report)
     _project_indexes(store, root, report)
     report.behind_after = len(_behind(store, None))
     return report
+
+
+def stale_files(store: Store, root: Path) -> list[Path]:
+    """Every page file the projection wrote that should no longer exist (read-only): in each type
+    folder of each world, the files of an id the store has no object of that type for, and the
+    continuation pages past an object's pages as last written (``logic.stale_projection_files``)."""
+    o, p = objects_objects.c, objects_projection.c
+    joined = objects_objects.outerjoin(objects_projection, (p.world_id == o.world_id) & (p.object_id == o.object_id))
+    with store.connect() as conn:
+        rows = conn.execute(select(o.world_id, o.type, o.object_id, p.pages).select_from(joined)).all()
+        worlds = set(conn.execute(select(objects_worlds.c.world_id)).scalars())
+    wanted: dict[tuple[str, str], dict[str, int | None]] = {}
+    for world, otype, oid, pages in rows:
+        wanted.setdefault((world, otype), {})[logic.projection_hash(oid)] = pages
+    out = []
+    for world in sorted(worlds | {w for w, _ in wanted}):
+        for otype in logic.ObjectType:
+            folder = root / world / str(otype)
+            try:
+                names = [e.name for e in os.scandir(folder) if e.is_file()]
+            except OSError:  # no folder yet (or not one: the object's write reports that)
+                continue
+            out += [folder / n for n in logic.stale_projection_files(names, wanted.get((world, str(otype)), {}))]
+    return out
+
+
+def _sweep(store: Store, root: Path, report: ProjectionReport) -> None:
+    """Remove the page files that should no longer exist (the files are a view of the store, not
+    memory) and the bookkeeping rows of objects the store no longer has."""
+    for path in stale_files(store, root):
+        try:
+            path.unlink()
+            report.removed += 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            report.errors.append(f"{path.relative_to(root)}: not removed ({type(exc).__name__}: {exc.strerror or exc})")
+    o, p = objects_objects.c, objects_projection.c
+    with store.begin() as conn:
+        conn.execute(
+            delete(objects_projection).where(
+                p.object_id.not_in(list(logic.CORE_NAMES)),
+                ~exists().where(o.world_id == p.world_id, o.object_id == p.object_id),
+            )
+        )
 
 
 def _project_indexes(store: Store, root: Path, report: ProjectionReport) -> None:
@@ -294,6 +342,8 @@ def needs_pass(store: Store, root: Path) -> str | None:
         return "objects newer than their files"
     if check_files(store, root):
         return "object files missing or edited on disk"
+    if stale_files(store, root):
+        return "page files on disk that should no longer exist"
     if core_actions(store, root):
         return "core documents to write or a human edit to import"
     return None

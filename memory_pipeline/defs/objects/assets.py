@@ -239,10 +239,11 @@ def objects_markdown_projection(
     written = unchanged = 0
     errors: list[str] = []
     imported: list[str] = []
-    behind = missing = differing = 0
+    behind = missing = differing = removed = 0
     for i in range(config.passes):
         rep = projection.project(store, root)
         written, unchanged, behind = written + rep.written, unchanged + rep.unchanged, rep.behind_after
+        removed += rep.removed
         if i == 0:  # what the first check found on disk
             missing, differing = rep.missing, rep.differing
         errors += rep.errors
@@ -256,6 +257,7 @@ def objects_markdown_projection(
             "unchanged": unchanged,
             "files_found_missing": missing,
             "files_found_edited": differing,
+            "stale_files_removed": removed,
             "core_human_edits_imported": MetadataValue.json(imported),
             "objects_behind": behind,
             "errors": MetadataValue.md("\n".join(f"- {e}" for e in errors[:20]) or "none"),
