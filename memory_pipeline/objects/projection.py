@@ -17,13 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, select, update
+from sqlalchemy import bindparam, delete, exists, func, or_, select, update
 
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.objects import graph, logic, recall
 from memory_pipeline.objects.logic import CoreFileAction
-from memory_pipeline.objects.tables import objects_core, objects_objects, objects_projection, objects_worlds
+from memory_pipeline.objects.tables import (
+    objects_attachments,
+    objects_core,
+    objects_objects,
+    objects_projection,
+    objects_relations,
+    objects_worlds,
+)
 
 
 @dataclass
@@ -108,22 +115,45 @@ def _record_drift(store: Store, drift: dict[tuple[str, str], str]) -> None:
             )
 
 
+def _shown_revisions() -> tuple[Any, Any]:
+    """The newest revision of an object's sources and of its relations (either way), correlated
+    to ``objects_objects``: a file shows them too, and an attach or a relation leaves the object's
+    own revision as it was."""
+    o, a, rc = objects_objects.c, objects_attachments.c, objects_relations.c
+    sources = select(func.max(a.revision)).where(a.world_id == o.world_id, a.object_id == o.object_id)
+    relations = select(func.max(rc.revision)).where(
+        rc.world_id == o.world_id, or_(rc.src == o.object_id, rc.dst == o.object_id)
+    )
+    return sources.scalar_subquery(), relations.scalar_subquery()
+
+
 def lagging_objects() -> tuple[Any, Any]:
-    """Objects whose files must be (re)written: never projected, older than the store, missing or
-    edited on disk (as the last check found), or failed. (The join, the condition.)"""
+    """Objects whose files must be (re)written: never projected, older than the store (the object,
+    a source or a relation newer than the file), missing or edited on disk (as the last check
+    found), or failed. (The join, the condition.)"""
     o, p = objects_objects.c, objects_projection.c
     joined = objects_objects.outerjoin(objects_projection, (p.world_id == o.world_id) & (p.object_id == o.object_id))
-    return joined, (p.object_id.is_(None)) | (p.revision < o.revision) | (p.error.is_not(None)) | (p.drift.is_not(None))
+    sources, relations = _shown_revisions()
+    older = (p.revision < o.revision) | (p.revision < sources) | (p.revision < relations)
+    return joined, (p.object_id.is_(None)) | older | (p.error.is_not(None)) | (p.drift.is_not(None))
 
 
 def _behind(store: Store, limit: int | None) -> list[tuple[str, str, int]]:
+    """The lagging objects, each with the revision its file will show (the newest of the object,
+    its sources and its relations)."""
     o = objects_objects.c
     joined, lagging = lagging_objects()
-    q = select(o.world_id, o.object_id, o.revision).select_from(joined).where(lagging).order_by(o.world_id, o.object_id)
+    sources, relations = _shown_revisions()
+    q = (
+        select(o.world_id, o.object_id, o.revision, sources, relations)
+        .select_from(joined)
+        .where(lagging)
+        .order_by(o.world_id, o.object_id)
+    )
     if limit is not None:
         q = q.limit(limit)
     with store.connect() as conn:
-        return [(r.world_id, r.object_id, r.revision) for r in conn.execute(q).all()]
+        return [(w, oid, max(r, s or 0, rel or 0)) for w, oid, r, s, rel in conn.execute(q).all()]
 
 
 def _dossier(doc: dict[str, Any]) -> logic.Dossier:

@@ -132,3 +132,27 @@ def test_a_renamed_or_re_keyed_object_leaves_no_stale_file(store, ingest, tmp_pa
     with store.connect() as conn:  # no bookkeeping left for an id the store no longer has
         ids = set(conn.execute(select(objects_projection.c.object_id)).scalars())
     assert "todo:seeds" not in ids and "task:seeds" in ids
+
+
+def test_a_new_source_or_relation_puts_the_objects_file_behind_until_it_shows_it(store, ingest, tmp_path):
+    octx, (e1, e2) = ready(store, ingest, ["Ana plants seeds", "Ana waters the garden"])
+    worker.enqueue(octx, W, "organize", origin=logic.JobOrigin.HOURLY)  # creates project:daily
+    c = claim_for(octx, e1)
+    graph.commit(octx, c, sub(c, objects=[{"id": "person:ana", "name": "Ana"}]))
+    _caught_up(store, tmp_path)
+    ana = tmp_path / W / logic.projection_path("person:ana")
+    assert e1 in ana.read_text() and e2 not in ana.read_text()
+
+    c = claim_for(octx, e2)  # linked by attaching only: the dossier's fields stay as they are
+    rel = {"src": "person:ana", "label": "member_of", "dst": "project:daily"}
+    graph.commit(octx, c, sub(c, attach=["person:ana"], relations=[rel]))
+    with store.connect() as conn:  # neither object was rewritten
+        assert set(conn.execute(select(objects_objects.c.version)).scalars()) == {1}
+    assert reports.status(store, W)["projection"]["behind"] == 2  # Ana (a source, a relation) and the project
+    assert projection.needs_pass(store, tmp_path) == "objects newer than their files"
+    _caught_up(store, tmp_path)
+    text = ana.read_text()
+    assert e2 in text and "person:ana **member_of** project:daily" in text
+    daily = (tmp_path / W / logic.projection_path("project:daily")).read_text()
+    assert "person:ana **member_of** project:daily" in daily
+    assert projection.needs_pass(store, tmp_path) is None and reports.status(store, W)["projection"]["behind"] == 0
