@@ -303,6 +303,17 @@ def fit_objects(objects: Sequence[Mapping[str, Any]], budget_bytes: int) -> list
     return out
 
 
+def fitting_prefix(sizes: Sequence[int], budget_bytes: int) -> int:
+    """How many of ``sizes``, in order, fit ``budget_bytes`` together (a prefix: a deep review
+    batch takes its objects in inventory order, which advances by the objects reviewed)."""
+    used = 0
+    for n, size in enumerate(sizes):
+        used += size
+        if used > budget_bytes:
+            return n
+    return len(sizes)
+
+
 def fit_result(result: Mapping[str, Any], left: int, budget: int, offset: int = 0) -> tuple[dict[str, Any], int]:
     """A read-tool result as a batch sends it within the ``left`` bytes of its transfer budget, and
     its size: whole when it fits; a list result cut to the first items that fit (saying so, with

@@ -1210,10 +1210,9 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
             .all()
         )
         revision = _revision(conn, world)
-        docs = [object_doc(r) for r in rows]
-        left = octx.cfg.transfer_budget_bytes - logic.json_bytes(docs)
-        core, core_read = graph.core_for_batch(conn, world, left)
-    present = [i for i in batch_ids if i in {d["id"] for d in docs}]
+        batch_ids, docs, core, core_read = _fit_deep_batch(octx, conn, world, batch_ids, rows)
+    job["_batch"] = ",".join(batch_ids)
+    present = [d["id"] for d in docs]
     token = f"deep-{uuid.uuid4().hex}"
     claim = Claim(
         world,
@@ -1246,6 +1245,27 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
         offline_answer=lambda _r: offline_rules.deep(token=token, graph_revision=revision, object_ids=batch_ids),
     )
     return _rounds(octx, claim, lease, report, request, talk)
+
+
+def _fit_deep_batch(
+    octx: ObjectsContext, conn: Connection, world: str, ids: list[str], rows: Sequence[Any]
+) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]], dict[str, int | None]]:
+    """The deep batch within the transfer budget (seed 001 §5: at most 4 objects, shrunk to what
+    fits): the first object always (refused when it alone is over the budget), then the core
+    documents within what is left, then the next objects of the inventory while they fit. An id
+    the store no longer has costs nothing and is confirmed like the rest. (ids, dossiers, core,
+    core read.)"""
+    budget = octx.cfg.transfer_budget_bytes
+    by_id = {r["object_id"]: object_doc(r) for r in rows}
+    sizes = [logic.json_bytes(by_id[i]) if i in by_id else 0 for i in ids]
+    if sizes[0] > budget:
+        raise BatchFailed(
+            f"deep review: {ids[0]} alone is {sizes[0]:,} bytes as sent, over the transfer budget of {budget:,} "
+            "bytes (memory.objects.transfer_budget_bytes): it cannot be reviewed until the budget is raised"
+        )
+    core, core_read = graph.core_for_batch(conn, world, budget - sizes[0])
+    taken = 1 + logic.fitting_prefix(sizes[1:], budget - sizes[0] - logic.json_bytes(core))
+    return ids[:taken], [by_id[i] for i in ids[:taken] if i in by_id], core, core_read
 
 
 def requeue_days(octx: ObjectsContext, days: Sequence[date], worlds: Sequence[str] | None = None) -> dict[str, Any]:
