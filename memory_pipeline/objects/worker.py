@@ -902,14 +902,7 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
         tools=[prompts.SUBMIT_COMPACT_TOOL],
         offline_answer=lambda _r: offline_rules.compact(nodes),
     )
-    result = _ask(octx, req, report, _budget(octx, lease))
-    call = prompts.parse_tool_call(result.text, result.tool_calls)
-    if call is None:
-        raise BatchFailed(f"{req.task}: the model answered without a tool call or JSON object")
-    name, args = call
-    if name and name != offline_rules.SUBMIT_COMPACT:
-        raise SubmissionError(name, "compact has one tool, submit_compact; any other (an object write) is refused")
-    summary = logic.check_compact_submission(args, batch.ids, batch.chars)
+    summary = _compact_rounds(octx, req, batch, lease, report)
     token = f"compact-{uuid.uuid4().hex}"
     release = lease.finish(octx)
 
@@ -932,6 +925,38 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
     )
     lease.committed(octx)
     return "committed"
+
+
+def _compact_rounds(
+    octx: ObjectsContext, req: LLMRequest, batch: timeline.CompactBatch, lease: BatchLease, report: WorkerReport
+) -> str:
+    """The compact batch's model rounds (at most 16, within the batch's time) until a submission
+    passes: its summary. As in organize, every tool call of an answer is answered in order; only
+    submit_compact submits, and a refused submission (an object write, coverage other than the
+    batch, a summary not shorter), another tool or an answer without a tool call goes back to the
+    model as a correction, at most 3: the 4th fails the batch (a failed claim)."""
+    budget = _budget(octx, lease)
+    talk = BatchTalk(octx.cfg.transfer_budget_bytes, octx.cfg.transfer_budget_bytes)
+    talk.messages.append({"role": "user", "content": req.user})
+    while True:
+        result = _ask(octx, replace(req, conversation=tuple(talk.messages)), report, budget)
+        calls = prompts.parse_tool_calls(result.text, result.tool_calls)
+        talk.messages.append(prompts.assistant_message(result.text, calls))
+        if not calls:
+            talk.correct(None, f"answer: no tool call; finish with {offline_rules.SUBMIT_COMPACT}", report)
+        for call in calls:
+            if call.name not in (offline_rules.SUBMIT_COMPACT, ""):  # "": the bare submission in a JSON answer
+                talk.correct(
+                    call,
+                    f"tool: {call.name[:40]!r} is not a tool of this batch ({offline_rules.SUBMIT_COMPACT}); "
+                    "compact only summarizes its nodes: object writes are refused during compact",
+                    report,
+                )
+                continue
+            try:
+                return logic.check_compact_submission(call.arguments, batch.ids, batch.chars)
+            except SubmissionError as exc:
+                talk.correct(call, str(exc), report)
 
 
 # --- organize -----------------------------------------------------------------------------------------
