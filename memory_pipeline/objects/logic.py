@@ -18,6 +18,9 @@ from typing import Any
 EVENT_MAX_CHARS = 32_000
 SLICE_MAX_CHARS = 2_000
 COMPACT_BATCH_MAX = 8
+# Nodes of at most this many characters in all cannot be summarized shorter ("好", "ok"): their head
+# may be as long as they are (never longer), or a lone short reply would never leave the timeline.
+COMPACT_TINY_CHARS = 16
 THRESHOLD_END_RATIO = 0.6
 PAGE_MAX_CHARS = 8_000
 PAGE_MIN_CHARS = 256
@@ -241,7 +244,8 @@ def compact_pick(level_counts: Mapping[int, int], size: int, *, whole_range: boo
 
 def check_compact_submission(args: Any, batch_ids: Sequence[str], batch_chars: int) -> str:
     """The compact submit tool's arguments -> the summary. Refused: any key but summary/covers (an
-    object write during compact), coverage other than exactly the batch, a result not shorter."""
+    object write during compact), coverage other than exactly the batch, a result not shorter (nodes
+    of at most COMPACT_TINY_CHARS characters in all: a result longer)."""
     if not isinstance(args, Mapping):
         raise SubmissionError("submit_compact", f"arguments must be an object, got {_json_type(args)}")
     extra = sorted(str(k) for k in set(args) - {"summary", "covers"})
@@ -262,7 +266,7 @@ def check_compact_submission(args: Any, batch_ids: Sequence[str], batch_chars: i
         raise SubmissionError(
             "covers", f"must cover exactly the batch's nodes (missing {missing}, not in batch {foreign})"
         )
-    if len(summary) >= batch_chars:
+    if len(summary) > batch_chars or (len(summary) == batch_chars and batch_chars > COMPACT_TINY_CHARS):
         raise SubmissionError("summary", f"not shorter than its nodes: {len(summary)} >= {batch_chars} characters")
     return summary
 
