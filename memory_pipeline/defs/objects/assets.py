@@ -65,8 +65,17 @@ def _disabled(octx) -> MaterializeResult | None:
     return MaterializeResult(metadata={"disabled": True})
 
 
-def _worker_metadata(rep: WorkerReport) -> dict:
+def _worker_metadata(context: AssetExecutionContext, rep: WorkerReport) -> dict:
+    """The run's counts; a run whose batches failed says so (``degraded`` and a warning in the log),
+    though its asset stands: the other worlds' commits are real and the failed ones are retried."""
+    degraded = bool(rep.failures or rep.jobs_failed or rep.blocked_events)
+    if degraded:
+        context.log.warning(
+            f"degraded: {rep.failures} failed claim(s), {rep.jobs_failed} job(s) failed, "
+            f"{rep.blocked_events} event(s) blocked; first: {rep.errors[0] if rep.errors else '-'}"
+        )
     return {
+        "degraded": degraded,
         "batches": rep.batches,
         "committed": rep.committed,
         "failed_claims": rep.failures,
@@ -135,7 +144,7 @@ def objects_compaction(
         metadata={
             "threshold_jobs_created": len(created),
             "estimated_tokens_after": MetadataValue.json(timeline.hot_estimates(octx)),
-            **_worker_metadata(rep),
+            **_worker_metadata(context, rep),
             **llm_metadata(octx.llm.stats),
         }
     )
@@ -173,7 +182,7 @@ def objects_archive(
             "jobs_created": MetadataValue.json(Counter(r["mode"] for r in created)),
             "objects_by_world_and_type": MetadataValue.json(counts),
             "event_states": MetadataValue.json(states),
-            **_worker_metadata(rep),
+            **_worker_metadata(context, rep),
             **llm_metadata(octx.llm.stats),
         }
     )
@@ -215,7 +224,7 @@ def objects_event_outcomes(
         metadata={
             "days": len(dates),
             "preview": md_table(["day", "events", "by state"], rows),
-            **(_worker_metadata(rep) if rep else {}),
+            **(_worker_metadata(context, rep) if rep else {}),
         }
     )
 
