@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, open_store, refuse
+from memory_pipeline.cli.console import console, err, open_store, refuse
 
 app = typer.Typer(no_args_is_help=True, help="Seed 001 object memory: compact, organize, deep review, recall.")
 inspect_app = typer.Typer(
@@ -67,6 +67,10 @@ def organize(
     from memory_pipeline.objects import worker
 
     octx = _octx()
+    if not octx.cfg.enabled:
+        err.print(
+            "[yellow]memory.objects.enabled is false: the request is queued, and no run takes it until it is true[/]"
+        )
     try:
         if now:
             _print(worker.organize_now(octx, world, scope, token, retry_blocked, mode))
@@ -105,6 +109,42 @@ def run(
         f"failed claims {rep.failures + rep2.failures}, blocked events {rep2.blocked_events}, "
         f"model calls {rep.model_calls + rep2.model_calls}"
     )
+    if not _say_what_failed([rep, rep2]):
+        raise typer.Exit(1)
+
+
+ERRORS_SHOWN = 10
+
+
+def _say_what_failed(reports: list[Any]) -> bool:
+    """Print the worlds a run skipped (no failure: their jobs stay queued) and what failed: each
+    failed claim, the jobs that ended failed, the events blocked. True when nothing failed."""
+    busy = sorted({w for r in reports for w in r.lease_busy})
+    flagged = sorted({w for r in reports for w in r.not_claimed})
+    if busy:
+        err.print(f"[yellow]lease busy (another run holds it; jobs stay queued): {escape(', '.join(busy))}[/]")
+    if flagged:
+        err.print(f"[yellow]not claimed (the agent is marked busy or stopped): {escape(', '.join(flagged))}[/]")
+    errors = [e for r in reports for e in r.errors]
+    if not errors:
+        return True
+    failed = [j for r in reports for j in r.failed_jobs]
+    blocked = [e for r in reports for e in r.blocked]
+    err.print(
+        f"[red]failed: {len(errors)} failed claim(s)"
+        + (f"; jobs ended failed: {escape(', '.join(failed))}" if failed else "")
+        + (
+            f"; events blocked: {escape(', '.join(blocked))} (released by a new request with --retry-blocked)"
+            if blocked
+            else ""
+        )
+        + "[/]"
+    )
+    for e in errors[:ERRORS_SHOWN]:
+        err.print(f"  {escape(e)}")
+    if len(errors) > ERRORS_SHOWN:
+        err.print(f"  ... {len(errors) - ERRORS_SHOWN} more (`objects status` shows the failure history)")
+    return False
 
 
 @app.command("enable")
@@ -113,7 +153,11 @@ def enable():
     nothing), counts before and after, and an integrity check."""
     from memory_pipeline.objects import timeline
 
-    _print(timeline.enable(_octx()))
+    report = timeline.enable(_octx())
+    _print(report)
+    if report["integrity"] != "ok":
+        err.print(f"[red]integrity check failed: {escape('; '.join(report['integrity']))}[/]")
+        raise typer.Exit(1)
 
 
 @app.command("approve")
@@ -210,16 +254,24 @@ def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10
         refuse(f"--passes: must be at least 1, got {passes}")
     octx = _octx()
     root = Path(octx.cfg.projection_dir) if octx.cfg.projection_dir else settings.data_dir() / "objects"
+    errors: list[str] = []
     for _ in range(passes):
         rep = projection.project(octx.store, root)
         console.print(
             f"{root}: {rep.written} written, {rep.unchanged} unchanged; found {rep.missing} file(s) missing, "
-            f"{rep.differing} edited by hand; core documents {rep.core_written} written, "
+            f"{rep.differing} edited by hand; removed {rep.removed} page file(s) that should no longer exist; "
+            f"core documents {rep.core_written} written, "
             f"{len(rep.core_imported)} human edit(s) imported {rep.core_imported}; {rep.behind_after} behind, "
-            f"errors {rep.errors[:3]}"
+            f"{len(rep.errors)} error(s)"
         )
+        errors += rep.errors
         if not rep.behind_after:
             break
+    if errors:
+        err.print(f"[red]failed: {len(errors)} error(s) (`objects status` shows the ones still standing)[/]")
+        for e in errors[:ERRORS_SHOWN]:
+            err.print(f"  {escape(e)}")
+        raise typer.Exit(1)
 
 
 @app.command("status")

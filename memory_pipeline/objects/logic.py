@@ -18,6 +18,9 @@ from typing import Any
 EVENT_MAX_CHARS = 32_000
 SLICE_MAX_CHARS = 2_000
 COMPACT_BATCH_MAX = 8
+# Nodes of at most this many characters in all cannot be summarized shorter ("好", "ok"): their head
+# may be as long as they are (never longer), or a lone short reply would never leave the timeline.
+COMPACT_TINY_CHARS = 16
 THRESHOLD_END_RATIO = 0.6
 PAGE_MAX_CHARS = 8_000
 PAGE_MIN_CHARS = 256
@@ -241,7 +244,8 @@ def compact_pick(level_counts: Mapping[int, int], size: int, *, whole_range: boo
 
 def check_compact_submission(args: Any, batch_ids: Sequence[str], batch_chars: int) -> str:
     """The compact submit tool's arguments -> the summary. Refused: any key but summary/covers (an
-    object write during compact), coverage other than exactly the batch, a result not shorter."""
+    object write during compact), coverage other than exactly the batch, a result not shorter (nodes
+    of at most COMPACT_TINY_CHARS characters in all: a result longer)."""
     if not isinstance(args, Mapping):
         raise SubmissionError("submit_compact", f"arguments must be an object, got {_json_type(args)}")
     extra = sorted(str(k) for k in set(args) - {"summary", "covers"})
@@ -262,7 +266,7 @@ def check_compact_submission(args: Any, batch_ids: Sequence[str], batch_chars: i
         raise SubmissionError(
             "covers", f"must cover exactly the batch's nodes (missing {missing}, not in batch {foreign})"
         )
-    if len(summary) >= batch_chars:
+    if len(summary) > batch_chars or (len(summary) == batch_chars and batch_chars > COMPACT_TINY_CHARS):
         raise SubmissionError("summary", f"not shorter than its nodes: {len(summary)} >= {batch_chars} characters")
     return summary
 
@@ -301,6 +305,17 @@ def fit_objects(objects: Sequence[Mapping[str, Any]], budget_bytes: int) -> list
         out.append(obj)
         used += size
     return out
+
+
+def fitting_prefix(sizes: Sequence[int], budget_bytes: int) -> int:
+    """How many of ``sizes``, in order, fit ``budget_bytes`` together (a prefix: a deep review
+    batch takes its objects in inventory order, which advances by the objects reviewed)."""
+    used = 0
+    for n, size in enumerate(sizes):
+        used += size
+        if used > budget_bytes:
+            return n
+    return len(sizes)
 
 
 def fit_result(result: Mapping[str, Any], left: int, budget: int, offset: int = 0) -> tuple[dict[str, Any], int]:
@@ -819,10 +834,39 @@ def day_status(counts: Mapping[str, int], *, open_day: bool) -> DayStatus:
 
 
 # --- Markdown projection -------------------------------------------------------------------------
+def projection_hash(object_id: str) -> str:
+    """The stable hash of an object id its file names are made of."""
+    return hashlib.sha256(object_id.encode()).hexdigest()[:16]
+
+
 def projection_path(object_id: str) -> str:
     """``<type>/<stable hash of the id>.md``: no name clashes, no path problems."""
     otype = object_id.split(":", 1)[0]
-    return f"{otype}/{hashlib.sha256(object_id.encode()).hexdigest()[:16]}.md"
+    return f"{otype}/{projection_hash(object_id)}.md"
+
+
+# A file name the projection writes in a type folder: the first page, or continuation page N >= 2.
+PROJECTION_FILE = re.compile(r"([0-9a-f]{16})(?:\.p([2-9]|[1-9][0-9]+))?\.md")
+
+
+def stale_projection_files(names: Iterable[str], pages_by_hash: Mapping[str, int | None]) -> list[str]:
+    """Of the file names in one type folder, those the projection wrote there that should no longer
+    exist: any page of an id the store has no object of this type for (re-keyed, removed), or a
+    continuation page past the pages the object's file was last written with (it shrank).
+    ``pages_by_hash``: each object of the folder's type, by ``projection_hash``, with those pages
+    (None: never projected yet, so none of its pages is judged). Other names are not the
+    projection's and are left alone."""
+    out = []
+    for name in names:
+        m = PROJECTION_FILE.fullmatch(name)
+        if m is None:
+            continue
+        digest, page = m.group(1), int(m.group(2) or 1) - 1
+        if digest not in pages_by_hash:
+            out.append(name)
+        elif (pages := pages_by_hash[digest]) is not None and page >= pages:
+            out.append(name)
+    return sorted(out)
 
 
 @dataclass

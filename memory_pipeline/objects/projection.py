@@ -7,7 +7,8 @@ written (a file deleted or hand-edited is found and rewritten; an edit is never 
 rewrites at most 10 objects (later passes continue until caught up); a file whose content is
 unchanged is not rewritten. A core document's human edit is imported instead (a new version, the
 prior one kept): the seed's import of the three core files is unchanged. What lags, what the
-check found on disk and every error show in ``memory_status``."""
+check found on disk and every error show in ``memory_status``. A page file that should no longer
+exist (its object re-keyed, or now on fewer pages) is removed in the pass that finds it."""
 
 from __future__ import annotations
 
@@ -16,13 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, delete, exists, func, or_, select, update
 
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.objects import graph, logic, recall
 from memory_pipeline.objects.logic import CoreFileAction
-from memory_pipeline.objects.tables import objects_core, objects_objects, objects_projection, objects_worlds
+from memory_pipeline.objects.tables import (
+    objects_attachments,
+    objects_core,
+    objects_objects,
+    objects_projection,
+    objects_relations,
+    objects_worlds,
+)
 
 
 @dataclass
@@ -34,6 +42,7 @@ class ProjectionReport:
     behind_after: int = 0
     missing: int = 0  # object files found missing by this pass's check (rewritten now or by later passes)
     differing: int = 0  # object files found hand-edited (rewritten: their edits are never imported)
+    removed: int = 0  # page files that should no longer exist (an object re-keyed, or now on fewer pages)
     core_written: int = 0
     core_imported: list[str] = field(default_factory=list)  # world/NAME
 
@@ -106,22 +115,45 @@ def _record_drift(store: Store, drift: dict[tuple[str, str], str]) -> None:
             )
 
 
+def _shown_revisions() -> tuple[Any, Any]:
+    """The newest revision of an object's sources and of its relations (either way), correlated
+    to ``objects_objects``: a file shows them too, and an attach or a relation leaves the object's
+    own revision as it was."""
+    o, a, rc = objects_objects.c, objects_attachments.c, objects_relations.c
+    sources = select(func.max(a.revision)).where(a.world_id == o.world_id, a.object_id == o.object_id)
+    relations = select(func.max(rc.revision)).where(
+        rc.world_id == o.world_id, or_(rc.src == o.object_id, rc.dst == o.object_id)
+    )
+    return sources.scalar_subquery(), relations.scalar_subquery()
+
+
 def lagging_objects() -> tuple[Any, Any]:
-    """Objects whose files must be (re)written: never projected, older than the store, missing or
-    edited on disk (as the last check found), or failed. (The join, the condition.)"""
+    """Objects whose files must be (re)written: never projected, older than the store (the object,
+    a source or a relation newer than the file), missing or edited on disk (as the last check
+    found), or failed. (The join, the condition.)"""
     o, p = objects_objects.c, objects_projection.c
     joined = objects_objects.outerjoin(objects_projection, (p.world_id == o.world_id) & (p.object_id == o.object_id))
-    return joined, (p.object_id.is_(None)) | (p.revision < o.revision) | (p.error.is_not(None)) | (p.drift.is_not(None))
+    sources, relations = _shown_revisions()
+    older = (p.revision < o.revision) | (p.revision < sources) | (p.revision < relations)
+    return joined, (p.object_id.is_(None)) | older | (p.error.is_not(None)) | (p.drift.is_not(None))
 
 
 def _behind(store: Store, limit: int | None) -> list[tuple[str, str, int]]:
+    """The lagging objects, each with the revision its file will show (the newest of the object,
+    its sources and its relations)."""
     o = objects_objects.c
     joined, lagging = lagging_objects()
-    q = select(o.world_id, o.object_id, o.revision).select_from(joined).where(lagging).order_by(o.world_id, o.object_id)
+    sources, relations = _shown_revisions()
+    q = (
+        select(o.world_id, o.object_id, o.revision, sources, relations)
+        .select_from(joined)
+        .where(lagging)
+        .order_by(o.world_id, o.object_id)
+    )
     if limit is not None:
         q = q.limit(limit)
     with store.connect() as conn:
-        return [(r.world_id, r.object_id, r.revision) for r in conn.execute(q).all()]
+        return [(w, oid, max(r, s or 0, rel or 0)) for w, oid, r, s, rel in conn.execute(q).all()]
 
 
 def _dossier(doc: dict[str, Any]) -> logic.Dossier:
@@ -188,10 +220,56 @@ def project(store: Store, root: Path, per_pass: int = logic.PROJECTION_PER_PASS)
     if rows:
         with store.begin() as conn:
             upsert(conn, objects_projection, rows, keys=["world_id", "object_id"])
+    _sweep(store, root, report)
     _project_core(store, root, report)
     _project_indexes(store, root, report)
     report.behind_after = len(_behind(store, None))
     return report
+
+
+def stale_files(store: Store, root: Path) -> list[Path]:
+    """Every page file the projection wrote that should no longer exist (read-only): in each type
+    folder of each world, the files of an id the store has no object of that type for, and the
+    continuation pages past an object's pages as last written (``logic.stale_projection_files``)."""
+    o, p = objects_objects.c, objects_projection.c
+    joined = objects_objects.outerjoin(objects_projection, (p.world_id == o.world_id) & (p.object_id == o.object_id))
+    with store.connect() as conn:
+        rows = conn.execute(select(o.world_id, o.type, o.object_id, p.pages).select_from(joined)).all()
+        worlds = set(conn.execute(select(objects_worlds.c.world_id)).scalars())
+    wanted: dict[tuple[str, str], dict[str, int | None]] = {}
+    for world, otype, oid, pages in rows:
+        wanted.setdefault((world, otype), {})[logic.projection_hash(oid)] = pages
+    out = []
+    for world in sorted(worlds | {w for w, _ in wanted}):
+        for otype in logic.ObjectType:
+            folder = root / world / str(otype)
+            try:
+                names = [e.name for e in os.scandir(folder) if e.is_file()]
+            except OSError:  # no folder yet (or not one: the object's write reports that)
+                continue
+            out += [folder / n for n in logic.stale_projection_files(names, wanted.get((world, str(otype)), {}))]
+    return out
+
+
+def _sweep(store: Store, root: Path, report: ProjectionReport) -> None:
+    """Remove the page files that should no longer exist (the files are a view of the store, not
+    memory) and the bookkeeping rows of objects the store no longer has."""
+    for path in stale_files(store, root):
+        try:
+            path.unlink()
+            report.removed += 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            report.errors.append(f"{path.relative_to(root)}: not removed ({type(exc).__name__}: {exc.strerror or exc})")
+    o, p = objects_objects.c, objects_projection.c
+    with store.begin() as conn:
+        conn.execute(
+            delete(objects_projection).where(
+                p.object_id.not_in(list(logic.CORE_NAMES)),
+                ~exists().where(o.world_id == p.world_id, o.object_id == p.object_id),
+            )
+        )
 
 
 def _project_indexes(store: Store, root: Path, report: ProjectionReport) -> None:
@@ -294,6 +372,8 @@ def needs_pass(store: Store, root: Path) -> str | None:
         return "objects newer than their files"
     if check_files(store, root):
         return "object files missing or edited on disk"
+    if stale_files(store, root):
+        return "page files on disk that should no longer exist"
     if core_actions(store, root):
         return "core documents to write or a human edit to import"
     return None

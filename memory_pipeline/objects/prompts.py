@@ -10,7 +10,7 @@ from typing import Any
 
 from memory_pipeline.objects import logic
 
-COMPACT_VERSION = "objects-compact-v1"
+COMPACT_VERSION = "objects-compact-v2"
 ORGANIZE_VERSION = "objects-organize-v3"
 DEEP_VERSION = "objects-deep-v3"
 
@@ -28,8 +28,9 @@ _BODIES = "; ".join(f"{t}: {b}" for t, b in SUGGESTED_BODIES.items())
 
 COMPACT_SYSTEM = (
     "You compact an agent's hot timeline. Replace the given nodes with one summary head that is "
-    "shorter than them and covers every node id. Call submit_compact exactly once. You have no "
-    "other tool: object writes are not part of compaction."
+    "shorter than them and covers every node id. Finish by calling submit_compact. You have no "
+    "other tool: object writes are not part of compaction. A refused call comes back as its "
+    "result naming the field; correct it and call again (at most 3 corrections)."
 )
 
 _CORE = (
@@ -226,12 +227,6 @@ def parse_tool_calls(result_text: str, tool_calls: Sequence[Mapping[str, Any]]) 
         args = doc.get("arguments")
         return [ToolCall(None, doc["tool"], args, json.dumps(args, ensure_ascii=False, default=str))]
     return [ToolCall(None, "", doc, text)] if isinstance(doc, dict) else []
-
-
-def parse_tool_call(result_text: str, tool_calls: Sequence[Mapping[str, Any]]) -> tuple[str, Any] | None:
-    """The first tool call (name, arguments) of an answer (compact: one tool, one call)."""
-    calls = parse_tool_calls(result_text, tool_calls)
-    return (calls[0].name, calls[0].arguments) if calls else None
 
 
 # Arguments this large are not sent back to the model with its answer (they were refused for their

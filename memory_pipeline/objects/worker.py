@@ -400,8 +400,19 @@ class WorkerReport:
     zero_progress_batches: int = 0
     corrections: int = 0  # refused tool calls sent back to the model as their results
     truncated_answers: int = 0  # answers cut at max_tokens (the next call asked for more)
-    lease_busy: list[str] = field(default_factory=list)
+    lease_busy: list[str] = field(default_factory=list)  # worlds skipped: another run held the lease
+    not_claimed: list[str] = field(default_factory=list)  # worlds skipped: the agent is busy or stopped
+    # What failed, as an operator reads it: "<world> <mode> job <id>[ batch <batch>]: <error>" per
+    # failed claim, the jobs that ended failed, the events blocked.
     errors: list[str] = field(default_factory=list)
+    failed_jobs: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Everything this run claimed succeeded: no failed claim (so no job ended failed and no
+        event was blocked). A world skipped (lease busy, agent busy or stopped) is no failure."""
+        return self.failures == 0
 
 
 def release_stale(octx: ObjectsContext) -> int:
@@ -496,6 +507,8 @@ def run_worker(
         while queue and report.batches < limit:
             world = queue.popleft()
             result, ran = _advance(octx, report, world, modes, limit, max_wait, runner)
+            if result == "stopped":
+                report.not_claimed.append(world)
             if result != "lease_busy":
                 waiting.pop(world, None)
                 continue
@@ -734,7 +747,8 @@ def _failed(octx: ObjectsContext, job: dict[str, Any], error: str, report: Worke
     checkpoints kept). A threshold job that ends so suppresses automatic creation for an hour."""
     report.failures += 1
     report.zero_progress_batches += 1
-    report.errors.append(error)
+    batch = f" batch {job['_batch']}" if job.get("_batch") else ""
+    report.errors.append(f"{job['world_id']} {job['mode']} job {job['job_id']}{batch}: {error}")
     with octx.store.begin() as conn:
         octx.llm.write_pending(conn)  # the failed batch's calls are accounted with its failure
         _record_failure(octx, conn, job, error, report)
@@ -787,7 +801,9 @@ def _record_failure(
             .values(state=EventState.BLOCKED, updated_at=now)
         ).rowcount
     report.blocked_events += blocked
+    report.blocked += [job["_event"]] if blocked else []
     report.jobs_failed += 1
+    report.failed_jobs.append(f"{job['world_id']} {job['mode']} job {job['job_id']}")
     conn.execute(
         update(objects_jobs)
         .where(j.job_id == job["job_id"])
@@ -886,14 +902,7 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
         tools=[prompts.SUBMIT_COMPACT_TOOL],
         offline_answer=lambda _r: offline_rules.compact(nodes),
     )
-    result = _ask(octx, req, report, _budget(octx, lease))
-    call = prompts.parse_tool_call(result.text, result.tool_calls)
-    if call is None:
-        raise BatchFailed(f"{req.task}: the model answered without a tool call or JSON object")
-    name, args = call
-    if name and name != offline_rules.SUBMIT_COMPACT:
-        raise SubmissionError(name, "compact has one tool, submit_compact; any other (an object write) is refused")
-    summary = logic.check_compact_submission(args, batch.ids, batch.chars)
+    summary = _compact_rounds(octx, req, batch, lease, report)
     token = f"compact-{uuid.uuid4().hex}"
     release = lease.finish(octx)
 
@@ -916,6 +925,38 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
     )
     lease.committed(octx)
     return "committed"
+
+
+def _compact_rounds(
+    octx: ObjectsContext, req: LLMRequest, batch: timeline.CompactBatch, lease: BatchLease, report: WorkerReport
+) -> str:
+    """The compact batch's model rounds (at most 16, within the batch's time) until a submission
+    passes: its summary. As in organize, every tool call of an answer is answered in order; only
+    submit_compact submits, and a refused submission (an object write, coverage other than the
+    batch, a summary not shorter), another tool or an answer without a tool call goes back to the
+    model as a correction, at most 3: the 4th fails the batch (a failed claim)."""
+    budget = _budget(octx, lease)
+    talk = BatchTalk(octx.cfg.transfer_budget_bytes, octx.cfg.transfer_budget_bytes)
+    talk.messages.append({"role": "user", "content": req.user})
+    while True:
+        result = _ask(octx, replace(req, conversation=tuple(talk.messages)), report, budget)
+        calls = prompts.parse_tool_calls(result.text, result.tool_calls)
+        talk.messages.append(prompts.assistant_message(result.text, calls))
+        if not calls:
+            talk.correct(None, f"answer: no tool call; finish with {offline_rules.SUBMIT_COMPACT}", report)
+        for call in calls:
+            if call.name not in (offline_rules.SUBMIT_COMPACT, ""):  # "": the bare submission in a JSON answer
+                talk.correct(
+                    call,
+                    f"tool: {call.name[:40]!r} is not a tool of this batch ({offline_rules.SUBMIT_COMPACT}); "
+                    "compact only summarizes its nodes: object writes are refused during compact",
+                    report,
+                )
+                continue
+            try:
+                return logic.check_compact_submission(call.arguments, batch.ids, batch.chars)
+            except SubmissionError as exc:
+                talk.correct(call, str(exc), report)
 
 
 # --- organize -----------------------------------------------------------------------------------------
@@ -1194,10 +1235,9 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
             .all()
         )
         revision = _revision(conn, world)
-        docs = [object_doc(r) for r in rows]
-        left = octx.cfg.transfer_budget_bytes - logic.json_bytes(docs)
-        core, core_read = graph.core_for_batch(conn, world, left)
-    present = [i for i in batch_ids if i in {d["id"] for d in docs}]
+        batch_ids, docs, core, core_read = _fit_deep_batch(octx, conn, world, batch_ids, rows)
+    job["_batch"] = ",".join(batch_ids)
+    present = [d["id"] for d in docs]
     token = f"deep-{uuid.uuid4().hex}"
     claim = Claim(
         world,
@@ -1230,6 +1270,27 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
         offline_answer=lambda _r: offline_rules.deep(token=token, graph_revision=revision, object_ids=batch_ids),
     )
     return _rounds(octx, claim, lease, report, request, talk)
+
+
+def _fit_deep_batch(
+    octx: ObjectsContext, conn: Connection, world: str, ids: list[str], rows: Sequence[Any]
+) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]], dict[str, int | None]]:
+    """The deep batch within the transfer budget (seed 001 §5: at most 4 objects, shrunk to what
+    fits): the first object always (refused when it alone is over the budget), then the core
+    documents within what is left, then the next objects of the inventory while they fit. An id
+    the store no longer has costs nothing and is confirmed like the rest. (ids, dossiers, core,
+    core read.)"""
+    budget = octx.cfg.transfer_budget_bytes
+    by_id = {r["object_id"]: object_doc(r) for r in rows}
+    sizes = [logic.json_bytes(by_id[i]) if i in by_id else 0 for i in ids]
+    if sizes[0] > budget:
+        raise BatchFailed(
+            f"deep review: {ids[0]} alone is {sizes[0]:,} bytes as sent, over the transfer budget of {budget:,} "
+            "bytes (memory.objects.transfer_budget_bytes): it cannot be reviewed until the budget is raised"
+        )
+    core, core_read = graph.core_for_batch(conn, world, budget - sizes[0])
+    taken = 1 + logic.fitting_prefix(sizes[1:], budget - sizes[0] - logic.json_bytes(core))
+    return ids[:taken], [by_id[i] for i in ids[:taken] if i in by_id], core, core_read
 
 
 def requeue_days(octx: ObjectsContext, days: Sequence[date], worlds: Sequence[str] | None = None) -> dict[str, Any]:

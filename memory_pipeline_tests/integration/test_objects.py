@@ -67,6 +67,21 @@ def compact_all(octx, world=W):
 
 
 # --- timeline and compact ----------------------------------------------------------------------------
+def test_an_explicit_compact_moves_a_lone_one_character_reply_out_of_the_timeline_too(store, ingest):
+    """Nine events: a full group of 8, then the lone "好" left, which no summary can shorten."""
+    octx = octx_for(store)
+    ids = add(ingest, [f"note {i} about the garden" for i in range(8)] + ["好"])
+    timeline.intake(octx)
+    rep = compact_all(octx)
+    assert rep.failures == 0 and rep.jobs_done == 1
+    assert set(states(store).values()) == {"pending"} and set(states(store)) == set(ids)
+    with store.connect() as conn:
+        heads = conn.execute(
+            select(objects_hot_nodes.c.level, objects_hot_nodes.c.text).where(objects_hot_nodes.c.active.is_(True))
+        ).all()
+    assert sorted(level for level, _ in heads) == [1, 1] and ("好" in {t for _, t in heads})
+
+
 def test_events_enter_as_slices_of_2000_oversized_refused_and_raw_never_copied(store, ingest):
     octx = octx_for(store)
     ids = add(ingest, ["a" * 4_500, "b" * 32_000, "c" * 32_001, ""])

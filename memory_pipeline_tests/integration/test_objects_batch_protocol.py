@@ -17,13 +17,19 @@ from sqlalchemy import select
 
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.timeutil import utcnow
-from memory_pipeline.objects import graph, logic, recall, reports, worker
+from memory_pipeline.objects import graph, logic, recall, reports, timeline, worker
 from memory_pipeline.objects.config import ObjectsConfig
 from memory_pipeline.objects.context import ObjectsContext
 from memory_pipeline.objects.logic import SubmissionError
-from memory_pipeline.objects.tables import objects_failures, objects_jobs, objects_objects, objects_receipts
+from memory_pipeline.objects.tables import (
+    objects_failures,
+    objects_hot_nodes,
+    objects_jobs,
+    objects_objects,
+    objects_receipts,
+)
 from memory_pipeline_tests.fake_openai import FakeOpenAI
-from memory_pipeline_tests.integration.test_objects import W, claim_for, count, ready, snapshot, states, sub
+from memory_pipeline_tests.integration.test_objects import W, add, claim_for, count, ready, snapshot, states, sub
 
 
 def _model(store, server, timeout=60.0, **cfg) -> ObjectsContext:
@@ -61,6 +67,12 @@ def _bytes(value) -> int:
 def _results(body) -> list[tuple[str, dict]]:
     """The tool messages of a request: (tool_call_id, content)."""
     return [(m["tool_call_id"], json.loads(m["content"])) for m in body["messages"] if m["role"] == "tool"]
+
+
+def _jobs_all(store):
+    j = objects_jobs.c
+    with store.connect() as conn:
+        return conn.execute(select(j.mode, j.status).order_by(j.job_id)).all()
 
 
 def _jobs(store):
@@ -215,6 +227,58 @@ def test_every_tool_call_of_an_answer_gets_its_result_in_order(store, ingest):
     assert read["id"] == "knowledge:garden" and read["sources"][0]["event_id"] == e1
     assert recall.read(store, W, "knowledge:garden")["body"] == "Conclusion: the plot is the garden"
     assert states(store)[e2] == "linked"
+
+
+# --- compact: the same protocol with its one tool (it used to fail the batch on the first bad call) --------
+def _compact_nodes(body) -> list[dict]:
+    return json.loads(next(m for m in body["messages"] if m["role"] == "user")["content"])["nodes"]
+
+
+def _hot(store) -> int:
+    n = objects_hot_nodes.c
+    with store.connect() as conn:
+        return len(conn.execute(select(n.node_id).where(n.active.is_(True), n.level == 0)).all())
+
+
+def test_a_compact_batch_answers_an_unknown_tool_or_a_malformed_submission_as_a_correction(store, ingest):
+    add(ingest, [f"garden watering note {i}" for i in range(8)])
+    with FakeOpenAI() as server:
+        octx = _model(store, server)
+        timeline.intake(octx)
+        server.push("tools", [("submit_graph", {"objects": [{"id": "person:ana", "name": "Ana"}]})])
+        server.push("tools", [("submit_compact", {"summary": "garden watering notes"})])  # no covers
+        server.tool_answer = lambda body: [
+            ("submit_compact", {"summary": "garden watering notes", "covers": [x["id"] for x in _compact_nodes(body)]})
+        ]
+        worker.enqueue(octx, W, "compact")
+        rep = worker.run_worker(octx)
+    assert (rep.failures, rep.corrections, rep.committed) == (0, 2, 1)
+    assert len(server.requests) == 3 and _hot(store) == 0  # one batch of 8, committed after 2 corrections
+    ((i1, unknown),) = _results(server.requests[1])
+    assert i1 == "call_0" and unknown == {
+        "refused": "tool: 'submit_graph' is not a tool of this batch (submit_compact); compact only summarizes "
+        "its nodes: object writes are refused during compact",
+        "corrections_left": 2,
+    }
+    malformed = {"refused": "covers: must be a list of node ids", "corrections_left": 1}
+    assert [r for _, r in _results(server.requests[2])] == [unknown, malformed]  # the conversation goes on
+    assert count(store, objects_objects, objects_objects.c.object_id == "person:ana") == 0
+
+
+def test_a_compact_batch_still_refused_after_3_corrections_is_a_failed_claim_and_the_5th_ends_the_job(store, ingest):
+    add(ingest, [f"garden watering note {i}" for i in range(8)])
+    with FakeOpenAI() as server:
+        octx = _model(store, server)
+        timeline.intake(octx)
+        server.tool_answer = lambda body: [("memory_find", {"query": "garden"})]
+        worker.enqueue(octx, W, "compact")
+        rep = worker.run_worker(octx)
+    sizes = [len(_compact_nodes(r)) for r in server.requests]
+    # each claim: the first answer and 3 corrections; the batch halves after each failed claim
+    assert sizes == [8] * 4 + [4] * 4 + [2] * 4 + [1] * 4 + [1] * 4
+    assert (rep.failures, rep.corrections, rep.jobs_failed) == (5, 15, 1)
+    assert "still refused after 3 corrections: tool: 'memory_find' is not a tool of this batch" in rep.errors[0]
+    assert _jobs_all(store) == [("compact", "failed")] and _hot(store) == 8  # nothing half-written
 
 
 # --- limits apply to what is sent and received -------------------------------------------------------------

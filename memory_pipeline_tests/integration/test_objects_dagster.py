@@ -4,6 +4,8 @@ result per partition, the 02:50 schedule and the projection."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from dagster import DagsterEventType, SkipReason, build_schedule_context, build_sensor_context, instance_for_test
 from sqlalchemy import func, select
@@ -157,3 +159,77 @@ def test_a_disabled_domain_does_no_work_and_says_so(pg_url, redis_url, instance,
     assert mat.asset_materialization.metadata["disabled"].value is True
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(objects_event_state)).scalar() == 0
+
+
+def _failure(run) -> str:
+    (event,) = run.get_step_failure_events()
+    return event.step_failure_data.user_failure_data.description
+
+
+def test_a_negative_max_batches_or_too_few_passes_fail_the_run_naming_the_field_before_any_work(
+    defs, instance, store, ingest
+):
+    from dagster import RunConfig
+
+    from memory_pipeline.defs.objects.assets import ObjectsRunConfig
+
+    ingest(conversation("w1", "a", cst(2026, 1, 10, 9), ["garden tomatoes planted today"] * 8))
+    assert defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance).success
+    with store.connect() as conn:
+        jobs_before = conn.execute(select(func.count()).select_from(objects_jobs)).scalar()
+    calls_before = _calls(store)
+    run = defs.get_job_def("objects_organize_job").execute_in_process(
+        instance=instance,
+        run_config=RunConfig(ops={"objects_archive": ObjectsRunConfig(max_batches=-1)}),
+        raise_on_error=False,
+    )
+    assert not run.success
+    assert _failure(run) == "run config: max_batches must be 0 (the configured maximum) or more, got -1"
+    with store.connect() as conn:  # refused before any work: no hourly job created, no model called
+        assert conn.execute(select(func.count()).select_from(objects_jobs)).scalar() == jobs_before
+    assert _calls(store) == calls_before
+    run = defs.get_job_def("objects_projection_job").execute_in_process(
+        instance=instance,
+        run_config=RunConfig(ops={"objects_markdown_projection": ObjectsRunConfig(passes=0)}),
+        raise_on_error=False,
+    )
+    assert not run.success and _failure(run) == "run config: passes must be at least 1, got 0"
+
+
+def test_a_run_whose_batches_failed_says_it_is_degraded(pg_url, redis_url, instance, store, ingest, tmp_path):
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    cfg = tmp_path / "memory.yaml"
+    cfg.write_text("memory:\n  objects:\n    compact_threshold_tokens: 60\n    retry_backoff_seconds: 0\n")
+    ingest(conversation("w1", "a", cst(2026, 1, 10, 9), ["garden tomatoes planted today"] * 8))
+    with FakeOpenAI() as server:
+        for _ in range(10):
+            server.push("status", 500)
+        defs = build_defs(
+            {
+                "memory_store": MemoryStoreResource(database_url=pg_url),
+                "kv_cache": CacheResource(redis_url=redis_url),
+                "llm": LLMResource(model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0),
+                "memory_config": MemoryConfigResource(config_file=str(cfg)),
+            }
+        )
+        run = defs.get_job_def("objects_compaction_job").execute_in_process(instance=instance)
+    assert run.success  # the asset stands; its failed batches are retried by later runs
+    key = defs.get_assets_def("objects_compaction").key
+    meta = instance.fetch_materializations(key, limit=1).records[0].asset_materialization.metadata
+    assert meta["degraded"].value is True and meta["failed_claims"].value >= 1
+    warnings = [
+        e.message for e in instance.all_logs(run.run_id) if e.level == logging.WARNING and "degraded:" in e.message
+    ]
+    assert warnings and "failed claim(s)" in warnings[0]
+    ok = build_defs(  # the offline model: a clean run is not degraded
+        {
+            "memory_store": MemoryStoreResource(database_url=pg_url),
+            "kv_cache": CacheResource(redis_url=redis_url),
+            "llm": LLMResource(),
+            "memory_config": MemoryConfigResource(config_file=str(cfg)),
+        }
+    )
+    assert ok.get_job_def("objects_organize_job").execute_in_process(instance=instance).success
+    meta = instance.fetch_materializations(ok.get_assets_def("objects_archive").key, limit=1).records[0]
+    assert meta.asset_materialization.metadata["degraded"].value is False

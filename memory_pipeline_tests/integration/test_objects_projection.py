@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 
+from sqlalchemy import delete, select, update
+
 from memory_pipeline.lib.store import leases
 from memory_pipeline.objects import graph, logic, projection, recall, reports, worker
-from memory_pipeline.objects.tables import objects_attachments
+from memory_pipeline.objects.tables import objects_attachments, objects_objects, objects_projection
 from memory_pipeline_tests.integration.test_objects import W, claim_for, ready, sub
 
 
@@ -66,3 +68,91 @@ def test_a_deleted_continuation_page_and_index_are_written_again(store, ingest, 
     index.unlink()
     rep = projection.project(store, tmp_path)
     assert rep.missing == 1 and page2.exists() and index.exists()
+
+
+def _caught_up(store, root):
+    removed = 0
+    while True:
+        rep = projection.project(store, root)
+        removed += rep.removed
+        if not rep.behind_after:
+            return removed
+
+
+def test_a_page_file_that_should_no_longer_exist_is_removed_in_the_same_pass(store, ingest, tmp_path):
+    _people(store, ingest, 1)
+    with store.begin() as conn:  # 120 sources: three files of at most 50
+        conn.execute(
+            objects_attachments.insert(),
+            [{"world_id": W, "object_id": "person:p00", "event_id": f"e{i:03}", "revision": 1} for i in range(120)],
+        )
+    _caught_up(store, tmp_path)
+    pages = [tmp_path / W / logic.projection_page_name("person:p00", n) for n in range(3)]
+    assert [p.exists() for p in pages] == [True, True, True] and pages[2].name.endswith(".p3.md")
+    notes = tmp_path / W / "person" / "notes.md"  # not a file the projection writes: left alone
+    notes.write_text("a human's notes")
+    with store.begin() as conn:  # an operator's repair leaves 60 sources: two files now
+        conn.execute(delete(objects_attachments).where(objects_attachments.c.event_id >= "e060"))
+        conn.execute(update(objects_objects).values(revision=objects_objects.c.revision + 1))
+    rep = projection.project(store, tmp_path)
+    assert (rep.written, rep.removed, rep.behind_after) == (1, 1, 0)  # the same pass, counted
+    assert [p.exists() for p in pages] == [True, True, False] and notes.exists()
+    assert "e059" in pages[1].read_text() and "More relations" not in pages[1].read_text()
+    # a page left behind by anything else is found by the sensor's question and removed
+    stray = tmp_path / W / logic.projection_page_name("person:p00", 3)
+    stray.write_text("left over")
+    assert projection.needs_pass(store, tmp_path) == "page files on disk that should no longer exist"
+    assert projection.project(store, tmp_path).removed == 1 and not stray.exists()
+    assert projection.needs_pass(store, tmp_path) is None
+
+
+def test_a_renamed_or_re_keyed_object_leaves_no_stale_file(store, ingest, tmp_path):
+    octx, (e1, e2) = ready(store, ingest, ["buy seeds for the garden", "buy tomato seeds instead"])
+    worker.enqueue(octx, W, "organize", origin=logic.JobOrigin.HOURLY)  # creates project:daily
+    c = claim_for(octx, e1)
+    graph.commit(octx, c, sub(c, objects=[{"id": "todo:seeds", "name": "Buy seeds"}]))
+    _caught_up(store, tmp_path)
+    todo = tmp_path / W / "todo"
+    assert [f.name for f in todo.iterdir()] == [f"{logic.projection_hash('todo:seeds')}.md"]
+
+    c = claim_for(octx, e2, read=["todo:seeds"])
+    graph.commit(octx, c, sub(c, objects=[{"id": "todo:seeds", "name": "Buy tomato seeds"}]))
+    assert _caught_up(store, tmp_path) == 0  # renamed: the same file (named by the id), rewritten
+    (only,) = todo.iterdir()
+    assert only.read_text().startswith("# Buy tomato seeds\n")
+    assert f"[Buy tomato seeds]({logic.projection_path('todo:seeds')})" in (tmp_path / W / "README.md").read_text()
+
+    with store.begin() as conn:  # an operator re-keys it as a task (the graph never changes an id's type)
+        for table in (objects_objects, objects_attachments):
+            values = {"object_id": "task:seeds", **({"type": "task"} if table is objects_objects else {})}
+            conn.execute(update(table).where(table.c.object_id == "todo:seeds").values(**values))
+    assert _caught_up(store, tmp_path) == 1
+    assert list(todo.iterdir()) == [] and (tmp_path / W / logic.projection_path("task:seeds")).exists()
+    assert "todo/" not in (tmp_path / W / "README.md").read_text()
+    with store.connect() as conn:  # no bookkeeping left for an id the store no longer has
+        ids = set(conn.execute(select(objects_projection.c.object_id)).scalars())
+    assert "todo:seeds" not in ids and "task:seeds" in ids
+
+
+def test_a_new_source_or_relation_puts_the_objects_file_behind_until_it_shows_it(store, ingest, tmp_path):
+    octx, (e1, e2) = ready(store, ingest, ["Ana plants seeds", "Ana waters the garden"])
+    worker.enqueue(octx, W, "organize", origin=logic.JobOrigin.HOURLY)  # creates project:daily
+    c = claim_for(octx, e1)
+    graph.commit(octx, c, sub(c, objects=[{"id": "person:ana", "name": "Ana"}]))
+    _caught_up(store, tmp_path)
+    ana = tmp_path / W / logic.projection_path("person:ana")
+    assert e1 in ana.read_text() and e2 not in ana.read_text()
+
+    c = claim_for(octx, e2)  # linked by attaching only: the dossier's fields stay as they are
+    rel = {"src": "person:ana", "label": "member_of", "dst": "project:daily"}
+    graph.commit(octx, c, sub(c, attach=["person:ana"], relations=[rel]))
+    with store.connect() as conn:  # neither object was rewritten
+        assert set(conn.execute(select(objects_objects.c.version)).scalars()) == {1}
+    assert reports.status(store, W)["projection"]["behind"] == 2  # Ana (a source, a relation) and the project
+    assert projection.needs_pass(store, tmp_path) == "objects newer than their files"
+    _caught_up(store, tmp_path)
+    text = ana.read_text()
+    assert e2 in text and "person:ana **member_of** project:daily" in text
+    daily = (tmp_path / W / logic.projection_path("project:daily")).read_text()
+    assert "person:ana **member_of** project:daily" in daily
+    assert projection.needs_pass(store, tmp_path) is None and reports.status(store, W)["projection"]["behind"] == 0

@@ -7,6 +7,7 @@ tool only."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import timedelta
@@ -194,6 +195,75 @@ def test_deep_batches_shrink_on_a_capacity_failure(store, ingest, monkeypatch):
             )
         ).one()
     assert status == "done" and pos == len(inventory) == 10 and rep.blocked_events == 0
+
+
+def _deep_world(store, ingest, body_chars: int, core_chars: int, **cfg):
+    """Four knowledge objects whose bodies are ``body_chars`` CJK characters (3 UTF-8 bytes each),
+    project:daily, and a USER.md of ``core_chars`` CJK characters (none for 0)."""
+    octx, (e1,) = ready(store, ingest, ["garden notes for the review"], **cfg)
+    worker.enqueue(octx, W, "organize", origin=logic.JobOrigin.HOURLY)
+    c = claim_for(octx, e1)
+    objs = [{"id": f"knowledge:k{i}", "name": f"K{i}", "body": "记" * body_chars} for i in range(4)]
+    graph.commit(octx, c, sub(c, objects=objs))
+    leases.release(store, graph.LEASE_ASSET, W, "h-test")
+    if core_chars:
+        graph.import_core(octx, W, "USER.md", "记" * core_chars)
+    with store.begin() as conn:
+        conn.execute(objects_jobs.update().values(status="done"))
+    return octx
+
+
+def _sent(value) -> int:
+    return len(json.dumps(value, ensure_ascii=False).encode())
+
+
+@pytest.mark.parametrize(
+    ("body_chars", "core_chars", "batches"),
+    [
+        # 4 dossiers of 16,000 CJK characters (48,000+ bytes each): one per batch within 96,000
+        (16_000, 0, [["k0"], ["k1"], ["k2"], ["k3", "daily"]]),
+        # 30,000+ bytes each: three fit, and the fourth goes to the next batch
+        (10_000, 0, [["k0", "k1", "k2"], ["k3", "daily"]]),
+        # the same with a USER.md of 15,000 bytes: the core documents count too, so two fit
+        (10_000, 5_000, [["k0", "k1"], ["k2", "k3", "daily"]]),
+    ],
+)
+def test_deep_batches_fit_their_objects_and_the_core_documents_to_the_transfer_budget(
+    store, ingest, monkeypatch, body_chars, core_chars, batches
+):
+    octx = _deep_world(store, ingest, body_chars, core_chars)
+    spy = []
+    real_complete = octx.llm.complete
+    monkeypatch.setattr(octx.llm, "complete", lambda req, **kw: spy.append(req) or real_complete(req, **kw))
+    job = worker.enqueue(octx, W, "deep")
+    rep = worker.run_worker(octx)
+    claims = [json.loads(r.user) for r in spy if r.task == "objects_deep"]
+    assert [[o["id"].split(":")[1] for o in c["objects"]] for c in claims] == batches
+    for c in claims:  # what each batch sends stays within the seed's 96,000 bytes, and it says what is left
+        sent = sum(_sent(o) for o in c["objects"]) + _sent(c["core"])
+        assert sent <= logic.BUDGET_DEFAULT_BYTES == octx.cfg.transfer_budget_bytes
+        assert c["transfer_bytes_left"] == logic.BUDGET_DEFAULT_BYTES - sent
+        delivered = [d["name"] for d in c["core"] if "content" in d]
+        assert delivered == (["USER.md"] if core_chars else [])
+    with store.connect() as conn:
+        status, pos = conn.execute(
+            select(objects_jobs.c.status, objects_jobs.c.inventory_pos).where(objects_jobs.c.job_id == job["job_id"])
+        ).one()
+    assert (status, pos, rep.failures) == ("done", 5, 0)  # every object reviewed, none refused
+
+
+def test_a_deep_object_alone_over_a_lower_budget_is_refused_by_name_and_never_sent(store, ingest):
+    octx = _deep_world(store, ingest, 16_000, 0, transfer_budget_bytes=logic.BUDGET_MIN_BYTES)
+    job = worker.enqueue(octx, W, "deep")
+    rep = worker.run_worker(octx)
+    assert rep.model_calls == 0 and rep.failures == logic.MAX_CONSECUTIVE_FAILURES and rep.jobs_failed == 1
+    assert "deep review: knowledge:k0 alone is 48," in rep.errors[0]
+    assert "over the transfer budget of 24,000 bytes (memory.objects.transfer_budget_bytes)" in rep.errors[0]
+    with store.connect() as conn:
+        status, pos = conn.execute(
+            select(objects_jobs.c.status, objects_jobs.c.inventory_pos).where(objects_jobs.c.job_id == job["job_id"])
+        ).one()
+    assert (status, pos) == ("failed", 0)  # the inventory is not advanced past an object never reviewed
 
 
 def test_a_stopped_world_is_not_claimed_and_one_hourly_job_at_a_time(store, ingest):

@@ -94,6 +94,20 @@ def test_compact_submission_refuses_object_writes_bad_coverage_and_longer_result
         logic.check_compact_submission({"summary": "x" * 100, "covers": ids}, ids, 100)
 
 
+@pytest.mark.parametrize("chars", [1, 2, 16])
+def test_nodes_too_short_to_shorten_may_keep_their_length_never_grow(chars):
+    ids = ["a#0"]
+    assert logic.check_compact_submission({"summary": "好" * chars, "covers": ids}, ids, chars) == "好" * chars
+    with pytest.raises(SubmissionError, match="not shorter than its nodes"):
+        logic.check_compact_submission({"summary": "好" * (chars + 1), "covers": ids}, ids, chars)
+
+
+def test_nodes_over_16_characters_must_be_summarized_shorter():
+    ids = ["a#0"]
+    with pytest.raises(SubmissionError, match="not shorter than its nodes: 17 >= 17"):
+        logic.check_compact_submission({"summary": "x" * 17, "covers": ids}, ids, 17)
+
+
 @pytest.mark.parametrize(
     ("field", "raw", "limit"),
     [("summary", "s" * 401, 400), ("body", "b" * 16_001, 16_000)],

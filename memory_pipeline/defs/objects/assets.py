@@ -4,7 +4,15 @@ per-event outcomes and receipts are partitioned by the CST day of the events the
 
 from collections import Counter
 
-from dagster import AssetExecutionContext, BackfillPolicy, Config, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetExecutionContext,
+    BackfillPolicy,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 from pydantic import Field
 
 from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
@@ -23,7 +31,7 @@ LLM_POOL = "llm"
 
 class ObjectsRunConfig(Config):
     worlds: list[str] = Field(default_factory=list, description="Only these world ids (default: all).")
-    max_batches: int = Field(0, description="Stop after this many batches (0: the configured maximum).")
+    max_batches: int = Field(0, description="Stop after this many batches (0: the configured maximum; never negative).")
     automatic: bool = Field(
         True,
         description="Create the automatic jobs first (threshold compaction, hourly organize); "
@@ -38,6 +46,18 @@ class ObjectsRunConfig(Config):
     passes: int = Field(1, description="objects_markdown_projection: passes of at most 10 objects each.")
 
 
+def _checked(config: ObjectsRunConfig) -> ObjectsRunConfig:
+    """The run config's counts, refused by field name before any work (as the CLI refuses them)."""
+    if config.max_batches < 0:
+        raise Failure(
+            description=f"run config: max_batches must be 0 (the configured maximum) or more, got {config.max_batches}",
+            allow_retries=False,
+        )
+    if config.passes < 1:
+        raise Failure(description=f"run config: passes must be at least 1, got {config.passes}", allow_retries=False)
+    return config
+
+
 def _disabled(octx) -> MaterializeResult | None:
     """memory.objects.enabled: false turns the domain's work off (the runs say so)."""
     if octx.cfg.enabled:
@@ -45,8 +65,17 @@ def _disabled(octx) -> MaterializeResult | None:
     return MaterializeResult(metadata={"disabled": True})
 
 
-def _worker_metadata(rep: WorkerReport) -> dict:
+def _worker_metadata(context: AssetExecutionContext, rep: WorkerReport) -> dict:
+    """The run's counts; a run whose batches failed says so (``degraded`` and a warning in the log),
+    though its asset stands: the other worlds' commits are real and the failed ones are retried."""
+    degraded = bool(rep.failures or rep.jobs_failed or rep.blocked_events)
+    if degraded:
+        context.log.warning(
+            f"degraded: {rep.failures} failed claim(s), {rep.jobs_failed} job(s) failed, "
+            f"{rep.blocked_events} event(s) blocked; first: {rep.errors[0] if rep.errors else '-'}"
+        )
     return {
+        "degraded": degraded,
         "batches": rep.batches,
         "committed": rep.committed,
         "failed_claims": rep.failures,
@@ -74,6 +103,7 @@ def _worker_metadata(rep: WorkerReport) -> dict:
 def objects_hot_timeline(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     octx = objects.context("objects_hot_timeline")
     if (off := _disabled(octx)) is not None:
         return off
@@ -104,6 +134,7 @@ def objects_hot_timeline(
 def objects_compaction(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     octx = objects.context("objects_compaction")
     if (off := _disabled(octx)) is not None:
         return off
@@ -113,7 +144,7 @@ def objects_compaction(
         metadata={
             "threshold_jobs_created": len(created),
             "estimated_tokens_after": MetadataValue.json(timeline.hot_estimates(octx)),
-            **_worker_metadata(rep),
+            **_worker_metadata(context, rep),
             **llm_metadata(octx.llm.stats),
         }
     )
@@ -133,6 +164,7 @@ def objects_compaction(
 def objects_archive(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     octx = objects.context("objects_archive")
     if (off := _disabled(octx)) is not None:
         return off
@@ -150,7 +182,7 @@ def objects_archive(
             "jobs_created": MetadataValue.json(Counter(r["mode"] for r in created)),
             "objects_by_world_and_type": MetadataValue.json(counts),
             "event_states": MetadataValue.json(states),
-            **_worker_metadata(rep),
+            **_worker_metadata(context, rep),
             **llm_metadata(octx.llm.stats),
         }
     )
@@ -172,6 +204,7 @@ def objects_archive(
 def objects_event_outcomes(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     dates = partition_dates(context)
     octx = objects.context("objects_event_outcomes", f"{dates[0][0]}..{dates[-1][0]}" if dates else None)
     rep = None
@@ -191,7 +224,7 @@ def objects_event_outcomes(
         metadata={
             "days": len(dates),
             "preview": md_table(["day", "events", "by state"], rows),
-            **(_worker_metadata(rep) if rep else {}),
+            **(_worker_metadata(context, rep) if rep else {}),
         }
     )
 
@@ -209,17 +242,17 @@ def objects_event_outcomes(
 def objects_markdown_projection(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
 ) -> MaterializeResult:
+    _checked(config)
     store = objects.memory_store.store()
     root = objects.projection_root()
-    if config.passes < 1:
-        raise ValueError(f"passes: must be at least 1, got {config.passes}")
     written = unchanged = 0
     errors: list[str] = []
     imported: list[str] = []
-    behind = missing = differing = 0
+    behind = missing = differing = removed = 0
     for i in range(config.passes):
         rep = projection.project(store, root)
         written, unchanged, behind = written + rep.written, unchanged + rep.unchanged, rep.behind_after
+        removed += rep.removed
         if i == 0:  # what the first check found on disk
             missing, differing = rep.missing, rep.differing
         errors += rep.errors
@@ -233,6 +266,7 @@ def objects_markdown_projection(
             "unchanged": unchanged,
             "files_found_missing": missing,
             "files_found_edited": differing,
+            "stale_files_removed": removed,
             "core_human_edits_imported": MetadataValue.json(imported),
             "objects_behind": behind,
             "errors": MetadataValue.md("\n".join(f"- {e}" for e in errors[:20]) or "none"),

@@ -1,0 +1,120 @@
+"""Seed 001 §5 on the command line (PostgreSQL; the provider is the local OpenAI-compatible fake
+server): a subcommand that runs work exits 1 and prints what failed when any of it failed (a failed
+claim, a job ended failed, events blocked; a projection error; an integrity problem when enabling),
+and 0 only when all of it succeeded. A world skipped because another run held its lease, or because
+its agent is busy, is no failure, and the output says so."""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import update
+from typer.testing import CliRunner
+
+from memory_pipeline.cli import app
+from memory_pipeline.lib.store import leases
+from memory_pipeline.objects import graph, logic, reports, worker
+from memory_pipeline.objects.tables import objects_objects
+from memory_pipeline_tests.fake_openai import FakeOpenAI
+from memory_pipeline_tests.integration.test_objects import W, claim_for, ready, states, sub
+
+PROVIDER = ("MEMORY_LLM_MODEL", "MEMORY_LLM_API_BASE", "MEMORY_LLM_API_KEY")
+
+
+@pytest.fixture
+def cli(store, monkeypatch, tmp_path):
+    config = tmp_path / "memory.yaml"
+    config.write_text("memory:\n  objects:\n    retry_backoff_seconds: 0\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "data"))
+    for name in PROVIDER:
+        monkeypatch.delenv(name, raising=False)
+    runner = CliRunner()
+
+    def run(*argv, code=0):
+        result = runner.invoke(app, list(argv))
+        assert result.exit_code == code, (argv, result.output)
+        return " ".join(result.output.split())  # the console wraps long lines
+
+    return run
+
+
+def _provider(monkeypatch, fake: FakeOpenAI) -> None:
+    for name, value in zip(PROVIDER, ("openai/fake-model", fake.api_base, "k"), strict=True):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
+
+
+def test_objects_run_exits_1_naming_the_failed_claims_job_and_blocked_event(cli, store, ingest, monkeypatch):
+    _, (e1, e2) = ready(store, ingest, ["hello Alice", "second event"])  # both pending
+    with FakeOpenAI() as fake:
+        for _ in range(logic.MAX_CONSECUTIVE_FAILURES):
+            fake.push("status", 500)
+        _provider(monkeypatch, fake)
+        out = cli("objects", "run", code=1)
+    # 5 failed claims of e1's first page end the hourly job and block only e1
+    assert "failed claims 5, blocked events 1" in out
+    assert "failed: 5 failed claim(s)" in out and f"events blocked: {e1}" in out
+    job = [j for j in reports.status(store, W)["jobs"] if j["mode"] == "organize"]
+    assert job == [{"mode": "organize", "status": "failed", "count": 1}]
+    assert "jobs ended failed: w1 organize job" in out and f"batch {e1}[0:11]: " in out
+    assert states(store) == {e1: "blocked", e2: "pending"}
+
+    for name in PROVIDER:  # the offline model again: the cause is gone
+        monkeypatch.delenv(name)
+    cli("objects", "organize", W, "--retry-blocked")
+    out = cli("objects", "run")
+    assert "failed claims 0, blocked events 0" in out and "failed:" not in out
+    assert states(store) == {e1: "linked", e2: "linked"}
+
+
+def test_a_world_skipped_for_a_busy_lease_or_a_busy_agent_is_no_failure_and_is_named(cli, store, ingest, monkeypatch):
+    octx, (e1,) = ready(store, ingest, ["hello Alice"])
+    leases.try_acquire(store, graph.LEASE_ASSET, W, "another-run", timedelta(seconds=360))
+    monkeypatch.setattr(worker, "run_worker", functools.partial(worker.run_worker, max_wait=0.5))
+    out = cli("objects", "run")
+    assert "lease busy (another run holds it; jobs stay queued): w1" in out and "failed:" not in out
+    leases.release(store, graph.LEASE_ASSET, W, "another-run")
+    cli("objects", "flags", W, "--busy")
+    out = cli("objects", "run")
+    assert "not claimed (the agent is marked busy or stopped): w1" in out and states(store) == {e1: "pending"}
+
+
+def test_objects_project_exits_1_on_a_file_it_cannot_write(cli, store, ingest, tmp_path):
+    octx, (e1,) = ready(store, ingest, ["garden watering seedlings"])
+    worker.enqueue(octx, W, "organize", origin=logic.JobOrigin.HOURLY)  # creates project:daily
+    c = claim_for(octx, e1)
+    graph.commit(octx, c, sub(c, objects=[{"id": "person:ana", "name": "Ana"}]))
+    folder = tmp_path / "data" / "objects" / W / "person"
+    folder.parent.mkdir(parents=True)
+    folder.write_text("a file where the person folder goes")
+    out = cli("objects", "project", code=1)
+    assert "failed: 1 error(s)" in out and "w1 person:ana: NotADirectoryError" in out
+    folder.unlink()
+    out = cli("objects", "project")
+    assert "0 behind, 0 error(s)" in out and "failed:" not in out
+
+
+def test_objects_enable_exits_1_when_its_integrity_check_finds_a_problem(cli, store, ingest):
+    ready(store, ingest, ["garden watering seedlings"])
+    assert json.loads(cli("objects", "enable"))["integrity"] == "ok"
+    with store.begin() as conn:
+        conn.execute(
+            update(objects_objects).where(objects_objects.c.object_id == "project:daily").values(status="done")
+        )
+    out = cli("objects", "enable", code=1)
+    assert "integrity check failed: w1 project:daily: type 'project' / status 'done' outside the vocabulary" in out
+
+
+def test_organize_now_on_a_disabled_domain_says_that_no_run_takes_the_request(cli, store, ingest, tmp_path):
+    ready(store, ingest, ["garden watering seedlings"])
+    (tmp_path / "memory.yaml").write_text("memory:\n  objects:\n    enabled: false\n", encoding="utf-8")
+    out = cli("objects", "organize", W, "--now")  # the request itself is taken: exit 0
+    assert "memory.objects.enabled is false: the request is queued, and no run takes it until it is true" in out
+    jobs = [(j["mode"], j["status"]) for j in reports.status(store, W)["jobs"]]
+    assert sorted(jobs) == [("compact", "done"), ("compact", "queued"), ("organize", "queued")]
+    assert "memory.objects.enabled is false: nothing done" in cli("objects", "run", code=1)
