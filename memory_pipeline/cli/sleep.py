@@ -106,7 +106,8 @@ def rebuild(
     result = restore(open_store(), date.fromisoformat(day))
     console.print(
         f"restored semantic memory to before the sleep of {day}: {result.reactivated} reactivated, "
-        f"{result.reverted} reverted, {result.deprecated} deprecated; narratives {result.narratives_deprecated} "
+        f"{result.reverted} reverted, {result.deprecated} deprecated, {result.unchanged} unchanged (their undone "
+        f"history recorded); narratives {result.narratives_deprecated} "
         f"deprecated, {result.narratives_reactivated} reactivated; "
         f"{len(result.stale_days)} day(s) stale"
     )

@@ -499,25 +499,31 @@ def restore_changes(
     newest version row the restore does not undo (``versions``: its rows, oldest first; ``undone``:
     written at that place or later). A memory with no such row was created there or later: it is
     deprecated. Nothing is deleted; each change is a version row (op restore or deprecate) saying
-    why. What `remember` wrote stays."""
+    why. What `remember` wrote stays.
+
+    A memory whose rows it undoes gets a row even when its state does not change (already
+    deprecated, or changed back since): the undone rows are no longer its history, and a later
+    restore to a later place must find this row as the newest one it keeps, not an undone one."""
     out: list[Change] = []
     for mid in sorted(current):
         m = current[mid]
         rows = versions.get(mid, [])
         kept = [r for r in rows if not undone(r)]
+        if len(kept) == len(rows):
+            continue  # nothing of it to undo
         if not kept:
-            if m.status != MemoryStatus.ACTIVE:
-                continue
             first = rows[0] if rows else None
             made = f"{first.stage} of {first.day}" if first else "a later sleep"
             why = f"rebuild of {day}: created by {made}, undone (the set is restored to before {before})"
             new = copy.deepcopy(m)
-            new.status, new.reason, new.version = MemoryStatus.DEPRECATED, why, m.version + 1
-            out.append(Change(Op.DEPRECATE, new, note=why))
+            new.status, new.version = MemoryStatus.DEPRECATED, m.version + 1
+            if m.status == MemoryStatus.ACTIVE:
+                new.reason = why
+                out.append(Change(Op.DEPRECATE, new, note=why))
+            else:  # deprecated already (by the undone rows): it stays so, as of this restore
+                out.append(Change(Op.RESTORE, new, note=f"{why}; deprecated already, it stays so"))
             continue
         target = kept[-1]
-        if target.state() == _state(m):
-            continue
         new = Memory(
             m.id,
             m.world_id,
@@ -530,7 +536,13 @@ def restore_changes(
             target.reason,
             m.version + 1,
         )
-        what = "reactivated" if new.status == MemoryStatus.ACTIVE and m.status != MemoryStatus.ACTIVE else "reverted"
-        why = f"rebuild of {day}: {what} to its state before {before} (undoing {len(rows) - len(kept)} change(s))"
+        undoing = f"undoing {len(rows) - len(kept)} change(s)"
+        if target.state() == _state(m):
+            why = f"rebuild of {day}: its state before {before} stands ({undoing})"
+        else:
+            what = (
+                "reactivated" if new.status == MemoryStatus.ACTIVE and m.status != MemoryStatus.ACTIVE else "reverted"
+            )
+            why = f"rebuild of {day}: {what} to its state before {before} ({undoing})"
         out.append(Change(Op.RESTORE, new, note=why))
     return out

@@ -73,6 +73,7 @@ class RestoreResult:
     reactivated: int = 0
     reverted: int = 0
     deprecated: int = 0
+    unchanged: int = 0  # undone history, the state as it was: a row records it (a later restore reads it)
     narratives_deprecated: int = 0
     narratives_reactivated: int = 0
     stale_days: list[date] = field(default_factory=list)  # days with a stage record made stale
@@ -231,8 +232,10 @@ def restore(store: Store, day: date) -> RestoreResult:
                 out.deprecated += 1
             elif c.note and "reactivated" in c.note:
                 out.reactivated += 1
-            else:
+            elif c.note and "reverted" in c.note:
                 out.reverted += 1
+            else:
+                out.unchanged += 1
         narratives = [c for p in plans.values() for c in p.narratives]
         out.narratives_deprecated = sum(1 for c in narratives if c.op == "deprecate")
         out.narratives_reactivated = sum(1 for c in narratives if c.op == "restore")

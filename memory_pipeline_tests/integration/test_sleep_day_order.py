@@ -108,6 +108,27 @@ def test_a_late_message_rebuilds_its_day_and_never_brings_back_what_deep_sleep_r
     assert NOT_SPICY in active(store) and SPICY not in active(store)
 
 
+def test_a_rebuild_after_a_late_message_redo_restores_the_days_own_set_not_the_replaced_run(store, ingest, tmp_path):
+    """Day 1 rebuilt for a late message, both days redone: the first run's 我喜欢吃辣, deprecated by
+    the first deep sleep of day 2, was already deprecated when the rebuild of day 1 undid it. A later
+    rebuild of day 2 must restore day 1's own set (the redone run's), never that first run's memory."""
+    two_days(ingest)
+    for day in (D1, D2):
+        night(store, tmp_path, day)
+    ingest([event("r", "r-a", "user", "ok", cst(2026, 3, 1, 10), mid="r-late")])
+    for day in (D1, D2):
+        night(store, tmp_path, day)
+    clean = snap(store, D1), snap(store, D2)
+    assert NOT_SPICY in clean[1] and SPICY not in clean[1]
+    restore(store, D2)
+    with store.connect() as conn:  # before the sleep of day 2: day 1's snapshot, memory for memory
+        live = {m.id for m in mem.load_active(conn, ["r"]).get("r", [])}
+    assert live == set(snapshot(store, "r", D1))
+    night(store, tmp_path, D2)
+    assert (snap(store, D1), snap(store, D2)) == clean
+    assert NOT_SPICY in active(store) and SPICY not in active(store)
+
+
 def test_a_forced_light_sleep_rerun_is_a_rebuild_of_its_day(store, ingest, tmp_path):
     two_days(ingest)
     for day in (D1, D2):

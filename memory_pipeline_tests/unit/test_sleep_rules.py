@@ -284,7 +284,18 @@ def test_there_is_no_sleep_now_command():
     from memory_pipeline.cli.sleep import app
 
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
-    assert names == {"backfill", "rebuild", "status", "diff", "memories", "remember", "delete", "self-block", "pin"}
+    assert names == {
+        "backfill",
+        "rebuild",
+        "status",
+        "diff",
+        "memories",
+        "narratives",
+        "remember",
+        "delete",
+        "self-block",
+        "pin",
+    }
 
 
 def test_autobiographical_memory_is_append_only():
