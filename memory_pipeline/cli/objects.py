@@ -245,15 +245,12 @@ def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10
     """Write the Markdown projection (README index, one folder per type, the core documents) under
     the data folder: files deleted or edited by hand are rewritten, a core document's human edit
     is imported."""
-    from pathlib import Path
-
-    from memory_pipeline.lib import settings
     from memory_pipeline.objects import projection
 
     if passes < 1:
         refuse(f"--passes: must be at least 1, got {passes}")
     octx = _octx()
-    root = Path(octx.cfg.projection_dir) if octx.cfg.projection_dir else settings.data_dir() / "objects"
+    root = projection.root_of(octx.cfg)
     errors: list[str] = []
     for _ in range(passes):
         rep = projection.project(octx.store, root)
@@ -281,7 +278,7 @@ def status(world: str | None = typer.Option(None, "--world")):
 
 
 def print_objects_status(store, world: str | None = None) -> None:
-    from memory_pipeline.objects import logic, recall, reports
+    from memory_pipeline.objects import config, logic, projection, recall, reports
 
     st = reports.status(store, world)
     states = st["states"]
@@ -322,10 +319,13 @@ def print_objects_status(store, world: str | None = None) -> None:
     if st["failures"]:
         console.print(f"failure history (newest {len(st['failures'])}): " + escape(st["failures"][0]["error"][:200]))
     lag = st["projection"]
+    # The files as they are now (read-only), not only as the last pass found them.
+    found = projection.check_files(store, projection.root_of(config.load())).items()
+    disk = [kind for (w, _), kind in found if world is None or w == world]
     console.print(
-        f"markdown projection: {lag['behind']} object(s) behind (being rewritten; the last check found "
-        f"{lag['missing']} file(s) missing, {lag['differing']} edited by hand: object files are never imported), "
-        f"{len(lag['errors'])} error(s)"
+        f"markdown projection: {lag['behind']} object(s) behind (being rewritten); on disk now "
+        f"{disk.count('missing')} file(s) missing, {disk.count('differs')} edited by hand (the next pass rewrites "
+        f"them: object files are never imported); {len(lag['errors'])} error(s)"
         + "".join(f"\n  {escape(e['world_id'])} {escape(e['object_id'])}: {escape(e['error'])}" for e in lag["errors"])
     )
 

@@ -19,9 +19,11 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, exists, func, or_, select, update
 
+from memory_pipeline.lib import settings
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.objects import graph, logic, recall
+from memory_pipeline.objects.config import ObjectsConfig
 from memory_pipeline.objects.logic import CoreFileAction
 from memory_pipeline.objects.tables import (
     objects_attachments,
@@ -78,6 +80,11 @@ def _on_disk(root: Path, world: str, object_id: str, pages: int) -> str | None:
             return None
         texts.append(text)
     return logic.content_hash("\n".join(texts))
+
+
+def root_of(cfg: ObjectsConfig) -> Path:
+    """The projection's folder: ``projection_dir``, else ``<data dir>/objects``."""
+    return Path(cfg.projection_dir) if cfg.projection_dir else settings.data_dir() / "objects"
 
 
 def check_files(store: Store, root: Path) -> dict[tuple[str, str], str]:

@@ -109,12 +109,16 @@ def test_an_explicit_compact_builds_a_tree_that_expands_to_every_raw_slice(audit
 
 def test_the_projection_repairs_a_deleted_file_and_says_what_it_found(audit_world, tmp_path):
     audit_world("objects", "project", "--passes", "5")
-    files = sorted((tmp_path / "data" / "objects" / W / "knowledge").glob("*.md"))
-    assert files
+    files = sorted(f for f in (tmp_path / "data" / "objects" / W).glob("*/*.md") if "." not in f.stem)
+    assert len(files) >= 2  # the first page of two objects (of any type)
     files[0].unlink()
+    files[1].write_text("edited by hand", encoding="utf-8")
+    before = audit_world("objects", "status", "--world", W)  # no pass yet: status looks at the disk itself
+    assert "on disk now 1 file(s) missing, 1 edited by hand" in before
     out = audit_world("objects", "project")
     assert "found 1 file(s) missing" in out and files[0].exists()
-    assert "0 object(s) behind" in audit_world("objects", "status", "--world", W)
+    after = audit_world("objects", "status", "--world", W)
+    assert "0 object(s) behind" in after and "on disk now 0 file(s) missing, 0 edited by hand" in after
 
 
 def test_the_cli_refuses_negative_counts_and_a_backwards_range(cli):

@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource
 
-from memory_pipeline.lib import settings
 from memory_pipeline.objects import config as objects_config
+from memory_pipeline.objects import projection
 from memory_pipeline.objects.config import ObjectsConfig
 from memory_pipeline.objects.context import ObjectsContext
 from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource
@@ -34,8 +34,7 @@ class ObjectsResource(ConfigurableResource):
         )
 
     def projection_root(self) -> Path:
-        cfg = self.cfg()
-        return Path(cfg.projection_dir) if cfg.projection_dir else settings.data_dir() / "objects"
+        return projection.root_of(self.cfg())
 
 
 def objects_resources(shared: dict[str, Any]) -> dict[str, Any]:
