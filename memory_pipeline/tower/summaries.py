@@ -242,8 +242,11 @@ def _make(sctx: SummaryContext, task: str, header: str, items: list[str]) -> Mad
             for n, chunk in enumerate(plan.chunks)
         ]
         answer = _ask(sctx, "tower_reduce", header, [f"part {n + 1}: {p}" for n, p in enumerate(partials)])
+    sections = parse_sections(answer)
+    if not any(sections.values()):  # an empty record would pass for a summary of the window
+        raise SummaryRefused("the model's summary is empty (no section has an item): nothing appended")
     return Made(
-        parse_sections(answer),
+        sections,
         plan.strategy,
         len(plan.chunks),
         plan.input_tokens,

@@ -473,8 +473,8 @@ def test_guardrail_4_backoff_give_up_and_success_clears_the_ledger(store):
         failing.append(
             "proj/log",
             [
-                {"content": "x", "at": cst(2026, 1, 5, 9).isoformat()},
-                {"content": "y", "at": cst(2026, 1, 6, 9).isoformat()},
+                {"content": "wrote the report", "at": cst(2026, 1, 5, 9).isoformat()},
+                {"content": "fixed the build", "at": cst(2026, 1, 6, 9).isoformat()},
             ],
         )
         states = [failing.summarize("proj/log", "day", "2026-01-05")["jobs"][0]["state"] for _ in range(3)]
@@ -557,7 +557,10 @@ def test_semantic_recall_cap_level_from_to_and_summarize_on_miss(tower, store):
 
 def test_semantic_recall_pages_with_totals_and_says_where_a_wide_range_has_no_summary(tower, store):
     tower.create_type("r/year", chain=["week"], summaries=True)
-    tower.append("r/year", [{"content": f"w{m}", "at": f"2025-{m:02d}-10T12:00:00+08:00"} for m in range(1, 13)])
+    tower.append(
+        "r/year",
+        [{"content": f"month {m} garden notes", "at": f"2025-{m:02d}-10T12:00:00+08:00"} for m in range(1, 13)],
+    )
     tower.append("r/year", {"content": "never summarized", "at": "2024-06-05T12:00:00+08:00"})
     for m in range(1, 13):
         tower.summarize("r/year", "week", f"2025-{m:02d}-10")

@@ -70,6 +70,18 @@ def test_a_window_whose_every_entry_is_over_the_budget_fails_and_appends_nothing
         assert conn.execute(select(func.max(tower_summary_attempts.c.failures))).scalar_one() == 1
 
 
+def test_an_empty_summary_fails_and_appends_nothing(store):
+    """The offline model finds no content word in "w1 ok": its answer is empty, so is every section."""
+    tower = make_tower(store)
+    tower.create_type("r/tiny", chain=["day"], summaries=True)
+    tower.append("r/tiny", {"content": "w1 ok", "at": cst(2026, 1, 5, 1).isoformat()})
+    job = tower.summarize("r/tiny", "day", "2026-01-05")["jobs"][0]
+    assert job["state"] == "failed" and job["record_id"] is None
+    assert job["error"] == "failure 1 of 5: the model's summary is empty (no section has an item): nothing appended"
+    assert count(store, tower_summaries) == 0
+    assert tower.get_summary("r/tiny", "day", "2026-01-05")["state"] == "missing"
+
+
 def test_a_round_commits_at_most_20_records_children_made_bottom_up_included(store):
     tower = make_tower(store)
     tower.create_type("r/many", chain=["1h", "day"], summaries=True, group_field="g")
