@@ -503,8 +503,8 @@ def _one(
         result.committed += len(written)
         result.written += written
     result.calls += out.calls
-    if out.state == JobState.SUCCEEDED and out.reused:
-        result.reused += 1
+    if out.state == JobState.SUCCEEDED:
+        result.reused += out.reused  # a fresh success is counted above, by the records it appended
     elif out.state == JobState.SKIPPED_EMPTY:
         result.skipped_empty += 1
     elif out.state == JobState.GIVEN_UP:

@@ -4,7 +4,7 @@ at most max_commits_per_round records, children included; failed sub-day windows
 given up like day windows."""
 
 import json
-from datetime import timedelta
+from datetime import date, timedelta
 
 from sqlalchemy import func, select
 
@@ -68,6 +68,18 @@ def test_a_window_whose_every_entry_is_over_the_budget_fails_and_appends_nothing
     assert tower.get_summary("r/clip", "day", "2026-01-05")["state"] == "missing"
     with store.connect() as conn:
         assert conn.execute(select(func.max(tower_summary_attempts.c.failures))).scalar_one() == 1
+
+
+def test_a_fresh_success_counts_as_committed_never_as_failed(store):
+    tower = make_tower(store)
+    tower.append(
+        "worklog", {"content": {"project": "a", "did": "wrote the report"}, "at": cst(2026, 1, 5, 9).isoformat()}
+    )
+    sctx = SummaryContext(store, LLMClient(store), tower.cfg, CST)
+    first = summaries.summarize_period(sctx, Granularity.DAY, date(2026, 1, 5), cst(2026, 1, 6, 0, 10))
+    assert (first.committed, first.failed, first.reused, first.reasons) == (1, 0, 0, [])
+    again = summaries.summarize_period(sctx, Granularity.DAY, date(2026, 1, 5), cst(2026, 1, 6, 0, 20))
+    assert (again.committed, again.failed, again.reused, again.reasons) == (0, 0, 1, [])
 
 
 def test_an_empty_summary_fails_and_appends_nothing(store):
