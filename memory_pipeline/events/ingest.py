@@ -541,10 +541,12 @@ def ingest_file(
     scans: list[_FileScan] = []
 
     def rows(tick: Progress | None) -> Iterator[staging.Row]:
+        # Progress of the validation is reported until a pass has read the whole file (a redo is
+        # no news then; after a direct write that fell back part way, the staging path's is).
+        read_whole = any(s.sha256 for s in scans)
         scan = _FileScan()
         scans.append(scan)
-        # Progress of the validation is reported on the first pass only (a redo is no news).
-        return _file_rows(path, source, now, scan, tick if len(scans) == 1 else None)
+        return _file_rows(path, source, now, scan, None if read_whole else tick)
 
     return _ingest(
         store,
