@@ -189,7 +189,12 @@ _REPORTED = re.compile(
     r"[「『“\"‘']",
     re.IGNORECASE,
 )
-_TOLD = re.compile(r"讲|聊|说|谈|提|talked about|told", re.IGNORECASE)
+# A verb of telling; not the same characters inside other words (小说 a novel, 说明, 说不定, 无聊, 讲究,
+# 谈恋爱, 提高 / 提升 / 提前 / 提醒 / 提供 / 提交 / 前提).
+_TOLD = re.compile(
+    r"(?<!小)说(?!明|不定)|(?<!无)聊|讲(?!究)|谈(?!恋爱)|(?<!前)提(?![高升前醒供交])|talked about|told",
+    re.IGNORECASE,
+)
 _ITEM_SEP = re.compile(r"、|(?<!\d)[/／](?!\d)")  # 24/7 and 3/4 are not lists
 # A word of feeling: a list of topics that says how the user was about them is the emotional
 # thread (她聊到工作、家庭、健康、感情时都很投入), not a running log (用户讲了 A、B、C、D).

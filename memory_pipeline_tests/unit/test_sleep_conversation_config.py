@@ -210,6 +210,21 @@ def test_what_the_seed_forbids_is_still_refused(sections, message):
         logic.check_author_view(sections, HISTORY)
 
 
+@pytest.mark.parametrize(
+    "sections",
+    [
+        # 小说 (a novel) is not 说: a list of what she reads, in the emotional arc
+        _sections(arc="她平时爱看耽美、权斗、悬疑、历史小说，自己也在写剧本。说到剧本时很投入。"),
+        _sections(arc="4月18日她开始写小说，那之后整个人轻松了不少。"),  # a timeline key point
+        _sections(arc="她从3月2日起每天提前一小时起床跑步，精神好多了。"),  # 提前 is not 提
+        _sections(arc="她4月18日开始谈恋爱了，整个人都亮了起来。"),  # 谈恋爱 (dating) is not 谈
+    ],
+    ids=["novels", "dated-novel", "earlier", "dating"],
+)
+def test_a_word_that_only_contains_a_telling_character_is_not_telling(sections):
+    logic.check_author_view(sections, HISTORY)
+
+
 def test_a_failing_conversation_backs_off_doubling_and_is_held_after_five_in_a_row():
     at = datetime(2026, 3, 2, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
     cfg = conversation_config.ConversationConfig()
