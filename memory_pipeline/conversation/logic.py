@@ -191,18 +191,27 @@ _REPORTED = re.compile(
 )
 # A verb of telling; not the same characters inside other words (小说 a novel, 说明, 说不定, 无聊, 讲究,
 # 谈恋爱, 提高 / 提升 / 提前 / 提醒 / 提供 / 提交 / 前提).
+_TOLD_EN = (
+    r"\b(?:(?:talk|chat|spoke|speak)(?:ed|s|ted)?\s+(?:about|of)|told|discuss(?:ed|es)?|mention(?:ed|s)?|brought up)\b"
+)
 _TOLD = re.compile(
-    r"(?<!小)说(?!明|不定)|(?<!无)聊|讲(?!究)|谈(?!恋爱)|(?<!前)提(?![高升前醒供交])|talked about|told",
+    rf"(?<!小)说(?!明|不定)|(?<!无)聊|讲(?!究)|谈(?!恋爱)|(?<!前)提(?![高升前醒供交])|{_TOLD_EN}",
     re.IGNORECASE,
 )
 _ITEM_SEP = re.compile(r"、|(?<!\d)[/／](?!\d)")  # 24/7 and 3/4 are not lists
+# The last item of a list joined by a conjunction (剧本、工作、墓地和搬家; the script, work and moving).
+_LAST_AND = re.compile(r".(?:以及|和|与|及|还有|跟)|\s(?:and|or)\s", re.IGNORECASE)
 # A word of feeling: a list of topics that says how the user was about them is the emotional
 # thread (她聊到工作、家庭、健康、感情时都很投入), not a running log (用户讲了 A、B、C、D).
 _FEELING = re.compile(
     r"投入|回避|波动|开心|高兴|快乐|兴奋|激动|难过|伤心|悲伤|哽咽|哭|焦虑|担心|担忧|紧张|害怕|恐惧|不安|自责|愧疚|内疚|"
     r"后悔|防御|抗拒|崩溃|放松|轻松|平静|平稳|释然|失落|沮丧|低落|委屈|生气|愤怒|烦|累|疲惫|压力|期待|犹豫|纠结|感动|"
-    r"温暖|孤独|寂寞|在意|热情|兴致|情绪|心情|感受|excited|happy|glad|sad|upset|anxious|worried|nervous|afraid|"
-    r"guilty|defensive|relaxed|calm|tired|stressed|engaged|avoid|moved|lonely|emotional",
+    r"温暖|孤独|寂寞|在意|热情|兴致|情绪|心情|感受|难受|痛苦|无奈|心疼|想念|思念|失望|郁闷|苦恼|尴尬|害羞|骄傲|自豪|"
+    r"满足|幸福|安心|沉默|躲|岔开|抵触|释怀|迷茫|无助|慌|怕|泪|笑|"
+    r"excited|happy|glad|sad|upset|anxious|worried|nervous|afraid|guilty|defensive|relaxed|calm|tired|stressed|"
+    r"engaged|avoid|moved|lonely|emotional|cried|crying|tears|tense|angry|frustrated|hurt|scared|proud|relieved|"
+    r"ashamed|embarrassed|hopeful|exhausted|overwhelmed|griev|quiet|withdr[ae]w|deflect|laugh|lit up|opened up|"
+    r"changed the subject|uneasy|resent",
     re.IGNORECASE,
 )
 
@@ -250,11 +259,30 @@ def check_dates(texts: Sequence[tuple[str, str]]) -> None:
         )
 
 
+def listed_items(sentence: str) -> int:
+    """How many things a sentence lists: items apart by 、 or a slash, the last one maybe joined by
+    a conjunction (剧本、工作、墓地和搬家); in English, what follows a verb of telling apart by commas
+    (talked about the script, work, the cemetery(,) and moving); or one clause per thing told
+    (先聊了剧本，又聊了工作，然后聊了墓地，最后聊了搬家)."""
+    parts = _ITEM_SEP.split(sentence)
+    last = _CLAUSE_END.split(parts[-1])[0]
+    listed = len(parts) + (1 if len(parts) > 1 and _LAST_AND.search(last) else 0)
+    told = re.search(_TOLD_EN, sentence, re.IGNORECASE)
+    if told:
+        tail = re.split(r"[;:；：]", sentence[told.end() :])[0].split(",")
+        last = tail[-1].strip()
+        joined = len(tail) > 1 and _LAST_AND.search(f" {last} ") is not None and not re.match(r"(?:and|or)\b", last)
+        listed = max(listed, len(tail) + joined)
+    clauses = sum(1 for c in _CLAUSE_END.split(sentence) if _TOLD.search(c))
+    return max(listed, clauses)
+
+
 def running_log(sentence: str) -> bool:
-    """A sentence that tells what was talked about as a list of RUNNING_LOG_ITEMS or more things,
-    with no word of how the user felt (流水账)."""
-    listed = len(_ITEM_SEP.findall(sentence)) >= RUNNING_LOG_ITEMS - 1
-    return listed and _TOLD.search(sentence) is not None and _FEELING.search(sentence) is None
+    """A sentence that tells what was talked about as a list of RUNNING_LOG_ITEMS or more things
+    (``listed_items``), with no word of how the user felt (流水账)."""
+    if _TOLD.search(sentence) is None or _FEELING.search(sentence) is not None:
+        return False
+    return listed_items(sentence) >= RUNNING_LOG_ITEMS
 
 
 def check_author_view(s: Sections, history: Sequence[tuple[int, str]], long_arc: str = "") -> None:

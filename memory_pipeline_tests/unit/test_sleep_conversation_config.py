@@ -225,6 +225,37 @@ def test_a_word_that_only_contains_a_telling_character_is_not_telling(sections):
     logic.check_author_view(sections, HISTORY)
 
 
+@pytest.mark.parametrize(
+    "arc",
+    [
+        "用户讲了剧本、工作、墓地和搬家。",  # the last item joined by 和
+        "The user talked about the script, work, the cemetery and moving.",
+        "The user talked about the script, work, the cemetery, and moving house.",
+        "She discussed work, family, health, money.",
+        "用户先聊了剧本，又聊了工作，然后聊了墓地，最后聊了搬家。",  # one clause per thing told
+    ],
+    ids=["zh-and", "en-list", "en-oxford", "en-bare", "zh-clauses"],
+)
+def test_a_running_log_is_refused_in_any_of_its_forms(arc):
+    with pytest.raises(logic.AuthorViewError, match="running log"):
+        logic.check_author_view(_sections(arc=arc), HISTORY)
+
+
+@pytest.mark.parametrize(
+    "arc",
+    [
+        "她聊到父亲时哽咽，说起墓地却很务实，提到剧本又兴奋起来，谈到懒就有防御感。",
+        "When she talked about her father, she cried, then went quiet, then changed the subject.",
+        "She talked about work, her mother, the move and the cemetery, and was tense the whole time.",
+        "She talked about her father, which was hard, and about work.",
+        "用户讲了剧本、工作和搬家，还没说到墓地。",  # three things
+    ],
+    ids=["zh-feelings", "en-avoidance", "en-tense", "en-clauses", "three"],
+)
+def test_what_was_told_with_how_she_felt_or_fewer_than_four_things_is_no_running_log(arc):
+    logic.check_author_view(_sections(arc=arc), HISTORY)
+
+
 def test_a_failing_conversation_backs_off_doubling_and_is_held_after_five_in_a_row():
     at = datetime(2026, 3, 2, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
     cfg = conversation_config.ConversationConfig()
