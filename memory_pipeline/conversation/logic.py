@@ -109,13 +109,31 @@ _UNIT = (
     r"times\b|years?\b|weeks?\b)"
 )
 # Dates as the seed writes them (2026-04-18, 04-19, 4月18日) and their kin (2026/4/18, 2026年4月18日,
-# 4月18号). A bare M/D is a ratio or a fraction (24/7, 3/4, 50/50), not a date; a two-digit range
-# followed by a unit is a quantity.
+# 4月18号, 4月18, 四月十八日, April 18, 18 April). A two-digit range followed by a unit is a quantity.
+_MONTH_EN = (
+    r"(?:January|February|March|April|May|June|July|August|September|October|November|December|"
+    r"Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\b\.?"
+)
+_DAY_EN = r"(?:3[01]|[12]\d|0?[1-9])(?:st|nd|rd|th)?\b"
 _DATE = re.compile(
     r"(?<!\d)\d{4}\s*(?:[-/.]\s*\d{1,2}\s*[-/.]|年\s*\d{1,2}\s*月)\s*\d{1,2}\s*[日号]?(?!\d)"
     r"|(?<!\d)\d{1,2}\s*月\s*\d{1,2}\s*[日号]"
+    rf"|(?<!\d)(?:1[0-2]|0?[1-9])\s*月\s*(?:3[01]|[12]\d|0?[1-9])(?!\d)(?!{_UNIT})"
+    r"|[一二三四五六七八九十]{1,2}月[一二三四五六七八九十廿]{1,3}[日号]"
+    rf"|{_MONTH_EN}\s*{_DAY_EN}(?!\s*%)|(?<!\d){_DAY_EN}\s+(?:of\s+)?{_MONTH_EN}"
     rf"|(?<![\d/.-])(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?![\d/.-])(?!{_UNIT})"
 )
+# What may be a date or a number: a bare M/D or M-D (4/18, 4-18) is also a fraction, a ratio or a
+# range (3/4, 24/7, 3-5), and one alone is taken for a number. Two leading items of a list (4/18 聊剧本
+# / 4/19 聊工作), or two clauses that pair one with telling, are a dated event list. A dotted M.D is a
+# version or a decimal (3.5, 3.11), never a date here; followed by 的, "of" or a unit it is a quantity.
+_NUMERIC_DATE = re.compile(
+    rf"(?<![\d/.:-])(?:1[0-2]|0?[1-9])[/-](?:3[01]|[12]\d|0?[1-9])(?![\d/.:%％-])(?!\s*(?:的|of\b)|{_UNIT})"
+)
+_DATE_MARK, _NUMERIC_MARK = "\x01", "\x02"
+_LEADS = re.compile(rf"^\s*(?:(?:在|于|从|自|on|since|by)\s*)?{_NUMERIC_MARK}", re.IGNORECASE)
+# A day that comes back every year may stand in a fact (生日：5月3日).
+_RECURRING_DAY = re.compile(r"生日|忌日|纪念日|周年|birthday|anniversary", re.IGNORECASE)
 
 
 def sentences(text: str) -> int:
@@ -237,26 +255,43 @@ def check_dates(texts: Sequence[tuple[str, str]]) -> None:
     A date may anchor a timeline key point (4月18日父亲忌日那天她崩溃了): one date in a clause, not
     tied to what was talked about, at most TIMELINE_DATES_MAX in the summary. Refused: two dates in
     one clause (a list), a date with 聊/讲/说/谈/提 in its clause (an item of a dated event list), a
-    date in a preference or fact (standing facts carry none), more than TIMELINE_DATES_MAX dates."""
-    total = 0
+    date in a preference or fact (standing facts carry none, but a day that comes back every year
+    may: 生日：5月3日), more than TIMELINE_DATES_MAX dates; and of the numbers that may be dates
+    (``_NUMERIC_DATE``), two leading items of one field or two clauses telling what was said."""
+    total = told_numeric = 0
     for name, text in texts:
-        found = _DATE.findall(text)
-        if not found:
-            continue
-        if name.startswith("preferences"):
-            raise AuthorViewError(f"field '{name}': contains a date (a standing fact carries none: 摘要不是流水账)")
-        for clause in _CLAUSE_END.split(text):
-            dates = _DATE.findall(clause)
-            if len(dates) > 1 or (dates and _TOLD.search(_DATE.sub("", clause))):
+        marked = _NUMERIC_DATE.sub(_NUMERIC_MARK, _DATE.sub(_DATE_MARK, text))
+        leading = 0
+        for clause in _CLAUSE_END.split(marked):
+            dates, numeric = clause.count(_DATE_MARK), clause.count(_NUMERIC_MARK)
+            told = _TOLD.search(clause) is not None
+            leading += sum(1 for item in _ITEM_SEP.split(clause) if _LEADS.match(item))
+            told_numeric += bool(numeric and told)
+            if not dates:
+                continue
+            if name.startswith("preferences") and not _RECURRING_DAY.search(clause):
+                raise AuthorViewError(f"field '{name}': contains a date (a standing fact carries none: 摘要不是流水账)")
+            if dates + numeric > 1 or told:
                 raise AuthorViewError(
                     f"field '{name}': contains a date in a dated event list (罗列事件，不是时间线关键点): "
-                    f"{clause.strip()[:60]!r}"
+                    f"{_shown_clause(clause, text)!r}"
                 )
-        total += len(found)
+            total += dates
+        if leading > 1 or told_numeric > 1:
+            raise AuthorViewError(
+                f"field '{name}': contains a date in a dated event list (罗列事件，不是时间线关键点): {text[:60]!r}"
+            )
     if total > TIMELINE_DATES_MAX:
         raise AuthorViewError(
             f"the summary contains {total} dates (more than {TIMELINE_DATES_MAX} timeline key points: 摘要不是流水账)"
         )
+
+
+def _shown_clause(clause: str, text: str) -> str:
+    """The clause as the model wrote it (its dates were marked for counting)."""
+    pattern = re.escape(clause.strip()).replace(re.escape(_DATE_MARK), ".+?").replace(re.escape(_NUMERIC_MARK), ".+?")
+    found = re.search(pattern, text)
+    return (found.group(0) if found else clause.strip())[:60]
 
 
 def listed_items(sentence: str) -> int:

@@ -256,6 +256,67 @@ def test_what_was_told_with_how_she_felt_or_fewer_than_four_things_is_no_running
     logic.check_author_view(_sections(arc=arc), HISTORY)
 
 
+@pytest.mark.parametrize(
+    "sections",
+    [
+        _sections(arc="4/18 聊剧本 / 4/19 聊工作 / 4/20 聊墓地。"),
+        _sections(arc="4/18：剧本；4/19：工作；4/20：墓地。"),
+        _sections(arc="她4/18聊剧本，4/19又聊工作。"),
+        _sections(arc="4月18 聊剧本，之后就不太说话了。"),
+        _sections(arc="四月十八日聊了剧本，后来很少再提。"),
+        _sections(arc="On April 18 she talked about the script and then went quiet."),
+        _sections(arc="Apr 18: the script. Apr 19: work. Apr 20: the cemetery."),
+        _sections(arc="18 April: the script; 19 April: work; 20 April: the cemetery."),
+        _sections(prefs=("5月3日开始写剧本",)),
+    ],
+    ids=[
+        "slash-list",
+        "slash-items",
+        "slash-told",
+        "no-ri",
+        "chinese-numerals",
+        "en-told",
+        "en-abbr",
+        "en-day-first",
+        "fact",
+    ],
+)
+def test_a_dated_event_list_is_refused_in_any_date_format(sections):
+    with pytest.raises(logic.AuthorViewError, match="date"):
+        logic.check_author_view(sections, HISTORY)
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        _sections(arc="她最近总是晚上10点以后才愿意聊工作，语气也松了一些。"),
+        _sections(arc="她今年32岁，说到年龄时明显有些焦虑；公司裁员20%的消息让她提心吊胆。"),
+        _sections(arc="Python 3.5、3.8、3.11她都试过，说起升级就烦。"),  # versions
+        _sections(arc="她的作息是9-5，每周见3-4次朋友，提到周末才会松一口气。"),
+        _sections(arc="她3/4的时间都在加班，说起这件事很委屈。"),
+        _sections(arc="周末她去了墓地，回来后很平静。上周三聊到父亲时她哭了。"),
+        _sections(arc="2024年她搬到北京，2024年3月那次面试让她很受打击。"),  # a year, a month
+        _sections(arc="On 18 April, her father's anniversary, she broke down; by May she sounded calmer."),
+        _sections(hooks=("她提过4/18想去扫墓，还没定",)),  # one M/D alone is taken for a number
+        _sections(prefs=("生日是5月3日", "手机号138-1234-5678", "Her birthday is May 3")),  # days that come back
+    ],
+    ids=[
+        "time",
+        "age-percent",
+        "versions",
+        "ranges",
+        "fraction",
+        "weekdays",
+        "year-month",
+        "en-key-point",
+        "one-md",
+        "birthday",
+    ],
+)
+def test_times_counts_versions_and_yearly_days_are_not_dated_events(sections):
+    logic.check_author_view(sections, HISTORY)
+
+
 def test_a_failing_conversation_backs_off_doubling_and_is_held_after_five_in_a_row():
     at = datetime(2026, 3, 2, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
     cfg = conversation_config.ConversationConfig()
