@@ -202,9 +202,18 @@ RUNNING_LOG_ITEMS = 4  # a sentence that tells what was talked about as a list o
 TIMELINE_DATES_MAX = 2  # more dates than this in one summary is a dated event list, whatever the layout
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+# Quoted speech (摘抄台词): a verb of saying before the quote (用户说「…」, 她说了一句“…”), the line
+# pointed at (那句「…」), a speaker's name and a colon (用户：「…」, The user: '…'), or the speaker after it
+# (“我没事，”她说; "I'm fine," she said). A quoted word or phrase is not speech (对'拖了一年'的自责).
+_SPEAKER = r"(?:用户|角色|她|他|我|你|对方|(?:the )?user|(?:the )?character|she|he|I)"
 _REPORTED = re.compile(
-    r"(说|讲|问|答|道|喊|回复|回答|表示|提到|said|says|asked|replied|told (?:me|her|him))[了过着]?\s*[:：，,]?\s*"
-    r"[「『“\"‘']",
+    r"(?:说|讲|问|答|道|喊|回复|回答|表示|提到|said|says|asked|asks|replied|replies|wrote|texted"
+    r"|told (?:(?:the )?(?:me|her|him|them|us|user|character)))[了过着]?\s*(?:[一这那]?句话?)?\s*[:：，,]?\s*[「『“\"‘']"
+    r"|[那这一]句话?\s*[:：]?\s*[「『“\"‘']"
+    rf"|(?:^|(?<=[\s，。；！？,.;!?」』”\"]))\s*{_SPEAKER}\s*[:：]\s*[「『“\"‘']"
+    rf"|[」』”\"]\s*[,，.。!！?？]?\s*(?:{_SPEAKER}\s*(?:又|也|就|还|只|then\s)?\s*"
+    r"(?:(?:说|问|答|道|喊|回)(?=[，,。.！!？?；;：:\s]|完|着|道|了|$)|said|asked|replied|says)"
+    r"|(?:said|asked|replied)\s+(?:the )?(?:user|character|she|he))",
     re.IGNORECASE,
 )
 # A verb of telling; not the same characters inside other words (小说 a novel, 说明, 说不定, 无聊, 讲究,

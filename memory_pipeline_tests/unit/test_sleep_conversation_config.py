@@ -317,6 +317,40 @@ def test_times_counts_versions_and_yearly_days_are_not_dated_events(sections):
     logic.check_author_view(sections, HISTORY)
 
 
+@pytest.mark.parametrize(
+    "arc",
+    [
+        "用户：「我爸走了」角色：「嗯」",  # a script of who said what
+        "The user: 'my dad passed away.' The character: 'I see.'",
+        "她那句「我爸走了」让角色很难受。",  # the line pointed at
+        "她跟角色说了一句「我好累」，然后就下线了。",
+        "“我没事，”她说，但语气很低落。",  # the speaker after the quote
+        "「我爸走了」，她说完就沉默了。",
+        '"I\'m fine," she said, but she sounded tired.',
+        '"I\'m fine," said the user, and changed the subject.',
+    ],
+    ids=["zh-script", "en-script", "that-line", "said-a-line", "zh-after", "zh-after-2", "en-after", "en-said-the"],
+)
+def test_quoted_speech_is_refused_however_it_is_attributed(arc):
+    with pytest.raises(logic.AuthorViewError, match="quotes what was said"):
+        logic.check_author_view(_sections(arc=arc), HISTORY)
+
+
+@pytest.mark.parametrize(
+    "arc",
+    [
+        "先是找墓地的务实，夹着对'拖了一年'的自责。聊到《妻为上》时投入，聊到'懒'时有防御感。",  # the seed's own
+        "她把自己形容成“社畜”，说起来有点自嘲。",
+        "她的口头禅「随便」背后其实是累；她最在意的一个词：「懒」。",
+        '"Fine" is her default answer when work comes up, and she sounds defensive.',
+        "She's said before that work is hard, and she's tired of 'being strong' all the time.",
+    ],
+    ids=["seed", "self-description", "catchphrase", "en-word", "en-apostrophes"],
+)
+def test_a_quoted_word_or_phrase_is_not_quoted_speech(arc):
+    logic.check_author_view(_sections(arc=arc), HISTORY)
+
+
 def test_a_failing_conversation_backs_off_doubling_and_is_held_after_five_in_a_row():
     at = datetime(2026, 3, 2, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
     cfg = conversation_config.ConversationConfig()
