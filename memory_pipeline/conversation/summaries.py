@@ -556,8 +556,11 @@ def _join(tokens: Sequence[str]) -> str:
 
 
 def _own_words(text: str, lines: Sequence[tuple[int, str]], field: str = "unresolved_hooks") -> bool:
-    """Whether ``text`` copies no history line (the check the program runs on every answer)."""
-    sections = Sections(text, (), (), ()) if field == "emotional_arc" else Sections("。", (), (), (text,))
+    """Whether ``text``, written in ``field``, passes the check the program runs on every answer."""
+    sections = {
+        "emotional_arc": Sections(text, (), (), ()),
+        "preferences": Sections("。", (text,), (), ()),
+    }.get(field, Sections("。", (), (), (text,)))
     try:
         logic.check_author_view(sections, lines)
     except logic.AuthorViewError:
@@ -586,7 +589,7 @@ def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tup
     if has_arc and words:
         arc += f"聊到{words[0]}时，让角色想起自己的长线心事。"
     likes = [_join(logic.tokens(m.group(1))[:4]) for u in users for m in _LIKES.finditer(u)]
-    prefs = [p for p in (f"用户喜欢{x}" for x in dict.fromkeys(likes) if x) if _own_words(p, lines)][:5]
+    prefs = [p for p in (f"用户喜欢{x}" for x in dict.fromkeys(likes) if x) if _own_words(p, lines, "preferences")][:5]
     questions = [u for u in users if u.rstrip().endswith(("?", "？"))]
     asked = [w for w in offline.headline(questions[-1], 40).split(" · ") if w][:2] if questions else []
     hooks = [h for h in ([f"用户关于{'、'.join(asked)}的问题还没有结论"] if asked else []) if _own_words(h, lines)]

@@ -255,6 +255,18 @@ def test_the_offline_model_writes_in_the_authors_view_and_refers_to_long_arc(sto
     assert summaries.injected_history(store, "c1", CFG, arcs)["long_arc"] == arc_text  # trimming off: still first
 
 
+def test_the_offline_model_leaves_out_a_preference_the_check_would_refuse(store, ingest):
+    """A liked thing that is a date (我喜欢4月18日…) would be a date in a fact: the offline model
+    leaves that preference out instead of writing a summary the check refuses every time."""
+    lines = [f"我喜欢4月18日的樱花 第{i}句" if i % 4 == 0 else f"line {i} about hiking trails?" for i in range(31)]
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), lines))
+    summaries.set_init_status(store, "c1", "done")
+    result = summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    assert result.written == ["c1"], result.failed
+    (v1,) = rows(store)
+    assert v1["sections"]["preferences"] == [] and rows(store, conversation_summary_failures) == []
+
+
 @pytest.mark.parametrize(
     "bad, error",
     [
