@@ -75,11 +75,14 @@ def due(status: str | None, entries: int, covered_end: int, explicit: bool, min_
     return explicit or entries - covered_end >= min_entries
 
 
+BACKOFF_MAX_MINUTES = 24 * 60  # however many failures in a row are allowed, a retry a day at least
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Where a conversation stands after failures in a row (seed: 下次触发重试, bounded here): the
-    next attempt waits ``base_minutes`` after the first failure, doubling after each further one;
-    after ``max_failures`` in a row it is held until an operator retries it."""
+    next attempt waits ``base_minutes`` after the first failure, doubling after each further one up
+    to BACKOFF_MAX_MINUTES; after ``max_failures`` in a row it is held until an operator retries it."""
 
     consecutive: int
     last_failure_at: datetime
@@ -89,7 +92,12 @@ class Backoff:
         return self.consecutive >= max_failures
 
     def next_attempt(self, base_minutes: int) -> datetime:
-        return self.last_failure_at + timedelta(minutes=base_minutes * 2 ** max(0, self.consecutive - 1))
+        wait = base_minutes
+        for _ in range(1, self.consecutive):
+            if wait >= BACKOFF_MAX_MINUTES:
+                break
+            wait *= 2
+        return self.last_failure_at + timedelta(minutes=min(wait, BACKOFF_MAX_MINUTES))
 
     def waiting(self, now: datetime, base_minutes: int, max_failures: int) -> bool:
         return self.held(max_failures) or now < self.next_attempt(base_minutes)

@@ -1,7 +1,7 @@
 """memory.sleep and memory.conversation are validated strictly (types, unknown keys, ranges), and
 the conversation summary's pure rules (gate, layout, sentences)."""
 
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -361,3 +361,15 @@ def test_a_failing_conversation_backs_off_doubling_and_is_held_after_five_in_a_r
     assert b.waiting(at + waits[0], 10, 5) and not b.waiting(at + waits[1], 10, 5)
     held = logic.Backoff(5, at, "format: x")
     assert held.held(5) and held.waiting(at + waits[-1] * 100, 10, 5)  # held: no clock lets it through
+
+
+def test_the_backoff_stops_doubling_at_a_day_however_many_failures_are_allowed_in_a_row(tmp_path):
+    """An operator who allows 40 failures in a row gets a retry a day at most, never a wait past
+    the calendar's end (which raised in every sensor tick and in `conversation status`)."""
+    at = datetime(2026, 3, 2, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
+    cfg = conversation_config.load(write(tmp_path, "memory:\n  conversation:\n    max_consecutive_failures: 40\n"))
+    waits = {n: logic.Backoff(n, at, "format: x").next_attempt(cfg.retry_backoff_minutes) - at for n in (8, 9, 39)}
+    assert waits == {8: timedelta(minutes=1280), 9: timedelta(days=1), 39: timedelta(days=1)}
+    assert not logic.Backoff(39, at, "format: x").waiting(at + timedelta(days=1), 10, 40)
+    with pytest.raises(ConfigError, match="retry_backoff_minutes: at most 1440"):
+        conversation_config.load(write(tmp_path, "memory:\n  conversation:\n    retry_backoff_minutes: 2000\n"))
