@@ -102,6 +102,19 @@ class Backoff:
     def waiting(self, now: datetime, base_minutes: int, max_failures: int) -> bool:
         return self.held(max_failures) or now < self.next_attempt(base_minutes)
 
+    def state(self, now: datetime, base_minutes: int, max_failures: int) -> FailingState:
+        if self.held(max_failures):
+            return FailingState.HELD
+        return FailingState.BACKING_OFF if self.waiting(now, base_minutes, max_failures) else FailingState.RETRY_DUE
+
+
+class FailingState(StrEnum):
+    """Where a conversation whose last attempts failed stands, as `conversation status` says it."""
+
+    BACKING_OFF = "backing off"  # not asked again before its next attempt
+    RETRY_DUE = "retry due"  # the wait is over: the next trigger asks again
+    HELD = "held"  # too many failures in a row: waits for `conversation retry`
+
 
 def is_haiku_class(model: str) -> bool:
     """Seed: ❌ 用 Haiku 压缩（精度不足以识别情感主线）."""

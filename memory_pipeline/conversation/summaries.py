@@ -18,7 +18,7 @@ from sqlalchemy import delete, func, select, update
 
 from memory_pipeline.conversation import logic
 from memory_pipeline.conversation.config import ConversationConfig
-from memory_pipeline.conversation.logic import Backoff, FailureKind, FormatError, Sections, Trigger
+from memory_pipeline.conversation.logic import Backoff, FailingState, FailureKind, FormatError, Sections, Trigger
 from memory_pipeline.conversation.tables import (
     conversation_init_status,
     conversation_summaries,
@@ -624,27 +624,28 @@ def layout_audit(store: Store) -> tuple[int, list[str]]:
 
 
 def failing(store: Store, cfg: ConversationConfig, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Conversations whose last attempts failed: held (waits for `conversation retry`) or backing
-    off until ``next_attempt``, with the last error. Reads only."""
+    """Conversations whose last attempts failed: held (waits for `conversation retry`), backing off
+    until ``next_attempt``, or due again at the next trigger once it has passed; with the last
+    error. Reads only."""
     now = now or utcnow()
     with store.connect() as conn:
         states = backoffs(conn)
     out = []
     for conv, b in sorted(states.items()):
-        held = b.held(cfg.max_consecutive_failures)
+        state = b.state(now, cfg.retry_backoff_minutes, cfg.max_consecutive_failures)
         out.append(
             {
                 "conversation_id": conv,
                 "consecutive_failures": b.consecutive,
-                "state": "held" if held else "backing off",
-                "next_attempt": None if held else b.next_attempt(cfg.retry_backoff_minutes),
+                "state": state,
+                "next_attempt": None if state == FailingState.HELD else b.next_attempt(cfg.retry_backoff_minutes),
                 "last_error": b.last_error,
             }
         )
     return out
 
 
-def status(store: Store, cfg: ConversationConfig | None = None) -> dict[str, Any]:
+def status(store: Store, cfg: ConversationConfig | None = None, now: datetime | None = None) -> dict[str, Any]:
     cfg = cfg or ConversationConfig()
     with store.connect() as conn:
         versions = conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one()
@@ -661,14 +662,15 @@ def status(store: Store, cfg: ConversationConfig | None = None) -> dict[str, Any
             .select_from(conversation_init_status)
             .where(conversation_init_status.c.status == "done")
         ).scalar_one()
-    states = failing(store, cfg)
+    states = [f["state"] for f in failing(store, cfg, now)]
     return {
         "conversations_summarized": convs,
         "summary_versions": versions,
         "unverified": unverified,
         "failures_logged": failures,
-        "backing_off": sum(1 for f in states if f["state"] == "backing off"),
-        "held": sum(1 for f in states if f["state"] == "held"),
+        "backing_off": states.count(FailingState.BACKING_OFF),
+        "retry_due": states.count(FailingState.RETRY_DUE),
+        "held": states.count(FailingState.HELD),
         "open_requests": open_requests,
         "initialization_done": done,
     }

@@ -154,6 +154,11 @@ def test_a_failure_writes_nothing_logs_an_event_and_retries_next_trigger(store, 
     # Retried on a later trigger, once the first backoff (10 minutes) is over.
     assert due_ids_at(store, failure["at"] + timedelta(minutes=9)) == []
     assert due_ids_at(store, failure["at"] + timedelta(minutes=10)) == ["c1"]
+    # What the operator reads says the same: backing off until then, then due at the next trigger.
+    states = [summaries.failing(store, CFG, now=failure["at"] + timedelta(minutes=m))[0]["state"] for m in (9, 10)]
+    assert states == ["backing off", "retry due"]
+    counts = [summaries.status(store, CFG, now=failure["at"] + timedelta(minutes=m)) for m in (9, 10)]
+    assert [(c["backing_off"], c["retry_due"], c["held"]) for c in counts] == [(1, 0, 0), (0, 1, 0)]
 
 
 def test_a_haiku_class_model_is_refused_before_any_call(store, ingest):
