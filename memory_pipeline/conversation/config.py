@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
+from memory_pipeline.conversation.logic import BACKOFF_MAX_MINUTES
 from memory_pipeline.lib.settings import ConfigError, load_section
 
 SECTION = "conversation"
@@ -23,8 +24,8 @@ class ConversationConfig:
     # The self block holding the character's long_arc (seed: long_arc 优先): shown to the model and
     # put before the summary in the agent's context; read, never written.
     long_arc_block: str = "long_arc"
-    # A failed conversation is retried after a backoff that doubles (10, 20, 40, 80 minutes ...) and
-    # held after this many failures in a row, until an operator runs `conversation retry`.
+    # A failed conversation is retried after a backoff that doubles (10, 20, 40, 80 minutes ..., at
+    # most a day) and held after this many failures in a row, until an operator runs `conversation retry`.
     retry_backoff_minutes: int = 10
     max_consecutive_failures: int = 5
 
@@ -33,6 +34,11 @@ class ConversationConfig:
             value = getattr(self, f.name)
             if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise ConfigError(f"memory.{SECTION}.{f.name}: must be a positive integer, got {value!r}")
+        if self.retry_backoff_minutes > BACKOFF_MAX_MINUTES:
+            raise ConfigError(
+                f"memory.{SECTION}.retry_backoff_minutes: at most {BACKOFF_MAX_MINUTES} (a day), "
+                f"got {self.retry_backoff_minutes}"
+            )
         name = self.long_arc_block
         if not name.strip() or len(name) > 64 or name != name.strip() or "," in name:
             raise ConfigError(f"memory.{SECTION}.long_arc_block: a self block name, got {name!r}")

@@ -75,11 +75,14 @@ def due(status: str | None, entries: int, covered_end: int, explicit: bool, min_
     return explicit or entries - covered_end >= min_entries
 
 
+BACKOFF_MAX_MINUTES = 24 * 60  # however many failures in a row are allowed, a retry a day at least
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Where a conversation stands after failures in a row (seed: 下次触发重试, bounded here): the
-    next attempt waits ``base_minutes`` after the first failure, doubling after each further one;
-    after ``max_failures`` in a row it is held until an operator retries it."""
+    next attempt waits ``base_minutes`` after the first failure, doubling after each further one up
+    to BACKOFF_MAX_MINUTES; after ``max_failures`` in a row it is held until an operator retries it."""
 
     consecutive: int
     last_failure_at: datetime
@@ -89,10 +92,28 @@ class Backoff:
         return self.consecutive >= max_failures
 
     def next_attempt(self, base_minutes: int) -> datetime:
-        return self.last_failure_at + timedelta(minutes=base_minutes * 2 ** max(0, self.consecutive - 1))
+        wait = base_minutes
+        for _ in range(1, self.consecutive):
+            if wait >= BACKOFF_MAX_MINUTES:
+                break
+            wait *= 2
+        return self.last_failure_at + timedelta(minutes=min(wait, BACKOFF_MAX_MINUTES))
 
     def waiting(self, now: datetime, base_minutes: int, max_failures: int) -> bool:
         return self.held(max_failures) or now < self.next_attempt(base_minutes)
+
+    def state(self, now: datetime, base_minutes: int, max_failures: int) -> FailingState:
+        if self.held(max_failures):
+            return FailingState.HELD
+        return FailingState.BACKING_OFF if self.waiting(now, base_minutes, max_failures) else FailingState.RETRY_DUE
+
+
+class FailingState(StrEnum):
+    """Where a conversation whose last attempts failed stands, as `conversation status` says it."""
+
+    BACKING_OFF = "backing off"  # not asked again before its next attempt
+    RETRY_DUE = "retry due"  # the wait is over: the next trigger asks again
+    HELD = "held"  # too many failures in a row: waits for `conversation retry`
 
 
 def is_haiku_class(model: str) -> bool:
@@ -109,13 +130,31 @@ _UNIT = (
     r"times\b|years?\b|weeks?\b)"
 )
 # Dates as the seed writes them (2026-04-18, 04-19, 4月18日) and their kin (2026/4/18, 2026年4月18日,
-# 4月18号). A bare M/D is a ratio or a fraction (24/7, 3/4, 50/50), not a date; a two-digit range
-# followed by a unit is a quantity.
+# 4月18号, 4月18, 四月十八日, April 18, 18 April). A two-digit range followed by a unit is a quantity.
+_MONTH_EN = (
+    r"(?:January|February|March|April|May|June|July|August|September|October|November|December|"
+    r"Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\b\.?"
+)
+_DAY_EN = r"(?:3[01]|[12]\d|0?[1-9])(?:st|nd|rd|th)?\b"
 _DATE = re.compile(
     r"(?<!\d)\d{4}\s*(?:[-/.]\s*\d{1,2}\s*[-/.]|年\s*\d{1,2}\s*月)\s*\d{1,2}\s*[日号]?(?!\d)"
     r"|(?<!\d)\d{1,2}\s*月\s*\d{1,2}\s*[日号]"
+    rf"|(?<!\d)(?:1[0-2]|0?[1-9])\s*月\s*(?:3[01]|[12]\d|0?[1-9])(?!\d)(?!{_UNIT})"
+    r"|[一二三四五六七八九十]{1,2}月[一二三四五六七八九十廿]{1,3}[日号]"
+    rf"|{_MONTH_EN}\s*{_DAY_EN}(?!\s*%)|(?<!\d){_DAY_EN}\s+(?:of\s+)?{_MONTH_EN}"
     rf"|(?<![\d/.-])(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?![\d/.-])(?!{_UNIT})"
 )
+# What may be a date or a number: a bare M/D or M-D (4/18, 4-18) is also a fraction, a ratio or a
+# range (3/4, 24/7, 3-5), and one alone is taken for a number. Two leading items of a list (4/18 聊剧本
+# / 4/19 聊工作), or two clauses that pair one with telling, are a dated event list. A dotted M.D is a
+# version or a decimal (3.5, 3.11), never a date here; followed by 的, "of" or a unit it is a quantity.
+_NUMERIC_DATE = re.compile(
+    rf"(?<![\d/.:-])(?:1[0-2]|0?[1-9])[/-](?:3[01]|[12]\d|0?[1-9])(?![\d/.:%％-])(?!\s*(?:的|of\b)|{_UNIT})"
+)
+_DATE_MARK, _NUMERIC_MARK = "\x01", "\x02"
+_LEADS = re.compile(rf"^\s*(?:(?:在|于|从|自|on|since|by)\s*)?{_NUMERIC_MARK}", re.IGNORECASE)
+# A day that comes back every year may stand in a fact (生日：5月3日).
+_RECURRING_DAY = re.compile(r"生日|忌日|纪念日|周年|birthday|anniversary", re.IGNORECASE)
 
 
 def sentences(text: str) -> int:
@@ -184,20 +223,43 @@ RUNNING_LOG_ITEMS = 4  # a sentence that tells what was talked about as a list o
 TIMELINE_DATES_MAX = 2  # more dates than this in one summary is a dated event list, whatever the layout
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+# Quoted speech (摘抄台词): a verb of saying before the quote (用户说「…」, 她说了一句“…”), the line
+# pointed at (那句「…」), a speaker's name and a colon (用户：「…」, The user: '…'), or the speaker after it
+# (“我没事，”她说; "I'm fine," she said). A quoted word or phrase is not speech (对'拖了一年'的自责).
+_SPEAKER = r"(?:用户|角色|她|他|我|你|对方|(?:the )?user|(?:the )?character|she|he|I)"
 _REPORTED = re.compile(
-    r"(说|讲|问|答|道|喊|回复|回答|表示|提到|said|says|asked|replied|told (?:me|her|him))[了过着]?\s*[:：，,]?\s*"
-    r"[「『“\"‘']",
+    r"(?:说|讲|问|答|道|喊|回复|回答|表示|提到|said|says|asked|asks|replied|replies|wrote|texted"
+    r"|told (?:(?:the )?(?:me|her|him|them|us|user|character)))[了过着]?\s*(?:[一这那]?句话?)?\s*[:：，,]?\s*[「『“\"‘']"
+    r"|[那这一]句话?\s*[:：]?\s*[「『“\"‘']"
+    rf"|(?:^|(?<=[\s，。；！？,.;!?」』”\"]))\s*{_SPEAKER}\s*[:：]\s*[「『“\"‘']"
+    rf"|[」』”\"]\s*[,，.。!！?？]?\s*(?:{_SPEAKER}\s*(?:又|也|就|还|只|then\s)?\s*"
+    r"(?:(?:说|问|答|道|喊|回)(?=[，,。.！!？?；;：:\s]|完|着|道|了|$)|said|asked|replied|says)"
+    r"|(?:said|asked|replied)\s+(?:the )?(?:user|character|she|he))",
     re.IGNORECASE,
 )
-_TOLD = re.compile(r"讲|聊|说|谈|提|talked about|told", re.IGNORECASE)
+# A verb of telling; not the same characters inside other words (小说 a novel, 说明, 说不定, 无聊, 讲究,
+# 谈恋爱, 提高 / 提升 / 提前 / 提醒 / 提供 / 提交 / 前提).
+_TOLD_EN = (
+    r"\b(?:(?:talk|chat|spoke|speak)(?:ed|s|ted)?\s+(?:about|of)|told|discuss(?:ed|es)?|mention(?:ed|s)?|brought up)\b"
+)
+_TOLD = re.compile(
+    rf"(?<!小)说(?!明|不定)|(?<!无)聊|讲(?!究)|谈(?!恋爱)|(?<!前)提(?![高升前醒供交])|{_TOLD_EN}",
+    re.IGNORECASE,
+)
 _ITEM_SEP = re.compile(r"、|(?<!\d)[/／](?!\d)")  # 24/7 and 3/4 are not lists
+# The last item of a list joined by a conjunction (剧本、工作、墓地和搬家; the script, work and moving).
+_LAST_AND = re.compile(r".(?:以及|和|与|及|还有|跟)|\s(?:and|or)\s", re.IGNORECASE)
 # A word of feeling: a list of topics that says how the user was about them is the emotional
 # thread (她聊到工作、家庭、健康、感情时都很投入), not a running log (用户讲了 A、B、C、D).
 _FEELING = re.compile(
     r"投入|回避|波动|开心|高兴|快乐|兴奋|激动|难过|伤心|悲伤|哽咽|哭|焦虑|担心|担忧|紧张|害怕|恐惧|不安|自责|愧疚|内疚|"
     r"后悔|防御|抗拒|崩溃|放松|轻松|平静|平稳|释然|失落|沮丧|低落|委屈|生气|愤怒|烦|累|疲惫|压力|期待|犹豫|纠结|感动|"
-    r"温暖|孤独|寂寞|在意|热情|兴致|情绪|心情|感受|excited|happy|glad|sad|upset|anxious|worried|nervous|afraid|"
-    r"guilty|defensive|relaxed|calm|tired|stressed|engaged|avoid|moved|lonely|emotional",
+    r"温暖|孤独|寂寞|在意|热情|兴致|情绪|心情|感受|难受|痛苦|无奈|心疼|想念|思念|失望|郁闷|苦恼|尴尬|害羞|骄傲|自豪|"
+    r"满足|幸福|安心|沉默|躲|岔开|抵触|释怀|迷茫|无助|慌|怕|泪|笑|"
+    r"excited|happy|glad|sad|upset|anxious|worried|nervous|afraid|guilty|defensive|relaxed|calm|tired|stressed|"
+    r"engaged|avoid|moved|lonely|emotional|cried|crying|tears|tense|angry|frustrated|hurt|scared|proud|relieved|"
+    r"ashamed|embarrassed|hopeful|exhausted|overwhelmed|griev|quiet|withdr[ae]w|deflect|laugh|lit up|opened up|"
+    r"changed the subject|uneasy|resent",
     re.IGNORECASE,
 )
 
@@ -223,33 +285,69 @@ def check_dates(texts: Sequence[tuple[str, str]]) -> None:
     A date may anchor a timeline key point (4月18日父亲忌日那天她崩溃了): one date in a clause, not
     tied to what was talked about, at most TIMELINE_DATES_MAX in the summary. Refused: two dates in
     one clause (a list), a date with 聊/讲/说/谈/提 in its clause (an item of a dated event list), a
-    date in a preference or fact (standing facts carry none), more than TIMELINE_DATES_MAX dates."""
-    total = 0
+    date in a preference or fact (standing facts carry none, but a day that comes back every year
+    may: 生日：5月3日), more than TIMELINE_DATES_MAX dates; and of the numbers that may be dates
+    (``_NUMERIC_DATE``), two leading items of one field or two clauses telling what was said."""
+    total = told_numeric = 0
     for name, text in texts:
-        found = _DATE.findall(text)
-        if not found:
-            continue
-        if name.startswith("preferences"):
-            raise AuthorViewError(f"field '{name}': contains a date (a standing fact carries none: 摘要不是流水账)")
-        for clause in _CLAUSE_END.split(text):
-            dates = _DATE.findall(clause)
-            if len(dates) > 1 or (dates and _TOLD.search(_DATE.sub("", clause))):
+        marked = _NUMERIC_DATE.sub(_NUMERIC_MARK, _DATE.sub(_DATE_MARK, text))
+        leading = 0
+        for clause in _CLAUSE_END.split(marked):
+            dates, numeric = clause.count(_DATE_MARK), clause.count(_NUMERIC_MARK)
+            told = _TOLD.search(clause) is not None
+            leading += sum(1 for item in _ITEM_SEP.split(clause) if _LEADS.match(item))
+            told_numeric += bool(numeric and told)
+            if not dates:
+                continue
+            if name.startswith("preferences") and not _RECURRING_DAY.search(clause):
+                raise AuthorViewError(f"field '{name}': contains a date (a standing fact carries none: 摘要不是流水账)")
+            if dates + numeric > 1 or told:
                 raise AuthorViewError(
                     f"field '{name}': contains a date in a dated event list (罗列事件，不是时间线关键点): "
-                    f"{clause.strip()[:60]!r}"
+                    f"{_shown_clause(clause, text)!r}"
                 )
-        total += len(found)
+            total += dates
+        if leading > 1 or told_numeric > 1:
+            raise AuthorViewError(
+                f"field '{name}': contains a date in a dated event list (罗列事件，不是时间线关键点): {text[:60]!r}"
+            )
     if total > TIMELINE_DATES_MAX:
         raise AuthorViewError(
             f"the summary contains {total} dates (more than {TIMELINE_DATES_MAX} timeline key points: 摘要不是流水账)"
         )
 
 
+def _shown_clause(clause: str, text: str) -> str:
+    """The clause as the model wrote it (its dates were marked for counting)."""
+    pattern = re.escape(clause.strip()).replace(re.escape(_DATE_MARK), ".+?").replace(re.escape(_NUMERIC_MARK), ".+?")
+    found = re.search(pattern, text)
+    return (found.group(0) if found else clause.strip())[:60]
+
+
+def listed_items(sentence: str) -> int:
+    """How many things a sentence lists: items apart by 、 or a slash, the last one maybe joined by
+    a conjunction (剧本、工作、墓地和搬家); in English, what follows a verb of telling apart by commas
+    (talked about the script, work, the cemetery(,) and moving); or one clause per thing told
+    (先聊了剧本，又聊了工作，然后聊了墓地，最后聊了搬家)."""
+    parts = _ITEM_SEP.split(sentence)
+    last = _CLAUSE_END.split(parts[-1])[0]
+    listed = len(parts) + (1 if len(parts) > 1 and _LAST_AND.search(last) else 0)
+    told = re.search(_TOLD_EN, sentence, re.IGNORECASE)
+    if told:
+        tail = re.split(r"[;:；：]", sentence[told.end() :])[0].split(",")
+        last = tail[-1].strip()
+        joined = len(tail) > 1 and _LAST_AND.search(f" {last} ") is not None and not re.match(r"(?:and|or)\b", last)
+        listed = max(listed, len(tail) + joined)
+    clauses = sum(1 for c in _CLAUSE_END.split(sentence) if _TOLD.search(c))
+    return max(listed, clauses)
+
+
 def running_log(sentence: str) -> bool:
-    """A sentence that tells what was talked about as a list of RUNNING_LOG_ITEMS or more things,
-    with no word of how the user felt (流水账)."""
-    listed = len(_ITEM_SEP.findall(sentence)) >= RUNNING_LOG_ITEMS - 1
-    return listed and _TOLD.search(sentence) is not None and _FEELING.search(sentence) is None
+    """A sentence that tells what was talked about as a list of RUNNING_LOG_ITEMS or more things
+    (``listed_items``), with no word of how the user felt (流水账)."""
+    if _TOLD.search(sentence) is None or _FEELING.search(sentence) is not None:
+        return False
+    return listed_items(sentence) >= RUNNING_LOG_ITEMS
 
 
 def check_author_view(s: Sections, history: Sequence[tuple[int, str]], long_arc: str = "") -> None:

@@ -18,7 +18,7 @@ from sqlalchemy import delete, func, select, update
 
 from memory_pipeline.conversation import logic
 from memory_pipeline.conversation.config import ConversationConfig
-from memory_pipeline.conversation.logic import Backoff, FailureKind, FormatError, Sections, Trigger
+from memory_pipeline.conversation.logic import Backoff, FailingState, FailureKind, FormatError, Sections, Trigger
 from memory_pipeline.conversation.tables import (
     conversation_init_status,
     conversation_summaries,
@@ -556,8 +556,11 @@ def _join(tokens: Sequence[str]) -> str:
 
 
 def _own_words(text: str, lines: Sequence[tuple[int, str]], field: str = "unresolved_hooks") -> bool:
-    """Whether ``text`` copies no history line (the check the program runs on every answer)."""
-    sections = Sections(text, (), (), ()) if field == "emotional_arc" else Sections("。", (), (), (text,))
+    """Whether ``text``, written in ``field``, passes the check the program runs on every answer."""
+    sections = {
+        "emotional_arc": Sections(text, (), (), ()),
+        "preferences": Sections("。", (text,), (), ()),
+    }.get(field, Sections("。", (), (), (text,)))
     try:
         logic.check_author_view(sections, lines)
     except logic.AuthorViewError:
@@ -586,7 +589,7 @@ def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tup
     if has_arc and words:
         arc += f"聊到{words[0]}时，让角色想起自己的长线心事。"
     likes = [_join(logic.tokens(m.group(1))[:4]) for u in users for m in _LIKES.finditer(u)]
-    prefs = [p for p in (f"用户喜欢{x}" for x in dict.fromkeys(likes) if x) if _own_words(p, lines)][:5]
+    prefs = [p for p in (f"用户喜欢{x}" for x in dict.fromkeys(likes) if x) if _own_words(p, lines, "preferences")][:5]
     questions = [u for u in users if u.rstrip().endswith(("?", "？"))]
     asked = [w for w in offline.headline(questions[-1], 40).split(" · ") if w][:2] if questions else []
     hooks = [h for h in ([f"用户关于{'、'.join(asked)}的问题还没有结论"] if asked else []) if _own_words(h, lines)]
@@ -621,27 +624,28 @@ def layout_audit(store: Store) -> tuple[int, list[str]]:
 
 
 def failing(store: Store, cfg: ConversationConfig, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Conversations whose last attempts failed: held (waits for `conversation retry`) or backing
-    off until ``next_attempt``, with the last error. Reads only."""
+    """Conversations whose last attempts failed: held (waits for `conversation retry`), backing off
+    until ``next_attempt``, or due again at the next trigger once it has passed; with the last
+    error. Reads only."""
     now = now or utcnow()
     with store.connect() as conn:
         states = backoffs(conn)
     out = []
     for conv, b in sorted(states.items()):
-        held = b.held(cfg.max_consecutive_failures)
+        state = b.state(now, cfg.retry_backoff_minutes, cfg.max_consecutive_failures)
         out.append(
             {
                 "conversation_id": conv,
                 "consecutive_failures": b.consecutive,
-                "state": "held" if held else "backing off",
-                "next_attempt": None if held else b.next_attempt(cfg.retry_backoff_minutes),
+                "state": state,
+                "next_attempt": None if state == FailingState.HELD else b.next_attempt(cfg.retry_backoff_minutes),
                 "last_error": b.last_error,
             }
         )
     return out
 
 
-def status(store: Store, cfg: ConversationConfig | None = None) -> dict[str, Any]:
+def status(store: Store, cfg: ConversationConfig | None = None, now: datetime | None = None) -> dict[str, Any]:
     cfg = cfg or ConversationConfig()
     with store.connect() as conn:
         versions = conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one()
@@ -658,14 +662,15 @@ def status(store: Store, cfg: ConversationConfig | None = None) -> dict[str, Any
             .select_from(conversation_init_status)
             .where(conversation_init_status.c.status == "done")
         ).scalar_one()
-    states = failing(store, cfg)
+    states = [f["state"] for f in failing(store, cfg, now)]
     return {
         "conversations_summarized": convs,
         "summary_versions": versions,
         "unverified": unverified,
         "failures_logged": failures,
-        "backing_off": sum(1 for f in states if f["state"] == "backing off"),
-        "held": sum(1 for f in states if f["state"] == "held"),
+        "backing_off": states.count(FailingState.BACKING_OFF),
+        "retry_due": states.count(FailingState.RETRY_DUE),
+        "held": states.count(FailingState.HELD),
         "open_requests": open_requests,
         "initialization_done": done,
     }

@@ -314,12 +314,14 @@ def validate_event(obj: Any, source: str, where: int | str, now: datetime) -> tu
 
 class EventBatch:
     """Validated events of one source, in order: a repeated message_id with the same body is dropped,
-    with another body refused; a conversation keeps one (world, platform, debug)."""
+    with another body refused (a line without a timestamp agrees with any time, and the first line
+    of an id takes the time a later one gives); a conversation keeps one (world, platform, debug)."""
 
     def __init__(self, source: str, now: datetime):
         self.source, self.now = source, now
         self.events: list[dict] = []
         self._seen: dict[str, dict] = {}
+        self._timed_by: dict[str, str] = {}  # id -> the later line that gave its first line's time
         self._conv_meta: dict[str, tuple] = {}
 
     def add(self, obj: Any, where: int | str) -> list[LineError]:
@@ -329,17 +331,22 @@ class EventBatch:
         conflict = self._conflict(event)
         if conflict:
             return [LineError(self.source, where, *conflict)]
-        if event["message_id"] not in self._seen:
+        prev = self._seen.get(event["message_id"])
+        if prev is None:
             self._seen[event["message_id"]] = event
             self._conv_meta.setdefault(event["conversation_id"], _meta(event))
             self.events.append(event)
+        elif prev["at"] is None and event["at"] is not None:  # the event's time, whichever line gives it
+            prev["at"] = event["at"]
+            self._timed_by[event["message_id"]] = event["source"]
         return []
 
     def _conflict(self, event: dict) -> tuple[str, str] | None:
         prev = self._seen.get(event["message_id"])
         if prev is not None:
+            said = self._timed_by.get(event["message_id"], prev["source"])
             if not same_event(prev, event):
-                return "message_id", f"{shown(event['message_id'])} repeats {prev['source']} with different content"
+                return "message_id", f"{shown(event['message_id'])} repeats {said} with different content"
             return None
         known = self._conv_meta.get(event["conversation_id"])
         if known is not None and known != _meta(event):
@@ -534,10 +541,12 @@ def ingest_file(
     scans: list[_FileScan] = []
 
     def rows(tick: Progress | None) -> Iterator[staging.Row]:
+        # Progress of the validation is reported until a pass has read the whole file (a redo is
+        # no news then; after a direct write that fell back part way, the staging path's is).
+        read_whole = any(s.sha256 for s in scans)
         scan = _FileScan()
         scans.append(scan)
-        # Progress of the validation is reported on the first pass only (a redo is no news).
-        return _file_rows(path, source, now, scan, tick if len(scans) == 1 else None)
+        return _file_rows(path, source, now, scan, None if read_whole else tick)
 
     return _ingest(
         store,

@@ -49,8 +49,8 @@ from memory_pipeline.lib.store.tables import UTCDateTime, conversations, message
 from memory_pipeline.lib.text import shown
 
 # (pos, message_id, world_id, world_name, conversation_id, conversation_title, platform, debug,
-#  role, content, tool_calls as the store's JSON text, at (aware UTC), source)
-Row = tuple[int, str, str, str | None, str, str | None, str, bool, str, str, str, datetime, str]
+#  role, content, tool_calls as the store's JSON text, at (aware UTC; None: the line gave none), source)
+Row = tuple[int, str, str, str | None, str, str | None, str, bool, str, str, str, datetime | None, str]
 COLUMNS = (
     "pos",
     "message_id",
@@ -244,10 +244,11 @@ def _meta(world: str, platform: str, debug: bool) -> tuple[str, str, bool]:
 def file_repeats(conn: Connection) -> FileRepeats:
     """Repeats inside the staged rows, exactly as a sequential pass over the file decides them:
     a repeated message_id with the same (content, role, at) is dropped, with another refused
-    ("repeats {source} with different content"); a conversation keeps the (world, platform,
-    debug) of its first accepted line. Only rows whose id repeats or whose conversation has more
-    than one (world, platform, debug) can be affected: those are read (in file order) and decided
-    one by one; every other row is accepted without being read."""
+    ("repeats {source} with different content"); a line without a timestamp agrees with any time,
+    and the first line of an id takes the time a later one gives; a conversation keeps the
+    (world, platform, debug) of its first accepted line. Only rows whose id repeats or whose
+    conversation has more than one (world, platform, debug) can be affected: those are read (in
+    file order) and decided one by one; every other row is accepted without being read."""
     s = STAGING.c
     repeated_ids = select(s.message_id).group_by(s.message_id).having(func.count() > 1)
     mixed_convs = (
@@ -270,9 +271,10 @@ def file_repeats(conn: Connection) -> FileRepeats:
     out = FileRepeats()
     if not involved:
         return out
-    seen: dict[str, tuple[tuple[str, str, datetime | None], str]] = {}
+    seen: dict[str, tuple[tuple[str, str, datetime | None], str, int]] = {}
     conv_meta: dict[str, tuple[str, str, bool]] = {}
     gone: list[int] = []
+    timed: dict[int, datetime] = {}  # kept row -> the time a later line of its id gives
     for pos, mid, wid, cid, platform, debug, role, content, at, source in involved:
         body = (content, role, at)
         meta = _meta(wid, platform, debug)
@@ -285,6 +287,9 @@ def file_repeats(conn: Connection) -> FileRepeats:
                 )
             else:
                 out.dropped += 1
+                if prev[0][2] is None and at is not None:  # the event's time, whichever line gives it
+                    seen[mid] = ((content, role, at), source, prev[2])
+                    timed[prev[2]] = at
             continue
         known = conv_meta.get(cid)
         if known is not None and known != meta:
@@ -297,9 +302,14 @@ def file_repeats(conn: Connection) -> FileRepeats:
                 )
             )
             continue
-        seen[mid] = (body, source)
+        seen[mid] = (body, source, pos)
         conv_meta.setdefault(cid, meta)
     delete_positions(conn, gone)
+    if timed:
+        conn.execute(
+            update(STAGING).where(STAGING.c.pos == bindparam("p")).values(at=bindparam("a")),
+            [{"p": p, "a": a} for p, a in timed.items()],
+        )
     return out
 
 

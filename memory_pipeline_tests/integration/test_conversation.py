@@ -154,6 +154,11 @@ def test_a_failure_writes_nothing_logs_an_event_and_retries_next_trigger(store, 
     # Retried on a later trigger, once the first backoff (10 minutes) is over.
     assert due_ids_at(store, failure["at"] + timedelta(minutes=9)) == []
     assert due_ids_at(store, failure["at"] + timedelta(minutes=10)) == ["c1"]
+    # What the operator reads says the same: backing off until then, then due at the next trigger.
+    states = [summaries.failing(store, CFG, now=failure["at"] + timedelta(minutes=m))[0]["state"] for m in (9, 10)]
+    assert states == ["backing off", "retry due"]
+    counts = [summaries.status(store, CFG, now=failure["at"] + timedelta(minutes=m)) for m in (9, 10)]
+    assert [(c["backing_off"], c["retry_due"], c["held"]) for c in counts] == [(1, 0, 0), (0, 1, 0)]
 
 
 def test_a_haiku_class_model_is_refused_before_any_call(store, ingest):
@@ -253,6 +258,18 @@ def test_the_offline_model_writes_in_the_authors_view_and_refers_to_long_arc(sto
     view = summaries.injected_history(store, "c1", ConversationConfig(trim_history=True), arcs)
     assert list(view) == ["long_arc", "summary", "entries"] and view["long_arc"] == arc_text
     assert summaries.injected_history(store, "c1", CFG, arcs)["long_arc"] == arc_text  # trimming off: still first
+
+
+def test_the_offline_model_leaves_out_a_preference_the_check_would_refuse(store, ingest):
+    """A liked thing that is a date (我喜欢4月18日…) would be a date in a fact: the offline model
+    leaves that preference out instead of writing a summary the check refuses every time."""
+    lines = [f"我喜欢4月18日的樱花 第{i}句" if i % 4 == 0 else f"line {i} about hiking trails?" for i in range(31)]
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), lines))
+    summaries.set_init_status(store, "c1", "done")
+    result = summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    assert result.written == ["c1"], result.failed
+    (v1,) = rows(store)
+    assert v1["sections"]["preferences"] == [] and rows(store, conversation_summary_failures) == []
 
 
 @pytest.mark.parametrize(

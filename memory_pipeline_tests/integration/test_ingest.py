@@ -251,6 +251,36 @@ def test_a_line_without_a_timestamp_takes_the_ingest_time_and_is_idempotent(stor
         assert conn.execute(select(messages.c.at).where(messages.c.message_id == "b0")).scalar_one() == rows["b0"].at
 
 
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+@pytest.mark.parametrize("untimed_first", [True, False], ids=["untimed-first", "timed-first"])
+def test_a_repeat_with_and_without_a_timestamp_in_one_file_is_one_event_at_the_given_time(
+    store, tmp_path, backend, untimed_first
+):
+    """One id on two lines, one with a timestamp and one without: one event, whose time is the
+    one the file gives, whichever line comes first; a third line of that id with another time
+    is refused in either order (the untimed line hides no conflict)."""
+    if backend == "sqlite":
+        store = Store(f"sqlite:///{tmp_path}/m.sqlite")
+        ensure_schema(store, domains.version_locations())
+    timed = _with(timestamp="2026-07-18T06:05:00+08:00")
+    pair = [_without("timestamp"), timed] if untimed_first else [timed, _without("timestamp")]
+    other = _with(timestamp="2026-07-18T06:09:00+08:00")
+    with pytest.raises(IngestError, match=r":3: field 'message_id': 'b0' repeats .* with different content"):
+        ingest_file(store, _write(tmp_path, [*pair, other], "three.jsonl"))
+    assert _count(store, messages) == 0
+
+    path = _write(tmp_path, pair)
+    report = ingest_file(store, path)
+    assert (report.inserted, report.duplicates, report.at_from_ingest) == (1, 0, 0)
+    with store.connect() as conn:
+        row = conn.execute(select(messages)).one()
+        first_at = conn.execute(select(worlds.c.first_event_at)).scalar_one()
+    assert (row.at, row.at_from_ingest, first_at) == (cst(2026, 7, 18, 6, 5), None, cst(2026, 7, 18, 6, 5))
+    # Both lines are that stored event now, and so is the timed line on its own.
+    assert ingest_file(store, path).duplicates == 1
+    assert ingest_file(store, _write(tmp_path, [timed], "timed.jsonl")).duplicates == 1
+
+
 def test_a_world_whose_lines_all_lack_a_timestamp_starts_at_its_ingest(store, tmp_path):
     now = datetime(2026, 7, 20, 1, 2, 3, tzinfo=UTC)
     path = _write(tmp_path, [_without("timestamp"), {**_without("timestamp"), "message_id": "b0"}])

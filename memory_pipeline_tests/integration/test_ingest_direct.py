@@ -374,3 +374,18 @@ def test_the_switch_interval_is_short_while_the_direct_write_runs_and_restored_a
     assert ingest_file(store, path, now=NOW, progress=progress).duplicates == 8
     assert staged == ["postgresql"]
     assert sys.getswitchinterval() == before
+
+
+def test_a_fallback_after_the_first_chunks_still_shows_the_whole_file_validated(store, staged, small_chunks, tmp_path):
+    """A line without a timestamp in a later chunk sends the file the staging path after the
+    direct write read part of it: the validation the operator is shown still reaches the end
+    of the file (the staging path's reading reports it), then the rows written."""
+    lines = [_line(f"m{i}", minute=i) for i in range(1, 6)] + [{**_line("u1", minute=9), "timestamp": None}]
+    path = tmp_path / "events.jsonl"
+    _write(path, lines)
+    ticks: list[tuple[str, int, int]] = []
+    report = ingest_file(store, path, now=NOW, progress=lambda *tick: ticks.append(tick))
+    assert staged == ["postgresql"] and (report.inserted, report.at_from_ingest) == (6, 1)
+    size = path.stat().st_size
+    assert [t for t in ticks if t[0] == "validate"][-1] == ("validate", size, size)
+    assert ticks[-1] == ("write", 6, 6)

@@ -163,7 +163,7 @@ line_strategy = st.fixed_dictionaries(
         "conversation_id": st.sampled_from(["c1", "c2", "c3"]),
         "role": st.sampled_from(["user", "assistant"]),
         "content": st.sampled_from(["a", "b"]),
-        "timestamp": st.sampled_from(["2026-07-17T06:00:00+08:00", "2026-07-16T22:00:00Z"]),
+        "timestamp": st.sampled_from(["2026-07-17T06:00:00+08:00", "2026-07-16T22:00:00Z", None]),
         "platform": st.sampled_from(["local", "discord"]),
         "debug": st.booleans(),
     }
@@ -192,9 +192,19 @@ def test_repeats_and_conflicts_are_decided_as_the_sequential_rules_decide(store,
     got = [str(e) for e in report.rejected]
     assert got[: len(expected)] == expected  # the file's own refusals first, in line order
     with store.connect() as conn:
-        after = dict(conn.execute(select(messages.c.message_id, messages.c.content)).all())
+        stored_rows = conn.execute(select(messages.c.message_id, messages.c.content, messages.c.at)).all()
+    after = {mid: content for mid, content, _ in stored_rows}
     refused = {e.where for e in report.rejected[len(expected) :]}  # conflicts with stored rows
+    at = {mid: t for mid, _, t in stored_rows}
+    # The time a line of the file gives its event, whichever of its lines gives it.
+    given = {
+        obj["message_id"]: datetime.fromisoformat(obj["timestamp"])
+        for i, obj in enumerate(lines, start=1)
+        if obj["timestamp"] is not None and i not in {e.where for e in report.rejected}
+    }
     for e in batch.events:
         if e["message_id"] not in before and e["_where"] not in refused:
             assert after[e["message_id"]] == e["content"]
+            if e["message_id"] in given:
+                assert at[e["message_id"]] == given[e["message_id"]]
     assert report.inserted == len(set(after) - set(before))

@@ -1,7 +1,7 @@
 """memory.sleep and memory.conversation are validated strictly (types, unknown keys, ranges), and
 the conversation summary's pure rules (gate, layout, sentences)."""
 
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -210,6 +210,147 @@ def test_what_the_seed_forbids_is_still_refused(sections, message):
         logic.check_author_view(sections, HISTORY)
 
 
+@pytest.mark.parametrize(
+    "sections",
+    [
+        # 小说 (a novel) is not 说: a list of what she reads, in the emotional arc
+        _sections(arc="她平时爱看耽美、权斗、悬疑、历史小说，自己也在写剧本。说到剧本时很投入。"),
+        _sections(arc="4月18日她开始写小说，那之后整个人轻松了不少。"),  # a timeline key point
+        _sections(arc="她从3月2日起每天提前一小时起床跑步，精神好多了。"),  # 提前 is not 提
+        _sections(arc="她4月18日开始谈恋爱了，整个人都亮了起来。"),  # 谈恋爱 (dating) is not 谈
+    ],
+    ids=["novels", "dated-novel", "earlier", "dating"],
+)
+def test_a_word_that_only_contains_a_telling_character_is_not_telling(sections):
+    logic.check_author_view(sections, HISTORY)
+
+
+@pytest.mark.parametrize(
+    "arc",
+    [
+        "用户讲了剧本、工作、墓地和搬家。",  # the last item joined by 和
+        "The user talked about the script, work, the cemetery and moving.",
+        "The user talked about the script, work, the cemetery, and moving house.",
+        "She discussed work, family, health, money.",
+        "用户先聊了剧本，又聊了工作，然后聊了墓地，最后聊了搬家。",  # one clause per thing told
+    ],
+    ids=["zh-and", "en-list", "en-oxford", "en-bare", "zh-clauses"],
+)
+def test_a_running_log_is_refused_in_any_of_its_forms(arc):
+    with pytest.raises(logic.AuthorViewError, match="running log"):
+        logic.check_author_view(_sections(arc=arc), HISTORY)
+
+
+@pytest.mark.parametrize(
+    "arc",
+    [
+        "她聊到父亲时哽咽，说起墓地却很务实，提到剧本又兴奋起来，谈到懒就有防御感。",
+        "When she talked about her father, she cried, then went quiet, then changed the subject.",
+        "She talked about work, her mother, the move and the cemetery, and was tense the whole time.",
+        "She talked about her father, which was hard, and about work.",
+        "用户讲了剧本、工作和搬家，还没说到墓地。",  # three things
+    ],
+    ids=["zh-feelings", "en-avoidance", "en-tense", "en-clauses", "three"],
+)
+def test_what_was_told_with_how_she_felt_or_fewer_than_four_things_is_no_running_log(arc):
+    logic.check_author_view(_sections(arc=arc), HISTORY)
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        _sections(arc="4/18 聊剧本 / 4/19 聊工作 / 4/20 聊墓地。"),
+        _sections(arc="4/18：剧本；4/19：工作；4/20：墓地。"),
+        _sections(arc="她4/18聊剧本，4/19又聊工作。"),
+        _sections(arc="4月18 聊剧本，之后就不太说话了。"),
+        _sections(arc="四月十八日聊了剧本，后来很少再提。"),
+        _sections(arc="On April 18 she talked about the script and then went quiet."),
+        _sections(arc="Apr 18: the script. Apr 19: work. Apr 20: the cemetery."),
+        _sections(arc="18 April: the script; 19 April: work; 20 April: the cemetery."),
+        _sections(prefs=("5月3日开始写剧本",)),
+    ],
+    ids=[
+        "slash-list",
+        "slash-items",
+        "slash-told",
+        "no-ri",
+        "chinese-numerals",
+        "en-told",
+        "en-abbr",
+        "en-day-first",
+        "fact",
+    ],
+)
+def test_a_dated_event_list_is_refused_in_any_date_format(sections):
+    with pytest.raises(logic.AuthorViewError, match="date"):
+        logic.check_author_view(sections, HISTORY)
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        _sections(arc="她最近总是晚上10点以后才愿意聊工作，语气也松了一些。"),
+        _sections(arc="她今年32岁，说到年龄时明显有些焦虑；公司裁员20%的消息让她提心吊胆。"),
+        _sections(arc="Python 3.5、3.8、3.11她都试过，说起升级就烦。"),  # versions
+        _sections(arc="她的作息是9-5，每周见3-4次朋友，提到周末才会松一口气。"),
+        _sections(arc="她3/4的时间都在加班，说起这件事很委屈。"),
+        _sections(arc="周末她去了墓地，回来后很平静。上周三聊到父亲时她哭了。"),
+        _sections(arc="2024年她搬到北京，2024年3月那次面试让她很受打击。"),  # a year, a month
+        _sections(arc="On 18 April, her father's anniversary, she broke down; by May she sounded calmer."),
+        _sections(hooks=("她提过4/18想去扫墓，还没定",)),  # one M/D alone is taken for a number
+        _sections(prefs=("生日是5月3日", "手机号138-1234-5678", "Her birthday is May 3")),  # days that come back
+    ],
+    ids=[
+        "time",
+        "age-percent",
+        "versions",
+        "ranges",
+        "fraction",
+        "weekdays",
+        "year-month",
+        "en-key-point",
+        "one-md",
+        "birthday",
+    ],
+)
+def test_times_counts_versions_and_yearly_days_are_not_dated_events(sections):
+    logic.check_author_view(sections, HISTORY)
+
+
+@pytest.mark.parametrize(
+    "arc",
+    [
+        "用户：「我爸走了」角色：「嗯」",  # a script of who said what
+        "The user: 'my dad passed away.' The character: 'I see.'",
+        "她那句「我爸走了」让角色很难受。",  # the line pointed at
+        "她跟角色说了一句「我好累」，然后就下线了。",
+        "“我没事，”她说，但语气很低落。",  # the speaker after the quote
+        "「我爸走了」，她说完就沉默了。",
+        '"I\'m fine," she said, but she sounded tired.',
+        '"I\'m fine," said the user, and changed the subject.',
+    ],
+    ids=["zh-script", "en-script", "that-line", "said-a-line", "zh-after", "zh-after-2", "en-after", "en-said-the"],
+)
+def test_quoted_speech_is_refused_however_it_is_attributed(arc):
+    with pytest.raises(logic.AuthorViewError, match="quotes what was said"):
+        logic.check_author_view(_sections(arc=arc), HISTORY)
+
+
+@pytest.mark.parametrize(
+    "arc",
+    [
+        "先是找墓地的务实，夹着对'拖了一年'的自责。聊到《妻为上》时投入，聊到'懒'时有防御感。",  # the seed's own
+        "她把自己形容成“社畜”，说起来有点自嘲。",
+        "她的口头禅「随便」背后其实是累；她最在意的一个词：「懒」。",
+        '"Fine" is her default answer when work comes up, and she sounds defensive.',
+        "She's said before that work is hard, and she's tired of 'being strong' all the time.",
+    ],
+    ids=["seed", "self-description", "catchphrase", "en-word", "en-apostrophes"],
+)
+def test_a_quoted_word_or_phrase_is_not_quoted_speech(arc):
+    logic.check_author_view(_sections(arc=arc), HISTORY)
+
+
 def test_a_failing_conversation_backs_off_doubling_and_is_held_after_five_in_a_row():
     at = datetime(2026, 3, 2, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
     cfg = conversation_config.ConversationConfig()
@@ -220,3 +361,15 @@ def test_a_failing_conversation_backs_off_doubling_and_is_held_after_five_in_a_r
     assert b.waiting(at + waits[0], 10, 5) and not b.waiting(at + waits[1], 10, 5)
     held = logic.Backoff(5, at, "format: x")
     assert held.held(5) and held.waiting(at + waits[-1] * 100, 10, 5)  # held: no clock lets it through
+
+
+def test_the_backoff_stops_doubling_at_a_day_however_many_failures_are_allowed_in_a_row(tmp_path):
+    """An operator who allows 40 failures in a row gets a retry a day at most, never a wait past
+    the calendar's end (which raised in every sensor tick and in `conversation status`)."""
+    at = datetime(2026, 3, 2, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
+    cfg = conversation_config.load(write(tmp_path, "memory:\n  conversation:\n    max_consecutive_failures: 40\n"))
+    waits = {n: logic.Backoff(n, at, "format: x").next_attempt(cfg.retry_backoff_minutes) - at for n in (8, 9, 39)}
+    assert waits == {8: timedelta(minutes=1280), 9: timedelta(days=1), 39: timedelta(days=1)}
+    assert not logic.Backoff(39, at, "format: x").waiting(at + timedelta(days=1), 10, 40)
+    with pytest.raises(ConfigError, match="retry_backoff_minutes: at most 1440"):
+        conversation_config.load(write(tmp_path, "memory:\n  conversation:\n    retry_backoff_minutes: 2000\n"))

@@ -6,6 +6,7 @@ from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataVa
 from pydantic import Field
 
 from memory_pipeline.conversation import summaries
+from memory_pipeline.conversation.logic import FailingState
 from memory_pipeline.defs._shared.metadata import llm_metadata
 from memory_pipeline.defs.conversation.resources import ConversationResource
 from memory_pipeline.defs.events.definitions import raw_conversation_events
@@ -70,8 +71,13 @@ def conversation_rolling_summaries(
             "written": len(result.written),
             "failed": len(result.failed),
             "failures": MetadataValue.json(result.failed),
-            "held": MetadataValue.json([f["conversation_id"] for f in waiting if f["state"] == "held"]),
-            "backing_off": MetadataValue.json([f["conversation_id"] for f in waiting if f["state"] != "held"]),
+            "held": MetadataValue.json([f["conversation_id"] for f in waiting if f["state"] == FailingState.HELD]),
+            "backing_off": MetadataValue.json(
+                [f["conversation_id"] for f in waiting if f["state"] == FailingState.BACKING_OFF]
+            ),
+            "retry_due": MetadataValue.json(
+                [f["conversation_id"] for f in waiting if f["state"] == FailingState.RETRY_DUE]
+            ),
             "conversations": MetadataValue.json(result.written),
             **llm_metadata(llm.stats),
         }
