@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, open_store, refuse
+from memory_pipeline.cli.console import console, err, open_store, refuse
 
 app = typer.Typer(no_args_is_help=True, help=__doc__)
 
@@ -72,6 +72,9 @@ def summarize():
         f"{meta.get('written', 0)} written, {meta.get('failed', 0)} failed"
     )
     if not result.success:
+        raise typer.Exit(1)
+    if meta.get("failed", 0):  # nothing written for them: an operator's command says so by its exit code
+        err.print("failed summaries are retried after their backoff: `memory-pipeline conversation status` says why")
         raise typer.Exit(1)
 
 

@@ -230,3 +230,14 @@ def test_narratives_reads_a_worlds_autobiographical_memory_and_no_other(env, pg_
     assert none.exit_code == 0 and "autobiography_summary: (none yet)" in none.output
     bad = runner.invoke(app, ["sleep", "narratives", "../x"])
     assert bad.exit_code == 2 and "field 'world_id'" in bad.output
+
+
+def test_conversation_summarize_exits_1_when_a_summary_failed(env, pg_url, monkeypatch):  # noqa: F811
+    _ingest(env, conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
+    assert runner.invoke(app, ["conversation", "init-status", "c1", "done"]).exit_code == 0
+    monkeypatch.setenv("MEMORY_LLM_MODEL", "openai/unreachable")
+    monkeypatch.setenv("MEMORY_LLM_API_BASE", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
+    result = runner.invoke(app, ["conversation", "summarize"])
+    assert result.exit_code == 1 and "1 due, 0 written, 1 failed" in result.output, result.output
+    assert "conversation status" in result.output
