@@ -44,6 +44,7 @@ from memory_pipeline.objects.tables import (
     objects_versions,
     objects_worlds,
 )
+from memory_pipeline.recall.tables import recall_eval_results, recall_eval_runs
 from memory_pipeline.sleep.tables import (
     autobiographical_memories,
     pinned_facts,
@@ -139,6 +140,8 @@ EXPORTS: tuple[ExportTable, ...] = (
     ExportTable(pinned_facts, None, "Seed 003 pinned facts (the top 20 go into every sleep prompt)."),
     ExportTable(autobiographical_memories, None, "Seed 003 autobiographical narratives (append-only; deprecated)."),
     ExportTable(sleep_runs, "day", "Seed 003 state record of every sleep stage run, per world and partition day."),
+    ExportTable(recall_eval_runs, None, "One row per `eval` run: files, model, prompt versions, LLM cost, wall time."),
+    ExportTable(recall_eval_results, None, "R@1, R@5 and characters per day of each index in an `eval` run."),
     ExportTable(conversation_init_status, None, "Seed 002 initialization status of each conversation (Step-0 gate)."),
     ExportTable(conversation_summaries, "created_at", "Seed 002 rolling summary versions, by the day written."),
     ExportTable(conversation_summary_requests, None, "Seed 002 explicit triggers (user check, preference override)."),

@@ -141,6 +141,27 @@ def _priced_ledger_rows(store: Store) -> None:
         )
 
 
+def _recall_runs(store: Store) -> None:
+    """Two `eval` runs as the command records them: the offline model, and a paid model whose
+    Dagster runs partly failed (its table measures memory some runs did not build)."""
+    from memory_pipeline.recall.evaluate import DagsterRun, EvalReport, record
+    from memory_pipeline.recall.metric import Index, Score
+
+    def report(run_id: str, model: str, raw: tuple[int, int], days: tuple[int, int], failed: bool) -> EvalReport:
+        r = EvalReport(run_id, ["26.json"], model, "sqlite:///eval.sqlite", Path("eval-run"))
+        r.questions, r.llm_calls, r.cost_usd = 10, 7, None if model.startswith("offline") else 0.25
+        r.runs = [DagsterRun("day", "r1", not failed, 1.0, "boom" if failed else "")]
+        r.scores = [
+            Score(Index.RAW, 10, {1: raw[0], 5: raw[1]}, chars=3000, days=10),
+            Score(Index.DAY_SUMMARIES, 10, {1: days[0], 5: days[1]}, chars=1000, days=10),
+            Score(Index.RANDOM, 10, expected={1: 1.0, 5: 5.0}),
+        ]
+        return r
+
+    record(store, report("evaloffline", "offline/deterministic-headline-v1", (6, 8), (3, 4), False))
+    record(store, report("evalpaid", "openai/gpt-x", (6, 8), (5, 8), True))
+
+
 def _run(sample: Sample, target: str, lo: str, hi: str, **kw) -> None:
     report = operations.materialize(target, lo, hi, instance=sample.instance, defs=sample.defs, **kw)
     assert report.success, f"{target}: {report.runs[0].error if report.runs else report.notes}"
@@ -177,6 +198,7 @@ def sample(tmp_path_factory) -> Sample:
         _run(s, "month", "2025-12", "2025-12")
         _run(s, "year", "2025", "2025")
         _priced_ledger_rows(store)
+        _recall_runs(store)
         _run(s, "exports", *DAYS)
         _run(s, "month_exports", "2025-12", "2025-12")
         _run(s, "year_exports", "2025", "2025")
@@ -401,6 +423,24 @@ def test_mart_summary_lineage_walks_every_summary_to_its_raw_messages(sample):
     )
     assert {r[0] for r in raw} == want[year] and len(raw) == len(want[year])
     assert {"tomatoes planted", "compost turned"} <= {r[1] for r in raw}
+
+
+def test_mart_recall_quality_follows_recall_across_models(sample):
+    rows = sample.query(
+        "SELECT run_id, model, index_name, r_at_1, r_at_5, chars_per_day, r_at_5_vs_raw, chars_share_of_raw, "
+        "llm_calls, cost_usd, complete FROM marts.mart_recall_quality ORDER BY run_id, index_name"
+    )
+    got = {(r[0], r[2]): r for r in rows}
+    assert len(rows) == 6  # one row per run and index
+    off = got[("evaloffline", "temporal day summaries")]
+    assert off[1] == "offline/deterministic-headline-v1" and off[3:6] == (0.3, 0.4, 100.0)
+    assert off[6] == pytest.approx(0.4 / 0.8) and off[7] == pytest.approx(1000 / 3000)
+    assert off[8] == 7 and off[9] is None and off[10] is True
+    paid = got[("evalpaid", "temporal day summaries")]
+    assert paid[1] == "openai/gpt-x" and paid[6] == pytest.approx(1.0) and paid[9] == 0.25
+    assert paid[10] is False  # a run with a failed Dagster run is not complete
+    rnd = got[("evalpaid", "random ranking")]
+    assert rnd[3:6] == (0.1, 0.5, None) and rnd[7] is None
 
 
 def test_mart_ingest_daily_matches_the_messages(sample):

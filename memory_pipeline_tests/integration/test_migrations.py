@@ -195,6 +195,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0020_tower_guardrail",
         "0021_objects_core_history",
         "0022_sleep_as_of_day",
+        "0023_recall_eval",
     ]
     assert head(LOCATIONS) == chain[-1]
 

@@ -124,6 +124,9 @@ UPSTREAM: dict[str, Upstream] = {
     "conversation_summaries": Upstream((conversation.conversation_rolling_summaries,), Trigger.RECENT),
     "conversation_summary_failures": Upstream((conversation.conversation_rolling_summaries,), Trigger.RECENT),
     "conversation_init_status": Upstream((), Trigger.REFRESH),
+    # Written by `eval` (a command, not a run): refreshed with the other whole tables.
+    "recall_eval_runs": Upstream((), Trigger.REFRESH),
+    "recall_eval_results": Upstream((), Trigger.REFRESH),
     "conversation_summary_requests": Upstream((), Trigger.REFRESH),
     "user_profile_facts": Upstream((), Trigger.REFRESH),
     # Seed 001: one current state written by unpartitioned runs (and the per-day outcomes).

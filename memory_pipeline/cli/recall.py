@@ -1,0 +1,67 @@
+"""Recall on the command line: `eval locomo` measures every index's recall on LoCoMo files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from memory_pipeline.cli.console import console, err, refuse
+
+app = typer.Typer(no_args_is_help=True, help="Measure how well the consolidated memory recalls (R@1, R@5).")
+
+
+@app.command("locomo")
+def locomo(
+    files: list[Path] = typer.Argument(..., help="LoCoMo JSON files (one world each; their qa are the questions)"),
+    store: str | None = typer.Option(
+        None, "--store", help="SQLAlchemy URL of an empty store to build in (default: a new temporary SQLite file)"
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="litellm model to consolidate with (default: MEMORY_LLM_MODEL, else the offline model)"
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the results here as JSON"),
+):
+    """Import the files into a fresh store, run every domain over them as Dagster runs (day summaries,
+    the nights of sleep, object memory, rolling summaries), then rank each world's days by BM25 of
+    every question (category 5 left out) against each index's text of the day: R@k is the share of
+    questions with a day holding an evidence turn among the top k."""
+    from memory_pipeline.recall.evaluate import EvalError, run_locomo
+
+    try:
+        report = run_locomo(files, store_url=store, model=model, say=lambda line: err.print(escape(line)))
+    except EvalError as exc:
+        refuse(str(exc))
+    print_report(report)
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.as_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        console.print(f"results written to {escape(str(json_out))}")
+    if report.failed_runs:
+        for r in report.failed_runs:
+            err.print(f"[red]run failed: {escape(r.name)} {r.run_id[:8]}: {escape(r.error)}[/]")
+        err.print("[red]the table measures memory that some runs did not build[/]")
+        raise typer.Exit(1)
+
+
+def print_report(report) -> None:
+    from memory_pipeline.recall.metric import Index
+
+    table = Table(title=f"recall on {len(report.files)} LoCoMo file(s), model {escape(report.model)}")
+    for name in ("index", "R@1", "R@5", "characters per day"):
+        table.add_column(name, justify="left" if name == "index" else "right")
+    for s in report.scores:
+        chars = "" if s.index is Index.RANDOM else f"{s.chars_per_day:,.0f}"
+        table.add_row(s.index.value, f"{s.recall(1):.2f}", f"{s.recall(5):.2f}", chars)
+    console.print(table)
+    left = ", ".join(f"{n} {why}" for why, n in report.left_out.items()) or "none"
+    cost = "unknown (no price for this model)" if report.cost_usd is None else f"${report.cost_usd:.4f}"
+    console.print(
+        f"{report.questions} questions over {report.worlds} world(s), {report.days} candidate days; left out: {left}\n"
+        f"LLM: {report.llm_calls} calls, {report.tokens_in:,} tokens in, {report.tokens_out:,} out, cost {cost}\n"
+        f"{len(report.runs)} Dagster runs ({len(report.failed_runs)} failed) in {report.directory / 'dagster_home'}; "
+        f"store {escape(report.store_url)}\n"
+        f"wall time {report.wall_seconds:.0f} s; run id {report.run_id}"
+    )

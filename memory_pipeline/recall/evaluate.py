@@ -1,0 +1,335 @@
+"""`eval locomo`: build a fresh store from LoCoMo files, run every domain over it as Dagster runs (the
+jobs the schedules launch), then measure each index's recall (``metric``) and record the run.
+
+The run is self-contained: its own store (a new temporary SQLite file unless given), its own Dagster
+instance and Markdown folder under the run's directory, the in-process cache, and the model asked
+for (default: the embedded offline model). Nothing of the operator's store is read; the results are
+written to the run's store and to the project's store (MEMORY_DATABASE_URL, else data/), where the
+analyst export picks them up."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+
+from memory_pipeline import domains
+from memory_pipeline.lib import settings
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.migrate import ensure_schema
+from memory_pipeline.lib.store.tables import conversations, llm_ledger, messages
+from memory_pipeline.recall import days as day_index
+from memory_pipeline.recall.metric import Index, Question, Score, score_index, score_random
+from memory_pipeline.recall.questions import questions, world_of
+from memory_pipeline.recall.tables import recall_eval_results, recall_eval_runs
+
+ORGANIZE_ROUNDS_MAX = 200  # organize runs until no event is left to organize (each run a bounded batch count)
+ROW_ORDER = (
+    Index.RAW,
+    Index.DAY_SUMMARIES,
+    Index.SEMANTIC,
+    Index.AUTOBIOGRAPHY,
+    Index.OBJECTS,
+    Index.CONVERSATION,
+    Index.ALL_MEMORY,
+    Index.RANDOM,
+)
+
+
+class EvalError(ValueError):
+    """A refusal before anything was built (a store holding events, a bad file)."""
+
+
+@dataclass
+class DagsterRun:
+    name: str
+    run_id: str
+    success: bool
+    seconds: float
+    error: str = ""
+
+
+@dataclass
+class EvalReport:
+    run_id: str
+    files: list[str]
+    model: str
+    store_url: str
+    directory: Path
+    worlds: int = 0
+    days: int = 0
+    questions: int = 0
+    left_out: dict[str, int] = field(default_factory=dict)
+    scores: list[Score] = field(default_factory=list)
+    runs: list[DagsterRun] = field(default_factory=list)
+    llm_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = None
+    prompt_versions: dict[str, str] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def failed_runs(self) -> list[DagsterRun]:
+        return [r for r in self.runs if not r.success]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "files": self.files,
+            "model": self.model,
+            "store": masked(self.store_url),
+            "directory": str(self.directory),
+            "worlds": self.worlds,
+            "days": self.days,
+            "questions": self.questions,
+            "questions_left_out": self.left_out,
+            "indexes": [
+                {
+                    "index": s.index.value,
+                    "questions": s.questions,
+                    "r_at_1": round(s.recall(1), 4),
+                    "r_at_5": round(s.recall(5), 4),
+                    "chars_per_day": None if s.index is Index.RANDOM else round(s.chars_per_day, 1),
+                }
+                for s in self.scores
+            ],
+            "llm": {
+                "calls": self.llm_calls,
+                "tokens_in": self.tokens_in,
+                "tokens_out": self.tokens_out,
+                "cost_usd": self.cost_usd,
+                "prompt_versions": self.prompt_versions,
+            },
+            "dagster_runs": [r.__dict__ for r in self.runs],
+            "wall_seconds": round(self.wall_seconds, 1),
+        }
+
+
+def masked(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL: shown as given
+        return url
+
+
+@contextmanager
+def _environment(values: dict[str, str | None]) -> Iterator[None]:
+    """The run's settings for every resource the Dagster definitions build (they read the environment)."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_locomo(
+    files: list[Path],
+    *,
+    store_url: str | None = None,
+    model: str | None = None,
+    directory: Path | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> EvalReport:
+    """Build, run and measure; the report also lands in the run's store and the project's store."""
+    started = time.monotonic()
+    project_url = settings.database_url()
+    for path in files:
+        if not path.is_file():
+            raise EvalError(f"{path}: no such file")
+    stems = [world_of(p) for p in files]
+    twice = sorted({s for s in stems if stems.count(s) > 1})
+    if twice:
+        raise EvalError(f"two files would make the same world {twice[0]!r} (file names must differ)")
+    directory = directory or Path(tempfile.mkdtemp(prefix="memory-eval-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    url = store_url or f"sqlite:///{directory / 'memory.sqlite'}"
+    model = model or settings.env(settings.ENV_LLM_MODEL) or settings.OFFLINE_MODEL
+    report = EvalReport(uuid.uuid4().hex[:16], [p.name for p in files], model, url, directory)
+    store = Store(url)
+    ensure_schema(store, domains.version_locations())
+    with store.connect() as conn:
+        held = int(conn.execute(select(func.count()).select_from(messages)).scalar() or 0)
+    if held:
+        raise EvalError(
+            f"{masked(url)} already holds {held} raw events: eval builds memory from the files alone "
+            "(give --store an empty database, or leave it out for a new temporary SQLite file)"
+        )
+    env = {
+        settings.ENV_DATABASE_URL: url,
+        settings.ENV_LLM_MODEL: model,
+        settings.ENV_REDIS_URL: None,  # the in-process cache: nothing shared with another run
+        "MEMORY_DATA_DIR": str(directory),
+        "DAGSTER_HOME": str(directory / "dagster_home"),
+    }
+    with _environment(env):
+        tz = ZoneInfo(settings.timezone_name())
+        _import(store, files, tz, say)
+        worlds = sorted(stems)
+        candidates = day_index.world_days(store, worlds, tz)
+        report.worlds = len(worlds)
+        report.days = sum(len(d) for d in candidates.values())
+        _run_domains(store, candidates, report, say)
+        say("measuring recall")
+        event_days = day_index.message_days(store, worlds, tz)
+        left_out: Counter[str] = Counter()
+        asked: list[Question] = [q for p in files for q in questions(p, event_days, left_out)]
+        report.questions, report.left_out = len(asked), dict(left_out)
+        texts = day_index.day_texts(store, worlds, tz)
+        report.scores = [score_index(i, asked, texts[i], candidates) for i in ROW_ORDER if i is not Index.RANDOM]
+        report.scores.append(score_random(asked, candidates))
+        _ledger(store, report)
+    report.wall_seconds = time.monotonic() - started
+    record(store, report)
+    if project_url != url:
+        project = Store(project_url)
+        ensure_schema(project, domains.version_locations())
+        record(project, report)
+    return report
+
+
+def _import(store: Store, files: list[Path], tz: ZoneInfo, say: Callable[[str], None]) -> None:
+    from memory_pipeline.events.ingest import IngestError
+    from memory_pipeline.events.locomo import import_locomo
+
+    for path in files:
+        try:
+            rep = import_locomo(store, path, tz)
+        except IngestError as exc:
+            raise EvalError(str(exc)) from exc
+        say(f"imported {path.name}: {rep.inserted} turns, {rep.new_conversations} sessions")
+
+
+def _run_domains(
+    store: Store, candidates: dict[str, set[date]], report: EvalReport, say: Callable[[str], None]
+) -> None:
+    """The Dagster runs the schedules would launch once the days are closed: day summaries, the nights
+    of sleep (each day's three stages before the next day's), object memory until nothing is left to
+    organize, and the rolling summaries of every conversation (its Step-0 gate opened)."""
+    from memory_pipeline import operations
+    from memory_pipeline.conversation.summaries import set_init_status
+    from memory_pipeline.definitions import build_defs
+    from memory_pipeline.objects import reports as object_reports
+    from memory_pipeline.objects.logic import EventState
+    from memory_pipeline.operations.runner import QUIET
+
+    all_days = sorted({d for days in candidates.values() for d in days})
+    if not all_days:
+        return
+    yesterday = datetime.now(ZoneInfo(settings.timezone_name())).date() - timedelta(days=1)
+    first, last = all_days[0].isoformat(), min(all_days[-1], yesterday).isoformat()
+    instance = operations.get_instance()
+    defs = build_defs()
+    for window in ("day", "sleep"):
+        say(f"{window}: {first} .. {last}")
+        rep = operations.materialize(window, first, last, instance=instance, defs=defs)
+        for r in rep.runs:
+            report.runs.append(DagsterRun(f"{window} {r.first}..{r.last}", r.run_id, r.success, r.seconds, r.error))
+
+    def job(name: str, config: dict[str, Any] | None = None) -> bool:
+        t0 = time.monotonic()
+        result = defs.resolve_job_def(name).execute_in_process(
+            instance=instance, run_config={**(config or {}), **QUIET}, raise_on_error=False
+        )
+        error = ""
+        if not result.success:
+            failures = [e for e in result.all_events if e.is_step_failure]
+            error = failures[0].event_specific_data.error.message.strip() if failures else "run failed"
+        report.runs.append(DagsterRun(name, result.run_id, result.success, time.monotonic() - t0, error))
+        return result.success
+
+    say("objects: compaction and organize")
+    job("objects_compaction_job")
+    waiting = None
+    for _ in range(ORGANIZE_ROUNDS_MAX):
+        if not job("objects_organize_job"):
+            break
+        states = object_reports.state_counts(store)
+        left = sum(n for s, n in states.items() if s in (EventState.HOT, EventState.PENDING, EventState.IN_PROGRESS))
+        if left == 0 or left == waiting:  # done, or a run that moved nothing forward
+            break
+        waiting = left
+    with store.connect() as conn:
+        convs = [c for (c,) in conn.execute(select(conversations.c.conversation_id))]
+    for conv in convs:
+        set_init_status(store, conv, "done")
+    say("rolling conversation summaries")
+    job("conversation_rolling_summary_job")
+
+
+def _ledger(store: Store, report: EvalReport) -> None:
+    lc = llm_ledger.c
+    with store.connect() as conn:
+        rows = conn.execute(
+            select(lc.task, lc.prompt_version, lc.tokens_in, lc.tokens_out, lc.cost_usd, lc.outcome)
+        ).all()
+    report.llm_calls = sum(1 for r in rows if r.outcome != "cache_hit")
+    report.tokens_in = sum(r.tokens_in or 0 for r in rows)
+    report.tokens_out = sum(r.tokens_out or 0 for r in rows)
+    costs = [float(r.cost_usd) for r in rows if isinstance(r.cost_usd, int | float)]
+    report.cost_usd = sum(costs) if costs else None
+    report.prompt_versions = {r.task: r.prompt_version for r in rows if r.task and r.prompt_version}
+
+
+def record(store: Store, report: EvalReport) -> None:
+    """The run and one row per index (idempotent: a run id is written once)."""
+    row = {
+        "run_id": report.run_id,
+        "dataset": "locomo",
+        "files": report.files,
+        "model": report.model,
+        "prompt_versions": report.prompt_versions,
+        "store": masked(report.store_url),
+        "worlds": report.worlds,
+        "days": report.days,
+        "questions": report.questions,
+        "questions_left_out": report.left_out,
+        "llm_calls": report.llm_calls,
+        "tokens_in": report.tokens_in,
+        "tokens_out": report.tokens_out,
+        "cost_usd": report.cost_usd,
+        "wall_seconds": report.wall_seconds,
+        "failed_runs": [f"{r.name} {r.run_id}: {r.error}" for r in report.failed_runs],
+        "started_at": report.started_at,
+        "finished_at": datetime.now(UTC),
+    }
+    results = [
+        {
+            "run_id": report.run_id,
+            "index_name": s.index.value,
+            "questions": s.questions,
+            "r_at_1": s.recall(1),
+            "r_at_5": s.recall(5),
+            "chars_per_day": None if s.index is Index.RANDOM else s.chars_per_day,
+        }
+        for s in report.scores
+    ]
+    with store.begin() as conn:
+        seen = conn.execute(select(recall_eval_runs.c.run_id).where(recall_eval_runs.c.run_id == report.run_id)).first()
+        if seen:
+            return
+        conn.execute(recall_eval_runs.insert().values(row))
+        if results:
+            conn.execute(recall_eval_results.insert(), results)

@@ -1,0 +1,72 @@
+"""The questions of LoCoMo files (``qa``: question, evidence dia ids, category), turned into
+metric questions: the world the file was imported as, and the CST days of its evidence turns.
+
+Left out, and counted by reason: category 5 (adversarial: the answer is not in the conversation),
+a question without evidence, and one whose evidence names no imported turn. Evidence entries are
+read for every ``D<session>:<turn>`` they hold (the files have "D8:6; D9:17" in one entry)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from memory_pipeline.events.ingest import source_label
+from memory_pipeline.events.locomo import load_document
+from memory_pipeline.recall.metric import Question
+
+ADVERSARIAL = 5
+_DIA = re.compile(r"D(\d+):(\d+)")
+
+
+class QuestionError(ValueError):
+    pass
+
+
+def world_of(path: Path, prefix: str = "locomo") -> str:
+    return f"{prefix}-{path.stem}"  # as the importer names it
+
+
+def read_qa(path: Path) -> list[dict[str, Any]]:
+    """The ``qa`` list of a LoCoMo file; QuestionError naming the file and JSON path when it is not one."""
+    source = source_label(path)
+    doc, errors = load_document(path, source)
+    if errors:
+        raise QuestionError(str(errors[0]))
+    conv = doc.get("conversation", doc) if isinstance(doc.get("conversation"), dict) else doc
+    qa = doc.get("qa", conv.get("qa"))
+    if qa is None:
+        raise QuestionError(f"{source}:$.qa: missing (no questions to measure recall with)")
+    if not isinstance(qa, list):
+        raise QuestionError(f"{source}:$.qa: expected an array of questions")
+    for i, item in enumerate(qa):
+        if not isinstance(item, dict) or not isinstance(item.get("question"), str):
+            raise QuestionError(f"{source}:$.qa[{i}].question: expected a string")
+    return qa
+
+
+def questions(path: Path, event_days: dict[str, date], left_out: Counter[str] | None = None) -> list[Question]:
+    """The measurable questions of one file; ``event_days`` maps raw event id -> CST day."""
+    world = world_of(path)
+    left_out = left_out if left_out is not None else Counter()
+    out = []
+    for item in read_qa(path):
+        if item.get("category") == ADVERSARIAL:
+            left_out["category 5 (adversarial)"] += 1
+            continue
+        evidence = item.get("evidence") or []
+        if isinstance(evidence, str):
+            evidence = [evidence]
+        ids = [f"{world}.D{s}.{t}" for e in evidence if isinstance(e, str) for s, t in _DIA.findall(e)]
+        if not ids:
+            left_out["no evidence"] += 1
+            continue
+        days = frozenset(event_days[i] for i in ids if i in event_days)
+        if not days:
+            left_out["evidence names no imported turn"] += 1
+            continue
+        category = item.get("category")
+        out.append(Question(world, item["question"], days, category if isinstance(category, int) else None))
+    return out

@@ -1,0 +1,43 @@
+"""Recall tables: one row per `eval` run (what was measured, with which model, what it cost) and one
+per (run, index) with its R@1, R@5 and characters per day. Analysts follow them across models and
+prompt versions in the DuckDB export (``mart_recall_quality``)."""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Column, Float, ForeignKey, Integer, String, Table, Text
+
+from memory_pipeline.lib.store.tables import UTCDateTime, metadata, now_utc
+
+recall_eval_runs = Table(
+    "recall_eval_runs",
+    metadata,
+    Column("run_id", String(32), primary_key=True),
+    Column("dataset", String(32), nullable=False),  # locomo
+    Column("files", JSON, nullable=False),  # file names measured
+    Column("model", String(256), nullable=False),
+    Column("prompt_versions", JSON, nullable=False),  # task -> prompt version, from the ledger
+    Column("store", Text, nullable=False),  # where the run's memory was built (password masked)
+    Column("worlds", Integer, nullable=False),
+    Column("days", Integer, nullable=False),  # candidate days over every world
+    Column("questions", Integer, nullable=False),  # questions measured
+    Column("questions_left_out", JSON, nullable=False),  # reason -> count
+    Column("llm_calls", Integer, nullable=False),
+    Column("tokens_in", Integer, nullable=False),
+    Column("tokens_out", Integer, nullable=False),
+    Column("cost_usd", Float),  # null: the model has no known price
+    Column("wall_seconds", Float, nullable=False),
+    Column("failed_runs", JSON, nullable=False),  # Dagster runs that failed (their memory is missing)
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=False, default=now_utc),
+)
+
+recall_eval_results = Table(
+    "recall_eval_results",
+    metadata,
+    Column("run_id", String(32), ForeignKey("recall_eval_runs.run_id"), primary_key=True),
+    Column("index_name", String(64), primary_key=True),  # metric.Index
+    Column("questions", Integer, nullable=False),
+    Column("r_at_1", Float, nullable=False),
+    Column("r_at_5", Float, nullable=False),
+    Column("chars_per_day", Float),  # null for the random ranking
+)

@@ -1,0 +1,179 @@
+"""`eval locomo` end to end on a LoCoMo file the test writes: a fresh store, every domain as Dagster
+runs, the recall table, its rows in the run's store and the project's store (PostgreSQL here), the
+refusal of a store that already holds events, and each index's attribution of memory to days."""
+
+import json
+from datetime import UTC, date, datetime
+
+import pytest
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from memory_pipeline.cli import app
+from memory_pipeline.lib.store import Store
+from memory_pipeline.objects.tables import objects_attachments, objects_objects
+from memory_pipeline.recall import days as day_index
+from memory_pipeline.recall.evaluate import EvalError, run_locomo
+from memory_pipeline.recall.metric import Index
+from memory_pipeline.recall.tables import recall_eval_results, recall_eval_runs
+from memory_pipeline.sleep.tables import semantic_memories
+from memory_pipeline_tests.conftest import CST, write_locomo
+
+runner = CliRunner()
+TOPICS = [
+    ("pottery", "I went to a pottery class and made a blue bowl."),
+    ("marathon", "I ran the city marathon for the animal shelter."),
+    ("violin", "I started violin lessons with an old teacher."),
+    ("camping", "We went camping by the lake and saw a moose."),
+    ("adoption", "We met the adoption agency about a second child."),
+]
+
+
+def _doc() -> dict:
+    """Five sessions on five days, each about one thing; one question per session names it."""
+    doc: dict = {"speaker_a": "Caroline", "speaker_b": "Melanie"}
+    qa = []
+    for n, (word, line) in enumerate(TOPICS, start=1):
+        doc[f"session_{n}_date_time"] = f"1:56 pm on {n + 7} May, 2023"
+        doc[f"session_{n}"] = [
+            {"speaker": "Caroline", "dia_id": f"D{n}:1", "text": "Hi Melanie, how have you been this week?"},
+            {"speaker": "Melanie", "dia_id": f"D{n}:2", "text": "Good, thanks! What did you do?"},
+            {"speaker": "Caroline", "dia_id": f"D{n}:3", "text": line},
+        ]
+        qa.append({"question": f"When did Caroline do the {word}?", "evidence": [f"D{n}:3"], "category": 2})
+    qa.append({"question": "What did Melanie never say?", "answer": "n/a", "category": 5})
+    doc["qa"] = qa
+    return doc
+
+
+@pytest.fixture
+def project(monkeypatch, store, tmp_path):
+    """The operator's store is PostgreSQL; the eval builds elsewhere and records in both."""
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "project-data"))
+    monkeypatch.delenv("MEMORY_LLM_MODEL", raising=False)
+    return store
+
+
+def test_eval_builds_every_domain_and_measures_each_index(project, tmp_path):
+    path = write_locomo(tmp_path, _doc(), "26.json")
+    report = run_locomo([path], directory=tmp_path / "run")
+    assert not report.failed_runs, report.failed_runs
+    assert {r.name.split()[0] for r in report.runs} >= {
+        "day",
+        "sleep",
+        "objects_compaction_job",
+        "objects_organize_job",
+        "conversation_rolling_summary_job",
+    }
+    assert report.questions == 5 and report.left_out == {"category 5 (adversarial)": 1}
+    assert report.worlds == 1 and report.days == 5
+    scores = {s.index: s for s in report.scores}
+    assert list(scores) == list(Index)  # every row of the table, in order
+    # The raw anchor: each question's rare word is said on one day only.
+    assert scores[Index.RAW].recall(1) == 1.0
+    assert scores[Index.RANDOM].recall(1) == pytest.approx(1 / 5) and scores[Index.RANDOM].recall(5) == 1.0
+    raw_chars = sum(len(t["text"]) for n in range(1, 6) for t in _doc()[f"session_{n}"])
+    assert scores[Index.RAW].chars_per_day == pytest.approx((raw_chars + 2 * 5) / 5)  # a day's 3 turns, 2 line breaks
+    assert scores[Index.DAY_SUMMARIES].chars_per_day > 0  # the offline model summarized the days
+    assert report.llm_calls > 0 and report.model.startswith("offline/")
+    assert report.tokens_in > 0 and report.cost_usd is None  # the offline model has no price
+
+    # Recorded where the run built its memory and in the operator's store.
+    run_store = Store(report.store_url)
+    assert report.store_url.startswith("sqlite:///") and str(tmp_path / "run") in report.store_url
+    for where in (run_store, project):
+        with where.connect() as conn:
+            run = conn.execute(select(recall_eval_runs).where(recall_eval_runs.c.run_id == report.run_id)).one()
+            rows = conn.execute(select(recall_eval_results).where(recall_eval_results.c.run_id == report.run_id)).all()
+        assert run.questions == 5 and run.llm_calls == report.llm_calls and run.failed_runs == []
+        assert {r.index_name: r.r_at_1 for r in rows}[Index.RAW.value] == 1.0
+        assert len(rows) == len(Index)
+    with project.connect() as conn:  # the operator's own memory was not touched
+        assert conn.execute(select(semantic_memories)).first() is None
+
+
+def test_a_store_that_already_holds_events_is_refused_before_anything_is_built(project, tmp_path):
+    path = write_locomo(tmp_path, _doc(), "26.json")
+    run_locomo([path], directory=tmp_path / "first")
+    used = f"sqlite:///{tmp_path / 'first' / 'memory.sqlite'}"
+    with pytest.raises(EvalError, match=r"already holds 15 raw events"):
+        run_locomo([path], store_url=used, directory=tmp_path / "second")
+    assert not (tmp_path / "second" / "dagster_home").exists()
+    result = runner.invoke(app, ["eval", "locomo", str(path), "--store", used])
+    assert result.exit_code == 2 and "already holds 15 raw events" in result.output
+
+
+def test_two_files_that_would_make_one_world_are_refused(project, tmp_path):
+    a = write_locomo(tmp_path, _doc(), "26.json")
+    (tmp_path / "copy").mkdir()
+    b = write_locomo(tmp_path / "copy", _doc(), "26.json")
+    with pytest.raises(EvalError, match="same world 'locomo-26'"):
+        run_locomo([a, b], directory=tmp_path / "run")
+
+
+def test_the_command_prints_the_table_and_writes_json(project, tmp_path):
+    path = write_locomo(tmp_path, _doc(), "26.json")
+    out = tmp_path / "recall.json"
+    result = runner.invoke(app, ["eval", "locomo", str(path), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    for index in Index:
+        assert index.value in result.output
+    assert "5 questions over 1 world(s), 5 candidate days" in result.output
+    data = json.loads(out.read_text())
+    rows = {r["index"]: r for r in data["indexes"]}
+    assert rows["raw messages"]["r_at_1"] == 1.0 and rows["random ranking"]["chars_per_day"] is None
+    assert data["llm"]["calls"] > 0 and data["questions_left_out"] == {"category 5 (adversarial)": 1}
+
+
+def test_memory_is_attributed_to_the_days_of_the_events_it_came_from(store, ingest):
+    """A semantic memory to its source sessions' days, an object to its attached events' days; a
+    deprecated memory and an archived object are not what a reader gets, so they count nowhere."""
+    from memory_pipeline_tests.conftest import event
+
+    ingest(
+        [
+            event("w", "w.s1", "user", "pottery class", datetime(2023, 5, 8, 13, 0, tzinfo=CST), mid="m1"),
+            event("w", "w.s2", "user", "marathon", datetime(2023, 5, 9, 13, 0, tzinfo=CST), mid="m2"),
+            event("w", "w.s2", "user", "late night", datetime(2023, 5, 10, 0, 30, tzinfo=CST), mid="m3"),
+        ]
+    )
+    now = datetime.now(UTC)
+    memory = {"world_id": "w", "type": "experience", "observed_at": now, "version": 1, "created_by": "light_sleep"}
+    obj = {"world_id": "w", "type": "knowledge", "aliases": [], "summary": "", "cues": [], "version": 1, "revision": 1}
+    with store.begin() as conn:
+        conn.execute(
+            semantic_memories.insert(),
+            [
+                memory
+                | {"memory_id": "a", "content": "ran a marathon", "source_sessions": ["w.s2"], "status": "active"},
+                memory | {"memory_id": "b", "content": "old fact", "source_sessions": ["w.s1"], "status": "deprecated"},
+            ],
+        )
+        conn.execute(
+            objects_objects.insert(),
+            [
+                obj | {"object_id": "o1", "name": "Pottery", "body": "a class", "status": "active"},
+                obj | {"object_id": "o2", "name": "Gone", "body": "x", "status": "archived"},
+            ],
+        )
+        conn.execute(
+            objects_attachments.insert(),
+            [
+                {"world_id": "w", "object_id": "o1", "event_id": "m1", "revision": 1},
+                {"world_id": "w", "object_id": "o2", "event_id": "m2", "revision": 1},
+            ],
+        )
+    texts = day_index.day_texts(store, ["w"], CST)
+    d8, d9, d10 = date(2023, 5, 8), date(2023, 5, 9), date(2023, 5, 10)
+    assert texts[Index.SEMANTIC]["w"] == {d9: "ran a marathon", d10: "ran a marathon"}  # the session spans two days
+    assert texts[Index.OBJECTS]["w"] == {d8: "Pottery a class"}
+    assert texts[Index.RAW]["w"][d10] == "late night"
+    assert texts[Index.ALL_MEMORY]["w"][d9] == "ran a marathon"
+    assert day_index.world_days(store, ["w"], CST) == {"w": {d8, d9, d10}}
+
+
+def test_an_unreadable_file_is_refused_naming_it(project, tmp_path):
+    bad = write_locomo(tmp_path, b"{not json", "26.json")
+    with pytest.raises(EvalError, match=r"26.json:1: field '<file>': malformed JSON"):
+        run_locomo([bad], directory=tmp_path / "run")
