@@ -729,3 +729,30 @@ def test_concurrent_appends_of_the_same_ids_store_each_entry_once(store):
         th.join()
     assert len(reports) == 4 and sum(r["inserted"] for r in reports) == 50
     assert sum(r["duplicates"] for r in reports) == 150 and count(store, tower_entries) == 50
+
+
+def test_a_wide_read_on_a_short_chain_returns_its_top_level_summaries_and_the_gaps(tower, store):
+    """Chains that stop below the default cap (week): `day` alone, and `day` → `month` (month is above
+    the cap). A read wider than the cap has no week to return: it returns the day summaries covering
+    the range and the gaps between them, not an empty answer."""
+    for name, chain in (("r/daily", ["day"]), ("r/monthly", ["day", "month"])):
+        tower.create_type(name, chain=chain, summaries=True)
+        tower.append(
+            name,
+            [{"content": f"chose postgres on day {d}", "at": cst(2026, 1, d, 10).isoformat()} for d in (5, 6, 20)],
+        )
+        for d in ("2026-01-05", "2026-01-06"):
+            assert tower.summarize(name, "day", d)["jobs"][0]["state"] == "succeeded"
+    n = calls(store)
+    ranged = tower.get_summary("r/daily", from_="2026-01-01", to="2026-02-01")
+    month = tower.get_summary("r/monthly", "month", "2026-01-15")
+    assert calls(store) == n  # a read never calls the model
+    for wide in (ranged, month):
+        assert wide["state"] == "cap_level" and (wide["total_summaries"], wide["total_gaps"]) == (2, 2)
+        assert [(s["window"]["granularity"], s["window"]["start"]) for s in wide["summaries"]] == [
+            ("day", "2026-01-05T00:00:00+08:00"),
+            ("day", "2026-01-06T00:00:00+08:00"),
+        ]
+        gaps = [(g["start"][:10], g["end"][:10], g["windows"], g["entries"]) for g in wide["gaps"]]
+        assert gaps == [("2026-01-01", "2026-01-05", 4, 0), ("2026-01-07", "2026-02-01", 25, 1)]  # the 20th
+        assert "the chain's top summarized level is day" in wide["note"]
