@@ -332,10 +332,8 @@ def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[
         with sctx.store.connect() as conn:
             rec = newest(conn, ckey)
         if rec is None:
-            _from_raw(sctx, ckey, by_child[cstart])
-            made_children = True
-            with sctx.store.connect() as conn:
-                rec = newest(conn, ckey)
+            rec, made = _missing_child(sctx, ckey, by_child[cstart])
+            made_children |= made
         child_records.append(rec)
     ids = [int(r["record_id"]) for r in child_records]
     fp = _fp(sctx, "chain", ids)
@@ -359,6 +357,23 @@ def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[
             conn, sctx, key, made, source=Source.CHAIN, ref_kind="summary", refs=ids, entry_count=len(rows), fp=fp
         )
     return Outcome(JobState.SUCCEEDED, rid)
+
+
+def _missing_child(sctx: SummaryContext, ckey: WindowKey, rows: list[Any]) -> tuple[Any, bool]:
+    """A child window a bottom-up summary needs, made from raw under the lease a direct run of that
+    window takes (so two processes never make it twice: the second finds the first's record once
+    the lease is free), and, like a direct run, a success clears the child's retry ledger (it no
+    longer shows as backing off or given up). Returns (the child's newest record, whether made here)."""
+    holder = f"tower-{uuid.uuid4().hex[:12]}"
+    with leases.held(sctx.store, LEASE_ASSET, ckey.lease_partition(), holder, wait=sctx.lease_wait_seconds):
+        with sctx.store.connect() as conn:
+            rec = newest(conn, ckey)
+        if rec is not None:
+            return rec, False  # made by whoever held the lease before us
+        _from_raw(sctx, ckey, rows)
+        with sctx.store.begin() as conn:
+            _clear_attempts(conn, ckey)
+            return newest(conn, ckey), True
 
 
 def _child_material(sections: dict[str, list[str]]) -> str:
