@@ -246,6 +246,7 @@ class Tower:
 
     def _run(self, job_id: str, key: WindowKey, source: Source) -> None:
         jobs_io.set_state(self.store, job_id, JobState.RUNNING)
+        llm: LLMClient | None = None
         try:
             t = types_io.get(self.store, key.type_name)
             llm = self.llm_factory(key.label(self.tz))
@@ -254,7 +255,9 @@ class Tower:
             error = out.reason or None
             jobs_io.set_state(self.store, job_id, out.state, record_id=out.record_id, calls=out.calls, error=error)
         except Exception as exc:  # noqa: BLE001 - a job records why it failed; the caller polls
-            jobs_io.set_state(self.store, job_id, JobState.FAILED, error=f"{type(exc).__name__}: {exc}")
+            # The job's client is its own: its ledger rows are the calls the job made before failing.
+            calls = llm.stats.ledger_rows if llm is not None else 0
+            jobs_io.set_state(self.store, job_id, JobState.FAILED, calls=calls, error=f"{type(exc).__name__}: {exc}")
 
     def job_status(self, job_id: Any) -> dict[str, Any]:
         if not isinstance(job_id, str) or not job_id.isalnum() or len(job_id) > 36:

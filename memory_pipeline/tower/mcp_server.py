@@ -239,7 +239,8 @@ _ALIASES = {"from_": "from"}
 
 def _strict_tool(fn: Callable[..., Any], name: str, description: str) -> Any:
     """The SDK's tool for ``fn``, with an argument model that is strict (no "yes" for true, no "10"
-    for 10), refuses an unknown argument instead of dropping it, and names ``from_`` ``from``."""
+    for 10, no "null" for null: a string stays a string), refuses an unknown argument instead of
+    dropping it, and names ``from_`` ``from``."""
     from mcp.server.fastmcp.tools import Tool
     from pydantic import Field, create_model
 
@@ -281,7 +282,10 @@ def _strict_classes() -> tuple[Any, Any]:
             arguments_to_pass_directly: dict[str, Any] | None,
         ) -> Any:
             try:
-                parsed = self.arg_model.model_validate(self.pre_parse_json(arguments_to_validate))
+                # Not the SDK's pre_parse_json: it decodes a string argument as JSON when the field
+                # is not plain ``str``, so group "null" became None (every group) and limit "null"
+                # the default. A string the client sent stays a string, validated as it came.
+                parsed = self.arg_model.model_validate(arguments_to_validate)
             except ValidationError as exc:
                 raise _argument_error(exc, self.arg_model) from None
             kwargs = parsed.model_dump_one_level() | (arguments_to_pass_directly or {})

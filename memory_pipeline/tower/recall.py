@@ -28,6 +28,7 @@ from memory_pipeline.tower.logic import (
     decode_cursor,
     encode_cursor,
     parse_anchor,
+    summary_levels,
     window_end,
     window_start,
     windows_between,
@@ -347,6 +348,13 @@ def _counts_now(conn: Connection, t: MemoryType, rows: list[Any], fed: bool) -> 
 # ---- semantic recall ----------------------------------------------------------------------------------
 
 
+def read_cap(t: MemoryType) -> Granularity:
+    """The level whose summaries answer a read wider than the cap: the cap itself, or on a short
+    chain that stops below it (``day`` alone, or ``day`` → ``month`` under the default cap ``week``)
+    the chain's highest level at or under the cap; a level the chain lacks has no summary to return."""
+    return summary_levels(t.chain, t.summary_cap)[-1]
+
+
 def cap_span(t: MemoryType, spec: Spec, tz: ZoneInfo) -> bool:
     """A range wider than one cap-level window (or a level above the cap) is answered with the
     cap-level summaries inside it (a year → ~52 weeks), never with a new call."""
@@ -427,8 +435,8 @@ def _cap_level(
     unfed: int,
 ) -> dict[str, Any]:
     """The cap-level summaries of every cap window overlapping ``spec`` and the gaps between them,
-    one sequence in time order, paged; no call."""
-    cap = t.summary_cap
+    one sequence in time order, paged; no call. The level is :func:`read_cap`."""
+    cap = read_cap(t)
     latest = _newest_records(conn, t, str(cap), spec.start, spec.end, grp)
     by_start: dict[datetime, list[Any]] = defaultdict(list)
     for (start, _), rec in sorted(latest.items(), key=lambda kv: kv[0]):
@@ -467,7 +475,9 @@ def _cap_level(
         "type": t.name,
         "window": _spec_view(spec, tz),
         "state": "cap_level",
-        "note": f"wider than the summary cap ({cap}): the {cap} summaries of the windows overlapping it, "
+        "note": f"wider than the summary cap ({t.summary_cap})"
+        + (f"; the chain's top summarized level is {cap}" if cap != t.summary_cap else "")
+        + f": the {cap} summaries of the windows overlapping it, "
         f"and the gaps (stretches of {cap} windows with no summary)",
         "total_summaries": len(latest),
         "total_gaps": sum(1 for kind, _ in items if kind == "gap"),

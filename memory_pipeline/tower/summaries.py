@@ -117,7 +117,7 @@ def level_key(t: MemoryType, g: Granularity, start: datetime, group: str, tz: Zo
 class Outcome:
     state: JobState
     record_id: int | None = None
-    calls: int = 0
+    calls: int = 0  # ledger rows of the call: failed, cached and bottom-up children's calls included
     reused: bool = False
     reason: str = ""
 
@@ -210,7 +210,6 @@ class Made:
     chunks: int
     input_tokens: int
     clipped: int
-    calls: int = 0
 
 
 def _ask(sctx: SummaryContext, task: str, header: str, items: list[str]) -> str:
@@ -226,7 +225,6 @@ def _ask(sctx: SummaryContext, task: str, header: str, items: list[str]) -> str:
 
 def _make(sctx: SummaryContext, task: str, header: str, items: list[str]) -> Made:
     """Within the token budget one direct call; over it one call per chunk, then one to merge."""
-    before = sctx.llm.stats.calls
     plan = plan_chunks([approx_tokens(x) for x in items], sctx.cfg.input_budget_tokens, sctx.cfg.max_chunks)
     if not plan.chunks:  # an empty record would pass for a summary
         raise SummaryRefused(
@@ -245,14 +243,7 @@ def _make(sctx: SummaryContext, task: str, header: str, items: list[str]) -> Mad
     sections = parse_sections(answer)
     if not any(sections.values()):  # an empty record would pass for a summary of the window
         raise SummaryRefused("the model's summary is empty (no section has an item): nothing appended")
-    return Made(
-        sections,
-        plan.strategy,
-        len(plan.chunks),
-        plan.input_tokens,
-        plan.clipped,
-        sctx.llm.stats.calls - before,
-    )
+    return Made(sections, plan.strategy, len(plan.chunks), plan.input_tokens, plan.clipped)
 
 
 def _insert(
@@ -310,7 +301,7 @@ def _from_raw(sctx: SummaryContext, key: WindowKey, rows: list[Any]) -> Outcome:
     made = _make(sctx, "tower_raw", f"# {key.label(sctx.tz)}: {len(items)} entries", items)
     with sctx.store.begin() as conn:
         rid = _insert(conn, sctx, key, made, source=Source.RAW, ref_kind="entry", refs=pks, entry_count=len(pks), fp=fp)
-    return Outcome(JobState.SUCCEEDED, rid, calls=made.calls)
+    return Outcome(JobState.SUCCEEDED, rid)
 
 
 def _raw_items(sctx: SummaryContext, key: WindowKey, full: list[Any]) -> list[str]:
@@ -334,24 +325,22 @@ def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[
     by_child: dict[datetime, list[Any]] = defaultdict(list)
     for r in rows:
         by_child[window_start(child, r["at"], sctx.tz)].append(r)
-    calls = 0
+    made_children = False
     child_records: list[Any] = []
     for cstart in sorted(by_child):
         ckey = level_key(t, child, cstart, key.group, sctx.tz)
         with sctx.store.connect() as conn:
             rec = newest(conn, ckey)
         if rec is None:
-            out = _from_raw(sctx, ckey, by_child[cstart])
-            calls += out.calls
-            with sctx.store.connect() as conn:
-                rec = newest(conn, ckey)
+            rec, made = _missing_child(sctx, ckey, by_child[cstart])
+            made_children |= made
         child_records.append(rec)
     ids = [int(r["record_id"]) for r in child_records]
     fp = _fp(sctx, "chain", ids)
     with sctx.store.connect() as conn:
         last = newest(conn, key)
     if last is not None and last["material_fp"] == fp and not sctx.force_llm:
-        return Outcome(JobState.SUCCEEDED, last["record_id"], calls=calls, reused=calls == 0)
+        return Outcome(JobState.SUCCEEDED, last["record_id"], reused=not made_children)
     header = f"period: {window_label(key.granularity, key.start, sctx.tz)} ({len(ids)} {child} windows)"
     items = [f"# {window_label(child, r['start'], sctx.tz)}\n{_child_material(r['sections'])}" for r in child_records]
     sctx.make_room()
@@ -367,7 +356,24 @@ def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[
         rid = _insert(
             conn, sctx, key, made, source=Source.CHAIN, ref_kind="summary", refs=ids, entry_count=len(rows), fp=fp
         )
-    return Outcome(JobState.SUCCEEDED, rid, calls=calls + made.calls)
+    return Outcome(JobState.SUCCEEDED, rid)
+
+
+def _missing_child(sctx: SummaryContext, ckey: WindowKey, rows: list[Any]) -> tuple[Any, bool]:
+    """A child window a bottom-up summary needs, made from raw under the lease a direct run of that
+    window takes (so two processes never make it twice: the second finds the first's record once
+    the lease is free), and, like a direct run, a success clears the child's retry ledger (it no
+    longer shows as backing off or given up). Returns (the child's newest record, whether made here)."""
+    holder = f"tower-{uuid.uuid4().hex[:12]}"
+    with leases.held(sctx.store, LEASE_ASSET, ckey.lease_partition(), holder, wait=sctx.lease_wait_seconds):
+        with sctx.store.connect() as conn:
+            rec = newest(conn, ckey)
+        if rec is not None:
+            return rec, False  # made by whoever held the lease before us
+        _from_raw(sctx, ckey, rows)
+        with sctx.store.begin() as conn:
+            _clear_attempts(conn, ckey)
+            return newest(conn, ckey), True
 
 
 def _child_material(sections: dict[str, list[str]]) -> str:
@@ -427,7 +433,17 @@ def summarize(
 ) -> Outcome:
     """One (window, group). ``source`` chain (bottom-up) or raw (recompute). A scheduled call also
     respects the backoff; an explicit call retries a backing-off window but not a given-up one
-    (recompute clears the given-up record: it is the operator's explicit rebuild)."""
+    (recompute clears the given-up record: it is the operator's explicit rebuild). The outcome's
+    ``calls`` are the ledger rows it made: the children's, the failed and the cached calls included."""
+    before = sctx.llm.stats.ledger_rows
+    out = _summarize(sctx, t, key, source=source, now=now, scheduled=scheduled)
+    out.calls = sctx.llm.stats.ledger_rows - before
+    return out
+
+
+def _summarize(
+    sctx: SummaryContext, t: MemoryType, key: WindowKey, *, source: Source, now: datetime, scheduled: bool
+) -> Outcome:
     refuse_unsettled(key, now, sctx.cfg, sctx.tz)
     holder = f"tower-{uuid.uuid4().hex[:12]}"
     with leases.held(sctx.store, LEASE_ASSET, key.lease_partition(), holder, wait=sctx.lease_wait_seconds):

@@ -729,3 +729,67 @@ def test_concurrent_appends_of_the_same_ids_store_each_entry_once(store):
         th.join()
     assert len(reports) == 4 and sum(r["inserted"] for r in reports) == 50
     assert sum(r["duplicates"] for r in reports) == 150 and count(store, tower_entries) == 50
+
+
+def test_a_child_made_bottom_up_takes_its_own_lease_and_its_success_clears_its_ledger(store):
+    """The day 2026-01-06 failed when summarized by itself (a retry is listed); then the week is
+    summarized bottom-up. While another process holds the day's lease (making it), the week waits for
+    it and makes nothing; once the day is free, the week makes it, and the day's ledger is cleared."""
+    from memory_pipeline.lib.store import leases
+
+    with FakeOpenAI() as fake:
+        fake.push("status", 400)
+        failing = make_tower(store, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
+        failing.create_type("proj/weekly", chain=["day", "week"], summaries=True)
+        failing.append("proj/weekly", {"content": "chose postgres over mysql", "at": cst(2026, 1, 6, 9).isoformat()})
+        assert failing.summarize("proj/weekly", "day", "2026-01-06")["jobs"][0]["state"] == "failed"
+    (retrying,) = summaries.retrying(store, CST)
+    assert retrying["window"] == "proj/weekly day 2026-01-06" and retrying["failures"] == 1
+
+    t = summaries.types_io.get(store, "proj/weekly")
+    day = summaries.level_key(t, Granularity.DAY, cst(2026, 1, 6), "", CST)
+    week = summaries.level_key(t, Granularity.WEEK, cst(2026, 1, 5), "", CST)
+    other = "another-process"
+    assert leases.try_acquire(store, summaries.LEASE_ASSET, day.lease_partition(), other) is None
+    impatient = SummaryContext(store, LLMClient(store), TowerConfig(), CST, lease_wait_seconds=0)
+    with pytest.raises(leases.LeaseTimeout, match=other):
+        summaries.summarize(impatient, t, week, source=Source.CHAIN, now=utcnow())
+    assert count(store, tower_summaries) == 0 and calls(store) == 0  # the day was left to its holder
+    assert leases.release(store, summaries.LEASE_ASSET, day.lease_partition(), other)
+
+    job = make_tower(store).summarize("proj/weekly", "week", "2026-01-05")["jobs"][0]
+    assert job["state"] == "succeeded" and job["llm_calls"] == 2  # the day from raw, then the week
+    assert summaries.retrying(store, CST) == [] and summaries.given_up(store, CST) == []
+    assert count(store, tower_summary_attempts) == 0
+    with store.connect() as conn:
+        assert list(conn.execute(select(tower_summaries.c.granularity).order_by("record_id")).scalars()) == [
+            "day",
+            "week",
+        ]
+
+
+def test_a_wide_read_on_a_short_chain_returns_its_top_level_summaries_and_the_gaps(tower, store):
+    """Chains that stop below the default cap (week): `day` alone, and `day` → `month` (month is above
+    the cap). A read wider than the cap has no week to return: it returns the day summaries covering
+    the range and the gaps between them, not an empty answer."""
+    for name, chain in (("r/daily", ["day"]), ("r/monthly", ["day", "month"])):
+        tower.create_type(name, chain=chain, summaries=True)
+        tower.append(
+            name,
+            [{"content": f"chose postgres on day {d}", "at": cst(2026, 1, d, 10).isoformat()} for d in (5, 6, 20)],
+        )
+        for d in ("2026-01-05", "2026-01-06"):
+            assert tower.summarize(name, "day", d)["jobs"][0]["state"] == "succeeded"
+    n = calls(store)
+    ranged = tower.get_summary("r/daily", from_="2026-01-01", to="2026-02-01")
+    month = tower.get_summary("r/monthly", "month", "2026-01-15")
+    assert calls(store) == n  # a read never calls the model
+    for wide in (ranged, month):
+        assert wide["state"] == "cap_level" and (wide["total_summaries"], wide["total_gaps"]) == (2, 2)
+        assert [(s["window"]["granularity"], s["window"]["start"]) for s in wide["summaries"]] == [
+            ("day", "2026-01-05T00:00:00+08:00"),
+            ("day", "2026-01-06T00:00:00+08:00"),
+        ]
+        gaps = [(g["start"][:10], g["end"][:10], g["windows"], g["entries"]) for g in wide["gaps"]]
+        assert gaps == [("2026-01-01", "2026-01-05", 4, 0), ("2026-01-07", "2026-02-01", 25, 1)]  # the 20th
+        assert "the chain's top summarized level is day" in wide["note"]

@@ -2,6 +2,7 @@
 with one check result per partition, the structural job outside the `llm` pool, the two independent
 schedulers (sensors), late data requested by its sensor, and the semantic tick as a run."""
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -27,6 +28,7 @@ from memory_pipeline.tower.logic import Granularity
 from memory_pipeline.tower.summaries import SummaryContext
 from memory_pipeline.tower.tables import tower_summaries
 from memory_pipeline_tests.conftest import CST, conversation, cst
+from memory_pipeline_tests.fake_openai import FakeOpenAI
 from memory_pipeline_tests.integration.test_dagster import make_defs
 
 
@@ -270,3 +272,32 @@ def test_a_structural_run_feeds_no_message_into_an_archived_activity_type(defs, 
     assert tower.get_type("agent/activity")["archived"] is True
     fresh = [r for r in _checks(instance, run.runs[0].run_id) if r[0] == "tower_windows_fresh"]
     assert fresh == [("tower_windows_fresh", key, True)]  # a message it will never take is not "late"
+
+
+def test_llm_calls_in_a_summary_runs_metadata_are_its_ledger_rows(pg_url, redis_url, instance, store, worklog):
+    """The week of 2026-01-05 bottom-up, two projects of three days each: alpha's first child is
+    answered after a retry, its second fails (alpha's week fails); beta's three children and its
+    aggregate are answered. Every call is one ledger row, and llm_calls says as many."""
+    answers = iter(range(100))
+    with FakeOpenAI() as fake:
+        fake.answer = lambda body: json.dumps({"conclusions": [f"summary number {next(answers)}"]})
+        fake.push("status", 500).push("ok", json.dumps({"conclusions": ["alpha day 5"]})).push("status", 400)
+        defs = make_defs(
+            pg_url,
+            redis_url,
+            model="openai/fake",
+            api_base=fake.api_base,
+            api_key="k",
+            max_retries=1,
+            backoff_seconds=0.01,
+        )
+        week = operations.materialize("tower_week_summaries", "2026-01-05", "2026-01-05", instance=instance, defs=defs)
+        # 7 for the summaries (the retried call went out twice), 1 for the drift check's recompute.
+        assert week.success and len(fake.requests) == 8
+    rows = _ledger(store, "tower_week_summaries")
+    assert sorted(rows) == sorted([("2026-01-05", "ok")] * 5 + [("2026-01-05", "error")])
+    (mat,) = instance.fetch_materializations(tower_assets.tower_week_summaries.key, limit=10).records
+    meta = {k: v.value for k, v in mat.asset_materialization.metadata.items()}
+    assert meta["llm_calls"] == len(rows) == 6  # 3 + 1 beta, alpha's day 5 (retried) and day 6 (failed)
+    assert (meta["llm_answered"], meta["llm_failures"], meta["llm_cache_hits"]) == (5, 1, 0)
+    assert (meta["summaries_written"], meta["failed"]) == (5, 1)  # alpha's day 5, beta's 3 days and week

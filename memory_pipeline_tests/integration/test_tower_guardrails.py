@@ -202,3 +202,28 @@ def test_an_aggregate_identical_to_its_only_child_is_refused_at_write_time(store
     assert week["text"] != day["text"] and week["refs"]["ids"] == [day["record_id"]]
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(tower_summary_attempts)).scalar_one() == 0
+
+
+def test_a_jobs_llm_calls_are_its_ledger_rows_children_and_the_failed_call_included(store):
+    """A week of two days bottom-up: both children answered, the aggregate fails. The job made three
+    calls (three ledger rows) and says so."""
+    from memory_pipeline.lib.store.tables import llm_ledger
+
+    with FakeOpenAI() as fake:
+        fake.answer = lambda body: json.dumps({"conclusions": [f"summary of {len(fake.requests)} requests"]})
+        tower = make_tower(store, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
+        tower.create_type("r/weekly", chain=["day", "week"], summaries=True)
+        tower.append(
+            "r/weekly",
+            [{"content": f"chose postgres on day {d}", "at": cst(2026, 1, d, 10).isoformat()} for d in (5, 6)],
+        )
+        fake.push("ok", json.dumps({"conclusions": ["day 5"]})).push("ok", json.dumps({"conclusions": ["day 6"]}))
+        fake.push("status", 400)
+        job = tower.summarize("r/weekly", "week", "2026-01-05")["jobs"][0]
+        assert job["state"] == "failed" and job["record_id"] is None
+        with store.connect() as conn:
+            outcomes = list(conn.execute(select(llm_ledger.c.outcome).order_by(llm_ledger.c.call_id)).scalars())
+        assert outcomes == ["ok", "ok", "error"] and job["llm_calls"] == 3
+        retry = tower.summarize("r/weekly", "week", "2026-01-05")["jobs"][0]
+        assert retry["state"] == "succeeded" and retry["llm_calls"] == 1  # the children are reused: no call
+    assert count(store, llm_ledger) == 4

@@ -350,3 +350,41 @@ def test_a_client_disconnecting_leaves_no_traceback_in_the_server_log(server, ca
         assert time.monotonic() < deadline, "the session was never closed"
         time.sleep(0.05)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
+
+
+def test_string_arguments_stay_strings_group_null_is_a_group_and_limit_null_is_refused(server, store):
+    """The SDK decodes a string argument as JSON when its field is not plain str: "null" was read as
+    null, so group "null" answered every group and limit "null" took the default silently."""
+    url, tower = server
+    tower.append(
+        "worklog",
+        [
+            {"content": {"project": "null", "did": "chose postgres"}, "at": "2026-01-05T10:00:00+08:00"},
+            {"content": {"project": "alpha", "did": "chose redis"}, "at": "2026-01-05T11:00:00+08:00"},
+            {"content": {"project": "alpha", "did": "wrote the report"}, "at": "2026-01-05T12:00:00+08:00"},
+        ],
+    )
+    windows.build_day(store, date(2026, 1, 5), CST)
+    day = {"type": "worklog", "granularity": "day", "anchor": "2026-01-05"}
+    _, results = asyncio.run(
+        _raw_calls(
+            url,
+            [
+                ("mem/recall", {**day, "group": "null"}),
+                ("mem/windows", {"type": "worklog", "granularity": "day", "group": "null"}),
+                ("mem/get_summary", {**day, "group": "null"}),
+                ("mem/recall", {**day, "limit": "null"}),
+                ("mem/windows", {"type": "worklog", "limit": "null"}),
+                ("mem/list_jobs", {"limit": "null"}),
+            ],
+        )
+    )
+    (r_err, recalled), (w_err, browsed), (s_err, summary) = results[:3]
+    assert not r_err and not w_err and not s_err
+    recalled, browsed, summary = json.loads(recalled), json.loads(browsed), json.loads(summary)
+    assert recalled["group"] == "null" and recalled["total_entries"] == 1
+    assert [e["content"]["did"] for e in recalled["entries"]] == ["chose postgres"]
+    assert [(w["group"], w["entry_count"]) for w in browsed["windows"]] == [("null", 1)]
+    assert summary["state"] == "missing" and summary["missing_groups"] == ["null"]  # not alpha's too
+    for is_error, text in results[3:]:
+        assert is_error and "field 'limit': input should be a valid integer" in text, text

@@ -12,6 +12,7 @@ from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partit
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_week
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.tower.resources import TowerResource
+from memory_pipeline.lib.llm.client import CallStats
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.tower import summaries, windows
 from memory_pipeline.tower.logic import Granularity
@@ -23,6 +24,13 @@ LLM_POOL = "llm"
 
 class TowerRunConfig(Config):
     force_llm: bool = Field(False, description="Ignore cached answers and call the model afresh.")
+
+
+def tower_llm_metadata(stats: CallStats) -> dict:
+    """``llm_calls`` is every call of the run, one per ledger row (answered after its retries, from
+    the cache, or failed; the children a bottom-up summary made included); ``llm_answered`` the
+    model's fresh answers among them."""
+    return {**llm_metadata(stats), "llm_calls": stats.ledger_rows, "llm_answered": stats.calls}
 
 
 def _round_metadata(result: summaries.RoundResult) -> dict:
@@ -130,7 +138,9 @@ def _summary_asset(name: str, g: Granularity, partitions_def, deps, description:
         for key, period in partition_dates(context):
             sctx = tower.summary_context(name, key, config.force_llm)
             result = summaries.summarize_period(sctx, g, period, now)
-            context.add_asset_metadata({**_round_metadata(result), **llm_metadata(sctx.llm.stats)}, partition_key=key)
+            context.add_asset_metadata(
+                {**_round_metadata(result), **tower_llm_metadata(sctx.llm.stats)}, partition_key=key
+            )
             if result.failed or result.given_up:
                 context.log.warning(f"{name} {key}: " + " | ".join(result.reasons[:3]))
         return MaterializeResult()
@@ -183,7 +193,7 @@ def tower_semantic_tick(
     return MaterializeResult(
         metadata={
             **_round_metadata(result),
-            **llm_metadata(sctx.llm.stats),
+            **tower_llm_metadata(sctx.llm.stats),
             "written": md_table(("window",), [(w,) for w in result.written[:50]]) if result.written else "none",
         }
     )

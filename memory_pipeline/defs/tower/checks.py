@@ -178,7 +178,7 @@ def week_summaries_drift(context: AssetCheckExecutionContext, tower: TowerResour
                 "mean_overlap": round(sum(scored) / len(scored), 3) if scored else 1.0,
                 "scores": MetadataValue.json({d.window: d.score for d in found}),
                 "identical_to_a_child": MetadataValue.json(identical),
-                "llm_calls": sctx.llm.stats.calls,
+                "llm_calls": sctx.llm.stats.ledger_rows,  # every call, one per ledger row
             },
         )
     yield Output(None)

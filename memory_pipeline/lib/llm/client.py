@@ -100,6 +100,12 @@ class CallStats:
     tokens_out: int = 0
     failures: int = 0
 
+    @property
+    def ledger_rows(self) -> int:
+        """Every call this client made, one ledger row each: answered (after its retries), served
+        from the cache, or failed."""
+        return self.calls + self.cache_hits + self.failures
+
 
 def _is_retryable(exc: Exception) -> bool:
     import litellm
