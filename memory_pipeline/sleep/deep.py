@@ -132,7 +132,13 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
             worlds_seen.remove(world)  # nothing as of this day: no snapshot, no record
             continue
         if world in too_big:
-            run.refused(world, out.refused[world], too_big[world])
+            # No snapshot for a refused day: one left by an earlier done run would read as done.
+            def unsnap(conn: Any, world: str = world) -> None:
+                s = semantic_memory_snapshots.c
+                conn.execute(delete(semantic_memory_snapshots).where(s.day == day, s.world_id == world))
+
+            out.restored += world in run.ahead
+            run.refused(world, out.refused[world], too_big[world], unsnap)
             continue
         out.worlds += 1
         if world not in todo:

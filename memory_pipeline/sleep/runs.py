@@ -112,11 +112,22 @@ class StageRun:
                 write(conn)
             upsert(conn, sleep_runs, [record], keys=KEYS)
 
-    def refused(self, world: str, reason: str, chars: int) -> None:
-        """The world was refused before any call (deep sleep's size limit): nothing of it is
-        written, no restore, no stale marks; its record says why, so it runs again when asked."""
+    def refused(
+        self, world: str, reason: str, chars: int, write: Callable[[Connection], None] | None = None
+    ) -> None:
+        """The world was refused before any call (deep sleep's size limit): nothing of this run is
+        written; its record says why, so it runs again when asked. A world done here (or later)
+        before is put back to before this place as by a rebuild, and its later places turn stale:
+        the done run no longer stands, nothing may read as done from it. ``write``: what else the
+        refusal removes in the same transaction (the world's snapshot of the day)."""
         row = self.record(world, input_chars=chars, detail={"refused": reason, "message_one_chars": chars})
         with self.ctx.store.begin() as conn:
+            if world in self.ahead:
+                if world in self.plans:
+                    write_restore(conn, self.position, {world: self.plans[world]})
+                self.stale_days |= set(mark_stale(conn, self.position, [world], include_own=False))
+            if write is not None:
+                write(conn)
             upsert(conn, sleep_runs, [row | {"status": str(RunStatus.REFUSED)}], keys=KEYS)
 
     def failed(self, world: str, exc: BaseException, detail: dict[str, Any] | None = None) -> None:

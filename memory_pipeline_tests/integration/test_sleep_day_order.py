@@ -378,3 +378,47 @@ def test_a_deep_sleep_rerun_keeps_a_true_version_history(store, ingest, tmp_path
         (3, "restore", "active", "sleep_rebuild", D2, "deep_sleep"),
         (4, "deprecate", "deprecated", "deep_sleep", D2, "contradiction"),
     ]
+
+
+def test_a_world_refused_where_its_deep_sleep_was_done_is_put_back_and_its_later_days_turn_stale(
+    store, ingest, tmp_path
+):
+    """Deep sleep of day 1 done for the world (it split SPLIT), day 2 done too; asked again for day 1
+    over a lowered limit the world is refused: the done run is undone as by a rebuild (the split line
+    is back, its parts deprecated), the world has no snapshot of day 1, and every later place of the
+    world turns stale, so nothing reads as done from the run that no longer stands."""
+    two_days(ingest)
+    ctx = ctx_for(store, tmp_path)
+    run_light_sleep(ctx, D1)
+    after_light = active(store)
+    run_deep_sleep(ctx, D1)
+    run_autobiography(ctx, D1)
+    night(store, tmp_path, D2)
+    assert {"我爱喝咖啡", "我住在上海"} <= active(store) and snap(store, D1)
+
+    small = SleepConfig(
+        log_dir=str(tmp_path / "logs"), deep_warn_chars=10, deep_batch_chars=20, deep_refuse_chars=30
+    ).validate()
+    llm = LLMClient(store, asset="sleep_test", partition="p")
+    result = run_deep_sleep(SleepContext(store, llm, small, CST, force=True), D1)
+    assert list(result.refused) == ["r"] and "over the 30 limit" in result.refused["r"]
+    assert result.stale_days == [D1, D2]
+    assert active(store) == after_light and SPLIT in active(store)  # the day's set before its deep sleep
+    assert snapshot(store, "r", D1) == {}
+    with pytest.raises(LookupError, match="deep sleep refused it that day"):
+        diff(store, "r", D1, D2)
+    assert statuses(store, "r") == {
+        ("light_sleep", D1): "done",
+        ("deep_sleep", D1): "refused",
+        ("autobiography_cron", D1): "stale",
+        ("light_sleep", D2): "stale",
+        ("deep_sleep", D2): "stale",
+        ("autobiography_cron", D2): "stale",
+    }
+    assert {k: v for k, v in statuses(store).items() if k != ("deep_sleep", D1)} == {
+        ("light_sleep", D1): "done",
+        ("autobiography_cron", D1): "stale",
+        ("light_sleep", D2): "stale",
+        ("deep_sleep", D2): "stale",
+        ("autobiography_cron", D2): "stale",
+    }
