@@ -98,12 +98,16 @@ def rebuild(
     day's light sleep, deep sleep and autobiography run again, asking the model afresh. With
     --through the later days up to that one run again too, each day before the next; days after
     stay stale (their checks fail) until `sleep backfill` runs them."""
+    from memory_pipeline.sleep.context import StageFailure
     from memory_pipeline.sleep.rebuild import restore
 
     keys = _keys(day, through or day, ("day", "--through"))
     if not keys or keys[0] != day:
         refuse(f"{day}: not a closed CST day with a sleep partition")
-    result = restore(open_store(), date.fromisoformat(day))
+    try:
+        result = restore(open_store(), date.fromisoformat(day))
+    except StageFailure as exc:  # the day cannot run next: nothing restored
+        refuse(str(exc), code=1)
     console.print(
         f"restored semantic memory to before the sleep of {day}: {result.reactivated} reactivated, "
         f"{result.reverted} reverted, {result.deprecated} deprecated, {result.unchanged} unchanged (their undone "

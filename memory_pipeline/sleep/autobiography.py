@@ -146,8 +146,9 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
     start = day_bounds(day - timedelta(days=ctx.cfg.autobiography_window_days - 1), ctx.tz)[0]
     end = day_bounds(day, ctx.tz)[1]
     with ctx.store.connect() as conn:
-        run = StageRun.open(conn, ctx, Stage.AUTOBIOGRAPHY, day)
+        run = StageRun.open(conn, ctx, Stage.AUTOBIOGRAPHY, day, world_ids)
         worlds = _worlds_of(conn, day, run.previous)
+        due = list(worlds)  # every world this place has (a filtered run leaves the others due)
         if world_ids is not None:
             worlds = [w for w in worlds if w in set(world_ids)]
         todo = [w for w in worlds if not run.reusable(w)]
@@ -267,7 +268,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
 
         run.commit(world, record, write)
         out.summaries_written += 1
-    run.finish(out.worlds, out.per_world, worlds_seen if world_ids is None else None)
+    run.finish(out.worlds, out.per_world, worlds_seen if world_ids is None else None, due)
     out.stale_days = sorted(run.stale_days)
     return out
 

@@ -102,8 +102,9 @@ def _worlds_of(conn: Any, day: date, previous: dict[str, Any]) -> list[str]:
 def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None = None) -> DeepResult:
     out = DeepResult()
     with ctx.store.connect() as conn:
-        run = StageRun.open(conn, ctx, Stage.DEEP, day)
+        run = StageRun.open(conn, ctx, Stage.DEEP, day, world_ids)
         worlds = _worlds_of(conn, day, run.previous)
+        due = list(worlds)  # every world this place has (a filtered run leaves the others due)
         if world_ids is not None:
             worlds = [w for w in worlds if w in set(world_ids)]
         todo = [w for w in worlds if not run.reusable(w)]
@@ -132,7 +133,13 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
             worlds_seen.remove(world)  # nothing as of this day: no snapshot, no record
             continue
         if world in too_big:
-            run.refused(world, out.refused[world], too_big[world])
+            # No snapshot for a refused day: one left by an earlier done run would read as done.
+            def unsnap(conn: Any, world: str = world) -> None:
+                s = semantic_memory_snapshots.c
+                conn.execute(delete(semantic_memory_snapshots).where(s.day == day, s.world_id == world))
+
+            out.restored += world in run.ahead
+            run.refused(world, out.refused[world], too_big[world], unsnap)
             continue
         out.worlds += 1
         if world not in todo:
@@ -175,7 +182,7 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         _commit(run, state, day, fp, out_fp, world_records, writes)
         out.log_files += write_round_logs(ctx.cfg.logs(), day, world, world_records)
     refused = {w: {"refused": r} for w, r in out.refused.items()}
-    run.finish(out.worlds, refused, worlds_seen if world_ids is None else None)
+    run.finish(out.worlds, refused, worlds_seen if world_ids is None else None, due)
     out.snapshot_rows = run.snapshot_rows
     out.stale_days = sorted(run.stale_days)
     return out

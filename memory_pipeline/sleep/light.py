@@ -132,8 +132,9 @@ def material_fp(sessions: Sequence[SessionMaterial]) -> str:
 def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None = None) -> LightResult:
     out = LightResult()
     with ctx.store.connect() as conn:
-        run = StageRun.open(conn, ctx, Stage.LIGHT, day)
+        run = StageRun.open(conn, ctx, Stage.LIGHT, day, world_ids)
         by_world = day_sessions(conn, day, ctx)
+        due = sorted(by_world)  # every world this place has (a filtered run leaves the others due)
         if world_ids is not None:
             by_world = {w: s for w, s in by_world.items() if w in set(world_ids)}
         worlds = sorted(by_world)
@@ -229,7 +230,7 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
             write_changes(conn, changes, Provenance(Stage.LIGHT, day))
 
         run.commit(world, record, write)
-    run.finish(out.worlds, out.per_world, worlds if world_ids is None else None)
+    run.finish(out.worlds, out.per_world, worlds if world_ids is None else None, due)
     out.stale_days = sorted(run.stale_days)
     return out
 

@@ -34,6 +34,13 @@ class RunStatus(StrEnum):
     FAILED = "failed"  # the last attempt failed before it had ever been done: nothing of it written
     STALE = "stale"  # an earlier place ran again after it: its effects are undone, it runs again
     REFUSED = "refused"  # a world deep sleep refused before any call (over the size limit): nothing written
+    # A day record only: a run over some worlds (a world filter) ran here and others have not: the
+    # place is due for them (never done for a world that did not run).
+    PARTIAL = "partial"
+
+
+# A world's record that lets its next place run: refused worlds do not hold the others up.
+SETTLED = frozenset({RunStatus.DONE, RunStatus.REFUSED})
 
 
 @dataclass(frozen=True, order=True)
@@ -94,6 +101,8 @@ def order_problem(position: Position, statuses: Mapping[Position, str]) -> str |
     if state == RunStatus.DONE:
         return None
     what = "has not run" if state is None else f"is {state}"
+    if state == RunStatus.PARTIAL:
+        what += " (run for some worlds only: run it for every world)"
     return (
         f"{LABELS[position.stage]} {position.day.isoformat()}: {before} {what} (days go in order: light sleep, deep "
         f"sleep and autobiography of a day, then the next day; run {before} first, or backfill the range)"

@@ -42,7 +42,15 @@ from memory_pipeline.sleep.logic import (
 )
 from memory_pipeline.sleep.memory import Provenance, load_active, memories_by_id, write_changes
 from memory_pipeline.sleep.narrative import NarrativeChange, restore_narratives
-from memory_pipeline.sleep.order import DAY_ROW, STAGES, Position, RunStatus, restore_provenance, version_position
+from memory_pipeline.sleep.order import (
+    DAY_ROW,
+    STAGES,
+    Position,
+    RunStatus,
+    order_problem,
+    restore_provenance,
+    version_position,
+)
 from memory_pipeline.sleep.tables import (
     autobiographical_memories,
     self_blocks,
@@ -221,10 +229,20 @@ def as_of(
 
 
 def restore(store: Store, day: date) -> RestoreResult:
-    """The operator's rebuild of ``day``: every world back to before the sleep of ``day``."""
+    """The operator's rebuild of ``day``: every world back to before the sleep of ``day``. Refused
+    (StageFailure, nothing written) when ``day`` cannot run next (the place before it is not done):
+    its re-run would be refused, and the restore would have undone the later days for nothing."""
+    from memory_pipeline.sleep.context import StageFailure
+    from memory_pipeline.sleep.runs import day_statuses
+
     position = Position(day, 0)
     out = RestoreResult(day)
     with store.begin() as conn:
+        problem = order_problem(position, day_statuses(conn))
+        if problem:
+            raise StageFailure(
+                f"rebuild of {day.isoformat()} refused: {problem}; nothing restored, nothing marked stale"
+            )
         plans = plan_restore(conn, position, None)
         write_restore(conn, position, plans)
         for c in (c for p in plans.values() for c in p.memory):

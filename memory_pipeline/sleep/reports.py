@@ -44,9 +44,12 @@ def stage_audit(store: Store, stage: Stage, day: date) -> Audit:
         if not day_row:
             audit.problems.append(f"{stage} {day}: no state record")
         elif day_row[0]["status"] != "done":
-            audit.problems.append(
-                f"{stage} {day}: {day_row[0]['status']} (an earlier day was rebuilt: re-run this day)"
-            )
+            state = day_row[0]["status"]
+            why = {
+                RunStatus.STALE: "an earlier day was rebuilt: re-run this day",
+                RunStatus.PARTIAL: "run for some worlds only: run it for every world",
+            }.get(state, "re-run this day")
+            audit.problems.append(f"{stage} {day}: {state} ({why})")
         audit.problems += [
             f"{stage} {day} {r['world_id']}: {r['status']}"
             + (f" ({(r['detail'] or {}).get('refused')})" if (r["detail"] or {}).get("refused") else "")

@@ -19,7 +19,7 @@ from memory_pipeline.lib.store import upsert
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.sleep.context import SleepContext, StageFailure
 from memory_pipeline.sleep.logic import Memory, Stage
-from memory_pipeline.sleep.order import DAY_ROW, Position, RunStatus, order_problem
+from memory_pipeline.sleep.order import DAY_ROW, SETTLED, Position, RunStatus, order_problem
 from memory_pipeline.sleep.prompts import PROMPT_VERSION
 from memory_pipeline.sleep.rebuild import WorldRestore, ahead, as_of, mark_stale, plan_restore, write_restore
 from memory_pipeline.sleep.tables import sleep_runs
@@ -27,13 +27,28 @@ from memory_pipeline.sleep.tables import sleep_runs
 KEYS = ["stage", "day", "world_id"]
 
 
-def day_statuses(conn: Connection, since: date | None = None) -> dict[Position, str]:
-    """Every stage's day record (its status) from ``since`` on: the day order's state."""
+def day_statuses(
+    conn: Connection, since: date | None = None, worlds: Sequence[str] | None = None
+) -> dict[Position, str]:
+    """Every stage's day record (its status) from ``since`` on: the day order's state. With
+    ``worlds`` (a run over those only), a place not done for every world counts as done where each
+    of them has a done (or refused) record: those worlds may go on through their own days."""
     r = sleep_runs.c
     q = select(r.stage, r.day, r.status).where(r.world_id == DAY_ROW)
     if since is not None:
         q = q.where(r.day >= since)
-    return {Position.of(day, Stage(stage)): status for stage, day, status in conn.execute(q)}
+    out = {Position.of(day, Stage(stage)): status for stage, day, status in conn.execute(q)}
+    if worlds:
+        settled: dict[Position, set[str]] = {}
+        q = select(r.stage, r.day, r.world_id).where(r.world_id.in_(list(worlds)), r.status.in_(list(SETTLED)))
+        if since is not None:
+            q = q.where(r.day >= since)
+        for stage, day, world in conn.execute(q):
+            settled.setdefault(Position.of(day, Stage(stage)), set()).add(world)
+        for p, ws in settled.items():
+            if out.get(p) != RunStatus.DONE and ws >= set(worlds):
+                out[p] = str(RunStatus.DONE)
+    return out
 
 
 @dataclass
@@ -49,10 +64,13 @@ class StageRun:
     snapshot_rows: int = 0
 
     @classmethod
-    def open(cls, conn: Connection, ctx: SleepContext, stage: Stage, day: date) -> StageRun:
-        """Refuses (StageFailure, nothing written) when the place before this one is not done."""
+    def open(
+        cls, conn: Connection, ctx: SleepContext, stage: Stage, day: date, worlds: Sequence[str] | None = None
+    ) -> StageRun:
+        """Refuses (StageFailure, nothing written) when the place before this one is not done (for
+        ``worlds``, a run over those only: done for each of them)."""
         position = Position.of(day, stage)
-        problem = order_problem(position, day_statuses(conn))
+        problem = order_problem(position, day_statuses(conn, worlds=worlds))
         if problem:
             raise StageFailure(problem)
         q = select(sleep_runs).where(sleep_runs.c.stage == str(stage), sleep_runs.c.day == day)
@@ -112,11 +130,20 @@ class StageRun:
                 write(conn)
             upsert(conn, sleep_runs, [record], keys=KEYS)
 
-    def refused(self, world: str, reason: str, chars: int) -> None:
-        """The world was refused before any call (deep sleep's size limit): nothing of it is
-        written, no restore, no stale marks; its record says why, so it runs again when asked."""
+    def refused(self, world: str, reason: str, chars: int, write: Callable[[Connection], None] | None = None) -> None:
+        """The world was refused before any call (deep sleep's size limit): nothing of this run is
+        written; its record says why, so it runs again when asked. A world done here (or later)
+        before is put back to before this place as by a rebuild, and its later places turn stale:
+        the done run no longer stands, nothing may read as done from it. ``write``: what else the
+        refusal removes in the same transaction (the world's snapshot of the day)."""
         row = self.record(world, input_chars=chars, detail={"refused": reason, "message_one_chars": chars})
         with self.ctx.store.begin() as conn:
+            if world in self.ahead:
+                if world in self.plans:
+                    write_restore(conn, self.position, {world: self.plans[world]})
+                self.stale_days |= set(mark_stale(conn, self.position, [world], include_own=False))
+            if write is not None:
+                write(conn)
             upsert(conn, sleep_runs, [row | {"status": str(RunStatus.REFUSED)}], keys=KEYS)
 
     def failed(self, world: str, exc: BaseException, detail: dict[str, Any] | None = None) -> None:
@@ -150,11 +177,34 @@ class StageRun:
                 row = self.record(DAY_ROW, detail=noted) | {"status": str(RunStatus.FAILED)}
             upsert(conn, sleep_runs, [row], keys=KEYS)
 
-    def finish(self, worlds: int, detail: dict[str, Any], every_world: Sequence[str] | None) -> None:
+    def finish(
+        self,
+        worlds: int,
+        detail: dict[str, Any],
+        every_world: Sequence[str] | None,
+        due: Sequence[str] = (),
+    ) -> None:
         """The day record; with ``every_world`` (a run over all worlds), records of other worlds at
-        this place go (a world with nothing here any more leaves no stale record behind)."""
+        this place go (a world with nothing here any more leaves no stale record behind). A run over
+        some worlds only (``every_world`` None) marks the place done only when the place before it
+        is done for every world and each world this place has (``due``: those an unfiltered run
+        would take) has a done or refused record here; otherwise the place stays due for the others
+        (a new day record says ``partial``)."""
         with self.ctx.store.begin() as conn:
-            if every_world is not None:
+            if every_world is None:
+                r = sleep_runs.c
+                here = (r.stage == str(self.position.stage), r.day == self.day)
+                settled = set(
+                    conn.execute(
+                        select(r.world_id).where(*here, r.world_id.in_(list(due)), r.status.in_(list(SETTLED)))
+                    ).scalars()
+                )
+                if not settled >= set(due) or order_problem(self.position, day_statuses(conn)):
+                    if conn.execute(select(r.status).where(*here, r.world_id == DAY_ROW)).first() is None:
+                        row = self.record(DAY_ROW, detail={"worlds": worlds, "per_world": detail})
+                        upsert(conn, sleep_runs, [row | {"status": str(RunStatus.PARTIAL)}], keys=KEYS)
+                    return
+            else:
                 conn.execute(
                     delete(sleep_runs).where(
                         sleep_runs.c.stage == str(self.position.stage),

@@ -123,7 +123,7 @@ sleep_runs = Table(
     Column("stage", String(32), primary_key=True),
     Column("day", Date, primary_key=True),
     Column("world_id", ID, primary_key=True),
-    Column("status", String(16), nullable=False),  # done | failed | stale | refused (RunStatus)
+    Column("status", String(16), nullable=False),  # done | failed | stale | refused | partial (RunStatus)
     Column("input_fp", String(64)),
     # What it ran with: a record of another model or prompt version is not reused (null: before they were kept).
     Column("model", String(256)),

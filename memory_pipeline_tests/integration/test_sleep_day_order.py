@@ -378,3 +378,80 @@ def test_a_deep_sleep_rerun_keeps_a_true_version_history(store, ingest, tmp_path
         (3, "restore", "active", "sleep_rebuild", D2, "deep_sleep"),
         (4, "deprecate", "deprecated", "deep_sleep", D2, "contradiction"),
     ]
+
+
+def test_a_world_refused_where_its_deep_sleep_was_done_is_put_back_and_its_later_days_turn_stale(
+    store, ingest, tmp_path
+):
+    """Deep sleep of day 1 done for the world (it split SPLIT), day 2 done too; asked again for day 1
+    over a lowered limit the world is refused: the done run is undone as by a rebuild (the split line
+    is back, its parts deprecated), the world has no snapshot of day 1, and every later place of the
+    world turns stale, so nothing reads as done from the run that no longer stands."""
+    two_days(ingest)
+    ctx = ctx_for(store, tmp_path)
+    run_light_sleep(ctx, D1)
+    after_light = active(store)
+    run_deep_sleep(ctx, D1)
+    run_autobiography(ctx, D1)
+    night(store, tmp_path, D2)
+    assert {"我爱喝咖啡", "我住在上海"} <= active(store) and snap(store, D1)
+
+    small = SleepConfig(
+        log_dir=str(tmp_path / "logs"), deep_warn_chars=10, deep_batch_chars=20, deep_refuse_chars=30
+    ).validate()
+    llm = LLMClient(store, asset="sleep_test", partition="p")
+    result = run_deep_sleep(SleepContext(store, llm, small, CST, force=True), D1)
+    assert list(result.refused) == ["r"] and "over the 30 limit" in result.refused["r"]
+    assert result.stale_days == [D1, D2]
+    assert active(store) == after_light and SPLIT in active(store)  # the day's set before its deep sleep
+    assert snapshot(store, "r", D1) == {}
+    with pytest.raises(LookupError, match="deep sleep refused it that day"):
+        diff(store, "r", D1, D2)
+    assert statuses(store, "r") == {
+        ("light_sleep", D1): "done",
+        ("deep_sleep", D1): "refused",
+        ("autobiography_cron", D1): "stale",
+        ("light_sleep", D2): "stale",
+        ("deep_sleep", D2): "stale",
+        ("autobiography_cron", D2): "stale",
+    }
+    assert {k: v for k, v in statuses(store).items() if k != ("deep_sleep", D1)} == {
+        ("light_sleep", D1): "done",
+        ("autobiography_cron", D1): "stale",
+        ("light_sleep", D2): "stale",
+        ("deep_sleep", D2): "stale",
+        ("autobiography_cron", D2): "stale",
+    }
+
+
+def test_a_run_over_some_worlds_never_marks_the_place_done_for_the_others(store, ingest, tmp_path):
+    """Two worlds talk on day 1; light sleep runs for one (a run config's or the CLI's world filter):
+    the other world's place stays due, for the day order, the nightly tick and `sleep status` alike.
+    The filtered world may go on through its own day; the day is done once every world ran."""
+    from memory_pipeline.sleep.order import Position, catch_up
+    from memory_pipeline.sleep.runs import day_statuses
+
+    two_days(ingest)
+    ingest(conversation("q", "q-a", cst(2026, 3, 1, 10), ["我喜欢下棋", "好", "chess openings chess", "嗯"]))
+
+    def due_at_light_tick():
+        with store.connect() as conn:
+            return catch_up(day_statuses(conn), [D1], Position.of(D1, Stage.LIGHT))
+
+    ctx = ctx_for(store, tmp_path)
+    only_r = run_light_sleep(ctx, D1, ["r"])
+    assert only_r.worlds == 1 and SPICY in active(store) and active(store, "q") == set()
+    assert statuses(store, "q") == {} and statuses(store) == {("light_sleep", D1): "partial"}
+    req = due_at_light_tick()
+    assert req is not None and (req.first, req.last, req.stages) == (D1, D1, (Stage.LIGHT,))
+    assert "partial" in stage_audit(store, Stage.LIGHT, D1).problems[0]
+    # The next place waits for the other world; the filtered world's own day goes on.
+    with pytest.raises(StageFailure, match="deep sleep 2026-03-01: light sleep of 2026-03-01 is partial"):
+        run_deep_sleep(ctx, D1)
+    assert run_deep_sleep(ctx, D1, ["r"]).worlds == 1 and statuses(store)[("deep_sleep", D1)] == "partial"
+    # The other world's run completes the place: the day record is done, r's record is reused.
+    rest = run_light_sleep(ctx, D1, ["q"])
+    assert rest.worlds == 1 and "我喜欢下棋" in active(store, "q")
+    assert statuses(store)[("light_sleep", D1)] == "done" and due_at_light_tick() is None
+    whole = run_deep_sleep(ctx, D1)
+    assert whole.reused == 1 and statuses(store)[("deep_sleep", D1)] == "done"

@@ -249,3 +249,43 @@ def test_restore_is_one_transaction(store, ingest, tmp_path, monkeypatch):
         assert conn.execute(select(func.count()).select_from(semantic_memory_versions)).scalar_one() == versions
         assert not conn.execute(select(sleep_runs.c.day).where(sleep_runs.c.status == "stale")).all()
     assert (memory_set(store), row_ids(store)) == before
+
+
+def test_a_rebuild_of_a_day_that_cannot_run_next_is_refused_before_anything_is_written(env, pg_url):  # noqa: F811
+    """Days 1-3 done; light sleep of day 2 re-run for w2 alone (forced) leaves day 2's deep sleep and
+    autobiography and all of day 3 stale. A rebuild of day 3 could not run day 3 (day 2 comes first):
+    it is refused naming what it waits for, exit 1, nothing restored (w1's day-3 contradiction stays
+    resolved) and no record changed."""
+    import json
+
+    path = env / "e.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in three_days()), encoding="utf-8")
+    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
+    built = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-04"])
+    assert built.exit_code == 0, built.output
+    store = Store(pg_url)
+    run_light_sleep(ctx_for(store, env, force=True), D2, ["w2"])
+
+    def state():
+        with store.connect() as conn:
+            records = set(
+                conn.execute(
+                    select(sleep_runs.c.stage, sleep_runs.c.day, sleep_runs.c.world_id, sleep_runs.c.status)
+                ).all()
+            )
+            versions = conn.execute(select(func.count()).select_from(semantic_memory_versions)).scalar_one()
+        return memory_set(store), records, versions, narrative_set(store), summaries_of(store)
+
+    before = state()
+    assert ("w1", "preference", "我不喜欢吃辣") in {m[:3] for m in before[0]}
+    assert ("w1", "preference", "我喜欢吃辣") not in {m[:3] for m in before[0]}
+    assert ("autobiography_cron", D2, "*", "stale") in before[1]
+    refused = runner.invoke(app, ["sleep", "rebuild", "2026-03-04"])
+    assert refused.exit_code == 1, refused.output
+    text = " ".join(refused.output.split())
+    assert "rebuild of 2026-03-04 refused" in text and "autobiography of 2026-03-03 is stale" in text
+    assert "nothing restored" in text and "restored semantic memory" not in text
+    assert state() == before
+    with pytest.raises(StageFailure, match="rebuild of 2026-03-04 refused: light sleep 2026-03-04: autobiography"):
+        restore(store, D3)
+    assert state() == before
