@@ -497,6 +497,10 @@ def run_worker(
     is a world whose lease another run holds (at most ``max_wait`` s without a turn, its next turn
     reserved meanwhile), other worlds going first. A world still busy then is reported in
     ``lease_busy`` and its jobs stay queued for a later run."""
+    if max_batches is not None:
+        problem = logic.int_problem(max_batches)
+        if problem:
+            raise ValueError(f"max_batches: {problem}")
     report = WorkerReport()
     release_stale(octx)
     limit = max_batches if max_batches is not None else octx.cfg.max_batches_per_run
