@@ -89,9 +89,12 @@ def run(
     """Bring new events into the hot timeline and run queued jobs batch by batch in this process
     (the Dagster assets do the same under their sensors)."""
     from memory_pipeline.objects import timeline, worker
+    from memory_pipeline.objects.logic import INT_MAX
 
     if max_batches < 0:
         refuse(f"--max-batches: must be 0 (no limit) or more, got {max_batches}")
+    if max_batches > INT_MAX:
+        refuse(f"--max-batches: must be at most {INT_MAX:,}, got {max_batches}")
     worlds = [_world(w) for w in world] or None
     octx = _octx()
     if not octx.cfg.enabled:
@@ -245,10 +248,12 @@ def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10
     """Write the Markdown projection (README index, one folder per type, the core documents) under
     the data folder: files deleted or edited by hand are rewritten, a core document's human edit
     is imported."""
-    from memory_pipeline.objects import projection
+    from memory_pipeline.objects import logic, projection
 
     if passes < 1:
         refuse(f"--passes: must be at least 1, got {passes}")
+    if passes > logic.INT_MAX:
+        refuse(f"--passes: must be at most {logic.INT_MAX:,}, got {passes}")
     octx = _octx()
     root = projection.root_of(octx.cfg)
     errors: list[str] = []
@@ -339,6 +344,10 @@ def _offset(value: str | None, name: str = "OFFSET") -> int:
         refuse(f"{name}: {value!r} is not an integer (use the next_offset a previous call printed)")
     if n < 0:
         refuse(f"{name}: must be >= 0")
+    from memory_pipeline.objects.logic import INT_MAX
+
+    if n > INT_MAX:
+        refuse(f"{name}: must be at most {INT_MAX:,}, got {n}")
     return n
 
 

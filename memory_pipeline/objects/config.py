@@ -30,6 +30,8 @@ class ObjectsConfig:
             value = getattr(self, name)
             if value <= 0:
                 raise ConfigError(f"memory.{SECTION}.{name}: must be a positive integer, got {value!r}")
+            if value > logic.INT_MAX:
+                raise ConfigError(f"memory.{SECTION}.{name}: must be at most {logic.INT_MAX:,}, got {value!r}")
         if self.chars_per_token <= 0:
             raise ConfigError(f"memory.{SECTION}.chars_per_token: must be positive, got {self.chars_per_token!r}")
         if self.retry_backoff_seconds < 0:

@@ -54,6 +54,19 @@ NAME_MAX_CHARS = 200
 ALIAS_MAX = 32
 CUE_MAX = 32
 SHORT_MAX_CHARS = 200  # one alias, one cue, purpose, reference
+# The largest value of a PostgreSQL INTEGER column (revisions, page cursors, counts): an integer
+# taken from outside (an offset, a revision, a count) past it is refused up-front by name, never
+# left to the database's overflow error.
+INT_MAX = 2_147_483_647
+
+
+def int_problem(value: int, minimum: int = 0) -> str | None:
+    """Why an integer is outside ``minimum``..INT_MAX (None when it is within)."""
+    if value < minimum:
+        return f"must be at least {minimum:,}, got {value}"
+    if value > INT_MAX:
+        return f"must be at most {INT_MAX:,}, got {value}"
+    return None
 
 
 class ObjectType(StrEnum):
@@ -617,6 +630,8 @@ def check_graph_write(args: Any, *, deep: bool = False, size_bytes: int | None =
     revision = args.get("graph_revision")
     if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
         raise SubmissionError("graph_revision", f"must be a non-negative integer, got {_json_type(revision)}")
+    if revision > INT_MAX:
+        raise SubmissionError("graph_revision", f"must be at most {INT_MAX:,}, got {revision}")
     outcome = None
     if not deep or args.get("outcome") is not None:
         try:
@@ -629,6 +644,8 @@ def check_graph_write(args: Any, *, deep: bool = False, size_bytes: int | None =
     page_end = args.get("page_end")
     if not deep and (isinstance(page_end, bool) or not isinstance(page_end, int) or page_end < 0):
         raise SubmissionError("page_end", "must be a non-negative integer (characters of the event read so far)")
+    if isinstance(page_end, int) and not isinstance(page_end, bool) and page_end > INT_MAX:
+        raise SubmissionError("page_end", f"must be at most {INT_MAX:,}, got {page_end}")
     lists: dict[str, list[Any]] = {}
     for key in ("objects", "relations", "attach", "core", "reviewed", "evidence", "archive_relations"):
         value = args.get(key) or []

@@ -120,10 +120,18 @@ def read(store: Store, world: str, object_id: str) -> dict[str, Any] | None:
     return doc
 
 
+def _check_offset(offset: int) -> None:
+    """An offset within 0..2,147,483,647, refused by name (never the database's overflow error)."""
+    problem = logic.int_problem(offset)
+    if problem:
+        raise RecallError(f"offset: {problem}")
+
+
 def evidence(store: Store, world: str, object_id: str, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:
     """The object's attachments expanded to the raw event text, oldest first, paged."""
-    if offset < 0 or limit <= 0:
-        raise RecallError("offset/limit: offset >= 0 and limit > 0")
+    _check_offset(offset)
+    if limit <= 0:
+        raise RecallError("limit: must be > 0")
     a, m = objects_attachments.c, messages.c
     with store.connect() as conn:
         rows = conn.execute(
@@ -146,8 +154,7 @@ def list_objects(store: Store, world: str, otype: str, offset: int = 0, limit: i
         logic.ObjectType(otype)
     except ValueError:
         raise RecallError(f"TYPE: {otype!r} is not a type ({', '.join(logic.ObjectType)})") from None
-    if offset < 0:
-        raise RecallError("offset: must be >= 0")
+    _check_offset(offset)
     o = objects_objects.c
     with store.connect() as conn:
         rows = conn.execute(
@@ -165,6 +172,7 @@ def object_view(
     store: Store, world: str, object_id: str, offset: int = 0, limit: int = logic.PROJECTION_PAGE
 ) -> dict[str, Any] | None:
     """inspect object: the dossier with relations and sources paged from ``offset``."""
+    _check_offset(offset)
     doc = read(store, world, object_id)
     if doc is None:
         return None
@@ -177,8 +185,7 @@ def object_view(
 
 def event_view(store: Store, event_id: str, offset: int = 0, limit: int = EVENT_PAGE_CHARS) -> dict[str, Any] | None:
     """inspect event: its state, outcome, attached objects and its text from ``offset``."""
-    if offset < 0:
-        raise RecallError("offset: must be >= 0")
+    _check_offset(offset)
     s, m, a = objects_event_state.c, messages.c, objects_attachments.c
     with store.connect() as conn:
         r = conn.execute(

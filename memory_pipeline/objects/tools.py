@@ -35,6 +35,8 @@ def _arg(args: Mapping[str, Any], tool: str, name: str, kind: type, default: Any
     value = args[name]
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise ToolError(f"{tool}.{name}: expected an integer")
+    if kind is int and value > logic.INT_MAX:
+        raise ToolError(f"{tool}.{name}: must be at most {logic.INT_MAX:,}, got {value}")
     if kind is not int and not isinstance(value, kind):
         raise ToolError(f"{tool}.{name}: expected {kind.__name__}, got {type(value).__name__}")
     return value

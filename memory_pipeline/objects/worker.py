@@ -497,6 +497,10 @@ def run_worker(
     is a world whose lease another run holds (at most ``max_wait`` s without a turn, its next turn
     reserved meanwhile), other worlds going first. A world still busy then is reported in
     ``lease_busy`` and its jobs stay queued for a later run."""
+    if max_batches is not None:
+        problem = logic.int_problem(max_batches)
+        if problem:
+            raise ValueError(f"max_batches: {problem}")
     report = WorkerReport()
     release_stale(octx)
     limit = max_batches if max_batches is not None else octx.cfg.max_batches_per_run
@@ -616,6 +620,16 @@ def _take_job(octx: ObjectsContext, conn: Connection, job_id: int) -> dict[str, 
     )
 
 
+def _give_back(conn: Connection, job_id: int) -> None:
+    """A job reads ``running`` only while a batch holds the world's lease: when the batch ends
+    without finishing the job (its commit, or the run interrupted), the job goes back to
+    ``queued`` in the transaction that gives the lease up. A job already finished is left so."""
+    j = objects_jobs.c
+    conn.execute(
+        update(objects_jobs).where(j.job_id == job_id, j.status == JobStatus.RUNNING).values(status=JobStatus.QUEUED)
+    )
+
+
 def _finish_job(octx: ObjectsContext, job_id: int, status: JobStatus, error: str | None = None) -> None:
     with octx.store.begin() as conn:
         conn.execute(
@@ -645,15 +659,22 @@ class BatchLease:
     holder: str
     released: bool = False
     deadline: float | None = None
+    job_id: int | None = None  # the job this batch took (given back queued with the lease)
 
     def finish(self, octx: ObjectsContext) -> Callable[[Connection], None]:
         release = graph.lease_releaser(self.world, self.holder)
 
         def run(conn: Connection) -> None:
             octx.llm.write_pending(conn)
-            release(conn)
+            self.give_up(conn, release)
 
         return run
+
+    def give_up(self, conn: Connection, release: Callable[[Connection], None] | None = None) -> None:
+        """The lease given up and the job given back, together."""
+        (release or graph.lease_releaser(self.world, self.holder))(conn)
+        if self.job_id is not None:
+            _give_back(conn, self.job_id)
 
     def committed(self, octx: ObjectsContext) -> None:
         octx.llm.clear_pending()
@@ -683,7 +704,8 @@ def _turn(
     batch, whose commit (or failure) is the second transaction. The offline model's ledger rows
     wait for that transaction: it is free, so nothing is lost that costs anything to redo. Any
     error inside the batch ends it as a failed claim (counted, backed off): a job is never left
-    ``running`` by a batch that went wrong."""
+    ``running`` by a batch that went wrong, nor by one that committed or was interrupted (the job
+    is given back ``queued`` with the lease)."""
     lease = BatchLease(world, "", released=True)  # nothing taken yet
     buffering, octx.llm.buffering = octx.llm.buffering, True
     try:
@@ -706,7 +728,9 @@ def _turn(
                 return Turn("lease_busy")
             if runner:
                 _unreserve(octx, runner, world, conn)
-            lease = BatchLease(world, holder, deadline=time.monotonic() + octx.cfg.worker_timeout_seconds)
+            lease = BatchLease(
+                world, holder, deadline=time.monotonic() + octx.cfg.worker_timeout_seconds, job_id=job_id
+            )
             job = _take_job(octx, conn, job_id)
             mode = JobMode(job["mode"])
             page = _claim_page(octx, conn, job) if mode is JobMode.ORGANIZE else None
@@ -737,8 +761,9 @@ def _turn(
             with octx.store.begin() as conn:
                 octx.llm.write_pending(conn)
             octx.llm.clear_pending()
-        if not lease.released:
-            leases.release(octx.store, LEASE_ASSET, world, lease.holder)
+        if not lease.released:  # no commit gave it up (job done or failed, or the run interrupted)
+            with octx.store.begin() as conn:
+                lease.give_up(conn)
 
 
 def _failed(octx: ObjectsContext, job: dict[str, Any], error: str, report: WorkerReport) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from memory_pipeline.lib.store import leases
-from memory_pipeline.objects import graph, logic, timeline, tools, worker
+from memory_pipeline.objects import graph, logic, recall, timeline, tools, worker
 from memory_pipeline.objects.logic import JobMode, SubmissionError
 from memory_pipeline.objects.tables import (
     objects_attachments,
@@ -220,3 +220,88 @@ def test_the_cli_organize_now_records_the_request_and_prints_both_receipts(store
             select(objects_event_state.c.state).where(objects_event_state.c.event_id == ids[0])
         ).scalar()
     assert content == "memory_organize: compact, then organize now (scope: greenhouse)" and state == "hot"
+
+
+def test_integers_past_the_integer_column_are_refused_by_name_before_the_database(store, ingest, monkeypatch, tmp_path):
+    """An offset, a graph revision or a count past 2,147,483,647 (a PostgreSQL INTEGER column) is
+    refused up-front naming the field or argument: never the database's overflow error, and
+    nothing written."""
+    from memory_pipeline.cli import app
+
+    octx = octx_for(store)
+    (e1,) = add(ingest, ["hello garden"])
+    timeline.intake(octx)
+    worker.enqueue(octx, "w1", "compact")
+    worker.run_worker(octx)
+    leases.try_acquire(store, graph.LEASE_ASSET, "w1", "h-big", timedelta(seconds=360))
+    with store.connect() as conn:
+        ev = conn.execute(select(objects_event_state)).mappings().one()
+    page = graph.EventPage(e1, ev["chars"], 0, ev["chars"], "hello garden", ev["occurred_at"], ev["event_day"])
+    claim = graph.Claim("w1", None, JobMode.ORGANIZE, "h-big", 0, set(), page=page)
+    before = _counts(store)
+    submission = {
+        "token": "tok-big-0001",
+        "event_id": e1,
+        "page_end": 12,
+        "outcome": "linked",
+        "attach": ["project:daily"],
+    }
+    try:
+        graph.commit(octx, claim, {**submission, "graph_revision": 2_147_483_648})
+    except SubmissionError as exc:
+        assert exc.field == "graph_revision" and "2,147,483,647" in exc.problem
+    else:
+        raise AssertionError("a graph revision past 2,147,483,647 was accepted")
+    assert _counts(store) == before
+    big = 2**63
+    for call, field in (
+        (
+            lambda: tools.call(octx, "memory_evidence", {"world": "w1", "id": "project:daily", "offset": big}),
+            "memory_evidence.offset",
+        ),
+        (lambda: tools.batch_read(octx, "w1", "memory_list", {"type": "person", "offset": big}), "memory_list.offset"),
+        (
+            lambda: tools.batch_read(octx, "w1", "memory_evidence", {"id": "project:daily", "offset": big}),
+            "memory_evidence.offset",
+        ),
+    ):
+        try:
+            call()
+        except tools.ToolError as exc:
+            assert str(exc).startswith(f"{field}: ") and "2,147,483,647" in str(exc)
+        else:
+            raise AssertionError(f"{field} past 2,147,483,647 was accepted")
+    for call in (
+        lambda: recall.list_objects(store, "w1", "person", big),
+        lambda: recall.evidence(store, "w1", "project:daily", big),
+        lambda: recall.object_view(store, "w1", "project:daily", big),
+        lambda: recall.event_view(store, e1, big),
+    ):
+        try:
+            call()
+        except recall.RecallError as exc:
+            assert str(exc).startswith("offset: ") and "2,147,483,647" in str(exc)
+        else:
+            raise AssertionError("an offset past 2,147,483,647 was accepted")
+    try:
+        worker.run_worker(octx, max_batches=2_147_483_648)
+    except ValueError as exc:
+        assert str(exc).startswith("max_batches: ") and "2,147,483,647" in str(exc)
+    else:
+        raise AssertionError("max_batches past 2,147,483,647 was accepted")
+    assert _counts(store) == before
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "data"))
+    runner = CliRunner()
+    for argv, name in (
+        (["objects", "run", "--max-batches", "2147483648"], "--max-batches"),
+        (["objects", "project", "--passes", "2147483648"], "--passes"),
+        (["objects", "evidence", "w1", "project:daily", str(big)], "memory_evidence.offset"),
+        (["objects", "inspect", "list", "person", str(big), "--world", "w1"], "OFFSET"),
+        (["objects", "inspect", "object", "project:daily", str(big), "--world", "w1"], "OFFSET"),
+        (["objects", "inspect", "event", e1, str(big)], "OFFSET"),
+    ):
+        result = runner.invoke(app, argv, terminal_width=200)
+        assert result.exit_code == 2, (argv, result.output, result.exception)
+        assert name in result.output and "2,147,483,647" in result.output, (argv, result.output)
+    assert _counts(store) == before

@@ -196,6 +196,31 @@ def test_a_negative_max_batches_or_too_few_passes_fail_the_run_naming_the_field_
     assert not run.success and _failure(run) == "run config: passes must be at least 1, got 0"
 
 
+def test_run_config_counts_past_the_integer_column_fail_the_run_naming_the_field(defs, instance, store):
+    from dagster import RunConfig
+
+    from memory_pipeline.defs.objects.assets import ObjectsRunConfig
+
+    calls_before = _calls(store)
+    run = defs.get_job_def("objects_organize_job").execute_in_process(
+        instance=instance,
+        run_config=RunConfig(ops={"objects_archive": ObjectsRunConfig(max_batches=2_147_483_648)}),
+        raise_on_error=False,
+    )
+    assert not run.success
+    assert _failure(run) == "run config: max_batches must be at most 2,147,483,647, got 2147483648"
+    run = defs.get_job_def("objects_projection_job").execute_in_process(
+        instance=instance,
+        run_config=RunConfig(ops={"objects_markdown_projection": ObjectsRunConfig(passes=2_147_483_648)}),
+        raise_on_error=False,
+    )
+    assert not run.success
+    assert _failure(run) == "run config: passes must be at most 2,147,483,647, got 2147483648"
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(objects_jobs)).scalar() == 0
+    assert _calls(store) == calls_before
+
+
 def test_a_run_whose_batches_failed_says_it_is_degraded(pg_url, redis_url, instance, store, ingest, tmp_path):
     from memory_pipeline_tests.fake_openai import FakeOpenAI
 

@@ -344,3 +344,67 @@ def test_a_project_is_activated_only_by_the_users_command_or_tool(store, ingest,
     assert recall.read(store, W, "project:shed")["status"] == "active"
     again = runner.invoke(app, ["objects", "approve", W, "project:shed"])
     assert again.exit_code == 2 and "not a candidate" in again.output
+
+
+def _job_status(store, job_id):
+    with store.connect() as conn:
+        return conn.execute(select(objects_jobs.c.status).where(objects_jobs.c.job_id == job_id)).scalar_one()
+
+
+def test_a_job_reads_running_only_while_a_batch_holds_the_lease(store, ingest, monkeypatch, tmp_path):
+    """An event of 19,998 characters is three organize pages of at most 8,000 (seed 001 §5): the
+    job is ``running`` while a page's batch holds the world's lease, and given back ``queued`` when
+    that batch commits, when the run stops between batches, and when the world is stopped; done at
+    the end. Status and the CLI say so."""
+    from memory_pipeline.cli import app
+
+    octx, (big,) = ready(store, ingest, ["tomatoes " * 2_222])
+    job = worker.enqueue(octx, W, "organize")["job_id"]
+    seen: list[tuple[str, int]] = []
+    real = offline_rules.organize
+
+    def model(**kw):
+        seen.append((_job_status(store, job), len(_leases_now(store))))
+        return real(**kw)
+
+    monkeypatch.setattr(offline_rules, "organize", model)
+    rep = worker.run_worker(octx, max_batches=1)  # the run ends after the first page's commit
+    assert rep.committed == 1 and seen == [("running", 1)]
+    assert _job_status(store, job) == "queued" and _leases_now(store) == []
+    assert {"mode": "organize", "status": "queued", "count": 1} in reports.status(store)["jobs"]
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "data"))
+    out = CliRunner().invoke(app, ["objects", "status"], terminal_width=200)
+    assert out.exit_code == 0 and "organize queued 1" in out.output and "running" not in out.output
+
+    # the agent is stopped after the second page's commit: the run stops between batches
+    def stop_after(**kw):
+        answer = model(**kw)
+        worker.set_flags(octx, W, stopped=True)
+        return answer
+
+    monkeypatch.setattr(offline_rules, "organize", stop_after)
+    rep = worker.run_worker(octx)
+    assert rep.committed == 1 and rep.not_claimed == [W] and seen[1] == ("running", 1)
+    assert _job_status(store, job) == "queued" and _leases_now(store) == []
+    worker.set_flags(octx, W, stopped=False)
+    monkeypatch.setattr(offline_rules, "organize", model)
+    worker.run_worker(octx)
+    assert seen[2] == ("running", 1) and _job_status(store, job) == "done"
+    assert states(store) == {big: "linked"}
+
+
+def test_a_batch_interrupted_mid_way_gives_its_job_back_queued(store, ingest, monkeypatch):
+    """A run interrupted inside a batch (the process told to stop: not an error of the batch)
+    releases the lease and gives the job back ``queued``, never ``running`` with no holder."""
+    octx, (e1,) = ready(store, ingest, ["garden"])
+    job = worker.enqueue(octx, W, "organize")["job_id"]
+
+    def model(**kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(offline_rules, "organize", model)
+    with pytest.raises(KeyboardInterrupt):
+        worker.run_worker(octx)
+    assert _job_status(store, job) == "queued" and _leases_now(store) == []
+    assert states(store) == {e1: "pending"}

@@ -524,3 +524,15 @@ def test_enabling_keeps_hot_only_what_a_threshold_compaction_would_leave():
     assert logic.kept_hot_on_enable([200, 40], 4.0, 100) == 1  # 50, then 60 would not stay below
     assert logic.kept_hot_on_enable([400], 4.0, 100) == 0
     assert logic.kept_hot_on_enable([], 4.0, 100) == 0
+
+
+def test_integers_past_the_integer_column_are_refused_by_name():
+    """A revision or page end past 2,147,483,647 (a PostgreSQL INTEGER column) is refused naming
+    the field, as is a configured count; the largest value itself is accepted."""
+    assert check_graph_write(base(graph_revision=2_147_483_647)).graph_revision == 2_147_483_647
+    for field in ("graph_revision", "page_end"):
+        with pytest.raises(SubmissionError, match=rf"^{field}: .*2,147,483,647"):
+            check_graph_write(base(**{field: 2_147_483_648}))
+    for name in ("max_batches_per_run", "compact_threshold_tokens", "worker_timeout_seconds", "hot_view_max_bytes"):
+        with pytest.raises(ConfigError, match=rf"memory.objects.{name}: .*2,147,483,647"):
+            ObjectsConfig(**{name: 2_147_483_648}).validate()

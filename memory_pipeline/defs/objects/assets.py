@@ -20,7 +20,7 @@ from memory_pipeline.defs._shared.partitions import cst_day_open
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.objects.resources import ObjectsResource
 from memory_pipeline.lib.timeutil import local_date
-from memory_pipeline.objects import projection, recall, reports, timeline, worker
+from memory_pipeline.objects import logic, projection, recall, reports, timeline, worker
 from memory_pipeline.objects.logic import JobMode, day_status
 from memory_pipeline.objects.worker import WorkerReport
 
@@ -55,6 +55,12 @@ def _checked(config: ObjectsRunConfig) -> ObjectsRunConfig:
         )
     if config.passes < 1:
         raise Failure(description=f"run config: passes must be at least 1, got {config.passes}", allow_retries=False)
+    for name in ("max_batches", "passes"):
+        value = getattr(config, name)
+        if value > logic.INT_MAX:
+            raise Failure(
+                description=f"run config: {name} must be at most {logic.INT_MAX:,}, got {value}", allow_retries=False
+            )
     return config
 
 
