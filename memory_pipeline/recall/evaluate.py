@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from memory_pipeline import domains
 from memory_pipeline.lib import settings
@@ -163,20 +164,17 @@ def run_locomo(
     twice = sorted({s for s in stems if stems.count(s) > 1})
     if twice:
         raise EvalError(f"two files would make the same world {twice[0]!r} (file names must differ)")
+    tz = ZoneInfo(settings.timezone_name())
+    checked = _checked_files(files, tz)  # every file read before anything is written
+    model = model or settings.env(settings.ENV_LLM_MODEL) or settings.OFFLINE_MODEL
+    if store_url:
+        store = _empty_store(store_url)
     directory = directory or Path(tempfile.mkdtemp(prefix="memory-eval-"))
     directory.mkdir(parents=True, exist_ok=True)
     url = store_url or f"sqlite:///{directory / 'memory.sqlite'}"
-    model = model or settings.env(settings.ENV_LLM_MODEL) or settings.OFFLINE_MODEL
+    if not store_url:
+        store = _empty_store(url)
     report = EvalReport(uuid.uuid4().hex[:16], [p.name for p in files], model, url, directory)
-    store = Store(url)
-    ensure_schema(store, domains.version_locations())
-    with store.connect() as conn:
-        held = int(conn.execute(select(func.count()).select_from(messages)).scalar() or 0)
-    if held:
-        raise EvalError(
-            f"{masked(url)} already holds {held} raw events: eval builds memory from the files alone "
-            "(give --store an empty database, or leave it out for a new temporary SQLite file)"
-        )
     env = {
         settings.ENV_DATABASE_URL: url,
         settings.ENV_LLM_MODEL: model,
@@ -185,8 +183,7 @@ def run_locomo(
         "DAGSTER_HOME": str(directory / "dagster_home"),
     }
     with _environment(env):
-        tz = ZoneInfo(settings.timezone_name())
-        _import(store, files, tz, say)
+        _import(store, checked, say)
         worlds = sorted(stems)
         candidates = day_index.world_days(store, worlds, tz)
         report.worlds = len(worlds)
@@ -210,15 +207,48 @@ def run_locomo(
     return report
 
 
-def _import(store: Store, files: list[Path], tz: ZoneInfo, say: Callable[[str], None]) -> None:
-    from memory_pipeline.events.ingest import IngestError
-    from memory_pipeline.events.locomo import import_locomo
+def _checked_files(files: list[Path], tz: ZoneInfo) -> list[tuple[Path, list[dict[str, Any]]]]:
+    """Each file's validated events, or EvalError naming the first file, JSON path and field at fault
+    (a turn the importer refuses, or questions that cannot be read)."""
+    from memory_pipeline.events.locomo import locomo_events
+    from memory_pipeline.recall.questions import QuestionError, read_qa
 
+    out = []
     for path in files:
+        events, errors = locomo_events(path, tz)
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise EvalError(f"{errors[0]}{more}")
         try:
-            rep = import_locomo(store, path, tz)
-        except IngestError as exc:
+            read_qa(path)
+        except QuestionError as exc:
             raise EvalError(str(exc)) from exc
+        out.append((path, events))
+    return out
+
+
+def _empty_store(url: str) -> Store:
+    """The store to build in, migrated; EvalError when it cannot be opened or already holds events."""
+    try:
+        store = Store(url)
+        ensure_schema(store, domains.version_locations())
+        with store.connect() as conn:
+            held = int(conn.execute(select(func.count()).select_from(messages)).scalar() or 0)
+    except SQLAlchemyError as exc:
+        raise EvalError(f"--store {masked(url)}: cannot open it: {type(exc).__name__}: {exc}") from exc
+    if held:
+        raise EvalError(
+            f"{masked(url)} already holds {held} raw events: eval builds memory from the files alone "
+            "(give --store an empty database, or leave it out for a new temporary SQLite file)"
+        )
+    return store
+
+
+def _import(store: Store, checked: list[tuple[Path, list[dict[str, Any]]]], say: Callable[[str], None]) -> None:
+    from memory_pipeline.events.ingest import ingest_events, source_label
+
+    for path, events in checked:
+        rep = ingest_events(store, events, source=source_label(path))
         say(f"imported {path.name}: {rep.inserted} turns, {rep.new_conversations} sessions")
 
 

@@ -99,7 +99,7 @@ def test_a_store_that_already_holds_events_is_refused_before_anything_is_built(p
     used = f"sqlite:///{tmp_path / 'first' / 'memory.sqlite'}"
     with pytest.raises(EvalError, match=r"already holds 15 raw events"):
         run_locomo([path], store_url=used, directory=tmp_path / "second")
-    assert not (tmp_path / "second" / "dagster_home").exists()
+    assert not (tmp_path / "second").exists()
     result = runner.invoke(app, ["eval", "locomo", str(path), "--store", used])
     assert result.exit_code == 2 and "already holds 15 raw events" in result.output
 
@@ -173,7 +173,29 @@ def test_memory_is_attributed_to_the_days_of_the_events_it_came_from(store, inge
     assert day_index.world_days(store, ["w"], CST) == {"w": {d8, d9, d10}}
 
 
-def test_an_unreadable_file_is_refused_naming_it(project, tmp_path):
-    bad = write_locomo(tmp_path, b"{not json", "26.json")
-    with pytest.raises(EvalError, match=r"26.json:1: field '<file>': malformed JSON"):
-        run_locomo([bad], directory=tmp_path / "run")
+def test_a_bad_file_is_refused_naming_it_before_anything_is_written(project, tmp_path):
+    good = write_locomo(tmp_path, _doc(), "26.json")
+    doc = _doc()
+    doc["session_2"][1]["text"] = 7  # a turn whose text is not a string
+    bad = write_locomo(tmp_path, doc, "30.json")
+    with pytest.raises(EvalError, match=r"30.json:\$\.session_2\[1\]\.text: field 'text': must be a string"):
+        run_locomo([good, bad], directory=tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # not even the first file was imported anywhere
+    unreadable = write_locomo(tmp_path, b"{not json", "41.json")
+    with pytest.raises(EvalError, match=r"41.json:1: field '<file>': malformed JSON"):
+        run_locomo([unreadable], directory=tmp_path / "run")
+    no_questions = _doc()
+    del no_questions["qa"]
+    with pytest.raises(EvalError, match=r"42.json:\$\.qa: missing"):
+        run_locomo([write_locomo(tmp_path, no_questions, "42.json")], directory=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_store_that_cannot_be_opened_is_refused_by_name(project, tmp_path):
+    path = write_locomo(tmp_path, _doc(), "26.json")
+    url = "postgresql+psycopg2://nobody:secret@127.0.0.1:1/none"
+    with pytest.raises(
+        EvalError, match=r"--store postgresql\+psycopg2://nobody:\*\*\*@127.0.0.1:1/none: cannot open it"
+    ):
+        run_locomo([path], store_url=url, directory=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
