@@ -184,6 +184,9 @@ BY_NAME: dict[str, ExportTable] = {e.name: e for e in EXPORTS}
 # Tables on the shared metadata that are deliberately not exported, each with the reason: only
 # coordination state of the running system (rows that live for seconds to hours), never data.
 NOT_EXPORTED: dict[str, str] = {
+    "recall_documents": "memory_search's index: every domain's memory as documents, rebuilt from the memory "
+    "tables (each exported itself)",
+    "recall_index_state": "when memory_search's index of each world was last brought up to date",
     "partition_leases": "coordination state of running runs (who holds a partition now), not a fact to analyse",
     "pending_cache_writes": "a write-behind queue of cache values, emptied once Redis answers again",
     "conversation_summary_backoff": "when a failing rolling summary may be retried (gone on success or an "

@@ -22,6 +22,7 @@ app.add_typer(db.app, name="db", help="Schema migrations of the operational stor
 app.add_typer(sleep.app, name="sleep", help="Seed 003 sleep: status, diff, recovery backfill/rebuild, memory tools.")
 app.add_typer(conversation.app, name="conversation", help="Seed 002 rolling conversation summaries.")
 app.add_typer(recall.app, name="eval")
+app.command(name="search")(recall.search)
 
 
 @app.command()

@@ -47,13 +47,13 @@ def locomo(
 
 
 def print_report(report) -> None:
-    from memory_pipeline.recall.metric import Index
+    from memory_pipeline.recall.evaluate import DAY_TEXT_INDEXES
 
     table = Table(title=f"recall on {len(report.files)} LoCoMo file(s), model {escape(report.model)}")
     for name in ("index", "R@1", "R@5", "characters per day"):
         table.add_column(name, justify="left" if name == "index" else "right")
     for s in report.scores:
-        chars = "" if s.index is Index.RANDOM else f"{s.chars_per_day:,.0f}"
+        chars = f"{s.chars_per_day:,.0f}" if s.index in DAY_TEXT_INDEXES else ""
         table.add_row(s.index.value, f"{s.recall(1):.2f}", f"{s.recall(5):.2f}", chars)
     console.print(table)
     left = ", ".join(f"{n} {why}" for why, n in report.left_out.items()) or "none"
@@ -65,3 +65,42 @@ def print_report(report) -> None:
         f"store {escape(report.store_url)}\n"
         f"wall time {report.wall_seconds:.0f} s; run id {report.run_id}"
     )
+
+
+def search(
+    world: str = typer.Argument(..., help="The world whose memory to search (never another's)"),
+    query: str = typer.Argument(..., help="What to recall, in words"),
+    k: int = typer.Option(10, "-k", help="How many hits (1-100)"),
+    as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON"),
+):
+    """memory_search: one ranked recall over every domain's memory of one world (summaries, facts,
+    autobiography, objects, tower and conversation summaries), each hit with its kind, time and the
+    raw event ids it came from. Full-text ranking by the store's engine; never calls an LLM."""
+    from zoneinfo import ZoneInfo
+
+    from memory_pipeline.cli.console import open_store
+    from memory_pipeline.lib import settings
+    from memory_pipeline.recall.search import SearchError, memory_search
+
+    tz = ZoneInfo(settings.timezone_name())
+
+    try:
+        hits = memory_search(open_store(), world, query, k, tz=tz)
+    except SearchError as exc:
+        refuse(str(exc))
+    if as_json:
+        console.print_json(json.dumps([h.as_json() for h in hits], ensure_ascii=False))
+        return
+    if not hits:
+        console.print(f"no memory of {escape(world)} matches {escape(query)!r}")
+        return
+    table = Table(title=f"memory_search {escape(world)}: {escape(query)}")
+    for name in ("#", "kind", "time", "text", "raw events"):
+        table.add_column(name)
+    for i, h in enumerate(hits, 1):
+        when = h.start.astimezone(tz).strftime("%Y-%m-%d %H:%M") if h.start else ""
+        if h.end and h.start and h.end.astimezone(tz).date() != h.start.astimezone(tz).date():
+            when += " .. " + h.end.astimezone(tz).strftime("%Y-%m-%d %H:%M")
+        events = ", ".join(h.event_ids[:3]) + (f" (+{len(h.event_ids) - 3})" if len(h.event_ids) > 3 else "")
+        table.add_row(str(i), h.kind.value, when, escape(h.text[:300]), escape(events))
+    console.print(table)

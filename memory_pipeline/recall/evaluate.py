@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -32,9 +33,12 @@ from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import conversations, llm_ledger, messages
 from memory_pipeline.recall import days as day_index
-from memory_pipeline.recall.metric import Index, Question, Score, score_index, score_random
+from memory_pipeline.recall.documents import Document
+from memory_pipeline.recall.metric import KS, Index, Question, Score, score_index, score_random, score_rankings
 from memory_pipeline.recall.questions import questions, world_of
+from memory_pipeline.recall.search import memory_search
 from memory_pipeline.recall.tables import recall_eval_results, recall_eval_runs
+from memory_pipeline.tower import config as tower_config
 
 ORGANIZE_ROUNDS_MAX = 200  # organize runs until no event is left to organize (each run a bounded batch count)
 ROW_ORDER = (
@@ -45,8 +49,11 @@ ROW_ORDER = (
     Index.OBJECTS,
     Index.CONVERSATION,
     Index.ALL_MEMORY,
+    Index.MEMORY_SEARCH,
     Index.RANDOM,
 )
+DAY_TEXT_INDEXES = set(ROW_ORDER) - {Index.MEMORY_SEARCH, Index.RANDOM}  # those with characters per day
+SEARCH_HITS = 20  # hits asked of memory_search per question, to find its top 5 days
 
 
 class EvalError(ValueError):
@@ -104,7 +111,7 @@ class EvalReport:
                     "questions": s.questions,
                     "r_at_1": round(s.recall(1), 4),
                     "r_at_5": round(s.recall(5), 4),
-                    "chars_per_day": None if s.index is Index.RANDOM else round(s.chars_per_day, 1),
+                    "chars_per_day": round(s.chars_per_day, 1) if s.index in DAY_TEXT_INDEXES else None,
                 }
                 for s in self.scores
             ],
@@ -194,9 +201,16 @@ def run_locomo(
         left_out: Counter[str] = Counter()
         asked: list[Question] = [q for p in files for q in questions(p, event_days, left_out)]
         report.questions, report.left_out = len(asked), dict(left_out)
-        texts = day_index.day_texts(store, worlds, tz)
-        report.scores = [score_index(i, asked, texts[i], candidates) for i in ROW_ORDER if i is not Index.RANDOM]
-        report.scores.append(score_random(asked, candidates))
+        activity_type = tower_config.load().activity_type
+        texts = day_index.day_texts(store, worlds, tz, activity_type)
+        for index in ROW_ORDER:
+            if index is Index.RANDOM:
+                report.scores.append(score_random(asked, candidates))
+            elif index is Index.MEMORY_SEARCH:
+                rank = partial(search_days, store, event_days=event_days, tz=tz, activity_type=activity_type)
+                report.scores.append(score_rankings(index, asked, rank))
+            else:
+                report.scores.append(score_index(index, asked, texts[index], candidates))
         _ledger(store, report)
     report.wall_seconds = time.monotonic() - started
     record(store, report)
@@ -309,6 +323,25 @@ def _run_domains(
     job("conversation_rolling_summary_job")
 
 
+def search_days(
+    store: Store, question: Question, *, event_days: dict[str, date], tz: ZoneInfo, activity_type: str
+) -> list[date]:
+    """memory_search's answer to a question as days: its hits in rank order, each hit's lineage days
+    (the day holding most of its events first; a day summary's own day), first mention kept. A hit
+    covering many days does not fill the top 5 with them: each day is one place in the ranking."""
+    hits = memory_search(store, question.world, question.text, SEARCH_HITS, tz=tz, activity_type=activity_type)
+    ranked: list[date] = []
+    for hit in hits:
+        doc = Document(question.world, hit.kind, hit.ref, hit.text, hit.start, hit.end, hit.event_ids)
+        per_day = Counter(event_days[e] for e in hit.event_ids if e in event_days)
+        for d in sorted(day_index.document_days(doc, event_days, tz), key=lambda d: (-per_day[d], d)):
+            if d not in ranked:
+                ranked.append(d)
+        if len(ranked) >= max(KS):
+            break
+    return ranked
+
+
 def _ledger(store: Store, report: EvalReport) -> None:
     lc = llm_ledger.c
     with store.connect() as conn:
@@ -352,7 +385,7 @@ def record(store: Store, report: EvalReport) -> None:
             "questions": s.questions,
             "r_at_1": s.recall(1),
             "r_at_5": s.recall(5),
-            "chars_per_day": None if s.index is Index.RANDOM else s.chars_per_day,
+            "chars_per_day": s.chars_per_day if s.index in DAY_TEXT_INDEXES else None,
         }
         for s in report.scores
     ]

@@ -15,7 +15,7 @@ import hashlib
 import math
 import re
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from enum import StrEnum
@@ -35,6 +35,8 @@ class Index(StrEnum):
     OBJECTS = "objects"
     CONVERSATION = "rolling conversation summaries"
     ALL_MEMORY = "all memory together"
+    # Not a day text: the days of memory_search's hits, in hit order (see score_rankings).
+    MEMORY_SEARCH = "memory_search"
     RANDOM = "random ranking"
 
 
@@ -155,6 +157,19 @@ def score_index(
                         score.hits[k] += 1
         finally:
             ranker.close()
+    return score
+
+
+def score_rankings(index: Index, questions: list[Question], rank: Callable[[Question], Sequence[date]]) -> Score:
+    """R@k of a ranking made elsewhere (``rank(question)``: days, best first; it may hold fewer than
+    k days, and then has fewer chances)."""
+    score = Score(index)
+    for q in questions:
+        ranked = list(rank(q))
+        score.questions += 1
+        for k in KS:
+            if q.evidence_days & set(ranked[:k]):
+                score.hits[k] += 1
     return score
 
 

@@ -4,9 +4,9 @@ prompt versions in the DuckDB export (``mart_recall_quality``)."""
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Float, ForeignKey, Integer, String, Table, Text
+from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint
 
-from memory_pipeline.lib.store.tables import UTCDateTime, metadata, now_utc
+from memory_pipeline.lib.store.tables import ID, UTCDateTime, metadata, now_utc
 
 recall_eval_runs = Table(
     "recall_eval_runs",
@@ -40,4 +40,38 @@ recall_eval_results = Table(
     Column("r_at_1", Float, nullable=False),
     Column("r_at_5", Float, nullable=False),
     Column("chars_per_day", Float),  # null for the random ranking
+)
+
+# What `memory_search` ranks: every domain's memory of each world as one document (recall.documents),
+# kept up to date by comparing each world's sources with ``recall_index_state``. Full-text indexed by
+# the store's engine: an FTS5 table over ``search_text`` on SQLite, a GIN index of its tsvector on
+# PostgreSQL (migration 0024).
+recall_documents = Table(
+    "recall_documents",
+    metadata,
+    Column("doc_id", Integer, primary_key=True, autoincrement=True),  # the FTS5 rowid on SQLite
+    Column("world_id", ID, nullable=False),
+    Column("kind", String(32), nullable=False),  # documents.MemoryKind
+    Column("ref", String(128), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("search_text", Text, nullable=False),  # text as the tokenizer should see it (CJK spaced)
+    Column("start_at", UTCDateTime),
+    Column("end_at", UTCDateTime),
+    Column("event_ids", JSON, nullable=False),
+    Column("fingerprint", String(32), nullable=False),
+    Column("indexed_at", UTCDateTime, nullable=False, default=now_utc),
+    UniqueConstraint("world_id", "kind", "ref", name="uq_recall_documents_ref"),
+    Index("ix_recall_documents_world", "world_id"),
+)
+
+FTS_TABLE = "recall_documents_fts"  # SQLite only: the FTS5 index (and its shadow tables) of search_text
+
+# Per world: the fingerprint of its sources when its documents were last brought up to date.
+recall_index_state = Table(
+    "recall_index_state",
+    metadata,
+    Column("world_id", ID, primary_key=True),
+    Column("sources_fp", String(32), nullable=False),
+    Column("documents", Integer, nullable=False),
+    Column("indexed_at", UTCDateTime, nullable=False, default=now_utc),
 )

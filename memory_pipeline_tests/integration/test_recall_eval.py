@@ -76,6 +76,8 @@ def test_eval_builds_every_domain_and_measures_each_index(project, tmp_path):
     raw_chars = sum(len(t["text"]) for n in range(1, 6) for t in _doc()[f"session_{n}"])
     assert scores[Index.RAW].chars_per_day == pytest.approx((raw_chars + 2 * 5) / 5)  # a day's 3 turns, 2 line breaks
     assert scores[Index.DAY_SUMMARIES].chars_per_day > 0  # the offline model summarized the days
+    # memory_search finds each question's day first: the day summary of that day names the topic
+    assert scores[Index.MEMORY_SEARCH].questions == 5 and scores[Index.MEMORY_SEARCH].recall(1) == 1.0
     assert report.llm_calls > 0 and report.model.startswith("offline/")
     assert report.tokens_in > 0 and report.cost_usd is None  # the offline model has no price
 
@@ -164,7 +166,7 @@ def test_memory_is_attributed_to_the_days_of_the_events_it_came_from(store, inge
                 {"world_id": "w", "object_id": "o2", "event_id": "m2", "revision": 1},
             ],
         )
-    texts = day_index.day_texts(store, ["w"], CST)
+    texts = day_index.day_texts(store, ["w"], CST, "agent/activity")
     d8, d9, d10 = date(2023, 5, 8), date(2023, 5, 9), date(2023, 5, 10)
     assert texts[Index.SEMANTIC]["w"] == {d9: "ran a marathon", d10: "ran a marathon"}  # the session spans two days
     assert texts[Index.OBJECTS]["w"] == {d8: "Pottery a class"}

@@ -1,0 +1,269 @@
+"""memory_search on both engines (SQLite FTS5 and PostgreSQL full-text search): one ranked recall over
+every domain's memory of one world, each hit with its kind, time and lineage to raw event ids; no
+path reaches another world; the index follows memory as it is written; bad input refused by name."""
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from sqlalchemy import select, update
+from typer.testing import CliRunner
+
+from memory_pipeline import domains
+from memory_pipeline.cli import app
+from memory_pipeline.conversation.tables import conversation_summaries
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.migrate import ensure_schema
+from memory_pipeline.objects.tables import objects_attachments, objects_objects
+from memory_pipeline.recall.documents import MemoryKind
+from memory_pipeline.recall.search import SearchError, memory_search, refresh
+from memory_pipeline.recall.tables import recall_documents
+from memory_pipeline.sleep.tables import autobiographical_memories, semantic_memories
+from memory_pipeline.temporal.tables import temporal_summaries
+from memory_pipeline.tower.tables import tower_entries, tower_summaries
+from memory_pipeline.tower.types import ensure_builtins
+from memory_pipeline_tests.conftest import CST, event
+
+ACTIVITY = "agent/activity"
+runner = CliRunner()
+D1, D2 = datetime(2023, 5, 8, 13, 0, tzinfo=CST), datetime(2023, 5, 9, 13, 0, tzinfo=CST)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def engine_store(request, store, tmp_path) -> Store:
+    if request.param == "postgresql":
+        return store
+    lite = Store(f"sqlite:///{tmp_path / 'memory.sqlite'}")
+    ensure_schema(lite, domains.version_locations())
+    return lite
+
+
+def _ingest(store: Store, tmp_path, events: list[dict]) -> None:
+    import json
+
+    from memory_pipeline.events.ingest import ingest_file
+
+    path = tmp_path / f"events-{len(list(tmp_path.glob('events-*')))}.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    assert not ingest_file(store, path).rejected
+
+
+def _memory(mid: str, world: str, content: str, sessions: list[str], status: str = "active") -> dict:
+    now = datetime.now(UTC)
+    return {
+        "memory_id": mid,
+        "world_id": world,
+        "type": "experience",
+        "content": content,
+        "source_sessions": sessions,
+        "observed_at": now,
+        "status": status,
+        "version": 1,
+        "created_by": "light_sleep",
+        "updated_at": now,
+    }
+
+
+def _two_worlds(store: Store, tmp_path) -> None:
+    """World a: pottery on day 1, a marathon on day 2, memory of every kind. World b: pottery too."""
+    _ingest(
+        store,
+        tmp_path,
+        [
+            event("a", "a.s1", "user", "I went to a pottery class", D1, mid="a1"),
+            event("a", "a.s1", "assistant", "Nice, what did you make?", D1 + timedelta(minutes=1), mid="a2"),
+            event("a", "a.s2", "user", "I ran the city marathon", D2, mid="a3"),
+            event("a", "a.s3", "user", "我在杭州学钢琴", D2 + timedelta(hours=2), mid="a4"),
+            event("b", "b.s1", "user", "My secret pottery studio", D1, mid="b1"),
+        ],
+    )
+    now = datetime.now(UTC)
+    with store.begin() as conn:
+        day_id = conn.execute(
+            temporal_summaries.insert().values(
+                world_id="a",
+                window="day",
+                period_start=date(2023, 5, 8),
+                content="Caroline took a pottery class and made a bowl.",
+                source_count=2,
+                source_kind="message",
+                source_ids=["a1", "a2"],
+            )
+        ).inserted_primary_key[0]
+        conn.execute(
+            temporal_summaries.insert().values(
+                world_id="a",
+                window="month",
+                period_start=date(2023, 5, 1),
+                content="May: pottery, then a marathon.",
+                source_count=1,
+                source_kind="day",
+                source_ids=[day_id],
+            )
+        )
+        conn.execute(
+            semantic_memories.insert(),
+            [
+                _memory("m-run", "a", "The user ran the city marathon.", ["a.s2"]),
+                _memory("m-old", "a", "The user hates marathons.", ["a.s2"], status="deprecated"),
+                _memory("m-piano", "a", "用户在杭州学钢琴。", ["a.s3"]),
+                _memory("m-b", "b", "The user keeps a secret pottery studio.", ["b.s1"]),
+            ],
+        )
+        conn.execute(
+            autobiographical_memories.insert().values(
+                memory_id="n1",
+                world_id="a",
+                narrative="The spring the user ran a marathon.",
+                significance=4,
+                kind="milestone",
+                source_memory_ids=["m-run"],
+                status="active",
+                created_day=date(2023, 5, 9),
+            )
+        )
+        obj = {"world_id": "a", "aliases": ["clay"], "summary": "", "cues": ["wheel"], "version": 1, "revision": 1}
+        conn.execute(
+            objects_objects.insert(),
+            [
+                obj | {"object_id": "o1", "type": "knowledge", "name": "Pottery", "body": "bowls", "status": "active"},
+                obj
+                | {"object_id": "o2", "type": "knowledge", "name": "Pottery old", "body": "x", "status": "archived"},
+            ],
+        )
+        conn.execute(objects_attachments.insert().values(world_id="a", object_id="o1", event_id="a1", revision=1))
+        conn.execute(
+            conversation_summaries.insert().values(
+                conversation_id="a.s1",
+                version=1,
+                world_id="a",
+                content="They talked about the pottery class.",
+                covered_start=2,
+                covered_end=2,
+                last_updated=now,
+                trigger="entries",
+                sections={},
+            )
+        )
+    ensure_builtins(store, ACTIVITY)
+    with store.begin() as conn:
+        pk = conn.execute(
+            tower_entries.insert().values(
+                type_name=ACTIVITY, entry_id="a3", at=D2, group_value="a", content={"text": "marathon"}, chars=8
+            )
+        ).inserted_primary_key[0]
+        summary = {
+            "type_name": ACTIVITY,
+            "granularity": "day",
+            "start": D2.replace(hour=0),
+            "end": D2.replace(hour=0) + timedelta(days=1),
+            "sections": {},
+            "ref_kind": "entry",
+            "refs": [pk],
+            "source": "raw",
+            "entry_count": 1,
+            "model": "m",
+            "prompt_version": "p",
+            "strategy": "direct",
+            "chunks": 1,
+            "input_tokens": 1,
+            "clipped_entries": 0,
+            "material_fp": "x",
+        }
+        conn.execute(tower_summaries.insert().values(summary | {"group_value": "a", "text": "Ran the marathon tower"}))
+        conn.execute(tower_summaries.insert().values(summary | {"group_value": "b", "text": "b's marathon tower"}))
+
+
+def _search(store: Store, world: str, query: str, k: int = 10):
+    return memory_search(store, world, query, k, tz=CST, activity_type=ACTIVITY)
+
+
+def test_every_kind_of_memory_is_found_with_its_lineage(engine_store, tmp_path):
+    _two_worlds(engine_store, tmp_path)
+    hits = {(h.kind, h.ref): h for h in _search(engine_store, "a", "pottery marathon class bowl clay tower", 20)}
+    kinds = {k for k, _ in hits}
+    assert kinds == {
+        MemoryKind.DAY_SUMMARY,
+        MemoryKind.MONTH_SUMMARY,
+        MemoryKind.SEMANTIC,
+        MemoryKind.NARRATIVE,
+        MemoryKind.OBJECT,
+        MemoryKind.CONVERSATION_SUMMARY,
+        MemoryKind.TOWER_SUMMARY,
+    }
+    by_kind = {k: h for (k, _), h in hits.items()}
+    assert by_kind[MemoryKind.DAY_SUMMARY].event_ids == ("a1", "a2")
+    assert by_kind[MemoryKind.DAY_SUMMARY].start == datetime(2023, 5, 8, tzinfo=CST)
+    assert by_kind[MemoryKind.MONTH_SUMMARY].event_ids == ("a1", "a2")  # through its day
+    assert by_kind[MemoryKind.SEMANTIC].event_ids == ("a3",)  # the messages of its source session
+    assert by_kind[MemoryKind.NARRATIVE].event_ids == ("a3",)  # through its source memory
+    assert by_kind[MemoryKind.OBJECT].event_ids == ("a1",) and by_kind[MemoryKind.OBJECT].start == D1
+    assert by_kind[MemoryKind.CONVERSATION_SUMMARY].event_ids == ("a2",)  # the L2 it covers
+    assert by_kind[MemoryKind.TOWER_SUMMARY].event_ids == ("a3",)
+    assert (MemoryKind.SEMANTIC, "m-old") not in hits and (MemoryKind.OBJECT, "o2") not in hits
+
+
+def test_no_hit_ever_comes_from_another_world(engine_store, tmp_path):
+    _two_worlds(engine_store, tmp_path)
+    for query in ("secret pottery studio", "marathon tower", "pottery"):
+        assert all("secret" not in h.text and "b's" not in h.text for h in _search(engine_store, "a", query, 100))
+    b_hits = _search(engine_store, "b", "pottery marathon", 100)
+    assert {h.ref for h in b_hits} == {"m-b"} | {h.ref for h in b_hits if h.kind is MemoryKind.TOWER_SUMMARY}
+    assert all(e.startswith("b") for h in b_hits for e in h.event_ids)
+
+
+def test_the_rarest_match_ranks_first_and_chinese_is_searchable(engine_store, tmp_path):
+    _two_worlds(engine_store, tmp_path)
+    assert _search(engine_store, "a", "Where does the user study piano? 钢琴")[0].ref == "m-piano"
+    assert _search(engine_store, "a", "他在哪里学钢琴")[0].ref == "m-piano"
+    assert _search(engine_store, "a", "the spring milestone")[0].kind is MemoryKind.NARRATIVE
+    # FTS syntax in a question is only words
+    assert _search(engine_store, "a", 'pottery" OR NEAR(x* AND') != []
+    assert _search(engine_store, "a", "?!") == []
+
+
+def test_the_index_follows_memory_as_it_is_written(engine_store, tmp_path):
+    _two_worlds(engine_store, tmp_path)
+    assert _search(engine_store, "a", "kayak") == []
+    with engine_store.begin() as conn:
+        conn.execute(semantic_memories.insert().values(_memory("m-kayak", "a", "The user bought a kayak.", ["a.s2"])))
+    assert [h.ref for h in _search(engine_store, "a", "kayak")] == ["m-kayak"]
+    with engine_store.begin() as conn:  # deep sleep deprecates it
+        conn.execute(
+            update(semantic_memories)
+            .where(semantic_memories.c.memory_id == "m-kayak")
+            .values(status="deprecated", updated_at=datetime.now(UTC))
+        )
+    assert _search(engine_store, "a", "kayak") == []
+    # unchanged sources: nothing rewritten
+    assert refresh(engine_store, "a", CST, ACTIVITY) is None
+    with engine_store.connect() as conn:
+        assert {r.world_id for r in conn.execute(select(recall_documents.c.world_id))} == {"a"}  # only what was asked
+
+
+def test_bad_input_is_refused_by_name(engine_store, tmp_path):
+    _two_worlds(engine_store, tmp_path)
+    for query, k, message in [
+        ("", 5, "query: must be a non-empty string"),
+        ("x" * 2001, 5, "query: too long: 2001 characters"),
+        ("pottery", 0, "k: must be an integer from 1 to 100, got 0"),
+        ("pottery", 101, "k: must be an integer from 1 to 100, got 101"),
+    ]:
+        with pytest.raises(SearchError, match=message):
+            _search(engine_store, "a", query, k)
+    with pytest.raises(SearchError, match="world 'nobody': no such world"):
+        _search(engine_store, "nobody", "pottery")
+
+
+def test_the_command_searches_one_world(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    _two_worlds(store, tmp_path)
+    result = runner.invoke(app, ["search", "a", "marathon", "-k", "3"])
+    assert result.exit_code == 0, result.output
+    assert "semantic_memory" in result.output and "a3" in result.output and "secret" not in result.output
+    result = runner.invoke(app, ["search", "a", "marathon", "--json"])
+    import json
+
+    hits = json.loads(result.output)
+    assert hits and all(set(h) == {"kind", "ref", "text", "start", "end", "event_ids", "score"} for h in hits)
+    result = runner.invoke(app, ["search", "a", "marathon", "-k", "0"])
+    assert result.exit_code == 2 and "k: must be an integer from 1 to 100" in result.output
