@@ -3,8 +3,11 @@
 Light sleep (message 1 sessions, message 2 existing memories):
   - every user line saying 我喜欢 / 我不喜欢 / 我爱 / I like / I love / I prefer / I don't like becomes a
     ``preference`` memory with that line as content, unless message 2 already has it;
-  - every session gets one ``experience`` memory "session <id>: <top words of the session>"; when
-    message 2 has an experience memory of exactly that session with other content, it is updated.
+  - every session gives its most informative sentences as facts (``offline.key_sentences``: a
+    quarter of its sentences, 2 to 12, scored by how rare their words are in the language, a
+    first-person statement double, a question a third), each "<speaker>: <sentence>" with the
+    session as source, typed ``experience`` (what was said in that session); a sentence already
+    taken as a preference, or already in message 2, is skipped.
 Deep sleep (message 1 as updated by message 1.5):
   - round contradiction: two memories of one type equal once a negation (不 / not / don't / doesn't /
     never) is removed contradict: the older one (observed_at) is deprecated, reason 新事实取代;
@@ -13,8 +16,9 @@ Deep sleep (message 1 as updated by message 1.5):
   - round merge: memories of one type with the same normalized content are merged, keeping the
     newest one's content.
 Autobiography: when two or more experience / imprint memories of the window are cited by no active
-narrative, one narrative of them (milestone if one is an imprint, else event; significance = their
-count, at most 5); otherwise no call ("nothing worth recording").
+narrative, one narrative citing them all, told by the three most informative (``sentence_score``) in
+time order (milestone if one is an imprint, else event; significance = their count, at most 5);
+otherwise no call ("nothing worth recording").
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory_pipeline.lib.llm import offline, offline_tools
-from memory_pipeline.sleep.logic import CREATE, DEPRECATE, MERGE, UPDATE, normalized
+from memory_pipeline.sleep.logic import CREATE, DEPRECATE, MERGE, normalized
 from memory_pipeline.sleep.prompts import CREATE_AUTO
 
+NARRATIVE_PARTS = 3
 _SESSION = re.compile(r"^## session (\S+?)（")
 _LINE = re.compile(r"^\[[0-9-]+ [0-9:]+\] (user|assistant): (.*)$")
 _PREFERENCE = re.compile(
@@ -85,18 +90,15 @@ def light_rule(messages: Sequence[dict[str, Any]], offered: frozenset[str]) -> t
                             "arguments": {"type": "preference", "content": content, "source_sessions": [sid]},
                         }
                     )
-        words = offline.headline("\n".join(t for _, t in lines), 60)
-        if not words:
-            continue
-        content = f"session {sid}: {words}"
-        mine = [m for m in existing if m.get("type") == "experience" and m.get("source_sessions") == [sid]]
-        if mine:
-            if normalized(str(mine[0].get("content"))) != normalized(content):
-                calls.append({"name": UPDATE, "arguments": {"id": mine[0]["id"], "content": content}})
-        elif ("experience", normalized(content)) not in have:
-            calls.append(
-                {"name": CREATE, "arguments": {"type": "experience", "content": content, "source_sessions": [sid]}}
-            )
+        for role, sentence in offline.key_sentences(lines):
+            if role == "user" and _PREFERENCE.search(sentence):
+                continue  # its line was taken whole as a preference above
+            mtype = "experience"  # what was said in this session: an experience of the agent's
+            content = f"{role}: {sentence}"
+            if (mtype, normalized(content)) in have:
+                continue
+            have.add((mtype, normalized(content)))
+            calls.append({"name": CREATE, "arguments": {"type": mtype, "content": content, "source_sessions": [sid]}})
     return f"offline light sleep: {len(calls)} call(s)", calls
 
 
@@ -177,7 +179,15 @@ def autobiography_rule(messages: Sequence[dict[str, Any]], offered: frozenset[st
     fresh = [m for m in memories if m["id"] not in cited]
     if len(fresh) < 2:
         return "无值得记录的叙事", []
-    narrative = "近来：" + "；".join(str(m["content"]) for m in fresh[:3])
+    # the three most informative of them, in time order, make the narrative
+    told = sorted(
+        sorted(fresh, key=lambda m: (-offline.sentence_score(str(m["content"])), m["id"]))[:NARRATIVE_PARTS],
+        key=lambda m: (m["observed_at"], m["id"]),
+    )
+    chinese = any("\u4e00" <= ch <= "\u9fff" for m in told for ch in str(m["content"]))
+    narrative = ("近来：" if chinese else "Lately: ") + ("；" if chinese else "; ").join(
+        str(m["content"]) for m in told
+    )
     kind = "milestone" if any(m["type"] == "imprint" for m in fresh) else "event"
     period = f"{fresh[0]['observed_at'][:10]}..{fresh[-1]['observed_at'][:10]}"
     args = {

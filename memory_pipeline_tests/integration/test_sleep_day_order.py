@@ -67,11 +67,12 @@ def statuses(store, world="*"):
 
 
 def two_days(ingest):
-    """Day 1: a preference and a two-fact line (deep sleep of day 1 splits it); day 2: the
-    preference's negation (deep sleep of day 2 deprecates the older one)."""
+    """Day 1: a preference and a two-fact line (deep sleep of day 1 splits it), and something that
+    happened; day 2: the preference's negation (deep sleep of day 2 deprecates the older one), and
+    something else that happened."""
     ingest(
-        conversation("r", "r-a", cst(2026, 3, 1, 9), [SPICY, "好", SPLIT, "嗯"])
-        + conversation("r", "r-b", cst(2026, 3, 2, 9), [NOT_SPICY, "好"])
+        conversation("r", "r-a", cst(2026, 3, 1, 9), [SPICY, "好", SPLIT, "我们明天去西湖划船吧"])
+        + conversation("r", "r-b", cst(2026, 3, 2, 9), [NOT_SPICY, "周末我去杭州看了钢琴演出"])
     )
 
 
@@ -205,7 +206,7 @@ def test_remember_belongs_to_the_day_it_is_written_on(store, ingest, tmp_path):
 
 
 def _midnight_session(ingest):
-    """One session over midnight: light sleep of day 2 updates the experience memory day 1 made."""
+    """One session over midnight: light sleep of day 2 adds to what day 1 made of it."""
     ingest(
         conversation("r", "r-s", cst(2026, 3, 1, 23, 50), ["garden tomatoes tomatoes", "ok"])
         + conversation("r", "r-s", cst(2026, 3, 2, 0, 10), ["marathon pacing marathon", "ok"])
@@ -246,9 +247,9 @@ def test_a_later_days_light_sleep_never_leaks_into_an_earlier_days_snapshot(stor
     run_deep_sleep(ctx, D1)
     run_autobiography(ctx, D1)
     night(store, tmp_path, D2)
-    (session,) = [c for c in snap(store, D1) if c.startswith("session r-s")]
-    assert "garden" in session and "marathon" not in session
-    assert diff(store, "r", D1, D2).modified  # the update is day 2's
+    assert snap(store, D1) == {"user: garden tomatoes tomatoes"}  # day 2's fact is not in day 1's snapshot
+    (made,) = diff(store, "r", D1, D2).created  # day 2's fact is day 2's
+    assert snapshot(store, "r", D2)[made]["content"] == "user: marathon pacing marathon"
 
 
 def test_a_model_failure_mid_tool_loop_writes_nothing_and_leaves_its_round_log(store, ingest, tmp_path):

@@ -258,7 +258,12 @@ def test_the_offline_rules_are_deterministic_and_documented():
     from memory_pipeline.sleep import offline_rules
 
     offline_rules.install()
-    m1 = "# 当日对话\n\n## session s-1（平台 local）\n[2026-03-02 09:00] user: 我喜欢吃辣\n[2026-03-02 09:01] assistant: 好的"
+    m1 = (
+        "# 当日对话\n\n## session s-1（平台 local）\n[2026-03-02 09:00] user: 我喜欢吃辣\n"
+        "[2026-03-02 09:01] assistant: 好的\n"
+        "[2026-03-02 09:02] user: Yesterday I adopted a greyhound from the shelter in Hangzhou. It was fun.\n"
+        "[2026-03-02 09:03] assistant: The weather there was really very nice today, wasn't it?"
+    )
     msgs = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": m1},
@@ -274,7 +279,12 @@ def test_the_offline_rules_are_deterministic_and_documented():
         "content": "我喜欢吃辣",
         "source_sessions": ["s-1"],
     }
-    assert calls[1]["arguments"]["type"] == "experience"
+    # the session's most informative sentences are experience facts (2 of its 4: the preference
+    # line, not taken twice, and the greyhound; "好的" and "It was fun." are too short, the weather
+    # question all common words)
+    assert [(c["arguments"]["type"], c["arguments"]["content"]) for c in calls[1:]] == [
+        ("experience", "user: Yesterday I adopted a greyhound from the shelter in Hangzhou."),
+    ]
     # After the calls came back as tool results, the rules answer with no call: the loop ends.
     assert offline_tools.respond("light_sleep", [*msgs, {"role": "tool", "content": "ok"}], tools)[1] == []
     assert "not a language model" in offline_rules.__doc__ or "deterministic" in offline_rules.__doc__

@@ -1,16 +1,20 @@
 """The offline deterministic model: the embedded default, so the graph runs with no provider.
 
-It is not a language model. It writes a headline from the most frequent content words of the
-material, within the requested character target, and gives the same answer for the same input.
+It is not a language model. A summary is a headline of the most frequent content words of the
+material, within the requested character target; the domains' tool-calling rules extract (the most
+informative sentences of a text, ``key_sentences``, weighing words by how rare they are in the
+language). It gives the same answer for the same input. v2: extractive rules (a v1 answer in a
+cache or a stage record is not reused).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
 
-NAME = "offline/deterministic-headline-v1"
+NAME = "offline/deterministic-extractive-v2"
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]{3,}|[\u4e00-\u9fff]{2,4}")
 _STOP = set(
@@ -47,3 +51,106 @@ def headline(material: str, max_chars: int) -> str:
             break
         out = candidate
     return out or ranked[0][0][:max_chars]
+
+
+# ---- extractive rules: which sentences of a text carry the most information ------------------------
+
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|\d+")
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s*")
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me|we|we're|we've|our|us)\b|我|我们", re.IGNORECASE)
+COMMON_ZIPF = 5.5  # "the", "have", "good": in every sentence, they tell sentences apart no better than chance
+SENTENCE_MIN_CHARS = 15  # "Thanks, Mel!" says nothing to remember
+SENTENCE_MIN_CJK_CHARS = 5  # a Chinese sentence says as much in fewer characters
+SENTENCE_MAX_CHARS = 200
+FIRST_PERSON_WEIGHT = 2.0  # a speaker's statement about themselves: the facts a memory is for
+QUESTION_WEIGHT = 0.3  # a question asks; it seldom states a fact
+
+
+def _is_cjk(word: str) -> bool:
+    return "\u4e00" <= word[0] <= "\u9fff"
+
+
+@functools.cache
+def _chinese() -> dict[str, float]:
+    from wordfreq import get_frequency_dict
+
+    return get_frequency_dict("zh")
+
+
+@functools.cache
+def zipf(word: str) -> float:
+    """wordfreq's Zipf frequency (7: "the"; 3: once per 10 million words; 0: unknown). A Chinese word
+    is looked up as it is (wordfreq's own Chinese tokenizer would need a segmenter)."""
+    if _is_cjk(word):
+        freq = _chinese().get(word, 0.0)
+        return round(math.log10(freq) + 9, 2) if freq > 0 else 0.0
+    from wordfreq import zipf_frequency
+
+    return float(zipf_frequency(word, "en"))
+
+
+def word_weight(word: str) -> float:
+    """How much a word tells a sentence apart: rarer in the language weighs more. Very common words
+    weigh nothing; an English word the language data does not know (a name, a typo) weighs like an
+    uncommon one; two Chinese characters that are no word weigh nothing."""
+    z = zipf(word)
+    if z >= COMMON_ZIPF:
+        return 0.0
+    if z == 0:
+        return 0.0 if _is_cjk(word) else 0.8
+    return min(3.0, max(0.3, 6.0 - z))
+
+
+def words(text: str) -> set[str]:
+    """The candidate words of a text: English words of 3+ letters and numbers (lowercased), and
+    every two-character run of Chinese (those the language knows as words carry weight)."""
+    out = {w.lower() for w in _TOKEN.findall(text) if len(w) > 2}
+    for run in _CJK_RUN.findall(text):
+        out.update(run[i : i + 2] for i in range(len(run) - 1))
+    return out
+
+
+def first_person(sentence: str) -> bool:
+    return _FIRST_PERSON.search(sentence) is not None
+
+
+def sentence_score(sentence: str) -> float:
+    """The information a sentence carries: its distinct words' weights, a first-person statement
+    counted double and a question at a third."""
+    score = sum(word_weight(w) for w in words(sentence))
+    if _FIRST_PERSON.search(sentence):
+        score *= FIRST_PERSON_WEIGHT
+    if sentence.rstrip().endswith(("?", "？")):
+        score *= QUESTION_WEIGHT
+    return score
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a text, each at most SENTENCE_MAX_CHARS (cut at a word, marked '…')."""
+    out = []
+    for part in _SENTENCE.split(" ".join((text or "").split())):
+        part = part.strip()
+        cjk = any("\u4e00" <= ch <= "\u9fff" for ch in part)
+        if len(part) < (SENTENCE_MIN_CJK_CHARS if cjk else SENTENCE_MIN_CHARS):
+            continue
+        if len(part) > SENTENCE_MAX_CHARS:
+            part = part[: SENTENCE_MAX_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;: ") + "…"
+        out.append(part)
+    return out
+
+
+def key_sentences(items: list[tuple[str, str]], share: int = 4, cap: int = 12) -> list[tuple[str, str]]:
+    """The most informative sentences of ``items`` ((speaker, text), in order): a ``share``-th of
+    them (at least 2, at most ``cap``), best first by ``sentence_score``, returned in their order.
+    A sentence of common words only (score 0) says nothing to keep."""
+    scored = [
+        (sentence_score(s), (i, j), who, s)
+        for i, (who, text) in enumerate(items)
+        for j, s in enumerate(sentences(text))
+    ]
+    if not scored:
+        return []
+    keep = min(cap, max(2, math.ceil(len(scored) / share)))
+    best = [x for x in sorted(scored, key=lambda x: (-x[0], x[1]))[:keep] if x[0] > 0]
+    return [(who, s) for _score, _at, who, s in sorted(best, key=lambda x: x[1])]

@@ -1,0 +1,40 @@
+"""The offline model's extractive rules: words weighed by how rare they are in the language, the most
+informative sentences of a session kept (a quarter, 2 to 12), first-person statements preferred."""
+
+from memory_pipeline.lib.llm import offline
+
+
+def test_rare_words_weigh_more_and_the_commonest_nothing():
+    assert offline.word_weight("the") == 0.0 and offline.word_weight("have") == 0.0
+    assert offline.word_weight("greyhound") > offline.word_weight("photo") > 0
+    assert offline.word_weight("钢琴") > offline.word_weight("我们") >= 0
+    assert offline.word_weight("zqxjkvw") == 0.8  # unknown to the language data: a name or a typo
+
+
+def test_a_statement_about_oneself_outweighs_the_same_words_said_of_nobody_and_a_question_weighs_least():
+    fact = "I adopted a greyhound from the shelter."
+    neutral = "A greyhound was adopted from the shelter."
+    asked = "Did you adopt a greyhound from the shelter?"
+    assert offline.sentence_score(fact) > offline.sentence_score(neutral) > offline.sentence_score(asked)
+
+
+def test_sentences_split_on_ends_drop_the_empty_and_cut_the_long_at_a_word():
+    text = "Thanks, Mel! I went to the pottery class on Friday. 我在杭州学钢琴。好的。" + " word" * 80
+    got = offline.sentences(text)
+    assert got[0] == "I went to the pottery class on Friday."
+    assert got[1] == "我在杭州学钢琴。"  # "好的。" and "Thanks, Mel!" are too short to say anything
+    assert len(got[2]) <= offline.SENTENCE_MAX_CHARS and got[2].endswith("…") and " wor…" not in got[2]
+
+
+def test_key_sentences_keep_a_quarter_best_first_in_their_order():
+    items = [("user", f"I visited museum number {i} in Stockholm with my sister.") for i in range(8)]
+    items.insert(3, ("assistant", "That is so nice, what a day that must have been for you."))
+    items.insert(5, ("user", "I finally ran the Boston marathon with my brother and a kangaroo mascot."))
+    kept = offline.key_sentences(items)
+    assert len(kept) == 3  # ceil(10 / 4)
+    assert ("user", "I finally ran the Boston marathon with my brother and a kangaroo mascot.") in kept
+    assert ("assistant", "That is so nice, what a day that must have been for you.") not in kept
+    order = [items.index(k) for k in kept]
+    assert order == sorted(order)
+    assert offline.key_sentences([]) == [] and len(offline.key_sentences(items * 10)) == 12  # the cap
+    assert len(offline.key_sentences(items[:1])) == 1  # fewer sentences than the minimum of 2
