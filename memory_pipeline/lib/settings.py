@@ -12,6 +12,8 @@ import dataclasses
 import os
 import types
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -25,6 +27,7 @@ OFFLINE_MODEL = "offline/deterministic-extractive-v2"
 
 # Names of the variables resources read through dg.EnvVar: the UI shows the name, never the value.
 ENV_DATABASE_URL = "MEMORY_DATABASE_URL"
+ENV_DATA_DIR = "MEMORY_DATA_DIR"
 ENV_REDIS_URL = "REDIS_URL"
 ENV_LLM_MODEL = "MEMORY_LLM_MODEL"
 ENV_LLM_API_BASE = "MEMORY_LLM_API_BASE"
@@ -42,13 +45,33 @@ class ConfigError(ValueError):
     """A setting or config key with a wrong value; the message names the key."""
 
 
+@contextmanager
+def overridden(values: dict[str, str | None]) -> Iterator[None]:
+    """Run with these variables set (None: unset), then put back what was there: for a process that
+    builds Dagster definitions (their resources read the environment) for a store of its own."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
 
 
 def data_dir() -> Path:
-    return Path(env("MEMORY_DATA_DIR") or REPO_ROOT / "data")
+    return Path(env(ENV_DATA_DIR) or REPO_ROOT / "data")
 
 
 def default_sqlite_url() -> str:

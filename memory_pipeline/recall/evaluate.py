@@ -9,13 +9,11 @@ analyst export picks them up."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
@@ -134,25 +132,6 @@ def masked(url: str) -> str:
         return url
 
 
-@contextmanager
-def _environment(values: dict[str, str | None]) -> Iterator[None]:
-    """The run's settings for every resource the Dagster definitions build (they read the environment)."""
-    saved = {k: os.environ.get(k) for k in values}
-    try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def run_locomo(
     files: list[Path],
     *,
@@ -186,10 +165,10 @@ def run_locomo(
         settings.ENV_DATABASE_URL: url,
         settings.ENV_LLM_MODEL: model,
         settings.ENV_REDIS_URL: None,  # the in-process cache: nothing shared with another run
-        "MEMORY_DATA_DIR": str(directory),
+        settings.ENV_DATA_DIR: str(directory),
         "DAGSTER_HOME": str(directory / "dagster_home"),
     }
-    with _environment(env):
+    with settings.overridden(env):
         _import(store, checked, say)
         worlds = sorted(stems)
         candidates = day_index.world_days(store, worlds, tz)
