@@ -39,6 +39,10 @@ def locomo(
     if json_out is not None:
         json_out.write_text(json.dumps(report.as_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         console.print(f"results written to {escape(str(json_out))}")
+    if report.not_recorded:
+        err.print(
+            f"[yellow]not recorded in the project's store ({escape(report.not_recorded)}); they are in the run's[/]"
+        )
     if report.failed_runs:
         for r in report.failed_runs:
             err.print(f"[red]run failed: {escape(r.name)} {r.run_id[:8]}: {escape(r.error)}[/]")

@@ -86,6 +86,7 @@ class EvalReport:
     cost_usd: float | None = None
     prompt_versions: dict[str, str] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    not_recorded: str = ""  # why the project's store did not take the results (they are in the run's)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
@@ -194,9 +195,12 @@ def run_locomo(
     report.wall_seconds = time.monotonic() - started
     record(store, report)
     if project_url != url:
-        project = Store(project_url)
-        ensure_schema(project, domains.version_locations())
-        record(project, report)
+        try:
+            project = Store(project_url)
+            ensure_schema(project, domains.version_locations())
+            record(project, report)
+        except SQLAlchemyError as exc:  # the measurement stands in the run's store; say where it is not
+            report.not_recorded = f"{masked(project_url)}: {type(exc).__name__}: {exc}"
     return report
 
 

@@ -106,6 +106,15 @@ def test_a_store_that_already_holds_events_is_refused_before_anything_is_built(p
     assert result.exit_code == 2 and "already holds 15 raw events" in result.output
 
 
+def test_a_project_store_that_cannot_take_the_results_loses_nothing_of_the_run(project, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", "postgresql+psycopg2://nobody:secret@127.0.0.1:1/none")
+    path = write_locomo(tmp_path, _doc(), "26.json")
+    report = run_locomo([path], directory=tmp_path / "run")
+    assert "nobody:***@127.0.0.1:1/none: OperationalError" in report.not_recorded
+    with Store(report.store_url).connect() as conn:  # the run's store has them
+        assert conn.execute(select(recall_eval_runs.c.run_id)).scalar_one() == report.run_id
+
+
 def test_two_files_that_would_make_one_world_are_refused(project, tmp_path):
     a = write_locomo(tmp_path, _doc(), "26.json")
     (tmp_path / "copy").mkdir()
