@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import typer
@@ -102,9 +103,21 @@ def search(
     for name in ("#", "kind", "time", "text", "raw events"):
         table.add_column(name)
     for i, h in enumerate(hits, 1):
-        when = h.start.astimezone(tz).strftime("%Y-%m-%d %H:%M") if h.start else ""
-        if h.end and h.start and h.end.astimezone(tz).date() != h.start.astimezone(tz).date():
-            when += " .. " + h.end.astimezone(tz).strftime("%Y-%m-%d %H:%M")
+        when = _when(h.start, h.end, tz)
         events = ", ".join(h.event_ids[:3]) + (f" (+{len(h.event_ids) - 3})" if len(h.event_ids) > 3 else "")
         table.add_row(str(i), h.kind.value, when, escape(h.text[:300]), escape(events))
     console.print(table)
+
+
+def _when(start, end, tz) -> str:
+    """A period (midnight to midnight, end exclusive) as its days; a span of events as its times."""
+    if start is None:
+        return ""
+    a, b = start.astimezone(tz), (end or start).astimezone(tz)
+    if a.time() == b.time() == datetime.min.time() and b > a:
+        last = (b - timedelta(days=1)).date()
+        return a.date().isoformat() if last == a.date() else f"{a.date()} .. {last}"
+    text = a.strftime("%Y-%m-%d %H:%M")
+    if b != a:
+        text += " .. " + (b.strftime("%H:%M") if b.date() == a.date() else b.strftime("%Y-%m-%d %H:%M"))
+    return text
