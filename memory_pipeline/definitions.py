@@ -18,6 +18,7 @@ from memory_pipeline.defs.conversation.resources import conversation_resources
 from memory_pipeline.defs.events import definitions as events_domain
 from memory_pipeline.defs.objects import definitions as objects_domain
 from memory_pipeline.defs.objects.resources import objects_resources
+from memory_pipeline.defs.recall import definitions as recall_domain
 from memory_pipeline.defs.sleep import definitions as sleep_domain
 from memory_pipeline.defs.sleep.resources import sleep_resources
 from memory_pipeline.defs.temporal import definitions as temporal_domain
@@ -51,6 +52,7 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         sleep_domain.defs,
         conversation_domain.defs,
         objects_domain.defs,
+        recall_domain.defs,
         analyst_domain.defs,
     )
     located = Definitions(

@@ -30,7 +30,7 @@ def locomo(
     the nights of sleep, object memory, rolling summaries), then rank each world's days by BM25 of
     every question (category 5 left out) against each index's text of the day: R@k is the share of
     questions with a day holding an evidence turn among the top k."""
-    from memory_pipeline.recall.evaluate import EvalError, run_locomo
+    from memory_pipeline.operations.recall_eval import EvalError, run_locomo
 
     try:
         report = run_locomo(files, store_url=store, model=model, say=lambda line: err.print(escape(line)))
@@ -52,7 +52,7 @@ def locomo(
 
 
 def print_report(report) -> None:
-    from memory_pipeline.recall.evaluate import DAY_TEXT_INDEXES
+    from memory_pipeline.operations.recall_eval import DAY_TEXT_INDEXES
 
     table = Table(title=f"recall on {len(report.files)} LoCoMo file(s), model {escape(report.model)}")
     for name in ("index", "R@1", "R@5", "characters per day"):
@@ -86,11 +86,12 @@ def search(
     from memory_pipeline.cli.console import open_store
     from memory_pipeline.lib import settings
     from memory_pipeline.recall.search import SearchError, memory_search
+    from memory_pipeline.tower import config as tower_config
 
     tz = ZoneInfo(settings.timezone_name())
 
     try:
-        hits = memory_search(open_store(), world, query, k, tz=tz)
+        hits = memory_search(open_store(), world, query, k, tz=tz, activity_type=tower_config.load().activity_type)
     except SearchError as exc:
         refuse(str(exc))
     if as_json:

@@ -23,16 +23,19 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, func, select
 
-from memory_pipeline.conversation.summaries import history
 from memory_pipeline.conversation.tables import conversation_summaries
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import period_bounds
-from memory_pipeline.objects.logic import ObjectStatus
 from memory_pipeline.objects.tables import objects_attachments, objects_objects
-from memory_pipeline.sleep.logic import MemoryStatus
 from memory_pipeline.sleep.tables import autobiographical_memories, semantic_memories
 from memory_pipeline.temporal.tables import temporal_summaries
 from memory_pipeline.tower.tables import tower_entries, tower_summaries
+
+# Recall reads every domain through its tables only (like the analyst layer); the few values of
+# their closed vocabularies it needs are named here, each after the enum it mirrors.
+ACTIVE = "active"  # sleep.logic.MemoryStatus.ACTIVE (semantic memories and narratives)
+ARCHIVED = "archived"  # objects.logic.ObjectStatus.ARCHIVED
+RECALLABLE = ("user", "assistant")  # conversation.summaries.RECALLABLE: the roles numbered L1..Ln
 
 
 class MemoryKind(StrEnum):
@@ -93,13 +96,11 @@ def world_documents(conn: Connection, world: str, tz: ZoneInfo, activity_type: s
         select(s.memory_id, s.content, s.source_sessions, s.status).where(s.world_id == world)
     ):
         memory_events[mid] = [e for sid in sessions or [] for e in session_events.get(sid, ())]
-        if status == MemoryStatus.ACTIVE:
+        if status == ACTIVE:
             out.append(doc(MemoryKind.SEMANTIC, mid, content, memory_events[mid]))
     a = autobiographical_memories.c
     for mid, narrative, sources in conn.execute(
-        select(a.memory_id, a.narrative, a.source_memory_ids).where(
-            a.world_id == world, a.status == MemoryStatus.ACTIVE
-        )
+        select(a.memory_id, a.narrative, a.source_memory_ids).where(a.world_id == world, a.status == ACTIVE)
     ):
         out.append(
             doc(MemoryKind.NARRATIVE, mid, narrative, [e for s_ in sources or [] for e in memory_events.get(s_, ())])
@@ -110,7 +111,7 @@ def world_documents(conn: Connection, world: str, tz: ZoneInfo, activity_type: s
         attached[oid].append(event)
     for oid, name, aliases, summary, body, cues in conn.execute(
         select(o.object_id, o.name, o.aliases, o.summary, o.body, o.cues).where(
-            o.world_id == world, o.status != ObjectStatus.ARCHIVED
+            o.world_id == world, o.status != ARCHIVED
         )
     ):
         text = " ".join([name, *(str(x) for x in aliases or []), summary, body, *(str(x) for x in cues or [])])
@@ -122,12 +123,26 @@ def world_documents(conn: Connection, world: str, tz: ZoneInfo, activity_type: s
         .join(latest, (latest.c.conversation_id == cs.conversation_id) & (latest.c.v == cs.version))
         .where(cs.world_id == world)
     ).all()
-    entries = history(conn, [r.conversation_id for r in rows]) if rows else {}
+    entries = history_ids(conn, [r.conversation_id for r in rows]) if rows else {}
     for conv, content, lo, hi in rows:
-        covered = [e["message_id"] for e in entries.get(conv, []) if lo <= e["n"] <= hi]
-        out.append(doc(MemoryKind.CONVERSATION_SUMMARY, conv, content, covered))
+        out.append(doc(MemoryKind.CONVERSATION_SUMMARY, conv, content, entries.get(conv, [])[lo - 1 : hi]))
     out += _tower(conn, world, activity_type, doc)
     return [d for d in out if d.text]
+
+
+def history_ids(conn: Connection, ids: list[str]) -> dict[str, list[str]]:
+    """The message ids of each conversation's history entries, entry L1 first: the numbering a
+    rolling summary's covered_start..covered_end refers to (recallable, non-empty, by time)."""
+    m = messages.c
+    q = (
+        select(m.conversation_id, m.message_id)
+        .where(m.conversation_id.in_(ids), m.role.in_(RECALLABLE), m.content != "")
+        .order_by(m.conversation_id, m.at, m.message_id)
+    )
+    out: dict[str, list[str]] = defaultdict(list)
+    for conv, mid in conn.execute(q):
+        out[conv].append(mid)
+    return out
 
 
 def _temporal(conn: Connection, world: str, tz: ZoneInfo, doc) -> list[Document]:

@@ -160,16 +160,13 @@ def refresh(store: Store, world: str, tz: ZoneInfo, activity_type: str, *, force
 
 
 def memory_search(
-    store: Store, world: str, query: str, k: int = 10, *, tz: ZoneInfo | None = None, activity_type: str | None = None
+    store: Store, world: str, query: str, k: int = 10, *, activity_type: str, tz: ZoneInfo | None = None
 ) -> list[Hit]:
     """The ``k`` best documents of ``world`` for ``query``, best first (never another world's).
-    ``tz`` and ``activity_type`` default to the configured zone and tower activity type."""
+    ``activity_type``: the tower type fed from the conversations (``memory.tower.activity_type``);
+    ``tz`` defaults to the configured zone."""
     if tz is None:
         tz = ZoneInfo(settings.timezone_name())
-    if activity_type is None:
-        from memory_pipeline.tower import config as tower_config
-
-        activity_type = tower_config.load().activity_type
     if not isinstance(query, str) or not query.strip():
         raise SearchError("query: must be a non-empty string")
     if len(query) > QUERY_MAX_CHARS:

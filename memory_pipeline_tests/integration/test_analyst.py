@@ -144,7 +144,7 @@ def _priced_ledger_rows(store: Store) -> None:
 def _recall_runs(store: Store) -> None:
     """Two `eval` runs as the command records them: the offline model, and a paid model whose
     Dagster runs partly failed (its table measures memory some runs did not build)."""
-    from memory_pipeline.recall.evaluate import DagsterRun, EvalReport, record
+    from memory_pipeline.operations.recall_eval import DagsterRun, EvalReport, record
     from memory_pipeline.recall.metric import Index, Score
 
     def report(run_id: str, model: str, raw: tuple[int, int], days: tuple[int, int], failed: bool) -> EvalReport:

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from memory_pipeline.cli import app
 from memory_pipeline.lib.store import Store
 from memory_pipeline.objects.tables import objects_attachments, objects_objects
+from memory_pipeline.operations.recall_eval import EvalError, run_locomo
 from memory_pipeline.recall import days as day_index
-from memory_pipeline.recall.evaluate import EvalError, run_locomo
 from memory_pipeline.recall.metric import Index
 from memory_pipeline.recall.tables import recall_eval_results, recall_eval_runs
 from memory_pipeline.sleep.tables import semantic_memories

@@ -267,3 +267,24 @@ def test_the_command_searches_one_world(store, tmp_path, monkeypatch):
     assert hits and all(set(h) == {"kind", "ref", "text", "start", "end", "event_ids", "score"} for h in hits)
     result = runner.invoke(app, ["search", "a", "marathon", "-k", "0"])
     assert result.exit_code == 2 and "k: must be an integer from 1 to 100" in result.output
+
+
+def test_a_rolling_summary_covers_the_entries_the_conversation_domain_numbers(store, tmp_path):
+    """Recall numbers a conversation's history entries itself (it reads tables only): the same
+    L1..Ln as the rolling summary's own numbering, tool turns and empty lines left out."""
+    from memory_pipeline.conversation.summaries import history
+    from memory_pipeline.recall.documents import history_ids
+
+    _ingest(
+        store,
+        tmp_path,
+        [
+            event("a", "a.c", "user", "first", D1, mid="c1"),
+            event("a", "a.c", "tool", '{"ok": true}', D1 + timedelta(minutes=1), mid="c2"),
+            event("a", "a.c", "assistant", "second", D1 + timedelta(minutes=2), mid="c3"),
+            event("a", "a.c", "user", "third", D1 + timedelta(minutes=2), mid="c0"),  # same time: by id
+        ],
+    )
+    with store.connect() as conn:
+        theirs = [e["message_id"] for e in history(conn, ["a.c"])["a.c"]]
+        assert history_ids(conn, ["a.c"])["a.c"] == theirs == ["c1", "c0", "c3"]

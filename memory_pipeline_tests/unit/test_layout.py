@@ -14,6 +14,8 @@ from memory_pipeline import domains
 
 PACKAGE = Path(domains.__file__).resolve().parent
 DOMAIN_NAMES = (*domains.DOMAINS, "tower", "sleep", "conversation", "objects", "analyst")
+# The layers that read every domain, through their table declarations only.
+READERS = ("analyst", "recall")
 # Domain cores on disk: the domains with tables, and the analyst layer (no tables of its own).
 CORES = (*domains.DOMAINS, "analyst")
 
@@ -52,8 +54,9 @@ def test_domain_cores_import_no_dagster_and_no_other_domain(path):
         parts = module.split(".")
         if parts[0] == "memory_pipeline" and len(parts) > 1 and parts[1] in DOMAIN_NAMES:
             # Every domain may read the raw events' tables and rules; nothing else crosses over,
-            # except that the analyst layer reads every domain's table declarations to export them.
-            tables = own == "analyst" and parts[2:] == ["tables"]
+            # except that the analyst layer (to export them) and recall (to rank them) read every
+            # domain's table declarations.
+            tables = own in READERS and parts[2:] == ["tables"]
             assert parts[1] in (own, "events") or tables, f"{path}: imports {module}"
 
 
