@@ -111,10 +111,6 @@ def words(text: str) -> set[str]:
     return out
 
 
-def first_person(sentence: str) -> bool:
-    return _FIRST_PERSON.search(sentence) is not None
-
-
 def sentence_score(sentence: str) -> float:
     """The information a sentence carries: its distinct words' weights, a first-person statement
     counted double and a question at a third."""
