@@ -6,11 +6,15 @@ Rules (deterministic; same batch, same answer):
 - compact (C1): the summary is the offline headline of the batch's text, at most half its
   length (falling back to its first half when it has no content words); it covers every node.
 - organize (O1) a page that is not the event's last: ``continue`` with progress "read a-b of n".
-- organize (O2) last page, the text names a read object (its name or an alias, as a whole word,
-  case-insensitive): ``linked``, attaching the event to those objects; nothing rewritten.
-- organize (O3) last page, no known object named, the page has a content word (the headline's
-  first word): a new ``knowledge:<word>`` object whose body marks every fact unknown (never
-  guessed), member_of ``project:daily``, and ``linked``.
+- organize (O2) last page: the event is attached to every read object the text names (its name
+  or an alias, as a whole word, case-insensitive); nothing of theirs is rewritten.
+- organize (O3) last page: the things the text names that no read object is yet
+  (``offline.subject_terms``: words rarer than everyday vocabulary, names, Chinese words), the
+  rarest NEW_OBJECTS_PER_PAGE of them, become new objects attached to the event, each
+  member_of ``project:daily``: ``person:<name>`` for a name the text addresses someone by ("Hey
+  Mel!"), ``knowledge:<word>`` otherwise. Only the name is written: the offline model draws no
+  conclusion (the seed: missing facts are not guessed) and the raw words stay in the attachments,
+  which ``memory_evidence`` reads. O2 and O3 together are ``linked``.
 - organize (O4) otherwise: ``archive_only`` with the reason "no object target (offline rule O4)".
 - deep (D1): every batch object confirmed reviewed, nothing rewritten.
 """
@@ -23,10 +27,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memory_pipeline.lib.llm import offline
+from memory_pipeline.objects import logic
 
 SUBMIT_COMPACT = "submit_compact"
 SUBMIT_GRAPH = "submit_graph"
 _WORD_KEY = re.compile(r"[^\w.-]+", re.UNICODE)
+NEW_OBJECTS_PER_PAGE = 4  # a page names a few things worth their own object; the rest are its words
+PERSON_SUMMARY = "A person the conversation addresses by name."
 
 
 def _call(name: str, arguments: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -71,35 +78,32 @@ def organize(
         return _call(
             SUBMIT_GRAPH, {**base, "outcome": "continue", "progress": f"read {page_end} of {event_chars} characters"}
         )
-    named = sorted(
-        o["id"] for o in read_objects if _mentions(page_text, [o.get("name", ""), *(o.get("aliases") or [])])
-    )
-    if named:  # O2
-        return _call(
-            SUBMIT_GRAPH,
-            {**base, "outcome": "linked", "attach": named, "evidence": [event_id], "progress": "attached"},
-        )
-    word = offline.headline(page_text, 40).split(" · ")[0]
-    key = _WORD_KEY.sub("-", word.lower()).strip("-")[:96]
-    if key:  # O3
-        oid = f"knowledge:{key}"
-        obj = {
-            "id": oid,
-            "name": word,
-            "summary": f"Topic '{word}' from the conversation; conclusions unknown.",
-            "body": "Conclusion: unknown\nApplicability: unknown\nLessons: unknown",
-            "cues": [word],
-        }
+    named = [o for o in read_objects if _mentions(page_text, [o.get("name", ""), *(o.get("aliases") or [])])]
+    known = {str(n).strip().lower() for o in read_objects for n in [o.get("name", ""), *(o.get("aliases") or [])]}
+    called = offline.addressed(page_text)
+    new: dict[str, dict[str, Any]] = {}
+    for key, name in offline.subject_terms(page_text):
+        slug = _WORD_KEY.sub("-", key).strip("-")[:96]
+        if key in known or not slug:
+            continue
+        oid = f"person:{slug}" if key in called else f"knowledge:{slug}"
+        if oid in {o["id"] for o in read_objects}:
+            continue
+        new.setdefault(oid, {"id": oid, "name": name} | ({"summary": PERSON_SUMMARY} if key in called else {}))
+        if len(new) == NEW_OBJECTS_PER_PAGE:
+            break
+    attach = sorted({o["id"] for o in named} | set(new))
+    if attach:  # O2, O3
         return _call(
             SUBMIT_GRAPH,
             {
                 **base,
                 "outcome": "linked",
-                "objects": [obj],
-                "relations": [{"src": oid, "label": "member_of", "dst": "project:daily"}],
-                "attach": [oid],
+                "objects": list(new.values()),
+                "relations": [{"src": oid, "label": "member_of", "dst": logic.BUILTIN_DAILY} for oid in new],
+                "attach": attach,
                 "evidence": [event_id],
-                "progress": f"new topic {word}",
+                "progress": f"attached to {len(attach)} object(s), {len(new)} new",
             },
         )
     return _call(  # O4

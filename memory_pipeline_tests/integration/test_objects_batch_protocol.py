@@ -142,7 +142,7 @@ def test_any_other_error_inside_a_batch_is_a_failed_claim_never_a_running_job(st
 
 # --- a token belongs to its event and batch (another batch's token used to pass for a replay) -----------
 def test_a_token_of_another_event_is_a_correction_and_nothing_is_counted_as_written(store, ingest):
-    octx, (e0, e1) = ready(store, ingest, ["first", "second"])
+    octx, (e0, e1) = ready(store, ingest, ["first compost", "second compost"])
     worker.enqueue(octx, W, "organize")
     worker.run_worker(octx, max_batches=1)  # e0 linked by the offline model
     with store.connect() as conn:

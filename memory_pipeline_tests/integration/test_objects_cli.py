@@ -50,7 +50,7 @@ def _provider(monkeypatch, fake: FakeOpenAI) -> None:
 
 
 def test_objects_run_exits_1_naming_the_failed_claims_job_and_blocked_event(cli, store, ingest, monkeypatch):
-    _, (e1, e2) = ready(store, ingest, ["hello Alice", "second event"])  # both pending
+    _, (e1, e2) = ready(store, ingest, ["hello Alice", "second event, the compost"])  # both pending
     with FakeOpenAI() as fake:
         for _ in range(logic.MAX_CONSECUTIVE_FAILURES):
             fake.push("status", 500)

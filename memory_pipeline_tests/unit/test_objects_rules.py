@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memory_pipeline.lib.llm import offline
 from memory_pipeline.lib.settings import ConfigError
 from memory_pipeline.objects import logic, offline_rules, prompts
 from memory_pipeline.objects.config import ObjectsConfig
@@ -304,6 +305,22 @@ def test_offline_rules_are_deterministic_and_follow_o1_to_o4():
     assert calls[0]["arguments"]["outcome"] == "linked" and calls[0]["arguments"]["attach"] == ["knowledge:garden"]
     _, calls = offline_rules.organize(page_text="tomatoes tomatoes", read_objects=[], **kw)
     assert calls[0]["arguments"]["objects"][0]["id"] == "knowledge:tomatoes"
+    # O2 and O3 in one answer: the garden is linked, the rarest four words not yet objects become
+    # objects ("walked", more common, does not), the person addressed by name a person; everyday
+    # words ("then", "and") are never candidates.
+    text = "Hey Mel! We walked the garden, then compost, tomatoes, zucchini and seedlings."
+    _, calls = offline_rules.organize(page_text=text, read_objects=[{"id": "knowledge:garden", "name": "garden"}], **kw)
+    args = calls[0]["arguments"]
+    made = {o["id"]: o for o in args["objects"]}
+    assert len(made) == offline_rules.NEW_OBJECTS_PER_PAGE == 4 and "knowledge:walked" not in made
+    assert made["person:mel"] == {"id": "person:mel", "name": "Mel", "summary": offline_rules.PERSON_SUMMARY}
+    assert {"knowledge:zucchini", "knowledge:compost", "knowledge:seedlings"} <= set(made)
+    assert [k for k, _ in offline.subject_terms("then the and was with")] == []
+    assert args["attach"] == sorted(["knowledge:garden", *made]) and args["outcome"] == "linked"
+    assert args["relations"] == [{"src": o, "label": "member_of", "dst": "project:daily"} for o in made]
+    # Chinese: words found by the language's word list, not by character pairs
+    _, calls = offline_rules.organize(page_text="我们今天去了博物馆看恐龙化石", read_objects=[], **kw)
+    assert {o["name"] for o in calls[0]["arguments"]["objects"]} == {"博物馆", "恐龙", "化石"}
     _, calls = offline_rules.organize(page_text="{}", read_objects=[], **kw)
     assert calls[0]["arguments"]["outcome"] == "archive_only"
     _, calls = offline_rules.organize(page_text="x", read_objects=[], **{**kw, "event_chars": 20})
@@ -425,7 +442,10 @@ def test_prompts_carry_the_dossier_rules_for_every_type():
         read_objects=[],
     )
     (written,) = calls[0]["arguments"]["objects"]
-    assert written["body"] == "Conclusion: unknown\nApplicability: unknown\nLessons: unknown"  # never guessed
+    # Never guessed: the offline model writes no body; a reader's dossier shows it as unknown.
+    assert written == {"id": "knowledge:tomatoes", "name": "tomatoes"}
+    page = logic.render_markdown(logic.Dossier("knowledge:tomatoes", "knowledge", "tomatoes", "candidate", "", ""))
+    assert "## Summary\n\n(unknown)\n\n## Body\n\n(unknown)" in page
 
 
 def test_an_oversized_event_is_never_counted_complete():

@@ -1,6 +1,10 @@
 """The offline model's extractive rules: words weighed by how rare they are in the language, the most
 informative sentences of a session kept (a quarter, 2 to 12), first-person statements preferred."""
 
+import os
+import subprocess
+import sys
+
 from memory_pipeline.lib.llm import offline
 
 
@@ -38,3 +42,26 @@ def test_key_sentences_keep_a_quarter_best_first_in_their_order():
     assert order == sorted(order)
     assert offline.key_sentences([]) == [] and len(offline.key_sentences(items * 10)) == 12  # the cap
     assert len(offline.key_sentences(items[:1])) == 1  # fewer sentences than the minimum of 2
+
+
+def test_a_sentence_scores_the_same_in_every_process():
+    """Words are a set, whose order follows the process's hash seed; a float sum in that order
+    differed in its last bits (20.44 vs 20.439999999999998), enough to flip a tie between sentences."""
+    code = "from memory_pipeline.lib.llm import offline;print(repr(offline.sentence_score(" + repr(TIE_SENTENCE) + ")))"
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(8)
+    }
+    assert len(seen) == 1, seen
+
+
+TIE_SENTENCE = (
+    "Yesterday I finally finished painting the sunrise over the lake near my grandmother's cottage, "
+    "with violet clouds, pine trees and a small wooden canoe drifting past the reeds."
+)

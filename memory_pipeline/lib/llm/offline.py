@@ -3,8 +3,9 @@
 It is not a language model. A summary is a headline of the most frequent content words of the
 material, within the requested character target; the domains' tool-calling rules extract (the most
 informative sentences of a text, ``key_sentences``, weighing words by how rare they are in the
-language). It gives the same answer for the same input. v2: extractive rules (a v1 answer in a
-cache or a stage record is not reused).
+language). It gives the same answer for the same input. v2: extractive rules; v3: objects for the things a
+text names (``subject_terms``) and scores independent of the hash seed (an earlier version's answer
+in a cache or a stage record is not reused).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import re
 from collections import Counter
 
-NAME = "offline/deterministic-extractive-v2"
+NAME = "offline/deterministic-extractive-v3"
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]{3,}|[\u4e00-\u9fff]{2,4}")
 _STOP = set(
@@ -114,7 +115,9 @@ def words(text: str) -> set[str]:
 def sentence_score(sentence: str) -> float:
     """The information a sentence carries: its distinct words' weights, a first-person statement
     counted double and a question at a third."""
-    score = sum(word_weight(w) for w in words(sentence))
+    # fsum: exact whatever the order of the set (a plain sum of floats over a set depends on the
+    # hash seed, and a tie between two sentences would flip from one process to the next)
+    score = math.fsum(word_weight(w) for w in words(sentence))
     if _FIRST_PERSON.search(sentence):
         score *= FIRST_PERSON_WEIGHT
     if sentence.rstrip().endswith(("?", "？")):
@@ -134,6 +137,58 @@ def sentences(text: str) -> list[str]:
             part = part[: SENTENCE_MAX_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;: ") + "…"
         out.append(part)
     return out
+
+
+SUBJECT_ZIPF = 5.0  # "garden" (4.6) names a topic; "people" (5.9), "house" (5.2) are said of anything
+_ADDRESS = re.compile(
+    r"\b(?i:hey|hi|hello|thanks|thank you|bye|dear|congrats|congratulations|sorry)[,!]?\s+([A-Z][a-z]+)\b"
+    r"|,\s*([A-Z][a-z]+)\s*[!.?]"
+)
+
+
+def subject_terms(text: str) -> list[tuple[str, str]]:
+    """The things a text names that may recur: (key, name) of each distinct word that is not
+    everyday vocabulary (Zipf below SUBJECT_ZIPF, or unknown to the language data: a name, a
+    coined word; three letters at least) and each Chinese word of two characters or more the language knows
+    below that frequency (``chinese_words``). Rarest first, then in order of appearance. The name is the word as
+    written where it stands mid-sentence (a capital there marks a name), lowercased otherwise."""
+    found: dict[str, tuple[float, int, str]] = {}
+    at = 0
+    for sentence in _SENTENCE.split(" ".join((text or "").split())):
+        for i, token in enumerate(_TOKEN.findall(sentence)):
+            at += 1
+            key = token.lower()
+            if len(key) < 3 or key.isdigit() or key in _STOP or (z := zipf(key)) >= SUBJECT_ZIPF:
+                continue
+            name = token if i > 0 else key
+            if key not in found or (found[key][2] == key and name != key):
+                found[key] = (z, found[key][1] if key in found else at, name)
+        for run in _CJK_RUN.findall(sentence):
+            for word in chinese_words(run):
+                at += 1
+                if len(word) > 1 and word not in found and 0 < (z := zipf(word)) < SUBJECT_ZIPF:
+                    found[word] = (z, at, word)
+    return [(key, name) for key, (_z, _at, name) in sorted(found.items(), key=lambda kv: (kv[1][0], kv[1][1]))]
+
+
+CJK_WORD_MAX = 4
+
+
+def chinese_words(run: str) -> list[str]:
+    """A run of Chinese characters cut into words by forward maximum matching against the
+    language data's word list (the longest known word of at most CJK_WORD_MAX characters at each
+    place; a character that starts no known word stands alone). No segmenter model is needed."""
+    known, out, i = _chinese(), [], 0
+    while i < len(run):
+        n = next((n for n in range(min(CJK_WORD_MAX, len(run) - i), 1, -1) if run[i : i + n] in known), 1)
+        out.append(run[i : i + n])
+        i += n
+    return out
+
+
+def addressed(text: str) -> set[str]:
+    """Names a text addresses a person by ("Hey Mel!", "Thanks, Caroline", "... with you, Jon.")."""
+    return {(a or b).lower() for a, b in _ADDRESS.findall(text or "")}
 
 
 def key_sentences(items: list[tuple[str, str]], share: int = 4, cap: int = 12) -> list[tuple[str, str]]:
