@@ -9,11 +9,13 @@ analyst export picks them up."""
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
@@ -21,8 +23,8 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
+from sqlalchemy import event, func, select
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from memory_pipeline import domains
@@ -154,13 +156,65 @@ def run_locomo(
     tz = ZoneInfo(settings.timezone_name())
     checked = _checked_files(files, tz)  # every file read before anything is written
     model = model or settings.env(settings.ENV_LLM_MODEL) or settings.OFFLINE_MODEL
-    if store_url:
-        store = _empty_store(store_url)
+    given = _empty_store(store_url) if store_url else None  # refused before any folder is made
     directory = directory or Path(tempfile.mkdtemp(prefix="memory-eval-"))
     directory.mkdir(parents=True, exist_ok=True)
-    url = store_url or f"sqlite:///{directory / 'memory.sqlite'}"
-    if not store_url:
-        store = _empty_store(url)
+    with scratch_sqlite(directory):
+        url = store_url or f"sqlite:///{directory / 'memory.sqlite'}"
+        report, store = _build_and_measure(files, checked, stems, tz, model, url, given, directory, say)
+    report.wall_seconds = time.monotonic() - started
+    record(store, report)
+    if project_url != url:
+        try:
+            project = Store(project_url)
+            ensure_schema(project, domains.version_locations())
+            record(project, report)
+        except SQLAlchemyError as exc:  # the measurement stands in the run's store; say where it is not
+            report.not_recorded = f"{masked(project_url)}: {type(exc).__name__}: {exc}"
+    return report
+
+
+@contextmanager
+def scratch_sqlite(directory: Path) -> Iterator[None]:
+    """While the eval builds, SQLite files under its own folder (the temporary store and the run's
+    Dagster instance, whose event log opens a connection and commits for every event) are written
+    without fsync (PRAGMA synchronous=OFF): they are scratch, a crash mid-run loses the run either
+    way, and the waits for the disk were most of the Dagster runs' overhead. Files elsewhere (the
+    project's store, a --store database) keep their settings."""
+    root = directory.resolve()
+    inside: dict[str, bool] = {}  # file -> under the folder (the event log connects for every event)
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        if not isinstance(dbapi_conn, sqlite3.Connection):
+            return
+        files = [row[2] for row in dbapi_conn.execute("PRAGMA database_list") if row[2]]
+        for f in files:
+            if f not in inside:
+                inside[f] = Path(f).resolve().is_relative_to(root)
+        if files and all(inside[f] for f in files):
+            dbapi_conn.execute("PRAGMA synchronous=OFF")
+
+    event.listen(Engine, "connect", on_connect)
+    try:
+        yield
+    finally:
+        event.remove(Engine, "connect", on_connect)
+
+
+def _build_and_measure(
+    files: list[Path],
+    checked: list[tuple[Path, list[dict[str, Any]]]],
+    stems: list[str],
+    tz: ZoneInfo,
+    model: str,
+    url: str,
+    given: Store | None,
+    directory: Path,
+    say: Callable[[str], None],
+) -> tuple[EvalReport, Store]:
+    """The fresh store (``given``, else a new SQLite file in ``directory``) built by every domain's
+    Dagster runs, and the recall measured on it."""
+    store = given or _empty_store(url)
     report = EvalReport(uuid.uuid4().hex[:16], [p.name for p in files], model, url, directory)
     env = {
         settings.ENV_DATABASE_URL: url,
@@ -192,16 +246,7 @@ def run_locomo(
             else:
                 report.scores.append(score_index(index, asked, texts[index], candidates))
         _ledger(store, report)
-    report.wall_seconds = time.monotonic() - started
-    record(store, report)
-    if project_url != url:
-        try:
-            project = Store(project_url)
-            ensure_schema(project, domains.version_locations())
-            record(project, report)
-        except SQLAlchemyError as exc:  # the measurement stands in the run's store; say where it is not
-            report.not_recorded = f"{masked(project_url)}: {type(exc).__name__}: {exc}"
-    return report
+    return report, store
 
 
 def _checked_files(files: list[Path], tz: ZoneInfo) -> list[tuple[Path, list[dict[str, Any]]]]:

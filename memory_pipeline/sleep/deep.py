@@ -17,7 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import and_, delete, func, select
 
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds
@@ -236,13 +236,13 @@ def _commit(
 
 
 def _last_outputs(conn: Any, day: date) -> dict[str, str]:
-    """Each world's active-set fingerprint after its newest earlier deep sleep."""
-    q = (
-        select(sleep_runs.c.world_id, sleep_runs.c.day, sleep_runs.c.detail)
-        .where(sleep_runs.c.stage == str(Stage.DEEP), sleep_runs.c.day < day, sleep_runs.c.world_id != DAY_ROW)
-        .order_by(sleep_runs.c.day)
-    )
-    return {w: (detail or {}).get("output_fp") for w, _d, detail in conn.execute(q)}
+    """Each world's active-set fingerprint after its newest earlier deep sleep (one record per world
+    read, whatever the history's length: a run over many days asks this every day)."""
+    r = sleep_runs.c
+    earlier = (r.stage == str(Stage.DEEP), r.day < day, r.world_id != DAY_ROW)
+    newest = select(r.world_id, func.max(r.day).label("day")).where(*earlier).group_by(r.world_id).subquery()
+    q = select(r.world_id, r.detail).join(newest, and_(r.world_id == newest.c.world_id, r.day == newest.c.day))
+    return {w: (detail or {}).get("output_fp") for w, detail in conn.execute(q.where(*earlier))}
 
 
 def refusal(world: str, chars: int, limit: int) -> str:

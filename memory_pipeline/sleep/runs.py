@@ -51,6 +51,24 @@ def day_statuses(
     return out
 
 
+def place_statuses(conn: Connection, position: Position, worlds: Sequence[str] | None = None) -> dict[Position, str]:
+    """What ``order_problem(position, ...)`` reads of the day order, without reading the whole
+    history: the records from the place before ``position`` on, and one earlier record when there is
+    one (whether a place was ever recorded before it). Same answer as with ``day_statuses``; a run
+    over many days asks this once per place, so its cost must not grow with the history."""
+    since = position.previous().day
+    out = day_statuses(conn, since, worlds)
+    if any(p < position for p in out):
+        return out
+    r = sleep_runs.c
+    q = select(r.stage, r.day, r.status).where(r.world_id == DAY_ROW, r.day < since).limit(1)
+    for stage, day, status in conn.execute(q):
+        out[Position.of(day, Stage(stage))] = status
+    if worlds and not any(p < position for p in out):  # rare: earlier places only in world records
+        out |= {p: s for p, s in day_statuses(conn, worlds=worlds).items() if p.day < since}
+    return out
+
+
 @dataclass
 class StageRun:
     """One stage's run of one day over its worlds."""
@@ -70,7 +88,7 @@ class StageRun:
         """Refuses (StageFailure, nothing written) when the place before this one is not done (for
         ``worlds``, a run over those only: done for each of them)."""
         position = Position.of(day, stage)
-        problem = order_problem(position, day_statuses(conn, worlds=worlds))
+        problem = order_problem(position, place_statuses(conn, position, worlds))
         if problem:
             raise StageFailure(problem)
         q = select(sleep_runs).where(sleep_runs.c.stage == str(stage), sleep_runs.c.day == day)
@@ -199,7 +217,7 @@ class StageRun:
                         select(r.world_id).where(*here, r.world_id.in_(list(due)), r.status.in_(list(SETTLED)))
                     ).scalars()
                 )
-                if not settled >= set(due) or order_problem(self.position, day_statuses(conn)):
+                if not settled >= set(due) or order_problem(self.position, place_statuses(conn, self.position)):
                     if conn.execute(select(r.status).where(*here, r.world_id == DAY_ROW)).first() is None:
                         row = self.record(DAY_ROW, detail={"worlds": worlds, "per_world": detail})
                         upsert(conn, sleep_runs, [row | {"status": str(RunStatus.PARTIAL)}], keys=KEYS)

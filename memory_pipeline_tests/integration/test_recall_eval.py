@@ -210,3 +210,25 @@ def test_a_store_that_cannot_be_opened_is_refused_by_name(project, tmp_path):
     ):
         run_locomo([path], store_url=url, directory=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_only_the_runs_own_sqlite_files_skip_fsync_and_only_while_it_builds(tmp_path):
+    from sqlalchemy import create_engine, text
+
+    from memory_pipeline.operations.recall_eval import scratch_sqlite
+
+    run, elsewhere = tmp_path / "run", tmp_path / "project"
+    for folder in (run, elsewhere):
+        folder.mkdir()
+
+    def synchronous(folder) -> int:
+        engine = create_engine(f"sqlite:///{folder / 'x.sqlite'}")
+        with engine.connect() as conn:
+            value = int(conn.execute(text("PRAGMA synchronous")).scalar() or 0)
+        engine.dispose()
+        return value
+
+    with scratch_sqlite(run):
+        assert synchronous(run) == 0  # OFF: the run's store and Dagster instance are scratch
+        assert synchronous(elsewhere) == 2  # FULL, SQLite's default: the project's store is not
+    assert synchronous(run) == 2  # the listener is gone with the run

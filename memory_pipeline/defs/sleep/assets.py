@@ -204,23 +204,28 @@ def sleep_stages(
     else:
         stale: set[date] = set()
         for key, day in partition_dates(context):
-            for stage in stages:
-                asset = KEYS[stage].to_user_string()
-                ctx = sleep.context(asset, key, force=config.force_llm)
-                run, describe = _stage_fn(stage)
-                try:
-                    result = run(ctx, day, worlds)
-                except StageFailure as exc:
-                    raise Failure(
-                        description=str(exc), metadata={"failed_partition": key}, allow_retries=False
-                    ) from None
-                stale |= set(result.stale_days)
-                made = [d.isoformat() for d in result.stale_days]
-                meta = {**describe(result), "later_days_marked_stale": made, **llm_metadata(ctx.llm.stats)}
-                context.add_asset_metadata(meta, asset_key=KEYS[stage], partition_key=key)
-                context.log.info(f"{asset} {key}: {meta}")
-                for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
-                    context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")
+            done: list[str] = []  # one log line per day (every event is a write to the instance)
+            try:
+                for stage in stages:
+                    asset = KEYS[stage].to_user_string()
+                    ctx = sleep.context(asset, key, force=config.force_llm)
+                    run, describe = _stage_fn(stage)
+                    try:
+                        result = run(ctx, day, worlds)
+                    except StageFailure as exc:
+                        raise Failure(
+                            description=str(exc), metadata={"failed_partition": key}, allow_retries=False
+                        ) from None
+                    stale |= set(result.stale_days)
+                    made = [d.isoformat() for d in result.stale_days]
+                    meta = {**describe(result), "later_days_marked_stale": made, **llm_metadata(ctx.llm.stats)}
+                    context.add_asset_metadata(meta, asset_key=KEYS[stage], partition_key=key)
+                    done.append(f"{asset} {key}: {meta}")
+                    for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
+                        context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")
+            finally:
+                if done:
+                    context.log.info("\n".join(done))
         if stale:
             _observe_stale(context, sleep, min(stale))
     for stage in stages:
