@@ -7,7 +7,7 @@ import warnings
 
 import typer
 
-from memory_pipeline.cli import analyst, cache, conversation, db, events, objects, recall, sleep, temporal, tower
+from memory_pipeline.cli import analyst, cache, conversation, db, events, objects, recall, sleep, temporal, tokens, tower
 from memory_pipeline.cli.console import console, err
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -23,6 +23,7 @@ app.add_typer(sleep.app, name="sleep", help="Seed 003 sleep: status, diff, recov
 app.add_typer(conversation.app, name="conversation", help="Seed 002 rolling conversation summaries.")
 app.add_typer(recall.app, name="eval")
 app.command(name="search")(recall.search)
+app.add_typer(tokens.app, name="tokens")
 
 
 @app.command()
