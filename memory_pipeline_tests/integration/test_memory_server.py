@@ -2,7 +2,7 @@
 an unknown or a revoked bearer token is answered 401 before any tool runs; for every tool of the
 server's own list, a token of world wa asking for world wb is refused (naming wb) and gets none of
 wb's memory, while an --all-worlds token gets it (so the refusal is the token's, not missing data);
-a read-only token cannot call a writing tool; the
+a read-only token cannot call a writing tool; memory/search is scoped to the token's worlds; the
 server does not start off the loopback address without a token."""
 
 import asyncio
@@ -184,6 +184,7 @@ CROSS_WORLD = {
     "mem/recompute": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
     "mem/job_status": ({"job_id": "JOB_B"}, "world 'wb'"),
     "mem/list_jobs": ({}, None),
+    "memory/search": ({"world": "wb", "query": f"zebra {SECRET_B}"}, "world 'wb'"),
 }
 
 
@@ -223,7 +224,7 @@ def test_a_token_of_world_a_asking_for_world_b_is_refused_and_gets_none_of_b(ser
 
 
 # The tools whose answer to an --all-worlds token holds wb's memory: the data was there to leak.
-SHOWS_B = {"mem/recall", "mem/windows", "mem/job_status", "mem/list_jobs", "mem/get_summary"}
+SHOWS_B = {"mem/recall", "mem/windows", "mem/job_status", "mem/list_jobs", "memory/search", "mem/get_summary"}
 
 
 @pytest.mark.parametrize("tool", sorted(SHOWS_B))
@@ -240,6 +241,7 @@ def test_a_token_of_world_a_reads_its_own_world(served):
             served["url"],
             served["bearer"]["a"],
             [
+                ("memory/search", {"world": "wa", "query": "zebra", "k": 5}),
                 ("mem/recall", {"type": ACTIVITY, "granularity": "day", "anchor": DAY, "group": "wa"}),
                 ("mem/job_status", {"job_id": served["job_a"]}),
                 ("mem/recall", {"type": ACTIVITY, "granularity": "day", "anchor": DAY}),
@@ -247,8 +249,10 @@ def test_a_token_of_world_a_reads_its_own_world(served):
             ],
         )
     )
-    (r_err, recall), (j_err, job), (all_err, all_groups), (a_err, appended) = results
-    assert not r_err and not j_err and not a_err, results
+    (s_err, search), (r_err, recall), (j_err, job), (all_err, all_groups), (a_err, appended) = results
+    assert not s_err and not r_err and not j_err and not a_err, results
+    hits = json.loads(search)["hits"]
+    assert hits and all(SECRET_A in h["text"] for h in hits) and SECRET_B not in search
     assert json.loads(recall)["total_entries"] == 1 and SECRET_A in recall
     assert json.loads(job)["group"] == "wa"
     assert all_err and "group: required" in all_groups and SECRET_B not in all_groups
