@@ -11,6 +11,7 @@ from dagster import AssetSpec, Definitions
 # holds more than one Definitions object at module scope.
 from memory_pipeline.defs._shared import definitions as shared_domain
 from memory_pipeline.defs._shared import deployment
+from memory_pipeline.defs.access import definitions as access_domain
 from memory_pipeline.defs.analyst import definitions as analyst_domain
 from memory_pipeline.defs.analyst.resources import analyst_resources
 from memory_pipeline.defs.conversation import definitions as conversation_domain
@@ -53,6 +54,7 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         conversation_domain.defs,
         objects_domain.defs,
         recall_domain.defs,
+        access_domain.defs,
         analyst_domain.defs,
     )
     located = Definitions(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 # Every domain with tables; each has <domain>/tables.py and <domain>/migrations/.
-DOMAINS = ("events", "temporal", "tower", "sleep", "conversation", "objects", "recall")
+DOMAINS = ("events", "temporal", "tower", "sleep", "conversation", "objects", "recall", "access")
 
 
 def version_locations() -> list[str]:

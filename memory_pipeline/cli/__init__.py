@@ -7,7 +7,20 @@ import warnings
 
 import typer
 
-from memory_pipeline.cli import analyst, cache, conversation, db, events, objects, recall, sleep, temporal, tower
+from memory_pipeline.cli import (
+    analyst,
+    cache,
+    conversation,
+    db,
+    events,
+    objects,
+    recall,
+    serve,
+    sleep,
+    temporal,
+    tokens,
+    tower,
+)
 from memory_pipeline.cli.console import console, err
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -16,13 +29,15 @@ app.add_typer(temporal.app)
 app.add_typer(cache.app)
 app.add_typer(analyst.app)
 app.add_typer(tower.app, name="tower")
-app.command(name="mcp")(tower.mcp)
+app.command(name="serve")(serve.serve)
+app.command(name="mcp")(serve.mcp)
 app.add_typer(objects.app, name="objects")
 app.add_typer(db.app, name="db", help="Schema migrations of the operational store.")
 app.add_typer(sleep.app, name="sleep", help="Seed 003 sleep: status, diff, recovery backfill/rebuild, memory tools.")
 app.add_typer(conversation.app, name="conversation", help="Seed 002 rolling conversation summaries.")
 app.add_typer(recall.app, name="eval")
 app.command(name="search")(recall.search)
+app.add_typer(tokens.app, name="tokens")
 
 
 @app.command()

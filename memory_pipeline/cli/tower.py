@@ -1,5 +1,5 @@
 """Seed 004 on the command line: `memory-pipeline tower ...` (types, append, windows, recall,
-summary, summarize, recompute, jobs, status) and `memory-pipeline mcp` (the MCP endpoint)."""
+summary, summarize, recompute, jobs, status); the MCP endpoint is `memory-pipeline serve` (cli/serve.py)."""
 
 from __future__ import annotations
 
@@ -284,20 +284,3 @@ def print_status(store) -> None:
     stale = reports.stale_days(store, tz, cfg.activity_type)
     if stale:
         err.print(f"[yellow]stale windows[/]: {', '.join(f'{d} (+{n})' for d, n in sorted(stale.items()))}")
-
-
-def mcp(
-    host: str = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
-    port: int = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
-):
-    """Serve the time tower over MCP (streamable HTTP) at http://HOST:PORT and /mcp; 13 mem/* tools."""
-    t = _tower()
-    t.run_jobs = "thread"
-    host = host or t.cfg.mcp_host
-    port = port or t.cfg.mcp_port
-    from memory_pipeline.tower.mcp_server import make_uvicorn
-
-    # Printed once the port accepts connections, so a client started on the banner finds it.
-    banner = f"MCP endpoint: http://{host}:{port} (and /mcp); Ctrl-C stops it"
-    make_uvicorn(t, host, port, on_ready=lambda: err.print(banner)).run()
-    t.close()

@@ -4,7 +4,7 @@ calls an LLM; summarize, recompute and summarize_on_miss run as jobs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -267,11 +267,14 @@ class Tower:
             raise TowerInputError("job_id", f"no job {job_id!r}")
         return jobs_io.view(row, self.tz)
 
-    def list_jobs(self, type_name: Any = None, state: Any = None, limit: Any = None) -> list[dict[str, Any]]:
+    def list_jobs(
+        self, type_name: Any = None, state: Any = None, limit: Any = None, groups: Collection[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Newest first; ``groups`` keeps the jobs of those groups only (the MCP server's world scope)."""
         name = check_name(type_name, "type") if type_name is not None else None
         if state is not None and state not in {str(s) for s in JobState}:
             raise TowerInputError("state", f"one of {', '.join(JobState)}")
-        rows = jobs_io.list_jobs(self.store, type_name=name, state=state, limit=self._limit(limit))
+        rows = jobs_io.list_jobs(self.store, type_name=name, state=state, limit=self._limit(limit), groups=groups)
         return [jobs_io.view(r, self.tz) for r in rows]
 
     def wait_jobs(self) -> None:

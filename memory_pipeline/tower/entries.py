@@ -274,3 +274,10 @@ def entries_by_pk(conn: Connection, pks: list[int]) -> list[Any]:
 
 
 __all__ = ["AppendReport", "append", "append_file", "entries_by_pk", "entries_in", "feed_activity", "read_jsonl"]
+
+
+def groups_of(store: Store, type_name: str) -> set[str]:
+    """The group values the type's raw series holds entries of."""
+    te = tower_entries.c
+    with store.connect() as conn:
+        return set(conn.execute(select(te.group_value).where(te.type_name == type_name).distinct()).scalars())

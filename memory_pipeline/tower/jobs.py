@@ -5,6 +5,7 @@ given_up, with the summary record's id (seed: 总结任务的异步状态查询)
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -85,9 +86,14 @@ def view(row: Any, tz: ZoneInfo) -> dict[str, Any]:
     }
 
 
-def list_jobs(store: Store, *, type_name: str | None, state: str | None, limit: int) -> list[Any]:
+def list_jobs(
+    store: Store, *, type_name: str | None, state: str | None, limit: int, groups: Collection[str] | None = None
+) -> list[Any]:
+    """``groups``: only the jobs of these groups (None: every group)."""
     j = tower_jobs.c
     q = select(tower_jobs).order_by(j.created_at.desc(), j.job_id).limit(limit)
+    if groups is not None:
+        q = q.where(j.group_value.in_(sorted(groups)))
     if type_name is not None:
         q = q.where(j.type_name == type_name)
     if state is not None:

@@ -204,6 +204,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0022_sleep_as_of_day",
         "0023_recall_eval",
         "0024_recall_search",
+        "0025_access_tokens",
     ]
     assert head(LOCATIONS) == chain[-1]
 

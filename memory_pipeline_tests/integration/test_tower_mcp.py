@@ -14,13 +14,16 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 from sqlalchemy import func, select
 
+from memory_pipeline.access import tokens
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store.tables import llm_ledger
 from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.server.app import TOOL_NAMES as SERVER_TOOLS
+from memory_pipeline.server.app import make_uvicorn
+from memory_pipeline.server.tower_tools import TOOL_NAMES
 from memory_pipeline.tower import windows
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
-from memory_pipeline.tower.mcp_server import TOOL_NAMES, make_uvicorn
 from memory_pipeline.tower.tables import (
     tower_entries,
     tower_jobs,
@@ -42,8 +45,19 @@ def server(store):
     yield from _serve(store, TowerConfig())
 
 
+# The bearer token of each server these tests start (an --all-worlds token: the tower tools' full
+# meaning, every group of every type; the world scoping is test_memory_server.py's).
+_TOKENS: dict[str, str] = {}
+
+
+def _client(url: str):
+    base = next(b for b in _TOKENS if url.startswith(b))
+    return streamablehttp_client(url, headers={"Authorization": f"Bearer {_TOKENS[base]}"})
+
+
 def _serve(store, cfg: TowerConfig):
     tower = Tower(store, cfg, CST, lambda p: LLMClient(store, asset="mcp_test", partition=p))
+    _, token = tokens.create(store, ["*"], name=f"tower-mcp-{_free_port()}")
     port = _free_port()
     srv = make_uvicorn(tower, "127.0.0.1", port)
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -52,6 +66,7 @@ def _serve(store, cfg: TowerConfig):
     while not srv.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert srv.started
+    _TOKENS[f"http://127.0.0.1:{port}"] = token
     yield f"http://127.0.0.1:{port}", tower
     srv.should_exit = True
     thread.join(timeout=10)
@@ -65,7 +80,7 @@ def _data(result):
 
 async def _drive(url: str, tower: Tower) -> dict:
     out: dict = {}
-    async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as session:
+    async with _client(url) as (read, write, _), ClientSession(read, write) as session:
         init = await session.initialize()
         caps = init.capabilities
         # Nothing server-initiated carries memory: no resource subscriptions, no resources or prompts.
@@ -133,7 +148,9 @@ def tower_build(tower: Tower) -> None:
 def test_every_tool_over_http_at_the_seed_address(server):
     url, tower = server
     out = asyncio.run(_drive(url, tower))  # the seed's address: http://127.0.0.1:8900 (here a free port)
-    assert out["tools"] == sorted(TOOL_NAMES) and len(out["tools"]) == 13 and out["described"]
+    tower_tools = [t for t in out["tools"] if t.startswith("mem/")]
+    assert tower_tools == sorted(TOOL_NAMES) and len(tower_tools) == 13 and out["described"]
+    assert out["tools"] == sorted(SERVER_TOOLS)
     assert not out["subscribe"] and out["resources"] == [] and out["prompts"] == []
     assert out["create"]["name"] == "proj/decisions" and out["create"]["summaries"] is True
     assert {"worklog", "agent/activity", "proj/decisions"} <= {t["name"] for t in out["list"]["types"]}
@@ -157,11 +174,11 @@ def test_the_endpoint_also_answers_at_mcp(server):
     url, _ = server
 
     async def tools() -> list[str]:
-        async with streamablehttp_client(url + "/mcp") as (read, write, _), ClientSession(read, write) as session:
+        async with _client(url + "/mcp") as (read, write, _), ClientSession(read, write) as session:
             await session.initialize()
             return [t.name for t in (await session.list_tools()).tools]
 
-    assert sorted(asyncio.run(tools())) == sorted(TOOL_NAMES)
+    assert sorted(asyncio.run(tools())) == sorted(SERVER_TOOLS)
 
 
 def _count(store, table) -> int:
@@ -174,7 +191,7 @@ def _ledger_rows(store) -> int:
 
 
 async def _session_calls(url: str, calls: list[tuple[str, dict]]) -> list[dict]:
-    async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as session:
+    async with _client(url) as (read, write, _), ClientSession(read, write) as session:
         await session.initialize()
         return [_data(await session.call_tool(name, args)) for name, args in calls]
 
@@ -271,7 +288,7 @@ def _wait(url: str, job_ids: list[str]) -> list[str]:
 
 async def _raw_calls(url: str, calls: list[tuple[str, dict]]) -> tuple[dict, list]:
     """The tools' input schemas, and each call's result as (isError, text)."""
-    async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as session:
+    async with _client(url) as (read, write, _), ClientSession(read, write) as session:
         await session.initialize()
         schemas = {t.name: t.inputSchema for t in (await session.list_tools()).tools}
         out = []

@@ -1,0 +1,131 @@
+"""The memory server (`memory-pipeline serve`; `memory-pipeline mcp` is its alias): one streamable-
+HTTP MCP endpoint, 127.0.0.1:8900 by default, answering at its root (the seed's configured
+``http://127.0.0.1:8900``) and at ``/mcp``, over the same store the Dagster assets write.
+
+Every HTTP request carries ``Authorization: Bearer <token>``; the SDK's bearer auth checks it with
+the access domain's tokens and answers 401 (no token, an unknown or a revoked one) before any tool
+runs. The service only stores and returns: nothing server-initiated (notifications, subscriptions,
+sampling) carries memory content; the process runs no scheduler."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from memory_pipeline.access import tokens
+from memory_pipeline.lib.store import Store
+from memory_pipeline.server import memory_tools, tower_tools
+from memory_pipeline.server.auth import StoreTokenVerifier
+from memory_pipeline.server.tools import Access, ToolRegistry
+from memory_pipeline.tower.api import Tower
+
+TOOL_NAMES = (*tower_tools.TOOL_NAMES, *memory_tools.TOOL_NAMES)
+
+
+class ServeError(ValueError):
+    """The server refuses to start (one line for the operator)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def check_exposure(store: Store, host: str) -> None:
+    """Off the loopback interface the server starts only once a token exists."""
+    if not is_loopback(host) and tokens.active_count(store) == 0:
+        raise ServeError(
+            f"refusing to serve on {host}: no access token exists (create one: memory-pipeline tokens create --world W)"
+        )
+
+
+def registry(tower: Tower) -> ToolRegistry:
+    reg = ToolRegistry()
+    tower_tools.register(reg, tower)
+    memory_tools.register(reg, tower)
+    # The tests parametrize over TOOL_NAMES (every tool refuses another world): no tool outside it.
+    if tuple(reg.access) != TOOL_NAMES:
+        raise RuntimeError(f"registered tools {tuple(reg.access)} are not TOOL_NAMES {TOOL_NAMES}")
+    return reg
+
+
+def tool_access(tower: Tower) -> dict[str, Access]:
+    """Each tool's declared access (read or write), from the server's own registry."""
+    return registry(tower).access
+
+
+def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any:
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.fastmcp import FastMCP
+
+    logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)  # the known warning about "/"
+    _quiet_disconnects()
+    url = f"http://{host}:{port}"
+    return FastMCP(
+        "chronomem",
+        instructions="Agent memory: the time tower's memory types with raw and summary series (exact recall, "
+        "paginated, and semantic recall of stored summaries) and memory/search over one world's memory. "
+        "Each call is scoped to the worlds of the bearer token.",
+        host=host,
+        port=port,
+        streamable_http_path="/mcp",
+        tools=registry(tower).tools,
+        token_verifier=StoreTokenVerifier(tower.store),
+        # No OAuth server exists: the SDK requires both URLs, and the server's own serves for both. Our
+        # tokens are issued by this server for this server only, so there is no audience to compare.
+        auth=AuthSettings(
+            issuer_url=url,  # type: ignore[arg-type]
+            resource_server_url=url,  # type: ignore[arg-type]
+            required_scopes=[],
+            validate_token_resource=False,
+        ),
+    )
+
+
+class _QuietDisconnects(logging.Filter):
+    """The SDK logs a traceback ("Error in standalone SSE writer") each time a client's session ends
+    and its stream is already closed: log noise, as the client is gone. That one record only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import anyio
+
+        closed = record.exc_info is not None and isinstance(record.exc_info[1], anyio.ClosedResourceError)
+        return not (closed and record.getMessage() == "Error in standalone SSE writer")
+
+
+def _quiet_disconnects() -> None:
+    sdk = logging.getLogger("mcp.server.streamable_http")
+    if not any(isinstance(f, _QuietDisconnects) for f in sdk.filters):
+        sdk.addFilter(_QuietDisconnects())
+
+
+def asgi_app(server: Any) -> Any:
+    """The streamable-HTTP app, answering at ``/mcp`` and at the root (the seed's configured URL); the
+    root takes the same endpoint as ``/mcp``, wrapped in the SDK's RequireAuthMiddleware."""
+    from starlette.routing import Route
+
+    app = server.streamable_http_app()
+    handler = next(r.endpoint for r in app.router.routes if getattr(r, "path", None) == "/mcp")
+    app.router.routes.append(Route("/", endpoint=handler))
+    return app
+
+
+def make_uvicorn(tower: Tower, host: str, port: int, on_ready: Callable[[], None] | None = None) -> Any:
+    """The server, to ``run()`` (blocking); ``on_ready`` is called once it accepts connections."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and on_ready is not None:
+                on_ready()
+
+    check_exposure(tower.store, host)
+    app = asgi_app(build_server(tower, host, port))
+    return Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))

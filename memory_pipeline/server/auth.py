@@ -1,0 +1,43 @@
+"""Bearer tokens on the MCP endpoint, through the SDK's own auth: a ``TokenVerifier`` over the access
+domain's tokens (checked against the store on every HTTP request, so a revoked token is refused from
+its next request on), and the caller's grant read back inside a tool call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from memory_pipeline.access import tokens
+from memory_pipeline.access.logic import AccessError, Grant
+from memory_pipeline.lib.store import Store
+
+WRITE_SCOPE = "write"
+
+
+class StoreTokenVerifier:
+    """``mcp.server.auth.provider.TokenVerifier``: a token in force becomes an ``AccessToken`` whose
+    client id is the token's name, whose claims carry its worlds, and whose scopes say whether it
+    may write; anything else is None (the SDK answers HTTP 401 before any tool runs)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    async def verify_token(self, token: str) -> Any:
+        from mcp.server.auth.provider import AccessToken
+
+        grant = await anyio.to_thread.run_sync(tokens.verify, self.store, token)
+        if grant is None:
+            return None
+        scopes = ["read"] if grant.read_only else ["read", WRITE_SCOPE]
+        return AccessToken(token=token, client_id=grant.name, scopes=scopes, claims={"worlds": sorted(grant.worlds)})
+
+
+def caller() -> Grant:
+    """The grant of the token this tool call came with (none: refused, never open)."""
+    from mcp.server.auth.middleware.auth_context import get_access_token
+
+    at = get_access_token()
+    if at is None or not at.claims or "worlds" not in at.claims:
+        raise AccessError("no access token with this call")
+    return Grant(at.client_id, frozenset(at.claims["worlds"]), WRITE_SCOPE not in at.scopes)

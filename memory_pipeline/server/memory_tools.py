@@ -1,0 +1,28 @@
+"""``memory/search`` on the memory server: one ranked recall over every domain's memory of one world
+(recall.search.memory_search), the world being one of the caller's token's. Never calls an LLM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory_pipeline.recall.search import K_MAX, memory_search
+from memory_pipeline.server.auth import caller
+from memory_pipeline.server.tools import Access, ToolRegistry
+from memory_pipeline.tower.api import Tower
+
+TOOL_NAMES = ("memory/search",)
+
+
+def register(reg: ToolRegistry, tower: Tower) -> None:
+    @reg.tool(
+        name="memory/search",
+        description="Search one world's memory (day summaries, facts, the self's narratives, objects, "
+        "conversation summaries, activity summaries) for `query`: the `k` best hits (default 10, at most "
+        f"{K_MAX}), best first, each with its kind, text, time span and the raw event ids it comes from. "
+        "`world`: one of the token's worlds. Never calls an LLM.",
+        access=Access.READ,
+    )
+    def search(world: str, query: str, k: int = 10) -> dict[str, Any]:
+        caller().require_world(world)
+        hits = memory_search(tower.store, world, query, k, activity_type=tower.cfg.activity_type, tz=tower.tz)
+        return {"world": world, "hits": [h.as_json() for h in hits]}

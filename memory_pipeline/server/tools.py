@@ -1,0 +1,132 @@
+"""How the server's tools are made (no domain rules here): each tool is the SDK's tool for a plain
+function, with an argument model that is strict (no "yes" for true, no "10" for 10, no "null" for
+null: a string stays a string), refuses an unknown argument instead of dropping it, and names
+``from_`` ``from``; each declares whether it reads or writes, and a read-only token is refused a
+writing tool before its function runs. A domain's input error, or an access refusal, reaches the
+client as its one line; anything else as one line naming its class, with the traceback logged."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+from memory_pipeline.access.logic import AccessError
+from memory_pipeline.recall.search import SearchError
+from memory_pipeline.server.auth import caller
+from memory_pipeline.tower.logic import TowerInputError
+
+log = logging.getLogger(__name__)
+
+# Raised by a tool for bad input or a refused call: the client gets the message as it is.
+INPUT_ERRORS: tuple[type[Exception], ...] = (TowerInputError, SearchError, AccessError)
+
+
+class Access(StrEnum):
+    READ = "read"
+    WRITE = "write"  # appends, creates, changes, archives, or starts LLM jobs
+
+
+class ToolRegistry:
+    """The tools of one server, in order; ``tool(name, description, access)`` registers a function."""
+
+    def __init__(self) -> None:
+        self.tools: list[Any] = []
+        self.access: dict[str, Access] = {}
+
+    def tool(self, name: str, description: str, access: Access) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if name in self.access:
+                raise ValueError(f"tool {name} registered twice")
+            self.tools.append(strict_tool(fn, name, description, access))
+            self.access[name] = access
+            return fn
+
+        return register
+
+
+# The window's start is ``from`` on the wire; ``from`` is a Python keyword, so the functions say ``from_``.
+_ALIASES = {"from_": "from"}
+
+
+def strict_tool(fn: Callable[..., Any], name: str, description: str, access: Access) -> Any:
+    from mcp.server.fastmcp.tools import Tool
+    from pydantic import Field, create_model
+
+    args_base, metadata = _strict_classes()
+    base = Tool.from_function(fn, name=name, description=description)
+    fields: dict[str, Any] = {
+        field: (info.annotation, Field(... if info.is_required() else info.default, alias=_ALIASES.get(field)))
+        for field, info in base.fn_metadata.arg_model.model_fields.items()
+    }
+    model = create_model(f"{fn.__name__}Arguments", __base__=args_base, **fields)
+    meta = metadata(
+        arg_model=model,
+        output_schema=base.fn_metadata.output_schema,
+        output_model=base.fn_metadata.output_model,
+        wrap_output=base.fn_metadata.wrap_output,
+    )
+
+    @functools.wraps(fn)
+    def guarded(**kwargs: Any) -> Any:
+        if access is Access.WRITE:
+            caller().require_write(name)
+        return fn(**kwargs)
+
+    return base.model_copy(
+        update={"fn": guarded, "fn_metadata": meta, "parameters": model.model_json_schema(by_alias=True)}
+    )
+
+
+@functools.cache
+def _strict_classes() -> tuple[Any, Any]:
+    """The argument model base and the call path of the strict tools (built on first use, so that
+    importing this module does not import the SDK)."""
+    from mcp.server.fastmcp.utilities.func_metadata import ArgModelBase, FuncMetadata
+    from pydantic import ConfigDict, ValidationError
+
+    class StrictArgs(ArgModelBase):
+        model_config = ConfigDict(extra="forbid", strict=True, arbitrary_types_allowed=True)
+
+        def model_dump_one_level(self) -> dict[str, Any]:
+            return {field: getattr(self, field) for field in type(self).model_fields}  # Python names
+
+    class StrictMetadata(FuncMetadata):
+        async def call_fn_with_arg_validation(
+            self,
+            fn: Callable[..., Any],
+            fn_is_async: bool,
+            arguments_to_validate: dict[str, Any],
+            arguments_to_pass_directly: dict[str, Any] | None,
+        ) -> Any:
+            try:
+                # Not the SDK's pre_parse_json: it decodes a string argument as JSON when the field
+                # is not plain ``str``, so group "null" became None (every group) and limit "null"
+                # the default. A string the client sent stays a string, validated as it came.
+                parsed = self.arg_model.model_validate(arguments_to_validate)
+            except ValidationError as exc:
+                raise _argument_error(exc, self.arg_model) from None
+            kwargs = parsed.model_dump_one_level() | (arguments_to_pass_directly or {})
+            try:
+                return fn(**kwargs)
+            except INPUT_ERRORS:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the client gets one line, the log the traceback
+                log.exception("tool call failed")
+                raise RuntimeError(f"internal error ({type(exc).__name__}); the server logged it") from None
+
+    return StrictArgs, StrictMetadata
+
+
+def _argument_error(exc: Any, model: Any) -> TowerInputError:
+    """The first problem of a pydantic ValidationError as one line naming the argument."""
+    first = exc.errors()[0]
+    field = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(first["loc"]))
+    if first["type"] == "extra_forbidden":
+        names = [info.alias or name for name, info in model.model_fields.items()]
+        return TowerInputError(field or "arguments", f"unknown argument (this tool takes: {', '.join(names)})")
+    if first["type"] == "missing":
+        return TowerInputError(field, "is required")
+    return TowerInputError(field or "arguments", first["msg"][:1].lower() + first["msg"][1:])

@@ -1,0 +1,288 @@
+"""Seed 004's 13 ``mem/*`` tools on the memory server (the seed fixes the count and the groups:
+type management, append, structural recall, semantic recall, summarize, recompute, and the status
+of asynchronous summarize jobs), each one the tower's Python API unchanged in meaning, behind the
+caller's token. The SDK logs a warning about the ``/`` in these names; they are kept, as the seed
+names ``mem/summarize``. Only ``mem/summarize``, ``mem/recompute`` and ``mem/get_summary`` with
+``summarize_on_miss`` may cause LLM calls, and only as jobs.
+
+Worlds in the tower are groups: the activity type groups by world id, and a token's worlds are the
+group values it reaches in every type (worklog groups by project). A token of some worlds must name
+``group`` (one of them) on every call that reads or writes a type's memory; an entry appended goes
+to its group (explicit, or the type's group field in its content), which must be one of them too;
+jobs are seen only for its groups. Type definitions carry no memory: any token lists and reads
+them, and a writable one creates them; changing or archiving a type needs a writable token holding
+every world with entries in it, and the built-in types (shared by all worlds) an --all-worlds token.
+A type with no group field holds the memory of no world: only an --all-worlds token reaches it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory_pipeline.access.logic import AccessError, Grant
+from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.server.auth import caller
+from memory_pipeline.server.tools import Access, ToolRegistry
+from memory_pipeline.tower import entries as entries_io
+from memory_pipeline.tower import types as types_io
+from memory_pipeline.tower.api import Tower
+from memory_pipeline.tower.logic import validate_entry
+
+TOOL_NAMES = (
+    "mem/create_type",
+    "mem/list_types",
+    "mem/get_type",
+    "mem/update_type",
+    "mem/delete_type",
+    "mem/append",
+    "mem/windows",
+    "mem/recall",
+    "mem/get_summary",
+    "mem/summarize",
+    "mem/recompute",
+    "mem/job_status",
+    "mem/list_jobs",
+)
+
+WINDOW_DOC = (
+    " The window is `granularity` (a level of the type's chain) + `anchor` (a date YYYY-MM-DD or an ISO "
+    "datetime with offset inside it), or `from` + `to` (ISO datetimes: an irregular window such as a task phase)."
+)
+PAGE_DOC = " limit (default 100, max 1000) and cursor page the answer, which states its totals."
+GROUP_DOC = " `group`: a group value (in the activity type, a world id); a token of some worlds must name one of them."
+
+
+def scoped_group(grant: Grant, group: str | None) -> None:
+    """A call naming no group spans every group: only for a token of every world."""
+    if grant.all_worlds:
+        return
+    if group is None:
+        held = ", ".join(sorted(grant.worlds))
+        raise AccessError(f"group: required: this token reads only its worlds ({held})")
+    grant.require_world(group)
+
+
+def _may_change_type(tower: Tower, grant: Grant, name: Any) -> None:
+    t = types_io.get(tower.store, name)  # an unknown or bad name: the tower's own refusal
+    if grant.all_worlds:
+        return
+    if t.builtin:
+        raise AccessError(f"type {t.name!r}: built in, shared by every world: only an --all-worlds token changes it")
+    if any(not grant.holds(g) for g in entries_io.groups_of(tower.store, t.name)):
+        raise AccessError(f"type {t.name!r}: holds memory of a world this token does not hold")
+
+
+def _entry_groups(tower: Tower, type_name: Any, entries: list[Any]) -> set[str]:
+    """The groups these entries would be appended to (a bad entry: the tower's own refusal)."""
+    t = types_io.get(tower.store, type_name)
+    now = utcnow()
+    items = entries if isinstance(entries, list) else [entries]
+    return {
+        validate_entry(raw, group_field=t.group_field, now=now, where=f"entries[{i}]").group
+        for i, raw in enumerate(items)
+    }
+
+
+def register(reg: ToolRegistry, tower: Tower) -> None:
+    tool = reg.tool
+
+    @tool(
+        name="mem/create_type",
+        description="Create a memory type. Name: [A-Za-z0-9_/-]+ (no '..', no "
+        "leading or trailing '/'). chain: granularities from 10min, 30min, 1h, 3h, day, week, month "
+        "(default 10min → 30min → 1h → day → week); summaries: semantic summaries on (default off); "
+        "group_field: e.g. project; retention: declared only (never enforced); summary_cap: default week.",
+        access=Access.WRITE,
+    )
+    def create_type(
+        name: str,
+        description: str = "",
+        chain: list[str] | None = None,
+        summaries: bool = False,
+        group_field: str | None = None,
+        retention: str | None = None,
+        summary_cap: str | None = None,
+    ) -> dict[str, Any]:
+        return tower.create_type(
+            name,
+            description=description,
+            chain=chain,
+            summaries=summaries,
+            group_field=group_field,
+            retention=retention,
+            summary_cap=summary_cap,
+        )
+
+    @tool(
+        name="mem/list_types",
+        description="List memory types (archived ones with include_archived).",
+        access=Access.READ,
+    )
+    def list_types(include_archived: bool = False) -> dict[str, Any]:
+        return {"types": tower.list_types(include_archived)}
+
+    @tool(
+        name="mem/get_type",
+        description="Show one memory type: chain, summaries switch, cap, group "
+        "field, declared retention, its two series.",
+        access=Access.READ,
+    )
+    def get_type(name: str) -> dict[str, Any]:
+        return tower.get_type(name)
+
+    @tool(
+        name="mem/update_type",
+        description="Update a type (not its name): description, chain, "
+        "summaries, group_field, retention, summary_cap, given in `changes`.",
+        access=Access.WRITE,
+    )
+    def update_type(name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        _may_change_type(tower, caller(), name)
+        return tower.update_type(name, changes)
+
+    @tool(
+        name="mem/delete_type",
+        description="Archive a type: appends are refused, recall still works, "
+        "the name stays reserved; no entry or summary is ever deleted. worklog cannot be deleted.",
+        access=Access.WRITE,
+    )
+    def delete_type(name: str) -> dict[str, Any]:
+        _may_change_type(tower, caller(), name)
+        return tower.delete_type(name)
+
+    @tool(
+        name="mem/append",
+        description="Append entries to a type's raw series (append-only). Each entry: "
+        "{content: any JSON or text, at?: ISO datetime (default now), id?: idempotency key, group?: "
+        "the type's group value}. A bad entry refuses the whole call, naming the entry and field. "
+        "A token of some worlds appends only to groups that are its worlds.",
+        access=Access.WRITE,
+    )
+    def append(type: str, entries: list[Any]) -> dict[str, Any]:
+        grant = caller()
+        if not grant.all_worlds:
+            for group in sorted(_entry_groups(tower, type, entries)):
+                if group == "":
+                    raise AccessError(f"type {type!r}: groups by no world: only an --all-worlds token appends to it")
+                grant.require_world(group)
+        return tower.append(type, entries, source="mcp")
+
+    @tool(
+        name="mem/windows",
+        description="Structural recall, one level at a time: the windows of a "
+        "level, or (with anchor) a window's children, with entry counts and staleness. limit (default "
+        "100, max 1000) and cursor page it. Never calls an LLM." + GROUP_DOC,
+        access=Access.READ,
+    )
+    def windows(
+        type: str,
+        granularity: str | None = None,
+        anchor: str | None = None,
+        group: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        scoped_group(caller(), group)
+        return tower.windows(type, granularity, anchor, group, limit, cursor)
+
+    @tool(
+        name="mem/recall",
+        description="Exact recall: resolve a window to its raw entries by walking the "
+        "references; returns the raw volume (navigation, not compression), paginated by limit and "
+        "cursor, with total entries and characters. Never calls an LLM." + WINDOW_DOC + GROUP_DOC,
+        access=Access.READ,
+    )
+    def recall(
+        type: str,
+        granularity: str | None = None,
+        anchor: str | None = None,
+        from_: str | None = None,
+        to: str | None = None,
+        group: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        scoped_group(caller(), group)
+        return tower.recall(type, granularity, anchor, from_, to, group, limit, cursor)
+
+    @tool(
+        name="mem/get_summary",
+        description="Semantic recall: the stored summary (state found), or "
+        "missing / empty; a range wider than the cap returns the cap-level summaries of the windows "
+        "overlapping it and the gaps (stretches with no summary, with their entry counts). With "
+        "summarize_on_miss a summarize job starts for the page's missing groups (never for an empty window; "
+        "a writable token only)." + PAGE_DOC + WINDOW_DOC + GROUP_DOC,
+        access=Access.READ,
+    )
+    def get_summary(
+        type: str,
+        granularity: str | None = None,
+        anchor: str | None = None,
+        from_: str | None = None,
+        to: str | None = None,
+        group: str | None = None,
+        summarize_on_miss: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        grant = caller()
+        scoped_group(grant, group)
+        if summarize_on_miss:  # starts jobs that write summaries
+            grant.require_write("mem/get_summary with summarize_on_miss")
+        return tower.get_summary(type, granularity, anchor, from_, to, group, summarize_on_miss, limit, cursor)
+
+    @tool(
+        name="mem/summarize",
+        description="Start summarize jobs (one per group) over a closed, settled "
+        "window, bottom-up over the chain (a from/to window from raw). Returns job ids at once."
+        + WINDOW_DOC
+        + GROUP_DOC,
+        access=Access.WRITE,
+    )
+    def summarize(
+        type: str,
+        granularity: str | None = None,
+        anchor: str | None = None,
+        from_: str | None = None,
+        to: str | None = None,
+        group: str | None = None,
+    ) -> dict[str, Any]:
+        scoped_group(caller(), group)
+        return tower.summarize(type, granularity, anchor, from_, to, group)
+
+    @tool(
+        name="mem/recompute",
+        description="Start recompute jobs: rebuild a window's summary from the raw "
+        "entries, bypassing the chain (faithful, costs more tokens). Returns job ids at once." + WINDOW_DOC + GROUP_DOC,
+        access=Access.WRITE,
+    )
+    def recompute(
+        type: str,
+        granularity: str | None = None,
+        anchor: str | None = None,
+        from_: str | None = None,
+        to: str | None = None,
+        group: str | None = None,
+    ) -> dict[str, Any]:
+        scoped_group(caller(), group)
+        return tower.recompute(type, granularity, anchor, from_, to, group)
+
+    @tool(
+        name="mem/job_status",
+        description="State of a summarize job: queued, running, succeeded, "
+        "skipped_empty, failed or given_up, with the summary record id.",
+        access=Access.READ,
+    )
+    def job_status(job_id: str) -> dict[str, Any]:
+        answer = tower.job_status(job_id)
+        caller().require_world(answer["group"])  # checked before anything of the job is returned
+        return answer
+
+    @tool(
+        name="mem/list_jobs",
+        description="Recent summarize jobs, newest first (filter by type, state); only the jobs of the token's worlds.",
+        access=Access.READ,
+    )
+    def list_jobs(type: str | None = None, state: str | None = None, limit: int | None = None) -> dict[str, Any]:
+        grant = caller()
+        groups = None if grant.all_worlds else grant.worlds
+        return {"jobs": tower.list_jobs(type, state, limit, groups=groups)}

@@ -1,0 +1,341 @@
+"""The memory server (issue 19, first slice) driven by the SDK's client over streamable HTTP: no,
+an unknown or a revoked bearer token is answered 401 before any tool runs; for every tool of the
+server's own list, a token of world wa asking for world wb is refused (naming wb) and gets none of
+wb's memory, while an --all-worlds token gets it (so the refusal is the token's, not missing data);
+a read-only token cannot call a writing tool; memory/search is scoped to the token's worlds; the
+server does not start off the loopback address without a token."""
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from datetime import date, datetime
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from memory_pipeline.access import tokens
+from memory_pipeline.cli import app
+from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.server.app import TOOL_NAMES, ServeError, check_exposure, make_uvicorn, tool_access
+from memory_pipeline.server.tools import Access
+from memory_pipeline.temporal.tables import temporal_summaries
+from memory_pipeline.tower import windows
+from memory_pipeline.tower.api import Tower
+from memory_pipeline.tower.config import TowerConfig
+from memory_pipeline.tower.tables import tower_entries, tower_jobs, tower_types
+from memory_pipeline_tests.conftest import CST, event
+
+ACTIVITY = "agent/activity"
+SECRET_B = "bravosecret"  # in every one of wb's memories; never in an answer to wa's token
+SECRET_A = "alphasecret"
+DAY = "2026-01-05"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _seed(store, ingest) -> dict:
+    """Worlds wa and wb, each with raw events, a day summary, activity entries, worklog entries of
+    its project and a summarize job, and wb a type of its own."""
+    at = datetime(2026, 1, 5, 10, 0, tzinfo=CST)
+    ingest(
+        [
+            event("wa", "wa.s1", "user", f"{SECRET_A} zebra talk", at, mid="wa1"),
+            event("wb", "wb.s1", "user", f"{SECRET_B} zebra talk", at, mid="wb1"),
+        ]
+    )
+    with store.begin() as conn:
+        for w, secret in (("wa", SECRET_A), ("wb", SECRET_B)):
+            conn.execute(
+                temporal_summaries.insert().values(
+                    world_id=w,
+                    window="day",
+                    period_start=date(2026, 1, 5),
+                    content=f"A day of zebra {secret} stories.",
+                    source_count=1,
+                    source_kind="message",
+                    source_ids=[f"{w}1"],
+                )
+            )
+    inline = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="server_test", partition=p), "inline")
+    for w, secret in (("wa", SECRET_A), ("wb", SECRET_B)):
+        inline.append(ACTIVITY, [{"content": f"{secret} activity", "at": at.isoformat(), "group": w}])
+        inline.append("worklog", [{"content": {"project": w, "did": f"{secret} work"}, "at": at.isoformat()}])
+    inline.create_type("b/notes", group_field="world")
+    inline.append("b/notes", [{"content": f"{SECRET_B} note", "at": at.isoformat(), "group": "wb"}])
+    windows.build_day(store, date(2026, 1, 5), CST)
+    jobs = {w: inline.summarize("worklog", "day", DAY, None, None, w)["jobs"][0]["job_id"] for w in ("wa", "wb")}
+    inline.close()
+    return {"job_b": jobs["wb"], "job_a": jobs["wa"]}
+
+
+@pytest.fixture
+def served(store, ingest):
+    seeded = _seed(store, ingest)
+    names = {"a": (["wa"], False), "a_ro": (["wa"], True), "ops": (["*"], False), "gone": (["wa", "wb"], False)}
+    bearer = {k: tokens.create(store, worlds, read_only=ro, name=k)[1] for k, (worlds, ro) in names.items()}
+    tokens.revoke(store, "gone")
+    tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="server_test", partition=p))
+    port = _free_port()
+    srv = make_uvicorn(tower, "127.0.0.1", port)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srv.started
+    yield {"url": f"http://127.0.0.1:{port}", "bearer": bearer, "tower": tower, "store": store, **seeded}
+    srv.should_exit = True
+    thread.join(timeout=10)
+    tower.close()
+
+
+async def _calls(url: str, token: str, calls: list[tuple[str, dict]]) -> tuple[list[str], list[tuple[bool, str]]]:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with streamablehttp_client(url, headers=headers) as (read, write, _), ClientSession(read, write) as session:
+        await session.initialize()
+        names = [t.name for t in (await session.list_tools()).tools]
+        out = []
+        for name, args in calls:
+            r = await session.call_tool(name, args)
+            out.append((r.isError, r.content[0].text if r.content else ""))
+        return names, out
+
+
+def _call(served, who: str, name: str, args: dict) -> tuple[bool, str]:
+    return asyncio.run(_calls(served["url"], served["bearer"][who], [(name, args)]))[1][0]
+
+
+# ---- 401 before any tool runs ---------------------------------------------------------------------
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize("path", ["/", "/mcp"])
+def test_no_unknown_or_revoked_token_is_401_and_a_valid_one_is_served(served, path):
+    url = served["url"] + path
+    cases = {
+        "none": {},
+        "not bearer": {"Authorization": f"Basic {served['bearer']['a']}"},
+        "unknown": {"Authorization": "Bearer mp_not-a-token"},
+        "revoked": {"Authorization": f"Bearer {served['bearer']['gone']}"},
+        "valid": {"Authorization": f"Bearer {served['bearer']['a']}"},
+    }
+    with httpx.Client(timeout=10) as client:
+        status = {k: client.post(url, json=INITIALIZE, headers={**ACCEPT, **h}).status_code for k, h in cases.items()}
+    assert status == {"none": 401, "not bearer": 401, "unknown": 401, "revoked": 401, "valid": 200}
+
+
+def test_a_token_revoked_mid_session_is_refused_from_its_next_request(served):
+    store = served["store"]
+    _, token = tokens.create(store, ["wa"], name="short-lived")
+
+    seen: dict[str, object] = {}
+
+    async def drive() -> None:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with streamablehttp_client(served["url"], headers=headers) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                seen["first"] = await session.call_tool("mem/list_types", {})
+                tokens.revoke(store, "short-lived")
+                seen["second"] = await asyncio.wait_for(session.call_tool("mem/list_types", {}), timeout=20)
+
+    with pytest.raises(BaseException) as raised:  # the SDK's client raises the HTTP status it got
+        asyncio.run(drive())
+    assert not seen["first"].isError and "second" not in seen
+    errors = raised.value.exceptions if isinstance(raised.value, BaseExceptionGroup) else [raised.value]
+    while any(isinstance(e, BaseExceptionGroup) for e in errors):
+        errors = [x for e in errors for x in (e.exceptions if isinstance(e, BaseExceptionGroup) else [e])]
+    assert any(isinstance(e, httpx.HTTPStatusError) and e.response.status_code == 401 for e in errors), errors
+
+
+# ---- worlds ------------------------------------------------------------------------------------------
+
+# For every tool of the server: a call by wa's token that asks for wb (or, for the tools that name no
+# world, the call that could show wb's memory), and what wa must get: a refusal naming the world (or
+# the type), or an answer with none of wb's memory. A tool missing here fails the test.
+CROSS_WORLD = {
+    "mem/create_type": ({"name": "wa/new", "group_field": "world"}, None),
+    "mem/list_types": ({}, None),
+    "mem/get_type": ({"name": "b/notes"}, None),
+    "mem/update_type": ({"name": "b/notes", "changes": {"retention": "1y"}}, "holds memory of a world"),
+    "mem/delete_type": ({"name": "b/notes"}, "holds memory of a world"),
+    "mem/append": ({"type": ACTIVITY, "entries": [{"content": "x", "group": "wb"}]}, "world 'wb'"),
+    "mem/windows": ({"type": ACTIVITY, "granularity": "day", "group": "wb"}, "world 'wb'"),
+    "mem/recall": ({"type": ACTIVITY, "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
+    "mem/get_summary": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
+    "mem/summarize": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
+    "mem/recompute": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
+    "mem/job_status": ({"job_id": "JOB_B"}, "world 'wb'"),
+    "mem/list_jobs": ({}, None),
+    "memory/search": ({"world": "wb", "query": f"zebra {SECRET_B}"}, "world 'wb'"),
+}
+
+
+def _args(served, args: dict) -> dict:
+    return json.loads(json.dumps(args).replace("JOB_B", served["job_b"]))
+
+
+def _state(store) -> tuple:
+    with store.connect() as conn:
+        entries = conn.execute(select(func.count()).select_from(tower_entries)).scalar_one()
+        jobs = conn.execute(select(func.count()).select_from(tower_jobs)).scalar_one()
+        notes = conn.execute(
+            select(tower_types.c.retention, tower_types.c.archived_at).where(tower_types.c.name == "b/notes")
+        ).one()
+    return entries, jobs, tuple(notes)
+
+
+def test_the_table_covers_every_tool_of_the_running_server(served):
+    names, _ = asyncio.run(_calls(served["url"], served["bearer"]["a"], []))
+    assert sorted(names) == sorted(TOOL_NAMES) == sorted(CROSS_WORLD)
+
+
+@pytest.mark.parametrize("tool", TOOL_NAMES)
+def test_a_token_of_world_a_asking_for_world_b_is_refused_and_gets_none_of_b(served, tool):
+    args, refusal = CROSS_WORLD[tool]
+    args = _args(served, args)
+    before = _state(served["store"])
+    is_error, text = _call(served, "a", tool, args)
+    assert SECRET_B not in text and served["job_b"] not in text, text
+    if refusal is not None:
+        assert is_error and refusal in text and "\n" not in text, text
+        assert _state(served["store"]) == before  # nothing written, nothing started
+    else:
+        assert not is_error, text
+    if tool == "mem/list_jobs":
+        assert {j["group"] for j in json.loads(text)["jobs"]} == {"wa"}
+
+
+# The tools whose answer to an --all-worlds token holds wb's memory: the data was there to leak.
+SHOWS_B = {"mem/recall", "mem/windows", "mem/job_status", "mem/list_jobs", "memory/search", "mem/get_summary"}
+
+
+@pytest.mark.parametrize("tool", sorted(SHOWS_B))
+def test_an_all_worlds_token_gets_b_from_the_same_calls(served, tool):
+    args, _ = CROSS_WORLD[tool]
+    is_error, text = _call(served, "ops", tool, _args(served, args))
+    assert not is_error, text
+    assert SECRET_B in text or served["job_b"] in text or '"group": "wb"' in text, text
+
+
+def test_a_token_of_world_a_reads_its_own_world(served):
+    _, results = asyncio.run(
+        _calls(
+            served["url"],
+            served["bearer"]["a"],
+            [
+                ("memory/search", {"world": "wa", "query": "zebra", "k": 5}),
+                ("mem/recall", {"type": ACTIVITY, "granularity": "day", "anchor": DAY, "group": "wa"}),
+                ("mem/job_status", {"job_id": served["job_a"]}),
+                ("mem/recall", {"type": ACTIVITY, "granularity": "day", "anchor": DAY}),
+                ("mem/append", {"type": ACTIVITY, "entries": [{"content": "wa writes", "group": "wa"}]}),
+            ],
+        )
+    )
+    (s_err, search), (r_err, recall), (j_err, job), (all_err, all_groups), (a_err, appended) = results
+    assert not s_err and not r_err and not j_err and not a_err, results
+    hits = json.loads(search)["hits"]
+    assert hits and all(SECRET_A in h["text"] for h in hits) and SECRET_B not in search
+    assert json.loads(recall)["total_entries"] == 1 and SECRET_A in recall
+    assert json.loads(job)["group"] == "wa"
+    assert all_err and "group: required" in all_groups and SECRET_B not in all_groups
+    assert json.loads(appended)["inserted"] == 1
+
+
+# ---- read-only -----------------------------------------------------------------------------------------
+
+WRITES = {
+    "mem/create_type": {"name": "wa/ro"},
+    "mem/update_type": {"name": "b/notes", "changes": {"retention": "1y"}},
+    "mem/delete_type": {"name": "b/notes"},
+    "mem/append": {"type": ACTIVITY, "entries": [{"content": "x", "group": "wa"}]},
+    "mem/summarize": {"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wa"},
+    "mem/recompute": {"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wa"},
+}
+
+
+def test_the_writing_tools_are_the_declared_ones(served):
+    declared = {n for n, a in tool_access(served["tower"]).items() if a is Access.WRITE}
+    assert declared == set(WRITES)
+
+
+@pytest.mark.parametrize("tool", sorted(WRITES))
+def test_a_read_only_token_cannot_call_a_writing_tool(served, tool):
+    before = _state(served["store"])
+    is_error, text = _call(served, "a_ro", tool, WRITES[tool])
+    assert is_error and "read-only" in text and "\n" not in text, text
+    assert _state(served["store"]) == before
+
+
+def test_a_read_only_token_reads_but_cannot_summarize_on_miss(served):
+    day = {"type": "worklog", "granularity": "day", "anchor": "2026-01-06", "group": "wa"}
+    _, results = asyncio.run(
+        _calls(
+            served["url"],
+            served["bearer"]["a_ro"],
+            [("mem/get_summary", day), ("mem/get_summary", {**day, "summarize_on_miss": True})],
+        )
+    )
+    assert not results[0][0] and json.loads(results[0][1])["state"] in ("missing", "empty")
+    assert results[1][0] and "read-only" in results[1][1]
+
+
+def test_a_token_changes_only_types_holding_its_worlds_alone(served):
+    _, results = asyncio.run(
+        _calls(
+            served["url"],
+            served["bearer"]["a"],
+            [
+                ("mem/create_type", {"name": "wa/notes", "group_field": "world"}),
+                ("mem/update_type", {"name": "wa/notes", "changes": {"retention": "1y"}}),
+                ("mem/update_type", {"name": "worklog", "changes": {"retention": "1y"}}),
+                ("mem/delete_type", {"name": ACTIVITY}),
+                ("mem/delete_type", {"name": "wa/notes"}),
+            ],
+        )
+    )
+    assert [e for e, _ in results] == [False, False, True, True, False], results
+    assert "built in" in results[2][1] and "built in" in results[3][1]
+
+
+# ---- starting ------------------------------------------------------------------------------------------
+
+
+def test_off_the_loopback_address_the_server_needs_a_token(store, monkeypatch, pg_url, tmp_path):
+    for host in ("127.0.0.1", "::1", "localhost"):
+        check_exposure(store, host)  # no token needed on the loopback interface
+    with pytest.raises(ServeError, match="no access token exists"):
+        check_exposure(store, "0.0.0.0")
+    monkeypatch.setenv("MEMORY_DATABASE_URL", pg_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    refused = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--port", str(_free_port())])
+    assert refused.exit_code == 2 and "no access token exists" in " ".join(refused.output.split())
+    tokens.create(store, ["wa"], name="a")
+    check_exposure(store, "0.0.0.0")
+    tokens.revoke(store, "a")
+    with pytest.raises(ServeError):
+        check_exposure(store, "0.0.0.0")  # a revoked token does not count
+
+
+def test_serve_and_its_alias_mcp_take_the_same_options():
+    runner = CliRunner()
+    for cmd in ("serve", "mcp"):
+        out = runner.invoke(app, [cmd, "--help"]).output
+        assert "--host" in out and "--port" in out and "bearer" in " ".join(out.split()).lower(), cmd
