@@ -32,7 +32,7 @@ from memory_pipeline.objects import logic
 SUBMIT_COMPACT = "submit_compact"
 SUBMIT_GRAPH = "submit_graph"
 _WORD_KEY = re.compile(r"[^\w.-]+", re.UNICODE)
-NEW_OBJECTS_PER_PAGE = 4  # a page names a few things worth their own object; the rest are its words
+NEW_OBJECTS_PER_PAGE = 8  # a page names a few things worth their own object; the rest are its words
 PERSON_SUMMARY = "A person the conversation addresses by name."
 
 

@@ -305,19 +305,26 @@ def test_offline_rules_are_deterministic_and_follow_o1_to_o4():
     assert calls[0]["arguments"]["outcome"] == "linked" and calls[0]["arguments"]["attach"] == ["knowledge:garden"]
     _, calls = offline_rules.organize(page_text="tomatoes tomatoes", read_objects=[], **kw)
     assert calls[0]["arguments"]["objects"][0]["id"] == "knowledge:tomatoes"
-    # O2 and O3 in one answer: the garden is linked, the rarest four words not yet objects become
-    # objects ("walked", more common, does not), the person addressed by name a person; everyday
-    # words ("then", "and") are never candidates.
+    # O2 and O3 in one answer: the garden is linked, the words rarer than everyday vocabulary that
+    # are not yet objects become objects, the person addressed by name a person; everyday words
+    # ("then", "and") never do.
     text = "Hey Mel! We walked the garden, then compost, tomatoes, zucchini and seedlings."
     _, calls = offline_rules.organize(page_text=text, read_objects=[{"id": "knowledge:garden", "name": "garden"}], **kw)
     args = calls[0]["arguments"]
     made = {o["id"]: o for o in args["objects"]}
-    assert len(made) == offline_rules.NEW_OBJECTS_PER_PAGE == 4 and "knowledge:walked" not in made
     assert made["person:mel"] == {"id": "person:mel", "name": "Mel", "summary": offline_rules.PERSON_SUMMARY}
-    assert {"knowledge:zucchini", "knowledge:compost", "knowledge:seedlings"} <= set(made)
-    assert [k for k, _ in offline.subject_terms("then the and was with")] == []
+    assert set(made) == {f"knowledge:{w}" for w in ("walked", "compost", "tomatoes", "zucchini", "seedlings")} | {
+        "person:mel"
+    }
     assert args["attach"] == sorted(["knowledge:garden", *made]) and args["outcome"] == "linked"
     assert args["relations"] == [{"src": o, "label": "member_of", "dst": "project:daily"} for o in made]
+    assert [k for k, _ in offline.subject_terms("then the and was with")] == []
+    # at most NEW_OBJECTS_PER_PAGE, the rarest first
+    many = "Compost, zucchini, seedlings, trellis, mulch, aphids, ladybugs, kale, chard, okra and walked."
+    _, calls = offline_rules.organize(page_text=many, read_objects=[], **kw)
+    made = [o["name"] for o in calls[0]["arguments"]["objects"]]
+    rarest = sorted(made + ["walked"], key=offline.zipf)
+    assert len(made) == offline_rules.NEW_OBJECTS_PER_PAGE == 8 and "walked" not in made and rarest[-1] == "walked"
     # Chinese: words found by the language's word list, not by character pairs
     _, calls = offline_rules.organize(page_text="我们今天去了博物馆看恐龙化石", read_objects=[], **kw)
     assert {o["name"] for o in calls[0]["arguments"]["objects"]} == {"博物馆", "恐龙", "化石"}
