@@ -100,6 +100,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
 
     print_analytics(analytics_files())
     _print_objects(console, store)
+    _server_token(console, store)
     console.print(f"\nThe runs are in {operations.dagster_home()}: `make ui` opens them in the Dagster UI.")
     return 0 if ok else 1
 
@@ -223,6 +224,25 @@ def _objects_step(console: Console, instance) -> bool:
             f"{'ok' if result.success else 'FAILED'}"
         )
     return ok
+
+
+DEMO_TOKEN = "demo"
+
+
+def _server_token(console: Console, store) -> None:
+    """A read-only token for the sample worlds, so an agent can reach their memory at once."""
+    from memory_pipeline.access import tokens
+
+    if any(t.name == DEMO_TOKEN for t in tokens.list_tokens(store)):  # a name is never reused
+        console.print(f"memory server: token {DEMO_TOKEN!r} exists already (memory-pipeline tokens list)")
+        return
+    _name, token = tokens.create(store, list(sample_data.WORLDS), read_only=True, name=DEMO_TOKEN)
+    console.print(
+        f"memory server: `memory-pipeline serve`, then connect an MCP client to http://127.0.0.1:8900/mcp with "
+        f"the header `Authorization: Bearer <token>`; read-only token {DEMO_TOKEN!r} for "
+        f"{', '.join(sample_data.WORLDS)} (shown once):"
+    )
+    console.print(token, soft_wrap=True)
 
 
 def _print_objects(console: Console, store) -> None:

@@ -96,3 +96,24 @@ def test_all_worlds_token(env, store):
     assert out.exit_code == 0 and "every world" in out.output
     grant = tokens.verify(store, out.output.strip().splitlines()[-1])
     assert grant.all_worlds and grant.holds("any-world")
+
+
+def test_the_demo_makes_a_read_only_token_for_its_sample_worlds_once(store):
+    import importlib
+
+    from rich.console import Console
+
+    from memory_pipeline.events import sample_data
+
+    demo = importlib.import_module("memory_pipeline.cli.demo")  # the package exports the command as `demo`
+
+    console = Console(record=True, width=300)
+    demo._server_token(console, store)
+    out = console.export_text()
+    token = out.strip().splitlines()[-1]
+    grant = tokens.verify(store, token)
+    assert grant is not None and grant.read_only and grant.worlds == frozenset(sample_data.WORLDS)
+    assert "Authorization: Bearer <token>" in out
+    again = Console(record=True, width=300)
+    demo._server_token(again, store)  # a second demo on the same store makes no second token
+    assert "token 'demo' exists already" in again.export_text() and len(_rows(store)) == 1
