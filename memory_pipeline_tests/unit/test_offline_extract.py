@@ -65,3 +65,13 @@ TIE_SENTENCE = (
     "Yesterday I finally finished painting the sunrise over the lake near my grandmother's cottage, "
     "with violet clouds, pine trees and a small wooden canoe drifting past the reeds."
 )
+
+
+def test_a_person_is_a_name_the_text_addresses_someone_by():
+    assert offline.addressed("Hey Mel! Thanks, Caroline. How are you, Jon? Great news, Ana!") == {
+        "mel",
+        "caroline",
+        "jon",
+        "ana",
+    }
+    assert offline.addressed("We moved back home, Sweden. I met Jon at the park.") == set()

@@ -142,7 +142,7 @@ def sentences(text: str) -> list[str]:
 SUBJECT_ZIPF = 5.0  # "garden" (4.6) names a topic; "people" (5.9), "house" (5.2) are said of anything
 _ADDRESS = re.compile(
     r"\b(?i:hey|hi|hello|thanks|thank you|bye|dear|congrats|congratulations|sorry)[,!]?\s+([A-Z][a-z]+)\b"
-    r"|,\s*([A-Z][a-z]+)\s*[!.?]"
+    r"|,\s*([A-Z][a-z]+)\s*[!?]"  # "... a place, Sweden." is no address; "Great, Mel!" is
 )
 
 
@@ -187,7 +187,7 @@ def chinese_words(run: str) -> list[str]:
 
 
 def addressed(text: str) -> set[str]:
-    """Names a text addresses a person by ("Hey Mel!", "Thanks, Caroline", "... with you, Jon.")."""
+    """Names a text addresses a person by ("Hey Mel!", "Thanks, Caroline", "How are you, Jon?")."""
     return {(a or b).lower() for a, b in _ADDRESS.findall(text or "")}
 
 
