@@ -191,6 +191,8 @@ NOT_EXPORTED: dict[str, str] = {
     "pending_cache_writes": "a write-behind queue of cache values, emptied once Redis answers again",
     "conversation_summary_backoff": "when a failing rolling summary may be retried (gone on success or an "
     "operator's retry); every failure itself is exported in conversation_summary_failures",
+    "access_tokens": "the memory server's bearer tokens (hashes and grants): access control, not memory; "
+    "`memory-pipeline tokens list` shows them",
 }
 
 
