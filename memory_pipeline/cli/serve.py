@@ -13,7 +13,7 @@ def serve(
     port: int = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
 ):
     """Serve the agent memory tools over MCP (streamable HTTP) at http://HOST:PORT and /mcp: the 13 mem/*
-    tower tools and memory/search. Every request needs 'Authorization: Bearer <token>' (tokens create);
+    tower tools, memory/search, temporal/prompt_block and objects/find, read, evidence, status. Every request needs 'Authorization: Bearer <token>' (tokens create);
     off the loopback address the server refuses to start while no token exists."""
     from memory_pipeline.access import tokens
     from memory_pipeline.cli.tower import _tower

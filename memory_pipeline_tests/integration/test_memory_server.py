@@ -21,9 +21,13 @@ from typer.testing import CliRunner
 
 from memory_pipeline.access import tokens
 from memory_pipeline.cli import app
+from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.objects.tables import objects_attachments, objects_objects, objects_worlds
 from memory_pipeline.server.app import TOOL_NAMES, ServeError, check_exposure, make_uvicorn, tool_access
 from memory_pipeline.server.tools import Access
+from memory_pipeline.temporal import config as temporal_config
+from memory_pipeline.temporal.logic import sys_roll_key
 from memory_pipeline.temporal.tables import temporal_summaries
 from memory_pipeline.tower import windows
 from memory_pipeline.tower.api import Tower
@@ -35,6 +39,7 @@ ACTIVITY = "agent/activity"
 SECRET_B = "bravosecret"  # in every one of wb's memories; never in an answer to wa's token
 SECRET_A = "alphasecret"
 DAY = "2026-01-05"
+AT = "2026-01-05T12:00:00+08:00"  # the prompt block's instant (the rolls are cached for that day)
 
 
 def _free_port() -> int:
@@ -43,9 +48,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _seed(store, ingest) -> dict:
-    """Worlds wa and wb, each with raw events, a day summary, activity entries, worklog entries of
-    its project and a summarize job, and wb a type of its own."""
+def _seed(store, ingest, redis_url) -> dict:
+    """Worlds wa and wb, each with raw events, a day summary, a cached past-days roll, an object
+    (person:zebra) with the event as its evidence, a worker error, activity entries, worklog entries
+    of its project and a summarize job, and wb a type of its own."""
     at = datetime(2026, 1, 5, 10, 0, tzinfo=CST)
     ingest(
         [
@@ -66,6 +72,30 @@ def _seed(store, ingest) -> dict:
                     source_ids=[f"{w}1"],
                 )
             )
+            conn.execute(
+                objects_objects.insert().values(
+                    world_id=w,
+                    object_id="person:zebra",
+                    type="person",
+                    name="Zebra",
+                    aliases=[],
+                    summary=f"The zebra keeper {secret}.",
+                    body="",
+                    cues=["zebra"],
+                    status="active",
+                    version=1,
+                    revision=1,
+                )
+            )
+            conn.execute(
+                objects_attachments.insert().values(world_id=w, object_id="person:zebra", event_id=f"{w}1", revision=1)
+            )
+            conn.execute(objects_worlds.insert().values(world_id=w, worker_error=f"{secret} worker failed"))
+    prefix = temporal_config.load().redis_key_prefix
+    cache = KVCache(redis_url)
+    for w, secret in (("wa", SECRET_A), ("wb", SECRET_B)):
+        key = sys_roll_key(prefix, w, "past_days", date(2026, 1, 5))
+        cache.set_json(key, {"summary": f"Yesterday: zebra {secret}."}, 3600)
     inline = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="server_test", partition=p), "inline")
     for w, secret in (("wa", SECRET_A), ("wb", SECRET_B)):
         inline.append(ACTIVITY, [{"content": f"{secret} activity", "at": at.isoformat(), "group": w}])
@@ -79,8 +109,9 @@ def _seed(store, ingest) -> dict:
 
 
 @pytest.fixture
-def served(store, ingest):
-    seeded = _seed(store, ingest)
+def served(store, ingest, redis_url, monkeypatch):
+    monkeypatch.setenv("REDIS_URL", redis_url)  # the prompt block's roll cache (settings.redis_url())
+    seeded = _seed(store, ingest, redis_url)
     names = {"a": (["wa"], False), "a_ro": (["wa"], True), "ops": (["*"], False), "gone": (["wa", "wb"], False)}
     bearer = {k: tokens.create(store, worlds, read_only=ro, name=k)[1] for k, (worlds, ro) in names.items()}
     tokens.revoke(store, "gone")
@@ -185,6 +216,11 @@ CROSS_WORLD = {
     "mem/job_status": ({"job_id": "JOB_B"}, "world 'wb'"),
     "mem/list_jobs": ({}, None),
     "memory/search": ({"world": "wb", "query": f"zebra {SECRET_B}"}, "world 'wb'"),
+    "temporal/prompt_block": ({"world": "wb", "at": AT}, "world 'wb'"),
+    "objects/find": ({"world": "wb", "query": "zebra"}, "world 'wb'"),
+    "objects/read": ({"world": "wb", "id": "person:zebra"}, "world 'wb'"),
+    "objects/evidence": ({"world": "wb", "id": "person:zebra"}, "world 'wb'"),
+    "objects/status": ({"world": "wb"}, "world 'wb'"),
 }
 
 
@@ -224,7 +260,19 @@ def test_a_token_of_world_a_asking_for_world_b_is_refused_and_gets_none_of_b(ser
 
 
 # The tools whose answer to an --all-worlds token holds wb's memory: the data was there to leak.
-SHOWS_B = {"mem/recall", "mem/windows", "mem/job_status", "mem/list_jobs", "memory/search", "mem/get_summary"}
+SHOWS_B = {
+    "mem/recall",
+    "mem/windows",
+    "mem/job_status",
+    "mem/list_jobs",
+    "memory/search",
+    "mem/get_summary",
+    "temporal/prompt_block",
+    "objects/find",
+    "objects/read",
+    "objects/evidence",
+    "objects/status",
+}
 
 
 @pytest.mark.parametrize("tool", sorted(SHOWS_B))
@@ -257,6 +305,71 @@ def test_a_token_of_world_a_reads_its_own_world(served):
     assert json.loads(job)["group"] == "wa"
     assert all_err and "group: required" in all_groups and SECRET_B not in all_groups
     assert json.loads(appended)["inserted"] == 1
+
+
+def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
+    _, results = asyncio.run(
+        _calls(
+            served["url"],
+            served["bearer"]["a_ro"],
+            [
+                ("temporal/prompt_block", {"world": "wa", "at": AT}),
+                ("temporal/prompt_block", {"world": "wa", "viewer": "wa.s1", "at": AT}),
+                ("objects/find", {"world": "wa", "query": "zebra", "limit": 5}),
+                ("objects/read", {"world": "wa", "id": "person:zebra"}),
+                ("objects/evidence", {"world": "wa", "id": "person:zebra", "offset": 0, "limit": 1}),
+                ("objects/status", {"world": "wa"}),
+            ],
+        )
+    )
+    assert not any(e for e, _ in results), results
+    assert all(SECRET_B not in text for _, text in results), results
+    block, viewed, found, dossier, evidence, status = (json.loads(t) for _, t in results)
+    assert SECRET_A in block["system_block"] and "<temporal_summary>" in block["system_block"], block
+    assert block["at"] == AT and not block["truncated"] and block["peer_messages"] == []
+    assert SECRET_A in block["rolls"]["past_days"] and block["rolls"]["past_months"] is None
+    assert viewed["system_block"] == block["system_block"] and viewed["viewer"] == "wa.s1"
+    assert [h["id"] for h in found["items"]] == ["person:zebra"] and SECRET_A in found["items"][0]["summary"]
+    assert dossier["id"] == "person:zebra" and [x["event_id"] for x in dossier["sources"]] == ["wa1"]
+    assert [x["event_id"] for x in evidence["items"]] == ["wa1"] and SECRET_A in evidence["items"][0]["text"]
+    assert evidence["next_offset"] is None
+    assert status["world"] == "wa" and [w["world_id"] for w in status["worlds"]] == ["wa"]
+    assert SECRET_A in status["worlds"][0]["worker_error"]
+
+
+# Per new tool, calls by wa's token (ops: the --all-worlds one) refused with one line naming the argument.
+INVALID = [
+    ("temporal/prompt_block", "a", {"world": "wa", "at": "yesterday"}, "field 'at': is not an ISO 8601"),
+    ("temporal/prompt_block", "a", {"world": "wa", "at": "2026-01-05T12:00:00"}, "field 'at': has no time zone"),
+    ("temporal/prompt_block", "a", {"world": "wa", "viewer": ""}, "field 'viewer': must not be empty"),
+    ("temporal/prompt_block", "a", {"world": "wa", "viewer": None, "at": 5}, "field 'at'"),
+    ("temporal/prompt_block", "a", {"world": "wa", "when": AT}, "field 'when': unknown argument"),
+    ("temporal/prompt_block", "ops", {"world": "wz"}, "field 'world': 'wz': nothing has been ingested"),
+    ("objects/find", "a", {"world": "wa"}, "field 'query': is required"),
+    ("objects/find", "a", {"world": "wa", "query": "  "}, "field 'query': must not be empty"),
+    ("objects/find", "a", {"world": "wa", "query": "z" * 501}, "field 'query': at most 500"),
+    ("objects/find", "a", {"world": "wa", "query": "zebra", "limit": 0}, "field 'limit': must be 1-100"),
+    ("objects/find", "a", {"world": "wa", "query": "zebra", "limit": "5"}, "field 'limit'"),
+    ("objects/read", "a", {"world": "wa", "id": "zebra"}, "field 'id': must be '<type>:<key>'"),
+    ("objects/read", "a", {"world": "wa", "id": "person:nobody"}, "field 'id': no object person:nobody"),
+    ("objects/read", "a", {"world": "wa", "id": "person:zebra", "object_id": "x"}, "field 'object_id': unknown"),
+    ("objects/evidence", "a", {"world": "wa", "id": "person:zebra", "offset": -1}, "field 'offset': must be at least"),
+    ("objects/evidence", "a", {"world": "wa", "id": "person:zebra", "limit": 101}, "field 'limit': must be 1-100"),
+    ("objects/evidence", "a", {"world": "wa", "id": "place:"}, "field 'id'"),
+    ("objects/status", "a", {}, "field 'world': is required"),
+    ("objects/status", "a", {"world": "wa", "verbose": True}, "field 'verbose': unknown argument"),
+]
+
+
+@pytest.mark.parametrize(("tool", "who", "args", "refusal"), INVALID)
+def test_a_new_tool_refuses_a_bad_argument_by_name(served, tool, who, args, refusal):
+    is_error, text = _call(served, who, tool, args)
+    assert is_error and refusal in text and "\n" not in text, text
+
+
+def test_every_new_tool_has_an_invalid_argument_case():
+    new = {"temporal/prompt_block", "objects/find", "objects/read", "objects/evidence", "objects/status"}
+    assert new <= set(TOOL_NAMES) and {tool for tool, *_ in INVALID} == new
 
 
 # ---- read-only -----------------------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""Seed 001's read tools on the memory server: ``objects/find``, ``objects/read``,
+``objects/evidence`` and ``objects/status``, the object memory's recall (objects.recall) and status
+(objects.reports) as ``memory-pipeline objects find / read / evidence / inspect status`` give them,
+each for one world of the caller's token. Read-only; never calls a model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory_pipeline.objects import logic, recall, reports
+from memory_pipeline.server.auth import caller
+from memory_pipeline.server.tools import Access, ToolRegistry
+from memory_pipeline.tower.api import Tower
+from memory_pipeline.tower.logic import TowerInputError
+
+TOOL_NAMES = ("objects/find", "objects/read", "objects/evidence", "objects/status")
+
+LIMIT_MAX = 100
+QUERY_MAX_CHARS = 500
+WORLD_DOC = " `world`: one of the token's worlds."
+PAGE_DOC = f" `limit`: 1-{LIMIT_MAX} (default {recall.PAGE})."
+
+
+def _limit(limit: int) -> None:
+    if not 1 <= limit <= LIMIT_MAX:
+        raise TowerInputError("limit", f"must be 1-{LIMIT_MAX}, got {limit}")
+
+
+def _object_id(value: str) -> None:
+    try:
+        logic.parse_object_id(value, "id")
+    except logic.SubmissionError as exc:
+        raise TowerInputError("id", exc.problem) from None
+
+
+def register(reg: ToolRegistry, tower: Tower) -> None:
+    store = tower.store
+
+    @reg.tool(
+        name="objects/find",
+        description="Find objects (people, projects, places, ...) of `world` whose name, alias, cue or words "
+        f"match `query` (at most {QUERY_MAX_CHARS} characters), best first (live before archived), then the "
+        "direct members of a matched project; each with id, type, name, aliases, summary, body, cues, status "
+        "and score. No embeddings; never calls a model." + WORLD_DOC + PAGE_DOC,
+        access=Access.READ,
+    )
+    def find(world: str, query: str, limit: int = recall.PAGE) -> dict[str, Any]:
+        caller().require_world(world)
+        if not query.strip():
+            raise TowerInputError("query", "must not be empty")
+        if len(query) > QUERY_MAX_CHARS or "\x00" in query:
+            raise TowerInputError("query", f"at most {QUERY_MAX_CHARS} characters, no NUL")
+        _limit(limit)
+        return {"world": world, "items": recall.find(store, world, query, limit)}
+
+    @reg.tool(
+        name="objects/read",
+        description="Read one object of `world` by `id` ('<type>:<key>', as objects/find returns it): the "
+        "whole dossier, its relations both ways and its sources (event ids and times). Never calls a model."
+        + WORLD_DOC,
+        access=Access.READ,
+    )
+    def read(world: str, id: str) -> dict[str, Any]:
+        caller().require_world(world)
+        _object_id(id)
+        doc = recall.read(store, world, id)
+        if doc is None:
+            raise TowerInputError("id", f"no object {id} in world {world}")
+        return doc
+
+    @reg.tool(
+        name="objects/evidence",
+        description="The evidence of one object of `world` by `id`: its attachments expanded to the raw event "
+        "text, oldest first, from `offset` (default 0; `next_offset` continues, null at the end). Never calls "
+        "a model." + WORLD_DOC + PAGE_DOC,
+        access=Access.READ,
+    )
+    def evidence(world: str, id: str, offset: int = 0, limit: int = recall.PAGE) -> dict[str, Any]:
+        caller().require_world(world)
+        _object_id(id)
+        if problem := logic.int_problem(offset):
+            raise TowerInputError("offset", problem)
+        _limit(limit)
+        return recall.evidence(store, world, id, offset, limit)
+
+    @reg.tool(
+        name="objects/status",
+        description="The object memory's status for `world`: events per state, whether all are organized "
+        "(`complete`), the earliest unfinished and the not-organized events, jobs per mode and status, the "
+        "newest failures, the worker's error and flags, the Markdown projection's lag. Never calls a model."
+        + WORLD_DOC,
+        access=Access.READ,
+    )
+    def status(world: str) -> dict[str, Any]:
+        caller().require_world(world)
+        return {"world": world, **reports.status(store, world)}
