@@ -23,7 +23,7 @@ import yaml
 from memory_pipeline.lib.kinds import ExecutorKind
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-OFFLINE_MODEL = "offline/deterministic-extractive-v3"
+OFFLINE_MODEL = "offline/deterministic-extractive-v4"
 
 # Names of the variables resources read through dg.EnvVar: the UI shows the name, never the value.
 ENV_DATABASE_URL = "MEMORY_DATABASE_URL"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -88,3 +89,31 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return _URL_PASSWORD.sub(lambda m: f"{m['head']}:{REDACTED}@", text)
+
+
+# ---- how common a word is in its language (wordfreq; its data ships in the wheel) -----------------
+
+COMMON_ZIPF = 5.5  # "the", "have", "good": in every sentence, they tell texts apart no better than chance
+
+
+def is_cjk(word: str) -> bool:
+    return "\u4e00" <= word[0] <= "\u9fff"
+
+
+@functools.cache
+def chinese_frequencies() -> dict[str, float]:
+    from wordfreq import get_frequency_dict
+
+    return get_frequency_dict("zh")
+
+
+@functools.cache
+def zipf(word: str) -> float:
+    """wordfreq's Zipf frequency (7: "the"; 3: once per 10 million words; 0: unknown). A Chinese word
+    is looked up as it is (wordfreq's own Chinese tokenizer would need a segmenter)."""
+    if is_cjk(word):
+        freq = chinese_frequencies().get(word, 0.0)
+        return round(math.log10(freq) + 9, 2) if freq > 0 else 0.0
+    from wordfreq import zipf_frequency
+
+    return float(zipf_frequency(word, "en"))

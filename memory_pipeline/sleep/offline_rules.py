@@ -32,7 +32,7 @@ from memory_pipeline.lib.llm import offline, offline_tools
 from memory_pipeline.sleep.logic import CREATE, DEPRECATE, MERGE, normalized
 from memory_pipeline.sleep.prompts import CREATE_AUTO
 
-NARRATIVE_PARTS = 3
+NARRATIVE_PARTS = 5
 _SESSION = re.compile(r"^## session (\S+?)（")
 _LINE = re.compile(r"^\[[0-9-]+ [0-9:]+\] (user|assistant): (.*)$")
 _PREFERENCE = re.compile(
@@ -179,7 +179,7 @@ def autobiography_rule(messages: Sequence[dict[str, Any]], offered: frozenset[st
     fresh = [m for m in memories if m["id"] not in cited]
     if len(fresh) < 2:
         return "无值得记录的叙事", []
-    # the three most informative of them, in time order, make the narrative
+    # the NARRATIVE_PARTS most informative of them, in time order, make the narrative
     told = sorted(
         sorted(fresh, key=lambda m: (-offline.sentence_score(str(m["content"])), m["id"]))[:NARRATIVE_PARTS],
         key=lambda m: (m["observed_at"], m["id"]),

@@ -158,7 +158,7 @@ def _recall_runs(store: Store) -> None:
         ]
         return r
 
-    record(store, report("evaloffline", "offline/deterministic-extractive-v3", (6, 8), (3, 4), False))
+    record(store, report("evaloffline", "offline/deterministic-extractive-v4", (6, 8), (3, 4), False))
     record(store, report("evalpaid", "openai/gpt-x", (6, 8), (5, 8), True))
 
 
@@ -433,7 +433,7 @@ def test_mart_recall_quality_follows_recall_across_models(sample):
     got = {(r[0], r[2]): r for r in rows}
     assert len(rows) == 6  # one row per run and index
     off = got[("evaloffline", "temporal day summaries")]
-    assert off[1] == "offline/deterministic-extractive-v3" and off[3:6] == (0.3, 0.4, 100.0)
+    assert off[1] == "offline/deterministic-extractive-v4" and off[3:6] == (0.3, 0.4, 100.0)
     assert off[6] == pytest.approx(0.4 / 0.8) and off[7] == pytest.approx(1000 / 3000)
     assert off[8] == 7 and off[9] is None and off[10] is True
     paid = got[("evalpaid", "temporal day summaries")]

@@ -75,3 +75,14 @@ def test_a_person_is_a_name_the_text_addresses_someone_by():
         "ana",
     }
     assert offline.addressed("We moved back home, Sweden. I met Jon at the park.") == set()
+
+
+def test_a_clitic_is_its_word_and_a_negated_auxiliary_no_word():
+    assert offline.base_word("Caroline's") == "caroline" and offline.base_word("what've") == "what"
+    assert offline.base_word("they'll") == "they" and offline.base_word("I'm") == "i"
+    assert offline.base_word("can't") is None and offline.base_word("didn't") is None
+    assert offline.base_word("rock'n'roll") == "rock'n'roll"  # not a clitic: the token as it is
+    # "who's", "one's" name no subject (their word is common); a name's possessive names the name
+    terms = offline.subject_terms("Then who's there? It is one's own. Later Aragorn's story and Aragorn.")
+    assert terms == [("aragorn", "Aragorn")]
+    assert offline.words("who's can't what've Kyoto's") == {"who", "what", "kyoto"}

@@ -420,3 +420,42 @@ def test_a_light_sleep_fact_without_observed_at_takes_its_sessions_time():
     (none,) = s.apply(call(CREATE, type="world", content="w", source_sessions=[]), rules)
     assert (a.memory.observed_at, b.memory.observed_at, both.memory.observed_at) == (t1, t2, t1)
     assert none.memory.observed_at == end  # no session cited: the day's last kept message
+
+
+def test_the_offline_autobiography_tells_the_five_most_informative_fresh_memories_in_time_order():
+    import json
+
+    from memory_pipeline.lib.llm import offline
+    from memory_pipeline.sleep import offline_rules
+
+    contents = [
+        "user: Yesterday I adopted a greyhound from the shelter in Hangzhou.",
+        "user: It was a nice day.",
+        "user: I finished the marathon in Kyoto with my sister Ilse.",
+        "user: We talked.",
+        "user: My violin recital at the conservatory went well.",
+        "user: I started learning Portuguese for the trip to Lisbon.",
+        "user: It was good.",
+        "user: I repaired the bicycle's derailleur and chain.",
+    ]
+    memories = [
+        {"id": f"f-{i}", "type": "experience", "content": c, "observed_at": f"2026-01-0{i + 1}T10:00:00+08:00"}
+        for i, c in enumerate(contents)
+    ]
+    cited = {"id": "n-0", "source_memory_ids": ["f-7"]}  # told by an earlier narrative: not fresh
+    msgs = [
+        {"role": "user", "content": "\n".join(json.dumps(m) for m in memories)},
+        {"role": "user", "content": json.dumps(cited)},
+    ]
+    _, calls = offline_rules.autobiography_rule(msgs, frozenset())
+    (call,) = calls
+    fresh = memories[:7]
+    told = sorted(fresh, key=lambda m: -offline.sentence_score(m["content"]))[: offline_rules.NARRATIVE_PARTS]
+    assert offline_rules.NARRATIVE_PARTS == 5
+    # in time order, each of the five once; the three-word lines and the cited memory are not told
+    assert call["arguments"]["narrative"] == "Lately: " + "; ".join(
+        m["content"] for m in sorted(told, key=lambda m: m["observed_at"])
+    )
+    assert "It was good." not in call["arguments"]["narrative"] and "derailleur" not in call["arguments"]["narrative"]
+    # every fresh memory it considered is cited, so the next night does not offer them again
+    assert call["arguments"]["source_memory_ids"] == [m["id"] for m in fresh]

@@ -4,18 +4,20 @@ It is not a language model. A summary is a headline of the most frequent content
 material, within the requested character target; the domains' tool-calling rules extract (the most
 informative sentences of a text, ``key_sentences``, weighing words by how rare they are in the
 language). It gives the same answer for the same input. v2: extractive rules; v3: objects for the things a
-text names (``subject_terms``) and scores independent of the hash seed (an earlier version's answer
-in a cache or a stage record is not reused).
+text names (``subject_terms``) and scores independent of the hash seed; v4: a clitic is its word
+("Caroline's" is Caroline, "who's" no subject) and the autobiography tells five memories (an earlier
+version's answer in a cache or a stage record is not reused).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections import Counter
 
-NAME = "offline/deterministic-extractive-v3"
+from memory_pipeline.lib.text import COMMON_ZIPF, chinese_frequencies, is_cjk, zipf
+
+NAME = "offline/deterministic-extractive-v4"
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]{3,}|[\u4e00-\u9fff]{2,4}")
 _STOP = set(
@@ -60,7 +62,6 @@ _TOKEN = re.compile(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|\d+")
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s*")
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me|we|we're|we've|our|us)\b|我|我们", re.IGNORECASE)
-COMMON_ZIPF = 5.5  # "the", "have", "good": in every sentence, they tell sentences apart no better than chance
 SENTENCE_MIN_CHARS = 15  # "Thanks, Mel!" says nothing to remember
 SENTENCE_MIN_CJK_CHARS = 5  # a Chinese sentence says as much in fewer characters
 SENTENCE_MAX_CHARS = 200
@@ -68,27 +69,20 @@ FIRST_PERSON_WEIGHT = 2.0  # a speaker's statement about themselves: the facts a
 QUESTION_WEIGHT = 0.3  # a question asks; it seldom states a fact
 
 
-def _is_cjk(word: str) -> bool:
-    return "\u4e00" <= word[0] <= "\u9fff"
+# English clitics: "Caroline's" is Caroline, "who's" is who; "n't" only ever ends an auxiliary.
+_CLITICS = frozenset({"s", "ve", "ll", "d", "re", "m"})
 
 
-@functools.cache
-def _chinese() -> dict[str, float]:
-    from wordfreq import get_frequency_dict
-
-    return get_frequency_dict("zh")
-
-
-@functools.cache
-def zipf(word: str) -> float:
-    """wordfreq's Zipf frequency (7: "the"; 3: once per 10 million words; 0: unknown). A Chinese word
-    is looked up as it is (wordfreq's own Chinese tokenizer would need a segmenter)."""
-    if _is_cjk(word):
-        freq = _chinese().get(word, 0.0)
-        return round(math.log10(freq) + 9, 2) if freq > 0 else 0.0
-    from wordfreq import zipf_frequency
-
-    return float(zipf_frequency(word, "en"))
+def base_word(token: str) -> str | None:
+    """The word a token stands for, lowercased: a clitic dropped ("Caroline's" -> "caroline",
+    "what've" -> "what"), None for a negated auxiliary ("can't", "didn't"); other tokens as they are."""
+    key = token.lower()
+    head, sep, tail = key.partition("'")
+    if not sep:
+        return key
+    if tail == "t":
+        return None
+    return head if tail in _CLITICS else key
 
 
 def word_weight(word: str) -> float:
@@ -99,14 +93,14 @@ def word_weight(word: str) -> float:
     if z >= COMMON_ZIPF:
         return 0.0
     if z == 0:
-        return 0.0 if _is_cjk(word) else 0.8
+        return 0.0 if is_cjk(word) else 0.8
     return min(3.0, max(0.3, 6.0 - z))
 
 
 def words(text: str) -> set[str]:
     """The candidate words of a text: English words of 3+ letters and numbers (lowercased), and
     every two-character run of Chinese (those the language knows as words carry weight)."""
-    out = {w.lower() for w in _TOKEN.findall(text) if len(w) > 2}
+    out = {w for t in _TOKEN.findall(text) if (w := base_word(t)) is not None and len(w) > 2}
     for run in _CJK_RUN.findall(text):
         out.update(run[i : i + 2] for i in range(len(run) - 1))
     return out
@@ -157,10 +151,10 @@ def subject_terms(text: str) -> list[tuple[str, str]]:
     for sentence in _SENTENCE.split(" ".join((text or "").split())):
         for i, token in enumerate(_TOKEN.findall(sentence)):
             at += 1
-            key = token.lower()
-            if len(key) < 3 or key.isdigit() or key in _STOP or (z := zipf(key)) >= SUBJECT_ZIPF:
+            key = base_word(token)
+            if key is None or len(key) < 3 or key.isdigit() or key in _STOP or (z := zipf(key)) >= SUBJECT_ZIPF:
                 continue
-            name = token if i > 0 else key
+            name = token[: len(key)] if i > 0 else key
             if key not in found or (found[key][2] == key and name != key):
                 found[key] = (z, found[key][1] if key in found else at, name)
         for run in _CJK_RUN.findall(sentence):
@@ -178,7 +172,7 @@ def chinese_words(run: str) -> list[str]:
     """A run of Chinese characters cut into words by forward maximum matching against the
     language data's word list (the longest known word of at most CJK_WORD_MAX characters at each
     place; a character that starts no known word stands alone). No segmenter model is needed."""
-    known, out, i = _chinese(), [], 0
+    known, out, i = chinese_frequencies(), [], 0
     while i < len(run):
         n = next((n for n in range(min(CJK_WORD_MAX, len(run) - i), 1, -1) if run[i : i + n] in known), 1)
         out.append(run[i : i + n])
