@@ -355,14 +355,16 @@ def search_days(
     store: Store, question: Question, *, event_days: dict[str, date], tz: ZoneInfo, activity_type: str
 ) -> list[date]:
     """memory_search's answer to a question as days: its hits in rank order, each hit's lineage days
-    (the day holding most of its events first; a day summary's own day), first mention kept. A hit
-    covering many days does not fill the top 5 with them: each day is one place in the ranking."""
+    in the order of its event ids (memory_search lists the events saying most about the query first;
+    a day summary's own day), first mention kept. A hit covering many days does not fill the top 5
+    with them: each day is one place in the ranking."""
     hits = memory_search(store, question.world, question.text, SEARCH_HITS, tz=tz, activity_type=activity_type)
     ranked: list[date] = []
     for hit in hits:
         doc = Document(question.world, hit.kind, hit.ref, hit.text, hit.start, hit.end, hit.event_ids)
-        per_day = Counter(event_days[e] for e in hit.event_ids if e in event_days)
-        for d in sorted(day_index.document_days(doc, event_days, tz), key=lambda d: (-per_day[d], d)):
+        days = day_index.document_days(doc, event_days, tz)
+        in_order = [event_days[e] for e in hit.event_ids if event_days.get(e) in days]
+        for d in [*in_order, *sorted(days)]:
             if d not in ranked:
                 ranked.append(d)
         if len(ranked) >= max(KS):

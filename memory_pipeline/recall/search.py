@@ -8,12 +8,20 @@ no path reaches another world's rows. Reading never calls an LLM.
 The index follows memory as it is written: before ranking, the world's sources are compared with
 the fingerprint recorded when its documents were last brought up to date (counts and newest change
 of each memory table, and of the world's raw events, whose ids the lineage names); when they
-differ, the world's documents are rebuilt from the tables and only the changed ones rewritten."""
+differ, the world's documents are rebuilt from the tables and only the changed ones rewritten.
+
+A hit's lineage lists the raw events that say most about the query first: an object or a summary
+may stand on hundreds of events of many days, and the agent reading ``event_ids[0]`` should meet the
+one the question is about. Each event is weighed by the query's words it holds, a word weighing
+more the fewer of the hit's events hold it (the hit's name, in all of them, weighs nothing; a word
+as common as "the" or "have" nothing either); ties keep the busiest day first, then the earlier day."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -24,8 +32,8 @@ from memory_pipeline.lib import settings
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.db import insert_missing
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
-from memory_pipeline.lib.text import short_hash
-from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.lib.text import COMMON_ZIPF, short_hash, zipf
+from memory_pipeline.lib.timeutil import local_date, utcnow
 from memory_pipeline.objects.tables import objects_attachments, objects_objects
 from memory_pipeline.recall.documents import Document, MemoryKind, world_documents
 from memory_pipeline.recall.metric import fts_text, query_terms
@@ -201,6 +209,50 @@ def memory_search(
         q = select(*cols, score.label("score")).where(rd.world_id == world, tsv.op("@@")(tsq))
     with store.connect() as conn:
         rows = conn.execute(q.order_by(literal_column("score").desc(), rd.doc_id).limit(k)).all()
+        lineage = [tuple(r.event_ids) for r in rows]
+        events = _events(conn, world, {e for ids in lineage if len(ids) > 1 for e in ids})
+    wanted = {t for t in terms if zipf(t) < COMMON_ZIPF}
     return [
-        Hit(MemoryKind(r.kind), r.ref, r.text, r.start_at, r.end_at, tuple(r.event_ids), float(r.score)) for r in rows
+        Hit(
+            MemoryKind(r.kind),
+            r.ref,
+            r.text,
+            r.start_at,
+            r.end_at,
+            by_relevance(ids, events, wanted, tz) if len(ids) > 1 else ids,
+            float(r.score),
+        )
+        for r, ids in zip(rows, lineage, strict=True)
     ]
+
+
+_IN_BATCH = 500
+
+
+def _events(conn: Connection, world: str, ids: set[str]) -> dict[str, tuple[datetime, str]]:
+    """Time and text of the world's raw events among ``ids``."""
+    m, c = messages.c, conversations.c
+    out: dict[str, tuple[datetime, str]] = {}
+    wanted = sorted(ids)
+    for i in range(0, len(wanted), _IN_BATCH):
+        q = (
+            select(m.message_id, m.at, m.content)
+            .join(conversations, c.conversation_id == m.conversation_id)
+            .where(c.world_id == world, m.message_id.in_(wanted[i : i + _IN_BATCH]))
+        )
+        out.update((mid, (at, content or "")) for mid, at, content in conn.execute(q))
+    return out
+
+
+def by_relevance(
+    ids: tuple[str, ...], events: dict[str, tuple[datetime, str]], terms: set[str], tz: ZoneInfo
+) -> tuple[str, ...]:
+    """``ids`` with the events holding the query's rarest words (within ``ids``) first; ties: the
+    busiest day first, then the earlier day, then the order given."""
+    held = {e: set(query_terms(events[e][1])) & terms if e in events else set() for e in ids}
+    df = Counter(t for words in held.values() for t in words)
+    n = len(ids)
+    idf = {t: math.log(n / d) for t, d in df.items()}  # 0 for a word every event holds
+    day = {e: local_date(events[e][0], tz) if e in events else date.max for e in ids}
+    busy = Counter(day.values())
+    return tuple(sorted(ids, key=lambda e: (-math.fsum(idf[t] for t in held[e]), -busy[day[e]], day[e])))

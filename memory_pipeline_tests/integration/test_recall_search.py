@@ -288,3 +288,54 @@ def test_a_rolling_summary_covers_the_entries_the_conversation_domain_numbers(st
     with store.connect() as conn:
         theirs = [e["message_id"] for e in history(conn, ["a.c"])["a.c"]]
         assert history_ids(conn, ["a.c"])["a.c"] == theirs == ["c1", "c0", "c3"]
+
+
+def test_a_hit_lists_the_events_saying_most_about_the_query_first(engine_store, tmp_path):
+    _two_worlds(engine_store, tmp_path)
+    d3 = D2 + timedelta(days=3)
+    _ingest(
+        engine_store,
+        tmp_path,
+        [
+            event("a", "a.s4", "user", "Andrew came over, we talked about football", d3, mid="a5"),
+            event(
+                "a",
+                "a.s4",
+                "user",
+                "Andrew said his greyhound Bolt loves the beach",
+                d3 + timedelta(minutes=1),
+                mid="a6",
+            ),
+            event("a", "a.s4", "user", "Andrew and I cooked dinner", d3 + timedelta(minutes=2), mid="a7"),
+        ],
+    )
+    with engine_store.begin() as conn:
+        conn.execute(
+            objects_objects.insert().values(
+                world_id="a",
+                object_id="person:andrew",
+                type="person",
+                name="Andrew",
+                aliases=[],
+                summary="",
+                body="",
+                cues=[],
+                status="active",
+                version=1,
+                revision=1,
+            )
+        )
+        conn.execute(
+            objects_attachments.insert(),
+            [
+                {"world_id": "a", "object_id": "person:andrew", "event_id": e, "revision": 1}
+                for e in ("a1", "a5", "a6", "a7")
+            ],
+        )
+    (andrew,) = [h for h in _search(engine_store, "a", "Does Andrew have a greyhound?", 20) if h.ref == "person:andrew"]
+    # "andrew" is in three of its four events and weighs little, "greyhound" in one: that one first;
+    # the rest busiest day first (a5, a7 on the same day as a6), then the earlier day (a1)
+    assert andrew.event_ids == ("a6", "a5", "a7", "a1")
+    # the same hit asked about nothing its events tell apart keeps the busiest day first
+    (plain,) = [h for h in _search(engine_store, "a", "Andrew", 20) if h.ref == "person:andrew"]
+    assert plain.event_ids[-1] == "a1" and set(plain.event_ids[:3]) == {"a5", "a6", "a7"}
