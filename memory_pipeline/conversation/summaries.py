@@ -29,7 +29,7 @@ from memory_pipeline.conversation.tables import (
 )
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest, offline, offline_tools
-from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store import Store, requests, upsert
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import local_date, utcnow
 
@@ -426,7 +426,25 @@ def set_profile(store: Store, world_id: str, key: str, value: str, conversation_
 def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: datetime | None = None) -> int:
     """The user denied the check line: a new, verified version with their emotional arc (no silent
     false memory); the other sections and the covered range are kept."""
+    return int(correct_request(store, conversation_id, arc, tz, now)[0]["version"])
+
+
+CORRECTION = "conversation_correction"  # the kind of its request ids (lib.store.requests)
+
+
+def correct_request(
+    store: Store,
+    conversation_id: str,
+    arc: str,
+    tz: ZoneInfo,
+    now: datetime | None = None,
+    request_id: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """``correct`` once per caller-given ``request_id`` (per world): ``{"version": n}`` and False, or
+    for a repeated id the first correction's answer and True, nothing written."""
     conversation_id = _conv_id(conversation_id)
+    if request_id is not None and (problem := requests.problem(request_id)):
+        raise InputError(f"field 'request_id': {problem}")
     now = now or utcnow()
     with store.connect() as conn:
         prev = _latest(conn, [conversation_id]).get(conversation_id)
@@ -447,7 +465,8 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
     m = re.search(r"## 最近情感主线（至 (\d{4}-\d{2}-\d{2})）", prev["content"])
     until = datetime.fromisoformat(m.group(1)).date() if m else local_date(now, tz)
     text = logic.render(sections, until, now.astimezone(tz), prev["covered_start"], prev["covered_end"])
-    with store.begin() as conn:
+
+    def write(conn: Any) -> dict[str, Any]:
         conn.execute(
             conversation_summaries.insert().values(
                 conversation_id=conversation_id,
@@ -466,7 +485,9 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
                 created_at=now,
             )
         )
-    return int(prev["version"]) + 1
+        return {"version": int(prev["version"]) + 1}
+
+    return requests.once(store, prev["world_id"], CORRECTION, request_id, write)
 
 
 def latest(store: Store, conversation_id: str) -> dict[str, Any] | None:
