@@ -92,7 +92,8 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
         "<temporal_summary> prompt block (temporal/prompt_block) and the object memory's recall "
         "(objects/find, objects/read, objects/evidence, objects/status, objects/resident) and its requests "
         "(objects/organize, objects/approve), remember and the self layer (sleep/remember, sleep/self), a "
-        "conversation's rolling summary and its correction (conversation/summary, conversation/correct). "
+        "conversation's rolling summary, the user's check of it and their yes or no (conversation/summary, "
+        "conversation/check, conversation/confirm, conversation/correct). "
         "Each call is scoped to the worlds of the bearer token.",
         host=host,
         port=port,

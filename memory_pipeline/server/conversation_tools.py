@@ -1,7 +1,9 @@
 """Seed 002 on the memory server: ``conversation/summary`` (the rolling summary of one conversation
-and, while unverified, the user's memory check: its check line) and ``conversation/correct`` (the
-user denied the check line: a new verified version with their own emotional arc), as
-``memory-pipeline conversation show / correct`` give them (conversation.summaries). The
+and, while unverified, its check line), ``conversation/check`` (the user's memory check: a new
+version asked of the summary sensor), ``conversation/confirm`` (the user said yes to the check
+line) and ``conversation/correct`` (the user said no: a new verified version with their own
+emotional arc), as ``memory-pipeline conversation show / check / confirm / correct`` give them
+(conversation.summaries). The
 conversation must be one of ``world``'s: another world's is refused as a missing one is, with
 nothing of it. Never calls an LLM."""
 
@@ -26,7 +28,7 @@ from memory_pipeline.sleep.memory import self_block_of
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.logic import TowerInputError
 
-TOOL_NAMES = ("conversation/summary", "conversation/correct")
+TOOL_NAMES = ("conversation/summary", "conversation/check", "conversation/confirm", "conversation/correct")
 
 WORLD_DOC = " `world`: one of the token's worlds."
 REQUEST_DOC = (
@@ -70,8 +72,8 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         name="conversation/summary",
         description="The rolling summary of one conversation of `world` (`conversation_id`): its newest "
         "version (the seed's session_summary.md text and its four sections, the history lines covered, "
-        "`verified`) and, while unverified, `check_line`: the user's memory check to ask (a yes is "
-        "kept, a no goes to conversation/correct); `summary` null when none is written yet; with the "
+        "`verified`) and, while unverified, `check_line`: the recap to ask the user (a yes goes to "
+        "conversation/confirm, a no to conversation/correct); `summary` null when none is written yet; with the "
         "world's `long_arc`, which wins on emotional tone. Never calls an LLM." + WORLD_DOC,
         access=Access.READ,
     )
@@ -95,6 +97,42 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
                 "trigger": row["trigger"],
             }
         return out
+
+    @reg.tool(
+        name="conversation/check",
+        description="The user's memory check of a conversation of `world` (`conversation_id`; 你还记得我跟你聊过"
+        "什么吗): asks for a new rolling summary version, which the summary sensor's next tick serves "
+        "(through the initialization gate) in a Dagster run; this call only records the request. Never "
+        "calls an LLM." + WORLD_DOC + REQUEST_DOC,
+        access=Access.WRITE,
+    )
+    def check(world: str, conversation_id: str, request_id: str) -> dict[str, Any]:
+        caller().require_world(world)
+        owned_conversation(store, world, "conversation_id", conversation_id)
+        request_id_problem(request_id)
+        try:
+            result, replayed = summaries.request(store, conversation_id, "user_check", request_id)
+        except summaries.InputError as exc:
+            raise domain_error(exc, {}) from None
+        return {"world": world, "conversation_id": conversation_id, **result, "replayed": replayed}
+
+    @reg.tool(
+        name="conversation/confirm",
+        description="The user said yes to the check line of a conversation of `world` (`conversation_id`): "
+        "its newest summary version is marked verified, its text untouched; `version` (optional) must be "
+        "the newest, the one whose check line the user saw. `changed` false: it was verified already. "
+        "Never calls an LLM." + WORLD_DOC + REQUEST_DOC,
+        access=Access.WRITE,
+    )
+    def confirm(world: str, conversation_id: str, request_id: str, version: int | None = None) -> dict[str, Any]:
+        caller().require_world(world)
+        owned_conversation(store, world, "conversation_id", conversation_id)
+        request_id_problem(request_id)
+        try:
+            result, replayed = summaries.confirm_request(store, conversation_id, version, request_id=request_id)
+        except summaries.InputError as exc:
+            raise domain_error(exc, {}) from None
+        return {"world": world, "conversation_id": conversation_id, **result, "replayed": replayed}
 
     @reg.tool(
         name="conversation/correct",

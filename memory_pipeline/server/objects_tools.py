@@ -131,7 +131,8 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
         description="memory_organize for `world`: queue a `mode` job (compact | organize | deep; default "
         "organize) with `scope`, a goal and search hint for the model (never a filter), and with "
         "`retry_blocked` release the world's blocked events. Answers the enqueue receipt at once; the "
-        "job runs in the object memory's Dagster runs, never inside this call." + WORLD_DOC + REQUEST_DOC,
+        "job runs in the object memory's Dagster runs, never inside this call (`objects_enabled` false: none "
+        "takes it until memory.objects.enabled is true)." + WORLD_DOC + REQUEST_DOC,
         access=Access.WRITE,
     )
     def organize(
@@ -149,7 +150,8 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
         except worker.RequestError as exc:
             field, _, problem = str(exc).partition(": ")
             raise TowerInputError(field, problem) from None
-        return {"world": world, **receipt}
+        # Off, the job stays queued until memory.objects.enabled is true (as `objects organize` warns).
+        return {"world": world, **receipt, "objects_enabled": octx.cfg.enabled}
 
     @reg.tool(
         name="objects/approve",

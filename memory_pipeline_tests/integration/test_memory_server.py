@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from memory_pipeline.access import tokens
 from memory_pipeline.cli import app
 from memory_pipeline.conversation import logic as conversation_logic
-from memory_pipeline.conversation.tables import conversation_summaries
+from memory_pipeline.conversation.tables import conversation_summaries, conversation_summary_requests
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store.tables import request_ids
@@ -277,6 +277,8 @@ CROSS_WORLD = {
     "sleep/remember": ({"world": "wb", "session_id": "wb.s1", "content": "x", "request_id": "r-cross"}, "world 'wb'"),
     "sleep/self": ({"world": "wb"}, "world 'wb'"),
     "conversation/summary": ({"world": "wb", "conversation_id": "wb.s1"}, "world 'wb'"),
+    "conversation/check": ({"world": "wb", "conversation_id": "wb.s1", "request_id": "r-cross"}, "world 'wb'"),
+    "conversation/confirm": ({"world": "wb", "conversation_id": "wb.s1", "request_id": "r-cross"}, "world 'wb'"),
     "conversation/correct": (
         {"world": "wb", "conversation_id": "wb.s1", "arc": "用户其实在聊长颈鹿。", "request_id": "r-cross"},
         "world 'wb'",
@@ -289,14 +291,15 @@ def _args(served, args: dict) -> dict:
 
 
 def _state(store) -> tuple:
-    """What the writing tools would change: counts of rows they add, the type they change, and the
-    statuses of the objects (an approval)."""
+    """What the writing tools would change: counts of rows they add, the type they change, the
+    statuses of the objects (an approval) and the verified summaries (a confirmation)."""
     added = (
         tower_entries,
         tower_jobs,
         request_ids,
         semantic_memories,
         conversation_summaries,
+        conversation_summary_requests,
         objects_jobs,
         objects_versions,
     )
@@ -306,7 +309,8 @@ def _state(store) -> tuple:
             select(tower_types.c.retention, tower_types.c.archived_at).where(tower_types.c.name == "b/notes")
         ).one()
         statuses = sorted(conn.execute(select(objects_objects.c.world_id, objects_objects.c.status)).all())
-    return counts, tuple(notes), tuple(statuses)
+        verified = conn.execute(select(func.count()).where(conversation_summaries.c.verified.is_(True))).scalar_one()
+    return counts, tuple(notes), tuple(statuses), verified
 
 
 def test_the_table_covers_every_tool_of_the_running_server(served):
@@ -412,6 +416,7 @@ def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
 
 
 REMEMBER_A = {"world": "wa", "session_id": "wa.s1", "content": "wa remembers", "request_id": "r1"}
+CHECK_A = {"world": "wa", "conversation_id": "wa.s1", "request_id": "r1"}
 CORRECT_A = {"world": "wa", "conversation_id": "wa.s1", "arc": "用户其实在聊长颈鹿。", "request_id": "r1"}
 
 # Per new tool, calls by wa's token (ops: the --all-worlds one) refused with one line naming the argument.
@@ -461,6 +466,11 @@ INVALID = [
     ("sleep/self", "a", {"world": "wa", "name": "identity"}, "field 'name': unknown argument"),
     ("conversation/summary", "a", {"world": "wa", "conversation_id": "wb.s1"}, "no conversation 'wb.s1' in world"),
     ("conversation/summary", "a", {"world": "wa", "conversation_id": ""}, "field 'conversation_id': must not be"),
+    ("conversation/check", "a", {"world": "wa", "conversation_id": "wa.s1"}, "field 'request_id': is required"),
+    ("conversation/check", "a", {**CHECK_A, "conversation_id": "wb.s1"}, "field 'conversation_id': no conversation"),
+    ("conversation/confirm", "a", {**CHECK_A, "version": 7}, "field 'version': 7 is not the newest version"),
+    ("conversation/confirm", "a", {**CHECK_A, "version": "1"}, "field 'version'"),
+    ("conversation/confirm", "a", {**CHECK_A, "conversation_id": "wb.s1"}, "field 'conversation_id': no conversation"),
     ("conversation/correct", "a", {**CORRECT_A, "arc": ""}, "field 'arc': missing or empty"),
     ("conversation/correct", "a", {**CORRECT_A, "conversation_id": "wb.s1"}, "field 'conversation_id': no conv"),
     ("conversation/correct", "a", {**CORRECT_A, "request_id": "x" * 129}, "field 'request_id': too long"),
@@ -486,6 +496,8 @@ def test_every_new_tool_has_an_invalid_argument_case():
         "sleep/remember",
         "sleep/self",
         "conversation/summary",
+        "conversation/check",
+        "conversation/confirm",
         "conversation/correct",
     }
     assert new <= set(TOOL_NAMES) and {tool for tool, *_ in INVALID} == new
@@ -503,6 +515,8 @@ WRITES = {
     "objects/organize": {"world": "wa", "request_id": "r-ro"},
     "objects/approve": {"world": "wa", "id": "project:zoo", "request_id": "r-ro"},
     "sleep/remember": {**REMEMBER_A, "request_id": "r-ro"},
+    "conversation/check": {**CHECK_A, "request_id": "r-ro"},
+    "conversation/confirm": {**CHECK_A, "request_id": "r-ro"},
     "conversation/correct": {**CORRECT_A, "request_id": "r-ro"},
 }
 

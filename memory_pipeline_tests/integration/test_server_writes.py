@@ -1,9 +1,9 @@
-"""The memory server's writing tools (issue 19: remember, conversation correction, memory_organize,
-memory_approve) and the reads beside them (the self layer, a conversation's rolling summary and
-its check line, the resident view), driven by the SDK's client over streamable HTTP: each write is
-idempotent on the caller's request_id (a repeat writes nothing and answers the first result), ids
-are per world (another world's same id writes its own), a read-only token reads and writes
-nothing, and no call reaches a model."""
+"""The memory server's writing tools (issue 19: remember, the user's memory check, its
+confirmation and correction, memory_organize, memory_approve) and the reads beside them (the self
+layer, a conversation's rolling summary and its check line, the resident view), driven by the SDK's
+client over streamable HTTP: each write is idempotent on the caller's request_id (a repeat writes
+nothing and answers the first result), ids are per world (another world's same id writes its own),
+a read-only token reads and writes nothing, and no call reaches a model."""
 
 import asyncio
 import json
@@ -11,13 +11,20 @@ import threading
 
 from sqlalchemy import func, select
 
-from memory_pipeline.conversation.tables import conversation_summaries
+from memory_pipeline.conversation.tables import conversation_summaries, conversation_summary_requests
 from memory_pipeline.lib.store.tables import llm_ledger, request_ids
 from memory_pipeline.objects.tables import objects_jobs, objects_objects, objects_versions
 from memory_pipeline.sleep import memory
 from memory_pipeline.sleep.tables import semantic_memories
 from memory_pipeline_tests.integration import test_memory_server as server_test
-from memory_pipeline_tests.integration.test_memory_server import CORRECT_A, REMEMBER_A, SECRET_A, SECRET_B, _calls
+from memory_pipeline_tests.integration.test_memory_server import (
+    CHECK_A,
+    CORRECT_A,
+    REMEMBER_A,
+    SECRET_A,
+    SECRET_B,
+    _calls,
+)
 
 served = server_test.served  # the server over worlds wa and wb, with their tokens
 
@@ -105,6 +112,35 @@ def test_the_summary_shows_the_check_line_and_a_correction_writes_one_verified_v
     assert _count(store, conversation_summaries, conversation_summaries.c.conversation_id == "wa.s1") == 2
 
 
+def test_the_users_check_is_requested_once_and_a_yes_verifies_the_newest_version(served):
+    store = served["store"]
+    results = _run(
+        served,
+        "a",
+        [
+            ("conversation/check", CHECK_A),
+            ("conversation/check", CHECK_A),
+            ("conversation/check", {**CHECK_A, "request_id": "r2"}),
+            ("conversation/confirm", {**CHECK_A, "version": 1}),
+            ("conversation/confirm", {**CHECK_A, "version": 1}),
+            ("conversation/confirm", {**CHECK_A, "request_id": "r2"}),
+            ("conversation/summary", {"world": "wa", "conversation_id": "wa.s1"}),
+        ],
+    )
+    assert not any(e for e, _ in results), results
+    (_, asked), (_, asked_again), (_, asked_anew), (_, yes), (_, yes_again), (_, yes_anew), (_, shown) = results
+    assert asked["trigger"] == "user_check" and not asked["replayed"] and asked_again == {**asked, "replayed": True}
+    assert not asked_anew["replayed"]
+    with store.connect() as conn:
+        q = select(conversation_summary_requests.c.conversation_id, conversation_summary_requests.c.trigger)
+        assert [tuple(r) for r in conn.execute(q)] == [("wa.s1", "user_check")] * 2
+    assert yes == {"world": "wa", "conversation_id": "wa.s1", "version": 1, "changed": True, "replayed": False}
+    assert yes_again == {**yes, "replayed": True}
+    assert yes_anew == {**yes, "changed": False}  # a new yes: verified already, nothing changed
+    assert shown["summary"]["verified"] and shown["summary"]["check_line"] is None
+    assert _count(store, conversation_summaries, conversation_summaries.c.verified.is_(True)) == 1  # wb's untouched
+
+
 def test_organize_queues_one_job_per_request_id_and_calls_no_model(served):
     store = served["store"]
     ledger = _count(store, llm_ledger)
@@ -112,6 +148,7 @@ def test_organize_queues_one_job_per_request_id_and_calls_no_model(served):
     (e1, first), (e2, repeat) = _run(served, "a", [("objects/organize", args), ("objects/organize", args)])
     assert not e1 and not e2, (first, repeat)
     assert (first["world_id"], first["mode"], first["scope"], first["status"]) == ("wa", "deep", "the zoo", "queued")
+    assert first["objects_enabled"] is True
     assert first["replayed"] is False and repeat == {**first, "replayed": True}
     with store.connect() as conn:
         jobs = conn.execute(select(objects_jobs.c.job_id, objects_jobs.c.world_id)).all()
@@ -172,12 +209,15 @@ def test_a_read_only_token_reads_and_writes_nothing(served):
             ("objects/resident", {"world": "wa"}),
             ("sleep/remember", REMEMBER_A),
             ("conversation/correct", CORRECT_A),
+            ("conversation/check", CHECK_A),
+            ("conversation/confirm", CHECK_A),
             ("objects/organize", {"world": "wa", "request_id": "r1"}),
             ("objects/approve", {"world": "wa", "id": "project:zoo", "request_id": "r1"}),
         ],
     )
-    assert [e for e, _ in results] == [False, False, False, True, True, True, True], results
+    assert [e for e, _ in results] == [False] * 3 + [True] * 6, results
     assert all("read-only" in text for _, text in results[3:]), results
-    for table in (request_ids, semantic_memories, objects_jobs):
+    for table in (request_ids, semantic_memories, objects_jobs, conversation_summary_requests):
         assert _count(store, table) == 0, table.name
-    assert _count(store, conversation_summaries) == 2  # the seeded versions only
+    assert _count(store, conversation_summaries) == 2  # the seeded versions only, unverified
+    assert _count(store, conversation_summaries, conversation_summaries.c.verified.is_(True)) == 0
