@@ -193,6 +193,8 @@ NOT_EXPORTED: dict[str, str] = {
     "operator's retry); every failure itself is exported in conversation_summary_failures",
     "access_tokens": "the memory server's bearer tokens (hashes and grants): access control, not memory; "
     "`memory-pipeline tokens list` shows them",
+    "request_ids": "the memory server's record of caller-given request ids (a repeated write answers the first "
+    "result): the writes themselves are exported in their domains' tables",
 }
 
 

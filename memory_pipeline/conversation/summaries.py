@@ -29,7 +29,7 @@ from memory_pipeline.conversation.tables import (
 )
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest, offline, offline_tools
-from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store import Store, requests, upsert
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import local_date, utcnow
 
@@ -390,17 +390,38 @@ def set_init_status(store: Store, conversation_id: str, status: str) -> None:
         )
 
 
-def request(store: Store, conversation_id: str, trigger: str) -> None:
-    """The user's memory check (user_check) or a preference override: served at the sensor's next tick."""
+REQUEST = "conversation_request"  # the kind of its request ids (lib.store.requests)
+
+
+def request(
+    store: Store, conversation_id: str, trigger: str, request_id: str | None = None
+) -> tuple[dict[str, Any], bool]:
+    """The user's memory check (user_check) or a preference override: served at the sensor's next
+    tick. With a caller-given ``request_id`` (per world; the conversation must exist) a repeated
+    request answers the first one's answer and True, and records nothing."""
     conversation_id = _conv_id(conversation_id)
     if trigger not in (Trigger.USER_CHECK, Trigger.PREFERENCE_OVERRIDE):
         raise InputError(f"field 'trigger': {trigger!r} is not one of user_check, preference_override")
-    with store.begin() as conn:
+    world = ""
+    if request_id is not None:
+        if problem := requests.problem(request_id):
+            raise InputError(f"field 'request_id': {problem}")
+        with store.connect() as conn:
+            q = select(conversations.c.world_id).where(conversations.c.conversation_id == conversation_id)
+            world = conn.execute(q).scalar() or ""
+        if not world:
+            raise InputError(f"field 'conversation_id': no conversation {conversation_id!r}")
+    now = utcnow()
+
+    def write(conn: Any) -> dict[str, Any]:
         conn.execute(
             conversation_summary_requests.insert().values(
-                conversation_id=conversation_id, trigger=trigger, requested_at=utcnow()
+                conversation_id=conversation_id, trigger=trigger, requested_at=now
             )
         )
+        return {"trigger": str(trigger), "requested_at": now.isoformat()}
+
+    return requests.once(store, world, REQUEST, request_id, write)
 
 
 def set_profile(store: Store, world_id: str, key: str, value: str, conversation_id: str | None = None) -> None:
@@ -426,7 +447,25 @@ def set_profile(store: Store, world_id: str, key: str, value: str, conversation_
 def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: datetime | None = None) -> int:
     """The user denied the check line: a new, verified version with their emotional arc (no silent
     false memory); the other sections and the covered range are kept."""
+    return int(correct_request(store, conversation_id, arc, tz, now)[0]["version"])
+
+
+CORRECTION = "conversation_correction"  # the kind of its request ids (lib.store.requests)
+
+
+def correct_request(
+    store: Store,
+    conversation_id: str,
+    arc: str,
+    tz: ZoneInfo,
+    now: datetime | None = None,
+    request_id: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """``correct`` once per caller-given ``request_id`` (per world): ``{"version": n}`` and False, or
+    for a repeated id the first correction's answer and True, nothing written."""
     conversation_id = _conv_id(conversation_id)
+    if request_id is not None and (problem := requests.problem(request_id)):
+        raise InputError(f"field 'request_id': {problem}")
     now = now or utcnow()
     with store.connect() as conn:
         prev = _latest(conn, [conversation_id]).get(conversation_id)
@@ -447,7 +486,8 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
     m = re.search(r"## 最近情感主线（至 (\d{4}-\d{2}-\d{2})）", prev["content"])
     until = datetime.fromisoformat(m.group(1)).date() if m else local_date(now, tz)
     text = logic.render(sections, until, now.astimezone(tz), prev["covered_start"], prev["covered_end"])
-    with store.begin() as conn:
+
+    def write(conn: Any) -> dict[str, Any]:
         conn.execute(
             conversation_summaries.insert().values(
                 conversation_id=conversation_id,
@@ -466,7 +506,9 @@ def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: dat
                 created_at=now,
             )
         )
-    return int(prev["version"]) + 1
+        return {"version": int(prev["version"]) + 1}
+
+    return requests.once(store, prev["world_id"], CORRECTION, request_id, write)
 
 
 def latest(store: Store, conversation_id: str) -> dict[str, Any] | None:
@@ -480,18 +522,38 @@ def confirm(store: Store, conversation_id: str, version: int | None = None, now:
     """The user said yes to the check line: the newest version is marked verified (its content is
     not touched). ``version``, when given, must be the newest: the user confirms the check line they
     were shown, never an older one. False when it was verified already (nothing changed)."""
+    return bool(confirm_request(store, conversation_id, version, now)[0]["changed"])
+
+
+CONFIRMATION = "conversation_confirmation"  # the kind of its request ids (lib.store.requests)
+
+
+def confirm_request(
+    store: Store,
+    conversation_id: str,
+    version: int | None = None,
+    now: datetime | None = None,
+    request_id: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """``confirm`` once per caller-given ``request_id`` (per world): ``{"version", "changed"}`` and
+    False, or for a repeated id the first confirmation's answer and True, nothing written."""
     conversation_id = _conv_id(conversation_id)
-    with store.begin() as conn:
-        row = _latest(conn, [conversation_id]).get(conversation_id)
-        if row is None:
-            raise InputError(f"field 'conversation_id': {conversation_id!r} has no summary to confirm")
+    if request_id is not None and (problem := requests.problem(request_id)):
+        raise InputError(f"field 'request_id': {problem}")
+    with store.connect() as conn:
+        newest = _latest(conn, [conversation_id]).get(conversation_id)
+    if newest is None:
+        raise InputError(f"field 'conversation_id': {conversation_id!r} has no summary to confirm")
+
+    def write(conn: Any) -> dict[str, Any]:
+        row = _latest(conn, [conversation_id])[conversation_id]  # versions are never removed
         if version is not None and version != row["version"]:
             raise InputError(
                 f"field 'version': {version} is not the newest version of {conversation_id!r} ({row['version']}): "
                 "only the newest check line can be confirmed"
             )
         if row["verified"]:
-            return False
+            return {"version": row["version"], "changed": False}
         conn.execute(
             update(conversation_summaries)
             .where(
@@ -500,7 +562,9 @@ def confirm(store: Store, conversation_id: str, version: int | None = None, now:
             )
             .values(verified=True, verified_at=now or utcnow())
         )
-    return True
+        return {"version": row["version"], "changed": True}
+
+    return requests.once(store, newest["world_id"], CONFIRMATION, request_id, write)
 
 
 def retry(store: Store, conversation_id: str) -> Backoff:

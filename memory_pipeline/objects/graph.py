@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, select, update
 
-from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store import Store, requests, upsert
 from memory_pipeline.lib.store.tables import partition_leases
 from memory_pipeline.objects import logic
 from memory_pipeline.objects.context import ObjectsContext
@@ -611,14 +611,28 @@ def _dispose_event(conn: Connection, page: EventPage, write: GraphWrite, now: da
     )
 
 
+APPROVAL = "objects_approve"  # the kind of its request ids (lib.store.requests)
+
+
 def approve_project(octx: ObjectsContext, world: str, object_id: str) -> dict[str, Any]:
     """The user's explicit approval: a candidate project becomes active (a version row, a new
     graph revision). Refused for anything but an existing candidate project."""
+    return approve_request(octx, world, object_id)[0]
+
+
+def approve_request(
+    octx: ObjectsContext, world: str, object_id: str, request_id: str | None = None
+) -> tuple[dict[str, Any], bool]:
+    """``approve_project`` once per caller-given ``request_id`` (per world): its answer and False,
+    or for a repeated id the first approval's answer and True, nothing written."""
     otype, _ = logic.parse_object_id(object_id, "object_id")
     if otype is not ObjectType.PROJECT:
         raise SubmissionError("object_id", f"{object_id} is not a project")
+    if request_id is not None and (problem := requests.problem(request_id)):
+        raise SubmissionError("request_id", problem)
     now = octx.now()
-    with octx.store.begin() as conn:
+
+    def write(conn: Connection) -> dict[str, Any]:
         stored = _stored_objects(conn, world, {object_id}).get(object_id)
         if stored is None:
             raise SubmissionError("object_id", f"{object_id} does not exist in world {world}")
@@ -649,7 +663,9 @@ def approve_project(octx: ObjectsContext, world: str, object_id: str) -> dict[st
                 at=now,
             )
         )
-    return {"object_id": object_id, "status": "active", "revision": revision}
+        return {"object_id": object_id, "status": "active", "revision": revision}
+
+    return requests.once(octx.store, world, APPROVAL, request_id, write)
 
 
 def ensure_daily(conn: Connection, world: str, now: datetime) -> None:

@@ -16,7 +16,14 @@ from typing import Any
 
 from memory_pipeline.access import tokens
 from memory_pipeline.lib.store import Store
-from memory_pipeline.server import memory_tools, objects_tools, temporal_tools, tower_tools
+from memory_pipeline.server import (
+    conversation_tools,
+    memory_tools,
+    objects_tools,
+    sleep_tools,
+    temporal_tools,
+    tower_tools,
+)
 from memory_pipeline.server.auth import StoreTokenVerifier
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
@@ -26,6 +33,8 @@ TOOL_NAMES = (
     *memory_tools.TOOL_NAMES,
     *temporal_tools.TOOL_NAMES,
     *objects_tools.TOOL_NAMES,
+    *sleep_tools.TOOL_NAMES,
+    *conversation_tools.TOOL_NAMES,
 )
 
 
@@ -56,6 +65,8 @@ def registry(tower: Tower) -> ToolRegistry:
     memory_tools.register(reg, tower)
     temporal_tools.register(reg, tower)
     objects_tools.register(reg, tower)
+    sleep_tools.register(reg, tower)
+    conversation_tools.register(reg, tower)
     # The tests parametrize over TOOL_NAMES (every tool refuses another world): no tool outside it.
     if tuple(reg.access) != TOOL_NAMES:
         raise RuntimeError(f"registered tools {tuple(reg.access)} are not TOOL_NAMES {TOOL_NAMES}")
@@ -79,7 +90,10 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
         instructions="Agent memory: the time tower's memory types with raw and summary series (exact recall, "
         "paginated, and semantic recall of stored summaries), memory/search over one world's memory, the "
         "<temporal_summary> prompt block (temporal/prompt_block) and the object memory's recall "
-        "(objects/find, objects/read, objects/evidence, objects/status). "
+        "(objects/find, objects/read, objects/evidence, objects/status, objects/resident) and its requests "
+        "(objects/organize, objects/approve), remember and the self layer (sleep/remember, sleep/self), a "
+        "conversation's rolling summary, the user's check of it and their yes or no (conversation/summary, "
+        "conversation/check, conversation/confirm, conversation/correct). "
         "Each call is scoped to the worlds of the bearer token.",
         host=host,
         port=port,

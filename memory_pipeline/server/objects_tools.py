@@ -13,7 +13,15 @@ from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.logic import TowerInputError
 
-TOOL_NAMES = ("objects/find", "objects/read", "objects/evidence", "objects/status")
+TOOL_NAMES = (
+    "objects/find",
+    "objects/read",
+    "objects/evidence",
+    "objects/status",
+    "objects/organize",
+    "objects/approve",
+    "objects/resident",
+)
 
 LIMIT_MAX = 100
 QUERY_MAX_CHARS = 500
@@ -94,3 +102,81 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     def status(world: str) -> dict[str, Any]:
         caller().require_world(world)
         return {"world": world, **reports.status(store, world)}
+
+    register_writes(reg, tower)
+
+
+def _octx(tower: Tower) -> Any:
+    from memory_pipeline.lib.llm import LLMClient
+    from memory_pipeline.objects import config as objects_config
+    from memory_pipeline.objects.context import ObjectsContext
+
+    # The writes here only record requests and approvals: the client is never called (jobs run in Dagster).
+    llm = LLMClient.from_settings(tower.store, asset="memory_server")
+    return ObjectsContext(tower.store, llm, objects_config.load(), tower.tz)
+
+
+def register_writes(reg: ToolRegistry, tower: Tower) -> None:
+    """memory_organize, memory_approve and the resident view (seed 001 §3, §4)."""
+    from sqlalchemy.exc import IntegrityError
+
+    from memory_pipeline.lib.text import short_hash
+    from memory_pipeline.objects import graph, worker
+    from memory_pipeline.server.conversation_tools import REQUEST_DOC, request_id_problem
+
+    octx = _octx(tower)
+
+    @reg.tool(
+        name="objects/organize",
+        description="memory_organize for `world`: queue a `mode` job (compact | organize | deep; default "
+        "organize) with `scope`, a goal and search hint for the model (never a filter), and with "
+        "`retry_blocked` release the world's blocked events. Answers the enqueue receipt at once; the "
+        "job runs in the object memory's Dagster runs, never inside this call (`objects_enabled` false: none "
+        "takes it until memory.objects.enabled is true)." + WORLD_DOC + REQUEST_DOC,
+        access=Access.WRITE,
+    )
+    def organize(
+        world: str, request_id: str, mode: str = "organize", scope: str = "", retry_blocked: bool = False
+    ) -> dict[str, Any]:
+        caller().require_world(world)
+        request_id_problem(request_id)
+        # The domain's request token, per world: one world's ids never replay another's receipt.
+        token = f"mcp.{short_hash([world, request_id], 40)}"
+        try:
+            try:
+                receipt = worker.enqueue(octx, world, mode, scope, retry_blocked, token)
+            except IntegrityError:  # the same id at once: the other call was first
+                receipt = worker.enqueue(octx, world, mode, scope, retry_blocked, token)
+        except worker.RequestError as exc:
+            field, _, problem = str(exc).partition(": ")
+            raise TowerInputError(field, problem) from None
+        # Off, the job stays queued until memory.objects.enabled is true (as `objects organize` warns).
+        return {"world": world, **receipt, "objects_enabled": octx.cfg.enabled}
+
+    @reg.tool(
+        name="objects/approve",
+        description="The user's approval, relayed after asking them: the candidate project `id` "
+        "('project:<key>') of `world` becomes active. Never calls a model." + WORLD_DOC + REQUEST_DOC,
+        access=Access.WRITE,
+    )
+    def approve(world: str, id: str, request_id: str) -> dict[str, Any]:
+        caller().require_world(world)
+        _object_id(id)
+        request_id_problem(request_id)
+        try:
+            result, replayed = graph.approve_request(octx, world, id, request_id)
+        except logic.SubmissionError as exc:
+            raise TowerInputError("id" if exc.field == "object_id" else exc.field, exc.problem) from None
+        return {"world": world, **result, "replayed": replayed}
+
+    @reg.tool(
+        name="objects/resident",
+        description="What the agent of `world` holds every turn: the core documents (AGENTS.md, SOUL.md, "
+        "USER.md; any may be absent), a bounded directory of object ids and names (never the dossiers: "
+        "recall is on demand) and the hot timeline within its byte cap (`hot_nodes_shown` of "
+        "`hot_nodes_total`). Never calls a model." + WORLD_DOC,
+        access=Access.READ,
+    )
+    def resident(world: str) -> dict[str, Any]:
+        caller().require_world(world)
+        return {"world": world, **recall.resident(tower.store, world, octx.cfg.hot_view_max_bytes)}

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.ids import validate_id
-from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store import Store, requests, upsert
 from memory_pipeline.lib.store.tables import conversations
 from memory_pipeline.lib.timeutil import local_date, utcnow
 from memory_pipeline.sleep.logic import (
@@ -266,6 +266,25 @@ def remember(
     observed_at. The memory belongs to the CST day (``tz``, default the configured zone) it is
     written on: that day's sleep and later ones see it, an earlier day's (a rebuild, a re-run) never
     does. Returns the new id."""
+    return remember_request(store, world_id, session_id, content, type=type, at=at, tz=tz)[0]
+
+
+REMEMBER = "remember"  # the kind of its request ids (lib.store.requests)
+
+
+def remember_request(
+    store: Store,
+    world_id: str,
+    session_id: str,
+    content: str,
+    *,
+    type: str = "experience",
+    at: datetime | None = None,
+    tz: ZoneInfo | None = None,
+    request_id: str | None = None,
+) -> tuple[str, bool]:
+    """``remember`` once per caller-given ``request_id`` (per world): the memory id and False, or
+    for a repeated id the first call's memory id and True, nothing written."""
     world_id = check_world(world_id)
     problem = validate_id(session_id) if isinstance(session_id, str) else "expected a string"
     if problem:
@@ -282,11 +301,17 @@ def remember(
         changes = state.apply(call, rules)
     except ToolError as exc:
         raise InputError(str(exc).replace("tool call remember (create_semantic_memory): ", "")) from None
+    if request_id is not None and (problem := requests.problem(request_id)):
+        raise InputError(f"field 'request_id': {problem}")
     written_on = local_date(utcnow(), tz or ZoneInfo(settings.timezone_name()))
-    with store.begin() as conn:
+
+    def write(conn: Connection) -> dict[str, Any]:
         _check_session(conn, world_id, session_id)
         write_changes(conn, changes, Provenance(Stage.REMEMBER, written_on))
-    return changes[0].memory.id
+        return {"memory_id": changes[0].memory.id}
+
+    result, replayed = requests.once(store, world_id, REMEMBER, request_id, write)
+    return str(result["memory_id"]), replayed
 
 
 def delete_memory(store: Store, world_id: str, memory_id: str) -> bool:

@@ -21,11 +21,22 @@ from typer.testing import CliRunner
 
 from memory_pipeline.access import tokens
 from memory_pipeline.cli import app
+from memory_pipeline.conversation import logic as conversation_logic
+from memory_pipeline.conversation.tables import conversation_summaries, conversation_summary_requests
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient
-from memory_pipeline.objects.tables import objects_attachments, objects_objects, objects_worlds
+from memory_pipeline.lib.store.tables import request_ids
+from memory_pipeline.objects.tables import (
+    objects_attachments,
+    objects_core,
+    objects_jobs,
+    objects_objects,
+    objects_versions,
+    objects_worlds,
+)
 from memory_pipeline.server.app import TOOL_NAMES, ServeError, check_exposure, make_uvicorn, tool_access
 from memory_pipeline.server.tools import Access
+from memory_pipeline.sleep.tables import pinned_facts, self_blocks, semantic_memories
 from memory_pipeline.temporal import config as temporal_config
 from memory_pipeline.temporal.logic import sys_roll_key
 from memory_pipeline.temporal.tables import temporal_summaries
@@ -50,8 +61,10 @@ def _free_port() -> int:
 
 def _seed(store, ingest, redis_url) -> dict:
     """Worlds wa and wb, each with raw events, a day summary, a cached past-days roll, an object
-    (person:zebra) with the event as its evidence, a worker error, activity entries, worklog entries
-    of its project and a summarize job, and wb a type of its own."""
+    (person:zebra) with the event as its evidence, a candidate project (project:zoo), a core
+    document, a worker error, a self block and a pinned fact, a rolling summary of its conversation
+    (unverified: its check line), activity entries, worklog entries of its project and a summarize
+    job, and wb a type of its own."""
     at = datetime(2026, 1, 5, 10, 0, tzinfo=CST)
     ingest(
         [
@@ -91,6 +104,43 @@ def _seed(store, ingest, redis_url) -> dict:
                 objects_attachments.insert().values(world_id=w, object_id="person:zebra", event_id=f"{w}1", revision=1)
             )
             conn.execute(objects_worlds.insert().values(world_id=w, worker_error=f"{secret} worker failed"))
+            conn.execute(
+                objects_objects.insert().values(
+                    world_id=w,
+                    object_id="project:zoo",
+                    type="project",
+                    name="Zoo",
+                    aliases=[],
+                    summary="The zoo.",
+                    body="",
+                    cues=[],
+                    status="candidate",
+                    version=1,
+                    revision=1,
+                )
+            )
+            conn.execute(objects_core.insert().values(world_id=w, name="USER.md", content=f"{secret} user", revision=1))
+            conn.execute(
+                self_blocks.insert().values(world_id=w, name="identity", content=f"I am {secret}", updated_by="t")
+            )
+            conn.execute(pinned_facts.insert().values(world_id=w, content=f"{secret} is pinned", priority=1))
+            arc = f"这段时间用户在聊斑马 {secret}。"
+            sections = conversation_logic.Sections(arc, (), (), ())
+            conn.execute(
+                conversation_summaries.insert().values(
+                    conversation_id=f"{w}.s1",
+                    version=1,
+                    world_id=w,
+                    content=conversation_logic.render(sections, date(2026, 1, 5), at, 1, 1),
+                    covered_start=1,
+                    covered_end=1,
+                    last_updated=at,
+                    verified=False,
+                    check_line=conversation_logic.check_line(arc),
+                    trigger="entries",
+                    sections={"arc": arc, "preferences": [], "key_points": [], "hooks": []},
+                )
+            )
     prefix = temporal_config.load().redis_key_prefix
     cache = KVCache(redis_url)
     for w, secret in (("wa", SECRET_A), ("wb", SECRET_B)):
@@ -221,6 +271,18 @@ CROSS_WORLD = {
     "objects/read": ({"world": "wb", "id": "person:zebra"}, "world 'wb'"),
     "objects/evidence": ({"world": "wb", "id": "person:zebra"}, "world 'wb'"),
     "objects/status": ({"world": "wb"}, "world 'wb'"),
+    "objects/organize": ({"world": "wb", "request_id": "r-cross"}, "world 'wb'"),
+    "objects/approve": ({"world": "wb", "id": "project:zoo", "request_id": "r-cross"}, "world 'wb'"),
+    "objects/resident": ({"world": "wb"}, "world 'wb'"),
+    "sleep/remember": ({"world": "wb", "session_id": "wb.s1", "content": "x", "request_id": "r-cross"}, "world 'wb'"),
+    "sleep/self": ({"world": "wb"}, "world 'wb'"),
+    "conversation/summary": ({"world": "wb", "conversation_id": "wb.s1"}, "world 'wb'"),
+    "conversation/check": ({"world": "wb", "conversation_id": "wb.s1", "request_id": "r-cross"}, "world 'wb'"),
+    "conversation/confirm": ({"world": "wb", "conversation_id": "wb.s1", "request_id": "r-cross"}, "world 'wb'"),
+    "conversation/correct": (
+        {"world": "wb", "conversation_id": "wb.s1", "arc": "用户其实在聊长颈鹿。", "request_id": "r-cross"},
+        "world 'wb'",
+    ),
 }
 
 
@@ -229,13 +291,26 @@ def _args(served, args: dict) -> dict:
 
 
 def _state(store) -> tuple:
+    """What the writing tools would change: counts of rows they add, the type they change, the
+    statuses of the objects (an approval) and the verified summaries (a confirmation)."""
+    added = (
+        tower_entries,
+        tower_jobs,
+        request_ids,
+        semantic_memories,
+        conversation_summaries,
+        conversation_summary_requests,
+        objects_jobs,
+        objects_versions,
+    )
     with store.connect() as conn:
-        entries = conn.execute(select(func.count()).select_from(tower_entries)).scalar_one()
-        jobs = conn.execute(select(func.count()).select_from(tower_jobs)).scalar_one()
+        counts = tuple(conn.execute(select(func.count()).select_from(t)).scalar_one() for t in added)
         notes = conn.execute(
             select(tower_types.c.retention, tower_types.c.archived_at).where(tower_types.c.name == "b/notes")
         ).one()
-    return entries, jobs, tuple(notes)
+        statuses = sorted(conn.execute(select(objects_objects.c.world_id, objects_objects.c.status)).all())
+        verified = conn.execute(select(func.count()).where(conversation_summaries.c.verified.is_(True))).scalar_one()
+    return counts, tuple(notes), tuple(statuses), verified
 
 
 def test_the_table_covers_every_tool_of_the_running_server(served):
@@ -272,6 +347,9 @@ SHOWS_B = {
     "objects/read",
     "objects/evidence",
     "objects/status",
+    "objects/resident",
+    "sleep/self",
+    "conversation/summary",
 }
 
 
@@ -337,6 +415,10 @@ def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
     assert SECRET_A in status["worlds"][0]["worker_error"]
 
 
+REMEMBER_A = {"world": "wa", "session_id": "wa.s1", "content": "wa remembers", "request_id": "r1"}
+CHECK_A = {"world": "wa", "conversation_id": "wa.s1", "request_id": "r1"}
+CORRECT_A = {"world": "wa", "conversation_id": "wa.s1", "arc": "用户其实在聊长颈鹿。", "request_id": "r1"}
+
 # Per new tool, calls by wa's token (ops: the --all-worlds one) refused with one line naming the argument.
 INVALID = [
     ("temporal/prompt_block", "a", {"world": "wa", "at": "yesterday"}, "field 'at': is not an ISO 8601"),
@@ -358,6 +440,40 @@ INVALID = [
     ("objects/evidence", "a", {"world": "wa", "id": "place:"}, "field 'id'"),
     ("objects/status", "a", {}, "field 'world': is required"),
     ("objects/status", "a", {"world": "wa", "verbose": True}, "field 'verbose': unknown argument"),
+    ("objects/organize", "a", {"world": "wa"}, "field 'request_id': is required"),
+    ("objects/organize", "a", {"world": "wa", "request_id": "r1", "mode": "nap"}, "field 'mode': 'nap' is not a mode"),
+    ("objects/organize", "a", {"world": "wa", "request_id": "r1", "retry_blocked": "yes"}, "field 'retry_blocked'"),
+    ("objects/organize", "a", {"world": "wa", "request_id": "r 1"}, "field 'request_id': character ' '"),
+    (
+        "objects/approve",
+        "a",
+        {"world": "wa", "id": "person:zebra", "request_id": "r1"},
+        "field 'id': person:zebra is not",
+    ),
+    (
+        "objects/approve",
+        "a",
+        {"world": "wa", "id": "project:nope", "request_id": "r1"},
+        "field 'id': project:nope does",
+    ),
+    ("objects/approve", "a", {"world": "wa", "id": "zoo", "request_id": "r1"}, "field 'id': must be '<type>:<key>'"),
+    ("objects/resident", "a", {"world": "wa", "limit": 5}, "field 'limit': unknown argument"),
+    ("sleep/remember", "a", {"world": "wa", "session_id": "wa.s1", "content": "x"}, "field 'request_id': is required"),
+    ("sleep/remember", "a", {**REMEMBER_A, "session_id": "wb.s1"}, "field 'session_id': no conversation 'wb.s1' in"),
+    ("sleep/remember", "a", {**REMEMBER_A, "type": "dream"}, "field 'type'"),
+    ("sleep/remember", "a", {**REMEMBER_A, "content": " "}, "field 'content'"),
+    ("sleep/self", "a", {}, "field 'world': is required"),
+    ("sleep/self", "a", {"world": "wa", "name": "identity"}, "field 'name': unknown argument"),
+    ("conversation/summary", "a", {"world": "wa", "conversation_id": "wb.s1"}, "no conversation 'wb.s1' in world"),
+    ("conversation/summary", "a", {"world": "wa", "conversation_id": ""}, "field 'conversation_id': must not be"),
+    ("conversation/check", "a", {"world": "wa", "conversation_id": "wa.s1"}, "field 'request_id': is required"),
+    ("conversation/check", "a", {**CHECK_A, "conversation_id": "wb.s1"}, "field 'conversation_id': no conversation"),
+    ("conversation/confirm", "a", {**CHECK_A, "version": 7}, "field 'version': 7 is not the newest version"),
+    ("conversation/confirm", "a", {**CHECK_A, "version": "1"}, "field 'version'"),
+    ("conversation/confirm", "a", {**CHECK_A, "conversation_id": "wb.s1"}, "field 'conversation_id': no conversation"),
+    ("conversation/correct", "a", {**CORRECT_A, "arc": ""}, "field 'arc': missing or empty"),
+    ("conversation/correct", "a", {**CORRECT_A, "conversation_id": "wb.s1"}, "field 'conversation_id': no conv"),
+    ("conversation/correct", "a", {**CORRECT_A, "request_id": "x" * 129}, "field 'request_id': too long"),
 ]
 
 
@@ -368,7 +484,22 @@ def test_a_new_tool_refuses_a_bad_argument_by_name(served, tool, who, args, refu
 
 
 def test_every_new_tool_has_an_invalid_argument_case():
-    new = {"temporal/prompt_block", "objects/find", "objects/read", "objects/evidence", "objects/status"}
+    new = {
+        "temporal/prompt_block",
+        "objects/find",
+        "objects/read",
+        "objects/evidence",
+        "objects/status",
+        "objects/organize",
+        "objects/approve",
+        "objects/resident",
+        "sleep/remember",
+        "sleep/self",
+        "conversation/summary",
+        "conversation/check",
+        "conversation/confirm",
+        "conversation/correct",
+    }
     assert new <= set(TOOL_NAMES) and {tool for tool, *_ in INVALID} == new
 
 
@@ -381,6 +512,12 @@ WRITES = {
     "mem/append": {"type": ACTIVITY, "entries": [{"content": "x", "group": "wa"}]},
     "mem/summarize": {"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wa"},
     "mem/recompute": {"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wa"},
+    "objects/organize": {"world": "wa", "request_id": "r-ro"},
+    "objects/approve": {"world": "wa", "id": "project:zoo", "request_id": "r-ro"},
+    "sleep/remember": {**REMEMBER_A, "request_id": "r-ro"},
+    "conversation/check": {**CHECK_A, "request_id": "r-ro"},
+    "conversation/confirm": {**CHECK_A, "request_id": "r-ro"},
+    "conversation/correct": {**CORRECT_A, "request_id": "r-ro"},
 }
 
 

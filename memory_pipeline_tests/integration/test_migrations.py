@@ -205,6 +205,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0023_recall_eval",
         "0024_recall_search",
         "0025_access_tokens",
+        "0026_request_ids",
     ]
     assert head(LOCATIONS) == chain[-1]
 

@@ -178,3 +178,17 @@ partition_leases = Table(
     Column("acquired_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
 )
+
+
+# Caller-given request ids of the writes a client may repeat (lib.store.requests): one row per
+# (world, kind of write, request id), written in the transaction of the write it names, holding
+# that write's result; a repeated request gets this result back and writes nothing.
+request_ids = Table(
+    "request_ids",
+    metadata,
+    Column("world_id", ID, primary_key=True),
+    Column("kind", String(64), primary_key=True),
+    Column("request_id", ID, primary_key=True),
+    Column("result", JSON, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, default=now_utc),
+)
