@@ -3,22 +3,42 @@ every request with a bearer token from `memory-pipeline tokens create`."""
 
 from __future__ import annotations
 
+import logging
+
 import typer
 
 from memory_pipeline.cli.console import err, refuse
+from memory_pipeline.server.limits import Limits
+
+_DEFAULT = Limits()
 
 
 def serve(
     host: str = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
     port: int = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
+    max_body_bytes: int = typer.Option(
+        _DEFAULT.max_body_bytes, "--max-body-bytes", help="Largest request body; a larger one gets HTTP 413."
+    ),
+    rate_limit: float = typer.Option(
+        _DEFAULT.rate, "--rate-limit", help="Tool calls per second per token (0: no limit); over it, a tool error."
+    ),
+    rate_burst: int = typer.Option(_DEFAULT.burst, "--rate-burst", help="Tool calls a token may make at once."),
+    call_timeout: float = typer.Option(
+        _DEFAULT.call_timeout, "--call-timeout", help="Seconds the server waits for one tool call."
+    ),
 ):
     """Serve the agent memory tools over MCP (streamable HTTP) at http://HOST:PORT and /mcp: the 13 mem/*
     tower tools, memory/search, temporal/prompt_block and objects/find, read, evidence, status. Every request needs 'Authorization: Bearer <token>' (tokens create);
-    off the loopback address the server refuses to start while no token exists."""
+    off the loopback address the server refuses to start while no token exists. Each call is logged
+    on stderr (token name, tool, world, duration, outcome) and counted at /metrics (Prometheus text)."""
     from memory_pipeline.access import tokens
     from memory_pipeline.cli.tower import _tower
     from memory_pipeline.server.app import ServeError, make_uvicorn
 
+    try:
+        limits = Limits(max_body_bytes, rate_limit, rate_burst, call_timeout)
+    except ValueError as exc:
+        refuse(str(exc))
     t = _tower()
     t.run_jobs = "thread"
     host = host or t.cfg.mcp_host
@@ -26,18 +46,33 @@ def serve(
     # Printed once the port accepts connections, so a client started on the banner finds it.
     banner = f"MCP endpoint: http://{host}:{port} (and /mcp); Ctrl-C stops it"
     try:
-        server = make_uvicorn(t, host, port, on_ready=lambda: err.print(banner))
+        server = make_uvicorn(t, host, port, on_ready=lambda: err.print(banner), limits=limits)
     except ServeError as exc:
         refuse(str(exc))
     if tokens.active_count(t.store) == 0:
         err.print("[yellow]no access token exists: every request is refused (memory-pipeline tokens create)[/]")
+    _log_calls()
     server.run()
     t.close()
+
+
+def _log_calls() -> None:
+    """The call log (one line per tool call) on stderr."""
+    log = logging.getLogger("memory_pipeline.server")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
 
 
 def mcp(
     host: str = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
     port: int = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
+    max_body_bytes: int = typer.Option(_DEFAULT.max_body_bytes, "--max-body-bytes", help="As serve."),
+    rate_limit: float = typer.Option(_DEFAULT.rate, "--rate-limit", help="As serve."),
+    rate_burst: int = typer.Option(_DEFAULT.burst, "--rate-burst", help="As serve."),
+    call_timeout: float = typer.Option(_DEFAULT.call_timeout, "--call-timeout", help="As serve."),
 ):
     """Alias of `serve` (the MCP endpoint over streamable HTTP; bearer token required)."""
-    serve(host, port)
+    serve(host, port, max_body_bytes, rate_limit, rate_burst, call_timeout)

@@ -5,7 +5,8 @@ HTTP MCP endpoint, 127.0.0.1:8900 by default, answering at its root (the seed's 
 Every HTTP request carries ``Authorization: Bearer <token>``; the SDK's bearer auth checks it with
 the access domain's tokens and answers 401 (no token, an unknown or a revoked one) before any tool
 runs. The service only stores and returns: nothing server-initiated (notifications, subscriptions,
-sampling) carries memory content; the process runs no scheduler."""
+sampling) carries memory content; the process runs no scheduler. Its limits (request body, calls per
+token, time per call), its call log and ``/metrics`` are server.limits'."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from memory_pipeline.server import (
     tower_tools,
 )
 from memory_pipeline.server.auth import StoreTokenVerifier
+from memory_pipeline.server.limits import CallGuard, Limits
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
 
@@ -59,8 +61,8 @@ def check_exposure(store: Store, host: str) -> None:
         )
 
 
-def registry(tower: Tower) -> ToolRegistry:
-    reg = ToolRegistry()
+def registry(tower: Tower, guard: CallGuard | None = None) -> ToolRegistry:
+    reg = ToolRegistry(guard)
     tower_tools.register(reg, tower)
     memory_tools.register(reg, tower)
     temporal_tools.register(reg, tower)
@@ -78,13 +80,14 @@ def tool_access(tower: Tower) -> dict[str, Access]:
     return registry(tower).access
 
 
-def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any:
+def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900, guard: CallGuard | None = None) -> Any:
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.fastmcp import FastMCP
 
     logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)  # the known warning about "/"
     _quiet_disconnects()
     url = f"http://{host}:{port}"
+    guard = guard or CallGuard()
     return FastMCP(
         "chronomem",
         instructions="Agent memory: the time tower's memory types with raw and summary series (exact recall, "
@@ -98,7 +101,8 @@ def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900) -> Any
         host=host,
         port=port,
         streamable_http_path="/mcp",
-        tools=registry(tower).tools,
+        tools=registry(tower, guard).tools,
+        max_request_body_size=guard.limits.max_body_bytes,  # the SDK's limit: 413 before the body is parsed
         token_verifier=StoreTokenVerifier(tower.store),
         # No OAuth server exists: the SDK requires both URLs, and the server's own serves for both. Our
         # tokens are issued by this server for this server only, so there is no audience to compare.
@@ -128,18 +132,27 @@ def _quiet_disconnects() -> None:
         sdk.addFilter(_QuietDisconnects())
 
 
-def asgi_app(server: Any) -> Any:
+def asgi_app(server: Any, guard: CallGuard | None = None) -> Any:
     """The streamable-HTTP app, answering at ``/mcp`` and at the root (the seed's configured URL); the
-    root takes the same endpoint as ``/mcp``, wrapped in the SDK's RequireAuthMiddleware."""
+    root takes the same endpoint as ``/mcp``, wrapped in the SDK's RequireAuthMiddleware. With the
+    server's guard, ``/metrics`` too: Prometheus text, behind the same bearer auth as every route
+    (any token; the counts name tools and outcomes, never a token or a world)."""
+    from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
+    from prometheus_client import make_asgi_app
     from starlette.routing import Route
 
     app = server.streamable_http_app()
     handler = next(r.endpoint for r in app.router.routes if getattr(r, "path", None) == "/mcp")
     app.router.routes.append(Route("/", endpoint=handler))
+    if guard is not None:
+        metrics = RequireAuthMiddleware(make_asgi_app(guard.metrics.registry), required_scopes=[])
+        app.router.routes.append(Route("/metrics", endpoint=metrics, methods=["GET"]))
     return app
 
 
-def make_uvicorn(tower: Tower, host: str, port: int, on_ready: Callable[[], None] | None = None) -> Any:
+def make_uvicorn(
+    tower: Tower, host: str, port: int, on_ready: Callable[[], None] | None = None, limits: Limits | None = None
+) -> Any:
     """The server, to ``run()`` (blocking); ``on_ready`` is called once it accepts connections."""
     import uvicorn
 
@@ -150,5 +163,6 @@ def make_uvicorn(tower: Tower, host: str, port: int, on_ready: Callable[[], None
                 on_ready()
 
     check_exposure(tower.store, host)
-    app = asgi_app(build_server(tower, host, port))
+    guard = CallGuard(limits)
+    app = asgi_app(build_server(tower, host, port, guard), guard)
     return Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))

@@ -3,19 +3,26 @@ function, with an argument model that is strict (no "yes" for true, no "10" for 
 null: a string stays a string), refuses an unknown argument instead of dropping it, and names
 ``from_`` ``from``; each declares whether it reads or writes, and a read-only token is refused a
 writing tool before its function runs. A domain's input error, or an access refusal, reaches the
-client as its one line; anything else as one line naming its class, with the traceback logged."""
+client as its one line; anything else as one line naming its class, with the traceback logged.
+Each call passes the server's limits (server.limits: rate per token, a worker thread with a
+timeout) and is logged and counted there."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+import anyio
+
 from memory_pipeline.access.logic import AccessError
+from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.recall.search import SearchError
 from memory_pipeline.server.auth import caller
+from memory_pipeline.server.limits import CallGuard, CallTimeout, Outcome, RateLimited
 from memory_pipeline.tower.logic import TowerInputError
 
 log = logging.getLogger(__name__)
@@ -32,7 +39,8 @@ class Access(StrEnum):
 class ToolRegistry:
     """The tools of one server, in order; ``tool(name, description, access)`` registers a function."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: CallGuard | None = None) -> None:
+        self.guard = guard or CallGuard()
         self.tools: list[Any] = []
         self.access: dict[str, Access] = {}
 
@@ -40,7 +48,7 @@ class ToolRegistry:
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             if name in self.access:
                 raise ValueError(f"tool {name} registered twice")
-            self.tools.append(strict_tool(fn, name, description, access))
+            self.tools.append(strict_tool(fn, name, description, access, self.guard))
             self.access[name] = access
             return fn
 
@@ -51,12 +59,14 @@ class ToolRegistry:
 _ALIASES = {"from_": "from"}
 
 
-def strict_tool(fn: Callable[..., Any], name: str, description: str, access: Access) -> Any:
+def strict_tool(fn: Callable[..., Any], name: str, description: str, access: Access, guard: CallGuard) -> Any:
     from mcp.server.fastmcp.tools import Tool
     from pydantic import Field, create_model
 
     args_base, metadata = _strict_classes()
     base = Tool.from_function(fn, name=name, description=description)
+    if base.is_async:
+        raise TypeError(f"tool {name}: a plain function, please (tools run in a worker thread)")
     fields: dict[str, Any] = {
         field: (info.annotation, Field(... if info.is_required() else info.default, alias=_ALIASES.get(field)))
         for field, info in base.fn_metadata.arg_model.model_fields.items()
@@ -67,6 +77,8 @@ def strict_tool(fn: Callable[..., Any], name: str, description: str, access: Acc
         output_schema=base.fn_metadata.output_schema,
         output_model=base.fn_metadata.output_model,
         wrap_output=base.fn_metadata.wrap_output,
+        tool_name=name,
+        guard=guard,
     )
 
     @functools.wraps(fn)
@@ -94,6 +106,9 @@ def _strict_classes() -> tuple[Any, Any]:
             return {field: getattr(self, field) for field in type(self).model_fields}  # Python names
 
     class StrictMetadata(FuncMetadata):
+        tool_name: str
+        guard: CallGuard
+
         async def call_fn_with_arg_validation(
             self,
             fn: Callable[..., Any],
@@ -101,14 +116,33 @@ def _strict_classes() -> tuple[Any, Any]:
             arguments_to_validate: dict[str, Any],
             arguments_to_pass_directly: dict[str, Any] | None,
         ) -> Any:
+            start = time.perf_counter()
+            token, outcome = "-", Outcome.ERROR
+            try:
+                token = caller().name
+                self.guard.admit(token)  # before the arguments are read
+                call = functools.partial(self.call_in_thread, fn, arguments_to_validate, arguments_to_pass_directly)
+                result = await self.guard.run(call)
+                outcome = Outcome.OK
+                return result
+            except BaseException as exc:
+                outcome = _outcome(exc)
+                raise
+            finally:
+                world = _world(arguments_to_validate)
+                self.guard.record(token, self.tool_name, world, time.perf_counter() - start, outcome)
+
+        def call_in_thread(
+            self, fn: Callable[..., Any], arguments: dict[str, Any], direct: dict[str, Any] | None
+        ) -> Any:
             try:
                 # Not the SDK's pre_parse_json: it decodes a string argument as JSON when the field
                 # is not plain ``str``, so group "null" became None (every group) and limit "null"
                 # the default. A string the client sent stays a string, validated as it came.
-                parsed = self.arg_model.model_validate(arguments_to_validate)
+                parsed = self.arg_model.model_validate(arguments)
             except ValidationError as exc:
                 raise _argument_error(exc, self.arg_model) from None
-            kwargs = parsed.model_dump_one_level() | (arguments_to_pass_directly or {})
+            kwargs = parsed.model_dump_one_level() | (direct or {})
             try:
                 return fn(**kwargs)
             except INPUT_ERRORS:
@@ -118,6 +152,26 @@ def _strict_classes() -> tuple[Any, Any]:
                 raise RuntimeError(f"internal error ({type(exc).__name__}); the server logged it") from None
 
     return StrictArgs, StrictMetadata
+
+
+def _outcome(exc: BaseException) -> Outcome:
+    if isinstance(exc, RateLimited):
+        return Outcome.RATE_LIMITED
+    if isinstance(exc, CallTimeout):
+        return Outcome.TIMEOUT
+    if isinstance(exc, AccessError):
+        return Outcome.REFUSED
+    if isinstance(exc, INPUT_ERRORS):
+        return Outcome.INVALID
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return Outcome.CANCELLED
+    return Outcome.ERROR
+
+
+def _world(arguments: dict[str, Any]) -> str:
+    """The world a call names (``world``, or a tower tool's ``group``) for the log: an id or "-"."""
+    world = arguments.get("world", arguments.get("group"))
+    return world if isinstance(world, str) and validate_id(world) is None else "-"
 
 
 def _argument_error(exc: Any, model: Any) -> TowerInputError:

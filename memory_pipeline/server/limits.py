@@ -1,0 +1,161 @@
+"""The memory server's limits under abuse, and what each tool call leaves behind (issue 19).
+
+- Request body: the SDK's own limit (``FastMCP(max_request_body_size=...)``) answers HTTP 413 before
+  the body is parsed, for a declared Content-Length and for a chunked body alike.
+- Rate: a token bucket per token name (``burst`` calls at once, refilled at ``rate`` per second),
+  checked before the call's arguments are read. A refusal is a tool error naming the limit, not an
+  HTTP 429: the SDK's client ends the whole session on any HTTP error status, while a tool error
+  leaves it open for the agent to retry.
+- Time: each tool function runs in a worker thread, the server waiting at most ``call_timeout``
+  seconds; then the client gets one line and the thread is abandoned to finish on its own. Domain
+  writes are transactions, so such a call's write lands whole or not at all, never half.
+- Every call: one log line (logger ``memory_pipeline.server``: token name, tool, world, duration,
+  outcome; never an argument's content, never the token) and Prometheus counters by tool and
+  outcome, served at ``/metrics``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+
+log = logging.getLogger("memory_pipeline.server")
+
+T = TypeVar("T")
+
+# Tool functions at once in worker threads (a thread past its timeout no longer counts). Apart from
+# anyio's default pool, which the bearer-token checks use: slow calls never hold up authentication.
+CALL_THREADS = 32
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    INVALID = "invalid"  # a bad argument (the client's one line names it)
+    REFUSED = "refused"  # the token may not: another world, read-only, no token
+    RATE_LIMITED = "rate_limited"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"  # the client cancelled the request, or its session closed
+    ERROR = "error"  # the server's fault (logged with its traceback)
+
+
+class LimitError(Exception):
+    """A call refused by one of the server's limits (one line, safe to show the caller)."""
+
+
+class RateLimited(LimitError):
+    pass
+
+
+class CallTimeout(LimitError):
+    pass
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1 << 20
+    rate: float = 50.0  # tool calls per second per token; 0 turns the limit off
+    burst: int = 100
+    call_timeout: float = 10.0  # seconds
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max body bytes must be at least 1, got {self.max_body_bytes}")
+        if self.rate < 0 or self.burst < 1:
+            raise ValueError(f"rate limit must be >= 0 calls/s with a burst >= 1, got {self.rate:g}/{self.burst}")
+        if not 0 < self.call_timeout < float("inf"):
+            raise ValueError(f"call timeout must be a positive number of seconds, got {self.call_timeout:g}")
+
+
+class TokenBuckets:
+    """One bucket per token name: ``burst`` calls, refilled at ``rate`` a second. Used on the event
+    loop only (no lock); one entry per token name that called, and names are the operator's."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # name -> (calls left, when)
+
+    def take(self, name: str) -> float:
+        """0 when the call may go (and is counted), else the seconds until it may."""
+        now = self.clock()
+        left, then = self._buckets.get(name, (float(self.burst), now))
+        left = min(float(self.burst), left + (now - then) * self.rate)
+        if left >= 1:
+            self._buckets[name] = (left - 1, now)
+            return 0.0
+        self._buckets[name] = (left, now)
+        return (1 - left) / self.rate
+
+
+class CallMetrics:
+    """The server's own Prometheus registry (not the process-wide one: a test process runs many)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.calls = Counter(
+            "memory_server_calls", "Tool calls by tool and outcome.", ["tool", "outcome"], registry=self.registry
+        )
+        self.seconds = Histogram(
+            "memory_server_call_seconds",
+            "Tool call duration in seconds, as the client waited (refusals included).",
+            ["tool"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.running = Gauge(
+            "memory_server_calls_running",
+            "Tool functions running in worker threads now, a timed-out one until its thread returns.",
+            registry=self.registry,
+        )
+
+
+class CallGuard:
+    """The limits and the accounting of one server's tool calls."""
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+        self.buckets = TokenBuckets(self.limits.rate, self.limits.burst)
+        self.metrics = CallMetrics()
+        self.threads = anyio.CapacityLimiter(CALL_THREADS)
+
+    def admit(self, token: str) -> None:
+        if self.limits.rate <= 0:
+            return
+        wait = self.buckets.take(token)
+        if wait > 0:
+            raise RateLimited(
+                f"rate limit: token {token!r} is over {self.limits.rate:g} calls/s (burst {self.limits.burst}); "
+                f"retry in {wait:.2f} s"
+            )
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """``work()`` in a worker thread, waited for at most the call timeout."""
+
+        def counted() -> T:
+            self.metrics.running.inc()
+            try:
+                return work()
+            finally:
+                self.metrics.running.dec()
+
+        timeout = self.limits.call_timeout
+        with anyio.move_on_after(timeout) as scope:
+            # Abandoned on timeout (a thread cannot be stopped): it finishes its transaction alone.
+            return await anyio.to_thread.run_sync(counted, abandon_on_cancel=True, limiter=self.threads)
+        assert scope.cancelled_caught
+        raise CallTimeout(
+            f"call timed out after {timeout:g} s (the server's --call-timeout); "
+            "a write it began lands whole or not at all"
+        )
+
+    def record(self, token: str, tool: str, world: str, seconds: float, outcome: Outcome) -> None:
+        self.metrics.calls.labels(tool, outcome.value).inc()
+        self.metrics.seconds.labels(tool).observe(seconds)
+        log.info("call token=%s tool=%s world=%s ms=%d outcome=%s", token, tool, world, round(seconds * 1000), outcome)
