@@ -11,15 +11,22 @@ from memory_pipeline.cli.console import err, refuse
 def serve(
     host: str = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
     port: int = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
+    list_tools: bool = typer.Option(
+        False, "--list-tools", help="Print the server's tools as a Markdown table (the README's) and exit."
+    ),
 ):
     """Serve the agent memory tools over MCP (streamable HTTP) at http://HOST:PORT and /mcp: the 13 mem/*
     tower tools, memory/search, temporal/prompt_block and objects/find, read, evidence, status. Every request needs 'Authorization: Bearer <token>' (tokens create);
     off the loopback address the server refuses to start while no token exists."""
     from memory_pipeline.access import tokens
     from memory_pipeline.cli.tower import _tower
-    from memory_pipeline.server.app import ServeError, make_uvicorn
+    from memory_pipeline.server.app import ServeError, make_uvicorn, tool_table
 
     t = _tower()
+    if list_tools:
+        typer.echo(tool_table(t), nl=False)
+        t.close()
+        return
     t.run_jobs = "thread"
     host = host or t.cfg.mcp_host
     port = port or t.cfg.mcp_port

@@ -1,14 +1,17 @@
-"""The memory server's pages and world isolation under random calls (issue 19), against a real server (test_memory_server.served): every listing tool pages with `limit` and
+"""The memory server's pages, world isolation under random calls, and its generated tool list (issue
+19), against a real server (test_memory_server.served): every listing tool pages with `limit` and
 `cursor` and states `total` and `next_cursor`; walking the pages returns each item once; a bad,
 foreign or other world's cursor is refused naming `cursor`; random sequences of tool calls with
 random tokens never show a token lacking world wb any of wb's memory, and every refusal is one
-line."""
+line; the README's tool table is `memory-pipeline serve --list-tools`."""
 
 import asyncio
 import base64
 import json
+import re
 from contextlib import AsyncExitStack
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,10 +19,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
+from typer.testing import CliRunner
 
+from memory_pipeline.cli import app
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.objects.tables import objects_attachments, objects_objects
-from memory_pipeline.server.app import TOOL_NAMES
+from memory_pipeline.server.app import TOOL_NAMES, tool_table
 from memory_pipeline.tower import windows
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
@@ -36,6 +41,7 @@ from memory_pipeline_tests.integration.test_memory_server import (
 )
 
 served = test_memory_server.served  # its fixture: the seeded worlds wa and wb, a running server, the tokens
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture
@@ -380,3 +386,27 @@ def test_random_calls_with_random_tokens_never_show_a_token_lacking_wb_any_of_wb
     check()
     # the sequences reached the tools, and both answers and refusals
     assert seen["calls"] >= 50 and 0 < seen["refused"] < seen["calls"], seen
+
+
+# ---- the tool list ------------------------------------------------------------------------------------------
+
+
+def _readme_table() -> str:
+    text = README.read_text(encoding="utf-8")
+    found = re.search(r"<!-- tools: memory-pipeline serve --list-tools -->\n(.*?)<!-- /tools -->", text, re.S)
+    assert found, "README.md has no tool table between its markers"
+    return found.group(1)
+
+
+def test_the_readme_tool_table_is_the_servers_own_list(store, pg_url, monkeypatch, tmp_path):
+    tower = Tower(store, TowerConfig(), CST)
+    table = tool_table(tower)
+    tower.close()
+    assert [line.split("`")[1] for line in table.splitlines()[2:]] == list(TOOL_NAMES)
+    assert _readme_table() == table, (
+        "README.md is stale: paste `memory-pipeline serve --list-tools` between its markers"
+    )
+    monkeypatch.setenv("MEMORY_DATABASE_URL", pg_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    printed = CliRunner().invoke(app, ["serve", "--list-tools"])
+    assert printed.exit_code == 0 and printed.output == table, printed.output
