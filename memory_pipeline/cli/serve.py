@@ -45,6 +45,9 @@ def serve(
 def mcp(
     host: str = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
     port: int = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
+    list_tools: bool = typer.Option(
+        False, "--list-tools", help="Print the server's tools as a Markdown table (the README's) and exit."
+    ),
 ):
     """Alias of `serve` (the MCP endpoint over streamable HTTP; bearer token required)."""
-    serve(host, port)
+    serve(host, port, list_tools)

@@ -408,5 +408,6 @@ def test_the_readme_tool_table_is_the_servers_own_list(store, pg_url, monkeypatc
     )
     monkeypatch.setenv("MEMORY_DATABASE_URL", pg_url)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
-    printed = CliRunner().invoke(app, ["serve", "--list-tools"])
-    assert printed.exit_code == 0 and printed.output == table, printed.output
+    for cmd in ("serve", "mcp"):  # mcp: the alias
+        printed = CliRunner().invoke(app, [cmd, "--list-tools"])
+        assert printed.exit_code == 0 and printed.output == table, (cmd, printed.output)
