@@ -26,20 +26,27 @@ def serve(
     call_timeout: float = typer.Option(
         _DEFAULT.call_timeout, "--call-timeout", help="Seconds the server waits for one tool call."
     ),
+    list_tools: bool = typer.Option(
+        False, "--list-tools", help="Print the server's tools as a Markdown table (the README's) and exit."
+    ),
 ):
-    """Serve the agent memory tools over MCP (streamable HTTP) at http://HOST:PORT and /mcp: the 13 mem/*
-    tower tools, memory/search, temporal/prompt_block and objects/find, read, evidence, status. Every request needs 'Authorization: Bearer <token>' (tokens create);
+    """Serve the agent memory tools of every domain over MCP (streamable HTTP) at http://HOST:PORT and
+    /mcp (--list-tools prints them). Every request needs 'Authorization: Bearer <token>' (tokens create);
     off the loopback address the server refuses to start while no token exists. Each call is logged
     on stderr (token name, tool, world, duration, outcome) and counted at /metrics (Prometheus text)."""
     from memory_pipeline.access import tokens
     from memory_pipeline.cli.tower import _tower
-    from memory_pipeline.server.app import ServeError, make_uvicorn
+    from memory_pipeline.server.app import ServeError, make_uvicorn, tool_table
 
     try:
         limits = Limits(max_body_bytes, rate_limit, rate_burst, call_timeout)
     except ValueError as exc:
         refuse(str(exc))
     t = _tower()
+    if list_tools:
+        typer.echo(tool_table(t), nl=False)
+        t.close()
+        return
     t.run_jobs = "thread"
     host = host or t.cfg.mcp_host
     port = port or t.cfg.mcp_port
@@ -73,6 +80,9 @@ def mcp(
     rate_limit: float = typer.Option(_DEFAULT.rate, "--rate-limit", help="As serve."),
     rate_burst: int = typer.Option(_DEFAULT.burst, "--rate-burst", help="As serve."),
     call_timeout: float = typer.Option(_DEFAULT.call_timeout, "--call-timeout", help="As serve."),
+    list_tools: bool = typer.Option(
+        False, "--list-tools", help="Print the server's tools as a Markdown table (the README's) and exit."
+    ),
 ):
     """Alias of `serve` (the MCP endpoint over streamable HTTP; bearer token required)."""
-    serve(host, port, max_body_bytes, rate_limit, rate_burst, call_timeout)
+    serve(host, port, max_body_bytes, rate_limit, rate_burst, call_timeout, list_tools)

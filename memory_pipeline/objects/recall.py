@@ -52,7 +52,12 @@ def _doc(r: Any) -> dict[str, Any]:
 
 def find(store: Store, world: str, query: str, limit: int = PAGE) -> list[dict[str, Any]]:
     """Objects whose name, alias, cue or words match the query, best first, then the members of
-    any matched project (its direct relations)."""
+    any matched project (its direct relations): the first ``limit`` of :func:`find_all`."""
+    return find_all(store, world, query)[:limit]
+
+
+def find_all(store: Store, world: str, query: str) -> list[dict[str, Any]]:
+    """Every object :func:`find` pages through (the world's objects are scored whole anyway)."""
     if not isinstance(query, str) or not query.strip():
         raise RecallError("query: must be a non-empty string")
     q = query.strip().lower()
@@ -74,17 +79,21 @@ def find(store: Store, world: str, query: str, limit: int = PAGE) -> list[dict[s
                 scored.append((score, r))
         # A live object ranks above every archived one (an archived duplicate never outranks its survivor).
         scored.sort(key=lambda x: (x[1]["status"] == logic.ObjectStatus.ARCHIVED, -x[0], x[1]["object_id"]))
-        hits = [_doc(r) | {"score": s} for s, r in scored[:limit]]
+        hits = [_doc(r) | {"score": s} for s, r in scored]
         projects = [h["id"] for h in hits if h["type"] == "project"]
-        if projects and len(hits) < limit:
+        if projects:
             rc = objects_relations.c
-            members = conn.execute(
-                select(rc.src, rc.dst).where(rc.world_id == world, rc.label == "member_of", rc.dst.in_(projects))
-            ).all()
+            rank = {p: i for i, p in enumerate(projects)}
+            members = sorted(  # the best project's members first, so that pages are stable
+                conn.execute(
+                    select(rc.src, rc.dst).where(rc.world_id == world, rc.label == "member_of", rc.dst.in_(projects))
+                ).all(),
+                key=lambda m: (rank[m.dst], m.src),
+            )
             have = {h["id"] for h in hits}
             by_id = {r["object_id"]: r for r in rows}
             for src, dst in members:
-                if src not in have and src in by_id and len(hits) < limit:
+                if src not in have and src in by_id:
                     hits.append(_doc(by_id[src]) | {"score": 0, "via": f"member_of {dst}"})
                     have.add(src)
     return hits
@@ -147,6 +156,18 @@ def evidence(store: Store, world: str, object_id: str, offset: int = 0, limit: i
         for r in rows[:limit]
     ]
     return {"object_id": object_id, "items": items, "next_offset": offset + limit if len(rows) > limit else None}
+
+
+def evidence_count(store: Store, world: str, object_id: str) -> int:
+    """How many items :func:`evidence` pages through."""
+    a, m = objects_attachments.c, messages.c
+    q = (
+        select(func.count())
+        .select_from(objects_attachments.join(messages, m.message_id == a.event_id))
+        .where(a.world_id == world, a.object_id == object_id)
+    )
+    with store.connect() as conn:
+        return int(conn.execute(q).scalar_one())
 
 
 def list_objects(store: Store, world: str, otype: str, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:

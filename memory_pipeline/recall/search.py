@@ -173,21 +173,29 @@ def memory_search(
     """The ``k`` best documents of ``world`` for ``query``, best first (never another world's).
     ``activity_type``: the tower type fed from the conversations (``memory.tower.activity_type``);
     ``tz`` defaults to the configured zone."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= K_MAX:
+        raise SearchError(f"k: must be an integer from 1 to {K_MAX}, got {k!r}")
+    return search_page(store, world, query, k, 0, activity_type=activity_type, tz=tz)[0]
+
+
+def search_page(
+    store: Store, world: str, query: str, limit: int, offset: int, *, activity_type: str, tz: ZoneInfo | None = None
+) -> tuple[list[Hit], int]:
+    """The hits ``offset`` to ``offset + limit`` of :func:`memory_search`'s ranking, and how many
+    documents match in all (the memory server's pages)."""
     if tz is None:
         tz = ZoneInfo(settings.timezone_name())
     if not isinstance(query, str) or not query.strip():
         raise SearchError("query: must be a non-empty string")
     if len(query) > QUERY_MAX_CHARS:
         raise SearchError(f"query: too long: {len(query)} characters (limit {QUERY_MAX_CHARS})")
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= K_MAX:
-        raise SearchError(f"k: must be an integer from 1 to {K_MAX}, got {k!r}")
     with store.connect() as conn:
         if conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world)).first() is None:
             raise SearchError(f"world {world!r}: no such world")
     refresh(store, world, tz, activity_type)
     terms = query_terms(query)
     if not terms:
-        return []
+        return [], 0
     rd = recall_documents.c
     cols = (rd.kind, rd.ref, rd.text, rd.start_at, rd.end_at, rd.event_ids)
     if store.dialect == "sqlite":
@@ -208,11 +216,12 @@ def memory_search(
         score = func.ts_rank(tsv, tsq)
         q = select(*cols, score.label("score")).where(rd.world_id == world, tsv.op("@@")(tsq))
     with store.connect() as conn:
-        rows = conn.execute(q.order_by(literal_column("score").desc(), rd.doc_id).limit(k)).all()
+        rows = conn.execute(q.order_by(literal_column("score").desc(), rd.doc_id).offset(offset).limit(limit)).all()
+        total = conn.execute(select(func.count()).select_from(q.subquery())).scalar_one() if rows or offset else 0
         lineage = [tuple(r.event_ids) for r in rows]
         events = _events(conn, world, {e for ids in lineage if len(ids) > 1 for e in ids})
     wanted = {t for t in terms if zipf(t) < COMMON_ZIPF}
-    return [
+    hits = [
         Hit(
             MemoryKind(r.kind),
             r.ref,
@@ -224,6 +233,7 @@ def memory_search(
         )
         for r, ids in zip(rows, lineage, strict=True)
     ]
+    return hits, int(total)
 
 
 _IN_BATCH = 500

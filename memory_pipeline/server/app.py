@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +63,7 @@ def check_exposure(store: Store, host: str) -> None:
 
 
 def registry(tower: Tower, guard: CallGuard | None = None) -> ToolRegistry:
+    logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)  # the known warning about "/"
     reg = ToolRegistry(guard)
     tower_tools.register(reg, tower)
     memory_tools.register(reg, tower)
@@ -80,11 +82,28 @@ def tool_access(tower: Tower) -> dict[str, Access]:
     return registry(tower).access
 
 
+_FIRST_SENTENCE = re.compile(r"(?<=[a-z0-9)`'])\.(?=\s+[A-Z`])")
+
+
+def tool_table(tower: Tower) -> str:
+    """The server's tools as a Markdown table (``memory-pipeline serve --list-tools``; the README's
+    table is this output): name, read or write, arguments (``?``: optional), the description's
+    first sentence."""
+    reg = registry(tower)
+    rows = ["| tool | access | arguments | what it does |", "|---|---|---|---|"]
+    for t in reg.tools:
+        required = set(t.parameters.get("required", []))
+        args = ", ".join(f"`{a}`" if a in required else f"`{a}?`" for a in t.parameters.get("properties", {}))
+        first = _FIRST_SENTENCE.split(t.description, maxsplit=1)[0].rstrip(".") + "."
+        cell = " ".join(first.split()).replace("|", "\\|")
+        rows.append(f"| `{t.name}` | {reg.access[t.name]} | {args} | {cell} |")
+    return "\n".join(rows) + "\n"
+
+
 def build_server(tower: Tower, host: str = "127.0.0.1", port: int = 8900, guard: CallGuard | None = None) -> Any:
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.fastmcp import FastMCP
 
-    logging.getLogger("mcp.shared.tool_name_validation").setLevel(logging.ERROR)  # the known warning about "/"
     _quiet_disconnects()
     url = f"http://{host}:{port}"
     guard = guard or CallGuard()

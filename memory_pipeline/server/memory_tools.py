@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_pipeline.recall.search import K_MAX, memory_search
+from memory_pipeline.recall.search import K_MAX, search_page
+from memory_pipeline.server import paging
 from memory_pipeline.server.auth import caller
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
@@ -17,12 +18,16 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     @reg.tool(
         name="memory/search",
         description="Search one world's memory (day summaries, facts, the self's narratives, objects, "
-        "conversation summaries, activity summaries) for `query`: the `k` best hits (default 10, at most "
-        f"{K_MAX}), best first, each with its kind, text, time span and the raw event ids it comes from. "
-        "`world`: one of the token's worlds. Never calls an LLM.",
+        "conversation summaries, activity summaries) for `query`: the hits best first, each with its kind, "
+        "text, time span and the raw event ids it comes from. `world`: one of the token's worlds. `limit` "
+        f"(1-{K_MAX}, default 10) and `cursor` (the previous page's `next_cursor`) page the answer: `total` "
+        "documents match, `next_cursor` is null on the last page. Never calls an LLM.",
         access=Access.READ,
     )
-    def search(world: str, query: str, k: int = 10) -> dict[str, Any]:
+    def search(world: str, query: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
         caller().require_world(world)
-        hits = memory_search(tower.store, world, query, k, activity_type=tower.cfg.activity_type, tz=tower.tz)
-        return {"world": world, "hits": [h.as_json() for h in hits]}
+        p = paging.page("memory/search", {"world": world, "query": query}, limit, cursor, default=10, maximum=K_MAX)
+        hits, total = search_page(
+            tower.store, world, query, p.limit, p.offset, activity_type=tower.cfg.activity_type, tz=tower.tz
+        )
+        return {"world": world, "hits": [h.as_json() for h in hits], **p.answer(total, len(hits))}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from memory_pipeline.objects import logic, recall, reports
+from memory_pipeline.server import paging
 from memory_pipeline.server.auth import caller
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
@@ -26,12 +27,14 @@ TOOL_NAMES = (
 LIMIT_MAX = 100
 QUERY_MAX_CHARS = 500
 WORLD_DOC = " `world`: one of the token's worlds."
-PAGE_DOC = f" `limit`: 1-{LIMIT_MAX} (default {recall.PAGE})."
+PAGE_DOC = (
+    f" `limit` (1-{LIMIT_MAX}, default {recall.PAGE}) and `cursor` (the previous page's `next_cursor`) page the "
+    "answer: `total` items match, `next_cursor` is null on the last page."
+)
 
 
-def _limit(limit: int) -> None:
-    if not 1 <= limit <= LIMIT_MAX:
-        raise TowerInputError("limit", f"must be 1-{LIMIT_MAX}, got {limit}")
+def _page(tool: str, query: dict[str, Any], limit: int | None, cursor: str | None) -> paging.Page:
+    return paging.page(tool, query, limit, cursor, default=recall.PAGE, maximum=LIMIT_MAX)
 
 
 def _object_id(value: str) -> None:
@@ -52,14 +55,15 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         "and score. No embeddings; never calls a model." + WORLD_DOC + PAGE_DOC,
         access=Access.READ,
     )
-    def find(world: str, query: str, limit: int = recall.PAGE) -> dict[str, Any]:
+    def find(world: str, query: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
         caller().require_world(world)
         if not query.strip():
             raise TowerInputError("query", "must not be empty")
         if len(query) > QUERY_MAX_CHARS or "\x00" in query:
             raise TowerInputError("query", f"at most {QUERY_MAX_CHARS} characters, no NUL")
-        _limit(limit)
-        return {"world": world, "items": recall.find(store, world, query, limit)}
+        p = _page("objects/find", {"world": world, "query": query}, limit, cursor)
+        items, page = p.slice(recall.find_all(store, world, query))
+        return {"world": world, "items": items, **page}
 
     @reg.tool(
         name="objects/read",
@@ -79,17 +83,16 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     @reg.tool(
         name="objects/evidence",
         description="The evidence of one object of `world` by `id`: its attachments expanded to the raw event "
-        "text, oldest first, from `offset` (default 0; `next_offset` continues, null at the end). Never calls "
-        "a model." + WORLD_DOC + PAGE_DOC,
+        "text, oldest first. Never calls a model." + WORLD_DOC + PAGE_DOC,
         access=Access.READ,
     )
-    def evidence(world: str, id: str, offset: int = 0, limit: int = recall.PAGE) -> dict[str, Any]:
+    def evidence(world: str, id: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
         caller().require_world(world)
         _object_id(id)
-        if problem := logic.int_problem(offset):
-            raise TowerInputError("offset", problem)
-        _limit(limit)
-        return recall.evidence(store, world, id, offset, limit)
+        p = _page("objects/evidence", {"world": world, "id": id}, limit, cursor)
+        answer = recall.evidence(store, world, id, p.offset, p.limit)
+        items = answer["items"]
+        return {"object_id": id, "items": items, **p.answer(recall.evidence_count(store, world, id), len(items))}
 
     @reg.tool(
         name="objects/status",

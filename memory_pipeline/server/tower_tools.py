@@ -20,12 +20,13 @@ from typing import Any
 
 from memory_pipeline.access.logic import AccessError, Grant
 from memory_pipeline.lib.timeutil import utcnow
+from memory_pipeline.server import paging
 from memory_pipeline.server.auth import caller
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower import entries as entries_io
 from memory_pipeline.tower import types as types_io
 from memory_pipeline.tower.api import Tower
-from memory_pipeline.tower.logic import validate_entry
+from memory_pipeline.tower.logic import encode_cursor, validate_entry
 
 TOOL_NAMES = (
     "mem/create_type",
@@ -47,7 +48,10 @@ WINDOW_DOC = (
     " The window is `granularity` (a level of the type's chain) + `anchor` (a date YYYY-MM-DD or an ISO "
     "datetime with offset inside it), or `from` + `to` (ISO datetimes: an irregular window such as a task phase)."
 )
-PAGE_DOC = " limit (default 100, max 1000) and cursor page the answer, which states its totals."
+PAGE_DOC = (
+    " `limit` (default 100, max 1000) and `cursor` (the previous page's `next_cursor`) page the answer: `total` "
+    "items match, `next_cursor` is null on the last page."
+)
 GROUP_DOC = " `group`: a group value (in the activity type, a world id); a token of some worlds must name one of them."
 
 
@@ -82,6 +86,22 @@ def _entry_groups(tower: Tower, type_name: Any, entries: list[Any]) -> set[str]:
     }
 
 
+def _tower_page(tower: Tower, tool: str, query: dict[str, Any], limit: int | None, cursor: str | None) -> paging.Page:
+    cfg = tower.cfg
+    return paging.page(tool, query, limit, cursor, default=cfg.recall_default_limit, maximum=cfg.recall_max_limit)
+
+
+def _paged(p: paging.Page, answer: dict[str, Any], total: int) -> dict[str, Any]:
+    """The tower's page with the server's cursor: the tower pages by offset, the server's cursor
+    also binds the tool and the query."""
+    return {**answer, **p.answer(total, answer["returned"])}
+
+
+def _at(p: paging.Page) -> str | None:
+    """The tower's own cursor for the page's offset."""
+    return encode_cursor(p.offset) if p.offset else None
+
+
 def register(reg: ToolRegistry, tower: Tower) -> None:
     tool = reg.tool
 
@@ -114,11 +134,15 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
 
     @tool(
         name="mem/list_types",
-        description="List memory types (archived ones with include_archived).",
+        description="List memory types (archived ones with include_archived)." + PAGE_DOC,
         access=Access.READ,
     )
-    def list_types(include_archived: bool = False) -> dict[str, Any]:
-        return {"types": tower.list_types(include_archived)}
+    def list_types(
+        include_archived: bool = False, limit: int | None = None, cursor: str | None = None
+    ) -> dict[str, Any]:
+        p = _tower_page(tower, "mem/list_types", {"include_archived": include_archived}, limit, cursor)
+        types, page = p.slice(tower.list_types(include_archived))
+        return {"types": types, **page}
 
     @tool(
         name="mem/get_type",
@@ -169,8 +193,9 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     @tool(
         name="mem/windows",
         description="Structural recall, one level at a time: the windows of a "
-        "level, or (with anchor) a window's children, with entry counts and staleness. limit (default "
-        "100, max 1000) and cursor page it. Never calls an LLM." + GROUP_DOC,
+        "level, or (with anchor) a window's children, with entry counts and staleness. Never calls an LLM."
+        + PAGE_DOC
+        + GROUP_DOC,
         access=Access.READ,
     )
     def windows(
@@ -182,13 +207,16 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         cursor: str | None = None,
     ) -> dict[str, Any]:
         scoped_group(caller(), group)
-        return tower.windows(type, granularity, anchor, group, limit, cursor)
+        query = {"type": type, "granularity": granularity, "anchor": anchor, "group": group}
+        p = _tower_page(tower, "mem/windows", query, limit, cursor)
+        answer = tower.windows(type, granularity, anchor, group, p.limit, _at(p))
+        return _paged(p, answer, answer["total_windows"])
 
     @tool(
         name="mem/recall",
         description="Exact recall: resolve a window to its raw entries by walking the "
-        "references; returns the raw volume (navigation, not compression), paginated by limit and "
-        "cursor, with total entries and characters. Never calls an LLM." + WINDOW_DOC + GROUP_DOC,
+        "references; returns the raw volume (navigation, not compression), with total entries and "
+        "characters. Never calls an LLM." + PAGE_DOC + WINDOW_DOC + GROUP_DOC,
         access=Access.READ,
     )
     def recall(
@@ -202,7 +230,10 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         cursor: str | None = None,
     ) -> dict[str, Any]:
         scoped_group(caller(), group)
-        return tower.recall(type, granularity, anchor, from_, to, group, limit, cursor)
+        query = {"type": type, "granularity": granularity, "anchor": anchor, "from": from_, "to": to, "group": group}
+        p = _tower_page(tower, "mem/recall", query, limit, cursor)
+        answer = tower.recall(type, granularity, anchor, from_, to, group, p.limit, _at(p))
+        return _paged(p, answer, answer["total_entries"])
 
     @tool(
         name="mem/get_summary",
@@ -228,7 +259,12 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         scoped_group(grant, group)
         if summarize_on_miss:  # starts jobs that write summaries
             grant.require_write("mem/get_summary with summarize_on_miss")
-        return tower.get_summary(type, granularity, anchor, from_, to, group, summarize_on_miss, limit, cursor)
+        query = {"type": type, "granularity": granularity, "anchor": anchor, "from": from_, "to": to, "group": group}
+        p = _tower_page(tower, "mem/get_summary", query, limit, cursor)
+        answer = tower.get_summary(type, granularity, anchor, from_, to, group, summarize_on_miss, p.limit, _at(p))
+        # One window: its groups, each found or missing; wider than the cap: summaries and gaps.
+        total = answer["total_summaries"] + answer.get("total_missing_groups", 0) + answer.get("total_gaps", 0)
+        return _paged(p, answer, total)
 
     @tool(
         name="mem/summarize",
@@ -279,10 +315,17 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
 
     @tool(
         name="mem/list_jobs",
-        description="Recent summarize jobs, newest first (filter by type, state); only the jobs of the token's worlds.",
+        description="Recent summarize jobs, newest first (filter by type, state); only the jobs of the token's "
+        "worlds." + PAGE_DOC,
         access=Access.READ,
     )
-    def list_jobs(type: str | None = None, state: str | None = None, limit: int | None = None) -> dict[str, Any]:
+    def list_jobs(
+        type: str | None = None, state: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> dict[str, Any]:
         grant = caller()
         groups = None if grant.all_worlds else grant.worlds
-        return {"jobs": tower.list_jobs(type, state, limit, groups=groups)}
+        # The token's worlds are part of the query: another token's cursor does not continue it.
+        query = {"type": type, "state": state, "groups": sorted(groups) if groups is not None else None}
+        p = _tower_page(tower, "mem/list_jobs", query, limit, cursor)
+        jobs = tower.list_jobs(type, state, p.limit, groups=groups, offset=p.offset)
+        return {"jobs": jobs, **p.answer(tower.count_jobs(type, state, groups=groups), len(jobs))}

@@ -268,14 +268,31 @@ class Tower:
         return jobs_io.view(row, self.tz)
 
     def list_jobs(
-        self, type_name: Any = None, state: Any = None, limit: Any = None, groups: Collection[str] | None = None
+        self,
+        type_name: Any = None,
+        state: Any = None,
+        limit: Any = None,
+        groups: Collection[str] | None = None,
+        offset: int = 0,
     ) -> list[dict[str, Any]]:
-        """Newest first; ``groups`` keeps the jobs of those groups only (the MCP server's world scope)."""
+        """Newest first from ``offset``; ``groups`` keeps the jobs of those groups only (the MCP
+        server's world scope)."""
+        name, state = self._job_filter(type_name, state)
+        rows = jobs_io.list_jobs(
+            self.store, type_name=name, state=state, limit=self._limit(limit), groups=groups, offset=offset
+        )
+        return [jobs_io.view(r, self.tz) for r in rows]
+
+    def count_jobs(self, type_name: Any = None, state: Any = None, groups: Collection[str] | None = None) -> int:
+        """How many jobs ``list_jobs`` pages through."""
+        name, state = self._job_filter(type_name, state)
+        return jobs_io.count_jobs(self.store, type_name=name, state=state, groups=groups)
+
+    def _job_filter(self, type_name: Any, state: Any) -> tuple[str | None, str | None]:
         name = check_name(type_name, "type") if type_name is not None else None
         if state is not None and state not in {str(s) for s in JobState}:
             raise TowerInputError("state", f"one of {', '.join(JobState)}")
-        rows = jobs_io.list_jobs(self.store, type_name=name, state=state, limit=self._limit(limit), groups=groups)
-        return [jobs_io.view(r, self.tz) for r in rows]
+        return name, state
 
     def wait_jobs(self) -> None:
         """Wait for the background jobs started so far (tests, the CLI's --wait)."""

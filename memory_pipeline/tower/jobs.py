@@ -9,7 +9,7 @@ from collections.abc import Collection
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.timeutil import utcnow
@@ -86,17 +86,35 @@ def view(row: Any, tz: ZoneInfo) -> dict[str, Any]:
     }
 
 
-def list_jobs(
-    store: Store, *, type_name: str | None, state: str | None, limit: int, groups: Collection[str] | None = None
-) -> list[Any]:
-    """``groups``: only the jobs of these groups (None: every group)."""
+def _jobs_where(q: Any, type_name: str | None, state: str | None, groups: Collection[str] | None) -> Any:
     j = tower_jobs.c
-    q = select(tower_jobs).order_by(j.created_at.desc(), j.job_id).limit(limit)
     if groups is not None:
         q = q.where(j.group_value.in_(sorted(groups)))
     if type_name is not None:
         q = q.where(j.type_name == type_name)
     if state is not None:
         q = q.where(j.state == state)
+    return q
+
+
+def list_jobs(
+    store: Store,
+    *,
+    type_name: str | None,
+    state: str | None,
+    limit: int,
+    groups: Collection[str] | None = None,
+    offset: int = 0,
+) -> list[Any]:
+    """``groups``: only the jobs of these groups (None: every group)."""
+    j = tower_jobs.c
+    q = select(tower_jobs).order_by(j.created_at.desc(), j.job_id).offset(offset).limit(limit)
     with store.connect() as conn:
-        return list(conn.execute(q).mappings())
+        return list(conn.execute(_jobs_where(q, type_name, state, groups)).mappings())
+
+
+def count_jobs(store: Store, *, type_name: str | None, state: str | None, groups: Collection[str] | None = None) -> int:
+    """How many jobs :func:`list_jobs` pages through."""
+    q = _jobs_where(select(func.count()).select_from(tower_jobs), type_name, state, groups)
+    with store.connect() as conn:
+        return int(conn.execute(q).scalar_one())

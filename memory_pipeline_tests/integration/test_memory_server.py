@@ -367,7 +367,7 @@ def test_a_token_of_world_a_reads_its_own_world(served):
             served["url"],
             served["bearer"]["a"],
             [
-                ("memory/search", {"world": "wa", "query": "zebra", "k": 5}),
+                ("memory/search", {"world": "wa", "query": "zebra", "limit": 5}),
                 ("mem/recall", {"type": ACTIVITY, "granularity": "day", "anchor": DAY, "group": "wa"}),
                 ("mem/job_status", {"job_id": served["job_a"]}),
                 ("mem/recall", {"type": ACTIVITY, "granularity": "day", "anchor": DAY}),
@@ -395,7 +395,7 @@ def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
                 ("temporal/prompt_block", {"world": "wa", "viewer": "wa.s1", "at": AT}),
                 ("objects/find", {"world": "wa", "query": "zebra", "limit": 5}),
                 ("objects/read", {"world": "wa", "id": "person:zebra"}),
-                ("objects/evidence", {"world": "wa", "id": "person:zebra", "offset": 0, "limit": 1}),
+                ("objects/evidence", {"world": "wa", "id": "person:zebra", "limit": 1}),
                 ("objects/status", {"world": "wa"}),
             ],
         )
@@ -410,7 +410,7 @@ def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
     assert [h["id"] for h in found["items"]] == ["person:zebra"] and SECRET_A in found["items"][0]["summary"]
     assert dossier["id"] == "person:zebra" and [x["event_id"] for x in dossier["sources"]] == ["wa1"]
     assert [x["event_id"] for x in evidence["items"]] == ["wa1"] and SECRET_A in evidence["items"][0]["text"]
-    assert evidence["next_offset"] is None
+    assert evidence["total"] == 1 and evidence["next_cursor"] is None
     assert status["world"] == "wa" and [w["world_id"] for w in status["worlds"]] == ["wa"]
     assert SECRET_A in status["worlds"][0]["worker_error"]
 
@@ -435,7 +435,8 @@ INVALID = [
     ("objects/read", "a", {"world": "wa", "id": "zebra"}, "field 'id': must be '<type>:<key>'"),
     ("objects/read", "a", {"world": "wa", "id": "person:nobody"}, "field 'id': no object person:nobody"),
     ("objects/read", "a", {"world": "wa", "id": "person:zebra", "object_id": "x"}, "field 'object_id': unknown"),
-    ("objects/evidence", "a", {"world": "wa", "id": "person:zebra", "offset": -1}, "field 'offset': must be at least"),
+    ("objects/evidence", "a", {"world": "wa", "id": "person:zebra", "offset": 1}, "field 'offset': unknown argument"),
+    ("objects/evidence", "a", {"world": "wa", "id": "person:zebra", "cursor": "bm9wZQ"}, "field 'cursor': not a"),
     ("objects/evidence", "a", {"world": "wa", "id": "person:zebra", "limit": 101}, "field 'limit': must be 1-100"),
     ("objects/evidence", "a", {"world": "wa", "id": "place:"}, "field 'id'"),
     ("objects/status", "a", {}, "field 'world': is required"),
