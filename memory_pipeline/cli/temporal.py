@@ -229,6 +229,7 @@ def read(
     cfg = temporal_config.load()
     view = temporal_view(store, cache, cfg, world, conversation, when, tz)
     timeline = viewer_timeline(store, view, tz)
+    _no_shared_cache_hint(cache.backend, view, world)
     if as_json:
         console.print_json(
             json.dumps(
@@ -269,6 +270,18 @@ def _world_known(store, world_id: str) -> bool:
 
     with store.connect() as conn:
         return conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world_id)).first() is not None
+
+
+def _no_shared_cache_hint(backend: str, view, world: str) -> None:
+    """Rolls live in the cache (Redis); without REDIS_URL each process has its own, empty at start,
+    so what the demo or a Dagster run built is not here. Said on stderr, where it happens."""
+    missing = not view.system_block or any(v is None for v in view.rolls.values())
+    if backend == "memory" and missing:
+        err.print(
+            f"[yellow]no REDIS_URL: {world}'s rolls are cached in Redis, and this process's in-process "
+            "cache starts empty (what the demo or a Dagster run built lived in its own process); run both "
+            "with REDIS_URL set to read them here[/]"
+        )
 
 
 def print_view(view, timeline, backend: str) -> None:

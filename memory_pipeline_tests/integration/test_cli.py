@@ -156,3 +156,18 @@ def test_a_range_starting_before_the_first_partition_starts_there_with_a_note():
     assert notes == ["--from 2019-01-01 starts at 2022-01-01: nothing is partitioned before MEMORY_PARTITION_START"]
     with pytest.raises(operations.RangeError, match="--as-of 'x' is not an ISO 8601 datetime"):
         operations.materialize("day", "2022-01-01", "2022-01-01", as_of="x")
+
+
+def test_read_without_redis_says_why_no_roll_is_there(monkeypatch, pg_url, tmp_path):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", pg_url)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    events = conversation("w1", "a", cst(2026, 7, 17, 9), ["tomatoes planted", "tomatoes watered"])
+    assert runner.invoke(app, ["ingest", str(_jsonl(tmp_path / "e.jsonl", events))]).exit_code == 0
+    result = runner.invoke(app, ["read", "--world", "w1", "--at", "2026-07-18T07:00:00+08:00"])
+    assert result.exit_code == 0, result.output
+    assert "(no roll cached: the block is skipped)" in result.stdout
+    assert "no REDIS_URL: w1's rolls are cached in Redis" in result.stderr.replace("\n", "")
+    # with JSON the answer on stdout stays JSON; the hint is on stderr
+    as_json = runner.invoke(app, ["read", "--world", "w1", "--at", "2026-07-18T07:00:00+08:00", "--json"])
+    assert json.loads(as_json.stdout)["system_block"] == "" and "no REDIS_URL" in as_json.stderr
