@@ -5,7 +5,10 @@ range as real Dagster runs, export it to DuckDB and build the dbt marts, and pri
 from __future__ import annotations
 
 import shutil
+import sqlite3
+from contextlib import closing
 from datetime import date, timedelta
+from pathlib import Path
 
 from rich.console import Console
 
@@ -13,10 +16,37 @@ from memory_pipeline.events import sample_data
 from memory_pipeline.lib import settings
 
 
+def ingested_elsewhere(db: Path, sample_dir: Path) -> list[str]:
+    """The files a demo store holds events of that the demo did not write (``ingest_batches`` outside
+    ``sample_dir``): someone's own data, which starting fresh would delete."""
+    if not db.exists():
+        return []
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            rows = conn.execute("SELECT DISTINCT source FROM ingest_batches WHERE inserted > 0").fetchall()
+    except sqlite3.Error:
+        return []  # no ingest recorded (or not a store): nothing of anyone's to lose
+    own = sample_dir.resolve()
+    return sorted(src for (src,) in rows if not Path(src).resolve().is_relative_to(own))
+
+
 def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
 
     data = settings.data_dir()
     if fresh and not settings.env(settings.ENV_DATABASE_URL):
+        if theirs := ingested_elsewhere(data / "memory.sqlite", data / "sample"):
+            err.print(
+                f"[red]{data / 'memory.sqlite'} holds events ingested from {', '.join(theirs[:3])}"
+                f"{' and more' if len(theirs) > 3 else ''}; the demo starts from an empty store and would "
+                "delete them.[/] Keep them and run on them: memory-pipeline demo --keep; or give the demo "
+                "its own place: MEMORY_DATA_DIR=/some/dir make demo"
+            )
+            return 2
+        err.print(
+            f"starting fresh under {data}: the previous demo's store, Dagster instance, object projection"
+            f"{'' if settings.env(settings.ENV_DUCKDB_PATH) else ' and analytics files'} are removed "
+            "(memory-pipeline demo --keep keeps them)"
+        )
         for name in ("memory.sqlite", "memory.sqlite-wal", "memory.sqlite-shm"):
             (data / name).unlink(missing_ok=True)
         shutil.rmtree(data / "dagster_home", ignore_errors=True)

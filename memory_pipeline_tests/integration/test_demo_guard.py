@@ -1,0 +1,42 @@
+"""`make demo` starts from an empty store: it never deletes events someone ingested themselves."""
+
+import json
+
+from rich.console import Console
+
+from memory_pipeline.cli.demo import ingested_elsewhere, run_demo
+from memory_pipeline.events.ingest import ingest_file
+from memory_pipeline.lib.store import Store
+from memory_pipeline_tests.conftest import conversation, cst
+
+
+def _ingest(store: Store, path, world: str) -> None:
+    events = conversation(world, f"{world}-c", cst(2026, 1, 5, 9), ["my own notes", "kept here"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert ingest_file(store, path).inserted == 2
+
+
+def test_the_demo_refuses_to_wipe_a_store_holding_someone_elses_events(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(data))
+    monkeypatch.delenv("MEMORY_DATABASE_URL", raising=False)
+    data.mkdir()
+    db = data / "memory.sqlite"
+    store = Store(f"sqlite:///{db}")
+    from memory_pipeline import domains
+    from memory_pipeline.lib.store.migrate import ensure_schema
+
+    ensure_schema(store, domains.version_locations())
+    _ingest(store, data / "sample" / "events.jsonl", "demo1")  # the demo's own sample: fine to wipe
+    assert ingested_elsewhere(db, data / "sample") == []
+    mine = tmp_path / "mine.jsonl"
+    _ingest(store, mine, "me")
+    store.engine.dispose()
+    assert ingested_elsewhere(db, data / "sample") == [str(mine)]
+    err = Console(record=True, width=300)
+    assert run_demo(fresh=True, console=Console(record=True), err=err) == 2
+    said = err.export_text()
+    assert f"holds events ingested from {mine}" in said and "memory-pipeline demo --keep" in said
+    assert db.exists()  # nothing deleted
+    assert ingested_elsewhere(tmp_path / "absent.sqlite", data / "sample") == []
