@@ -102,6 +102,8 @@ def enqueue(
     with octx.store.begin() as conn:
         old = _by_token(conn, token)
         if old is not None:
+            if old["world_id"] != world:  # tokens are unique across worlds: never another world's receipt
+                raise logic.SubmissionError("token", "already used by another world's request; use a new token")
             return _job_receipt(old, replayed=True, released_blocked=0)
         return _create_job(conn, octx, world, jmode, scope, retry_blocked, token, origin, local_day)
 

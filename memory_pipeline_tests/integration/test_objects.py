@@ -890,3 +890,12 @@ def test_enabling_on_an_existing_store_is_idempotent_and_reports_counts_and_inte
     assert first["integrity"] == "ok" and first["after"]["raw_events"] == first["before"]["raw_events"] == 3
     again = timeline.enable(octx)
     assert again["entered"] == 0 and again["before"] == again["after"] == first["after"]
+
+
+def test_a_request_token_never_replays_another_worlds_receipt(store, ingest):
+    octx, _ = ready(store, ingest, ["the garden"])
+    first = worker.enqueue(octx, W, "organize", scope="w1's secret plans", token="req-shared-1")
+    assert worker.enqueue(octx, W, "organize", token="req-shared-1")["job_id"] == first["job_id"]
+    with pytest.raises(SubmissionError, match="token: already used by another world's request") as refused:
+        worker.enqueue(octx, "w2", "organize", token="req-shared-1")
+    assert "secret" not in str(refused.value) and W not in str(refused.value)
