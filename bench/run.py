@@ -835,6 +835,16 @@ class Bench:
             make_engine(store.url).dispose()
             wire.close()
 
+    def server(self):
+        """The memory server's recall tools over MCP and in process, on the embedded default (its own
+        SQLite store and data set: bench/server_recall.py)."""
+        import server_recall
+
+        out = server_recall.measure(server_recall.SCALES[self.scale.name], say=lambda m: print(f"  {m}", flush=True))
+        self.results |= out
+        for row in server_recall.rows(out):
+            self.note(*row)
+
     def rss(self):
         """Peak RSS of a process ingesting a file of ``rss_messages`` messages."""
         s = self.scale
@@ -917,7 +927,7 @@ class Bench:
         )
 
 
-STAGES = ("ingest", "worlds", "backfill", "per_partition", "launched", "reads", "rss", "incremental")
+STAGES = ("ingest", "worlds", "backfill", "per_partition", "launched", "reads", "server", "rss", "incremental")
 
 
 def table(rows) -> str:
@@ -935,7 +945,8 @@ def main() -> None:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma-separated stages left out (ingest, worlds, backfill, per_partition, launched, reads, rss, incremental)",
+        help="comma-separated stages left out (ingest, worlds, backfill, per_partition, launched, reads, server, rss, "
+        "incremental)",
     )
     parser.add_argument(
         "--only", default="", help="comma-separated stages run alone, e.g. --only reads or --only ingest,worlds,rss"
@@ -989,6 +1000,9 @@ def main() -> None:
             if "reads" not in skip:
                 with bench.stage("reads"):
                     bench.reads(REDIS)
+            if "server" not in skip:
+                with bench.stage("server"):
+                    bench.server()
             if "rss" not in skip:
                 with bench.stage("rss"):
                     bench.rss()

@@ -36,6 +36,7 @@ def serve(
     on stderr (token name, tool, world, duration, outcome) and counted at /metrics (Prometheus text)."""
     from memory_pipeline.access import tokens
     from memory_pipeline.cli.tower import _tower
+    from memory_pipeline.lib.settings import ConfigError
     from memory_pipeline.server.app import ServeError, make_uvicorn, tool_table
 
     try:
@@ -44,8 +45,12 @@ def serve(
         refuse(str(exc))
     t = _tower()
     if list_tools:
-        typer.echo(tool_table(t), nl=False)
-        t.close()
+        try:
+            typer.echo(tool_table(t), nl=False)
+        except ConfigError as exc:
+            refuse(str(exc))
+        finally:
+            t.close()
         return
     t.run_jobs = "thread"
     host = host or t.cfg.mcp_host
@@ -54,7 +59,7 @@ def serve(
     banner = f"MCP endpoint: http://{host}:{port} (and /mcp); Ctrl-C stops it"
     try:
         server = make_uvicorn(t, host, port, on_ready=lambda: err.print(banner), limits=limits)
-    except ServeError as exc:
+    except (ServeError, ConfigError) as exc:  # a domain's config section, read as its tools register
         refuse(str(exc))
     if tokens.active_count(t.store) == 0:
         err.print("[yellow]no access token exists: every request is refused (memory-pipeline tokens create)[/]")

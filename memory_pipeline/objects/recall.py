@@ -9,10 +9,12 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
+from collections import OrderedDict
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Connection, and_, func, or_, select
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import messages
@@ -50,6 +52,53 @@ def _doc(r: Any) -> dict[str, Any]:
     return doc
 
 
+class _Prepared(NamedTuple):
+    """One object as find scores it: the row, its names and cues lowercased, the words of its
+    summary, body and names."""
+
+    row: dict[str, Any]
+    names: list[str]
+    cues: list[str]
+    words: frozenset[str]
+
+
+# (store url, world) -> (the world's objects' signature, its objects prepared): each find read and
+# tokenized every object of the world, which at 1,000 objects was most of a call.
+_PREPARED: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], list[_Prepared]]] = OrderedDict()
+_PREPARED_WORLDS = 64
+_PREPARED_LOCK = threading.Lock()
+
+
+def _world_objects(conn: Connection, url: str, world: str) -> list[_Prepared]:
+    """The world's objects prepared for scoring, re-read only when they changed: every write of an
+    object advances its version and updated_at, and adds or removes a row (one aggregate first)."""
+    o = objects_objects.c
+    signature = tuple(
+        conn.execute(
+            select(func.count(), func.max(o.updated_at), func.sum(o.version), func.max(o.revision)).where(
+                o.world_id == world
+            )
+        ).one()
+    )
+    key = (url, world)
+    with _PREPARED_LOCK:
+        held = _PREPARED.get(key)
+        if held is not None and held[0] == signature:
+            _PREPARED.move_to_end(key)
+            return held[1]
+    prepared = []
+    for r in conn.execute(select(objects_objects).where(o.world_id == world)).mappings():
+        names = [r["name"].lower(), *(a.lower() for a in r["aliases"] or [])]
+        words = frozenset(_terms(r["summary"]) | _terms(r["body"]) | _terms(" ".join(names)))
+        prepared.append(_Prepared(dict(r), names, [c.lower() for c in r["cues"] or []], words))
+    with _PREPARED_LOCK:
+        _PREPARED[key] = (signature, prepared)
+        _PREPARED.move_to_end(key)
+        while len(_PREPARED) > _PREPARED_WORLDS:
+            _PREPARED.popitem(last=False)
+    return prepared
+
+
 def find(store: Store, world: str, query: str, limit: int = PAGE) -> list[dict[str, Any]]:
     """Objects whose name, alias, cue or words match the query, best first, then the members of
     any matched project (its direct relations): the first ``limit`` of :func:`find_all`."""
@@ -62,19 +111,17 @@ def find_all(store: Store, world: str, query: str) -> list[dict[str, Any]]:
         raise RecallError("query: must be a non-empty string")
     q = query.strip().lower()
     terms = _terms(q)
-    o = objects_objects.c
     with store.connect() as conn:
-        rows = conn.execute(select(objects_objects).where(o.world_id == world)).mappings().all()
+        prepared = _world_objects(conn, store.url, world)
+        rows = [p.row for p in prepared]
         scored = []
-        for r in rows:
-            names = [r["name"].lower(), *(a.lower() for a in r["aliases"] or [])]
-            cues = [c.lower() for c in r["cues"] or []]
+        for r, names, cues, words in prepared:
             score = 0
             if q in names or r["object_id"].lower() == q:
                 score += 100
             score += 20 * sum(1 for n in names if n and (n in q or q in n))
             score += 10 * sum(1 for c in cues if c and (c in q or q in c))
-            score += len(terms & (_terms(r["summary"]) | _terms(r["body"]) | _terms(" ".join(names))))
+            score += len(terms & words)
             if score:
                 scored.append((score, r))
         # A live object ranks above every archived one (an archived duplicate never outranks its survivor).

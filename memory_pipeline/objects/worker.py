@@ -193,7 +193,7 @@ def _record_request(conn: Any, octx: ObjectsContext, world: str, arguments: dict
             }
         ],
         keys=["conversation_id"],
-        update=[],
+        update=["updated_at"],  # a new message in it: what recall's index watches (recall.search)
     )
     event_id = f"memory-request#{uuid.uuid4().hex}"
     said = ", then ".join(f"{m}" for m in arguments["modes"])

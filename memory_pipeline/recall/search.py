@@ -18,6 +18,7 @@ as common as "the" or "have" nothing either); ties keep the busiest day first, t
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -73,32 +74,39 @@ class Hit:
 
 
 def _sources_fp(conn: Connection, world: str, activity_type: str) -> str:
-    """Counts and newest change of everything the world's documents are made of."""
-    parts: list[Any] = [activity_type]
-    for world_col, changed in (
-        (temporal_summaries.c.world_id, temporal_summaries.c.updated_at),
-        (semantic_memories.c.world_id, semantic_memories.c.updated_at),
-        (autobiographical_memories.c.world_id, autobiographical_memories.c.updated_at),
-        (objects_objects.c.world_id, objects_objects.c.updated_at),
-        (objects_attachments.c.world_id, objects_attachments.c.created_at),
-        (conversation_summaries.c.world_id, conversation_summaries.c.created_at),
+    """Counts and newest change of everything the world's documents are made of, in one statement
+    (the check runs before every search). Raw events are seen through their conversations: a new one
+    is counted, and an ingest that adds messages to a stored one moves its ``updated_at``; counting the
+    world's messages themselves read every one of them on each search."""
+    parts = conn.execute(_sources_statement(), {"world": world, "activity_type": activity_type}).one()
+    return short_hash([activity_type, *(str(p) for p in parts)], 32)
+
+
+@functools.cache
+def _sources_statement() -> Any:
+    """_sources_fp's statement, built once (building it took longer than running it)."""
+    world: Any = bindparam("world")
+    aggregates: list[Any] = []
+    for tbl, world_col, changed in (
+        (temporal_summaries, temporal_summaries.c.world_id, temporal_summaries.c.updated_at),
+        (semantic_memories, semantic_memories.c.world_id, semantic_memories.c.updated_at),
+        (autobiographical_memories, autobiographical_memories.c.world_id, autobiographical_memories.c.updated_at),
+        (objects_objects, objects_objects.c.world_id, objects_objects.c.updated_at),
+        (objects_attachments, objects_attachments.c.world_id, objects_attachments.c.created_at),
+        (conversation_summaries, conversation_summaries.c.world_id, conversation_summaries.c.created_at),
+        (conversations, conversations.c.world_id, conversations.c.updated_at),
     ):
-        parts += list(conn.execute(select(func.count(), func.max(changed)).where(world_col == world)).one())
+        aggregates += [
+            select(func.count()).select_from(tbl).where(world_col == world).scalar_subquery(),
+            select(func.max(changed)).where(world_col == world).scalar_subquery(),
+        ]
     ts = tower_summaries.c
-    parts += list(
-        conn.execute(
-            select(func.count(), func.max(ts.record_id)).where(ts.type_name == activity_type, ts.group_value == world)
-        ).one()
-    )
-    m, c = messages.c, conversations.c
-    parts += list(
-        conn.execute(
-            select(func.count(), func.max(m.ingested_at))
-            .select_from(messages.join(conversations, c.conversation_id == m.conversation_id))
-            .where(c.world_id == world)
-        ).one()
-    )
-    return short_hash([str(p) for p in parts], 32)
+    tower = (ts.type_name == bindparam("activity_type"), ts.group_value == world)
+    aggregates += [
+        select(func.count()).select_from(tower_summaries).where(*tower).scalar_subquery(),
+        select(func.max(ts.record_id)).where(*tower).scalar_subquery(),
+    ]
+    return select(*aggregates)
 
 
 def _doc_fp(d: Document) -> str:

@@ -1,22 +1,28 @@
 """``temporal/prompt_block`` on the memory server: seed 000's ``<temporal_summary>`` prompt block of
 one world, as ``memory-pipeline read`` builds it (temporal.read.temporal_view over the roll cache at
-settings.redis_url()), the world being one of the caller's token's. Never calls an LLM: a peer roll
-not cached yet is concatenated and its background warm-up requested, as on every read."""
+settings.redis_url()), the world being one of the caller's token's. Never calls an LLM, and, being a
+read tool, writes nothing to the store: a peer roll not cached yet is concatenated as on every read,
+but no warm-up request is filed (the */30 tick warms every closed bucket's roll for each viewer of
+the day and for none), and a truncated segment files no inbox warning (``memory-pipeline read``
+does both)."""
 
 from __future__ import annotations
 
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.ids import validate_id
+from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import worlds
 from memory_pipeline.lib.timeutil import parse_instant, utcnow
 from memory_pipeline.server.auth import caller
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.temporal import config as temporal_config
+from memory_pipeline.temporal.config import TemporalSummaryConfig
 from memory_pipeline.temporal.read import temporal_view
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.logic import TowerInputError
@@ -36,28 +42,42 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         "months and years rolls (empty when none is cached), `truncated`, the `rolls` it came from, and "
         "`peer_messages`: one runtime-only assistant message per closed bucket of that day with chunks of the "
         "world's conversations other than `viewer` (a conversation id; none given: every conversation). "
-        "Never calls an LLM: a peer roll not cached yet is concatenated and a background warm-up requested.",
+        "Never calls an LLM and writes nothing: a peer roll not cached yet is concatenated (its message says "
+        "cache: miss; `peer_roll_misses` counts them) and left to the background tick to warm.",
         access=Access.READ,
     )
     def prompt_block(world: str, viewer: str | None = None, at: str | None = None) -> dict[str, Any]:
         caller().require_world(world)
-        if viewer is not None and (problem := validate_id(viewer)):
-            raise TowerInputError("viewer", problem)
-        try:
-            when = parse_instant(at) if at is not None else utcnow()
-        except ValueError as exc:
-            raise TowerInputError("at", str(exc)) from None
-        with store.connect() as conn:
-            if conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world)).first() is None:
-                raise TowerInputError("world", f"{world!r}: nothing has been ingested for it")
-        view = temporal_view(store, cache, cfg, world, viewer, when, tower.tz)
-        return {
-            "world": world,
-            "viewer": viewer,
-            "at": view.at.isoformat(),
-            "system_block": view.system_block,
-            "truncated": view.system_truncated,
-            "rolls": view.rolls,
-            "peer_messages": view.peer_messages,
-            "warmups_requested": view.warmups_requested,
-        }
+        return prompt_block_answer(store, cache, world, viewer, at, tower.tz, cfg)
+
+
+def prompt_block_answer(
+    store: Store,
+    cache: KVCache,
+    world: str,
+    viewer: str | None,
+    at: str | None,
+    tz: ZoneInfo,
+    cfg: TemporalSummaryConfig | None = None,
+) -> dict[str, Any]:
+    """The tool's answer once the caller may read ``world`` (bad input: TowerInputError)."""
+    if viewer is not None and (problem := validate_id(viewer)):
+        raise TowerInputError("viewer", problem)
+    try:
+        when = parse_instant(at) if at is not None else utcnow()
+    except ValueError as exc:
+        raise TowerInputError("at", str(exc)) from None
+    with store.connect() as conn:
+        if conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world)).first() is None:
+            raise TowerInputError("world", f"{world!r}: nothing has been ingested for it")
+    view = temporal_view(store, cache, cfg or temporal_config.load(), world, viewer, when, tz, record=False)
+    return {
+        "world": world,
+        "viewer": viewer,
+        "at": view.at.isoformat(),
+        "system_block": view.system_block,
+        "truncated": view.system_truncated,
+        "rolls": view.rolls,
+        "peer_messages": view.peer_messages,
+        "peer_roll_misses": view.warmups_requested,  # record=False: misses, none filed
+    }

@@ -44,9 +44,12 @@ def system_block(
     at: datetime,
     tz: ZoneInfo,
     cached: dict[str, dict | None] | None = None,
+    *,
+    record: bool = True,
 ) -> tuple[logic.SystemBlock, dict[str, str | None]]:
     """The system segment from the cached rolls (``cached``: values already fetched by key, as
-    ``temporal_view`` does; otherwise fetched here in one round trip)."""
+    ``temporal_view`` does; otherwise fetched here in one round trip). A truncated segment is
+    reported in the inbox unless ``record`` is False."""
     today = local_date(require_aware(at, "at"), tz)
     keys = system_roll_keys(cfg, world_id, today)
     if cached is None:
@@ -56,7 +59,7 @@ def system_block(
         value = cached.get(key)
         rolls[kind] = value.get("summary") if value else None
     block = logic.assemble_system_block(rolls, cfg.system_prompt_max_chars)
-    if block.truncated:
+    if block.truncated and record:
         ref = logic.truncation_source_ref(today)
         body = (
             f"The <temporal_summary> system segment for {world_id} exceeded system_prompt_max_chars="
@@ -135,11 +138,14 @@ def peer_messages(
     *,
     buckets: list[_PeerBucket] | None = None,
     cached: dict[str, dict | None] | None = None,
+    record: bool = True,
 ) -> tuple[list[dict], int]:
     """One runtime-only assistant message per closed bucket of today that has peer chunks (all of
     the bucket's chunks, seq 0, 1, ...), placed at the bucket's end. Chunks are append-only, so an
     older bucket's insertion stays byte-identical unless a late arrival appends a chunk to that very
-    bucket: then its sources_fp, and so its roll, changes once. The rolls come in one round trip."""
+    bucket: then its sources_fp, and so its roll, changes once. The rolls come in one round trip.
+    Each miss files a warm-up request in the store unless ``record`` is False; the count returned is
+    the misses."""
     today = local_date(require_aware(at, "at"), tz)
     if buckets is None:
         buckets = _peer_buckets(store, cfg, world_id, viewer_conversation_id, at, tz)
@@ -174,7 +180,7 @@ def peer_messages(
                 "cache": "hit" if hit else "miss",
             }
         )
-    if requests:
+    if requests and record:
         with store.begin() as conn:
             # A roll served before but gone again (TTL, Redis restart) is requested anew.
             upsert(
@@ -195,16 +201,21 @@ def temporal_view(
     viewer_conversation_id: str | None,
     at: datetime,
     tz: ZoneInfo,
+    *,
+    record: bool = True,
 ) -> TemporalView:
     """The system segment and the peer insertions of one view: one query for today's chunks,
-    then every roll it needs (system and peer) in one cache round trip."""
+    then every roll it needs (system and peer) in one cache round trip. ``record=False`` writes
+    nothing to the store (a read-only caller, the memory server): no warm-up request for a peer-roll
+    miss (the */30 tick warms every closed bucket for each viewer of the day and for none) and no
+    inbox warning for a truncated segment; ``warmups_requested`` then counts the misses."""
     today = local_date(require_aware(at, "at"), tz)
     buckets = _peer_buckets(store, cfg, world_id, viewer_conversation_id, at, tz)
     sys_keys = system_roll_keys(cfg, world_id, today)
     cached = cache.get_many_json([*sys_keys.values(), *(b.key for b in buckets)])
-    block, rolls = system_block(store, cache, cfg, world_id, at, tz, cached=cached)
+    block, rolls = system_block(store, cache, cfg, world_id, at, tz, cached=cached, record=record)
     peers, warmups = peer_messages(
-        store, cache, cfg, world_id, viewer_conversation_id, at, tz, buckets=buckets, cached=cached
+        store, cache, cfg, world_id, viewer_conversation_id, at, tz, buckets=buckets, cached=cached, record=record
     )
     return TemporalView(world_id, viewer_conversation_id, at, block.text, block.truncated, rolls, peers, warmups)
 

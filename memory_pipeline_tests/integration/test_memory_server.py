@@ -25,7 +25,7 @@ from memory_pipeline.conversation import logic as conversation_logic
 from memory_pipeline.conversation.tables import conversation_summaries, conversation_summary_requests
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient
-from memory_pipeline.lib.store.tables import request_ids
+from memory_pipeline.lib.store.tables import metadata, request_ids
 from memory_pipeline.objects.tables import (
     objects_attachments,
     objects_core,
@@ -39,7 +39,8 @@ from memory_pipeline.server.tools import Access
 from memory_pipeline.sleep.tables import pinned_facts, self_blocks, semantic_memories
 from memory_pipeline.temporal import config as temporal_config
 from memory_pipeline.temporal.logic import sys_roll_key
-from memory_pipeline.temporal.tables import temporal_summaries
+from memory_pipeline.temporal.read import temporal_view
+from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_summaries
 from memory_pipeline.tower import windows
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
@@ -415,6 +416,53 @@ def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
     assert SECRET_A in status["worlds"][0]["worker_error"]
 
 
+def _row_counts(store) -> dict[str, int]:
+    with store.connect() as conn:
+        return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one() for t in metadata.sorted_tables}
+
+
+def test_the_prompt_block_writes_nothing_to_the_store_where_the_read_command_files_a_warmup_and_a_warning(
+    served, redis_url
+):
+    """A peer roll not cached and a system segment over its cap: `memory-pipeline read`'s view files a
+    warm-up request and an inbox warning; the read tool answers the same block and writes no row."""
+    store, day = served["store"], date(2026, 1, 6)
+    at = datetime(2026, 1, 6, 12, 0, tzinfo=CST)
+    with store.begin() as conn:
+        conn.execute(
+            temporal_day_chunks.insert().values(
+                conversation_id="wa.s1",
+                world_id="wa",
+                cst_date=day,
+                bucket=datetime(2026, 1, 6, 10, 0, tzinfo=CST),
+                at=datetime(2026, 1, 6, 10, 30, tzinfo=CST),
+                summary=f"{SECRET_A} chunk",
+                watermark_message_id="wa1",
+                watermark_at=datetime(2026, 1, 6, 10, 5, tzinfo=CST),
+                source_ids=["wa1"],
+                model="offline",
+            )
+        )
+    cfg = temporal_config.load()
+    cache = KVCache(redis_url)
+    cache.set_json(sys_roll_key(cfg.redis_key_prefix, "wa", "past_days", day), {"summary": "x" * 3000}, 3600)
+    before = _row_counts(store)
+    _, [(err, text)] = asyncio.run(
+        _calls(
+            served["url"], served["bearer"]["a_ro"], [("temporal/prompt_block", {"world": "wa", "at": at.isoformat()})]
+        )
+    )
+    assert not err, text
+    block = json.loads(text)
+    assert block["truncated"] and block["peer_roll_misses"] == 1, block
+    assert [m["cache"] for m in block["peer_messages"]] == ["miss"] and SECRET_A in block["peer_messages"][0]["content"]
+    assert _row_counts(store) == before
+    view = temporal_view(store, cache, cfg, "wa", None, at, CST)  # what the read command does
+    assert view.system_block == block["system_block"] and view.peer_messages == block["peer_messages"]
+    after = _row_counts(store)
+    assert (after["warmup_requests"], after["inbox"]) == (before["warmup_requests"] + 1, before["inbox"] + 2)
+
+
 REMEMBER_A = {"world": "wa", "session_id": "wa.s1", "content": "wa remembers", "request_id": "r1"}
 CHECK_A = {"world": "wa", "conversation_id": "wa.s1", "request_id": "r1"}
 CORRECT_A = {"world": "wa", "conversation_id": "wa.s1", "arc": "用户其实在聊长颈鹿。", "request_id": "r1"}
@@ -590,3 +638,18 @@ def test_serve_and_its_alias_mcp_take_the_same_options():
     for cmd in ("serve", "mcp"):
         out = runner.invoke(app, [cmd, "--help"]).output
         assert "--host" in out and "--port" in out and "bearer" in " ".join(out.split()).lower(), cmd
+
+
+def test_serve_with_a_bad_temporal_config_says_which_setting_in_one_line_and_exits_non_zero(
+    store, monkeypatch, pg_url, tmp_path
+):
+    config = tmp_path / "memory.yaml"
+    config.write_text("memory:\n  temporal_summary:\n    system_prompt_max_chars: -5\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    monkeypatch.setenv("MEMORY_DATABASE_URL", pg_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    for cmd in ("serve", "mcp"):
+        refused = CliRunner().invoke(app, [cmd, "--port", str(_free_port())])
+        said = " ".join(refused.output.split())
+        assert refused.exit_code == 2 and isinstance(refused.exception, SystemExit), (cmd, refused.output)
+        assert said == f"{config}: memory.temporal_summary.system_prompt_max_chars: must be a positive integer, got -5"
