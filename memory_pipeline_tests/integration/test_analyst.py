@@ -44,12 +44,17 @@ from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import conversations, inbox, llm_ledger, messages, worlds
 from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
 from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_summaries
+from memory_pipeline.tower.config import TowerConfig
+from memory_pipeline.tower.entries import append as append_entries
+from memory_pipeline.tower.tables import tower_windows
+from memory_pipeline.tower.types import WORKLOG, ensure_builtins
 from memory_pipeline_tests.conftest import REDIS_URL, conversation, cst, event, forget_schemas, fresh_schema
 
 CST = ZoneInfo("Asia/Shanghai")
 D1, D2, D3, D4 = date(2025, 12, 30), date(2025, 12, 31), date(2026, 1, 1), date(2026, 1, 2)
 DAYS = (D1.isoformat(), D4.isoformat())
 PRICED = "openai/priced-model"
+ACTIVITY = TowerConfig().activity_type
 
 
 @dataclass
@@ -162,6 +167,22 @@ def _recall_runs(store: Store) -> None:
     record(store, report("evalpaid", "openai/gpt-x", (6, 8), (5, 8), True))
 
 
+def _worklog(store: Store) -> None:
+    """Seed 004 worklog entries of two projects (its group field): the tower mart counts them per
+    project, beside agent/activity per world."""
+    items = [
+        ("garden", cst(2025, 12, 31, 10)),
+        ("garden", cst(2026, 1, 1, 10)),
+        ("deploy", cst(2026, 1, 2, 9)),
+    ]
+    entries = [
+        (f"item {i}", {"content": f"worked on {project}", "at": at.isoformat(), "id": f"wl-{i}", "group": project})
+        for i, (project, at) in enumerate(items)
+    ]
+    ensure_builtins(store, ACTIVITY)  # what the tower resource does on its first use
+    append_entries(store, WORKLOG, entries, CST)
+
+
 def _run(sample: Sample, target: str, lo: str, hi: str, **kw) -> None:
     report = operations.materialize(target, lo, hi, instance=sample.instance, defs=sample.defs, **kw)
     assert report.success, f"{target}: {report.runs[0].error if report.runs else report.notes}"
@@ -193,6 +214,8 @@ def sample(tmp_path_factory) -> Sample:
         s = Sample(store, defs, instance, analyst.files(), tmp)
         _ingest(store, tmp, _events())
         _run(s, "chunks", *DAYS, as_of="2026-01-02T23:00:00+08:00")
+        _worklog(store)
+        _run(s, "tower_windows", *DAYS)
         _run(s, "day", D1.isoformat(), D3.isoformat())
         _run(s, "day", D4.isoformat(), D4.isoformat(), worlds=["w1", "w2"])  # w3's D4 row is missing
         _run(s, "month", "2025-12", "2025-12")
@@ -260,6 +283,63 @@ def test_dbt_build_ran_every_model_and_its_tests_pass_as_asset_checks(sample):
     assert {"analyst_mart_temporal_coverage", "analyst_mart_llm_cost_daily", "analyst_stg_messages"} <= materialized
     daily = sample.instance.get_materialized_partitions(AssetKey("analyst_mart_llm_cost_daily"))
     assert daily == {(D1 + timedelta(days=i)).isoformat() for i in range(4)}
+
+
+def test_every_mart_has_a_tested_key_and_every_column_a_description(sample):
+    """Every table dbt built in schema marts has a key column with both a unique and a not_null test,
+    and every column it holds is declared with a description (read against the built table, so a
+    column added to the SQL and not to _marts.yml fails here)."""
+    nodes = json.loads(analytics_dbt.manifest_path.read_text())["nodes"].values()
+    marts = {n["unique_id"]: n for n in nodes if n["resource_type"] == "model" and n["fqn"][1] == "marts"}
+    tested: defaultdict[str, defaultdict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for n in nodes:
+        if n["resource_type"] == "test" and n.get("attached_node") in marts and n.get("column_name"):
+            tested[marts[n["attached_node"]]["name"]][n["column_name"]].add(n["test_metadata"]["name"])
+    built: defaultdict[str, list[str]] = defaultdict(list)
+    for table, column in sample.query(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'marts'"
+    ):
+        built[table].append(column)
+    assert {n["name"] for n in marts.values()} == set(built)
+    for mart in marts.values():
+        name = mart["name"]
+        keys = [c for c, t in tested[name].items() if {"unique", "not_null"} <= t]
+        assert len(keys) == 1, f"{name}: key columns with unique and not_null tests: {keys}"
+        described = {c: d["description"].strip() for c, d in mart["columns"].items()}
+        assert sorted(described) == sorted(built[name]), name
+        assert [c for c, d in described.items() if not d] == [], name
+
+
+def test_mart_tower_summary_coverage_counts_each_group_apart(sample):
+    """agent/activity by world, worklog by project: one row per type, level and group, with the
+    store's windows and entries."""
+    with sample.store.connect() as conn:
+        want = {
+            (r.type_name, r.granularity, r.group_value): (r.windows, r.entries)
+            for r in conn.execute(
+                select(
+                    tower_windows.c.type_name,
+                    tower_windows.c.granularity,
+                    tower_windows.c.group_value,
+                    func.count().label("windows"),
+                    func.sum(tower_windows.c.entry_count).label("entries"),
+                ).group_by(tower_windows.c.type_name, tower_windows.c.granularity, tower_windows.c.group_value)
+            )
+        }
+    got = {
+        (r[0], r[1], r[2]): (r[3], r[4])
+        for r in sample.query(
+            "SELECT type_name, granularity, group_value, windows, entries, tower_coverage_key"
+            " FROM marts.mart_tower_summary_coverage"
+        )
+    }
+    assert got == want
+    assert {(g, e) for (t, level, g), (_, e) in got.items() if t == WORKLOG and level == "day"} == {
+        ("garden", 2),
+        ("deploy", 1),
+    }
+    activity = {g for (t, level, g) in got if t == ACTIVITY and level == "day"}
+    assert activity == {"w1", "w2", "w3"}
 
 
 def test_the_picture_is_attached_and_written(sample):

@@ -1,5 +1,7 @@
--- Seed 004: per memory type and level, how many non-empty windows carry a current summary, by which
--- path (chain or raw) and strategy, with the tokens sent and the entries clipped for the budget.
+-- Seed 004: per memory type, level and group (the value of the type's group field: the world of
+-- agent/activity, the project of worklog, '' for a type without one), how many non-empty windows
+-- carry a current summary, by which path (chain or raw) and strategy, with the tokens sent and the
+-- entries clipped for the budget.
 with w as (
     select type_name, granularity, window_start, window_end, group_value, entry_count
     from {{ ref('stg_tower_windows') }}
@@ -10,8 +12,10 @@ s as (
 )
 
 select
+    w.type_name || '|' || w.granularity || '|' || w.group_value as tower_coverage_key,
     w.type_name,
     w.granularity,
+    w.group_value,
     count(*) as windows,
     sum(w.entry_count) as entries,
     count(s.record_id) as summarized_windows,
