@@ -25,6 +25,7 @@ from memory_pipeline import domains  # noqa: E402
 from memory_pipeline.events.ingest import event_line, ingest_file  # noqa: E402
 from memory_pipeline.lib.cache import _PROCESS_CACHE, KVCache  # noqa: E402
 from memory_pipeline.lib.llm import LLMClient  # noqa: E402
+from memory_pipeline.lib.llm.client import forget_breakers  # noqa: E402
 from memory_pipeline.lib.store import Store, make_engine  # noqa: E402
 from memory_pipeline.lib.store.migrate import ensure_schema, forget_checked  # noqa: E402
 from memory_pipeline.temporal.config import TemporalSummaryConfig  # noqa: E402
@@ -76,6 +77,14 @@ def store(pg_url) -> Store:
     store = Store(pg_url)
     ensure_schema(store, domains.version_locations())
     return store
+
+
+@pytest.fixture(autouse=True)
+def _closed_llm_breakers():
+    """Each test starts with every provider breaker closed, as a new process does."""
+    forget_breakers()
+    yield
+    forget_breakers()
 
 
 @pytest.fixture

@@ -14,11 +14,13 @@ class Window(StrEnum):
 
 
 class LedgerOutcome(StrEnum):
-    """What one ledger row records: a model answer, a cached answer, or a hard failure."""
+    """What one ledger row records: a model answer, a cached answer, a hard failure, or a call
+    refused without a request because the provider's breaker is open (it kept failing)."""
 
     OK = "ok"
     CACHE_HIT = "cache_hit"
     ERROR = "error"
+    BREAKER_OPEN = "breaker_open"
 
 
 class TokensSource(StrEnum):

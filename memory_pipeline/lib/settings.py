@@ -138,6 +138,16 @@ def llm_max_retries() -> int:
     return int(_number("MEMORY_LLM_MAX_RETRIES", "3", int))
 
 
+def llm_breaker_failures() -> int:
+    """Consecutive calls failing after their retries that open a provider's breaker (0: never)."""
+    return int(_number("MEMORY_LLM_BREAKER_FAILURES", "5", int))
+
+
+def llm_breaker_cooldown_seconds() -> float:
+    """How long an open breaker refuses every call before it lets one through to try again."""
+    return float(_number("MEMORY_LLM_BREAKER_COOLDOWN_SECONDS", "60", float))
+
+
 def executor_kind() -> ExecutorKind:
     """MEMORY_EXECUTOR: multiprocess (default), celery or k8s; anything else is refused by name."""
     raw = env(ENV_EXECUTOR, ExecutorKind.MULTIPROCESS.value) or ExecutorKind.MULTIPROCESS.value

@@ -388,6 +388,61 @@ def test_llm_hard_failure_fails_only_that_partition(pg_url, redis_url, instance,
         assert date(2026, 1, 2) in periods
 
 
+def test_a_provider_outage_stops_a_range_at_the_breaker_and_the_next_run_does_the_rest(
+    pg_url, redis_url, instance, store, ingest, monkeypatch
+):
+    """Days 2025-11-20..2026-01-05 are two batches (31 days, then 16). The provider answers the first
+    batch's 4 calls, then fails every request: the run stops after 5 failed calls (4 attempts each)
+    with the breaker's one line, not after every call of the range paid its retries."""
+    events = []
+    for w in range(2):  # first batch: 2 worlds x 2 days
+        for d in (21, 22):
+            events += conversation(f"w{w}", f"n{w}-{d}", cst(2025, 11, d, 9, w), [f"seed {w} {d}", f"water {w} {d}"])
+    for w in range(3):  # second batch: 3 worlds x 5 days
+        for d in range(5):
+            at = cst(2025, 12, 28, 9, w) + timedelta(days=d)
+            events += conversation(f"w{w}", f"c{w}-{d}", at, [f"garden {w} {d}", f"reply {w} {d}"])
+    ingest(events)
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "5")
+    with FakeOpenAI() as server:
+        defs = make_defs(
+            pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k", backoff_seconds=0.01
+        )
+        for _ in range(4):
+            server.push("ok", "a garden day")
+        for _ in range(200):
+            server.push("status", 500)
+        down = operations.materialize("day", "2025-11-20", "2026-01-05", instance=instance, defs=defs)
+        assert not down.success
+        assert len(server.requests) == 4 + 5 * 4  # without the breaker: 4 + 15 calls x 4 attempts
+        line = down.runs[0].error.splitlines()[0]
+        assert line.startswith(
+            f"{FAILURE}LLM provider openai/fake at {server.api_base} is failing: InternalServerError"
+        )
+        assert line.endswith("(5 consecutive failures); stopping: the partitions not done are left for the next run")
+        assert instance.all_logs(down.runs[0].run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY) == []
+        with store.connect() as conn:
+            written = {r[0] for r in conn.execute(select(temporal_summaries.c.period_start))}
+            outcomes = dict(
+                conn.execute(select(llm_ledger.c.outcome, func.count()).group_by(llm_ledger.c.outcome)).all()
+            )
+            assert conn.execute(select(func.count()).select_from(partition_leases)).scalar_one() == 0
+        # The first batch stays written; the batch the breaker stopped was one transaction: none of it.
+        assert date(2025, 11, 21) in written and date(2025, 11, 22) in written
+        assert not {d for d in written if d >= date(2025, 12, 21)}
+        assert outcomes == {"ok": 4, "error": 5, "breaker_open": 1}
+        # The provider is back; the next run (here the same process: past the breaker's cooldown)
+        # pays only the 15 calls not done, and writes the rest.
+        server.script.clear()
+        monkeypatch.setenv("MEMORY_LLM_BREAKER_COOLDOWN_SECONDS", "0")
+        again = operations.materialize("day", "2025-11-20", "2026-01-05", instance=instance, defs=defs)
+        assert again.success, again.runs[0].error
+        assert len(server.requests) == 4 + 5 * 4 + 15
+    with store.connect() as conn:
+        rows = conn.execute(select(temporal_summaries).where(temporal_summaries.c.empty_reason.is_(None))).all()
+    assert len(rows) == 4 + 15
+
+
 MISSING_DECEMBER = (
     "month 2025-12: 3 child row(s) missing: w1 2025-12-30, w1 2025-12-31, w2 2025-12-31; "
     "run those day partitions first (or select them in the same launch)"

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import select
 
-from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest, offline
+from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMProviderDown, LLMRequest, offline
 from memory_pipeline.lib.store.tables import llm_ledger
 from memory_pipeline_tests.fake_openai import FakeOpenAI
 
@@ -285,3 +285,81 @@ def test_output_limit_is_the_models_max_output_and_the_context_left(store, serve
     counted = litellm.token_counter(model="openai/fake-limited", messages=big.messages())
     assert 10_000 < counted < 60_000
     assert limited.output_limit(big) == 60_000 - counted  # the context left after the prompt
+
+
+def _down(server, requests: int = 100) -> None:
+    """The provider answers 500 to every request (until the script runs out)."""
+    for _ in range(requests):
+        server.push("status", 500)
+
+
+def test_the_breaker_opens_after_n_failed_calls_and_refuses_without_a_request(store, server):
+    _down(server)
+    client = _client(store, server, max_retries=1, breaker_failures=3)
+    for _ in range(3):
+        with pytest.raises(LLMHardFailure):
+            client.complete(REQ)
+    assert len(server.requests) == 6  # 3 calls of 2 attempts each
+    with pytest.raises(LLMProviderDown) as refused:
+        client.complete(replace(REQ, user="another day"))
+    line = str(refused.value)
+    assert "\n" not in line
+    assert line.startswith(f"LLM provider openai/fake-model at {server.api_base} is failing: InternalServerError: ")
+    assert "scripted 500" in line
+    assert line.endswith("(3 consecutive failures); stopping: the partitions not done are left for the next run")
+    # Shared by every client of the process for that endpoint: another domain's client is refused too.
+    other = LLMClient(
+        store, model="openai/fake-model", api_base=server.api_base, api_key="k2", asset="sleep", breaker_failures=3
+    )
+    with pytest.raises(LLMProviderDown):
+        other.complete(REQ)
+    assert len(server.requests) == 6  # no request sent by a refused call
+    rows = _ledger(store)
+    assert [r["outcome"] for r in rows] == ["error"] * 3 + ["breaker_open"] * 2
+    assert rows[3]["attempts"] == 0 and rows[3]["error"] == line and rows[4]["asset"] == "sleep"
+    assert client.stats.refused == 1 and client.stats.ledger_rows == 4
+    # Another endpoint (or model) has its own breaker.
+    with FakeOpenAI() as healthy:
+        assert _client(store, healthy, breaker_failures=3).complete(REQ).text
+
+
+def test_a_success_resets_the_count_and_a_trial_after_the_cooldown_closes_it(store, server):
+    client = _client(store, server, max_retries=0, breaker_failures=3, breaker_cooldown_seconds=3600)
+    for step in ("status", "status", "ok", "status", "status", "ok"):
+        server.push(step, 500 if step == "status" else "fine")
+    outcomes = []
+    for i in range(6):
+        try:
+            client.complete(replace(REQ, user=f"day {i}"))
+            outcomes.append("ok")
+        except LLMHardFailure:
+            outcomes.append("failed")
+    assert outcomes == ["failed", "failed", "ok", "failed", "failed", "ok"]  # never 3 in a row: never open
+    assert len(server.requests) == 6
+    # Open it; within the cooldown every call is refused.
+    _down(server, 3)
+    for i in range(3):
+        with pytest.raises(LLMHardFailure):
+            client.complete(replace(REQ, user=f"down {i}"))
+    with pytest.raises(LLMProviderDown):
+        client.complete(REQ)
+    assert len(server.requests) == 9
+    # Past the cooldown (0 here), one call tries again; its success closes the breaker.
+    trial = _client(store, server, max_retries=0, breaker_failures=3, breaker_cooldown_seconds=0)
+    assert trial.complete(replace(REQ, user="back")).text
+    assert client.complete(replace(REQ, user="back again")).text  # closed for every client
+    assert len(server.requests) == 11
+
+
+def test_a_failed_trial_keeps_it_open_and_zero_turns_it_off(store, server):
+    _down(server)
+    client = _client(store, server, max_retries=0, breaker_failures=2, breaker_cooldown_seconds=0)
+    for i in range(3):  # the third is the trial after the (zero) cooldown: it fails, still open
+        with pytest.raises(LLMHardFailure):
+            client.complete(replace(REQ, user=f"down {i}"))
+    assert len(server.requests) == 3
+    off = _client(store, server, max_retries=0, breaker_failures=0)
+    for i in range(4):
+        with pytest.raises(LLMHardFailure):
+            off.complete(replace(REQ, user=f"off {i}"))
+    assert len(server.requests) == 7

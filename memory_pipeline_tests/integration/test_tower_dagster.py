@@ -274,6 +274,31 @@ def test_a_structural_run_feeds_no_message_into_an_archived_activity_type(defs, 
     assert fresh == [("tower_windows_fresh", key, True)]  # a message it will never take is not "late"
 
 
+def test_a_provider_outage_stops_a_summary_run_with_the_breakers_line(
+    pg_url, redis_url, instance, store, worklog, monkeypatch
+):
+    """Every request fails: after 1 failed call (MEMORY_LLM_BREAKER_FAILURES) the run stops with
+    the breaker's one line: alpha's week failed, beta's is refused without a request (without the
+    breaker each group fails alone and the run succeeds with warnings)."""
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "1")
+    with FakeOpenAI() as fake:
+        for _ in range(50):
+            fake.push("status", 500)
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
+        week = operations.materialize("tower_week_summaries", "2026-01-05", "2026-01-05", instance=instance, defs=defs)
+        assert not week.success and len(fake.requests) == 1
+        line = week.runs[0].error.splitlines()[0]
+        assert line == (
+            f"dagster._core.definitions.events.Failure: LLM provider openai/fake at {fake.api_base} is failing: "
+            "InternalServerError: litellm.InternalServerError: InternalServerError: OpenAIException - scripted 500 "
+            "(1 consecutive failures); stopping: the partitions not done are left for the next run"
+        )
+    assert sorted(outcome for _, outcome in _ledger(store, "tower_week_summaries")) == [
+        "breaker_open",
+        "error",
+    ]
+
+
 def test_llm_calls_in_a_summary_runs_metadata_are_its_ledger_rows(pg_url, redis_url, instance, store, worklog):
     """The week of 2026-01-05 bottom-up, two projects of three days each: alpha's first child is
     answered after a retry, its second fails (alpha's week fails); beta's three children and its

@@ -17,6 +17,7 @@ select
     try_cast(cost_usd as double) as cost_usd,
     latency_ms,
     attempts,
+    -- breaker_open: refused without a request (the provider kept failing): no model call, no failure
     outcome,
     outcome in ('ok', 'error') as is_model_call,
     outcome = 'error' as is_failure,

@@ -29,6 +29,7 @@ from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partit
 from memory_pipeline.defs._shared.partitions import cst_day
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.sleep.resources import SleepResource
+from memory_pipeline.lib.llm import LLMProviderDown
 from memory_pipeline.operations.runner import RangeError, check_worlds
 from memory_pipeline.sleep.autobiography import run_autobiography
 from memory_pipeline.sleep.context import StageFailure
@@ -212,7 +213,7 @@ def sleep_stages(
                     run, describe = _stage_fn(stage)
                     try:
                         result = run(ctx, day, worlds)
-                    except StageFailure as exc:
+                    except (StageFailure, LLMProviderDown) as exc:  # the provider's breaker: its one line
                         raise Failure(
                             description=str(exc), metadata={"failed_partition": key}, allow_retries=False
                         ) from None

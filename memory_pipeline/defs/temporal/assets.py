@@ -23,6 +23,7 @@ from memory_pipeline.defs._shared.metadata import cache_metadata, llm_metadata, 
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.temporal.resources import TemporalResource
+from memory_pipeline.lib.llm import LLMProviderDown
 from memory_pipeline.lib.store import StoreUnavailable
 from memory_pipeline.lib.timeutil import local_date, parse_instant, utcnow
 from memory_pipeline.operations.runner import RangeError, check_as_of, check_worlds
@@ -103,6 +104,18 @@ def _store_failure(
     )
 
 
+def _provider_down(exc: LLMProviderDown, finished: int, total: int) -> Failure:
+    """The provider's breaker opened: the run stops at once with its one line (a retry would only
+    meet the same outage). The partitions finished before it are written; the others (the batch
+    it stopped in rolled back whole) are left for the next run, which reuses the answers already
+    paid for from the cache."""
+    return Failure(
+        description=str(exc),
+        metadata={"finished_partitions": finished, "not_done_partitions": total - finished},
+        allow_retries=False,
+    )
+
+
 def _materialize_periods(window, context, config, temporal) -> MaterializeResult:
     failures: dict[str, str] = {}
     finished = [0]
@@ -111,6 +124,8 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
         return _periods(window, context, config, temporal, failures, finished, batch)
     except StoreUnavailable as exc:
         raise _store_failure(exc, window, finished[0], len(context.partition_keys), failures, batch) from None
+    except LLMProviderDown as exc:
+        raise _provider_down(exc, finished[0], len(context.partition_keys)) from None
 
 
 def _periods(
@@ -274,6 +289,8 @@ def temporal_day_chunks(
         undone = _leased(context, config, temporal, dates, work)
     except StoreUnavailable as exc:
         raise _store_failure(exc, "chunk", finished[0], len(dates), failures) from None
+    except LLMProviderDown as exc:
+        raise _provider_down(exc, finished[0], len(dates)) from None
     context.log.info(f"chunks: {dict(totals)}")
     if failures or undone:
         parts = [f"chunk summaries failed for {len(failures)} conversation(s)"] if failures else []
@@ -326,6 +343,8 @@ def temporal_peer_rolls(
         undone = _leased(context, config, temporal, dates, work)
     except StoreUnavailable as exc:
         raise _store_failure(exc, "peer roll", finished[0], len(dates), {}) from None
+    except LLMProviderDown as exc:
+        raise _provider_down(exc, finished[0], len(dates)) from None
     if undone:
         raise Failure(
             description=f"{len(undone)} day(s) left to the run working on them: "
@@ -394,6 +413,8 @@ def temporal_system_rolls(
         result = rolls.regenerate_system_rolls(tctx, today, _worlds(config), force=config.force_llm)
     except StoreUnavailable as exc:
         raise Failure(description=str(exc), allow_retries=True) from None
+    except LLMProviderDown as exc:
+        raise _provider_down(exc, 0, 1) from None
     if result.failures:
         raise Failure(description=f"system rolls failed: {list(result.failures.items())[:3]}")
     return MaterializeResult(

@@ -5,14 +5,14 @@ partition keys and calls the core (memory_pipeline.tower)."""
 
 from collections import Counter
 
-from dagster import AssetExecutionContext, BackfillPolicy, Config, MaterializeResult, asset
+from dagster import AssetExecutionContext, BackfillPolicy, Config, Failure, MaterializeResult, asset
 from pydantic import Field
 
 from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_week
 from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.tower.resources import TowerResource
-from memory_pipeline.lib.llm.client import CallStats
+from memory_pipeline.lib.llm.client import CallStats, LLMProviderDown
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.tower import summaries, windows
 from memory_pipeline.tower.logic import Granularity
@@ -137,7 +137,10 @@ def _summary_asset(name: str, g: Granularity, partitions_def, deps, description:
         now = utcnow()
         for key, period in partition_dates(context):
             sctx = tower.summary_context(name, key, config.force_llm)
-            result = summaries.summarize_period(sctx, g, period, now)
+            try:
+                result = summaries.summarize_period(sctx, g, period, now)
+            except LLMProviderDown as exc:  # the provider's breaker opened: the run stops with its one line
+                raise Failure(description=str(exc), metadata={"failed_partition": key}, allow_retries=False) from None
             context.add_asset_metadata(
                 {**_round_metadata(result), **tower_llm_metadata(sctx.llm.stats)}, partition_key=key
             )

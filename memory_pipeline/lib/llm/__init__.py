@@ -1,3 +1,3 @@
-from memory_pipeline.lib.llm.client import LLMClient, LLMHardFailure, LLMRequest, LLMResult
+from memory_pipeline.lib.llm.client import LLMClient, LLMHardFailure, LLMProviderDown, LLMRequest, LLMResult
 
-__all__ = ["LLMClient", "LLMHardFailure", "LLMRequest", "LLMResult"]
+__all__ = ["LLMClient", "LLMHardFailure", "LLMProviderDown", "LLMRequest", "LLMResult"]

@@ -12,13 +12,21 @@ Output length: a request may ask for ``max_tokens`` output tokens; the result's 
 is ``length`` when the answer stopped there (``truncated``), and ``output_limit`` says how many a
 call may ask for at most (the model's max output and the context left after the prompt). Token
 counts are the provider's usage when it reports one, otherwise estimates; each ledger row says
-which (``tokens_source``), so estimates are never taken for billing."""
+which (``tokens_source``), so estimates are never taken for billing.
+
+Circuit breaker: the clients of one process share a breaker per provider endpoint (model and
+api_base). After ``breaker_failures`` consecutive calls failed after their retries (429, 5xx,
+timeouts, connection errors), every further call is refused at once, without a request, with one
+line naming the provider and its last error (LLMProviderDown, ledger outcome ``breaker_open``):
+the run stops instead of paying each call's retries across a whole range. After
+``breaker_cooldown_seconds`` one call may try again; a success closes the breaker."""
 
 from __future__ import annotations
 
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +52,37 @@ FINISH_LENGTH = "length"  # the OpenAI finish reason litellm reports for a trunc
 
 class LLMHardFailure(RuntimeError):
     """The model could not answer after retries (or the error is not retryable)."""
+
+
+class LLMProviderDown(RuntimeError):
+    """The provider's breaker is open: the call was refused without a request. Not an
+    LLMHardFailure on purpose: callers record those per world and go on, while this one stops the
+    run (the partitions not done are left for the next run)."""
+
+
+@dataclass
+class _Breaker:
+    """Consecutive failed calls of one provider endpoint, shared by every client of the process."""
+
+    failures: int = 0
+    last_error: str = ""
+    opened_at: float | None = None  # time.monotonic() it opened (or let its last trial call through)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_BREAKERS: dict[tuple[str, str | None], _Breaker] = {}
+_BREAKERS_LOCK = threading.Lock()
+
+
+def _breaker(model: str, api_base: str | None) -> _Breaker:
+    with _BREAKERS_LOCK:
+        return _BREAKERS.setdefault((model, api_base), _Breaker())
+
+
+def forget_breakers() -> None:
+    """Every breaker closed, as in a new process (for tests: a new fake server may reuse a port)."""
+    with _BREAKERS_LOCK:
+        _BREAKERS.clear()
 
 
 @dataclass(frozen=True)
@@ -99,12 +138,13 @@ class CallStats:
     tokens_in: int = 0
     tokens_out: int = 0
     failures: int = 0
+    refused: int = 0  # by the open breaker, without a request
 
     @property
     def ledger_rows(self) -> int:
         """Every call this client made, one ledger row each: answered (after its retries), served
-        from the cache, or failed."""
-        return self.calls + self.cache_hits + self.failures
+        from the cache, failed, or refused by the open breaker."""
+        return self.calls + self.cache_hits + self.failures + self.refused
 
 
 def _is_retryable(exc: Exception) -> bool:
@@ -133,6 +173,8 @@ class LLMClient:
         use_cache: bool = True,
         asset: str | None = None,
         partition: str | None = None,
+        breaker_failures: int | None = None,
+        breaker_cooldown_seconds: float | None = None,
     ):
         self.store = store
         self.model = model
@@ -145,6 +187,12 @@ class LLMClient:
         self.asset = asset
         self.partition = partition
         self.stats = CallStats()
+        # None: the environment's (MEMORY_LLM_BREAKER_FAILURES, MEMORY_LLM_BREAKER_COOLDOWN_SECONDS).
+        self.breaker_failures = settings.llm_breaker_failures() if breaker_failures is None else breaker_failures
+        self.breaker_cooldown_seconds = (
+            settings.llm_breaker_cooldown_seconds() if breaker_cooldown_seconds is None else breaker_cooldown_seconds
+        )
+        self._breaker = _breaker(model, api_base)
         # Batch mode: cached answers read ahead (key -> response, None: known to be absent), and
         # ledger / cache rows waiting for the caller's transaction while ``buffering``.
         self.buffering = False
@@ -258,6 +306,7 @@ class LLMClient:
                 self._ledger(req, key, LedgerOutcome.CACHE_HIT, 0, 0, 0, 0, None)
                 return LLMResult(response, cached=True)
 
+        self._refuse_if_open(req, key)
         started = time.monotonic()
         attempts = 0
         while True:
@@ -278,6 +327,8 @@ class LLMClient:
                 latency = int((time.monotonic() - started) * 1000)
                 self.stats.failures += 1
                 self._ledger(req, key, LedgerOutcome.ERROR, 0, 0, latency, attempts, f"{type(exc).__name__}: {said}")
+                if not self.is_offline and _is_retryable(exc):  # the provider failing, not the request
+                    self._failed(f"{type(exc).__name__}: {said}")
                 # Not chained: the provider's exception (and any traceback printing it) may carry
                 # the key; its type and redacted text are all that is kept.
                 raise LLMHardFailure(
@@ -287,6 +338,7 @@ class LLMClient:
         if req.max_chars:
             text = hard_cut(text, req.max_chars)
         latency = int((time.monotonic() - started) * 1000)
+        self._succeeded()
         self.stats.calls += 1
         self.stats.tokens_in += tin
         self.stats.tokens_out += tout
@@ -316,6 +368,51 @@ class LLMClient:
             finish_reason=finish,
             tokens_source=source,
         )
+
+    def _refuse_if_open(self, req: LLMRequest, key: str) -> None:
+        """Refuse the call (no request) while the breaker is open; past the cooldown, one call at a
+        time goes through to try the provider again (the others stay refused meanwhile)."""
+        if self.is_offline or self.breaker_failures <= 0:
+            return
+        b = self._breaker
+        with b.lock:
+            if b.failures < self.breaker_failures:
+                return
+            now = time.monotonic()
+            if b.opened_at is None or now - b.opened_at >= self.breaker_cooldown_seconds:
+                b.opened_at = now  # this call is the trial; a failure keeps it open from now
+                return
+            message = self.breaker_message(b.last_error, b.failures)
+        self.stats.refused += 1
+        self._ledger(req, key, LedgerOutcome.BREAKER_OPEN, 0, 0, 0, 0, message)
+        raise LLMProviderDown(message)
+
+    def breaker_message(self, last_error: str, failures: int) -> str:
+        where = self._redacted(self.api_base) if self.api_base else "its default endpoint"
+        error = " ".join(last_error.split())  # one line, whatever the provider's text looked like
+        return (
+            f"LLM provider {self.model} at {where} is failing: {error[:300]} ({failures} consecutive failures); "
+            "stopping: the partitions not done are left for the next run"
+        )
+
+    def _failed(self, error: str) -> None:
+        b = self._breaker
+        with b.lock:
+            b.failures += 1
+            b.last_error = error
+            if self.breaker_failures > 0 and b.failures >= self.breaker_failures:
+                b.opened_at = time.monotonic()
+                opened = b.failures == self.breaker_failures
+            else:
+                opened = False
+        if opened:
+            log.error("%s", self.breaker_message(error, self.breaker_failures))
+
+    def _succeeded(self) -> None:
+        b = self._breaker
+        if b.failures:
+            with b.lock:
+                b.failures, b.opened_at = 0, None
 
     def _redacted(self, text: str) -> str:
         """An error text as it may be stored, logged or raised: without the API key, the password

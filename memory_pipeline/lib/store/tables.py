@@ -114,7 +114,7 @@ llm_ledger = Table(
     Column("cost_usd", JSON),
     Column("latency_ms", Integer, nullable=False, default=0),
     Column("attempts", Integer, nullable=False, default=1),
-    Column("outcome", String(32), nullable=False),  # ok | cache_hit | error
+    Column("outcome", String(32), nullable=False),  # ok | cache_hit | error | breaker_open
     Column("error", Text),
     Column("cache_key", String(64)),
     # provider | estimated (kinds.TokensSource); null on rows without tokens (cache hits, errors)
