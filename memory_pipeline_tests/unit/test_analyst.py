@@ -306,3 +306,42 @@ def test_the_ledger_cost_is_exported_as_a_double_even_into_an_older_file(tmp_pat
         costs = con.execute("SELECT call_id, cost_usd FROM llm_ledger ORDER BY cost_usd NULLS LAST").fetchall()
     assert kind == ("DOUBLE",)
     assert [c for _, c in costs] == [0.0025, 0.5, None] and costs[1][0] == 99  # the older row converted
+
+
+def test_a_hot_node_is_exported_with_every_range_its_events_touch(tmp_path):
+    """A node's last_at is the instant of its last event (inclusive): a node ending exactly at the
+    range's first instant belongs to the range, one ending just before does not."""
+    from memory_pipeline.objects.tables import objects_hot_nodes
+
+    store = _sqlite_store(tmp_path)
+    start = datetime(2026, 1, 2, tzinfo=CST)
+    node = {"world_id": "w1", "seq": 1, "level": 1, "text": "t", "est_tokens": 1, "active": True}
+    with store.begin() as conn:
+        conn.execute(
+            insert(objects_hot_nodes),
+            [
+                node | {"node_id": "edge", "first_at": datetime(2026, 1, 1, 8, tzinfo=CST), "last_at": start},
+                node
+                | {
+                    "node_id": "inside",
+                    "first_at": datetime(2026, 1, 1, 9, tzinfo=CST),
+                    "last_at": start.replace(hour=5),
+                },
+                node
+                | {
+                    "node_id": "before",
+                    "first_at": datetime(2025, 12, 31, 8, tzinfo=CST),
+                    "last_at": start.replace(day=1, hour=23),
+                },
+            ],
+        )
+    files = AnalyticsFiles.at(tmp_path / "out" / "analytics.duckdb", AnalystConfig())
+    export = BY_NAME["objects_hot_nodes"]
+    export_tables(store, files, [export], DayWindow(date(2026, 1, 2), date(2026, 1, 3)), CST)
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        got = con.execute("SELECT node_id, cst_day FROM objects_hot_nodes ORDER BY 1").fetchall()
+    assert got == [("edge", date(2026, 1, 1)), ("inside", date(2026, 1, 1))]
+    export_tables(store, files, [export], DayWindow(date(2025, 12, 31), date(2026, 1, 1)), CST)
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        got = con.execute("SELECT node_id FROM objects_hot_nodes ORDER BY 1").fetchall()
+    assert got == [("before",), ("edge",), ("inside",)]  # once each
