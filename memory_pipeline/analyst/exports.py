@@ -3,9 +3,10 @@
 One call is one published version: under the writer lock, every requested table is brought up to
 date in a private copy of the file, which then replaces the published one atomically (see
 ``files``). For a table by day the rows of exactly the window's CST days are replaced (so a
-backfill, a rebuild or a late-data repair of a day flows through by exporting that day again); a
-table without a day column is replaced whole. Every registered table exists in the file after any
-export (empty until exported), so the dbt sources always resolve."""
+backfill, a rebuild or a late-data repair of a day flows through by exporting that day again); for
+a table of periods, every row whose period overlaps the window (and the Parquet file of the day
+such a row began on). A table without a day column is replaced whole. Every registered table exists
+in the file after any export (empty until exported), so the dbt sources always resolve."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -36,7 +37,7 @@ BATCH_ROWS = 50_000
 @dataclass
 class TableExport:
     table: str
-    rows: int = 0  # rows now in the file for the exported days (or the whole table)
+    rows: int = 0  # the window's rows now in the file (of a table of periods: all overlapping it), or all
     days: int = 0  # CST days replaced (0: the table was replaced whole)
     parquet_files: int = 0  # Parquet files (re)written
     rows_by_day: dict[str, int] = field(default_factory=dict)  # days that hold rows
@@ -59,21 +60,54 @@ def ensure_tables(con: duckdb.DuckDBPyConnection, exports: Sequence[ExportTable]
     the view with a store table's name over the tables it is split into."""
     for export in exports:
         con.execute(logic.create_sql(export))
-        have = {r[0] for r in con.execute(f"SELECT * FROM {quote(export.name)} LIMIT 0").description or []}
+        have = dict(
+            con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
+                "AND table_schema = current_schema()",
+                [export.name],
+            ).fetchall()
+        )
         for name, kind in logic.columns(export):
             if name not in have:
                 con.execute(f"ALTER TABLE {quote(export.name)} ADD COLUMN {quote(name)} {kind}")
+        for name, kind in export.types:  # a file written before the registry changed the type
+            if name in have and have[name] != kind:
+                col = quote(name)
+                con.execute(
+                    f"ALTER TABLE {quote(export.name)} ALTER {col} SET DATA TYPE {kind} USING TRY_CAST({col} AS {kind})"
+                )
     for view, parts in split_tables().items():
         union = " UNION ALL BY NAME ".join(f"SELECT * FROM {quote(p.name)}" for p in parts)
         con.execute(f"CREATE OR REPLACE VIEW {quote(view)} AS {union}")
 
 
+def _bounds(window: DayWindow, tz: ZoneInfo) -> tuple[datetime, datetime]:
+    """The window as instants: [start of its first day, start of the day after its last)."""
+    return day_start(window.first, tz), day_start(window.last + timedelta(days=1), tz)
+
+
 def _store_filter(export: ExportTable, window: DayWindow, tz: ZoneInfo) -> ColumnElement[bool]:
+    """The store's rows of the window: by the day column, or every row whose period overlaps it."""
     assert export.day_column is not None
     col = export.table.c[export.day_column]
     if export.day_is_date:
         return col.between(window.first, window.last)
-    return (col >= day_start(window.first, tz)) & (col < day_start(window.last + timedelta(days=1), tz))
+    lo, hi = _bounds(window, tz)
+    if export.end_column is None:
+        return (col >= lo) & (col < hi)
+    end = export.table.c[export.end_column]
+    return (col < hi) & ((col >= lo) | (end >= lo if export.end_inclusive else end > lo))
+
+
+def _file_filter(export: ExportTable, window: DayWindow | None, tz: ZoneInfo) -> tuple[str, list[Any]]:
+    """The same rows in the file (SQL and parameters): what an export of the window replaces."""
+    if window is None or not export.by_day:
+        return "true", []
+    if export.end_column is None:
+        return f"{DAY} BETWEEN ? AND ?", [window.first, window.last]
+    start, end = quote(export.day_column or ""), quote(export.end_column)
+    lo, hi = _bounds(window, tz)
+    return f"{start} < ? AND ({start} >= ? OR {end} {'>=' if export.end_inclusive else '>'} ?)", [hi, lo, lo]
 
 
 def _frame(export: ExportTable, rows: Sequence[Any]) -> pd.DataFrame:
@@ -99,17 +133,19 @@ def _frame(export: ExportTable, rows: Sequence[Any]) -> pd.DataFrame:
 
 def _copy_rows(
     con: duckdb.DuckDBPyConnection, store: Store, export: ExportTable, window: DayWindow | None, tz: ZoneInfo
-) -> None:
-    """Delete the window's rows (or all) in the file and insert the store's, in batches."""
+) -> set[date]:
+    """Delete the window's rows (or all) in the file and insert the store's, in batches. Returns the
+    CST days outside the window that hold replaced rows (periods that began before it)."""
     name = quote(export.name)
     q = select(export.table)
     if export.rows is not None:
         q = q.where(export.table.c[export.rows[0]] == export.rows[1])
+    where, bound = _file_filter(export, window, tz)
+    first = window.first if window is not None and export.end_column is not None else None
+    outside = _days_before(con, export, where, bound, first) if first else set()
+    con.execute(f"DELETE FROM {name} WHERE {where}", bound)
     if window is not None and export.by_day:
-        con.execute(f"DELETE FROM {name} WHERE {DAY} BETWEEN ? AND ?", [window.first, window.last])
         q = q.where(_store_filter(export, window, tz))
-    else:
-        con.execute(f"DELETE FROM {name}")
     params = [tz.key] if export.by_day and not export.day_is_date else []
     insert = logic.insert_sql(export, "incoming")
     with store.connect() as conn:
@@ -120,6 +156,19 @@ def _copy_rows(
                 con.execute(insert, params)
             finally:
                 con.unregister("incoming")
+    if first:
+        outside |= _days_before(con, export, where, bound, first)
+    return outside
+
+
+def _days_before(
+    con: duckdb.DuckDBPyConnection, export: ExportTable, where: str, bound: list[Any], first: date
+) -> set[date]:
+    """The CST days before ``first`` of the file's rows matching ``where``."""
+    rows = con.execute(
+        f"SELECT DISTINCT {DAY} FROM {quote(export.name)} WHERE {where} AND {DAY} < ?", [*bound, first]
+    ).fetchall()
+    return {r[0] for r in rows}
 
 
 def _write_parquet(
@@ -187,7 +236,7 @@ def _export_one(
     window: DayWindow | None,
     tz: ZoneInfo,
 ) -> TableExport:
-    _copy_rows(con, store, export, window, tz)  # the copy is private: a failure discards it whole
+    outside = _copy_rows(con, store, export, window, tz)  # the copy is private: a failure discards it whole
     out = TableExport(export.name)
     name = quote(export.name)
     if export.by_day:
@@ -196,16 +245,17 @@ def _export_one(
             days = list(DayWindow(bounds[0], bounds[1]).days()) if bounds and bounds[0] is not None else []
         else:
             days = list(window.days())
+        where, bound = _file_filter(export, window, tz)
         out.days = len(days)
         if days:
             counts = con.execute(
-                f"SELECT {DAY}, count(*) FROM {name} WHERE {DAY} BETWEEN ? AND ? GROUP BY 1 ORDER BY 1",
-                [days[0], days[-1]],
+                f"SELECT {DAY}, count(*) FROM {name} WHERE {where} GROUP BY 1 ORDER BY 1", bound
             ).fetchall()
             out.rows_by_day = {d.isoformat(): n for d, n in counts}
             out.rows = sum(out.rows_by_day.values())
         if files.parquet is not None and days:
-            out.parquet_files = _write_parquet(con, files, export, days)
+            # the days of the rows replaced outside the window get their files rewritten too
+            out.parquet_files = _write_parquet(con, files, export, sorted(outside | set(days)))
     else:
         row = con.execute(f"SELECT count(*) FROM {name}").fetchone()
         out.rows = int(row[0]) if row else 0

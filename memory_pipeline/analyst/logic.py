@@ -36,9 +36,14 @@ def duckdb_type(column: Column[object]) -> str:
     raise TypeError(f"{column.table.name}.{column.name}: no DuckDB type for {column.type!r}")
 
 
+def export_type(export: ExportTable, column: Column[object]) -> str:
+    """The column's DuckDB type in this export (the registry may export it as another type)."""
+    return dict(export.types).get(column.name) or duckdb_type(column)
+
+
 def columns(export: ExportTable) -> list[tuple[str, str]]:
     """(name, DuckDB type) of the exported table: the store's columns, then cst_day when by day."""
-    out = [(c.name, duckdb_type(c)) for c in export.table.columns]
+    out = [(c.name, export_type(export, c)) for c in export.table.columns]
     if export.by_day:
         out.append((DAY, "DATE"))
     return out
@@ -57,7 +62,7 @@ def create_sql(export: ExportTable) -> str:
 def insert_sql(export: ExportTable, source: str) -> str:
     """Rows of ``source`` (a registered frame holding the store's columns) into the table, each
     cast to its type; cst_day computed from the day column (parameter 1: the zone name)."""
-    casts = [f"CAST({quote(c.name)} AS {duckdb_type(c)})" for c in export.table.columns]
+    casts = [f"CAST({quote(c.name)} AS {export_type(export, c)})" for c in export.table.columns]
     if export.day_column is not None:
         day = quote(export.day_column)
         casts.append(f"CAST({day} AS DATE)" if export.day_is_date else f"CAST(timezone(?, {day}) AS DATE)")

@@ -10,6 +10,12 @@ A table whose rows belong to periods of different lengths (day, month and year s
 exported as one table per period, each exported along its own partitions (a month's rows per
 month), and the file has a view with the table's name over them.
 
+A row that spans a period (a tower week or month window, a summary head of several events) also
+names the column ending it: it keeps the CST day of its start, and the export of a range takes
+every row whose period overlaps the range (a week window that started the Monday before the range's
+first day included); the export replaces the same rows in the file, so adjacent ranges never
+duplicate a row they share.
+
 A domain that lands with tables adds them here (and what writes them in
 ``defs/analyst/assets.py``); a unit test fails while a table on the shared metadata is missing."""
 
@@ -82,6 +88,12 @@ class ExportTable:
     export_name: str = ""  # the table in the file; default: the store table's name
     rows: tuple[str, str] | None = None  # (column, value): only these rows of the store table
     grain: Window = Window.DAY  # the period one export partition covers
+    # The column ending each row's period (None: a row is the instant or day of day_column); the
+    # end is exclusive unless end_inclusive (the instant of the period's last event).
+    end_column: str | None = None
+    end_inclusive: bool = False
+    # Columns exported as another DuckDB type than the store's own (column -> DuckDB type).
+    types: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -124,13 +136,28 @@ EXPORTS: tuple[ExportTable, ...] = (
         tower_entries, "at", "Seed 004 raw entries of every memory type (append-only), by the CST day of `at`."
     ),
     ExportTable(
-        tower_windows, "start", "Seed 004 structural windows (refs to finer windows or entries), by their start."
+        tower_windows,
+        "start",
+        "Seed 004 structural windows (refs to finer windows or entries), by their start; a range takes every "
+        "window overlapping it.",
+        end_column="end",
     ),
-    ExportTable(tower_summaries, "start", "Seed 004 summary records (append-only; newest per window and group wins)."),
+    ExportTable(
+        tower_summaries,
+        "start",
+        "Seed 004 summary records (append-only; newest per window and group wins), by their window's start; a range "
+        "takes every record whose window overlaps it.",
+        end_column="end",
+    ),
     ExportTable(tower_summary_attempts, None, "Seed 004 retry ledger of summaries: failures, backoff, given up."),
     ExportTable(tower_jobs, "created_at", "Seed 004 summarize / recompute / summarize_on_miss jobs and their states."),
     ExportTable(tower_window_runs, None, "Seed 004 record of each window partition's materialization (late data)."),
-    ExportTable(llm_ledger, "at", "One row per LLM call (asset, partition, model, tokens, latency, cost, outcome)."),
+    ExportTable(
+        llm_ledger,
+        "at",
+        "One row per LLM call (asset, partition, model, tokens, latency, cost, outcome).",
+        types=(("cost_usd", "DOUBLE"),),  # a JSON number (or null) in the store
+    ),
     ExportTable(llm_cache, "created_at", "Cached model answers by (model, prompt version, prompt) key."),
     ExportTable(inbox, "created_at", "Warnings to users and agents (e.g. a truncated temporal_summary block)."),
     ExportTable(semantic_memories, None, "Seed 003 semantic memory, live state (active / deprecated, merged_into)."),
@@ -151,7 +178,10 @@ EXPORTS: tuple[ExportTable, ...] = (
     ExportTable(
         objects_hot_nodes,
         "first_at",
-        "Seed 001 hot-timeline nodes (raw slices and summary heads), by their first event's day.",
+        "Seed 001 hot-timeline nodes (raw slices and summary heads), by their first event's day; a range takes "
+        "every node whose events overlap it.",
+        end_column="last_at",
+        end_inclusive=True,
     ),
     ExportTable(
         objects_event_state,

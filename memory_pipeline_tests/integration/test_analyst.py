@@ -183,6 +183,29 @@ def _worklog(store: Store) -> None:
     append_entries(store, WORKLOG, entries, CST)
 
 
+TOWER_TYPE = "proj/log"
+MONDAY = date(2025, 12, 29)  # the week of D1 (a Tuesday) begins the day before the exported range
+
+
+def _tower_log(store: Store) -> None:
+    """A seed 004 type with hour, day and week windows over D1..D4: their one week window starts on
+    MONDAY, before the range the sample exports."""
+    from memory_pipeline.tower import windows
+    from memory_pipeline.tower.api import Tower
+    from memory_pipeline.tower.config import TowerConfig
+    from memory_pipeline.tower.logic import Granularity
+
+    tower = Tower(store, TowerConfig(), CST, run_jobs="inline")
+    tower.create_type(TOWER_TYPE, chain=["1h", "day", "week"])
+    days = [D1 + timedelta(days=i) for i in range(4)]
+    tower.append(
+        TOWER_TYPE, [{"content": f"shipped step {d}", "at": cst(d.year, d.month, d.day, 10).isoformat()} for d in days]
+    )
+    for d in days:
+        windows.build_day(store, d, CST, only=TOWER_TYPE)
+    windows.build_coarse(store, Granularity.WEEK, MONDAY, CST, only=TOWER_TYPE)
+
+
 def _run(sample: Sample, target: str, lo: str, hi: str, **kw) -> None:
     report = operations.materialize(target, lo, hi, instance=sample.instance, defs=sample.defs, **kw)
     assert report.success, f"{target}: {report.runs[0].error if report.runs else report.notes}"
@@ -222,6 +245,7 @@ def sample(tmp_path_factory) -> Sample:
         _run(s, "year", "2025", "2025")
         _priced_ledger_rows(store)
         _recall_runs(store)
+        _tower_log(store)
         _run(s, "exports", *DAYS)
         _run(s, "month_exports", "2025-12", "2025-12")
         _run(s, "year_exports", "2025", "2025")
@@ -397,6 +421,50 @@ def test_every_table_is_exported_with_exactly_the_stores_rows(sample):
     ]
     assert (root / "temporal_year_summaries" / "cst_day=2025-01-01" / "temporal_year_summaries.parquet").exists()
     assert (root / "worlds" / "worlds.parquet").exists()
+
+
+def test_a_week_window_that_began_before_the_range_is_exported_with_it(sample):
+    from memory_pipeline.tower.tables import tower_windows
+
+    with sample.store.connect() as conn:
+        stored = conn.execute(
+            select(tower_windows.c.granularity, tower_windows.c.start, tower_windows.c.entry_count).where(
+                tower_windows.c.type_name == TOWER_TYPE
+            )
+        ).all()
+    got = sample.query(
+        'SELECT granularity, "start", entry_count, cst_day FROM tower_windows WHERE type_name = ?', [TOWER_TYPE]
+    )
+    assert sorted((g, s, n) for g, s, n, _ in got) == sorted(stored)  # every window once, the store's rows
+    weeks = {r[3]: r[2] for r in got if r[0] == "week"}
+    assert weeks == {MONDAY: 4}  # on its own CST day, before the range
+    entries = dict(
+        sample.query(
+            "SELECT granularity, entries FROM marts.mart_tower_summary_coverage WHERE type_name = ?", [TOWER_TYPE]
+        )
+    )
+    assert entries == {"1h": 4, "day": 4, "week": 4}  # every level counts every entry
+
+
+def test_exported_and_mart_columns_have_plain_types(sample):
+    """No JSON cost, and no HUGEINT / UBIGINT (pandas reads them as float64 / uint64) anywhere."""
+    types = {
+        (r[0], r[1], r[2]): r[3]
+        for r in sample.query("SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns")
+    }
+    assert types[("main", "llm_ledger", "cost_usd")] == "DOUBLE"
+    assert types[("staging", "stg_llm_ledger", "cost_usd")] == "DOUBLE"
+    for column in ("tokens_in", "provider_tokens_out", "estimated_tokens_in"):
+        assert types[("marts", "mart_llm_cost_daily", column)] == "BIGINT"
+    for column in ("entries", "input_tokens", "entries_missing_from_summaries"):
+        assert types[("marts", "mart_tower_summary_coverage", column)] == "BIGINT"
+    assert types[("marts", "mart_temporal_coverage", "source_id_count")] == "BIGINT"
+    assert not {k: t for k, t in types.items() if t in ("HUGEINT", "UBIGINT")}
+    in_range = select(llm_ledger).where(llm_ledger.c.at < datetime(2026, 1, 3, tzinfo=CST))  # the exported days
+    stored = {r["call_id"]: r["cost_usd"] for r in _rows(sample.store, in_range)}
+    costs = dict(sample.query("SELECT call_id, cost_usd FROM llm_ledger"))
+    assert costs == stored
+    assert sorted(c for c in costs.values() if c is not None) == [0.0005, 0.0010, 0.0025]
 
 
 # --- marts against the store ----------------------------------------------------------------------

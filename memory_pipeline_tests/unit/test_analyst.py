@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 import duckdb
 import pytest
 from dagster_dbt import DbtCliResource
+from sqlalchemy import insert, select
 
 from memory_pipeline import domains
 from memory_pipeline.analyst import config as analyst_config
@@ -232,3 +233,115 @@ def test_the_dagster_dbt_start_up_costs_we_skip_still_exist():
 
     assert hasattr(DbtCliResource, "_cli_version") and hasattr(DbtCliResource, "_initialize_dbt_core_adapter")
     assert AnalystDbtCliResource._initialize_dbt_core_adapter is not DbtCliResource._initialize_dbt_core_adapter
+
+
+def _rows_of(files: AnalyticsFiles, table: str) -> list[tuple]:
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        return con.execute(f'SELECT granularity, "start", cst_day FROM {table} ORDER BY 2, 1').fetchall()
+
+
+def test_a_range_exports_every_window_overlapping_it_once(tmp_path):
+    """The week window of Monday 2025-09-29 begins before a range starting Wednesday 2025-10-01:
+    the range exports it (on its own CST day), and the adjacent range sharing it replaces it."""
+    from memory_pipeline.tower import windows
+    from memory_pipeline.tower.api import Tower
+    from memory_pipeline.tower.config import TowerConfig
+    from memory_pipeline.tower.tables import tower_windows
+
+    store = _sqlite_store(tmp_path)
+    tower = Tower(store, TowerConfig(), CST, run_jobs="inline")
+    tower.create_type("proj/log", chain=["day", "week"])
+    days = [date(2025, 9, 30), date(2025, 10, 1), date(2025, 10, 2)]
+    tower.append(
+        "proj/log",
+        [{"content": f"note {d}", "at": datetime(d.year, d.month, d.day, 9, tzinfo=CST).isoformat()} for d in days],
+    )
+    for d in days:
+        windows.build_day(store, d, CST, only="proj/log")
+    windows.build_coarse(store, windows.Granularity.WEEK, date(2025, 9, 29), CST, only="proj/log")
+    files = AnalyticsFiles.at(tmp_path / "out" / "analytics.duckdb", AnalystConfig())
+    export = BY_NAME["tower_windows"]
+    monday = datetime(2025, 9, 29, tzinfo=CST)
+
+    report = export_tables(store, files, [export], DayWindow(date(2025, 10, 1), date(2025, 10, 5)), CST)
+    got = _rows_of(files, "tower_windows")
+    assert ("week", monday, date(2025, 9, 29)) in got
+    assert [r[2] for r in got if r[0] == "day"] == [date(2025, 10, 1), date(2025, 10, 2)]
+    assert report.table("tower_windows").rows == len(got) == 3
+    # the adjacent range (and the same range again) replace the shared week window: one row each
+    export_tables(store, files, [export], DayWindow(date(2025, 9, 29), date(2025, 9, 30)), CST)
+    export_tables(store, files, [export], DayWindow(date(2025, 10, 1), date(2025, 10, 5)), CST)
+    with store.connect() as conn:
+        stored = conn.execute(
+            select(tower_windows.c.granularity, tower_windows.c.start).where(tower_windows.c.type_name == "proj/log")
+        ).all()
+    got = _rows_of(files, "tower_windows")
+    assert sorted((g, s) for g, s, _ in got) == sorted((g, s.astimezone(CST)) for g, s in stored)
+    assert len(got) == 4 and [r[0] for r in got].count("week") == 1
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        pq = con.execute(
+            f"SELECT granularity, cst_day FROM read_parquet('{files.parquet}/tower_windows/*/*.parquet', "
+            "hive_partitioning = true) ORDER BY 2, 1"
+        ).fetchall()
+    assert [(g, str(d)) for g, d in pq] == [(r[0], str(r[2])) for r in sorted(got, key=lambda r: (r[2], r[0]))]
+
+
+def test_the_ledger_cost_is_exported_as_a_double_even_into_an_older_file(tmp_path):
+    from memory_pipeline.lib.store.tables import llm_ledger
+
+    store = _sqlite_store(tmp_path)
+    at = datetime(2026, 1, 2, 12, tzinfo=CST)
+    row = {"at": at, "model": "m", "prompt_version": "v", "tokens_in": 1, "tokens_out": 1, "outcome": "ok"}
+    with store.begin() as conn:
+        conn.execute(insert(llm_ledger), [row | {"cost_usd": 0.0025}, row | {"cost_usd": None}])
+    files = AnalyticsFiles.at(tmp_path / "out" / "analytics.duckdb", AnalystConfig())
+    with publishing(files) as staging, duckdb.connect(str(staging)) as con:  # a file of the JSON days
+        con.execute("CREATE TABLE llm_ledger (call_id BIGINT, cost_usd JSON)")
+        con.execute("INSERT INTO llm_ledger VALUES (99, '0.5')")
+    export_tables(store, files, [BY_NAME["llm_ledger"]], DayWindow(date(2026, 1, 2), date(2026, 1, 2)), CST)
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        kind = con.execute(
+            "SELECT data_type FROM information_schema.columns WHERE table_name = 'llm_ledger' AND column_name = 'cost_usd'"
+        ).fetchone()
+        costs = con.execute("SELECT call_id, cost_usd FROM llm_ledger ORDER BY cost_usd NULLS LAST").fetchall()
+    assert kind == ("DOUBLE",)
+    assert [c for _, c in costs] == [0.0025, 0.5, None] and costs[1][0] == 99  # the older row converted
+
+
+def test_a_hot_node_is_exported_with_every_range_its_events_touch(tmp_path):
+    """A node's last_at is the instant of its last event (inclusive): a node ending exactly at the
+    range's first instant belongs to the range, one ending just before does not."""
+    from memory_pipeline.objects.tables import objects_hot_nodes
+
+    store = _sqlite_store(tmp_path)
+    start = datetime(2026, 1, 2, tzinfo=CST)
+    node = {"world_id": "w1", "seq": 1, "level": 1, "text": "t", "est_tokens": 1, "active": True}
+    with store.begin() as conn:
+        conn.execute(
+            insert(objects_hot_nodes),
+            [
+                node | {"node_id": "edge", "first_at": datetime(2026, 1, 1, 8, tzinfo=CST), "last_at": start},
+                node
+                | {
+                    "node_id": "inside",
+                    "first_at": datetime(2026, 1, 1, 9, tzinfo=CST),
+                    "last_at": start.replace(hour=5),
+                },
+                node
+                | {
+                    "node_id": "before",
+                    "first_at": datetime(2025, 12, 31, 8, tzinfo=CST),
+                    "last_at": start.replace(day=1, hour=23),
+                },
+            ],
+        )
+    files = AnalyticsFiles.at(tmp_path / "out" / "analytics.duckdb", AnalystConfig())
+    export = BY_NAME["objects_hot_nodes"]
+    export_tables(store, files, [export], DayWindow(date(2026, 1, 2), date(2026, 1, 3)), CST)
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        got = con.execute("SELECT node_id, cst_day FROM objects_hot_nodes ORDER BY 1").fetchall()
+    assert got == [("edge", date(2026, 1, 1)), ("inside", date(2026, 1, 1))]
+    export_tables(store, files, [export], DayWindow(date(2025, 12, 31), date(2026, 1, 1)), CST)
+    with duckdb.connect(str(files.duckdb), read_only=True) as con:
+        got = con.execute("SELECT node_id FROM objects_hot_nodes ORDER BY 1").fetchall()
+    assert got == [("before",), ("edge",), ("inside",)]  # once each

@@ -12,6 +12,7 @@
 -- estimated, which is never billing), latency p50/p95 of the model calls, and cost where the model
 -- has a price (cost_usd is null for a day and model without any priced call). Dagster runs it per
 -- partition range (vars min_day, max_day): the run replaces exactly those days.
+-- Token sums are BIGINT (DuckDB sums integers as HUGEINT, which pandas reads as float64).
 select
     cst_day || '|' || coalesce(asset, '(none)') || '|' || model as cost_key,
     cst_day,
@@ -20,12 +21,12 @@ select
     count(*) filter (where is_model_call) as calls,
     count(*) filter (where is_cache_hit) as cache_hits,
     count(*) filter (where is_failure) as failures,
-    coalesce(sum(tokens_in), 0) as tokens_in,
-    coalesce(sum(tokens_out), 0) as tokens_out,
-    coalesce(sum(tokens_in) filter (where tokens_source = 'provider'), 0) as provider_tokens_in,
-    coalesce(sum(tokens_out) filter (where tokens_source = 'provider'), 0) as provider_tokens_out,
-    coalesce(sum(tokens_in) filter (where tokens_source = 'estimated'), 0) as estimated_tokens_in,
-    coalesce(sum(tokens_out) filter (where tokens_source = 'estimated'), 0) as estimated_tokens_out,
+    cast(coalesce(sum(tokens_in), 0) as bigint) as tokens_in,
+    cast(coalesce(sum(tokens_out), 0) as bigint) as tokens_out,
+    cast(coalesce(sum(tokens_in) filter (where tokens_source = 'provider'), 0) as bigint) as provider_tokens_in,
+    cast(coalesce(sum(tokens_out) filter (where tokens_source = 'provider'), 0) as bigint) as provider_tokens_out,
+    cast(coalesce(sum(tokens_in) filter (where tokens_source = 'estimated'), 0) as bigint) as estimated_tokens_in,
+    cast(coalesce(sum(tokens_out) filter (where tokens_source = 'estimated'), 0) as bigint) as estimated_tokens_out,
     count(*) filter (where is_truncated) as truncated_calls,
     quantile_cont(latency_ms, 0.5) filter (where is_model_call) as latency_p50_ms,
     quantile_cont(latency_ms, 0.95) filter (where is_model_call) as latency_p95_ms,

@@ -10,7 +10,7 @@ select
     watermark_message_id,
     watermark_at,
     source_ids,
-    json_array_length(source_ids) as source_id_count,
+    cast(json_array_length(source_ids) as bigint) as source_id_count,  -- not UBIGINT
     model,
     seq,
     cst_day

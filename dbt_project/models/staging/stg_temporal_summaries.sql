@@ -10,7 +10,7 @@ select
     source_count,
     source_kind,
     source_ids,
-    json_array_length(source_ids) as source_id_count,
+    cast(json_array_length(source_ids) as bigint) as source_id_count,  -- not UBIGINT
     material_fp,
     model,
     prompt_version,
