@@ -349,7 +349,7 @@ def calls(store: Any, scale: Scale, at: datetime, seed: int = 3) -> list[Call]:
             rng.choice(("zeppelin", "quantum", "walrus")),
         ]
         query = " ".join(rng.sample(words, rng.randint(1, 3)))
-        out.append(Call("memory/search", {"world": world, "query": query, "k": 10}))
+        out.append(Call("memory/search", {"world": world, "query": query, "limit": 10}))
         viewer = rng.choice(viewers.get(world, [None]))
         block: dict[str, Any] = {"world": world, "at": at.isoformat()}
         if viewer is not None:
@@ -373,15 +373,14 @@ def in_process(store: Any, tower: Any) -> dict[str, Callable[..., Any]]:
     """What each tool does after the token's check: the domain calls, as Python calls."""
     from memory_pipeline.lib.cache import KVCache
     from memory_pipeline.objects import recall
-    from memory_pipeline.recall.search import memory_search
+    from memory_pipeline.recall.search import search_page
     from memory_pipeline.server import temporal_tools
 
     cache = KVCache(None)
 
-    def search(world: str, query: str, k: int) -> Any:
-        return [
-            h.as_json() for h in memory_search(store, world, query, k, activity_type=tower.cfg.activity_type, tz=TZ)
-        ]
+    def search(world: str, query: str, limit: int) -> Any:  # the tool's first page, with its total
+        hits, total = search_page(store, world, query, limit, 0, activity_type=tower.cfg.activity_type, tz=TZ)
+        return [h.as_json() for h in hits], total
 
     def block(world: str, at: str, viewer: str | None = None) -> Any:
         return temporal_tools.prompt_block_answer(store, cache, world, viewer, at, TZ)
