@@ -399,11 +399,13 @@ def free_port() -> int:
 
 @contextmanager
 def serving(tower: Any) -> Iterator[str]:
-    """A real `serve` (make_uvicorn, as the command builds it) in a thread; its URL."""
+    """A real `serve` (make_uvicorn, as the command builds it) in a thread; its URL. The per-token
+    rate limit is off: the benchmark calls back to back, faster than `serve`'s default 50 calls/s."""
     from memory_pipeline.server.app import make_uvicorn
+    from memory_pipeline.server.limits import Limits
 
     port = free_port()
-    srv = make_uvicorn(tower, "127.0.0.1", port)
+    srv = make_uvicorn(tower, "127.0.0.1", port, limits=Limits(rate=0))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
