@@ -536,7 +536,7 @@ def test_a_new_tool_refuses_a_bad_argument_by_name(served, tool, who, args, refu
 
 
 def test_every_new_tool_has_an_invalid_argument_case():
-    # the tower's mem/* tools have theirs in test_tower_bad_inputs.py
+    # the tower's mem/* tools have theirs in test_tower_mcp.py
     assert {tool for tool, *_ in INVALID} == set(TOOL_NAMES) - set(tower_tools.TOOL_NAMES)
 
 
