@@ -4,6 +4,7 @@ calls an LLM; summarize, recompute and summarize_on_miss run as jobs."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -46,6 +47,8 @@ class Tower:
         self.llm_factory = llm_factory or (lambda partition: LLMClient.from_settings(store, JOB_ASSET, partition))
         self.run_jobs = run_jobs
         self._pool: ThreadPoolExecutor | None = None
+        # The server calls _start from several worker threads at once: one pool, one list.
+        self._pool_lock = threading.Lock()
         self.futures: list[Future[None]] = []
         types_io.ensure_builtins(store, self.cfg.activity_type)
 
@@ -238,9 +241,13 @@ class Tower:
         if self.run_jobs == "inline":
             self._run(job_id, key, source)
         else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tower-job")
-            self.futures.append(self._pool.submit(self._run, job_id, key, source))
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tower-job")
+                # Jobs done are dropped (a server runs for months; their outcome is in the jobs table),
+                # but not one whose thread raised (the store failed under it): wait_jobs raises that.
+                self.futures = [f for f in self.futures if not f.done() or f.exception() is not None]
+                self.futures.append(self._pool.submit(self._run, job_id, key, source))
         row = jobs_io.load(self.store, job_id)
         return jobs_io.view(row, self.tz)
 
@@ -296,5 +303,7 @@ class Tower:
 
     def wait_jobs(self) -> None:
         """Wait for the background jobs started so far (tests, the CLI's --wait)."""
-        for f in list(self.futures):
+        with self._pool_lock:
+            pending = list(self.futures)
+        for f in pending:
             f.result()

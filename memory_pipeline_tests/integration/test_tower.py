@@ -626,6 +626,36 @@ def test_jobs_return_at_once_in_the_background(store):
     tower.close()
 
 
+def test_jobs_started_from_many_threads_share_one_pool_and_done_jobs_are_not_kept(store):
+    """The server starts jobs from its worker threads at once; it runs for months."""
+    import threading
+
+    tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="t", partition=p))
+    tower.create_type("proj/decisions", summaries=True)
+    week_of_entries(tower, days=(5, 6, 7))
+    pools, barrier = [], threading.Barrier(6)
+
+    def start(day: str) -> None:
+        barrier.wait()
+        tower.summarize("proj/decisions", "day", day)
+        pools.append(tower._pool)
+
+    threads = [threading.Thread(target=start, args=(f"2026-01-0{5 + i % 3}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(pools) == 6 and len({id(p) for p in pools}) == 1  # one pool, whoever came first
+    tower.wait_jobs()
+    for _ in range(5):  # each start drops the jobs already done
+        tower.summarize("proj/decisions", "day", "2026-01-05")
+        tower.wait_jobs()
+    assert len(tower.futures) == 1
+    states = {tower.job_status(j["job_id"])["state"] for j in tower.list_jobs()}
+    assert states == {"succeeded"}
+    tower.close()
+
+
 def test_the_tick_writes_sub_day_windows_as_they_settle_and_switching_on_starts_from_the_latest(store):
     tower = make_tower(store)
     tower.create_type("agent/notes", chain=["10min", "1h", "day"])  # summaries off: history without summaries
