@@ -1,6 +1,6 @@
 """The memory server's recall tools on the embedded default (issue 19): `memory/search`,
-`temporal/prompt_block` and `objects/find`, each called over MCP (a real `serve`: uvicorn in a
-thread, a bearer token, the SDK's client session) and in process (the Python call the tool makes),
+`temporal/prompt_block` and `objects/find`, each called over MCP (a real `memory-pipeline serve` in
+its own process, a bearer token, the SDK's client session in this one) and in process (the Python call the tool makes),
 p50 / p99 per tool. A stage of bench/run.py (`--only server`); alone:
 
     .venv/bin/python bench/server_recall.py --scale quick|full [--calls N] [--profile TOOL]
@@ -18,7 +18,6 @@ import random
 import socket
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -398,26 +397,49 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(tower: Any) -> Iterator[str]:
-    """A real `serve` (make_uvicorn, as the command builds it) in a thread; its URL. The per-token
-    rate limit is off: the benchmark calls back to back, faster than `serve`'s default 50 calls/s."""
-    from memory_pipeline.server.app import make_uvicorn
-    from memory_pipeline.server.limits import Limits
+def serving(tmp: Path, say: Callable[[str], None]) -> Iterator[str]:
+    """A real `memory-pipeline serve` in its own process (as an operator runs it: the client never
+    shares its interpreter) over the store in ``tmp``; its URL. The per-token rate limit is off: the
+    benchmark calls back to back, faster than `serve`'s default 50 calls/s. Its call log goes to
+    ``tmp/serve.log``."""
+    import subprocess
+    import sys
+
+    from memory_pipeline.lib import settings
 
     port = free_port()
-    srv = make_uvicorn(tower, "127.0.0.1", port, limits=Limits(rate=0))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if not srv.started:
-        raise RuntimeError("the server did not start within 30 s")
+    env = {k: v for k, v in os.environ.items() if k != settings.ENV_REDIS_URL}
+    env |= {
+        settings.ENV_DATABASE_URL: f"sqlite:///{tmp / 'memory.sqlite'}",
+        settings.ENV_DATA_DIR: str(tmp),
+        "DAGSTER_HOME": str(tmp / "dagster_home"),
+    }
+    cli = Path(sys.executable).with_name("memory-pipeline")
+    log = (tmp / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [str(cli), "serve", "--port", str(port), "--rate-limit", "0"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve exited with {proc.returncode}: {(tmp / 'serve.log').read_text()[-2000:]}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("serve did not accept connections within 60 s")
+            time.sleep(0.1)
+        say(f"serve (pid {proc.pid}) on port {port}")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
 
 
 async def over_mcp(url: str, token: str, todo: list[Call]) -> dict[str, list[float]]:
@@ -425,6 +447,10 @@ async def over_mcp(url: str, token: str, todo: list[Call]) -> dict[str, list[flo
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
 
+    import logging
+
+    for name in ("httpx", "mcp"):  # a log record per request would be the client's own cost
+        logging.getLogger(name).setLevel(logging.WARNING)
     lat: dict[str, list[float]] = {t: [] for t in (*TOOLS, "mem/list_types")}
     headers = {"Authorization": f"Bearer {token}"}
     async with streamablehttp_client(url, headers=headers) as (read, write, _), ClientSession(read, write) as session:
@@ -441,6 +467,37 @@ async def over_mcp(url: str, token: str, todo: list[Call]) -> dict[str, list[flo
                 t = time.perf_counter()
                 await session.call_tool("mem/list_types", {})
                 lat["mem/list_types"].append((time.perf_counter() - t) * 1000)
+    return lat
+
+
+def over_http(url: str, token: str, n: int) -> list[float]:
+    """The server's own time for the floor's call: ``mem/list_types`` as JSON-RPC POSTs over one HTTP
+    connection (httpx), without the SDK's client session, which validates each answer against the
+    tool's output schema and passes it through its own streams (the agent's side of the wire)."""
+    import httpx
+
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
+    lat: list[float] = []
+    with httpx.Client(timeout=30) as client:
+        r = client.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
+        r.raise_for_status()
+        headers |= {"mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        client.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = {"name": "mem/list_types", "arguments": {}}
+        for i in range(30 + n):
+            t = time.perf_counter()
+            r = client.post(
+                url, headers=headers, json={"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": call}
+            )
+            if i >= 30:
+                lat.append((time.perf_counter() - t) * 1000)
+            if r.status_code != 200 or r.json()["result"].get("isError"):
+                raise RuntimeError(f"mem/list_types over HTTP: {r.status_code} {r.text[:200]}")
     return lat
 
 
@@ -527,8 +584,9 @@ def measure(scale: Scale, say: Callable[[str], None] = print, profile: str = "",
         if profile:
             return profile_tool(fns, todo, profile)
         _, token = tokens.create(store, ["*"], read_only=True, name=f"bench-{time.time_ns()}")
-        with serving(tower) as url:
+        with serving(tmp, say) as url:
             mcp = asyncio.run(over_mcp(url, token, todo))
+            http = over_http(url, token, scale.calls)
         py = direct(fns, todo)
         tower.close()
     out: dict[str, Any] = {"server_data": size, "server_build_seconds": timing, "server_calls_per_tool": scale.calls}
@@ -539,6 +597,8 @@ def measure(scale: Scale, say: Callable[[str], None] = print, profile: str = "",
             out[f"server_{key}_p99_ms{side}"] = round(pct(lat[tool], 0.99), 2)
     out["server_mcp_floor_p50_ms"] = round(statistics.median(mcp["mem/list_types"]), 2)
     out["server_mcp_floor_p99_ms"] = round(pct(mcp["mem/list_types"], 0.99), 2)
+    out["server_http_floor_p50_ms"] = round(statistics.median(http), 2)
+    out["server_http_floor_p99_ms"] = round(pct(http, 0.99), 2)
     return out
 
 
@@ -580,6 +640,13 @@ def rows(out: dict[str, Any]) -> list[tuple[str, str, str]]:
         (
             "MCP floor: mem/list_types over the same session",
             f"p50 {out['server_mcp_floor_p50_ms']:.2f} ms, p99 {out['server_mcp_floor_p99_ms']:.2f} ms",
+            "",
+        )
+    )
+    lines.append(
+        (
+            f"the server's floor: mem/list_types as plain JSON-RPC POSTs, {out['server_calls_per_tool']:,} calls",
+            f"p50 {out['server_http_floor_p50_ms']:.2f} ms, p99 {out['server_http_floor_p99_ms']:.2f} ms",
             "",
         )
     )
