@@ -107,6 +107,13 @@ def dagster_home() -> Path:
     return home
 
 
+def child_environment(pythonpath_first: str) -> dict[str, str]:
+    """This process's environment for a child process, with a folder put first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([pythonpath_first, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
 def offline_litellm() -> None:
     """litellm fetches its cost map from the internet at import unless told not to."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
