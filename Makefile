@@ -62,9 +62,13 @@ test: $(STAMP) $(DBT_MANIFEST) chromium  ## strict type check, then the test sui
 chromium:  ## Debian's chromium for the browser tests (Playwright drives it; no browser download)
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# State: MEMORY_DATA_DIR, else data/ of the working directory (lib/settings.data_dir), which for every
+# target here is the checkout's data/.
+DATA_DIR = $(abspath $(or $(MEMORY_DATA_DIR),data))
+
 ui: $(STAMP)  ## the Dagster UI on the instance the demo wrote (data/dagster_home); it parses dbt_project itself
-	PATH="$(CURDIR)/$(BIN):$$PATH" DBT_SEND_ANONYMOUS_USAGE_STATS=false \
-	  DAGSTER_HOME=$(CURDIR)/data/dagster_home $(BIN)/dagster dev -w workspace.yaml
+	PATH="$(CURDIR)/$(BIN):$$PATH" DBT_SEND_ANONYMOUS_USAGE_STATS=false MEMORY_DATA_DIR=$(DATA_DIR) \
+	  DAGSTER_HOME=$(DATA_DIR)/dagster_home $(BIN)/dagster dev -w workspace.yaml
 
 bench: $(STAMP)  ## every measurement against its floor, full scale (~25 minutes), on PostgreSQL and Redis (see bench/README.md)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/run.py --scale full

@@ -373,12 +373,11 @@ def production_home(home: Path) -> Path:
 
 
 class CeleryWorkers:
-    """``dagster-celery worker start`` processes (one Celery worker each, concurrency 1) on the
+    """``memory-pipeline celery-worker`` processes (one Celery worker each, concurrency 1) on the
     broker of ``env`` (MEMORY_CELERY_BROKER_URL), each in a session of its own and logging to a file."""
 
     def __init__(self, home: Path, env: dict[str, str], names: list[str]):
         self.home, self.names = home, names
-        # `dagster-celery worker start` runs `celery` by name.
         self.env = {**env, "PATH": os.pathsep.join([str(BIN), env.get("PATH", "")])}
         self.logs = {name: home / f"celery-{name}.log" for name in names}
         self.procs: dict[str, subprocess.Popen] = {}
@@ -386,19 +385,7 @@ class CeleryWorkers:
     def start(self) -> None:
         config = REPO_ROOT / "deploy" / "celery" / "celery.yaml"
         for name in self.names:
-            cmd = [
-                str(BIN / "dagster-celery"),
-                "worker",
-                "start",
-                "-A",
-                "dagster_celery.app",
-                "-y",
-                str(config),
-                "-n",
-                name,
-                "--",
-                "--concurrency=1",
-            ]
+            cmd = [str(BIN / "memory-pipeline"), "celery-worker", "-y", str(config), "-n", name, "--concurrency", "1"]
             with open(self.logs[name], "wb") as log:
                 self.procs[name] = subprocess.Popen(
                     cmd,

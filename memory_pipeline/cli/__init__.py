@@ -20,6 +20,7 @@ from memory_pipeline.cli import (
     temporal,
     tokens,
     tower,
+    workers,
 )
 from memory_pipeline.cli.console import console, err
 
@@ -38,6 +39,7 @@ app.add_typer(conversation.app, name="conversation", help="Seed 002 rolling conv
 app.add_typer(recall.app, name="eval")
 app.command(name="search")(recall.search)
 app.add_typer(tokens.app, name="tokens")
+app.command(name="celery-worker")(workers.celery_worker)
 
 
 @app.command()

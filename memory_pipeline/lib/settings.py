@@ -1,7 +1,8 @@
 """The one place the environment is read, and the strict loader of ``memory.<section>`` config.
 
 The embedded default needs nothing: SQLite under ``data/``, an in-process cache and the offline
-model. Production sets ``MEMORY_DATABASE_URL``, ``REDIS_URL`` and ``MEMORY_LLM_MODEL`` (and
+model. Every state path has one rule (:func:`data_dir`): ``MEMORY_DATA_DIR``, else ``data/`` of the
+working directory, never a folder next to the installed code. Production sets ``MEMORY_DATABASE_URL``, ``REDIS_URL`` and ``MEMORY_LLM_MODEL`` (and
 ``MEMORY_DUCKDB_PATH`` for the analyst's DuckDB file). Each domain
 declares its section as a frozen dataclass and loads it with :func:`load_section`.
 """
@@ -22,6 +23,7 @@ import yaml
 
 from memory_pipeline.lib.kinds import ExecutorKind
 
+# The checkout (the tests, the dbt project); never where state is written: see data_dir().
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OFFLINE_MODEL = "offline/deterministic-extractive-v4"
 
@@ -71,7 +73,12 @@ def env(name: str, default: str | None = None) -> str | None:
 
 
 def data_dir() -> Path:
-    return Path(env(ENV_DATA_DIR) or REPO_ROOT / "data")
+    """Where every default state path lives: MEMORY_DATA_DIR, else ``data/`` of the working
+    directory (absolute, so a process that changes directory later keeps writing there). The store
+    ``memory.sqlite``, the Dagster instance ``dagster_home/``, ``logs/``, the Markdown projection
+    ``objects/``, ``sample/`` and the analyst's ``analytics.duckdb`` (with ``analytics_parquet/`` and
+    ``analytics_report.png``) are under it unless their own setting names another place."""
+    return Path(env(ENV_DATA_DIR) or Path.cwd() / "data").resolve()
 
 
 def default_sqlite_url() -> str:
@@ -98,6 +105,13 @@ def dagster_home() -> Path:
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(data_dir() / "dagster_home")))
     home.mkdir(parents=True, exist_ok=True)
     return home
+
+
+def child_environment(pythonpath_first: str) -> dict[str, str]:
+    """This process's environment for a child process, with a folder put first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([pythonpath_first, *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 def offline_litellm() -> None:
