@@ -406,3 +406,51 @@ def test_the_docs_pandas_snippet_runs_without_a_warning(tmp_path):
         [sys.executable, "-W", "error", "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and not done.stderr, done.stderr
+
+
+def test_a_disk_full_half_way_through_the_private_copy_leaves_no_copy_behind(tmp_path, monkeypatch):
+    """ENOSPC while copying the published file to ``.next`` (the copy is the first write of every
+    export and dbt build): the published file is untouched and nothing private stays on the disk."""
+    import errno
+    import shutil
+
+    from memory_pipeline.analyst import files as files_module
+
+    files = AnalyticsFiles.at(tmp_path / "a.duckdb", AnalystConfig())
+    _publish(files, 1)
+    before = files.duckdb.read_bytes()
+
+    def full_disk(src, dst):
+        with open(src, "rb") as a, open(dst, "wb") as b:
+            b.write(a.read(4096))  # what fitted
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files_module.shutil, "copyfile", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        _publish(files, 2)
+    monkeypatch.setattr(files_module.shutil, "copyfile", shutil.copyfile)
+    assert files.duckdb.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "a.duckdb.lock"]
+
+
+def test_a_writer_that_waits_says_for_whom(tmp_path):
+    import os
+    import socket
+
+    files = AnalyticsFiles.at(tmp_path / "a.duckdb", AnalystConfig())
+    heard: list[str] = []
+    with writer_lock(files):
+        waiter = threading.Thread(target=lambda: _publish_waiting(files, heard))
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert heard and "waiting for the writer lock" in heard[0]
+        assert f"pid {os.getpid()} on {socket.gethostname()}" in heard[0]
+    waiter.join(timeout=30)
+    assert len(heard) == 2 and "got the writer lock after" in heard[1]
+
+
+def _publish_waiting(files: AnalyticsFiles, heard: list[str]) -> None:
+    with publishing(files, heard.append) as staging, duckdb.connect(str(staging)) as con:
+        con.execute("CREATE OR REPLACE TABLE t AS SELECT 1 AS v")
