@@ -46,7 +46,7 @@ def run_steps(steps: list[tuple[str, str, str | None]], instance=None, on_step=N
         for r in report.runs:
             console.print(
                 f"   {target:<20} {r.first}..{r.last}: {r.partitions} partition(s) in one run {r.run_id[:8]} "
-                f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED: ' + escape(r.error[:400])}"
+                f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED: ' + escape(' '.join(r.error.split())[:400])}"
             )
             if not r.success and not failed:
                 failed = f"{target} {r.first}..{r.last}"

@@ -216,17 +216,14 @@ def operator_job(job: JobDefinition) -> JobDefinition:
 
 
 def error_line(error: SerializableErrorInfo | None) -> str:
-    """A step's failure as one line naming its cause: Dagster wraps an exception raised in an asset
-    in "Error occurred while executing op ...", the cause (e.g. ``OSError: [Errno 28] No space left
-    on device``) is the chained error; a deliberate ``Failure`` is its own description."""
+    """A step's failure naming its cause: Dagster wraps an exception raised in an asset in "Error
+    occurred while executing op ...", and the cause (e.g. ``OSError: [Errno 28] No space left on
+    device``) is the chained error; a deliberate ``Failure`` is its own message, kept whole."""
     if error is None:
         return "run failed"
     while error.cause is not None and error.cls_name == DagsterExecutionStepExecutionError.__name__:
         error = error.cause
-    text = " ".join(error.message.strip().split("\n")[0].split())
-    for prefix in ("dagster._core.definitions.events.Failure: ", "dagster.Failure: "):
-        text = text.removeprefix(prefix)
-    return text or (error.cls_name or "error")
+    return error.message.strip() or (error.cls_name or "error")
 
 
 def _defs(defs: Definitions | None) -> Definitions:

@@ -90,5 +90,5 @@ def test_an_llm_failure_is_one_line_on_the_console(env, monkeypatch):
     assert "Stack Trace" not in result.output and "Traceback" not in result.output and 'File "' not in result.output
     flat = result.output.replace("\n", "")
     assert "openai/fake-model failed for day after 2 attempt(s)" in flat and "scripted 500" in flat
-    assert "dagster._core" not in flat  # the cause, not Dagster's wrapper
+    assert "DagsterExecutionStepExecutionError" not in flat  # the cause, not Dagster's wrapper
     assert len(result.output.splitlines()) <= 8, result.output
