@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -212,12 +212,14 @@ def export_tables(
     exports: Sequence[ExportTable],
     window: DayWindow | None,
     tz: ZoneInfo,
+    on_wait: Callable[[str], None] | None = None,
 ) -> ExportReport:
     """Bring ``exports`` up to date for ``window`` (a table by day: exactly those days; ``None``:
-    every day it has) in one new published version of the file."""
+    every day it has) in one new published version of the file. ``on_wait`` hears it when another
+    writer holds the file (see ``files.writer_lock``)."""
     started = time.monotonic()
     report = ExportReport(files.duckdb, window)
-    with publishing(files) as staging:
+    with publishing(files, on_wait) as staging:
         with duckdb.connect(str(staging), config=files.duckdb_config()) as con:
             ensure_tables(con)
             for export in exports:

@@ -12,10 +12,14 @@ reader's glob."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
+import socket
+import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,14 +74,51 @@ class AnalyticsFiles:
         return config
 
 
+def _holder() -> dict[str, Any]:
+    """Who holds the lock, written into the lock file by the holder (read by those who wait)."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": " ".join(sys.argv)[:300],
+        "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def holder_text(record: str) -> str:
+    """The lock file's holder record as one phrase ("pid 12 on host-a (memory-pipeline export …)
+    since …"); a file without one (a writer of an older version) says so."""
+    try:
+        h = json.loads(record)
+        return f"pid {h['pid']} on {h['host']} ({h['command']}) since {h['since']}"
+    except (ValueError, KeyError, TypeError):
+        return "another writer (it recorded no pid)"
+
+
 @contextmanager
-def writer_lock(files: AnalyticsFiles) -> Iterator[None]:
+def writer_lock(files: AnalyticsFiles, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """One writer at a time, across processes (the Dagster pool ``duckdb`` does the same for runs
-    of one instance; this also covers the CLI and a second instance)."""
+    of one instance; this also covers the CLI and a second instance). A writer that has to wait
+    says so, and for whom, through ``on_wait`` before it blocks; the holder writes its pid, host
+    and command into the lock file."""
     files.lock.parent.mkdir(parents=True, exist_ok=True)
     with open(files.lock, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
         try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                fh.seek(0)
+                on_wait(
+                    f"{files.duckdb.name}: waiting for the writer lock {files.lock}, held by {holder_text(fh.read())}"
+                )
+            started = time.monotonic()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            if on_wait is not None:
+                on_wait(f"{files.duckdb.name}: got the writer lock after {time.monotonic() - started:.1f}s")
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps(_holder()))
+            fh.flush()
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
@@ -97,16 +138,16 @@ def _fsync(path: Path) -> None:
 
 
 @contextmanager
-def publishing(files: AnalyticsFiles) -> Iterator[Path]:
+def publishing(files: AnalyticsFiles, on_wait: Callable[[str], None] | None = None) -> Iterator[Path]:
     """Yield a private copy of the published file to change (``<file>.next``); publish it
-    atomically when the block ends without an exception, discard it otherwise. Whoever writes the
-    copy must have closed it by then."""
-    with writer_lock(files):
+    atomically when the block ends without an exception, discard it otherwise (also when the copy
+    itself fails half-way, as on a full disk). Whoever writes the copy must have closed it by then."""
+    with writer_lock(files, on_wait):
         staging = files.staging
         _remove(staging)  # left by a writer that died
-        if files.duckdb.exists():
-            shutil.copyfile(files.duckdb, staging)
         try:
+            if files.duckdb.exists():
+                shutil.copyfile(files.duckdb, staging)
             yield staging
             # Fold any write-ahead log into the file: the published file never has one.
             with duckdb.connect(str(staging), config=files.duckdb_config()) as con:

@@ -103,71 +103,118 @@ def coverage_cost(files: AnalyticsFiles) -> CoverageCost:
     return out
 
 
-def render_png(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM cost") -> bytes:
-    """Three panels: worlds per day with a summary / a placeholder / no row; placeholders by
-    reason and window; LLM calls (bars) and tokens (line) per day of the calls."""
+def _scale(values: list[int]) -> tuple[float, str]:
+    """A divisor and its word, so an axis reads "tokens (millions)" with plain ticks, never "1e6"."""
+    top = max(values, default=0)
+    for factor, word in ((1_000_000_000, "billions"), (1_000_000, "millions"), (1_000, "thousands")):
+        if top >= factor:
+            return float(factor), word
+    return 1.0, ""
+
+
+def draw(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM cost") -> Any:
+    """The picture as a matplotlib figure (the caller closes it). Three panels: worlds per day with
+    a summary / a placeholder / no row; placeholders by reason and window; LLM calls (bars) and
+    tokens (line) per day of the calls. Date axes tick whole days (a bar sits on its day's tick),
+    never hours; value axes are plain numbers, scaled in the label (thousands, millions)."""
     import matplotlib  # heavy: only where the picture is drawn
 
     matplotlib.use("Agg")
     from matplotlib import dates as mdates
     from matplotlib import pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    def plain(ax: Any) -> None:
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.10g}"))
 
     def by_day(ax: Any, days: list[date]) -> None:
-        locator = mdates.AutoDateLocator(minticks=3, maxticks=10)  # type: ignore[no-untyped-call,unused-ignore]
+        span = (days[-1] - days[0]).days + 2 if days else 2  # a day of margin each side (below)
+        locator: Any
+        if span <= 31:  # a day tick every few days; AutoDateLocator would tick hours on a short span
+            locator = mdates.DayLocator(interval=max(1, -(-span // 8)))  # type: ignore[no-untyped-call,unused-ignore]
+        else:  # long spans: whole days, weeks or months as AutoDateLocator picks (never hours)
+            locator = mdates.AutoDateLocator(minticks=3, maxticks=10)  # type: ignore[no-untyped-call,unused-ignore]
         ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call,unused-ignore]
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))  # type: ignore[no-untyped-call,unused-ignore]
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        if days:  # a day of margin each side, so one day is a bar, not the whole axis
+        plain(ax)
+        if days:  # one day is a bar on its tick, not the whole axis
             ax.set_xlim(days[0] - timedelta(days=1), days[-1] + timedelta(days=1))
+        ax.set_xlabel("CST day")
+        for label in ax.get_xticklabels():
+            label.set_fontsize(8)
 
     fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(11, 9), height_ratios=[3, 2, 3])
+    fig.suptitle(title)
+    if figures.days:
+        top.bar(figures.days, figures.day_summaries, width=1.0, color="#2e7d32", label="summary")
+        top.bar(
+            figures.days,
+            figures.day_placeholders,
+            width=1.0,
+            bottom=figures.day_summaries,
+            color="#f9a825",
+            label="placeholder",
+        )
+        stacked = [s + p for s, p in zip(figures.day_summaries, figures.day_placeholders, strict=True)]
+        top.bar(figures.days, figures.day_missing, width=1.0, bottom=stacked, color="#c62828", label="no row")
+        top.legend(loc="upper left", fontsize=8)
+    by_day(top, figures.days)
+    top.set_title("Worlds per CST day: day summary, placeholder, or no row", fontsize=10)
+    top.set_ylabel("worlds")
+
+    labels, counts = [], []
+    for reason, by_window in sorted(figures.placeholders_by_reason.items()):
+        for window, n in sorted(by_window.items()):
+            labels.append(f"{reason} ({window})")
+            counts.append(n)
+    if labels:
+        middle.barh(labels, counts, color="#f9a825")
+        for y, n in enumerate(counts):
+            middle.text(n, y, f" {n}", va="center", fontsize=8)
+    else:
+        middle.text(0.5, 0.5, "no placeholders", ha="center", va="center", transform=middle.transAxes)
+    middle.set_title("Placeholders by empty_reason", fontsize=10)
+    middle.tick_params(axis="y", labelsize=8)
+
+    calls_by, calls_word = _scale(figures.calls)
+    tokens_by, tokens_word = _scale(figures.tokens)
+    if figures.cost_days:
+        bottom.bar(
+            figures.cost_days,
+            [c / calls_by for c in figures.calls],
+            width=0.8,
+            color="#1565c0",
+            label="calls (incl. cache hits)",
+        )
+        tokens = bottom.twinx()
+        tokens.plot(
+            figures.cost_days,
+            [t / tokens_by for t in figures.tokens],
+            color="#6a1b9a",
+            marker="o",
+            markersize=3,
+            label="tokens",
+        )
+        tokens.set_ylabel(f"tokens in + out{f' ({tokens_word})' if tokens_word else ''}")
+        plain(tokens)
+        tokens.set_ylim(bottom=0)
+        bottom.legend(loc="upper left", fontsize=8)
+        tokens.legend(loc="upper right", fontsize=8)
+    by_day(bottom, figures.cost_days)
+    cost = "n/a (no priced model)" if figures.total_cost_usd is None else f"${figures.total_cost_usd:.4f}"
+    bottom.set_title(f"LLM calls and tokens per CST day of the call (cost: {cost})", fontsize=10)
+    bottom.set_ylabel(f"calls{f' ({calls_word})' if calls_word else ''}")
+    fig.tight_layout()
+    return fig
+
+
+def render_png(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM cost") -> bytes:
+    """The picture (``draw``) as PNG bytes."""
+    fig = draw(figures, title)
+    from matplotlib import pyplot as plt
+
     try:
-        fig.suptitle(title)
-        if figures.days:
-            top.bar(figures.days, figures.day_summaries, width=1.0, color="#2e7d32", label="summary")
-            top.bar(
-                figures.days,
-                figures.day_placeholders,
-                width=1.0,
-                bottom=figures.day_summaries,
-                color="#f9a825",
-                label="placeholder",
-            )
-            stacked = [s + p for s, p in zip(figures.day_summaries, figures.day_placeholders, strict=True)]
-            top.bar(figures.days, figures.day_missing, width=1.0, bottom=stacked, color="#c62828", label="no row")
-            top.legend(loc="upper left", fontsize=8)
-        by_day(top, figures.days)
-        top.set_title("Worlds per CST day: day summary, placeholder, or no row", fontsize=10)
-        top.set_ylabel("worlds")
-
-        labels, counts = [], []
-        for reason, by_window in sorted(figures.placeholders_by_reason.items()):
-            for window, n in sorted(by_window.items()):
-                labels.append(f"{reason} ({window})")
-                counts.append(n)
-        if labels:
-            middle.barh(labels, counts, color="#f9a825")
-            for y, n in enumerate(counts):
-                middle.text(n, y, f" {n}", va="center", fontsize=8)
-        else:
-            middle.text(0.5, 0.5, "no placeholders", ha="center", va="center", transform=middle.transAxes)
-        middle.set_title("Placeholders by empty_reason", fontsize=10)
-        middle.tick_params(axis="y", labelsize=8)
-
-        if figures.cost_days:
-            bottom.bar(figures.cost_days, figures.calls, width=0.8, color="#1565c0", label="calls (incl. cache hits)")
-            tokens = bottom.twinx()
-            tokens.plot(figures.cost_days, figures.tokens, color="#6a1b9a", marker="o", markersize=3, label="tokens")
-            tokens.set_ylabel("tokens in + out")
-            bottom.legend(loc="upper left", fontsize=8)
-            tokens.legend(loc="upper right", fontsize=8)
-            tokens.yaxis.set_major_locator(MaxNLocator(integer=True))
-        by_day(bottom, figures.cost_days)
-        cost = "n/a (no priced model)" if figures.total_cost_usd is None else f"${figures.total_cost_usd:.4f}"
-        bottom.set_title(f"LLM calls and tokens per CST day of the call (cost: {cost})", fontsize=10)
-        bottom.set_ylabel("calls")
-        fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)
         return buf.getvalue()

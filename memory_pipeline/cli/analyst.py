@@ -23,12 +23,20 @@ def analytics_files():
     return AnalyticsFiles.at(settings.duckdb_path(), analyst_config.load())
 
 
-def run_steps(steps: list[tuple[str, str, str | None]], instance=None) -> bool:
-    """(target, from, to) as Dagster runs, one per range; prints one line per run."""
+def run_steps(steps: list[tuple[str, str, str | None]], instance=None, on_step=None) -> bool:
+    """(target, from, to) as Dagster runs, one per range, in order; prints one line per run. After
+    a failed run the remaining steps are not run (each would work on a file the failure left as it
+    was, or fail the same way): each is listed as skipped, with the reason."""
     from memory_pipeline import operations
 
-    ok = True
-    for target, lo, hi in steps:
+    failed = ""
+    for i, (target, lo, hi) in enumerate(steps):
+        span = f"{lo}..{hi or lo}"
+        if failed:
+            console.print(f"   {target:<20} {span}: [yellow]skipped[/] ({escape(failed)} failed)")
+            continue
+        if on_step is not None:
+            on_step(i, target)
         # dagster-dbt echoes every line of dbt's log to stdout (a run's compute log); here the
         # summary line below says what happened, and the instance keeps the rest.
         with contextlib.redirect_stdout(io.StringIO()):
@@ -36,12 +44,27 @@ def run_steps(steps: list[tuple[str, str, str | None]], instance=None) -> bool:
         for note in report.notes:
             err.print(f"[yellow]{escape(note)}[/]")
         for r in report.runs:
-            ok &= r.success
             console.print(
                 f"   {target:<20} {r.first}..{r.last}: {r.partitions} partition(s) in one run {r.run_id[:8]} "
-                f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + escape(r.error[:400])}"
+                f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED: ' + escape(' '.join(r.error.split())[:400])}"
             )
-    return ok
+            if not r.success and not failed:
+                failed = f"{target} {r.first}..{r.last}"
+    return not failed
+
+
+def print_unchanged(files) -> None:
+    """After a failed export: what analysts now read, said as such (not listed as if current)."""
+    import datetime as dt
+
+    if files.duckdb.exists():
+        stamp = dt.datetime.fromtimestamp(files.duckdb.stat().st_mtime).astimezone().isoformat(timespec="seconds")
+        console.print(
+            f"{files.duckdb}: the version published at {stamp}; it holds only the runs marked ok above, "
+            "not the failed or skipped ones"
+        )
+    else:
+        console.print(f"{files.duckdb}: no DuckDB file (nothing was published)")
 
 
 def print_analytics(files) -> None:
@@ -83,25 +106,35 @@ def export_steps(start: str, end: str | None, marts: bool) -> list[tuple[str, st
 @app.command("export")
 def export(
     start: str = typer.Option(..., "--from", help="First CST day (YYYY-MM-DD)"),
-    end: str = typer.Option(None, "--to", help="Last CST day; default: today"),
+    end: str = typer.Option(
+        None, "--to", help="Last CST day (YYYY-MM-DD); default: the --from day alone (one day, not up to today)"
+    ),
     marts: bool = typer.Option(True, "--marts/--no-marts", help="Then dbt build the marts for the same days"),
 ):
     """Export every operational table for a range of CST days to the DuckDB file and Parquet
     (replacing exactly those days, and the months and years they touch), then build the dbt
-    marts: Dagster runs, as the automation would."""
+    marts: Dagster runs, as the automation would. Without --to, the one day --from."""
     from memory_pipeline import operations
 
+    end = end or start
     try:
-        operations.partition_keys("exports", start, end)  # refuse a bad range before any run
+        keys, _ = operations.partition_keys("exports", start, end)  # refuse a bad range before any run
         steps = export_steps(start, end, marts)
+        console.print(f"export {start}..{end}: {len(keys)} day(s), {len(steps)} run(s)")
         with progress_bar() as progress:
-            progress.add_task("export", total=None)
-            ok = run_steps(steps)
+            task = progress.add_task("export", total=len(steps))
+
+            def on_step(i: int, target: str) -> None:
+                progress.update(task, completed=i, description=f"export: {target}")
+
+            ok = run_steps(steps, on_step=on_step)
+            progress.update(task, completed=len(steps), description="export")
     except operations.RangeError as exc:
         refuse(str(exc))
-    print_analytics(analytics_files())
     if not ok:
+        print_unchanged(analytics_files())
         raise typer.Exit(1)
+    print_analytics(analytics_files())
 
 
 @app.command("analytics")

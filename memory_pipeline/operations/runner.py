@@ -3,11 +3,15 @@ missing partitions, rebuild a range, and the run-per-partition baseline the benc
 
 A range is one run (the assets' BackfillPolicy.single_run), as the UI's backfill launches it."""
 
+import logging
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from dagster import DagsterInstance, Definitions, PartitionKeyRange
+from dagster import DagsterInstance, Definitions, Field, JobDefinition, PartitionKeyRange, logger
+from dagster._core.errors import DagsterExecutionStepExecutionError
+from dagster._utils.error import SerializableErrorInfo
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.ids import validate_id
@@ -174,8 +178,52 @@ def run_config(
     return {"ops": {targets()[window].op_name: {"config": cfg}}, **QUIET}
 
 
-# Runs started from the CLI log warnings and errors to the console; the instance keeps everything.
+# Runs started from the CLI log warnings to the console, one line each; a failure is the one line
+# the CLI prints from the run's result (``error_line``). The instance keeps everything, tracebacks too.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+class _OperatorConsole(logging.Handler):
+    """Warnings on stderr, one line each (the first line of the message). Errors are Dagster's own
+    failure reports (our assets raise; none logs an error), each with the stack trace appended:
+    the CLI states the failure in one line from the run's result instead."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            return
+        meta = getattr(record, "dagster_meta", None)
+        meta = meta if isinstance(meta, dict) else {}
+        text = str(meta.get("orig_message") or record.getMessage()).strip()
+        if text:
+            where = f"{meta['step_key']}: " if meta.get("step_key") else ""
+            print(f"{record.levelname.lower()}: {where}{text.splitlines()[0]}", file=sys.stderr, flush=True)
+
+
+@logger(
+    {"log_level": Field(str, is_required=False, default_value="WARNING"), "name": Field(str, is_required=False)},
+    description="The console of an operator's run: warnings one line each, failures left to the CLI.",
+)
+def operator_console(init_context) -> logging.Logger:
+    log = logging.Logger("memory_pipeline.run", level=init_context.logger_config["log_level"])
+    log.addHandler(_OperatorConsole())
+    return log
+
+
+def operator_job(job: JobDefinition) -> JobDefinition:
+    """The job with the operator's console logger in place of Dagster's (which prints every
+    failure with its stack trace, some 80 lines for one LLM error)."""
+    return job.with_logger_defs({"console": operator_console})
+
+
+def error_line(error: SerializableErrorInfo | None) -> str:
+    """A step's failure naming its cause: Dagster wraps an exception raised in an asset in "Error
+    occurred while executing op ...", and the cause (e.g. ``OSError: [Errno 28] No space left on
+    device``) is the chained error; a deliberate ``Failure`` is its own message, kept whole."""
+    if error is None:
+        return "run failed"
+    while error.cause is not None and error.cls_name == DagsterExecutionStepExecutionError.__name__:
+        error = error.cause
+    return error.message.strip() or (error.cls_name or "error")
 
 
 def _defs(defs: Definitions | None) -> Definitions:
@@ -190,7 +238,7 @@ def run_range(
     instance: DagsterInstance, window: str, first: str, last: str, config: dict, defs: Definitions | None = None
 ) -> RunSummary:
     target = targets()[window]
-    job = _defs(defs).resolve_job_def(target.job)
+    job = operator_job(_defs(defs).resolve_job_def(target.job))
     tags = {"memory_pipeline/operation": window}
     started = datetime.now()
     kwargs = dict(instance=instance, run_config=config, raise_on_error=False)
@@ -206,7 +254,7 @@ def run_range(
     error = ""
     if not result.success:
         failures = [e for e in result.all_events if e.is_step_failure]
-        error = failures[0].event_specific_data.error.message.strip() if failures else "run failed"
+        error = error_line(failures[0].event_specific_data.error) if failures else "run failed"
     n = len(target.partitions.get_partition_keys_in_range(PartitionKeyRange(first, last)))
     return RunSummary(
         window, first, last, n, result.run_id, result.success, error, (datetime.now() - started).total_seconds()
@@ -265,7 +313,7 @@ def run_system_rolls(
 ) -> RunSummary:
     as_of = check_as_of(as_of)
     instance = instance or get_instance()
-    job = _defs(defs).resolve_job_def("temporal_system_rolls_job")
+    job = operator_job(_defs(defs).resolve_job_def("temporal_system_rolls_job"))
     started = datetime.now()
     result = job.execute_in_process(
         instance=instance,

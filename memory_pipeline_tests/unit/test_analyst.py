@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -345,3 +345,112 @@ def test_a_hot_node_is_exported_with_every_range_its_events_touch(tmp_path):
     with duckdb.connect(str(files.duckdb), read_only=True) as con:
         got = con.execute("SELECT node_id FROM objects_hot_nodes ORDER BY 1").fetchall()
     assert got == [("before",), ("edge",), ("inside",)]  # once each
+
+
+def test_the_cost_panel_ticks_whole_days_and_scales_tokens_in_its_label():
+    """One call-day of 2,756 calls and 1.35M tokens: the bar sits on its day's tick (no hour
+    ticks, no bar straddling two dates), and the token axis says "millions" instead of an offset."""
+    from matplotlib import dates as mdates
+    from matplotlib import pyplot as plt
+
+    for cost_days in ([date(2026, 12, 1)], [date(2026, 11, 1) + timedelta(days=i) for i in range(40)]):
+        figures = reports.CoverageCost(
+            days=[date(2025, 12, 1), date(2025, 12, 2)],
+            day_summaries=[2, 1],
+            day_placeholders=[0, 1],
+            day_missing=[0, 1],
+            cost_days=cost_days,
+            calls=[2756] * len(cost_days),
+            tokens=[1_353_837 + i for i in range(len(cost_days))],
+        )
+        fig = reports.draw(figures)
+        try:
+            fig.canvas.draw()
+            _top, _middle, bottom, tokens = fig.axes
+            for ax in (_top, bottom):
+                ticks = [mdates.num2date(t) for t in ax.get_xticks()]
+                assert ticks and all((t.hour, t.minute) == (0, 0) for t in ticks), ticks  # whole days only
+                labels = [t.get_text() for t in ax.get_xticklabels()]
+                assert all(":" not in label for label in labels), labels
+            shown = [t.get_text() for t in bottom.get_xticklabels()]
+            assert cost_days[0].isoformat() in shown or len(cost_days) > 1, shown  # the bar's own date
+            assert tokens.yaxis.get_offset_text().get_text() == ""  # no "1e6" above the axis
+            assert "millions" in tokens.get_ylabel()
+            assert bottom.yaxis.get_offset_text().get_text() == "" and "thousands" in bottom.get_ylabel()
+            assert max(tokens.get_lines()[0].get_ydata()) < 10  # plotted in millions
+        finally:
+            plt.close(fig)
+
+
+def test_the_docs_pandas_snippet_runs_without_a_warning(tmp_path):
+    """docs/analysts.md's pandas snippet, verbatim, with every warning an error, on a file whose
+    mart has a TIMESTAMPTZ column (what makes DuckDB 1.5's .df() warn under pandas 3.1)."""
+    import re
+    import subprocess
+    import sys
+
+    from memory_pipeline.lib.settings import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "analysts.md").read_text(encoding="utf-8")
+    snippets = [s for s in re.findall(r"```python\n(.*?)```", text, re.S) if ".df()" in s]
+    assert len(snippets) == 1
+    (tmp_path / "data").mkdir()
+    with duckdb.connect(str(tmp_path / "data" / "analytics.duckdb")) as con:
+        con.execute("CREATE SCHEMA marts")
+        con.execute(
+            "CREATE TABLE marts.mart_temporal_coverage AS SELECT 'w1' AS world_id, 'placeholder' AS status, "
+            "TIMESTAMPTZ '2026-01-01 10:00:00+08' AS last_written_at"
+        )
+    check = snippets[0] + "\nassert len(df) == 1 and str(df.last_written_at.dt.tz) == 'Asia/Shanghai', df.dtypes\n"
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+
+
+def test_a_disk_full_half_way_through_the_private_copy_leaves_no_copy_behind(tmp_path, monkeypatch):
+    """ENOSPC while copying the published file to ``.next`` (the copy is the first write of every
+    export and dbt build): the published file is untouched and nothing private stays on the disk."""
+    import errno
+    import shutil
+
+    from memory_pipeline.analyst import files as files_module
+
+    files = AnalyticsFiles.at(tmp_path / "a.duckdb", AnalystConfig())
+    _publish(files, 1)
+    before = files.duckdb.read_bytes()
+
+    def full_disk(src, dst):
+        with open(src, "rb") as a, open(dst, "wb") as b:
+            b.write(a.read(4096))  # what fitted
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files_module.shutil, "copyfile", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        _publish(files, 2)
+    monkeypatch.setattr(files_module.shutil, "copyfile", shutil.copyfile)
+    assert files.duckdb.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "a.duckdb.lock"]
+
+
+def test_a_writer_that_waits_says_for_whom(tmp_path):
+    import os
+    import socket
+
+    files = AnalyticsFiles.at(tmp_path / "a.duckdb", AnalystConfig())
+    heard: list[str] = []
+    with writer_lock(files):
+        waiter = threading.Thread(target=lambda: _publish_waiting(files, heard))
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert heard and "waiting for the writer lock" in heard[0]
+        assert f"pid {os.getpid()} on {socket.gethostname()}" in heard[0]
+    waiter.join(timeout=30)
+    assert len(heard) == 2 and "got the writer lock after" in heard[1]
+
+
+def _publish_waiting(files: AnalyticsFiles, heard: list[str]) -> None:
+    with publishing(files, heard.append) as staging, duckdb.connect(str(staging)) as con:
+        con.execute("CREATE OR REPLACE TABLE t AS SELECT 1 AS v")

@@ -221,7 +221,9 @@ def _period_exports(grain: Window):
     )
     def _exports(context: AssetExecutionContext, analyst: AnalystResource) -> Iterator[MaterializeResult]:
         window = _window(context)
-        report = core.export_tables(analyst.store(), analyst.files(), _selected(context, exports), window, analyst.tz)
+        report = core.export_tables(
+            analyst.store(), analyst.files(), _selected(context, exports), window, analyst.tz, context.log.warning
+        )
         context.log.info(f"exported {len(report.tables)} table(s) for {window} in {report.seconds:.1f}s")
         yield from _results(report)
 
@@ -236,7 +238,9 @@ analyst_year_exports = _period_exports(Window.YEAR)
 @multi_asset(name="analyst_table_exports", specs=[_spec(e) for e in WHOLE_EXPORTS], can_subset=True, pool=DUCKDB_POOL)
 def analyst_table_exports(context: AssetExecutionContext, analyst: AnalystResource) -> Iterator[MaterializeResult]:
     """The selected tables without a day, whole: one new version of the file."""
-    report = core.export_tables(analyst.store(), analyst.files(), _selected(context, WHOLE_EXPORTS), None, analyst.tz)
+    report = core.export_tables(
+        analyst.store(), analyst.files(), _selected(context, WHOLE_EXPORTS), None, analyst.tz, context.log.warning
+    )
     yield from _results(report)
 
 

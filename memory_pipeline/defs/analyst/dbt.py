@@ -121,7 +121,7 @@ def _build(
     (whatever it built is whole: dbt replaces a model's table in one statement); the events are
     reported after the new version is published."""
     files = analyst.files()
-    with publishing(files) as staging:
+    with publishing(files, context.log.warning) as staging:
         dbt_vars = analyst.dbt_vars(staging) | window
         invocation = dbt.cli(["build", "--vars", json.dumps(dbt_vars)], context=context, raise_on_error=False)
         events = list(invocation.stream())

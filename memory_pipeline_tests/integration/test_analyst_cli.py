@@ -1,0 +1,94 @@
+"""The analyst export and the run console as an operator sees them: a failed export names its
+cause, skips the stages after it and leaves no private copy; `--from` alone is one day; an LLM
+failure is one line, not a traceback."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from memory_pipeline.analyst import exports as exports_core
+from memory_pipeline.analyst import files as files_module
+from memory_pipeline.cli import app
+from memory_pipeline_tests.conftest import conversation, cst
+from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+runner = CliRunner()
+DAY = "2026-07-17"
+
+
+@pytest.fixture
+def env(monkeypatch, pg_url, redis_url, tmp_path):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", pg_url)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    monkeypatch.setenv("MEMORY_DUCKDB_PATH", str(tmp_path / "out" / "analytics.duckdb"))
+    events = conversation("w1", "a", cst(2026, 7, 17, 9), ["tomatoes planted", "tomatoes watered"])
+    path = tmp_path / "e.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
+    return tmp_path
+
+
+def _md5(path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def _full_copy(src, dst):
+    with open(src, "rb") as a, open(dst, "wb") as b:
+        b.write(a.read(4096))
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _full_parquet(files, write, target):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    "where", [(files_module.shutil, "copyfile", _full_copy), (exports_core, "replace_file", _full_parquet)]
+)
+def test_a_failed_export_names_its_cause_skips_the_rest_and_leaves_nothing_behind(env, monkeypatch, where):
+    out = env / "out"
+    first = runner.invoke(app, ["export", "--from", DAY, "--no-marts"])  # --from alone: that one day
+    assert first.exit_code == 0, first.output
+    assert f"export {DAY}..{DAY}: 1 day(s)" in first.output
+    assert f"exports              {DAY}..{DAY}: 1 partition(s)" in first.output
+    published = _md5(out / "analytics.duckdb")
+
+    monkeypatch.setattr(*where)  # the disk fills up: the private copy, or a Parquet file
+    result = runner.invoke(app, ["export", "--from", DAY])
+    lines = result.output.splitlines()
+    assert result.exit_code == 1, result.output
+    failed = [line for line in lines if "FAILED" in line]
+    assert len(failed) == 1 and "exports" in failed[0], result.output
+    assert "OSError: [Errno 28] No space left on device" in failed[0]  # the cause, on the summary line
+    assert any("marts" in line and f"skipped (exports {DAY}..{DAY} failed)" in line for line in lines), result.output
+    assert any("month_exports" in line and "skipped" in line for line in lines), result.output
+    assert "Traceback" not in result.output and "Stack Trace" not in result.output
+    assert "schema.table" not in result.output  # the old table is not listed as if current
+    assert "holds only the runs marked ok above" in result.output
+    assert _md5(out / "analytics.duckdb") == published
+    assert not (out / "analytics.duckdb.next").exists() and not (out / "analytics.duckdb.next.wal").exists()
+    parquet_tmp = out / "analytics_parquet" / ".tmp"
+    assert not parquet_tmp.exists() or not list(parquet_tmp.iterdir())
+
+
+def test_an_llm_failure_is_one_line_on_the_console(env, monkeypatch):
+    with FakeOpenAI() as server:
+        for _ in range(10):
+            server.push("status", 500)
+        monkeypatch.setenv("MEMORY_LLM_MODEL", "openai/fake-model")
+        monkeypatch.setenv("MEMORY_LLM_API_BASE", server.api_base)
+        monkeypatch.setenv("MEMORY_LLM_API_KEY", "test")
+        monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "1")
+        result = runner.invoke(app, ["rebuild", "day", "--from", DAY, "--to", DAY])
+    assert result.exit_code == 1, result.output
+    assert "Stack Trace" not in result.output and "Traceback" not in result.output and 'File "' not in result.output
+    flat = result.output.replace("\n", "")
+    assert "openai/fake-model failed for day after 2 attempt(s)" in flat and "scripted 500" in flat
+    assert "DagsterExecutionStepExecutionError" not in flat  # the cause, not Dagster's wrapper
+    assert len(result.output.splitlines()) <= 8, result.output
