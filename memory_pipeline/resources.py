@@ -13,6 +13,7 @@ from pydantic import Field
 from memory_pipeline import domains
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.cache import KVCache
+from memory_pipeline.lib.lifeline import exit_with_parent
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.migrate import ensure_schema
@@ -25,6 +26,9 @@ class MemoryStoreResource(ConfigurableResource):
     database_url: str = Field("", description="SQLAlchemy URL; empty: SQLite under data/")
 
     def store(self) -> Store:
+        # Every step that writes the store starts here: in a step process of the multiprocess
+        # executor, it then dies with its run worker rather than writing into a run already failed.
+        exit_with_parent()
         store = Store(self.database_url or settings.default_sqlite_url())
         ensure_schema(store, domains.version_locations())
         return store

@@ -160,6 +160,14 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
 @dataclass
 class Killable:
     stack: DagsterStack
@@ -224,8 +232,9 @@ class Killed:
     requests_before: int
 
 
-def backfill_and_kill(k: Killable, tags: dict[str, str] | None, victim) -> tuple[str, Killed]:
-    """Backfill DAYS, wait for the held call, SIGKILL ``victim(run worker pid)``'s process tree."""
+def backfill_and_kill(k: Killable, tags: dict[str, str] | None, victim, whole_tree: bool = True) -> tuple[str, Killed]:
+    """Backfill DAYS, wait for the held call, SIGKILL ``victim(run worker pid)``'s process tree (or
+    the victim alone: then its step process must exit by itself before the provider answers)."""
     backfill_id = k.stack.launch_backfill(DAY_ASSET, DAYS, tags=tags)
     k.stack.start("daemon")
     k.stack.wait_until(f"the call of {DAYS[HELD]} to arrive", k.server.held.is_set, timeout=600)
@@ -238,13 +247,21 @@ def backfill_and_kill(k: Killable, tags: dict[str, str] | None, victim) -> tuple
     pid = k.stack.wait_until("the run worker's pid", lambda: run_worker_pid(k.instance, run.run_id), timeout=60)
     root = victim(pid)
     tree = process_tree(root)
-    for target in tree:
+    for target in tree if whole_tree else [root]:
         try:
             os.kill(target, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    if not whole_tree:  # the step process the run worker started dies with it (lib.lifeline)
+        assert len(tree) > 1, f"no step process under the run worker {root}: {tree}"
+        k.stack.wait_until(
+            f"the step processes {tree[1:]} to exit with their run worker",
+            lambda: not [p for p in tree if Path(f"/proc/{p}").exists() and not zombie(p)],
+            timeout=60,
+            interval=0.2,
+        )
     k.server.release()  # the provider answers into a closed socket; later calls pass
-    print(f"run worker {pid}: SIGKILL to {root} and its descendants {tree}")
+    print(f"run worker {pid}: SIGKILL to {root}" + (f" and its descendants {tree}" if whole_tree else ""))
     return backfill_id, killed
 
 
@@ -302,12 +319,20 @@ def assert_nothing_lost_nor_paid_twice(k: Killable, killed: Killed) -> None:
 
 def test_a_run_worker_killed_mid_run_is_detected_retried_and_costs_no_call_twice(tmp_path):
     with killable_stack(tmp_path) as k:
-        backfill_id, killed = backfill_and_kill(k, None, victim=lambda worker: worker)
+        # The run worker alone is killed: its step process exits with it (it wrote nothing more).
+        backfill_id, killed = backfill_and_kill(k, None, victim=lambda worker: worker, whole_tree=False)
 
         # Detected: the run is failed, naming the signal, and marked for a retry.
         failed = wait_failed(k, killed.run_id, timeout=300)
         messages = engine_messages(k, killed.run_id)
         assert any("was terminated by signal 9 (SIGKILL)" in m for m in messages), messages
+        late = [
+            e.dagster_event.event_type_value
+            for e in k.instance.all_logs(killed.run_id)
+            if e.dagster_event is not None
+            and e.dagster_event.event_type in (DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_SUCCESS)
+        ]
+        assert late == [], f"the killed run recorded {late}"
         assert failed.tags.get("dagster/will_retry") == "true", failed.tags
 
         # Re-run by the daemon (run retries): from failure, the same range, inside the backfill.
