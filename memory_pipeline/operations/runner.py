@@ -258,6 +258,7 @@ def materialize(
     worlds: list[str] | None = None,
     as_of: str = "",
     per_partition: bool = False,
+    rebuild: bool = False,
     instance: DagsterInstance | None = None,
     progress=None,
     defs: Definitions | None = None,
@@ -267,7 +268,9 @@ def materialize(
     mode "changed" (incremental): partitions never materialized, and those whose rows a run would
     change according to the domain's record (late data, a new world, child rows written since, another
     model, prompt version or settings); an unchanged range launches no run at all. A target
-    without such a record treats "changed" as "missing"."""
+    without such a record treats "changed" as "missing". ``rebuild`` (what ``memory-pipeline
+    rebuild|regenerate`` pass): the runs rewrite partitions whose record shows nothing changed too,
+    from the LLM cache; otherwise the assets skip those."""
     if mode not in MODES:
         raise RangeError(f"unknown mode {mode!r} ({', '.join(MODES)})")
     as_of, worlds = check_as_of(as_of), check_worlds(worlds)
@@ -286,7 +289,7 @@ def materialize(
         chosen -= done
     report.requested = len(chosen)
     spans = [(k, k) for k in keys if k in chosen] if per_partition else contiguous(keys, chosen)
-    config = run_config(window, force_llm=force_llm, worlds=worlds, as_of=as_of, rebuild=mode == "rebuild")
+    config = run_config(window, force_llm=force_llm, worlds=worlds, as_of=as_of, rebuild=rebuild)
     defs = _defs(defs) if spans else defs
     for i, (first, last) in enumerate(spans):
         report.runs.append(run_range(instance, window, first, last, config, defs))

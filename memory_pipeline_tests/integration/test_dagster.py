@@ -273,7 +273,7 @@ def test_a_forced_rebuild_rewrites_an_unchanged_row_that_fails_its_check_from_th
         left = operations.materialize("day", "2025-12-30", "2025-12-31", mode="changed", instance=instance, defs=defs)
         assert left.runs == [] and rows() != clean  # unchanged per its record: a backfill leaves it
 
-        rebuilt = operations.materialize("day", "2025-12-31", "2025-12-31", instance=instance, defs=defs)
+        rebuilt = operations.materialize("day", "2025-12-31", "2025-12-31", rebuild=True, instance=instance, defs=defs)
         assert rebuilt.success, rebuilt.runs[0].error
         assert rows() == clean and audit_period(store, "day", date(2025, 12, 31), tz) == []
         assert len(server.requests) == paid  # no new provider call
