@@ -47,6 +47,8 @@ def _recover(keys: list[str], windows: list[str], force: bool) -> None:
     for key in keys:  # day by day: day N's deep sleep needs day N-1's
         for window in windows:
             report = operations.materialize(window, key, key, force_llm=force, instance=instance)
+            for note in report.notes:
+                err.print(f"[yellow]{escape(note)}[/]")
             for r in report.runs:
                 state = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
                 console.print(f"  {window:<14} {key} run {r.run_id[:8]} ({r.seconds:.1f}s) {state}")

@@ -39,6 +39,7 @@ def _materialize(
                 start,
                 end,
                 mode=mode,
+                rebuild=mode == "rebuild",
                 force_llm=force_llm,
                 worlds=worlds,
                 as_of=as_of,

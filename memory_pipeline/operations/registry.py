@@ -23,6 +23,7 @@ class Target:
     selection: tuple[AssetKey, ...] = ()  # run only these assets of the job (and their checks)
     changed: ChangedFn | None = None  # mode "changed"; without it, "changed" means "missing"
     op: str = ""  # the op taking the run config, when the asset is one of a multi-asset's
+    rebuilds: bool = False  # its run config takes ``rebuild`` (mode "rebuild" rewrites unchanged partitions)
 
     @property
     def op_name(self) -> str:

@@ -9,12 +9,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from dagster import DagsterInstance, Definitions, Field, JobDefinition, PartitionKeyRange, logger
+from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
+    Definitions,
+    Field,
+    JobDefinition,
+    PartitionKeyRange,
+    RunsFilter,
+    logger,
+)
 from dagster._core.errors import DagsterExecutionStepExecutionError
 from dagster._utils.error import SerializableErrorInfo
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.ids import validate_id
+from memory_pipeline.lib.store.leases import process_gone, this_process
 from memory_pipeline.lib.text import shown
 from memory_pipeline.lib.timeutil import parse_instant
 from memory_pipeline.operations.registry import targets
@@ -49,6 +59,34 @@ def get_instance() -> DagsterInstance:
 
 class RangeError(ValueError):
     pass
+
+
+# The process executing a run started here (execute_in_process): a CLI run killed with kill -9
+# stays "Started" in the instance (nothing watches it); the next operation on this host marks it failed.
+HOST_TAG, PID_TAG = "memory_pipeline/host", "memory_pipeline/pid"
+
+
+def process_tags() -> dict[str, str]:
+    host, pid = this_process()
+    return {HOST_TAG: host, PID_TAG: str(pid)}
+
+
+def fail_dead_runs(instance: DagsterInstance) -> list[str]:
+    """Mark failed every run the instance has as started or starting whose process (by its tags) ran
+    on this host and is gone; one line each, naming the run and its pid."""
+    host, _ = this_process()
+    runs = instance.get_runs(
+        RunsFilter(statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING], tags={HOST_TAG: host})
+    )
+    lines = []
+    for run in runs:
+        pid = run.tags.get(PID_TAG, "")
+        if not pid.isdigit() or not process_gone(host, int(pid)):
+            continue
+        why = f"its process (pid {pid} on host {host}) is gone (killed) without finishing"
+        instance.report_run_failed(run, message=why)
+        lines.append(f"run {run.run_id} ({run.job_name}) was still marked started but {why}: marked it failed")
+    return lines
 
 
 def check_as_of(as_of: str) -> str:
@@ -169,12 +207,18 @@ def run_config(
     force_llm: bool = False,
     worlds: list[str] | None = None,
     as_of: str = "",
+    rebuild: bool = False,
 ) -> dict:
     """The run config of an operator's run. It never waits for missing child rows (only runs tagged
-    as the nightly cascade do), so a month or year with missing children fails at once, naming them."""
-    if not targets()[window].configurable:
+    as the nightly cascade do), so a month or year with missing children fails at once, naming them.
+    ``rebuild`` (mode "rebuild"): partitions whose record shows nothing changed are rewritten too,
+    from the LLM cache (for targets that take it)."""
+    target = targets()[window]
+    if not target.configurable:
         return dict(QUIET)
     cfg: dict = {"force_llm": force_llm, "worlds": worlds or [], "as_of": as_of}
+    if rebuild and target.rebuilds:
+        cfg["rebuild"] = True
     return {"ops": {targets()[window].op_name: {"config": cfg}}, **QUIET}
 
 
@@ -239,7 +283,7 @@ def run_range(
 ) -> RunSummary:
     target = targets()[window]
     job = operator_job(_defs(defs).resolve_job_def(target.job))
-    tags = {"memory_pipeline/operation": window}
+    tags = {"memory_pipeline/operation": window, **process_tags()}
     started = datetime.now()
     kwargs = dict(instance=instance, run_config=config, raise_on_error=False)
     if target.subset:  # selecting an asset in execute_in_process would also select every check of it
@@ -271,6 +315,7 @@ def materialize(
     worlds: list[str] | None = None,
     as_of: str = "",
     per_partition: bool = False,
+    rebuild: bool = False,
     instance: DagsterInstance | None = None,
     progress=None,
     defs: Definitions | None = None,
@@ -280,13 +325,15 @@ def materialize(
     mode "changed" (incremental): partitions never materialized, and those whose rows a run would
     change according to the domain's record (late data, a new world, child rows written since, another
     model, prompt version or settings); an unchanged range launches no run at all. A target
-    without such a record treats "changed" as "missing"."""
+    without such a record treats "changed" as "missing". ``rebuild`` (what ``memory-pipeline
+    rebuild|regenerate`` pass): the runs rewrite partitions whose record shows nothing changed too,
+    from the LLM cache; otherwise the assets skip those."""
     if mode not in MODES:
         raise RangeError(f"unknown mode {mode!r} ({', '.join(MODES)})")
     as_of, worlds = check_as_of(as_of), check_worlds(worlds)
     keys, notes = partition_keys(window, start, end)
     instance = instance or get_instance()
-    report = OperationReport(window, mode, notes=notes)
+    report = OperationReport(window, mode, notes=fail_dead_runs(instance) + notes)
     chosen = set(keys)
     if mode in ("missing", "changed"):
         done = materialized(instance, window)
@@ -299,7 +346,7 @@ def materialize(
         chosen -= done
     report.requested = len(chosen)
     spans = [(k, k) for k in keys if k in chosen] if per_partition else contiguous(keys, chosen)
-    config = run_config(window, force_llm=force_llm, worlds=worlds, as_of=as_of)
+    config = run_config(window, force_llm=force_llm, worlds=worlds, as_of=as_of, rebuild=rebuild)
     defs = _defs(defs) if spans else defs
     for i, (first, last) in enumerate(spans):
         report.runs.append(run_range(instance, window, first, last, config, defs))
@@ -318,6 +365,7 @@ def run_system_rolls(
     result = job.execute_in_process(
         instance=instance,
         raise_on_error=False,
+        tags=process_tags(),
         run_config={"ops": {"temporal_system_rolls": {"config": {"as_of": as_of, "force_llm": force}}}, **QUIET},
     )
     error = "" if result.success else "system rolls run failed"

@@ -31,6 +31,7 @@ class TemporalContext:
     cfg: TemporalSummaryConfig
     tz: ZoneInfo
     force_llm: bool = False  # bypass cached answers (fresh calls)
+    rebuild: bool = False  # rewrite rows, never reusing a stored one as is (answers from the LLM cache)
 
 
 @contextmanager

@@ -216,6 +216,7 @@ def _reusable(ctx: TemporalContext, prev: dict | None, fp: str) -> bool:
     return (
         prev is not None
         and not ctx.force_llm
+        and not ctx.rebuild
         and (prev["material_fp"], prev["model"], prev["prompt_version"]) == (fp, ctx.llm.model, prompts.PROMPT_VERSION)
     )
 

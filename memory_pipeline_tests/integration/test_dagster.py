@@ -235,6 +235,57 @@ def test_backfill_missing_skips_placeholders_and_rebuild_reruns_everything(defs,
     ]
 
 
+def test_a_forced_rebuild_rewrites_an_unchanged_row_that_fails_its_check_from_the_llm_cache(
+    pg_url, redis_url, instance, store, new_year
+):
+    """A row corrupted in the store (its sources emptied) fails its check, but its period's record
+    shows nothing changed: a backfill leaves it, a rebuild rewrites it, with every answer from the
+    LLM cache (ledger cache hits, no request to the provider)."""
+    from sqlalchemy import update
+
+    from memory_pipeline.temporal.summaries import audit_period
+
+    def rows() -> list[tuple]:
+        t = temporal_summaries.c
+        with store.connect() as conn:
+            q = select(t.world_id, t.period_start, t.content, t.source_ids, t.source_count).order_by(
+                t.world_id, t.period_start
+            )
+            return [tuple(r) for r in conn.execute(q.where(t.window == "day"))]
+
+    def outcomes() -> dict[str, int]:
+        with store.connect() as conn:
+            return dict(conn.execute(select(llm_ledger.c.outcome, func.count()).group_by(llm_ledger.c.outcome)).all())
+
+    tz = ZoneInfo("Asia/Shanghai")
+    with FakeOpenAI() as server:
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
+        assert operations.materialize("day", "2025-12-30", "2025-12-31", instance=instance, defs=defs).success
+        clean, paid = rows(), len(server.requests)
+        assert paid == 3 and outcomes() == {"ok": 3}
+        with store.begin() as conn:
+            conn.execute(
+                update(temporal_summaries)
+                .where(temporal_summaries.c.period_start == date(2025, 12, 31), temporal_summaries.c.world_id == "w2")
+                .values(source_ids=[], source_count=0)
+            )
+        assert audit_period(store, "day", date(2025, 12, 31), tz) != []
+        left = operations.materialize("day", "2025-12-30", "2025-12-31", mode="changed", instance=instance, defs=defs)
+        assert left.runs == [] and rows() != clean  # unchanged per its record: a backfill leaves it
+
+        rebuilt = operations.materialize("day", "2025-12-31", "2025-12-31", rebuild=True, instance=instance, defs=defs)
+        assert rebuilt.success, rebuilt.runs[0].error
+        assert rows() == clean and audit_period(store, "day", date(2025, 12, 31), tz) == []
+        assert len(server.requests) == paid  # no new provider call
+        assert outcomes() == {"ok": 3, "cache_hit": 2}  # both worlds of 2025-12-31, from the cache
+        (mat,) = [
+            e.asset_materialization
+            for e in instance.all_logs(rebuilt.runs[0].run_id)
+            if e.asset_materialization is not None
+        ]
+        assert mat.metadata["skipped_unchanged"].value is False
+
+
 def test_to_is_capped_at_cst_today_and_bad_ranges_are_named():
     today = datetime.now(ZoneInfo("Asia/Shanghai")).date()
     keys, notes = operations.partition_keys("day", (today - timedelta(days=3)).isoformat(), "2099-01-01")

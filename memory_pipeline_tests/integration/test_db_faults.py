@@ -23,6 +23,7 @@ from memory_pipeline.lib.store.tables import llm_ledger
 from memory_pipeline.temporal import summaries
 from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_period_runs, temporal_summaries
 from memory_pipeline_tests.conftest import CST, PG_URL, conversation, cst
+from memory_pipeline_tests.fake_openai import FakeOpenAI
 from memory_pipeline_tests.integration.test_dagster import make_defs
 
 DAYS = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04", "2026-01-05"]
@@ -224,3 +225,32 @@ def test_a_database_that_stays_down_names_the_partition_first_and_a_rerun_does_t
     assert "2026-01-01" not in calls and "2026-01-02" not in calls
     assert calls == {"2026-01-03": 2, "2026-01-04": 2, "2026-01-05": 2}
     assert len(_rows(store)) == 10
+
+
+def test_a_store_that_cannot_record_a_paid_answer_stops_the_provider_calls_and_nothing_is_paid_twice(
+    app_url, redis_url, instance, five_days
+):
+    """From the 4th paid answer on, every ledger write loses its connection (the store is down for
+    the run): the client retries that write, then makes no further provider request (the run stops
+    in one line) instead of paying answers that would be lost with the batch's transaction. The
+    re-run pays only what was never answered: provider requests in all == calls needed."""
+    url, app = app_url
+    store = Store(url)
+    with FakeOpenAI() as server:
+        defs = make_defs(url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
+        dropper = Dropper(url, app, "INSERT INTO llm_ledger", nth=4, every_from=True)
+        try:
+            down = operations.materialize("day", DAYS[0], DAYS[-1], instance=instance, defs=defs)
+        finally:
+            dropper.remove()
+        assert not down.success
+        first_line = down.runs[0].error.splitlines()[0]
+        assert "LLM ledger" in first_line and "database error after" in first_line, first_line
+        assert len(server.requests) == 4  # no request after the store could not record an answer
+        rerun = operations.materialize("day", DAYS[0], DAYS[-1], instance=instance, defs=defs)
+        assert rerun.success, rerun.runs[0].error
+        assert len(_rows(store)) == 10
+        assert len(server.requests) == 10  # every (day, world) once: the 4th answer was kept (its cache row)
+    with store.connect() as conn:
+        outcomes = dict(conn.execute(select(llm_ledger.c.outcome, func.count()).group_by(llm_ledger.c.outcome)).all())
+    assert outcomes["ok"] >= 9 and outcomes["ok"] + outcomes.get("cache_hit", 0) >= 10, outcomes

@@ -5,6 +5,11 @@ expired, a live one is renewed while it works, and the lease holds across proces
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -105,6 +110,51 @@ def test_an_ended_holder_that_still_renews_is_waited_for(lease_store):
     assert not leases.take_over(lease_store, A, P, "someone-else", "rerun")  # only from the holder named
     assert leases.take_over(lease_store, A, P, "failed-run", "rerun")
     assert leases.current(lease_store, A, P).holder == "rerun"
+
+
+def _killed_holder(lease_store, partitions: list[str]) -> int:
+    """A process that took the leases of ``partitions`` as run "killed-run" and was then killed with
+    SIGKILL (and reaped): its leases are fresh (5 minutes left) and nobody will renew them."""
+    code = (
+        "import sys, time; from memory_pipeline.lib.store import Store, leases; "
+        f"leases.try_acquire_many(Store(sys.argv[1]), {A!r}, {partitions!r}, 'killed-run'); "
+        "print('held', flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, lease_store.url], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    return proc.pid
+
+
+def test_a_holder_whose_process_is_gone_is_taken_over_at_once(lease_store):
+    """A CLI run killed with kill -9: nothing marks its run failed and its lease has 5 minutes left,
+    but the lease names its host and pid, and that pid no longer runs here: taken over at once."""
+    pid = _killed_holder(lease_store, [P, "2025-12-30", "2025-12-29"])
+    other = leases.current(lease_store, A, P)
+    assert (other.holder, other.host, other.pid) == ("killed-run", socket.gethostname(), pid)
+    assert other.dead and other.expires_at > utcnow() + timedelta(minutes=4)
+    started = time.monotonic()
+    with leases.held(lease_store, A, P, "rerun", wait=30, poll=0.05, ended=lambda h: False) as lease:
+        assert lease.taken_from == "killed-run" and lease.dead == other
+        assert lease.waited_for == [] and time.monotonic() - started < 30
+        mine = leases.current(lease_store, A, P)
+        assert (mine.holder, mine.pid) == ("rerun", os.getpid()) and not mine.dead
+    with leases.held_free(lease_store, A, ["2025-12-30", "2025-12-29", "2025-12-28"], "rerun") as got:
+        assert got.taken == {"2025-12-30", "2025-12-29", "2025-12-28"}
+        assert {k: h.pid for k, h in got.dead.items()} == {"2025-12-30": pid, "2025-12-29": pid}
+
+
+def test_a_live_holder_or_one_on_another_host_is_never_taken_as_dead(lease_store):
+    assert not leases.process_gone(socket.gethostname(), os.getppid())  # alive
+    assert not leases.process_gone(socket.gethostname(), os.getpid())  # this process
+    assert not leases.process_gone("another-host", 2**22 + 12345)  # unknown there: its lease expires
+    assert not leases.process_gone(None, None)  # a lease taken before processes were recorded
+    assert leases.try_acquire(lease_store, A, P, "live-run") is None  # this process, alive
+    with pytest.raises(leases.LeaseTimeout, match="still held by run live-run"):
+        with leases.held(lease_store, A, P, "rerun", wait=0.3, poll=0.05):
+            pass
+    assert leases.take_over_dead(lease_store, A, [P], "rerun") == {}
 
 
 def test_a_waiter_runs_after_the_holder_releases(lease_store):

@@ -206,6 +206,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0024_recall_search",
         "0025_access_tokens",
         "0026_request_ids",
+        "0027_lease_process",
     ]
     assert head(LOCATIONS) == chain[-1]
 

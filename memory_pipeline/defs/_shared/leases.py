@@ -3,7 +3,9 @@ overlapping runs (two backfills of the same range, a backfill and a schedule) ne
 same partition at once. The second waits, then does the partition, finding the first run's rows
 (reused by model, prompt version and material fingerprint: no LLM call). A lease whose run the
 instance records as finished (its worker was killed, so the run was marked failed) is taken over
-once it missed a renewal, rather than after its whole TTL: a re-run of a killed run starts at once."""
+once it missed a renewal, rather than after its whole TTL; one whose process is gone (same host, pid
+no longer running: a CLI run killed with kill -9, which nothing else marks failed) is taken over at
+once, and its run is marked failed in the instance: a re-run of a killed run starts at once."""
 
 from __future__ import annotations
 
@@ -15,6 +17,25 @@ from dagster import AssetExecutionContext
 from memory_pipeline.lib.store import Store, leases
 
 T = TypeVar("T")
+
+
+def dead_holder(context: AssetExecutionContext, asset: str, keys: Sequence[str], other: leases.Holder) -> None:
+    """Say (one line) that ``other``'s process is gone and its leases of ``keys`` were taken over, and
+    mark its run failed when the instance still has it as running (a killed CLI run stays "Started")."""
+    marked = ""
+    run = context.instance.get_run_by_id(other.holder)
+    if run is not None and not run.is_finished:
+        context.instance.report_run_failed(
+            run,
+            message=f"its process ({other.process}) is gone (killed) without finishing; run "
+            f"{context.run.run_id} took over its partition leases",
+        )
+        marked = "; marked it failed"
+    shown = ", ".join(keys[:3]) + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
+    context.log.warning(
+        f"{asset} {shown}: run {other.holder} died without releasing its lease ({other.process} is gone); "
+        f"took it over at once{marked}"
+    )
 
 
 def under_leases(
@@ -51,7 +72,9 @@ def under_leases(
         with leases.held(
             store, asset, key, holder, wait=wait, poll=poll_seconds, on_wait=waiting(key), ended=ended
         ) as lease:
-            if lease.taken_from:
+            if lease.dead is not None:
+                dead_holder(context, asset, [key], lease.dead)
+            elif lease.taken_from:
                 context.log.warning(
                     f"{asset} {key}: took over the lease of run {lease.taken_from}, which has ended "
                     "(failed or canceled) without releasing it"
@@ -96,6 +119,11 @@ def under_leases_batched(
     for i in range(0, len(items), batch_size):
         batch = list(items[i : i + batch_size])
         with leases.held_free(store, asset, [k for k, _ in batch], holder) as got:
+            by_run: dict[str, list[str]] = {}
+            for key, other in got.dead.items():
+                by_run.setdefault(other.holder, []).append(key)
+            for keys in by_run.values():
+                dead_holder(context, asset, sorted(keys), got.dead[keys[0]])
             mine = [(k, item) for k, item in batch if k in got.taken]
             busy += [(k, item) for k, item in batch if k not in got.taken]
             if mine:

@@ -42,6 +42,12 @@ NIGHTLY = "nightly"
 
 class TemporalRunConfig(Config):
     force_llm: bool = Field(False, description="Ignore cached answers and call the model afresh.")
+    rebuild: bool = Field(
+        False,
+        description="Rewrite every selected day/month/year partition, also one whose record shows nothing "
+        "changed (a row failing its check): its answers come from the LLM cache, no new call (force_llm "
+        "to call the model afresh).",
+    )
     worlds: list[str] = Field(default_factory=list, description="Only these world ids (default: all).")
     as_of: str = Field("", description="ISO datetime standing for 'now' (default: the real now).")
     child_wait_retries: int = Field(
@@ -75,7 +81,9 @@ def _worlds(config: TemporalRunConfig) -> list[str] | None:
 
 
 def _tctx(context: AssetExecutionContext, config: TemporalRunConfig, temporal: TemporalResource, partition):
-    return temporal.context(context.assets_def.key.to_user_string(), partition, config.force_llm)
+    return temporal.context(
+        context.assets_def.key.to_user_string(), partition, config.force_llm, rebuild=config.rebuild
+    )
 
 
 def _leased(context, config: TemporalRunConfig, temporal: TemporalResource, items, work) -> dict[str, str]:
@@ -156,7 +164,11 @@ def _periods(
     def work(items: list) -> None:
         batch[:] = [key for key, _ in items]
         results = summaries.regenerate_many(
-            tctx, window, [period for _, period in items], worlds, skip_unchanged=not config.force_llm
+            tctx,
+            window,
+            [period for _, period in items],
+            worlds,
+            skip_unchanged=not (config.force_llm or config.rebuild),
         )
         for key, period in items:
             _report(context, window, key, results[period], failures, totals)

@@ -48,16 +48,25 @@ for _name, _target in {
     "chunks": Target("temporal_tick_job", cst_day_open, assets.temporal_day_chunks.key, subset=True),
     "peer_rolls": Target("temporal_tick_job", cst_day_open, assets.temporal_peer_rolls.key, subset=True),
     "day": Target(
-        "temporal_day_job", cst_day, assets.temporal_day_summaries.key, changed=partial(changed_partitions, "day")
+        "temporal_day_job",
+        cst_day,
+        assets.temporal_day_summaries.key,
+        changed=partial(changed_partitions, "day"),
+        rebuilds=True,
     ),
     "month": Target(
         "temporal_month_job",
         cst_month,
         assets.temporal_month_summaries.key,
         changed=partial(changed_partitions, "month"),
+        rebuilds=True,
     ),
     "year": Target(
-        "temporal_year_job", cst_year, assets.temporal_year_summaries.key, changed=partial(changed_partitions, "year")
+        "temporal_year_job",
+        cst_year,
+        assets.temporal_year_summaries.key,
+        changed=partial(changed_partitions, "year"),
+        rebuilds=True,
     ),
 }.items():
     register(_name, _target)

@@ -22,7 +22,9 @@ class TemporalResource(ConfigurableResource):
     def cfg(self) -> TemporalSummaryConfig:
         return temporal_config.load(self.memory_config.path())
 
-    def context(self, asset: str, partition: str | None, force_llm: bool = False) -> TemporalContext:
+    def context(
+        self, asset: str, partition: str | None, force_llm: bool = False, *, rebuild: bool = False
+    ) -> TemporalContext:
         """A context whose LLM ledger rows name ``asset`` and ``partition``."""
         store = self.memory_store.store()
         return TemporalContext(
@@ -32,6 +34,7 @@ class TemporalResource(ConfigurableResource):
             cfg=self.cfg(),
             tz=ZoneInfo(self.memory_config.timezone),
             force_llm=force_llm,
+            rebuild=rebuild,
         )
 
 

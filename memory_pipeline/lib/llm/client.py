@@ -41,6 +41,7 @@ from memory_pipeline.lib import settings
 from memory_pipeline.lib.kinds import LedgerOutcome, TokensSource
 from memory_pipeline.lib.llm import offline, offline_tools
 from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store.retry import StoreUnavailable, retry_transient
 from memory_pipeline.lib.store.tables import llm_cache, llm_ledger
 from memory_pipeline.lib.text import hard_cut, redact, short_hash
 
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 
 FINISH_LENGTH = "length"  # the OpenAI finish reason litellm reports for a truncated answer
+PAID_WRITE_ATTEMPTS = 5  # a paid answer's ledger and cache rows: backoff 0.5, 1, 2, 4 s
 
 
 class LLMHardFailure(RuntimeError):
@@ -199,6 +201,9 @@ class LLMClient:
         self._known: dict[str, str | None] = {}
         self._pending_ledger: list[dict[str, Any]] = []
         self._pending_cache: dict[str, dict[str, Any]] = {}
+        # A paid answer's rows could not be written (the store is down): no further provider request
+        # until they are, so no more answers are paid that could be lost with the run.
+        self._unwritten: Exception | None = None
 
     @classmethod
     def from_settings(cls, store: Store, asset: str | None = None, partition: str | None = None) -> LLMClient:
@@ -307,6 +312,7 @@ class LLMClient:
                 return LLMResult(response, cached=True)
 
         self._refuse_if_open(req, key)
+        self._refuse_if_unrecorded(req)
         started = time.monotonic()
         attempts = 0
         while True:
@@ -368,6 +374,20 @@ class LLMClient:
             finish_reason=finish,
             tokens_source=source,
         )
+
+    def _refuse_if_unrecorded(self, req: LLMRequest) -> None:
+        """No provider request while an earlier paid answer waits to be written: write it first
+        (the store may be back); a store still down stops the caller (StoreUnavailable, one line)."""
+        if self._unwritten is None or self.is_offline:
+            return
+        try:
+            with self.store.begin() as conn:
+                self.write_pending(conn)
+            self.clear_pending()
+            self._unwritten = None
+        except SQLAlchemyError as exc:
+            self._unwritten = exc
+            raise StoreUnavailable(f"LLM ledger (before the {req.task} call)", PAID_WRITE_ATTEMPTS + 1, exc) from None
 
     def _refuse_if_open(self, req: LLMRequest, key: str) -> None:
         """Refuse the call (no request) while the breaker is open; past the cooldown, one call at a
@@ -567,15 +587,26 @@ class LLMClient:
         (False). While buffering, only the offline model's rows wait: it is free and deterministic,
         so a batch lost to a crash costs nothing to redo. A provider's call was paid: its ledger row
         and its answer are written at once, so a run killed mid-batch (SIGKILL) still accounts for
-        it and the re-run reuses the answer instead of paying again. Should that write fail (the
-        database is briefly away), the row waits for the batch's transaction instead."""
+        it and the re-run reuses the answer instead of paying again. A transient database error is
+        retried (PAID_WRITE_ATTEMPTS, about 15 s: a paid answer is worth the wait); should the write
+        still fail, the row waits for the batch's transaction and no further provider request is
+        made until it is written (``_refuse_if_unrecorded``): a store that went down costs at most
+        the call in flight, never a run of paid answers lost with the batch."""
         if self.buffering and self.is_offline:
             return False
-        try:
+
+        def once() -> None:
             with self.store.begin() as conn:
                 write(conn)
-        except SQLAlchemyError:
+
+        try:
+            if self.is_offline:
+                once()
+            else:
+                retry_transient(once, PAID_WRITE_ATTEMPTS, what="LLM ledger", backoff_seconds=0.5)
+        except (SQLAlchemyError, StoreUnavailable) as exc:
             if not self.buffering:
                 raise
+            self._unwritten = exc
             return False
         return True

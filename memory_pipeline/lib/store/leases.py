@@ -6,7 +6,9 @@ never in a process, so they hold across processes, workers and machines.
 A lease expires ``ttl`` after it was taken or last renewed; the holder renews it from a background
 thread while it works. A lease past its expiry belongs to a dead worker and is taken over; so is
 one whose holder the caller knows has ended (``gone``: a run its orchestrator recorded as failed
-after a SIGKILL) once it has also missed a renewal, so a re-run need not wait out the TTL. Taking
+after a SIGKILL) once it has also missed a renewal, so a re-run need not wait out the TTL. A lease
+records the process that took it (host and pid): a holder on this host whose process is gone (a
+CLI run killed with ``kill -9``, which nothing marks failed) is taken over at once. Taking
 is one atomic statement on both dialects: ``INSERT .. ON CONFLICT (asset, partition) DO UPDATE ..
 WHERE the lease expired or is already ours`` (its row count says whether it was taken).
 
@@ -15,6 +17,8 @@ the TTL."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,10 +40,45 @@ DEFAULT_WAIT_SECONDS = 1800.0
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a lease, and until when (unless renewed)."""
+    """Who holds a lease, and until when (unless renewed); the process that took it, when known."""
 
     holder: str
     expires_at: datetime
+    host: str | None = None
+    pid: int | None = None
+
+    @property
+    def process(self) -> str:
+        return f"pid {self.pid} on host {self.host}" if self.pid is not None else "process unknown"
+
+    @property
+    def dead(self) -> bool:
+        """Its process is known to be gone: it ran on this host and that pid no longer runs."""
+        return process_gone(self.host, self.pid)
+
+
+def this_process() -> tuple[str, int]:
+    return socket.gethostname(), os.getpid()
+
+
+def process_gone(host: str | None, pid: int | None) -> bool:
+    """True only when it is certain: ``pid`` on this host has exited (or is a zombie nobody reaped).
+    Another host's process, or an unknown one, is never called gone (its lease expires instead). A
+    pid the system has since given to another process counts as alive: that costs a wait, never a
+    double run."""
+    if host is None or pid is None or host != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # it exists, as another user
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # killed, not yet reaped by its parent
+    except (OSError, IndexError):
+        return False
 
 
 class LeaseTimeout(RuntimeError):
@@ -78,8 +117,17 @@ def _take(
 ) -> postgresql.Insert | sqlite.Insert:
     """The one statement that takes leases: insert, or take over where expired or already ours."""
     t = partition_leases.c
+    host, pid = this_process()
     rows = [
-        {"asset": asset, "partition": p, "holder": holder, "acquired_at": now, "expires_at": now + ttl}
+        {
+            "asset": asset,
+            "partition": p,
+            "holder": holder,
+            "acquired_at": now,
+            "expires_at": now + ttl,
+            "host": host,
+            "pid": pid,
+        }
         for p in partitions
     ]
     ins: postgresql.Insert | sqlite.Insert
@@ -93,6 +141,8 @@ def _take(
             "holder": ins.excluded.holder,
             "acquired_at": ins.excluded.acquired_at,
             "expires_at": ins.excluded.expires_at,
+            "host": ins.excluded.host,
+            "pid": ins.excluded.pid,
         },
         where=(t.expires_at <= now) | (t.holder == holder),
     )
@@ -102,9 +152,11 @@ def _acquire(conn: Connection, asset: str, partition: str, holder: str, ttl: tim
     t = partition_leases.c
     if conn.execute(_take(conn, asset, [partition], holder, ttl, now)).rowcount == 1:
         return None
-    row = conn.execute(select(t.holder, t.expires_at).where(t.asset == asset, t.partition == partition)).one_or_none()
+    row = conn.execute(
+        select(t.holder, t.expires_at, t.host, t.pid).where(t.asset == asset, t.partition == partition)
+    ).one_or_none()
     # Released between the two statements: free now, the next attempt takes it.
-    return Holder(row.holder, row.expires_at) if row is not None else Holder("", now)
+    return Holder(row.holder, row.expires_at, row.host, row.pid) if row is not None else Holder("", now)
 
 
 def take_over(
@@ -120,13 +172,36 @@ def take_over(
     while ``gone`` still holds it (two runs taking over at once: one wins, the other waits)."""
     now = now or utcnow()
     t = partition_leases.c
+    host, pid = this_process()
     with store.begin() as conn:
         stmt = (
             update(partition_leases)
             .where(t.asset == asset, t.partition == partition, t.holder == gone)
-            .values(holder=holder, acquired_at=now, expires_at=now + ttl)
+            .values(holder=holder, acquired_at=now, expires_at=now + ttl, host=host, pid=pid)
         )
         return bool(conn.execute(stmt).rowcount)
+
+
+def take_over_dead(
+    store: Store, asset: str, partitions: list[str], holder: str, ttl: timedelta = DEFAULT_TTL
+) -> dict[str, Holder]:
+    """Take over every lease of ``partitions`` whose process is gone (:func:`process_gone`), at once
+    whatever its expiry: {partition: the dead holder} of those taken."""
+    if not partitions:
+        return {}
+    t = partition_leases.c
+    with store.connect() as conn:
+        rows = conn.execute(
+            select(t.partition, t.holder, t.expires_at, t.host, t.pid).where(
+                t.asset == asset, t.partition.in_(partitions), t.holder != holder, t.pid.is_not(None)
+            )
+        ).all()
+    taken: dict[str, Holder] = {}
+    for r in rows:
+        other = Holder(r.holder, r.expires_at, r.host, r.pid)
+        if other.dead and take_over(store, asset, r.partition, other.holder, holder, ttl):
+            taken[r.partition] = other
+    return taken
 
 
 def renew(
@@ -157,9 +232,9 @@ def current(store: Store, asset: str, partition: str) -> Holder | None:
     t = partition_leases.c
     with store.connect() as conn:
         row = conn.execute(
-            select(t.holder, t.expires_at).where(t.asset == asset, t.partition == partition)
+            select(t.holder, t.expires_at, t.host, t.pid).where(t.asset == asset, t.partition == partition)
         ).one_or_none()
-    return Holder(row.holder, row.expires_at) if row is not None else None
+    return Holder(row.holder, row.expires_at, row.host, row.pid) if row is not None else None
 
 
 @dataclass
@@ -172,6 +247,7 @@ class Lease:
     waited: float = 0.0
     waited_for: list[str] = field(default_factory=list)  # the other holders it waited for
     taken_from: str = ""  # a holder that had ended, whose lease this one took over
+    dead: Holder | None = None  # that holder, when it was taken over because its process is gone
     lost: bool = False
     renewals: int = 0
 
@@ -216,6 +292,11 @@ def held(
         waited = time.monotonic() - started
         if not other.holder:
             continue  # released just now
+        if other.dead:  # its process is gone (kill -9): nothing will renew or release it
+            if take_over(store, asset, partition, other.holder, holder, ttl):
+                lease.taken_from, lease.dead = other.holder, other
+                break
+            continue
         silent = other.expires_at - utcnow() < ttl - timedelta(seconds=1.5 * every)
         if silent and ended is not None and ended(other.holder):
             if take_over(store, asset, partition, other.holder, holder, ttl):
@@ -292,6 +373,7 @@ class Leases:
     holder: str
     taken: set[str] = field(default_factory=set)
     lost: set[str] = field(default_factory=set)  # found taken over by another run at a renewal
+    dead: dict[str, Holder] = field(default_factory=dict)  # taken over from a holder whose process is gone
 
 
 def _renew_many_until(stop: threading.Event, store: Store, held: Leases, ttl: timedelta, every: float) -> None:
@@ -318,8 +400,10 @@ def held_free(
     """Take the leases of every partition of ``partitions`` that is free now, in one statement;
     renew them together (one thread, one statement per renewal) while the body runs and release
     them together after it, also when it raises. ``taken`` says which; the rest are held by
-    other runs (the caller waits for those one by one with :func:`held`)."""
-    got = Leases(asset, holder, try_acquire_many(store, asset, partitions, holder, ttl))
+    other runs (the caller waits for those one by one with :func:`held`). A lease whose process is
+    gone is taken over first (``dead`` says whose)."""
+    dead = take_over_dead(store, asset, partitions, holder, ttl)
+    got = Leases(asset, holder, try_acquire_many(store, asset, partitions, holder, ttl), dead=dead)
     stop = threading.Event()
     every = renew_every if renew_every is not None else ttl.total_seconds() / 5
     beat = threading.Thread(

@@ -177,6 +177,10 @@ partition_leases = Table(
     Column("holder", String(256), nullable=False),  # a run id
     Column("acquired_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
+    # The process holding it (None: taken before these were recorded): a holder on this host whose
+    # pid is gone died without releasing it (kill -9), and is taken over at once.
+    Column("host", String(256)),
+    Column("pid", Integer),
 )
 
 
