@@ -75,7 +75,7 @@ def coverage_cost(files: AnalyticsFiles) -> CoverageCost:
                        count(*) FILTER (WHERE status = 'summary'),
                        count(*) FILTER (WHERE status = 'placeholder'),
                        count(*) FILTER (WHERE status = 'missing')
-                FROM {MARTS_SCHEMA}.mart_temporal_coverage WHERE "window" = 'day' GROUP BY 1 ORDER BY 1"""
+                FROM {MARTS_SCHEMA}.mart_temporal_coverage WHERE grain = 'day' GROUP BY 1 ORDER BY 1"""
         ).fetchall()
         for d, s, p, m in rows:
             out.days.append(d)
@@ -83,7 +83,7 @@ def coverage_cost(files: AnalyticsFiles) -> CoverageCost:
             out.day_placeholders.append(p)
             out.day_missing.append(m)
         for reason, window, n in con.execute(
-            f"""SELECT empty_reason, "window", count(*) FROM {MARTS_SCHEMA}.mart_temporal_coverage
+            f"""SELECT empty_reason, grain, count(*) FROM {MARTS_SCHEMA}.mart_temporal_coverage
                 WHERE status = 'placeholder' GROUP BY 1, 2 ORDER BY 1, 2"""
         ).fetchall():
             out.placeholders_by_reason.setdefault(reason, {})[window] = n

@@ -22,6 +22,7 @@ import pytest
 import redis
 from dagster import (
     AssetKey,
+    AssetRecordsFilter,
     AssetSelection,
     DagsterEventType,
     DagsterInstance,
@@ -88,6 +89,11 @@ def _events() -> list[dict]:
         + conversation("w2", "w2-a", cst(2025, 12, 31, 8), ["marathon pacing", "marathon intervals"], platform="weixin")
         + conversation("w2", "w2-b", cst(2026, 1, 2, 9), ["deploy fixed", "deploy shipped"], platform="remote:coding")
         + conversation("w3", "w3-a", cst(2026, 1, 2, 20), ["garden plan", "garden basket"])
+        # a preference that turns: sleep writes it on D1 and changes it on D2 (the snapshot marts)
+        + conversation("w1", "w1-spice", cst(2025, 12, 30, 19), ["我喜欢吃辣", "好", "garden tomatoes tomatoes", "ok"])
+        + conversation(
+            "w1", "w1-spice2", cst(2025, 12, 31, 19), ["我不喜欢吃辣", "嗯", "garden tomatoes tomatoes", "ok"]
+        )
     )
 
 
@@ -130,6 +136,11 @@ def _priced_ledger_rows(store: Store) -> None:
     rows.append(
         rows[0] | {"at": datetime(2025, 12, 31, 12, 30, tzinfo=CST), "tokens_source": "estimated", "cost_usd": None}
     )
+    # made on D3 for the data of the month before, and a call outside any partition
+    month = {"asset": "temporal_month_summaries", "partition": "2025-12", "task": "month", "cost_usd": None}
+    rows.append(rows[0] | {"at": datetime(2026, 1, 1, 9, tzinfo=CST)} | month)
+    rows.append(rows[0] | {"at": datetime(2026, 1, 1, 9, 5, tzinfo=CST), "asset": "objects_archive", "partition": None})
+    rows[-1]["cost_usd"] = None
     with store.begin() as conn:
         conn.execute(insert(llm_ledger), rows)
         conn.execute(
@@ -243,6 +254,7 @@ def sample(tmp_path_factory) -> Sample:
         _run(s, "day", D4.isoformat(), D4.isoformat(), worlds=["w1", "w2"])  # w3's D4 row is missing
         _run(s, "month", "2025-12", "2025-12")
         _run(s, "year", "2025", "2025")
+        _run(s, "sleep", D1.isoformat(), D4.isoformat())
         _priced_ledger_rows(store)
         _recall_runs(store)
         _tower_log(store)
@@ -475,7 +487,7 @@ def test_mart_temporal_coverage_matches_the_store(sample):
     got = {
         (r[0], r[1], r[2]): r[3:]
         for r in sample.query(
-            'SELECT world_id, "window", period_start, status, empty_reason, source_count, content_chars, '
+            "SELECT world_id, grain, period_start, status, empty_reason, source_count, content_chars, "
             "cap_chars, hard_cap_chars, last_written_at FROM marts.mart_temporal_coverage"
         )
     }
@@ -622,6 +634,202 @@ def test_mart_ingest_daily_matches_the_messages(sample):
         assert got[key][4:] == pytest.approx((c["debug"] / n, c["cron"] / n, c["tool_only"] / n), abs=1e-4)
     assert got[(D2, "w1", "discord")][3] == 2 and got[(D2, "w1", "cron")][5] == 1.0
     assert got[(D3, "w1", "local")][4] == 1.0
+
+
+def test_staging_and_marts_use_plain_names_and_real_types(sample):
+    """No column of a staging view or a mart is named with a word DuckDB reserves or that the store's
+    tables had to quote (window, at, start, end, partition); an instant (`*_at`) is a TIMESTAMPTZ, a
+    day (`*_day`, `period_start`) a DATE; no text column holds only numbers, days or timestamps;
+    and no day column repeats cst_day."""
+    reserved = {
+        r[0] for r in sample.query("SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category = 'reserved'")
+    }
+    reserved |= {"window", "at", "start", "end", "partition", "day"}
+    columns = sample.query(
+        "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns"
+        " WHERE table_schema IN ('staging', 'marts') ORDER BY ALL"
+    )
+    assert len({(s, t) for s, t, _, _ in columns}) >= 35
+    assert [(t, c) for _, t, c, _ in columns if c.lower() in reserved] == []
+    assert [(t, c, ty) for _, t, c, ty in columns if c.endswith("_at") and ty != "TIMESTAMP WITH TIME ZONE"] == []
+    days = [
+        (s, t, c)
+        for s, t, c, _ in columns
+        if (c.endswith("_day") and not c.endswith("_per_day")) or c == "period_start"
+    ]
+    assert [(t, c) for s, t, c, ty in columns if (s, t, c) in days and ty != "DATE"] == []
+    dates = defaultdict(list)
+    for s, t, c, ty in columns:
+        if ty == "DATE":
+            dates[(s, t)].append(c)
+    for (schema, table), cols in dates.items():
+        if "cst_day" not in cols or (n := sample.query(f"SELECT count(*) FROM {schema}.{table}")[0][0]) == 0:
+            continue
+        for c in cols:
+            if c != "cst_day":
+                same = sample.query(f'SELECT count(*) FROM {schema}.{table} WHERE "{c}" IS NOT DISTINCT FROM cst_day')
+                assert same[0][0] < n, f"{table}.{c} repeats cst_day"
+    for s, t, c, ty in columns:
+        if ty != "VARCHAR" or c.endswith(("_id", "_key")):
+            continue
+        kinds = sample.query(
+            f'SELECT count("{c}"), count(try_cast("{c}" AS BIGINT)), count(try_cast("{c}" AS DATE)),'
+            f' count(try_cast("{c}" AS TIMESTAMPTZ)) FROM {s}.{t}'
+        )[0]
+        assert not (kinds[0] and kinds[0] in kinds[1:]), f"{t}.{c} is text holding only numbers, days or instants"
+    assert (
+        dict((c, ty) for _, t, c, ty in columns if t == "stg_tower_entries")["entry_at"] == "TIMESTAMP WITH TIME ZONE"
+    )
+
+
+def test_mart_temporal_gaps_matches_the_store(sample):
+    """Per world, from its first event day to the newest day row of any world: the days without a
+    summary, and the longest run of them, computed here from the store's day rows."""
+    rows = _rows(sample.store, select(temporal_summaries).where(temporal_summaries.c.window == "day"))
+    first = {r["world_id"]: _cst_day(r["first_event_at"]) for r in _rows(sample.store, select(worlds))}
+    last = max(r["period_start"] for r in rows)
+    by_day = {(r["world_id"], r["period_start"]): r for r in rows}
+    want = {}
+    for world, start in first.items():
+        days = [start + timedelta(days=i) for i in range((last - start).days + 1)]
+        gaps = [d for d in days if not ((r := by_day.get((world, d))) and not r["empty_reason"] and r["content"])]
+        runs: list[list[date]] = []
+        for d in gaps:
+            if runs and runs[-1][1] == d - timedelta(days=1):
+                runs[-1][1] = d
+            else:
+                runs.append([d, d])
+        longest = max(runs, key=lambda r: ((r[1] - r[0]).days, -r[0].toordinal()), default=None)
+        want[world] = (
+            len(days),
+            len(days) - len(gaps),
+            len(gaps),
+            sum(bool(by_day.get((world, d), {}).get("empty_reason")) for d in gaps),
+            sum((world, d) not in by_day for d in gaps),
+            len(runs),
+            (longest[1] - longest[0]).days + 1 if longest else 0,
+            longest[0] if longest else None,
+            longest[1] if longest else None,
+        )
+    got = {
+        r[0]: r[1:]
+        for r in sample.query(
+            "SELECT world_id, days, days_with_summary, days_without_summary, placeholder_days, missing_days, gap_runs,"
+            " longest_gap_days, longest_gap_start, longest_gap_end FROM marts.mart_temporal_gaps"
+        )
+    }
+    assert got == want
+    assert got["w3"][4] == 1 and got["w3"][7] == D4  # its D4 row is missing: the last day, a gap of its own
+    assert any(v[2] for v in got.values())
+
+
+def test_the_snapshot_marts_match_sleep_diff(sample):
+    """Between each pair of a world's consecutive deep-sleep snapshots, the memories added, removed
+    and changed are what `sleep diff` reads from the store."""
+    from memory_pipeline.sleep import snapshots
+    from memory_pipeline.sleep.tables import sleep_runs
+
+    with sample.store.connect() as conn:
+        done = conn.execute(
+            select(sleep_runs.c.world_id, sleep_runs.c.day).where(
+                sleep_runs.c.stage == "deep_sleep", sleep_runs.c.status == "done", sleep_runs.c.world_id != "*"
+            )
+        ).all()
+    by_world: defaultdict[str, list[date]] = defaultdict(list)
+    for world, day in done:
+        by_world[world].append(day)
+    want_diffs, want_rows, want_merged = {}, set(), {}
+    for world, days in by_world.items():
+        days.sort()
+        for before, after in zip(days, days[1:], strict=False):
+            d = snapshots.diff(sample.store, world, before, after)
+            removed = [*d.deprecated, *d.merged]
+            sizes = (
+                len(snapshots.snapshot(sample.store, world, before)),
+                len(snapshots.snapshot(sample.store, world, after)),
+            )
+            want_diffs[(world, after)] = (before, *sizes, len(d.created), len(removed), len(d.merged), len(d.modified))
+            want_rows |= {(world, after, m, "added") for m in d.created}
+            want_rows |= {(world, after, m, "removed") for m in removed} | {
+                (world, after, m, "changed") for m in d.modified
+            }
+            want_merged |= {(world, after, m): into for m, into in d.merged.items()}
+    got_diffs = {
+        (r[0], r[1]): r[2:]
+        for r in sample.query(
+            "SELECT world_id, after_day, before_day, memories_before, memories_after, added, removed, merged, changed"
+            " FROM marts.mart_sleep_snapshot_diffs"
+        )
+    }
+    assert got_diffs == want_diffs
+    got = sample.query(
+        "SELECT world_id, after_day, memory_id, change, merged_into FROM marts.mart_sleep_snapshot_changes"
+    )
+    assert {r[:4] for r in got} == want_rows
+    assert {r[:3]: r[4] for r in got if r[4]} == want_merged
+    assert len(want_diffs) >= 3 and any(r[3] == "added" for r in want_rows)  # sleep wrote memory over D1..D4
+
+
+def test_mart_llm_cost_by_data_day_matches_the_ledger(sample):
+    """The exported calls grouped by the partition they were made for (not the day of the call)."""
+    ledger = _rows(sample.store, select(llm_ledger).where(llm_ledger.c.at < datetime(2026, 1, 3, tzinfo=CST)))
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in ledger:
+        groups[(r["partition"] or "(none)", r["asset"] or "(none)", r["model"])].append(r)
+    got = {
+        (r[0] or "(none)", r[1], r[2]): r[3:]
+        for r in sample.query(
+            "SELECT partition_key, asset, model, calls, cache_hits, failures, tokens_in, tokens_out, priced_calls, cost_usd,"
+            " first_call_day, last_call_day, data_day, data_grain FROM marts.mart_llm_cost_by_data_day"
+        )
+    }
+    assert set(got) == set(groups)
+    for key, calls in groups.items():
+        priced = [c["cost_usd"] for c in calls if c["cost_usd"] is not None]
+        want = (
+            sum(c["outcome"] in ("ok", "error") for c in calls),
+            sum(c["outcome"] == "cache_hit" for c in calls),
+            sum(c["outcome"] == "error" for c in calls),
+            sum(c["tokens_in"] for c in calls),
+            sum(c["tokens_out"] for c in calls),
+            len(priced),
+        )
+        assert got[key][:6] == want, key
+        assert (got[key][6] is None) if not priced else got[key][6] == pytest.approx(sum(priced))
+        assert got[key][7:9] == (min(_cst_day(c["at"]) for c in calls), max(_cst_day(c["at"]) for c in calls))
+    day = got[("2025-12-31", "temporal_day_summaries", PRICED)]
+    assert day[9:] == (D2, "day") and day[6] == pytest.approx(0.004)
+    assert got[("2025-12", "temporal_month_summaries", PRICED)][7:] == (D3, D3, date(2025, 12, 1), "month")
+    assert got[("(none)", "objects_archive", PRICED)][9:] == (None, None)
+
+
+def test_daily_mart_tests_report_one_result_per_partition(sample):
+    """The dbt tests of a daily mart run once for the range, and their result is recorded for each
+    partition of the run, tied to that partition's materialization; whole-table models keep one."""
+    from memory_pipeline.defs.analyst.dbt import DAILY_MARTS
+
+    run_id = sample.runs["marts"]
+    records = sample.instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records
+    evaluations = [r.event_log_entry.dagster_event.event_specific_data for r in records]
+    daily: defaultdict[tuple, list] = defaultdict(list)
+    for e in evaluations:
+        if e.asset_key in DAILY_MARTS:
+            daily[(e.asset_key, e.check_name)].append(e)
+    days = [(D1 + timedelta(days=i)).isoformat() for i in range(4)]
+    assert (AssetKey("analyst_mart_ingest_daily"), "unique_mart_ingest_daily_ingest_key") in daily
+    for (asset_key, name), found in daily.items():
+        assert sorted(e.partition for e in found) == days, name
+        assert all(e.passed for e in found), name
+        mats = {
+            r.partition_key: r.storage_id
+            for r in sample.instance.fetch_materializations(
+                AssetRecordsFilter(asset_key=asset_key, asset_partitions=days), limit=100
+            ).records
+            if r.run_id == run_id
+        }
+        assert {e.partition: e.target_materialization_data.storage_id for e in found} == mats, name
+    whole = [e for e in evaluations if e.asset_key not in DAILY_MARTS]
+    assert whole and all(e.partition is None for e in whole)
 
 
 # --- readers, partition replacement, automation (these change the sample: keep them last) ----------

@@ -2,7 +2,7 @@
 -- day rows, a year row its month rows; walking year -> months -> days -> messages here means an
 -- analyst goes from any summary to its raw messages with one join on message_id.
 with summaries as (
-    select summary_id, world_id, "window", period_start, source_kind, source_ids
+    select summary_id, world_id, grain, period_start, source_kind, source_ids
     from {{ ref('stg_temporal_summaries') }}
     where is_summary
 ),
@@ -42,7 +42,7 @@ lineage as (
 select
     l.summary_id || ':' || l.message_id as lineage_key,
     s.world_id,
-    s."window",
+    s.grain,
     s.period_start,
     l.summary_id,
     l.month_summary_id,

@@ -1,5 +1,5 @@
 -- One row per world and period (day, month, year) from the world's first event to the newest
--- period of that window written for any world: whether a summary exists, the placeholder's
+-- period of that grain written for any world: whether a summary exists, the placeholder's
 -- empty_reason, the source count, the length against its cap, and when it was last written.
 -- A period with no row at all is status 'missing' (never materialized, or the world was left out).
 with summaries as (
@@ -11,7 +11,7 @@ worlds as (
 ),
 
 windows as (
-    select "window", max(period_start) as last_period
+    select grain, max(period_start) as last_period
     from summaries
     group by 1
 ),
@@ -19,15 +19,15 @@ windows as (
 spine as (
     select
         w.world_id,
-        x."window",
+        x.grain,
         cast(p.period_start as date) as period_start
     from worlds as w
     cross join windows as x
     cross join lateral (
         select unnest(generate_series(
-            cast(date_trunc(x."window", w.first_event_day) as timestamp),
+            cast(date_trunc(x.grain, w.first_event_day) as timestamp),
             cast(x.last_period as timestamp),
-            case x."window"
+            case x.grain
                 when 'day' then interval 1 day
                 when 'month' then interval 1 month
                 else interval 1 year
@@ -37,21 +37,21 @@ spine as (
 ),
 
 periods as (
-    select world_id, "window", period_start from spine
+    select world_id, grain, period_start from spine
     union
-    select world_id, "window", period_start from summaries
+    select world_id, grain, period_start from summaries
 ),
 
 caps as (
-    select 'day' as "window", {{ var('summary_caps')['day'] }} as cap_chars
+    select 'day' as grain, {{ var('summary_caps')['day'] }} as cap_chars
     union all select 'month', {{ var('summary_caps')['month'] }}
     union all select 'year', {{ var('summary_caps')['year'] }}
 )
 
 select
-    p.world_id || ':' || p."window" || ':' || strftime(p.period_start, '%Y-%m-%d') as coverage_key,
+    p.world_id || ':' || p.grain || ':' || strftime(p.period_start, '%Y-%m-%d') as coverage_key,
     p.world_id,
-    p."window",
+    p.grain,
     p.period_start,
     case
         when s.summary_id is null then 'missing'
@@ -76,5 +76,5 @@ select
     s.updated_at as last_written_at
 from periods as p
 left join summaries as s
-    on s.world_id = p.world_id and s."window" = p."window" and s.period_start = p.period_start
-left join caps as c on c."window" = p."window"
+    on s.world_id = p.world_id and s.grain = p.grain and s.period_start = p.period_start
+left join caps as c on c.grain = p.grain

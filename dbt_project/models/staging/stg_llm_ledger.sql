@@ -3,7 +3,24 @@ select
     "at" as called_at,
     cst_day,
     asset,
-    "partition",
+    -- The Dagster partition the call was made for (the data it worked on), as the run named it:
+    -- a day 2025-10-01, a week by its Monday (the tower's week assets), a month 2025-10, a year
+    -- 2025; null for calls outside a partition (objects, rolling summaries, system rolls).
+    "partition" as partition_key,
+    case
+        when "partition" is null then null
+        when regexp_full_match("partition", '\d{4}') then 'year'
+        when regexp_full_match("partition", '\d{4}-\d{2}') then 'month'
+        when regexp_full_match("partition", '\d{4}-\d{2}-\d{2}') and asset like '%week%' then 'week'
+        when regexp_full_match("partition", '\d{4}-\d{2}-\d{2}') then 'day'
+        else 'other'
+    end as data_grain,
+    -- the first CST day of that period (null without a partition, or one of another shape)
+    case
+        when regexp_full_match("partition", '\d{4}') then make_date(cast("partition" as integer), 1, 1)
+        when regexp_full_match("partition", '\d{4}-\d{2}') then cast("partition" || '-01' as date)
+        when regexp_full_match("partition", '\d{4}-\d{2}-\d{2}') then try_cast("partition" as date)
+    end as data_day,
     task,
     world_id,
     model,

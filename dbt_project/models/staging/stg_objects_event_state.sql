@@ -13,6 +13,5 @@ select
     explicit,
     finished_at,
     state in ('linked', 'archive_only') as is_final,
-    state = 'blocked' as is_blocked,
-    cst_day
+    state = 'blocked' as is_blocked
 from {{ source('memory', 'objects_event_state') }}

@@ -1,8 +1,8 @@
+-- Seed 000 30-minute chunks; cst_day is the chunk's CST day (the store's cst_date).
 select
     chunk_id,
     conversation_id,
     world_id,
-    cst_date,
     bucket,
     "at" as effective_at,  -- the bucket end, where the chunk takes effect
     summary,

@@ -1,5 +1,5 @@
 select
-    "window",
+    "window" as grain,
     period_start,
     "window" || ':' || strftime(period_start, '%Y-%m-%d') as period_key,
     materialized_at,

@@ -1,7 +1,7 @@
 select
     summary_id,
     world_id,
-    "window",
+    "window" as grain,
     period_start,
     content,
     length(content) as content_chars,

@@ -2,7 +2,7 @@ select
     entry_pk,
     type_name,
     entry_id,
-    "at",
+    "at" as entry_at,
     group_value,
     chars,
     ingested_at,

@@ -1,8 +1,8 @@
+-- Peer-roll warm-up requests; cst_day is the requested CST day (the store's cst_date).
 select
     request_id,
     kind,
     world_id,
-    cst_date,
     bucket,
     viewer_conversation_id,
     sources_fp,

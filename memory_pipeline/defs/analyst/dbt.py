@@ -14,7 +14,24 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from dagster import AssetDep, AssetExecutionContext, AssetKey, AssetSelection, AssetSpec, AutomationCondition, Failure
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetDep,
+    AssetExecutionContext,
+    AssetKey,
+    AssetRecordsFilter,
+    AssetSelection,
+    AssetSpec,
+    AutomationCondition,
+    Failure,
+    Output,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
+)
 from dagster._utils import run_with_concurrent_update_guard
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 
@@ -101,6 +118,25 @@ class AnalystDbtTranslator(DagsterDbtTranslator):
     def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> AssetKey:
         return AssetKey(f"analyst_{dbt_resource_props['name']}")
 
+    def get_asset_check_spec(
+        self, asset_spec: AssetSpec, manifest: Mapping[str, Any], unique_id: str, project: Any
+    ) -> AssetCheckSpec | None:
+        """A test of a daily mart is a check partitioned like the mart: its result is reported per
+        partition (:func:`per_partition`), so every day of the mart shows its own."""
+        spec = super().get_asset_check_spec(asset_spec, manifest, unique_id, project)
+        if spec is None or spec.asset_key not in DAILY_MARTS:
+            return spec
+        return AssetCheckSpec(
+            spec.name,
+            asset=spec.asset_key,
+            description=spec.description,
+            additional_deps=spec.additional_deps,
+            blocking=spec.blocking,
+            metadata=spec.metadata,
+            automation_condition=spec.automation_condition,
+            partitions_def=cst_day_open,
+        )
+
     def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
         return GROUP
 
@@ -114,8 +150,61 @@ class AnalystDbtTranslator(DagsterDbtTranslator):
 TRANSLATOR = AnalystDbtTranslator()
 
 
+def _latest_materializations(
+    context: AssetExecutionContext, asset_key: AssetKey, keys: list[str]
+) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+    """The newest materialization of each partition ``key`` (this run's, once its output is
+    reported): what a check result of that partition is about."""
+    out: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset_key, asset_partitions=keys), limit=len(keys)
+    ).records
+    for r in records:  # newest first
+        if r.partition_key and r.partition_key not in out:
+            out[r.partition_key] = AssetCheckEvaluationTargetMaterializationData(
+                storage_id=r.storage_id, run_id=r.run_id, timestamp=r.timestamp
+            )
+    return out
+
+
+def per_partition(context: AssetExecutionContext, events: list[Any]) -> Iterator[Any]:
+    """A daily build is one step for a range of days, and a dbt test runs once over it; an
+    AssetCheckResult carries no partition, so Dagster would record it once without one and every
+    partition of the mart would show no check result. So each test's result is reported once per
+    partition of the run (the same outcome for each: the test read all of them), tied to that
+    partition's materialization, after the models' outputs; then the check's one output."""
+    results = [e for e in events if isinstance(e, AssetCheckResult)]
+    yield from (e for e in events if not isinstance(e, AssetCheckResult))
+    keys = list(context.partition_keys)
+    window = f"{keys[0]}..{keys[-1]}" if len(keys) > 1 else keys[0]
+    targets: dict[AssetKey, dict[str, AssetCheckEvaluationTargetMaterializationData]] = {}
+    for result in results:
+        assert result.asset_key is not None and result.check_name is not None  # dagster-dbt names both
+        check_key = AssetCheckKey(result.asset_key, result.check_name)
+        spec = context.assets_def.get_spec_for_check_key(check_key)
+        if result.asset_key not in targets:
+            targets[result.asset_key] = _latest_materializations(context, result.asset_key, keys)
+        for key in keys:
+            yield AssetCheckEvaluation(
+                asset_key=result.asset_key,
+                check_name=result.check_name,
+                passed=result.passed,
+                partition=key,
+                severity=result.severity,
+                description=result.description,
+                blocking=spec.blocking,
+                target_materialization_data=targets[result.asset_key].get(key),
+                metadata={**result.metadata, "evaluated_over_days": window},
+            )
+        yield Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
+
+
 def _build(
-    context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource, window: dict[str, str]
+    context: AssetExecutionContext,
+    dbt: DbtCliResource,
+    analyst: AnalystResource,
+    window: dict[str, str],
+    per_day: bool = False,
 ) -> Iterator[Any]:
     """``dbt build`` of the run's selection on a private copy of the file, published when dbt ends
     (whatever it built is whole: dbt replaces a model's table in one statement); the events are
@@ -125,7 +214,7 @@ def _build(
         dbt_vars = analyst.dbt_vars(staging) | window
         invocation = dbt.cli(["build", "--vars", json.dumps(dbt_vars)], context=context, raise_on_error=False)
         events = list(invocation.stream())
-    yield from events
+    yield from per_partition(context, events) if per_day else events
     if not invocation.is_successful():
         error = invocation.get_error()
         raise Failure(
@@ -145,7 +234,7 @@ def _build(
 )
 def analyst_dbt_daily(context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource):
     keys = context.partition_key_range
-    yield from _build(context, dbt, analyst, {"min_day": keys.start, "max_day": keys.end})
+    yield from _build(context, dbt, analyst, {"min_day": keys.start, "max_day": keys.end}, per_day=True)
 
 
 @dbt_assets(

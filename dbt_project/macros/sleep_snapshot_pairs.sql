@@ -1,0 +1,20 @@
+{#- Seed 003: each world's consecutive snapshots as (world_id, before_day, after_day). A world has a
+    snapshot of a day when its deep sleep of that day is done (an empty set then has no row in
+    stg_semantic_memory_snapshots, and still counts); a world's first snapshot has no pair. -#}
+{% macro sleep_snapshot_pairs() -%}
+    select world_id, before_day, after_day
+    from (
+        select
+            world_id,
+            lag(snapshot_day) over (partition by world_id order by snapshot_day) as before_day,
+            snapshot_day as after_day
+        from (
+            select world_id, sleep_day as snapshot_day
+            from {{ ref('stg_sleep_runs') }}
+            where stage = 'deep_sleep' and status = 'done' and not is_day_record
+            union
+            select world_id, snapshot_day from {{ ref('stg_semantic_memory_snapshots') }}
+        ) as days
+    ) as ordered
+    where before_day is not null
+{%- endmacro %}
