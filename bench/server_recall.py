@@ -444,10 +444,10 @@ def serving(tmp: Path, say: Callable[[str], None]) -> Iterator[str]:
 
 async def over_mcp(url: str, token: str, todo: list[Call]) -> dict[str, list[float]]:
     """Each call's wall time in the SDK's client session (one session, calls one after another)."""
+    import logging
+
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
-
-    import logging
 
     for name in ("httpx", "mcp"):  # a log record per request would be the client's own cost
         logging.getLogger(name).setLevel(logging.WARNING)
