@@ -66,9 +66,12 @@ chromium:  ## Debian's chromium for the browser tests (Playwright drives it; no 
 # target here is the checkout's data/.
 DATA_DIR = $(abspath $(or $(MEMORY_DATA_DIR),data))
 
-ui: $(STAMP)  ## the Dagster UI on the instance the demo wrote (data/dagster_home); it parses dbt_project itself
+# exec: the shell gives way to `memory-pipeline ui`, so a SIGTERM to make (which make passes to its
+# child) or to the process reaches it; it stops dagster dev's webserver, daemon and code servers.
+UI_PORT ?= 3000
+ui: $(STAMP)  ## the Dagster UI (dagster dev) on the instance the demo wrote (data/dagster_home), port UI_PORT; it parses dbt_project itself
 	PATH="$(CURDIR)/$(BIN):$$PATH" DBT_SEND_ANONYMOUS_USAGE_STATS=false MEMORY_DATA_DIR=$(DATA_DIR) \
-	  DAGSTER_HOME=$(DATA_DIR)/dagster_home $(BIN)/dagster dev -w workspace.yaml
+	  DAGSTER_HOME=$(abspath $(or $(DAGSTER_HOME),$(DATA_DIR)/dagster_home)) exec $(BIN)/memory-pipeline ui --port $(UI_PORT)
 
 bench: $(STAMP)  ## every measurement against its floor, full scale (~25 minutes), on PostgreSQL and Redis (see bench/README.md)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/run.py --scale full

@@ -6,9 +6,11 @@ import warnings
 from typing import Any
 
 from dagster import AssetSpec, Definitions
+from dagster._utils.warnings import PreviewWarning
 
 # Modules, not their `defs`: Dagster's loader (workspace.yaml, `dagster dev`) refuses a module that
-# holds more than one Definitions object at module scope.
+# holds more than one Definitions object at module scope. Importing memory_pipeline.defs first sets
+# the filter of Dagster's beta/preview/superseded notices (defs/__init__.py).
 from memory_pipeline.defs._shared import definitions as shared_domain
 from memory_pipeline.defs._shared import deployment
 from memory_pipeline.defs.access import definitions as access_domain
@@ -74,8 +76,10 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
         },
         executor=deployment.executor(),
     )
-    with warnings.catch_warnings():  # map_asset_specs is marked preview; its behaviour here is tested
-        warnings.simplefilter("ignore")
+    # Preview: filtered in memory_pipeline/defs/__init__.py, and here as well for callers that reset
+    # the filters (pytest does, per test). Its behaviour here is tested.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=PreviewWarning)
         return located.map_asset_specs(func=with_store_kind)
 
 

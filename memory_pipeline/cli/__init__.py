@@ -53,6 +53,22 @@ def demo(
     sys.exit(run_demo(fresh=fresh, console=console, err=err))
 
 
+@app.command()
+def ui(
+    port: int = typer.Option(None, "--port", "-p", help="Port of the webserver (dagster dev's default, 3000)."),
+    host: str = typer.Option(None, "--host", "-h", help="Address of the webserver (dagster dev's default, 127.0.0.1)."),
+    stop_timeout: float = typer.Option(
+        90.0, "--stop-timeout", help="Seconds a stop waits for every process of dagster dev before killing them."
+    ),
+):
+    """The Dagster UI (`dagster dev -w workspace.yaml`) on the instance of DAGSTER_HOME, else the data
+    folder's dagster_home. SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops its webserver, daemon and code
+    servers together; what still runs after --stop-timeout is killed, and named."""
+    from memory_pipeline.operations.ui import run_ui
+
+    sys.exit(run_ui(port=port, host=host, stop_timeout=stop_timeout))
+
+
 def main() -> None:  # pragma: no cover - console entry
     from memory_pipeline.lib import settings
 
