@@ -132,7 +132,8 @@ def test_a_holder_whose_process_is_gone_is_taken_over_at_once(lease_store):
     but the lease names its host and pid, and that pid no longer runs here: taken over at once."""
     pid = _killed_holder(lease_store, [P, "2025-12-30", "2025-12-29"])
     other = leases.current(lease_store, A, P)
-    assert (other.holder, other.host, other.pid) == ("killed-run", socket.gethostname(), pid)
+    assert (other.holder, other.host, other.pid) == ("killed-run", leases.this_host(), pid)
+    assert other.host.startswith(socket.gethostname())
     assert other.dead and other.expires_at > utcnow() + timedelta(minutes=4)
     started = time.monotonic()
     with leases.held(lease_store, A, P, "rerun", wait=30, poll=0.05, ended=lambda h: False) as lease:
@@ -146,9 +147,12 @@ def test_a_holder_whose_process_is_gone_is_taken_over_at_once(lease_store):
 
 
 def test_a_live_holder_or_one_on_another_host_is_never_taken_as_dead(lease_store):
-    assert not leases.process_gone(socket.gethostname(), os.getppid())  # alive
-    assert not leases.process_gone(socket.gethostname(), os.getpid())  # this process
+    assert not leases.process_gone(leases.this_host(), os.getppid())  # alive
+    assert not leases.process_gone(leases.this_host(), os.getpid())  # this process
     assert not leases.process_gone("another-host", 2**22 + 12345)  # unknown there: its lease expires
+    # the same host name in another pid namespace (a container sharing the host's name): its pids
+    # are not ours to look up
+    assert not leases.process_gone(f"{socket.gethostname()}:pidns1", 2**22 + 12345)
     assert not leases.process_gone(None, None)  # a lease taken before processes were recorded
     assert leases.try_acquire(lease_store, A, P, "live-run") is None  # this process, alive
     with pytest.raises(leases.LeaseTimeout, match="still held by run live-run"):

@@ -57,8 +57,17 @@ class Holder:
         return process_gone(self.host, self.pid)
 
 
+def this_host() -> str:
+    """This host as a lease records it: its name and its pid namespace (two containers sharing a host
+    name, as with host networking, number their processes apart; a pid is only comparable inside one)."""
+    try:
+        return f"{socket.gethostname()}:pidns{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return socket.gethostname()
+
+
 def this_process() -> tuple[str, int]:
-    return socket.gethostname(), os.getpid()
+    return this_host(), os.getpid()
 
 
 def process_gone(host: str | None, pid: int | None) -> bool:
@@ -66,7 +75,7 @@ def process_gone(host: str | None, pid: int | None) -> bool:
     Another host's process, or an unknown one, is never called gone (its lease expires instead). A
     pid the system has since given to another process counts as alive: that costs a wait, never a
     double run."""
-    if host is None or pid is None or host != socket.gethostname() or pid == os.getpid():
+    if host is None or pid is None or host != this_host() or pid == os.getpid():
         return False
     try:
         os.kill(pid, 0)
