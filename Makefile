@@ -16,7 +16,7 @@ UV_VERSION := 0.13.8
 LOCK_VENV  := $(shell echo $${TMPDIR:-/tmp})/memory-pipeline-lock-venv
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock"
 
-.PHONY: venv demo test ui bench bench-quick bench-tower bench-sleep bench-objects clean chromium lock lock-upgrade audit
+.PHONY: venv demo test ui bench bench-quick bench-tower bench-sleep bench-objects bench-export clean chromium lock lock-upgrade audit
 
 venv: $(STAMP)  ## the virtual environment alone, installed from the lock with --require-hashes
 
@@ -87,6 +87,9 @@ bench-sleep: $(STAMP)  ## deep sleep at each size band and light sleep over a bu
 
 bench-objects: $(STAMP)  ## organizing 10k pending events with the offline model (see bench/README.md)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/objects_organize.py
+
+bench-export: $(STAMP)  ## seconds per CST day of a 1-day and a 30-day analyst export (see bench/README.md)
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/export_days.py
 
 clean:
 	rm -rf $(VENV) data/memory.sqlite* data/dagster_home data/sample data/objects

@@ -11,7 +11,10 @@ in the file after any export (empty until exported), so the dbt sources always r
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -175,10 +178,13 @@ def _write_parquet(
     con: duckdb.DuckDBPyConnection, files: AnalyticsFiles, export: ExportTable, days: list[date] | None
 ) -> int:
     """Rewrite the Parquet file of every exported day that has rows or had a file (an emptied day
-    gets an empty file rather than a deletion under a reader's feet); a whole table's one file."""
-    assert files.parquet is not None
+    gets an empty file rather than a deletion under a reader's feet); a whole table's one file.
+
+    The days' rows are written by one COPY partitioned by day into a private folder under the
+    temporary one, then each day's file is moved over its published path (one rename per day), so
+    a range costs one query per table, not one per day."""
+    assert files.parquet is not None and files.parquet_tmp is not None
     name = quote(export.name)
-    written = 0
 
     def copy(where: str, params: list[Any], target: Path) -> None:
         def write(tmp: Path) -> None:
@@ -192,17 +198,29 @@ def _write_parquet(
     if days is None:
         copy("", [], logic.parquet_file(files.parquet, export.name, None))
         return 1
-    with_rows = {
-        r[0]
-        for r in con.execute(
-            f"SELECT DISTINCT {DAY} FROM {name} WHERE {DAY} BETWEEN ? AND ?", [days[0], days[-1]]
-        ).fetchall()
-    }
-    for day in days:
-        target = logic.parquet_file(files.parquet, export.name, day)
-        if day in with_rows or target.exists():
-            copy(f"WHERE {DAY} = ?", [day], target)
+    written = 0
+    with_rows = con.execute(f"SELECT count(*) FROM {name} WHERE list_contains(?, {DAY})", [days]).fetchone()
+    files.parquet_tmp.mkdir(parents=True, exist_ok=True)
+    parts = files.parquet_tmp / uuid.uuid4().hex
+    try:
+        if with_rows and with_rows[0]:
+            con.execute(
+                f"COPY (SELECT * FROM {name} WHERE list_contains(?, {DAY})) TO {logic.sql_string(str(parts))} "
+                f"(FORMAT parquet, COMPRESSION zstd, PARTITION_BY ({DAY}), WRITE_PARTITION_COLUMNS true)",
+                [days],
+            )
+        for day in days:
+            target = logic.parquet_file(files.parquet, export.name, day)
+            made = sorted((parts / f"{DAY}={day.isoformat()}").glob("*.parquet"))
+            if len(made) == 1:
+                replace_file(files, lambda tmp, src=made[0]: os.replace(src, tmp), target)
+            elif made or target.exists():  # several files for one day, or an emptied day: one COPY of the day
+                copy(f"WHERE {DAY} = ?", [day], target)
+            else:
+                continue
             written += 1
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
     return written
 
 

@@ -210,6 +210,37 @@ def test_an_export_on_sqlite_replaces_exactly_the_days_of_its_window(tmp_path):
     assert not list((files.parquet / ".tmp").iterdir())  # no temporary file left behind
 
 
+def test_a_range_writes_one_parquet_file_per_day_and_an_emptied_day_keeps_an_empty_file(tmp_path):
+    from memory_pipeline.lib.store.tables import messages
+
+    store = _sqlite_store(tmp_path)
+    ats = [datetime(2026, 3, d, 10, tzinfo=CST) for d in (1, 1, 2, 4)]
+    _ingest(
+        store, tmp_path / "a.jsonl", [event_line(f"m{i}", "w1", "c1", "user", f"x {i}", at) for i, at in enumerate(ats)]
+    )
+    files = AnalyticsFiles.at(tmp_path / "out" / "analytics.duckdb", AnalystConfig())
+    window = DayWindow(date(2026, 3, 1), date(2026, 3, 5))
+    report = export_tables(store, files, [BY_NAME["messages"]], window, CST)
+    assert report.table("messages").parquet_files == 3  # the days with rows; no file for the 3rd and 5th
+    folder = files.parquet / "messages"
+    assert sorted(p.name for p in folder.iterdir()) == [f"cst_day=2026-03-0{d}" for d in (1, 2, 4)]
+
+    def day_file(d: int) -> list[tuple]:
+        path = logic.parquet_file(files.parquet, "messages", date(2026, 3, d))
+        with duckdb.connect() as con:  # the file itself holds cst_day, as a per-day COPY wrote it
+            return con.execute(f"SELECT message_id, cst_day FROM read_parquet('{path}') ORDER BY 1").fetchall()
+
+    assert day_file(1) == [("m0", date(2026, 3, 1)), ("m1", date(2026, 3, 1))]
+    assert day_file(4) == [("m3", date(2026, 3, 4))]
+    with store.begin() as conn:
+        conn.execute(messages.delete().where(messages.c.message_id == "m2"))
+    again = export_tables(store, files, [BY_NAME["messages"]], window, CST)
+    assert again.table("messages").parquet_files == 3
+    assert day_file(2) == []  # emptied: an empty file, not a deletion under a reader
+    assert day_file(1) == [("m0", date(2026, 3, 1)), ("m1", date(2026, 3, 1))]
+    assert not list((files.parquet / ".tmp").iterdir())
+
+
 def test_the_picture_renders_from_figures():
     figures = reports.CoverageCost(
         days=[date(2026, 1, 1), date(2026, 1, 2)],
