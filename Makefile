@@ -55,9 +55,15 @@ $(DBT_MANIFEST): $(STAMP) $(DBT_SOURCES)
 demo: $(STAMP) $(DBT_MANIFEST)  ## the main job on the embedded default (SQLite, in-process cache, offline model)
 	LITELLM_LOCAL_MODEL_COST_MAP=True DBT_SEND_ANONYMOUS_USAGE_STATS=false $(BIN)/memory-pipeline demo
 
+# pytest-xdist workers for `make test` (docs/tests.md); 0 runs the suite in this one process. Each
+# worker flushes a Redis database of its own; --dist loadgroup keeps the tests that share one
+# deployment or one module-scoped sample (their xdist_group mark) in one worker.
+TEST_WORKERS ?= 4
+
 test: $(STAMP) $(DBT_MANIFEST) chromium  ## strict type check, then the test suite against PostgreSQL and Redis on 127.0.0.1
 	$(BIN)/mypy
-	LITELLM_LOCAL_MODEL_COST_MAP=True DBT_SEND_ANONYMOUS_USAGE_STATS=false $(BIN)/pytest -q
+	LITELLM_LOCAL_MODEL_COST_MAP=True DBT_SEND_ANONYMOUS_USAGE_STATS=false \
+	  $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 chromium:  ## Debian's chromium for the browser tests (Playwright drives it; no browser download)
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }

@@ -1,5 +1,5 @@
 """Fixtures on the real services: a fresh PostgreSQL schema per test and Redis (TEST_REDIS_URL, database 15
-by default)."""
+by default; under pytest-xdist each worker has a database of its own, see ``worker_redis_url``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -32,8 +33,47 @@ from memory_pipeline.temporal.config import TemporalSummaryConfig  # noqa: E402
 from memory_pipeline.temporal.context import TemporalContext  # noqa: E402
 
 PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# The Celery broker of test_distributed: a Redis database of its own, never a roll cache's.
+CELERY_BROKER_URL = os.environ.get("TEST_CELERY_BROKER_URL", "redis://127.0.0.1:6379/9")
+REDIS_DATABASES = 16  # Redis's default `databases`
 CST = ZoneInfo("Asia/Shanghai")
+
+
+def redis_db(url: str) -> int:
+    path = urlsplit(url).path.strip("/")
+    return int(path) if path else 0
+
+
+def worker_redis_url(base: str, worker: str | None, reserved: tuple[str, ...] = (CELERY_BROKER_URL,)) -> str:
+    """The Redis URL of one pytest-xdist worker: tests flush their database, so workers never share
+    one. gw0 (and a run without workers) has ``base``'s database; each next worker the next one
+    down, wrapping from 1 to 15, never database 0 nor a ``reserved`` URL's (the Celery broker's):
+    from 15, gw0..gw3 are 15, 14, 13, 12; from 10, they are 10, 8, 7, 6."""
+    index = int(worker.removeprefix("gw")) if worker else 0
+    taken = {0} | {redis_db(url) for url in reserved}
+    free = [db for db in range(REDIS_DATABASES - 1, 0, -1) if db not in taken]  # 15 down to 1
+    first = redis_db(base)
+    if first not in free:
+        raise ValueError(f"TEST_REDIS_URL {base}: database {first} is 0 or reserved ({sorted(taken - {0})})")
+    if index >= len(free):
+        raise ValueError(f"worker {worker}: only {len(free)} Redis databases are free for the workers")
+    start = free.index(first)
+    db = free[(start + index) % len(free)]
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+REDIS_URL = worker_redis_url(
+    os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15"), os.environ.get("PYTEST_XDIST_WORKER")
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the end-to-end tests first: the longest (minutes, mostly waiting on a
+    deployment) start at once and the short ones fill the workers around them, rather than one
+    starting last and the run waiting on it alone. Every worker orders the same way."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 
 def cst(*args) -> datetime:

@@ -52,6 +52,9 @@ from memory_pipeline.tower.types import WORKLOG, ensure_builtins
 from memory_pipeline_tests.conftest import REDIS_URL, conversation, cst, event, forget_schemas, fresh_schema
 
 CST = ZoneInfo("Asia/Shanghai")
+# The module-scoped `sample` (every run of the graph, then dbt) is built once per worker that runs
+# one of its tests: under pytest-xdist the module runs in one worker (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("analyst_sample")
 D1, D2, D3, D4 = date(2025, 12, 30), date(2025, 12, 31), date(2026, 1, 1), date(2026, 1, 2)
 DAYS = (D1.isoformat(), D4.isoformat())
 PRICED = "openai/priced-model"

@@ -4,7 +4,7 @@ them, and the write-back (cache_writeback_sensor, `memory-pipeline cache-writeba
 Redis once it is back, with the TTL left until their original expiry, so `read` finds them.
 
 Redis here is a throwaway redis-server of the test's own on a free port, stopped and restarted;
-the shared Redis is only used as database 12 (TEST_REDIS_URL)."""
+the shared Redis is only used as the test's database (TEST_REDIS_URL, the worker's own under xdist)."""
 
 from __future__ import annotations
 

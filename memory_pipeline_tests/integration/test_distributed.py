@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from datetime import date
 
@@ -27,7 +26,7 @@ from memory_pipeline.lib.store import Store, make_engine
 from memory_pipeline.lib.store.migrate import ensure_schema, forget_checked
 from memory_pipeline.lib.store.tables import llm_ledger
 from memory_pipeline.temporal.tables import temporal_summaries
-from memory_pipeline_tests.conftest import REDIS_URL, conversation, cst, event
+from memory_pipeline_tests.conftest import CELERY_BROKER_URL, REDIS_URL, conversation, cst, event
 from memory_pipeline_tests.dagster_stack import (
     CeleryWorkers,
     DagsterStack,
@@ -41,8 +40,8 @@ from memory_pipeline_tests.integration.test_dagster import make_defs
 
 pytestmark = pytest.mark.e2e
 
-# The Celery broker (and result store): a Redis database of its own, never the roll cache's.
-BROKER_URL = os.environ.get("TEST_CELERY_BROKER_URL", "redis://127.0.0.1:6379/9")
+# The Celery broker (and result store): a Redis database of its own, never a roll cache's.
+BROKER_URL = CELERY_BROKER_URL
 DAY_ASSET = "temporal_day_summaries"
 DAYS = ["2026-02-02", "2026-02-03", "2026-02-04", "2026-02-05", "2026-02-06", "2026-02-07"]
 PER_RUN = 2

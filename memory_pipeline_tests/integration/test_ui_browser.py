@@ -35,7 +35,9 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists():
     _unavailable("Debian's chromium is not installed (apt-get install -y chromium)")
 
-pytestmark = pytest.mark.e2e
+# One deployment (the package-scoped `deployed`) serves both modules: under pytest-xdist they run
+# in one worker (--dist loadgroup), which starts it once.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("dagster_stack")]
 
 WAIT_MS = 60_000  # the first page loads the UI's bundle; two shared cores are slow at it
 sync_api.expect.set_options(timeout=WAIT_MS)

@@ -15,7 +15,9 @@ from memory_pipeline.temporal.tables import temporal_summaries
 from memory_pipeline_tests.dagster_stack import CHECK_EXECUTIONS
 from memory_pipeline_tests.integration.conftest import DAY_ASSET, DAY_CHECK, E2E_DAYS, STRICT_PER_PARTITION_CHECKS
 
-pytestmark = pytest.mark.e2e
+# One deployment (the package-scoped `deployed`) serves both modules: under pytest-xdist they run
+# in one worker (--dist loadgroup), which starts it once.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("dagster_stack")]
 
 
 def test_a_day_range_backfilled_from_the_api_writes_the_seed_rows_and_passes_its_check(deployed):

@@ -1,0 +1,37 @@
+"""The suite under pytest-xdist: each worker flushes a Redis database of its own, never the Celery
+broker's nor database 0, from the default base (CI) and from any other (a developer's)."""
+
+import pytest
+
+from memory_pipeline_tests.conftest import worker_redis_url
+
+BROKER = ("redis://127.0.0.1:6379/9",)
+
+
+@pytest.mark.parametrize(
+    ("base", "dbs"),
+    [
+        ("redis://127.0.0.1:6379/15", [15, 14, 13, 12]),
+        ("redis://127.0.0.1:6379/10", [10, 8, 7, 6]),
+        ("redis://127.0.0.1:6379/2", [2, 1, 15, 14]),
+    ],
+)
+def test_each_worker_has_its_own_database(base, dbs):
+    urls = [worker_redis_url(base, f"gw{i}", BROKER) for i in range(4)]
+    assert urls == [f"redis://127.0.0.1:6379/{db}" for db in dbs]
+    assert worker_redis_url(base, None, BROKER) == urls[0]  # no xdist: the base itself
+
+
+def test_the_url_keeps_its_password_and_host():
+    assert worker_redis_url("redis://:pw@cache:6380/15", "gw1", BROKER) == "redis://:pw@cache:6380/14"
+
+
+@pytest.mark.parametrize("base", ["redis://127.0.0.1:6379/9", "redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379"])
+def test_a_base_on_the_broker_or_database_0_is_refused(base):
+    with pytest.raises(ValueError, match="TEST_REDIS_URL"):
+        worker_redis_url(base, "gw0", BROKER)
+
+
+def test_more_workers_than_databases_is_refused():
+    with pytest.raises(ValueError, match="gw14"):
+        worker_redis_url("redis://127.0.0.1:6379/15", "gw14", BROKER)
