@@ -15,6 +15,9 @@ from memory_pipeline.lib.settings import REPO_ROOT
 
 PAGE = REPO_ROOT / "docs" / "analysts.md"
 
+# One worker for the module: its demo is module-scoped, and each worker would run its own.
+pytestmark = pytest.mark.xdist_group("analyst_docs")
+
 
 def statements(page: Path = PAGE) -> list[str]:
     """The SQL statements of the page's ```sql blocks, in order (one per `;`)."""
