@@ -291,7 +291,10 @@ def reexecute_from_failure(k: Killable, run_id: str, tags: dict[str, str] | None
 
 
 def took_over_lease(k: Killable, run_id: str, dead_run_id: str) -> bool:
-    return any(f"took over the lease of run {dead_run_id}" in (e.message or "") for e in k.instance.all_logs(run_id))
+    """The re-run says it took the dead run's lease: its process seen gone on this host (at once), or
+    its run seen ended (after a missed renewal)."""
+    said = (f"run {dead_run_id} died without releasing its lease", f"took over the lease of run {dead_run_id}")
+    return any(any(s in (e.message or "") for s in said) for e in k.instance.all_logs(run_id))
 
 
 def assert_nothing_lost_nor_paid_twice(k: Killable, killed: Killed) -> None:
