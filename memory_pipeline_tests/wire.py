@@ -81,7 +81,7 @@ class PgWire:
         buf, started = b"", False
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                # recorded before forwarded: a client that has its reply finds its query counted
                 buf += data
                 while True:  # every complete message in the buffer
                     if not started:  # untyped: an SSL/GSS request, then the startup message
@@ -102,6 +102,7 @@ class PgWire:
                         with self._lock:
                             self.queries.append(buf[5:length].rstrip(b"\0").decode("utf-8", "replace"))
                     buf = buf[1 + length :]
+                dst.sendall(data)
         except OSError:
             pass
         finally:
