@@ -1,15 +1,18 @@
 """Analyst export benchmark: seconds per CST day of a range export, for a 1-day and a 30-day range,
 on the embedded default (a SQLite store and a SQLite Dagster instance in a temporary folder).
 
-Two measurements, each "before" (the per-day Parquet writer: one COPY per table and day, kept
-below as the baseline) and "after" (the project's writer: one COPY per table for the range,
-partitioned by day), the two alternating so both see the same machine:
+Two measurements, the two sides of each alternating so both see the same machine:
 
 - ``core``: ``exports.export_tables`` of every day-grain table for the range (the private copy,
-  the store query per table, the DuckDB writes, the Parquet files, the atomic swap), no Dagster.
+  the store query per table, the DuckDB writes, the Parquet files, the atomic swap), no Dagster;
+  "before" (the per-day Parquet writer: one COPY per table and day, kept below as the baseline)
+  against "after" (the project's writer: one COPY per table for the range, partitioned by day).
 - ``runs``: ``operations.materialize("exports", ...)``, the run ``memory-pipeline export --no-marts``
-  starts first (the day exports for the range and the whole tables), in-process on the SQLite
-  instance; with the Dagster events the run stored, per day partition.
+  starts first (the day exports for the range and the whole tables), in-process, on two SQLite
+  instances over the same store: "stock" (the dagster.yaml the CLI wrote before, Dagster's own
+  SqliteEventLogStorage, DAGSTER_EVENT_BATCH_SIZE unset) and "batch" (the CLI's dagster.yaml
+  today: BatchSqliteEventLogStorage, DAGSTER_EVENT_BATCH_SIZE=1000); per day partition, with the
+  Dagster events each run stored.
 
 Usage: python bench/export_days.py [--days 30] [--repeat 3] [--skip-runs]
 Prints a Markdown table and writes bench/results/export_days.json (keys: ``export_seconds_per_day``
@@ -134,12 +137,31 @@ def _core(days: int) -> tuple[float, int]:
     return time.perf_counter() - started, sum(t.parquet_files for t in report.tables)
 
 
-def _runs(days: int) -> tuple[float, int, dict[str, int]]:
+INSTANCES = ("stock", "batch")
+
+
+def _instance(folder: Path, name: str) -> Any:
+    """A Dagster instance in ``folder/dagster_home_<name>``: "stock" with the dagster.yaml the CLI
+    wrote before the batch event log, "batch" with today's."""
     from dagster import DagsterInstance
 
+    from memory_pipeline.operations import runner
+
+    home = folder / f"dagster_home_{name}"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(runner.OLD_INSTANCE_YAMLS[-1] if name == "stock" else runner.INSTANCE_YAML)
+    return DagsterInstance.from_config(str(home))
+
+
+def _use(instance: Any, name: str) -> None:
+    """The environment of ``name``'s runs: its DAGSTER_HOME, and event batches only for "batch"."""
+    os.environ["DAGSTER_HOME"] = instance.root_directory
+    os.environ["DAGSTER_EVENT_BATCH_SIZE"] = "1000" if name == "batch" else "0"
+
+
+def _runs(instance: Any, days: int) -> tuple[float, int, dict[str, int]]:
     from memory_pipeline import operations
 
-    instance = DagsterInstance.get()
     last = FIRST + timedelta(days=days - 1)
     started = time.perf_counter()
     report = operations.materialize("exports", FIRST.isoformat(), last.isoformat(), mode="rebuild", instance=instance)
@@ -152,10 +174,46 @@ def _runs(days: int) -> tuple[float, int, dict[str, int]]:
     return seconds, len(report.runs), dict(events)
 
 
+def _measure_runs(folder: Path, days: int, repeat: int, out: dict[str, Any]) -> None:
+    ranges = (1, days)
+    instances = {name: _instance(folder, name) for name in INSTANCES}
+    for name, instance in instances.items():
+        _use(instance, name)
+        _runs(instance, 1)  # untimed: loads the definitions and creates the instance's storage
+    seconds: dict[str, list[float]] = {f"{name}_{n}d": [] for name in INSTANCES for n in ranges}
+    runs: dict[str, Any] = {}
+    for _ in range(repeat):
+        for n in ranges:
+            for name, instance in instances.items():
+                _use(instance, name)
+                took, count, events = _runs(instance, n)
+                seconds[f"{name}_{n}d"].append(round(took, 2))
+                runs[f"{name}_{n}d"] = {"seconds": seconds[f"{name}_{n}d"], "runs": count, "events": events}
+    os.environ.pop("DAGSTER_EVENT_BATCH_SIZE", None)
+    out["runs"] = runs
+    median = {key: statistics.median(values) for key, values in seconds.items()}
+    for n in ranges:
+        out[f"export_seconds_per_day_{n}d"] = round(median[f"batch_{n}d"] / n, 3)
+        out[f"export_seconds_per_day_{n}d_stock_instance"] = round(median[f"stock_{n}d"] / n, 3)
+        out[f"export_runs_ratio_stock_to_batch_{n}d"] = round(median[f"stock_{n}d"] / median[f"batch_{n}d"], 2)
+        out[f"export_events_per_day_{n}d"] = round(sum(runs[f"batch_{n}d"]["events"].values()) / n, 1)
+    out["export_events_match"] = all(runs[f"stock_{n}d"]["events"] == runs[f"batch_{n}d"]["events"] for n in ranges)
+    for name, suffix in (("batch", ""), ("stock", "_stock_instance")):
+        # paired within a repetition (the machine's load drifts between repetitions)
+        marginal = [
+            (long - one) / (days - 1)
+            for one, long in zip(seconds[f"{name}_1d"], seconds[f"{name}_{days}d"], strict=True)
+        ]
+        out[f"export_marginal_seconds_per_day{suffix}"] = round(statistics.median(marginal), 3)
+    out["export_seconds_per_day"] = out[f"export_seconds_per_day_{days}d"]
+    for instance in instances.values():
+        instance.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--repeat", type=int, default=3, help="core repetitions per variant and range")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions per variant and range (core and runs)")
     parser.add_argument("--skip-runs", action="store_true")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench_export_"))
@@ -177,23 +235,7 @@ def main() -> None:
         out[f"export_core_seconds_per_day_{n}d"] = round(after / n, 4)
         out[f"export_core_ratio_before_to_after_{n}d"] = round(before / after, 2)
     if not args.skip_runs:
-        runs: dict[str, Any] = {}
-        _runs(1)  # untimed: the first run loads the definitions and creates the instance's storage
-        for n in ranges:
-            for variant in ("before", "after"):
-                _variant(variant)()
-                seconds, count, events = _runs(n)
-                runs[f"{variant}_{n}d"] = {"seconds": round(seconds, 2), "runs": count, "events": events}
-        _variant("after")()
-        out["runs"] = runs
-        for n in ranges:
-            after = runs[f"after_{n}d"]
-            out[f"export_seconds_per_day_{n}d"] = round(after["seconds"] / n, 3)
-            out[f"export_runs_ratio_before_to_after_{n}d"] = round(
-                runs[f"before_{n}d"]["seconds"] / after["seconds"], 2
-            )
-            out[f"export_events_per_day_{n}d"] = round(sum(after["events"].values()) / n, 1)
-        out["export_seconds_per_day"] = out[f"export_seconds_per_day_{args.days}d"]
+        _measure_runs(folder, args.days, args.repeat, out)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     print("| key | value |\n|---|---|")

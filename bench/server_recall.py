@@ -3,7 +3,7 @@
 its own process, a bearer token, the SDK's client session in this one) and in process (the Python call the tool makes),
 p50 / p99 per tool. A stage of bench/run.py (`--only server`); alone:
 
-    .venv/bin/python bench/server_recall.py --scale quick|full [--calls N] [--profile TOOL]
+    .venv/bin/python bench/server_recall.py --scale quick|full [--calls N] [--profile TOOL] [--find-ab [REF]]
 
 The store is a SQLite file in a temporary folder and the cache the in-process one (no REDIS_URL):
 what `memory-pipeline serve` uses with no configuration. What is in it: bench/README.md."""
@@ -442,8 +442,12 @@ def serving(tmp: Path, say: Callable[[str], None]) -> Iterator[str]:
         log.close()
 
 
-async def over_mcp(url: str, token: str, todo: list[Call]) -> dict[str, list[float]]:
-    """Each call's wall time in the SDK's client session (one session, calls one after another)."""
+async def over_mcp(
+    url: str, token: str, warm: list[Call], todo: list[Call]
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each call's wall time in the SDK's client session (one session, calls one after another):
+    first ``warm`` (other queries of the same kinds: a server just started, its caches empty), then
+    ``todo`` (the same server after those calls)."""
     import logging
 
     from mcp import ClientSession
@@ -451,12 +455,15 @@ async def over_mcp(url: str, token: str, todo: list[Call]) -> dict[str, list[flo
 
     for name in ("httpx", "mcp"):  # a log record per request would be the client's own cost
         logging.getLogger(name).setLevel(logging.WARNING)
+    cold: dict[str, list[float]] = {t: [] for t in TOOLS}
     lat: dict[str, list[float]] = {t: [] for t in (*TOOLS, "mem/list_types")}
     headers = {"Authorization": f"Bearer {token}"}
     async with streamablehttp_client(url, headers=headers) as (read, write, _), ClientSession(read, write) as session:
         await session.initialize()
-        for call in todo[:30]:  # warm: first connections, the index of each world
+        for call in warm:
+            t = time.perf_counter()
             await session.call_tool(call.tool, call.args)
+            cold[call.tool].append((time.perf_counter() - t) * 1000)
         for i, call in enumerate(todo):
             t = time.perf_counter()
             r = await session.call_tool(call.tool, call.args)
@@ -467,7 +474,7 @@ async def over_mcp(url: str, token: str, todo: list[Call]) -> dict[str, list[flo
                 t = time.perf_counter()
                 await session.call_tool("mem/list_types", {})
                 lat["mem/list_types"].append((time.perf_counter() - t) * 1000)
-    return lat
+    return cold, lat
 
 
 def over_http(url: str, token: str, n: int) -> list[float]:
@@ -501,9 +508,9 @@ def over_http(url: str, token: str, n: int) -> list[float]:
     return lat
 
 
-def direct(fns: dict[str, Callable[..., Any]], todo: list[Call]) -> dict[str, list[float]]:
+def direct(fns: dict[str, Callable[..., Any]], warm: list[Call], todo: list[Call]) -> dict[str, list[float]]:
     lat: dict[str, list[float]] = {t: [] for t in TOOLS}
-    for call in todo[:30]:
+    for call in warm:
         fns[call.tool](**call.args)
     for call in todo:
         t = time.perf_counter()
@@ -538,7 +545,13 @@ def embedded(tmp: Path) -> Iterator[Any]:
         yield store
 
 
-def measure(scale: Scale, say: Callable[[str], None] = print, profile: str = "", keep: str = "") -> dict[str, Any]:
+def measure(
+    scale: Scale,
+    say: Callable[[str], None] = print,
+    profile: str = "",
+    keep: str = "",
+    find_baseline: str | None = None,
+) -> dict[str, Any]:
     from sqlalchemy import func, select
 
     from memory_pipeline.access import tokens
@@ -570,6 +583,7 @@ def measure(scale: Scale, say: Callable[[str], None] = print, profile: str = "",
         tower = Tower(store, TowerConfig(), TZ, lambda p: LLMClient(store, asset="bench", partition=p))
         fns = in_process(store, tower)
         todo = calls(store, scale, at)
+        warm = calls(store, scale, at, seed=4)  # other queries, untimed or timed apart as the cold side
         for w in range(scale.worlds):  # the recall index, built by the first search of each world
             fns["memory/search"](f"w{w}", "hello", 1)
         with store.connect() as conn:
@@ -583,22 +597,77 @@ def measure(scale: Scale, say: Callable[[str], None] = print, profile: str = "",
         say(f"store: {size}")
         if profile:
             return profile_tool(fns, todo, profile)
+        if find_baseline is not None:
+            return {"server_data": size, **find_ab(store, todo, find_baseline)}
         _, token = tokens.create(store, ["*"], read_only=True, name=f"bench-{time.time_ns()}")
         with serving(tmp, say) as url:
-            mcp = asyncio.run(over_mcp(url, token, todo))
+            cold, mcp = asyncio.run(over_mcp(url, token, warm, todo))
             http = over_http(url, token, scale.calls)
-        py = direct(fns, todo)
+        py = direct(fns, warm, todo)
         tower.close()
     out: dict[str, Any] = {"server_data": size, "server_build_seconds": timing, "server_calls_per_tool": scale.calls}
     for tool in TOOLS:
         key = KEYS[tool]
-        for side, lat in (("", mcp), ("_inproc", py)):
+        for side, lat in (("", mcp), ("_inproc", py), ("_cold", cold)):
             out[f"server_{key}_p50_ms{side}"] = round(statistics.median(lat[tool]), 2)
             out[f"server_{key}_p99_ms{side}"] = round(pct(lat[tool], 0.99), 2)
     out["server_mcp_floor_p50_ms"] = round(statistics.median(mcp["mem/list_types"]), 2)
     out["server_mcp_floor_p99_ms"] = round(pct(mcp["mem/list_types"], 0.99), 2)
     out["server_http_floor_p50_ms"] = round(statistics.median(http), 2)
     out["server_http_floor_p99_ms"] = round(pct(http, 0.99), 2)
+    return out
+
+
+def find_ab(store: Any, todo: list[Call], baseline: str = "") -> dict[str, Any]:
+    """``objects/find`` in process, the world's index against the full scan of its objects (every
+    object scored, as find did before the index), alternating call by call (the order swapped every
+    call), both sides on the same calls; and with ``baseline`` (a git ref) a third side, the
+    ``objects/recall.py`` of that ref loaded from git. Every answer is compared with the scan's."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from memory_pipeline.objects import recall
+
+    sides: dict[str, Callable[[Call], Any]] = {
+        "scan": lambda c: recall.find(store, **c.args, full_scan=True),
+        "index": lambda c: recall.find(store, **c.args),
+    }
+    if baseline:
+        source = subprocess.run(
+            ["git", "show", f"{baseline}:memory_pipeline/objects/recall.py"],
+            cwd=Path(__file__).parent,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        spec = importlib.util.spec_from_loader("recall_baseline", loader=None)
+        assert spec is not None
+        old = importlib.util.module_from_spec(spec)
+        sys.modules["recall_baseline"] = old
+        exec(compile(source, f"{baseline}:recall.py", "exec"), old.__dict__)
+        sides["baseline"] = lambda c: old.find(store, **c.args)
+    mine = [c for c in todo if c.tool == "objects/find"]
+    for c in mine[:30]:  # warm: each world's objects read once per side
+        for fn in sides.values():
+            fn(c)
+    lat: dict[str, list[float]] = {k: [] for k in sides}
+    differ, hits = 0, []
+    names = list(sides)
+    for n, c in enumerate(mine):
+        answers = {}
+        for side in names[n % len(names) :] + names[: n % len(names)]:
+            t = time.perf_counter()
+            answers[side] = sides[side](c)
+            lat[side].append((time.perf_counter() - t) * 1000)
+        differ += any(a != answers["scan"] for a in answers.values())
+        hits.append(len(recall.find_all(store, c.args["world"], c.args["query"])))
+    out: dict[str, Any] = {"find_ab_calls": len(mine), "find_ab_answers_differ": differ}
+    out["find_ab_matches_p50"] = statistics.median(hits)
+    out["find_ab_matches_max"] = max(hits)
+    for side, values in lat.items():
+        out[f"find_ab_{side}_p50_ms"] = round(statistics.median(values), 2)
+        out[f"find_ab_{side}_p99_ms"] = round(pct(values, 0.99), 2)
     return out
 
 
@@ -632,7 +701,9 @@ def rows(out: dict[str, Any]) -> list[tuple[str, str, str]]:
             (
                 f"{tool}, {out['server_calls_per_tool']:,} varied calls",
                 f"MCP p50 {out[f'server_{key}_p50_ms']:.2f} ms, p99 {out[f'server_{key}_p99_ms']:.2f} ms; "
-                f"in process p50 {out[f'server_{key}_p50_ms_inproc']:.2f} ms, p99 {out[f'server_{key}_p99_ms_inproc']:.2f} ms",
+                f"in process p50 {out[f'server_{key}_p50_ms_inproc']:.2f} ms, p99 {out[f'server_{key}_p99_ms_inproc']:.2f} ms; "
+                f"MCP, the first calls after start (other queries) p50 {out[f'server_{key}_p50_ms_cold']:.2f} ms, "
+                f"p99 {out[f'server_{key}_p99_ms_cold']:.2f} ms",
                 "target p99 <= 20 ms over MCP",
             )
         )
@@ -658,6 +729,13 @@ def main() -> None:
     parser.add_argument("--scale", choices=sorted(SCALES), default="quick")
     parser.add_argument("--calls", type=int, help="calls per tool and side (default: the scale's)")
     parser.add_argument("--profile", choices=TOOLS, help="cProfile one tool's in-process calls instead")
+    parser.add_argument(
+        "--find-ab",
+        nargs="?",
+        const="",
+        metavar="REF",
+        help="objects/find in process only: the index against the full scan, alternating (and the recall.py of REF)",
+    )
     parser.add_argument("--keep", default="", help="build the store in this folder, or reuse the one built there")
     args = parser.parse_args()
     scale = SCALES[args.scale]
@@ -665,8 +743,10 @@ def main() -> None:
         from dataclasses import replace
 
         scale = replace(scale, calls=args.calls)
-    out = measure(scale, profile=args.profile or "", keep=args.keep)
-    if out:
+    out = measure(scale, profile=args.profile or "", keep=args.keep, find_baseline=args.find_ab)
+    if args.find_ab is not None:
+        print(json.dumps(out, indent=2))
+    elif out:
         print(json.dumps(out, indent=2))
         for r in rows(out):
             print(" | ".join(r))

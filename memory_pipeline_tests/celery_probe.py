@@ -3,8 +3,8 @@ imports this module by name to run the step)."""
 
 from dagster import job, op
 
+from memory_pipeline.defs._shared.celery_executor import celery_executor
 from memory_pipeline.lib import settings
-from memory_pipeline.operations.celery_workers import celery_executor
 
 BROKER = {"env": settings.ENV_CELERY_BROKER_URL}
 

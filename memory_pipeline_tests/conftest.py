@@ -119,6 +119,18 @@ def store(pg_url) -> Store:
     return store
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_data_dir(tmp_path_factory) -> Iterator[Path]:
+    """Every default state path (sleep round logs, the objects projection, a default SQLite store or
+    Dagster instance: lib/settings.data_dir) under a folder of this session (one per xdist worker:
+    tmp_path_factory's base is per worker), never the checkout's data/. Set in os.environ, so the
+    subprocesses a test starts inherit it; a test that sets MEMORY_DATA_DIR itself still wins."""
+    path = tmp_path_factory.mktemp("memory_data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMORY_DATA_DIR", str(path))
+        yield path
+
+
 @pytest.fixture(autouse=True)
 def _closed_llm_breakers():
     """Each test starts with every provider breaker closed, as a new process does."""

@@ -190,3 +190,22 @@ def test_the_code_location_loads_as_workspace_yaml_and_dagster_dev_load_it():
 
     (target,) = loadable_targets_from_python_module("memory_pipeline.definitions", str(REPO_ROOT))
     assert target.attribute == "defs"
+
+
+def test_every_dependency_is_an_asset_the_code_location_declares():
+    # Domains name each other's assets by key (defs/_shared/keys.py, the analyst's upstreams): a
+    # misspelt key would silently become an external asset with no producer.
+    from dagster import AssetsDefinition, AssetSpec
+
+    defs = build_defs()
+    declared = set()
+    for item in defs.assets or []:
+        declared |= set(item.keys) if isinstance(item, AssetsDefinition) else {item.key}
+        assert isinstance(item, AssetsDefinition | AssetSpec), type(item)
+    dangling = {
+        f"{node.key.to_user_string()} <- {parent.to_user_string()}"
+        for node in defs.resolve_asset_graph().asset_nodes
+        for parent in node.parent_keys
+        if parent not in declared
+    }
+    assert dangling == set()

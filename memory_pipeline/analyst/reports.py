@@ -42,9 +42,14 @@ class CoverageCost:
     day_placeholders: list[int] = field(default_factory=list)
     day_missing: list[int] = field(default_factory=list)
     placeholders_by_reason: dict[str, dict[str, int]] = field(default_factory=dict)  # reason -> window -> n
+    # LLM calls by the data day they served (mart_llm_cost_by_data_day, day partitions), not the
+    # day they were made on: a backfill of October run in December is on October's days.
     cost_days: list[date] = field(default_factory=list)
-    calls: list[int] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)  # model calls and cache hits, per data day
     tokens: list[int] = field(default_factory=list)
+    # Calls that served no single day: week, month, year (or other) partitions -> calls and cache
+    # hits; "none" for calls outside any partition (objects, rolling summaries, system rolls).
+    calls_off_days: dict[str, int] = field(default_factory=dict)
     total_calls: int = 0
     total_tokens_in: int = 0
     total_tokens_out: int = 0
@@ -60,6 +65,8 @@ class CoverageCost:
             "day_missing": sum(self.day_missing),
             "placeholders_by_reason": self.placeholders_by_reason,
             "llm_calls": self.total_calls,
+            "llm_calls_on_data_days": sum(self.calls),
+            "llm_calls_off_data_days": self.calls_off_days,
             "llm_tokens_in": self.total_tokens_in,
             "llm_tokens_out": self.total_tokens_out,
             "llm_cost_usd": self.total_cost_usd,
@@ -67,7 +74,7 @@ class CoverageCost:
 
 
 def coverage_cost(files: AnalyticsFiles) -> CoverageCost:
-    """Read the figures from the marts ``mart_temporal_coverage`` and ``mart_llm_cost_daily``."""
+    """Read the figures from the marts ``mart_temporal_coverage`` and ``mart_llm_cost_by_data_day``."""
     out = CoverageCost()
     with connect_read_only(files) as con:
         rows = con.execute(
@@ -88,14 +95,21 @@ def coverage_cost(files: AnalyticsFiles) -> CoverageCost:
         ).fetchall():
             out.placeholders_by_reason.setdefault(reason, {})[window] = n
         for d, calls, tokens in con.execute(
-            f"""SELECT cst_day, sum(calls + cache_hits), sum(tokens_in + tokens_out)
-                FROM {MARTS_SCHEMA}.mart_llm_cost_daily GROUP BY 1 ORDER BY 1"""
+            f"""SELECT data_day, sum(calls + cache_hits), sum(tokens_in + tokens_out)
+                FROM {MARTS_SCHEMA}.mart_llm_cost_by_data_day WHERE data_grain = 'day' GROUP BY 1 ORDER BY 1"""
         ).fetchall():
             out.cost_days.append(d)
             out.calls.append(int(calls))
             out.tokens.append(int(tokens))
+        for grain, calls in con.execute(
+            f"""SELECT coalesce(data_grain, 'none'), sum(calls + cache_hits)
+                FROM {MARTS_SCHEMA}.mart_llm_cost_by_data_day WHERE data_grain IS DISTINCT FROM 'day'
+                GROUP BY 1 ORDER BY 1"""
+        ).fetchall():
+            out.calls_off_days[grain] = int(calls)
         total = con.execute(
-            f"SELECT sum(calls), sum(tokens_in), sum(tokens_out), sum(cost_usd) FROM {MARTS_SCHEMA}.mart_llm_cost_daily"
+            f"""SELECT sum(calls), sum(tokens_in), sum(tokens_out), sum(cost_usd)
+                FROM {MARTS_SCHEMA}.mart_llm_cost_by_data_day"""
         ).fetchone()
     if total is not None:
         out.total_calls, out.total_tokens_in, out.total_tokens_out = (int(v or 0) for v in total[:3])
@@ -112,11 +126,41 @@ def _scale(values: list[int]) -> tuple[float, str]:
     return 1.0, ""
 
 
+def plain_number(value: float) -> str:
+    """A tick as a plain decimal: thousands separated, at most six decimals, never an exponent
+    ("1.5", "12,000", "0.0005"; not "1.5e+06" or "5e-04")."""
+    text = f"{value:,.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+# Calls that served no single day, as the cost panel names them (mart_llm_cost_by_data_day.data_grain).
+OFF_DAY_NAMES = {
+    "week": "for weeks",
+    "month": "for months",
+    "year": "for years",
+    "other": "for other partitions",
+    "none": "outside any partition (objects, rolling summaries, system rolls)",
+}
+
+
+def off_days_note(calls_off_days: dict[str, int]) -> str:
+    """What the cost panel leaves off its day axis, in words (empty when nothing is left off)."""
+    parts = [
+        f"{n:,} {OFF_DAY_NAMES.get(grain, grain)}"
+        for grain, n in sorted(calls_off_days.items(), key=lambda kv: list(OFF_DAY_NAMES).index(kv[0]))
+        if n
+    ]
+    return f"Calls that served no single day (not drawn): {'; '.join(parts)}." if parts else ""
+
+
 def draw(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM cost") -> Any:
     """The picture as a matplotlib figure (the caller closes it). Three panels: worlds per day with
     a summary / a placeholder / no row; placeholders by reason and window; LLM calls (bars) and
-    tokens (line) per day of the calls. Date axes tick whole days (a bar sits on its day's tick),
-    never hours; value axes are plain numbers, scaled in the label (thousands, millions)."""
+    tokens (line) per data day, the CST day the calls served (their day partition), with the calls
+    made for longer periods or outside any partition named below it. Date axes tick whole days (a
+    bar sits on its day's tick), never hours; value axes are plain decimals, scaled in the label
+    (thousands, millions), never offset or in scientific notation. A panel without data says so
+    and draws no axis (no 1970-01-01)."""
     import matplotlib  # heavy: only where the picture is drawn
 
     matplotlib.use("Agg")
@@ -125,10 +169,16 @@ def draw(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM 
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     def plain(ax: Any) -> None:
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.10g}"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: plain_number(v)))
 
-    def by_day(ax: Any, days: list[date]) -> None:
-        span = (days[-1] - days[0]).days + 2 if days else 2  # a day of margin each side (below)
+    def by_day(ax: Any, days: list[date], xlabel: str) -> None:
+        ax.set_xlabel(xlabel)
+        if not days:  # an empty date axis would show matplotlib's default, 1970-01-01
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", color="#555555", transform=ax.transAxes)
+            return
+        span = (days[-1] - days[0]).days + 2  # a day of margin each side (below)
         locator: Any
         if span <= 31:  # a day tick every few days; AutoDateLocator would tick hours on a short span
             locator = mdates.DayLocator(interval=max(1, -(-span // 8)))  # type: ignore[no-untyped-call,unused-ignore]
@@ -138,13 +188,11 @@ def draw(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM 
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))  # type: ignore[no-untyped-call,unused-ignore]
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         plain(ax)
-        if days:  # one day is a bar on its tick, not the whole axis
-            ax.set_xlim(days[0] - timedelta(days=1), days[-1] + timedelta(days=1))
-        ax.set_xlabel("CST day")
+        ax.set_xlim(days[0] - timedelta(days=1), days[-1] + timedelta(days=1))  # one day: a bar on its tick
         for label in ax.get_xticklabels():
             label.set_fontsize(8)
 
-    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(11, 9), height_ratios=[3, 2, 3])
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(11, 9.5), height_ratios=[3, 2, 3])
     fig.suptitle(title)
     if figures.days:
         top.bar(figures.days, figures.day_summaries, width=1.0, color="#2e7d32", label="summary")
@@ -159,7 +207,7 @@ def draw(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM 
         stacked = [s + p for s, p in zip(figures.day_summaries, figures.day_placeholders, strict=True)]
         top.bar(figures.days, figures.day_missing, width=1.0, bottom=stacked, color="#c62828", label="no row")
         top.legend(loc="upper left", fontsize=8)
-    by_day(top, figures.days)
+    by_day(top, figures.days, "CST day")
     top.set_title("Worlds per CST day: day summary, placeholder, or no row", fontsize=10)
     top.set_ylabel("worlds")
 
@@ -172,7 +220,10 @@ def draw(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM 
         middle.barh(labels, counts, color="#f9a825")
         for y, n in enumerate(counts):
             middle.text(n, y, f" {n}", va="center", fontsize=8)
+        middle.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: plain_number(v)))
     else:
+        middle.set_xticks([])
+        middle.set_yticks([])
         middle.text(0.5, 0.5, "no placeholders", ha="center", va="center", transform=middle.transAxes)
     middle.set_title("Placeholders by empty_reason", fontsize=10)
     middle.tick_params(axis="y", labelsize=8)
@@ -201,11 +252,19 @@ def draw(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM 
         tokens.set_ylim(bottom=0)
         bottom.legend(loc="upper left", fontsize=8)
         tokens.legend(loc="upper right", fontsize=8)
-    by_day(bottom, figures.cost_days)
-    cost = "n/a (no priced model)" if figures.total_cost_usd is None else f"${figures.total_cost_usd:.4f}"
-    bottom.set_title(f"LLM calls and tokens per CST day of the call (cost: {cost})", fontsize=10)
+    by_day(bottom, figures.cost_days, "data day (CST): the day the calls served, not the day they were made")
+    if figures.total_cost_usd is not None:
+        cost = f"${plain_number(figures.total_cost_usd)}"
+    else:
+        cost = "n/a (no priced model)" if figures.total_calls else "none (no model calls)"
+    bottom.set_title(
+        f"LLM calls and tokens per data day, the CST day the calls served (cost of all calls: {cost})", fontsize=10
+    )
     bottom.set_ylabel(f"calls{f' ({calls_word})' if calls_word else ''}")
     fig.tight_layout()
+    if note := off_days_note(figures.calls_off_days):  # under the panel, below its axis label
+        fig.subplots_adjust(bottom=fig.subplotpars.bottom + 0.03)
+        fig.text(0.5, 0.01, note, ha="center", va="bottom", fontsize=8, wrap=True)
     return fig
 
 

@@ -61,17 +61,26 @@ def summarize():
     """Summarize every due conversation now, as one Dagster run (what the sensor requests)."""
     from memory_pipeline import operations
     from memory_pipeline.definitions import build_defs
-    from memory_pipeline.operations.runner import QUIET
+    from memory_pipeline.operations.runner import QUIET, error_line, operator_job
 
-    job = build_defs().resolve_job_def("conversation_rolling_summary_job")
+    # The operator's console: warnings one line each; a failure is the one line printed below.
+    job = operator_job(build_defs().resolve_job_def("conversation_rolling_summary_job"))
     result = job.execute_in_process(instance=operations.get_instance(), raise_on_error=False, run_config=QUIET)
     (mat,) = [e for e in result.all_events if e.is_step_materialization] or [None]
     meta = {k: v.value for k, v in mat.event_specific_data.materialization.metadata.items()} if mat else {}
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    if failure is not None:  # what the run did before it failed (the breaker's Failure says it)
+        data = failure.step_failure_data
+        failed_meta = data.user_failure_data.metadata if data.user_failure_data else {}
+        meta = {k: v.value for k, v in failed_meta.items()}
     console.print(
         f"run {result.run_id[:8]} {'ok' if result.success else 'FAILED'}: {meta.get('due', 0)} due, "
         f"{meta.get('written', 0)} written, {meta.get('failed', 0)} failed"
+        + (f", {len(meta['not_done'])} not done" if meta.get("not_done") else "")
     )
     if not result.success:
+        why = error_line(failure.step_failure_data.error) if failure is not None else "run failed"
+        err.print(f"[red]{escape(why)}[/]", soft_wrap=True)
         raise typer.Exit(1)
     if meta.get("failed", 0):  # nothing written for them: an operator's command says so by its exit code
         err.print("failed summaries are retried after their backoff: `memory-pipeline conversation status` says why")

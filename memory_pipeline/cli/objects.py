@@ -102,10 +102,23 @@ def run(
     intake = timeline.intake(octx, worlds)
     if automatic:
         worker.enqueue_threshold(octx)
-    rep = worker.run_worker(octx, worlds, max_batches or None, modes=[worker.JobMode.COMPACT])
-    if automatic:
-        worker.enqueue_hourly(octx)
-    rep2 = worker.run_worker(octx, worlds, max_batches or None)
+    done: list[Any] = []  # the reports of the worker runs so far
+    try:
+        done.append(worker.run_worker(octx, worlds, max_batches or None, modes=[worker.JobMode.COMPACT]))
+        if automatic:
+            worker.enqueue_hourly(octx)
+        done.append(worker.run_worker(octx, worlds, max_batches or None))
+    except worker.ProviderStopped as exc:  # the provider's breaker: what was done, then its one line
+        done.append(exc.report)
+        console.print(
+            f"hot timeline: {intake.events} new events; stopped at world {escape(exc.world)}: committed batches "
+            f"{sum(r.committed for r in done)}, failed claims {sum(r.failures for r in done)}, "
+            f"model calls {sum(r.model_calls for r in done)}"
+        )
+        _say_what_failed(done)
+        err.print(f"[red]{escape(exc.stopping(worker.LEFT_FOR_NEXT_RUN))}[/]", soft_wrap=True)
+        raise typer.Exit(1) from None
+    rep, rep2 = done
     console.print(
         f"hot timeline: {intake.events} new events ({intake.slices} slices, {intake.oversized} oversized); "
         f"compact batches {rep.committed}; organize/deep batches {rep2.committed}, outcomes {rep2.outcomes}, "

@@ -3,6 +3,7 @@ every request with a bearer token from `memory-pipeline tokens create`."""
 
 from __future__ import annotations
 
+import gc
 import logging
 
 import typer
@@ -57,8 +58,16 @@ def serve(
     port = port or t.cfg.mcp_port
     # Printed once the port accepts connections, so a client started on the banner finds it.
     banner = f"MCP endpoint: http://{host}:{port} (and /mcp); Ctrl-C stops it"
+
+    def ready() -> None:
+        # What the server holds from its start (modules, definitions, the SDK) lives as long as it:
+        # frozen out of the collector, a full collection no longer walks it during a call.
+        gc.collect()
+        gc.freeze()
+        err.print(banner)
+
     try:
-        server = make_uvicorn(t, host, port, on_ready=lambda: err.print(banner), limits=limits)
+        server = make_uvicorn(t, host, port, on_ready=ready, limits=limits)
     except (ServeError, ConfigError) as exc:  # a domain's config section, read as its tools register
         refuse(str(exc))
     if tokens.active_count(t.store) == 0:

@@ -28,7 +28,7 @@ from memory_pipeline.conversation.tables import (
     user_profile_facts,
 )
 from memory_pipeline.lib.ids import validate_id
-from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest, offline, offline_tools
+from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMProviderDown, LLMRequest, offline, offline_tools
 from memory_pipeline.lib.store import Store, requests, upsert
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import local_date, utcnow
@@ -77,6 +77,10 @@ LONG_ARC_HEAD = "# long_arc（角色自己的心事；情感基调以它为准�
 
 class InputError(ValueError):
     """Bad input at an entry point: names the field; nothing written."""
+
+
+# What a run stopped by the provider's breaker leaves (the end of its one line).
+LEFT_FOR_NEXT_RUN = "the conversations not done stay due for the next run"
 
 
 def _conv_id(value: Any, name: str = "conversation_id") -> str:
@@ -185,6 +189,17 @@ class RunResult:
     failed: dict[str, str] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)  # failed too many times in a row: waits for an operator
+    not_done: list[str] = field(default_factory=list)  # not reached: the provider's breaker stopped the run
+
+
+class ProviderStopped(LLMProviderDown):
+    """The provider's breaker refused a summary's call (no request made): the run stopped there.
+    That conversation and those after it were not asked (no failure recorded: they stay due);
+    ``result`` says what the run did before, and lists them in ``not_done``."""
+
+    def __init__(self, down: LLMProviderDown, result: RunResult):
+        super().__init__(str(down))
+        self.result = result
 
 
 def _profile(conn: Any, worlds: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
@@ -262,7 +277,7 @@ def run(
         if in_a_row >= cfg.max_consecutive_failures:
             out.held.append(d.conversation_id)
 
-    for d in due:
+    for i, d in enumerate(due):
         entries = hist.get(d.conversation_id, [])
         prev = latest.get(d.conversation_id)
         if logic.is_haiku_class(llm.model):
@@ -280,6 +295,9 @@ def run(
         except LLMHardFailure as exc:
             fail(d, FailureKind.MODEL, str(exc))
             continue
+        except LLMProviderDown as exc:  # every later call would be refused too: stop here
+            out.not_done = [x.conversation_id for x in due[i:]]
+            raise ProviderStopped(exc, out) from None
         sections = Sections(
             sections.arc,
             logic.merge_preferences(profile.get(d.world_id, []), sections.preferences),

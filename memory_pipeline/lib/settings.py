@@ -41,6 +41,9 @@ ENV_DUCKDB_PATH = "MEMORY_DUCKDB_PATH"
 ENV_EXECUTOR = "MEMORY_EXECUTOR"
 ENV_CELERY_BROKER_URL = "MEMORY_CELERY_BROKER_URL"
 ENV_BACKFILL_MAX_PARTITIONS_PER_RUN = "MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN"
+# Dagster's own switch (read on every event): a batch of one run's asset events is one write.
+ENV_DAGSTER_EVENT_BATCH_SIZE = "DAGSTER_EVENT_BATCH_SIZE"
+DAGSTER_EVENT_BATCH_SIZE = "1000"
 
 
 class ConfigError(ValueError):
@@ -101,8 +104,11 @@ def redis_url() -> str | None:
 
 
 def dagster_home() -> Path:
-    """The Dagster instance folder: DAGSTER_HOME, else data/dagster_home (exported for Dagster)."""
+    """The Dagster instance folder: DAGSTER_HOME, else data/dagster_home (exported for Dagster).
+    Also exports DAGSTER_EVENT_BATCH_SIZE=1000 unless set: Dagster then hands a run's planned
+    events and an output's materializations over a range to the event log as one batch."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(data_dir() / "dagster_home")))
+    os.environ.setdefault(ENV_DAGSTER_EVENT_BATCH_SIZE, DAGSTER_EVENT_BATCH_SIZE)
     home.mkdir(parents=True, exist_ok=True)
     return home
 

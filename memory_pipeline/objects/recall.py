@@ -10,13 +10,14 @@ import base64
 import json
 import re
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, and_, func, or_, select
+from sqlalchemy import Connection, and_, bindparam, func, or_, select
 
-from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store import Store, watch
 from memory_pipeline.lib.store.tables import messages
 from memory_pipeline.objects import logic
 from memory_pipeline.objects.tables import objects_attachments, objects_event_state, objects_objects, objects_relations
@@ -53,97 +54,234 @@ def _doc(r: Any) -> dict[str, Any]:
 
 
 class _Prepared(NamedTuple):
-    """One object as find scores it: the row, its names and cues lowercased, the words of its
+    """One object as find scores it: the row, its id, names and cues lowercased, the words of its
     summary, body and names."""
 
     row: dict[str, Any]
+    oid: str
     names: list[str]
     cues: list[str]
     words: frozenset[str]
 
 
-# (store url, world) -> (the world's objects' signature, its objects prepared): each find read and
-# tokenized every object of the world, which at 1,000 objects was most of a call.
-_PREPARED: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], list[_Prepared]]] = OrderedDict()
-_PREPARED_WORLDS = 64
-_PREPARED_LOCK = threading.Lock()
+def _prepare(r: Any) -> _Prepared:
+    names = [r["name"].lower(), *(a.lower() for a in r["aliases"] or [])]
+    words = frozenset(_terms(r["summary"]) | _terms(r["body"]) | _terms(" ".join(names)))
+    return _Prepared(dict(r), r["object_id"].lower(), names, [c.lower() for c in r["cues"] or []], words)
 
 
-def _world_objects(conn: Connection, url: str, world: str) -> list[_Prepared]:
-    """The world's objects prepared for scoring, re-read only when they changed: every write of an
-    object advances its version and updated_at, and adds or removes a row (one aggregate first)."""
-    o = objects_objects.c
-    signature = tuple(
-        conn.execute(
-            select(func.count(), func.max(o.updated_at), func.sum(o.version), func.max(o.revision)).where(
-                o.world_id == world
-            )
-        ).one()
-    )
+def _score(p: _Prepared, q: str, terms: set[str]) -> int:
+    """How well one object matches the query ``q`` (stripped, lowercased; ``terms`` its words): the
+    one rule both the index and the full scan answer with."""
+    score = 100 if q in p.names or p.oid == q else 0
+    for n in p.names:
+        if n and (n in q or q in n):
+            score += 20
+    for c in p.cues:
+        if c and (c in q or q in c):
+            score += 10
+    return score + len(terms & p.words)
+
+
+# Between the labels in one string: a query holding it finds a false candidate at worst (scored 0).
+_SEP = "\x00"
+
+
+class WorldIndex:
+    """One world's objects as find reads them, built once per world version: the prepared objects
+    and their answer documents, and what leads a query to the only objects that can score above 0
+    (:func:`_score`): the ids, every word → its objects, every label (name, alias, cue) → its
+    objects with the labels' lengths (a label inside the query), and one string of all labels (the
+    query inside a label). Built from one world's rows only: a query never reaches another's."""
+
+    def __init__(self, prepared: list[_Prepared]) -> None:
+        self.objects = prepared
+        self.docs = [_doc(p.row) for p in prepared]
+        self.by_id = {p.row["object_id"]: i for i, p in enumerate(prepared)}
+        self._by_lower_id: dict[str, list[int]] = {}
+        self._by_word: dict[str, list[int]] = {}
+        self._by_label: dict[str, set[int]] = {}
+        starts, owners, parts, at = [], [], [], 0
+        for i, p in enumerate(prepared):
+            self._by_lower_id.setdefault(p.oid, []).append(i)
+            for w in p.words:
+                self._by_word.setdefault(w, []).append(i)
+            for label in (*p.names, *p.cues):
+                if not label:
+                    continue
+                self._by_label.setdefault(label, set()).add(i)
+                starts.append(at)
+                owners.append(i)
+                parts.append(label)
+                at += len(label) + len(_SEP)
+        # Each object's place among the world's objects by (archived, id): the ranking's tie-breaks.
+        archived = [p.row["status"] == logic.ObjectStatus.ARCHIVED for p in prepared]
+        self._archived = archived
+        self._order = [0] * len(prepared)
+        for place, i in enumerate(
+            sorted(range(len(prepared)), key=lambda i: (archived[i], prepared[i].row["object_id"]))
+        ):
+            self._order[i] = place
+        self._lengths = sorted({len(label) for label in self._by_label})
+        self._labels = _SEP.join(parts)
+        self._starts, self._owners = starts, owners
+
+    def candidates(self, q: str, terms: set[str]) -> set[int]:
+        """Every object :func:`_score` gives more than 0 for ``q`` (and maybe a few it gives 0)."""
+        found: set[int] = set(self._by_lower_id.get(q, ()))
+        for t in terms:  # a word of the query among the object's words
+            found.update(self._by_word.get(t, ()))
+        by_label, n = self._by_label, len(q)
+        for size in self._lengths:  # a label inside the query (a label equal to it included)
+            if size > n:
+                break
+            for i in range(n - size + 1):
+                hit = by_label.get(q[i : i + size])
+                if hit:
+                    found.update(hit)
+        # The query inside a label: each occurrence names the label it starts in; the search goes
+        # on from the next label, so every label holding the query is reached.
+        labels, starts, owners = self._labels, self._starts, self._owners
+        pos = labels.find(q)
+        while pos >= 0:
+            k = bisect_right(starts, pos) - 1
+            found.add(owners[k])
+            if k + 1 == len(starts):
+                break
+            pos = labels.find(q, starts[k + 1])
+        return found
+
+    def ranked(self, q: str, terms: set[str], full_scan: bool = False) -> list[tuple[int, int]]:
+        """(score, object) of every object scoring above 0, live before archived, best first, by
+        id; ``full_scan`` scores every object of the world instead of the candidates (the reference
+        the index is tested and measured against)."""
+        objects, archived, order = self.objects, self._archived, self._order
+        look = range(len(objects)) if full_scan else self.candidates(q, terms)
+        # A live object ranks above every archived one (an archived duplicate never outranks its survivor).
+        keyed = sorted((archived[i], -s, order[i], i) for i in look if (s := _score(objects[i], q, terms)))
+        return [(-s, i) for _, s, _, i in keyed]
+
+    def answer(self, i: int, score: int, member_of: str = "") -> dict[str, Any]:
+        """Object ``i``'s document in one answer, with its score and, for a member of a matched
+        project, ``via`` (its own dict and lists: a caller may change them)."""
+        doc = self.docs[i]
+        extra: dict[str, Any] = {"score": score, "via": f"member_of {member_of}"} if member_of else {"score": score}
+        return doc | {"aliases": list(doc["aliases"]), "cues": list(doc["cues"])} | extra
+
+
+# (store url, world) -> (the world's objects' signature, its index, the store's stamp when the
+# signature was read): each find read and tokenized every object of the world, which at 1,000
+# objects was most of a call, then scored them all. While the stamp is unchanged nothing was
+# committed, so neither the signature nor the project members need reading (SQLite file only).
+_INDEXES: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], WorldIndex, watch.Stamp | None]] = OrderedDict()
+_MEMBERS_OF: dict[tuple[str, str], tuple[watch.Stamp, dict[str, list[str]]]] = {}  # project -> members
+_INDEXED_WORLDS = 64
+_INDEXES_LOCK = threading.Lock()
+_o, _rc = objects_objects.c, objects_relations.c
+# Built once: building a statement and its cache key in SQLAlchemy cost about as much as running it.
+_SIGNATURE = select(func.count(), func.max(_o.updated_at), func.sum(_o.version), func.max(_o.revision)).where(
+    _o.world_id == bindparam("world")
+)
+_WORLD_ROWS = select(objects_objects).where(_o.world_id == bindparam("world"))
+_MEMBERS = select(_rc.src, _rc.dst).where(
+    _rc.world_id == bindparam("world"), _rc.label == "member_of", _rc.dst.in_(bindparam("projects", expanding=True))
+)
+_ALL_MEMBERS = select(_rc.src, _rc.dst).where(_rc.world_id == bindparam("world"), _rc.label == "member_of")
+
+
+def world_index(conn: Connection, url: str, world: str, stamp: watch.Stamp | None = None) -> WorldIndex:
+    """The world's objects indexed for find, built again only when they changed: every write of an
+    object advances its version and updated_at, and adds or removes a row (one aggregate first,
+    skipped while ``stamp``, read before this call, is the one the index was last checked at)."""
     key = (url, world)
-    with _PREPARED_LOCK:
-        held = _PREPARED.get(key)
+    if stamp is not None:
+        with _INDEXES_LOCK:
+            held = _INDEXES.get(key)
+            if held is not None and held[2] == stamp:
+                _INDEXES.move_to_end(key)
+                return held[1]
+    signature = tuple(conn.execute(_SIGNATURE, {"world": world}).one())
+    with _INDEXES_LOCK:
+        held = _INDEXES.get(key)
         if held is not None and held[0] == signature:
-            _PREPARED.move_to_end(key)
+            _INDEXES[key] = (signature, held[1], stamp)
+            _INDEXES.move_to_end(key)
             return held[1]
-    prepared = []
-    for r in conn.execute(select(objects_objects).where(o.world_id == world)).mappings():
-        names = [r["name"].lower(), *(a.lower() for a in r["aliases"] or [])]
-        words = frozenset(_terms(r["summary"]) | _terms(r["body"]) | _terms(" ".join(names)))
-        prepared.append(_Prepared(dict(r), names, [c.lower() for c in r["cues"] or []], words))
-    with _PREPARED_LOCK:
-        _PREPARED[key] = (signature, prepared)
-        _PREPARED.move_to_end(key)
-        while len(_PREPARED) > _PREPARED_WORLDS:
-            _PREPARED.popitem(last=False)
-    return prepared
+    index = WorldIndex([_prepare(r) for r in conn.execute(_WORLD_ROWS, {"world": world}).mappings()])
+    with _INDEXES_LOCK:
+        _INDEXES[key] = (signature, index, stamp)
+        _INDEXES.move_to_end(key)
+        while len(_INDEXES) > _INDEXED_WORLDS:
+            _MEMBERS_OF.pop(_INDEXES.popitem(last=False)[0], None)
+    return index
 
 
-def find(store: Store, world: str, query: str, limit: int = PAGE) -> list[dict[str, Any]]:
-    """Objects whose name, alias, cue or words match the query, best first, then the members of
-    any matched project (its direct relations): the first ``limit`` of :func:`find_all`."""
-    return find_all(store, world, query)[:limit]
+def _members(conn: Connection, url: str, world: str, projects: list[str], stamp: watch.Stamp | None) -> list[Any]:
+    """(member, project) of each project's member_of relations. A relation can change without any
+    object row changing, so the world's are kept only while the stamp is unchanged."""
+    if stamp is None:
+        return list(conn.execute(_MEMBERS, {"world": world, "projects": projects}).all())
+    key = (url, world)
+    with _INDEXES_LOCK:
+        held = _MEMBERS_OF.get(key)
+    if held is None or held[0] != stamp:
+        by_project: dict[str, list[str]] = {}
+        for src, dst in conn.execute(_ALL_MEMBERS, {"world": world}):
+            by_project.setdefault(dst, []).append(src)
+        held = (stamp, by_project)
+        with _INDEXES_LOCK:
+            if key in _INDEXES:  # kept as long as the world's index
+                _MEMBERS_OF[key] = held
+    return [(src, p) for p in dict.fromkeys(projects) for src in held[1].get(p, ())]
 
 
-def find_all(store: Store, world: str, query: str) -> list[dict[str, Any]]:
-    """Every object :func:`find` pages through (the world's objects are scored whole anyway)."""
+def _found(store: Store, world: str, query: str, full_scan: bool) -> tuple[WorldIndex, list[tuple[int, int, str]]]:
+    """The world's index and what find answers, in order: (object, score, the project it is a
+    member of when it is there as one, else "")."""
     if not isinstance(query, str) or not query.strip():
         raise RecallError("query: must be a non-empty string")
     q = query.strip().lower()
     terms = _terms(q)
+    stamp = watch.stamp(store)
     with store.connect() as conn:
-        prepared = _world_objects(conn, store.url, world)
-        rows = [p.row for p in prepared]
-        scored = []
-        for r, names, cues, words in prepared:
-            score = 0
-            if q in names or r["object_id"].lower() == q:
-                score += 100
-            score += 20 * sum(1 for n in names if n and (n in q or q in n))
-            score += 10 * sum(1 for c in cues if c and (c in q or q in c))
-            score += len(terms & words)
-            if score:
-                scored.append((score, r))
-        # A live object ranks above every archived one (an archived duplicate never outranks its survivor).
-        scored.sort(key=lambda x: (x[1]["status"] == logic.ObjectStatus.ARCHIVED, -x[0], x[1]["object_id"]))
-        hits = [_doc(r) | {"score": s} for s, r in scored]
-        projects = [h["id"] for h in hits if h["type"] == "project"]
+        index = world_index(conn, store.url, world, stamp)
+        found = [(i, s, "") for s, i in index.ranked(q, terms, full_scan)]
+        objects = index.objects
+        projects = [objects[i].row["object_id"] for i, _, _ in found if objects[i].row["type"] == "project"]
         if projects:
-            rc = objects_relations.c
             rank = {p: i for i, p in enumerate(projects)}
             members = sorted(  # the best project's members first, so that pages are stable
-                conn.execute(
-                    select(rc.src, rc.dst).where(rc.world_id == world, rc.label == "member_of", rc.dst.in_(projects))
-                ).all(),
-                key=lambda m: (rank[m.dst], m.src),
+                _members(conn, store.url, world, projects, stamp), key=lambda m: (rank[m[1]], m[0])
             )
-            have = {h["id"] for h in hits}
-            by_id = {r["object_id"]: r for r in rows}
+            have = {i for i, _, _ in found}
             for src, dst in members:
-                if src not in have and src in by_id:
-                    hits.append(_doc(by_id[src]) | {"score": 0, "via": f"member_of {dst}"})
-                    have.add(src)
-    return hits
+                i = index.by_id.get(src)
+                if i is not None and i not in have:
+                    found.append((i, 0, dst))
+                    have.add(i)
+    return index, found
+
+
+def find(store: Store, world: str, query: str, limit: int = PAGE, *, full_scan: bool = False) -> list[dict[str, Any]]:
+    """Objects whose name, alias, cue or words match the query, best first, then the members of
+    any matched project (its direct relations): the first ``limit`` of :func:`find_all`."""
+    return find_page(store, world, query, 0, limit, full_scan=full_scan)[0]
+
+
+def find_page(
+    store: Store, world: str, query: str, offset: int, limit: int, *, full_scan: bool = False
+) -> tuple[list[dict[str, Any]], int]:
+    """``limit`` items of :func:`find_all` from ``offset``, and how many it holds; only the page's
+    documents are built."""
+    index, found = _found(store, world, query, full_scan)
+    return [index.answer(*f) for f in found[offset : offset + limit]], len(found)
+
+
+def find_all(store: Store, world: str, query: str, *, full_scan: bool = False) -> list[dict[str, Any]]:
+    """Every object :func:`find` pages through. ``full_scan`` scores every object of the world
+    rather than the index's candidates: the same answer, slower (the reference for tests and bench)."""
+    index, found = _found(store, world, query, full_scan)
+    return [index.answer(*f) for f in found]
 
 
 def read(store: Store, world: str, object_id: str) -> dict[str, Any] | None:

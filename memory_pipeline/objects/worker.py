@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib import ids
 from memory_pipeline.lib.llm import LLMRequest, LLMResult
-from memory_pipeline.lib.llm.client import LLMHardFailure
+from memory_pipeline.lib.llm.client import LLMHardFailure, LLMProviderDown
 from memory_pipeline.lib.store import leases, upsert
 from memory_pipeline.lib.store.tables import conversations, messages, partition_leases
 from memory_pipeline.lib.store.tables import worlds as worlds_table
@@ -48,6 +48,21 @@ ACTIVE_JOB = (JobStatus.QUEUED, JobStatus.RUNNING)
 
 class RequestError(ValueError):
     """memory_organize refused its arguments (the message names the field); nothing written."""
+
+
+# What a worker run stopped by the provider's breaker leaves (the end of its one line).
+LEFT_FOR_NEXT_RUN = "the batch it refused was handed back untouched; the jobs not done stay queued for the next run"
+
+
+class ProviderStopped(LLMProviderDown):
+    """The provider's breaker refused a batch's call: the batch was handed back untouched (its job
+    queued as it was, no failed claim) and the run stopped at once, leaving every other world's
+    jobs queued. ``report``: what the run did before; ``world``: where it stopped."""
+
+    def __init__(self, down: LLMProviderDown, report: WorkerReport, world: str):
+        super().__init__(str(down))
+        self.report = report
+        self.world = world
 
 
 # --- enqueue (memory_organize) ---------------------------------------------------------------------
@@ -512,7 +527,10 @@ def run_worker(
     try:
         while queue and report.batches < limit:
             world = queue.popleft()
-            result, ran = _advance(octx, report, world, modes, limit, max_wait, runner)
+            try:
+                result, ran = _advance(octx, report, world, modes, limit, max_wait, runner)
+            except LLMProviderDown as exc:  # the breaker is open: every other world would be refused too
+                raise ProviderStopped(exc, report, world) from None
             if result == "stopped":
                 report.not_claimed.append(world)
             if result != "lease_busy":
@@ -608,9 +626,15 @@ class Turn:
     later: datetime | None = None
 
 
+# What a claim (and its batch's first steps) change on the job row before any model call: put back
+# as it was when the provider's breaker refuses the batch (``_hand_back``).
+_CLAIM_FIELDS = ("status", "claims", "last_claimed_at", "range_end_seq", "inventory", "inventory_pos")
+
+
 def _take_job(octx: ObjectsContext, conn: Connection, job_id: int) -> dict[str, Any]:
     j = objects_jobs.c
-    return dict(
+    before = conn.execute(select(*(j[f] for f in _CLAIM_FIELDS)).where(j.job_id == job_id)).mappings().one()
+    job = dict(
         conn.execute(
             update(objects_jobs)
             .where(j.job_id == job_id)
@@ -620,6 +644,16 @@ def _take_job(octx: ObjectsContext, conn: Connection, job_id: int) -> dict[str, 
         .mappings()
         .one()
     )
+    job["_before"] = dict(before)
+    return job
+
+
+def _hand_back(conn: Connection, job: dict[str, Any]) -> None:
+    """The batch never reached the provider (its breaker refused the call): the job row as it was
+    before the claim (queued, its claim count, rotation place, range or inventory), no failure
+    recorded, no backoff. Nothing else of the batch was written: a batch writes only at its commit."""
+    before = {**job["_before"], "status": JobStatus.QUEUED}
+    conn.execute(update(objects_jobs).where(objects_jobs.c.job_id == job["job_id"]).values(**before))
 
 
 def _give_back(conn: Connection, job_id: int) -> None:
@@ -744,6 +778,15 @@ def _turn(
                 end = "done" if page is None else _organize_batch(octx, job, lease, report, page)
             else:
                 end = _deep_batch(octx, job, lease, report)
+        except LLMProviderDown:
+            report.batches -= 1  # handed back: no batch of this run
+            with octx.store.begin() as conn:
+                octx.llm.write_pending(conn)
+                graph.lease_releaser(world, lease.holder)(conn)
+                _hand_back(conn, job)
+            octx.llm.clear_pending()
+            lease.released = True
+            raise
         except (BatchFailed, SubmissionError, LLMHardFailure) as exc:
             _failed(octx, job, str(exc), report)
             return Turn("failed")
@@ -880,6 +923,9 @@ def _ask(octx: ObjectsContext, req: LLMRequest, report: WorkerReport, budget: Mo
         report.model_calls += 1
         try:
             result = octx.llm.complete(replace(req, max_tokens=tokens, deadline=budget.deadline))
+        except LLMProviderDown:
+            report.model_calls -= 1  # refused without a request
+            raise
         except LLMHardFailure as exc:
             left = budget.left()
             if left is not None and left < 1.0:  # the call was cut at the batch's deadline

@@ -36,7 +36,7 @@ from memory_pipeline.recall import days as day_index
 from memory_pipeline.recall.documents import Document
 from memory_pipeline.recall.metric import KS, Index, Question, Score, score_index, score_random, score_rankings
 from memory_pipeline.recall.questions import questions, world_of
-from memory_pipeline.recall.search import memory_search
+from memory_pipeline.recall.search import memory_search, refresh
 from memory_pipeline.recall.tables import recall_eval_results, recall_eval_runs
 from memory_pipeline.tower import config as tower_config
 
@@ -177,12 +177,12 @@ def run_locomo(
 @contextmanager
 def scratch_sqlite(directory: Path) -> Iterator[None]:
     """While the eval builds, SQLite files under its own folder (the temporary store and the run's
-    Dagster instance, whose event log opens a connection and commits for every event) are written
+    Dagster instance, whose event log commits many times per run) are written
     without fsync (PRAGMA synchronous=OFF): they are scratch, a crash mid-run loses the run either
     way, and the waits for the disk were most of the Dagster runs' overhead. Files elsewhere (the
     project's store, a --store database) keep their settings."""
     root = directory.resolve()
-    inside: dict[str, bool] = {}  # file -> under the folder (the event log connects for every event)
+    inside: dict[str, bool] = {}  # file -> under the folder (asked once per file: SQLite connects often)
 
     def on_connect(dbapi_conn: Any, _record: Any) -> None:
         if not isinstance(dbapi_conn, sqlite3.Connection):
@@ -237,6 +237,8 @@ def _build_and_measure(
         report.questions, report.left_out = len(asked), dict(left_out)
         activity_type = tower_config.load().activity_type
         texts = day_index.day_texts(store, worlds, tz, activity_type)
+        for world in worlds:  # every world indexed before the first question: BM25's term statistics
+            refresh(store, world, tz, activity_type)  # are the store's, not those of the worlds asked so far
         for index in ROW_ORDER:
             if index is Index.RANDOM:
                 report.scores.append(score_random(asked, candidates))

@@ -4,6 +4,7 @@ missing partitions, rebuild a range, and the run-per-partition baseline the benc
 A range is one run (the assets' BackfillPolicy.single_run), as the UI's backfill launches it."""
 
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,11 +23,9 @@ from dagster import (
 from dagster._core.errors import DagsterExecutionStepExecutionError
 from dagster._utils.error import SerializableErrorInfo
 
+from memory_pipeline.defs._shared.run_config import RangeError, check_as_of, check_worlds
 from memory_pipeline.lib import settings
-from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store.leases import process_gone, this_process
-from memory_pipeline.lib.text import shown
-from memory_pipeline.lib.timeutil import parse_instant
 from memory_pipeline.operations.registry import targets
 
 INSTANCE_YAML = """\
@@ -39,26 +38,63 @@ concurrency:
   pools:
     default_limit: 1
     granularity: run
+# Dagster's SQLite event log (same files, history/runs/) writing a batch of a run's asset events
+# in one transaction, on kept connections (DAGSTER_EVENT_BATCH_SIZE turns the batches on).
+event_log_storage:
+  module: memory_pipeline.operations.event_log
+  class: BatchSqliteEventLogStorage
 telemetry:
   enabled: false
 """
 
+# What the CLI wrote before, byte for byte: such a file is replaced by INSTANCE_YAML; any other
+# (an operator's edit) is kept as it is.
+OLD_INSTANCE_YAMLS = (
+    """\
+# Embedded default: SQLite run/event storage under this folder. Production: deploy/production/dagster.yaml.
+telemetry:
+  enabled: false
+scheduler:
+  module: dagster._core.scheduler
+  class: DagsterDaemonScheduler
+  config:
+    max_catchup_runs: 40
+""",
+    """\
+# Embedded default: SQLite run/event storage under this folder. Production: deploy/production/dagster.yaml.
+telemetry:
+  enabled: false
+""",
+    """\
+# Embedded default: SQLite run/event storage under this folder. Production: deploy/production/dagster.yaml.
+# Every LLM-calling asset is in the pool "llm": the run queue (dagster dev, the UI) launches one run
+# that uses it at a time (default_limit: the limit of any pool not set in the UI). Run granularity:
+# a run launched outside the queue (the CLI's runs) is not held back, and one killed mid-step
+# leaves no claimed slot behind that would block the next run.
+concurrency:
+  pools:
+    default_limit: 1
+    granularity: run
+telemetry:
+  enabled: false
+""",
+)
+
 
 def dagster_home() -> Path:
+    """The instance folder, with the CLI's dagster.yaml written if it has none or an old default."""
     home = settings.dagster_home()
     yaml = home / "dagster.yaml"
-    if not yaml.exists():
-        yaml.write_text(INSTANCE_YAML)
+    if not yaml.exists() or yaml.read_text() in OLD_INSTANCE_YAMLS:
+        tmp = yaml.with_name(f".dagster.yaml.{os.getpid()}")
+        tmp.write_text(INSTANCE_YAML)
+        os.replace(tmp, yaml)  # a process reading it at the same time sees one whole file
     return home
 
 
 def get_instance() -> DagsterInstance:
     dagster_home()
     return DagsterInstance.get()
-
-
-class RangeError(ValueError):
-    pass
 
 
 # The process executing a run started here (execute_in_process): a CLI run killed with kill -9
@@ -87,25 +123,6 @@ def fail_dead_runs(instance: DagsterInstance) -> list[str]:
         instance.report_run_failed(run, message=why)
         lines.append(f"run {run.run_id} ({run.job_name}) was still marked started but {why}: marked it failed")
     return lines
-
-
-def check_as_of(as_of: str) -> str:
-    """'' (the real now) or an ISO datetime with an offset in the supported range, normalized;
-    RangeError before any run is launched otherwise."""
-    if not as_of:
-        return ""
-    try:
-        return parse_instant(as_of).isoformat()
-    except ValueError as exc:
-        raise RangeError(f"--as-of {shown(as_of)} {exc}") from None
-
-
-def check_worlds(worlds: list[str] | None) -> list[str]:
-    for world in worlds or []:
-        problem = validate_id(world)
-        if problem:
-            raise RangeError(f"--world {shown(world)}: {problem}")
-    return list(worlds or [])
 
 
 def partition_keys(window: str, start: str | None, end: str | None) -> tuple[list[str], list[str]]:

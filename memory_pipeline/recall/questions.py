@@ -2,11 +2,15 @@
 metric questions: the world the file was imported as, and the CST days of its evidence turns.
 
 Left out, and counted by reason: category 5 (adversarial: the answer is not in the conversation),
-a question without evidence, and one whose evidence names no imported turn. Evidence entries are
-read for every ``D<session>:<turn>`` they hold (the files have "D8:6; D9:17" in one entry)."""
+a question without evidence (an empty list, or none given), and one whose evidence names no
+imported turn. Evidence entries are read for every ``D<session>:<turn>`` they hold (the files have
+"D8:6; D9:17" in one entry, and a stray "D" that names none). Evidence that is not a list of such
+strings is refused when the file is read, naming the file and the JSON path: a measurement must not
+quietly drop a question its author meant."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from datetime import date
@@ -44,7 +48,23 @@ def read_qa(path: Path) -> list[dict[str, Any]]:
     for i, item in enumerate(qa):
         if not isinstance(item, dict) or not isinstance(item.get("question"), str):
             raise QuestionError(f"{source}:$.qa[{i}].question: expected a string")
+        evidence = item.get("evidence", [])
+        if not isinstance(evidence, list):
+            raise QuestionError(
+                f'{source}:$.qa[{i}].evidence: expected a list of dia ids (like ["D1:3"]), got {_shown(evidence)}'
+            )
+        for j, entry in enumerate(evidence):
+            if not isinstance(entry, str):
+                raise QuestionError(
+                    f'{source}:$.qa[{i}].evidence[{j}]: expected a dia id string (like "D1:3"), got {_shown(entry)}'
+                )
     return qa
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as the file has it, cut short."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def questions(path: Path, event_days: dict[str, date], left_out: Counter[str] | None = None) -> list[Question]:
@@ -56,10 +76,7 @@ def questions(path: Path, event_days: dict[str, date], left_out: Counter[str] | 
         if item.get("category") == ADVERSARIAL:
             left_out["category 5 (adversarial)"] += 1
             continue
-        evidence = item.get("evidence") or []
-        if isinstance(evidence, str):
-            evidence = [evidence]
-        ids = [f"{world}.D{s}.{t}" for e in evidence if isinstance(e, str) for s, t in _DIA.findall(e)]
+        ids = [f"{world}.D{s}.{t}" for e in item.get("evidence", []) for s, t in _DIA.findall(e)]
         if not ids:
             left_out["no evidence"] += 1
             continue

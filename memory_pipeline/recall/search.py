@@ -13,38 +13,60 @@ differ, the world's documents are rebuilt from the tables and only the changed o
 A hit's lineage lists the raw events that say most about the query first: an object or a summary
 may stand on hundreds of events of many days, and the agent reading ``event_ids[0]`` should meet the
 one the question is about. Each event is weighed by the query's words it holds, a word weighing
-more the fewer of the hit's events hold it (the hit's name, in all of them, weighs nothing; a word
+more the fewer of the hit's events hold it, words compared as the index stems them (the hit's name, in all of them, weighs nothing; a word
 as common as "the" or "have" nothing either); ties keep the busiest day first, then the earlier day."""
 
 from __future__ import annotations
 
 import functools
 import math
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, bindparam, column, delete, func, literal_column, select, table, text, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    case,
+    column,
+    delete,
+    false,
+    func,
+    literal_column,
+    or_,
+    select,
+    table,
+    text,
+    true,
+    update,
+)
 
 from memory_pipeline.conversation.tables import conversation_summaries
 from memory_pipeline.lib import settings
-from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store import Store, watch
 from memory_pipeline.lib.store.db import insert_missing
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import COMMON_ZIPF, short_hash, zipf
-from memory_pipeline.lib.timeutil import local_date, utcnow
+from memory_pipeline.lib.timeutil import day_start, local_date, utcnow
 from memory_pipeline.objects.tables import objects_attachments, objects_objects
 from memory_pipeline.recall.documents import Document, MemoryKind, world_documents
-from memory_pipeline.recall.metric import fts_text, query_terms
+from memory_pipeline.recall.metric import fts_text, query_terms, stem, stems
 from memory_pipeline.recall.tables import FTS_TABLE, recall_documents, recall_index_state
+from memory_pipeline.recall.when import named_periods
 from memory_pipeline.sleep.tables import autobiographical_memories, semantic_memories
 from memory_pipeline.temporal.tables import temporal_summaries
 from memory_pipeline.tower.tables import tower_summaries
 
 K_MAX = 100
 QUERY_MAX_CHARS = 2000
+# On SQLite each world's documents take rowids from a range of their own, [doc_base, doc_base +
+# DOC_SPAN): FTS5 then seeks the caller's world's rows of each term's doclist instead of ranking
+# every world's matches and dropping the others'.
+DOC_SPAN = 2**32
 
 
 class SearchError(ValueError):
@@ -128,13 +150,54 @@ def _row(d: Document, now: datetime) -> dict[str, Any]:
     }
 
 
+def _doc_base(store: Store, world: str) -> int:
+    """The first rowid of the world's range (SQLite), given to a new world by one INSERT .. SELECT:
+    a statement that opens a write transaction reads the newest commit under the file's write
+    lock, so two processes indexing two new worlds at once cannot be given the same range. The
+    new state row's empty fingerprint makes the next refresh build the world's documents."""
+    st = recall_index_state.c
+    with store.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO recall_index_state (world_id, sources_fp, documents, indexed_at, doc_base) "
+                "SELECT :world, '', 0, :now, coalesce(max(doc_base), 0) + :span FROM recall_index_state "
+                "WHERE true ON CONFLICT (world_id) DO NOTHING"
+            ),
+            {"world": world, "now": utcnow().isoformat(), "span": DOC_SPAN},
+        )
+        return int(conn.execute(select(st.doc_base).where(st.world_id == world)).scalar_one())
+
+
+def _fresh(store: Store, world: str, activity_type: str) -> tuple[bool, int | None]:
+    """Whether the world's documents are up to date with its sources (a read, no lock), and its
+    rowid base."""
+    st = recall_index_state.c
+    with store.connect() as conn:
+        fp = _sources_fp(conn, world, activity_type)
+        row = conn.execute(select(st.sources_fp, st.doc_base).where(st.world_id == world)).first()
+    return (row is not None and row.sources_fp == fp), (row.doc_base if row is not None else None)
+
+
 def refresh(store: Store, world: str, tz: ZoneInfo, activity_type: str, *, force: bool = False) -> int | None:
     """Bring the world's documents up to date: None when they already were, else how many documents
     were written or removed. Idempotent; one transaction."""
+    base = None
+    if store.dialect == "sqlite":
+        # The check alone is a read: only a world that needs rewriting takes the file's write lock,
+        # first thing in its transaction (a read transaction turned writer after another commit
+        # fails at once instead of waiting its turn).
+        fresh, base = _fresh(store, world, activity_type)
+        if fresh and not force:
+            return None
+        if base is None:
+            base = _doc_base(store, world)
     with store.begin() as conn:
         if store.dialect == "postgresql":  # two searches of a new world: one builds, the other waits
             key = int(short_hash(["recall_documents", world], 15), 16)
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+        else:
+            st = recall_index_state.c
+            conn.execute(update(recall_index_state).where(st.world_id == world).values(world_id=st.world_id))
         fp = _sources_fp(conn, world, activity_type)
         st = recall_index_state.c
         known = conn.execute(select(st.sources_fp).where(st.world_id == world)).scalar()
@@ -159,7 +222,15 @@ def refresh(store: Store, world: str, tz: ZoneInfo, activity_type: str, *, force
             values = {k: bindparam(k) for k in rows[0] if k != "b_doc_id"}
             conn.execute(update(recall_documents).where(rd.doc_id == bindparam("b_doc_id")).values(values), rows)
         if new:
-            conn.execute(recall_documents.insert(), [_row(d, now) for d in new])
+            rows = [_row(d, now) for d in new]
+            if base is not None:
+                top = conn.execute(select(func.max(rd.doc_id)).where(rd.world_id == world)).scalar()
+                first = base if top is None else top + 1
+                if first + len(rows) > base + DOC_SPAN:
+                    raise SearchError(f"world {world!r}: its {DOC_SPAN:,} document ids are used up")
+                for i, row in enumerate(rows):
+                    row["doc_id"] = first + i
+            conn.execute(recall_documents.insert(), rows)
         if known is None:
             insert_missing(
                 conn,
@@ -205,28 +276,57 @@ def search_page(
         raise SearchError("query: must be a non-empty string")
     if len(query) > QUERY_MAX_CHARS:
         raise SearchError(f"query: too long: {len(query)} characters (limit {QUERY_MAX_CHARS})")
-    with store.connect() as conn:
-        if conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world)).first() is None:
-            raise SearchError(f"world {world!r}: no such world")
-    refresh(store, world, tz, activity_type)
+    base = _up_to_date(store, world, tz, activity_type)
     terms = query_terms(query)
     if not terms:
         return [], 0
     rd = recall_documents.c
     cols = (rd.kind, rd.ref, rd.text, rd.start_at, rd.end_at, rd.event_ids)
+    periods = named_periods(query)
+    bounds = [(day_start(a, tz), day_start(b + timedelta(days=1), tz)) for a, b in periods]
+    # memory of a time the query names ranks before the rest (each part by its score)
+    named = or_(false(), *(and_(rd.start_at < hi, func.coalesce(rd.end_at, rd.start_at) >= lo) for lo, hi in bounds))
+    in_named = case((named, 1), else_=0)
     if store.dialect == "sqlite":
         fts = table(FTS_TABLE, column("rowid"))
-        score = literal_column(f"-bm25({FTS_TABLE})")  # bm25() is smaller for better matches
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         matching = text(f"{FTS_TABLE} MATCH :match").bindparams(match=match)
-        q = (
-            select(*cols, score.label("score"))
-            .select_from(recall_documents.join(fts, fts.c.rowid == rd.doc_id))
-            .where(matching, rd.world_id == world)
-        )
-        # the full-text index first, then the world: as a join SQLite ran one full-text query per
-        # document of the world (a tenth of a second)
-        counted = select(func.count()).where(rd.world_id == world, rd.doc_id.in_(select(fts.c.rowid).where(matching)))
+        # The page is ranked inside the full-text index (materialized: as a plain join SQLite's
+        # planner may start from the world's index and run one full-text query per document), and
+        # only its rows are read from recall_documents: a common word matches thousands of
+        # documents, whose texts and lineages were read and sorted to keep ten. The match count
+        # (the page's total) comes with it, counted before the LIMIT.
+        in_range = fts.c.rowid.between(base, base + DOC_SPAN - 1) if base is not None else true()
+        # FTS5's rank column is bm25() (smaller is better), usable where a window function is
+        rank = literal_column(f"{FTS_TABLE}.rank")
+        matches = select(fts.c.rowid.label("doc_id"), (-rank).label("score"), func.count().over().label("total"))
+        matches = matches.where(matching, in_range)
+        if not periods:
+            m = matches.order_by(rank, fts.c.rowid).offset(offset).limit(limit).cte("matched")
+            m = m.prefix_with("MATERIALIZED")
+            q = (
+                select(*cols, m.c.score.label("score"), m.c.total)
+                .select_from(m.join(recall_documents, rd.doc_id == m.c.doc_id))
+                .where(rd.world_id == world)
+                .order_by(m.c.score.desc(), rd.doc_id)
+            )
+        else:  # a named time orders every match: the page is chosen by the matches' times, then read
+            m = matches.cte("matched").prefix_with("MATERIALIZED")
+            page = (
+                select(m.c.doc_id, m.c.score, m.c.total, in_named.label("named"))
+                .select_from(m.join(recall_documents, rd.doc_id == m.c.doc_id))
+                .where(rd.world_id == world)
+                .order_by(in_named.desc(), m.c.score.desc(), m.c.doc_id)
+                .offset(offset)
+                .limit(limit)
+                .subquery()
+            )
+            q = (
+                select(*cols, page.c.score.label("score"), page.c.total)
+                .select_from(page.join(recall_documents, rd.doc_id == page.c.doc_id))
+                .order_by(page.c.named.desc(), page.c.score.desc(), rd.doc_id)
+            )
+        counted = select(func.count()).select_from(fts).where(matching, in_range)
     else:
         # the expression of the GIN index; to_tsquery syntax cannot appear in a term (query_terms:
         # letters, digits and '_' only)
@@ -234,14 +334,21 @@ def search_page(
         tsv = func.to_tsvector(english, rd.search_text)
         tsq = func.to_tsquery(english, " | ".join(terms))
         score = func.ts_rank(tsv, tsq)
-        q = select(*cols, score.label("score")).where(rd.world_id == world, tsv.op("@@")(tsq))
+        q = (
+            select(*cols, score.label("score"), func.count().over().label("total"))
+            .where(rd.world_id == world, tsv.op("@@")(tsq))
+            .order_by(in_named.desc(), literal_column("score").desc(), rd.doc_id)
+            .offset(offset)
+            .limit(limit)
+        )
         counted = select(func.count()).where(rd.world_id == world, tsv.op("@@")(tsq))
     with store.connect() as conn:
-        rows = conn.execute(q.order_by(literal_column("score").desc(), rd.doc_id).offset(offset).limit(limit)).all()
-        total = conn.execute(counted).scalar_one() if count and (rows or offset) else 0
+        rows = conn.execute(q).all()
+        # past the last page no row carries the total: counted apart
+        total = (rows[0].total if rows else conn.execute(counted).scalar_one() if offset else 0) if count else 0
         lineage = [tuple(r.event_ids) for r in rows]
         events = _events(conn, world, {e for ids in lineage if len(ids) > 1 for e in ids})
-    wanted = {t for t in terms if zipf(t) < COMMON_ZIPF}
+    wanted = {stem(t) for t in terms if zipf(t) < COMMON_ZIPF}
     hits = [
         Hit(
             MemoryKind(r.kind),
@@ -249,7 +356,7 @@ def search_page(
             r.text,
             r.start_at,
             r.end_at,
-            by_relevance(ids, events, wanted, tz) if len(ids) > 1 else ids,
+            by_relevance(ids, events, wanted, tz, periods) if len(ids) > 1 else ids,
             float(r.score),
         )
         for r, ids in zip(rows, lineage, strict=True)
@@ -257,33 +364,129 @@ def search_page(
     return hits, int(total)
 
 
+# (store url, world, activity type) -> the store's stamp when the world's documents were last seen
+# up to date, and the world's rowid base
+_checked: dict[tuple[str, str, str], tuple[watch.Stamp, int | None]] = {}
+
+
+def _up_to_date(store: Store, world: str, tz: ZoneInfo, activity_type: str) -> int | None:
+    """Refuse an unknown world, bring its documents up to date, and return its rowid base (SQLite).
+    While nothing has been committed to the store's file since the last search of the world (its
+    stamp unchanged), neither can have changed: the check's sixteen aggregates are skipped. The
+    stamp is read before the check, so a commit that lands during it changes the stamp and the next
+    search checks again (as it also does once after a refresh's own write)."""
+    key = (store.url, world, activity_type)
+    stamp = watch.stamp(store)
+    seen = _checked.get(key)
+    if stamp is not None and seen is not None and seen[0] == stamp:
+        return seen[1]
+    with store.connect() as conn:
+        if conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world)).first() is None:
+            raise SearchError(f"world {world!r}: no such world")
+    refresh(store, world, tz, activity_type)
+    base = None
+    if store.dialect == "sqlite":
+        st = recall_index_state.c
+        with store.connect() as conn:
+            base = conn.execute(select(st.doc_base).where(st.world_id == world)).scalar()
+    if stamp is not None:
+        _checked[key] = (stamp, base)
+    return base
+
+
 _IN_BATCH = 500
+_EVENTS_KEPT = 200_000
 
 
-def _events(conn: Connection, world: str, ids: set[str]) -> dict[str, tuple[datetime, str]]:
-    """Time and text of the world's raw events among ``ids``."""
-    m, c = messages.c, conversations.c
-    out: dict[str, tuple[datetime, str]] = {}
-    wanted = sorted(ids)
+Event = tuple[datetime, frozenset[str]]  # a raw event's time and its words
+
+
+class _EventCache:
+    """Raw events are append-only and never change: each process keeps the time and words of the
+    events its searches read (newest use kept, at most ``_EVENTS_KEPT``), per store and world."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: OrderedDict[tuple[str, str, str], Event] = OrderedDict()
+
+    def get(self, url: str, world: str, ids: list[str]) -> tuple[dict[str, Event], list[str]]:
+        found: dict[str, Event] = {}
+        missing: list[str] = []
+        with self.lock:
+            for e in ids:
+                item = self.items.get((url, world, e))
+                if item is None:
+                    missing.append(e)
+                else:
+                    self.items.move_to_end((url, world, e))
+                    found[e] = item
+        return found, missing
+
+    def put(self, url: str, world: str, events: dict[str, Event]) -> None:
+        with self.lock:
+            for e, item in events.items():
+                self.items[(url, world, e)] = item
+            while len(self.items) > _EVENTS_KEPT:
+                self.items.popitem(last=False)
+
+
+_event_cache = _EventCache()
+
+
+_m, _c = messages.c, conversations.c
+_EVENTS = (
+    select(_m.message_id, _m.at, _m.content)
+    .join(conversations, _c.conversation_id == _m.conversation_id)
+    .where(_c.world_id == bindparam("world"), _m.message_id.in_(bindparam("ids", expanding=True)))
+)
+# SQLite's planner drove this from the world's conversations, scanning each one's messages for the
+# ids (every message of the world, per search); CROSS JOIN makes it look the ids up first.
+_EVENTS_SQLITE = (
+    text(
+        "SELECT m.message_id, m.at, m.content FROM messages AS m CROSS JOIN conversations AS c"
+        " ON c.conversation_id = m.conversation_id WHERE m.message_id IN :ids AND c.world_id = :world"
+    )
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(_m.message_id, _m.at, _m.content)
+)
+
+
+def _events(conn: Connection, world: str, ids: set[str]) -> dict[str, Event]:
+    """Time and words of the world's raw events among ``ids``."""
+    url = str(conn.engine.url)
+    out, wanted = _event_cache.get(url, world, sorted(ids))
+    read: dict[str, Event] = {}
+    q = _EVENTS_SQLITE if conn.dialect.name == "sqlite" else _EVENTS
     for i in range(0, len(wanted), _IN_BATCH):
-        q = (
-            select(m.message_id, m.at, m.content)
-            .join(conversations, c.conversation_id == m.conversation_id)
-            .where(c.world_id == world, m.message_id.in_(wanted[i : i + _IN_BATCH]))
-        )
-        out.update((mid, (at, content or "")) for mid, at, content in conn.execute(q))
-    return out
+        rows = conn.execute(q, {"world": world, "ids": wanted[i : i + _IN_BATCH]})
+        read.update((mid, (at, event_words(content or ""))) for mid, at, content in rows)
+    _event_cache.put(url, world, read)
+    return out | read
+
+
+def event_words(content: str) -> frozenset[str]:
+    """The words of a raw event as :func:`by_relevance` matches them against a query's: the
+    index's stems."""
+    return frozenset(stems(content))
 
 
 def by_relevance(
-    ids: tuple[str, ...], events: dict[str, tuple[datetime, str]], terms: set[str], tz: ZoneInfo
+    ids: tuple[str, ...],
+    events: dict[str, Event],
+    terms: set[str],
+    tz: ZoneInfo,
+    periods: list[tuple[date, date]] | tuple[()] = (),
 ) -> tuple[str, ...]:
-    """``ids`` with the events holding the query's rarest words (within ``ids``) first; ties: the
-    busiest day first, then the earlier day, then the order given."""
-    held = {e: set(query_terms(events[e][1])) & terms if e in events else set() for e in ids}
+    """``ids`` with the events of a period the query names first (``periods``: first and last day),
+    then those holding the query's rarest words (within ``ids``); ties: the busiest day first, then
+    the earlier day, then the order given. ``events``: each event's time and :func:`event_words`;
+    ``terms`` are stems, as the index has them ("greyhounds" holds "greyhound")."""
+    empty: frozenset[str] = frozenset()
+    held = {e: events[e][1] & terms if e in events else empty for e in ids}
     df = Counter(t for words in held.values() for t in words)
     n = len(ids)
     idf = {t: math.log(n / d) for t, d in df.items()}  # 0 for a word every event holds
     day = {e: local_date(events[e][0], tz) if e in events else date.max for e in ids}
     busy = Counter(day.values())
-    return tuple(sorted(ids, key=lambda e: (-math.fsum(idf[t] for t in held[e]), -busy[day[e]], day[e])))
+    named = {e: any(a <= day[e] <= b for a, b in periods) for e in ids}
+    return tuple(sorted(ids, key=lambda e: (not named[e], -math.fsum(idf[t] for t in held[e]), -busy[day[e]], day[e])))

@@ -4,7 +4,19 @@ prompt versions in the DuckDB export (``mart_recall_quality``)."""
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 
 from memory_pipeline.lib.store.tables import ID, UTCDateTime, metadata, now_utc
 
@@ -74,4 +86,6 @@ recall_index_state = Table(
     Column("sources_fp", String(32), nullable=False),
     Column("documents", Integer, nullable=False),
     Column("indexed_at", UTCDateTime, nullable=False, default=now_utc),
+    # SQLite: the first rowid of the world's documents (search.DOC_SPAN of them; migration 0028)
+    Column("doc_base", BigInteger),
 )

@@ -1,6 +1,9 @@
 """Bearer tokens on the MCP endpoint, through the SDK's own auth: a ``TokenVerifier`` over the access
 domain's tokens (checked against the store on every HTTP request, so a revoked token is refused from
-its next request on), and the caller's grant read back inside a tool call."""
+its next request on), and the caller's grant read back inside a tool call.
+
+On a SQLite file a token's answer is kept until the next commit to the file (``watch.stamp``): a
+revocation, by this process or another, is such a commit, so the next request is checked again."""
 
 from __future__ import annotations
 
@@ -9,8 +12,8 @@ from typing import Any
 import anyio
 
 from memory_pipeline.access import tokens
-from memory_pipeline.access.logic import AccessError, Grant
-from memory_pipeline.lib.store import Store
+from memory_pipeline.access.logic import AccessError, Grant, token_hash
+from memory_pipeline.lib.store import Store, watch
 
 WRITE_SCOPE = "write"
 
@@ -20,13 +23,26 @@ class StoreTokenVerifier:
     client id is the token's name, whose claims carry its worlds, and whose scopes say whether it
     may write; anything else is None (the SDK answers HTTP 401 before any tool runs)."""
 
+    KEPT = 10_000  # answers kept at most (unknown tokens' too): past it, all are dropped
+
     def __init__(self, store: Store):
         self.store = store
+        self._known: dict[str, tuple[watch.Stamp, Grant | None]] = {}
 
     async def verify_token(self, token: str) -> Any:
         from mcp.server.auth.provider import AccessToken
 
-        grant = await anyio.to_thread.run_sync(tokens.verify, self.store, token)
+        stamp = watch.stamp(self.store)
+        key = token_hash(token) if isinstance(token, str) else ""
+        seen = self._known.get(key)
+        if stamp is not None and seen is not None and seen[0] == stamp:
+            grant = seen[1]
+        else:
+            grant = await anyio.to_thread.run_sync(tokens.verify, self.store, token)
+            if stamp is not None:
+                if len(self._known) >= self.KEPT:
+                    self._known.clear()
+                self._known[key] = (stamp, grant)
         if grant is None:
             return None
         scopes = ["read"] if grant.read_only else ["read", WRITE_SCOPE]

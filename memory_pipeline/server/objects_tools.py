@@ -62,8 +62,8 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         if len(query) > QUERY_MAX_CHARS or "\x00" in query:
             raise TowerInputError("query", f"at most {QUERY_MAX_CHARS} characters, no NUL")
         p = _page("objects/find", {"world": world, "query": query}, limit, cursor)
-        items, page = p.slice(recall.find_all(store, world, query))
-        return {"world": world, "items": items, **page}
+        items, total = recall.find_page(store, world, query, p.offset, p.limit)
+        return {"world": world, "items": items, **p.answer(total, len(items))}
 
     @reg.tool(
         name="objects/read",

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
+from memory_pipeline.lib.llm import LLMProviderDown
 from memory_pipeline.lib.store import upsert
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.sleep.context import SleepContext, StageFailure
@@ -167,7 +168,11 @@ class StageRun:
     def failed(self, world: str, exc: BaseException, detail: dict[str, Any] | None = None) -> None:
         """The attempt for ``world`` failed: nothing of it was written. A world (and day) done here
         before keeps that record, its outputs still the done run's, with the failed attempt noted;
-        otherwise the record says failed."""
+        otherwise the record says failed. A call the provider's open breaker refused (no request
+        made) is no failure of the world: nothing is recorded and the world stays as it was, left
+        for the next run (the call that failed and opened the breaker was recorded where it failed)."""
+        if isinstance(exc, LLMProviderDown):
+            return
         error = f"{type(exc).__name__}: {exc}"[:2000]
         attempt = {"at": utcnow().isoformat(), "error": error, "model": self.ctx.llm.model, **(detail or {})}
         prev = self.previous.get(world)

@@ -387,6 +387,18 @@ def test_the_picture_is_attached_and_written(sample):
     assert meta["picture"].startswith("![coverage and cost](data:image/png;base64,iVBORw0KGgo")
     assert sample.files.report.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert meta["day_missing"] == 1 and meta["llm_cost_usd"] == pytest.approx(0.004)
+    # The cost panel counts calls by the data day they served: the ledger's day partitions; the
+    # month's call made on D3 and the call outside any partition are named apart, not on a day.
+    ledger = _rows(sample.store, select(llm_ledger).where(llm_ledger.c.at < datetime(2026, 1, 3, tzinfo=CST)))
+
+    def grain(r: dict) -> str:
+        if not r["partition"]:
+            return "none"
+        return {4: "year", 7: "month"}.get(len(r["partition"]), "week" if "week" in r["asset"] else "day")
+
+    grains = Counter(grain(r) for r in ledger if r["outcome"] in ("ok", "error", "cache_hit"))
+    assert meta["llm_calls_on_data_days"] == grains.pop("day") > 0
+    assert meta["llm_calls_off_data_days"] == dict(grains) and grains["month"] >= 1 and grains["none"] >= 1
 
 
 # --- exports against the store ----------------------------------------------------------------------
@@ -644,45 +656,52 @@ def test_staging_and_marts_use_plain_names_and_real_types(sample):
     tables had to quote (window, at, start, end, partition); an instant (`*_at`) is a TIMESTAMPTZ, a
     day (`*_day`, `period_start`) a DATE; no text column holds only numbers, days or timestamps;
     and no day column repeats cst_day."""
-    reserved = {
-        r[0] for r in sample.query("SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category = 'reserved'")
-    }
-    reserved |= {"window", "at", "start", "end", "partition", "day"}
-    columns = sample.query(
-        "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns"
-        " WHERE table_schema IN ('staging', 'marts') ORDER BY ALL"
-    )
-    assert len({(s, t) for s, t, _, _ in columns}) >= 35
-    assert [(t, c) for _, t, c, _ in columns if c.lower() in reserved] == []
-    assert [(t, c, ty) for _, t, c, ty in columns if c.endswith("_at") and ty != "TIMESTAMP WITH TIME ZONE"] == []
-    days = [
-        (s, t, c)
-        for s, t, c, _ in columns
-        if (c.endswith("_day") and not c.endswith("_per_day")) or c == "period_start"
-    ]
-    assert [(t, c) for s, t, c, ty in columns if (s, t, c) in days and ty != "DATE"] == []
-    dates = defaultdict(list)
-    for s, t, c, ty in columns:
-        if ty == "DATE":
-            dates[(s, t)].append(c)
-    for (schema, table), cols in dates.items():
-        if "cst_day" not in cols or (n := sample.query(f"SELECT count(*) FROM {schema}.{table}")[0][0]) == 0:
-            continue
-        for c in cols:
-            if c != "cst_day":
-                same = sample.query(f'SELECT count(*) FROM {schema}.{table} WHERE "{c}" IS NOT DISTINCT FROM cst_day')
-                assert same[0][0] < n, f"{table}.{c} repeats cst_day"
-    for s, t, c, ty in columns:
-        if ty != "VARCHAR" or c.endswith(("_id", "_key")):
-            continue
-        kinds = sample.query(
-            f'SELECT count("{c}"), count(try_cast("{c}" AS BIGINT)), count(try_cast("{c}" AS DATE)),'
-            f' count(try_cast("{c}" AS TIMESTAMPTZ)) FROM {s}.{t}'
-        )[0]
-        assert not (kinds[0] and kinds[0] in kinds[1:]), f"{t}.{c} is text holding only numbers, days or instants"
-    assert (
-        dict((c, ty) for _, t, c, ty in columns if t == "stg_tower_entries")["entry_at"] == "TIMESTAMP WITH TIME ZONE"
-    )
+    # One connection for every check: a connection per query cost ~13 s on the sample's file.
+    with sample.duck() as con:
+
+        def query(sql: str) -> list[tuple]:
+            return con.execute(sql).fetchall()
+
+        reserved = {
+            r[0] for r in query("SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category = 'reserved'")
+        }
+        reserved |= {"window", "at", "start", "end", "partition", "day"}
+        columns = query(
+            "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema IN ('staging', 'marts') ORDER BY ALL"
+        )
+        assert len({(s, t) for s, t, _, _ in columns}) >= 35
+        assert [(t, c) for _, t, c, _ in columns if c.lower() in reserved] == []
+        assert [(t, c, ty) for _, t, c, ty in columns if c.endswith("_at") and ty != "TIMESTAMP WITH TIME ZONE"] == []
+        days = [
+            (s, t, c)
+            for s, t, c, _ in columns
+            if (c.endswith("_day") and not c.endswith("_per_day")) or c == "period_start"
+        ]
+        assert [(t, c) for s, t, c, ty in columns if (s, t, c) in days and ty != "DATE"] == []
+        dates = defaultdict(list)
+        for s, t, c, ty in columns:
+            if ty == "DATE":
+                dates[(s, t)].append(c)
+        for (schema, table), cols in dates.items():
+            if "cst_day" not in cols or (n := query(f"SELECT count(*) FROM {schema}.{table}")[0][0]) == 0:
+                continue
+            for c in cols:
+                if c != "cst_day":
+                    same = query(f'SELECT count(*) FROM {schema}.{table} WHERE "{c}" IS NOT DISTINCT FROM cst_day')
+                    assert same[0][0] < n, f"{table}.{c} repeats cst_day"
+        for s, t, c, ty in columns:
+            if ty != "VARCHAR" or c.endswith(("_id", "_key")):
+                continue
+            kinds = query(
+                f'SELECT count("{c}"), count(try_cast("{c}" AS BIGINT)), count(try_cast("{c}" AS DATE)),'
+                f' count(try_cast("{c}" AS TIMESTAMPTZ)) FROM {s}.{t}'
+            )[0]
+            assert not (kinds[0] and kinds[0] in kinds[1:]), f"{t}.{c} is text holding only numbers, days or instants"
+        assert (
+            dict((c, ty) for _, t, c, ty in columns if t == "stg_tower_entries")["entry_at"]
+            == "TIMESTAMP WITH TIME ZONE"
+        )
 
 
 def test_mart_temporal_gaps_matches_the_store(sample):
@@ -783,7 +802,9 @@ def test_mart_llm_cost_by_data_day_matches_the_ledger(sample):
         (r[0] or "(none)", r[1], r[2]): r[3:]
         for r in sample.query(
             "SELECT partition_key, asset, model, calls, cache_hits, failures, tokens_in, tokens_out, priced_calls, cost_usd,"
-            " first_call_day, last_call_day, data_day, data_grain FROM marts.mart_llm_cost_by_data_day"
+            " first_call_day, last_call_day, data_day, data_grain, provider_tokens_in, provider_tokens_out,"
+            " estimated_tokens_in, estimated_tokens_out, truncated_calls, latency_p50_ms, latency_p95_ms"
+            " FROM marts.mart_llm_cost_by_data_day"
         )
     }
     assert set(got) == set(groups)
@@ -800,10 +821,33 @@ def test_mart_llm_cost_by_data_day_matches_the_ledger(sample):
         assert got[key][:6] == want, key
         assert (got[key][6] is None) if not priced else got[key][6] == pytest.approx(sum(priced))
         assert got[key][7:9] == (min(_cst_day(c["at"]) for c in calls), max(_cst_day(c["at"]) for c in calls))
+        split = tuple(
+            sum(c[f"tokens_{d}"] for c in calls if c["tokens_source"] == source)
+            for source in ("provider", "estimated")
+            for d in ("in", "out")
+        )
+        assert got[key][11:16] == (*split, sum(c["finish_reason"] == "length" for c in calls)), key
+        latencies = sorted(c["latency_ms"] for c in calls if c["outcome"] in ("ok", "error"))
+        assert got[key][16:] == pytest.approx((_quantile(latencies, 0.5), _quantile(latencies, 0.95))), key
     day = got[("2025-12-31", "temporal_day_summaries", PRICED)]
-    assert day[9:] == (D2, "day") and day[6] == pytest.approx(0.004)
-    assert got[("2025-12", "temporal_month_summaries", PRICED)][7:] == (D3, D3, date(2025, 12, 1), "month")
-    assert got[("(none)", "objects_archive", PRICED)][9:] == (None, None)
+    assert day[9:11] == (D2, "day") and day[6] == pytest.approx(0.004)
+    assert day[11:16] == (100 + 101 + 102, 10 + 11 + 12, 100, 10, 1)  # as mart_llm_cost_daily's D2
+    assert got[("2025-12", "temporal_month_summaries", PRICED)][7:11] == (D3, D3, date(2025, 12, 1), "month")
+    assert got[("(none)", "objects_archive", PRICED)][9:11] == (None, None)
+    # One macro (llm_call_measures) measures both marts: the same columns, the same totals.
+    measures = "calls, cache_hits, failures, tokens_in, tokens_out, provider_tokens_in, provider_tokens_out, "
+    measures += "estimated_tokens_in, estimated_tokens_out, truncated_calls, priced_calls, cost_usd"
+    totals = f"SELECT {', '.join(f'sum({m})' for m in measures.split(', '))} FROM marts."
+    by_data_total, daily_total = (
+        sample.query(totals + m)[0] for m in ("mart_llm_cost_by_data_day", "mart_llm_cost_daily")
+    )
+    assert by_data_total[:-1] == daily_total[:-1] and by_data_total[-1] == pytest.approx(daily_total[-1])
+    columns = (
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position"
+    )
+    daily = sample.query(columns, ["mart_llm_cost_daily"])
+    by_data = sample.query(columns, ["mart_llm_cost_by_data_day"])
+    assert daily[4:] == by_data[6:-2]  # after the keys, before first_call_day and last_call_day
 
 
 def test_daily_mart_tests_report_one_result_per_partition(sample):

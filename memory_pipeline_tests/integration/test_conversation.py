@@ -467,3 +467,65 @@ def test_the_user_confirms_the_check_line_and_the_version_is_verified(store, ing
     assert summaries.status(store)["unverified"] == 0
     with pytest.raises(summaries.InputError, match="has no summary to confirm"):
         summaries.confirm(store, "c2")
+
+
+# --- the provider's breaker ------------------------------------------------------------------------
+SEVEN = [f"c{i}" for i in range(1, 8)]
+
+
+def seven_due(store, ingest):
+    """c1..c7, 30 entries each, initialized: seven due conversations."""
+    for i, conv in enumerate(SEVEN):
+        ingest(conversation("w1", conv, cst(2026, 3, 2, 9, i), texts(30)))
+        summaries.set_init_status(store, conv, "done")
+    assert due_ids(store) == SEVEN
+
+
+def provider_outcomes(store) -> dict[str, int]:
+    from memory_pipeline.lib.store.tables import llm_ledger
+
+    with store.connect() as conn:
+        return dict(conn.execute(select(llm_ledger.c.outcome, func.count()).group_by(llm_ledger.c.outcome)).all())
+
+
+def test_a_provider_outage_stops_the_summary_run_at_the_breaker_and_leaves_the_rest_due(
+    pg_url, redis_url, store, ingest, monkeypatch
+):
+    """Seven due conversations, the provider failing every request: with the breaker's threshold
+    (5) c1..c5 fail (one request each; a failure each, backing off), c6's call is refused without a
+    request and the run fails with the breaker's one line, listing c6 and c7 as not done (no failure
+    recorded: still due). The next run, the provider back, asks for exactly those two."""
+    from dagster import instance_for_test
+
+    from memory_pipeline_tests.integration.test_dagster import make_defs
+
+    seven_due(store, ingest)
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "5")
+    with FakeOpenAI() as server, instance_for_test() as instance:
+        for _ in range(50):
+            server.push("status", 500)
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        job = defs.resolve_job_def("conversation_rolling_summary_job")
+        down = job.execute_in_process(instance=instance, raise_on_error=False)
+        assert not down.success and len(server.requests) == 5
+        (failure,) = [e for e in down.all_events if e.is_step_failure]
+        data = failure.step_failure_data
+        assert data.error.message.strip().splitlines()[0] == (
+            f"dagster._core.definitions.events.Failure: LLM provider openai/fake at {server.api_base} is failing: "
+            "InternalServerError: litellm.InternalServerError: InternalServerError: OpenAIException - scripted 500 "
+            "(5 consecutive failures); stopping: the conversations not done stay due for the next run"
+        )
+        meta = {k: v.value for k, v in data.user_failure_data.metadata.items()}
+        assert meta["not_done"] == ["c6", "c7"] and (meta["due"], meta["written"], meta["failed"]) == (7, 0, 5)
+        assert provider_outcomes(store) == {"error": 5, "breaker_open": 1}
+        failed = {r["conversation_id"] for r in rows(store, conversation_summary_failures)}
+        assert failed == {"c1", "c2", "c3", "c4", "c5"}  # none for c6 (refused) nor c7 (not reached)
+        assert due_ids(store) == ["c6", "c7"]  # c1..c5 wait out their backoff
+
+        server.script.clear()
+        server.tool_answer = lambda body: summary_call()[1]
+        monkeypatch.setenv("MEMORY_LLM_BREAKER_COOLDOWN_SECONDS", "0")
+        again = job.execute_in_process(instance=instance, raise_on_error=False)
+        assert again.success and len(server.requests) == 5 + 2
+    assert provider_outcomes(store) == {"error": 5, "breaker_open": 1, "ok": 2}
+    assert [r["conversation_id"] for r in rows(store)] == ["c6", "c7"]

@@ -306,7 +306,9 @@ def test_the_breaker_opens_after_n_failed_calls_and_refuses_without_a_request(st
     assert "\n" not in line
     assert line.startswith(f"LLM provider openai/fake-model at {server.api_base} is failing: InternalServerError: ")
     assert "scripted 500" in line
-    assert line.endswith("(3 consecutive failures); stopping: the partitions not done are left for the next run")
+    assert line.endswith("(3 consecutive failures)")
+    # What the run stops with: that line, then what it leaves, in the caller's (the domain's) words.
+    assert refused.value.stopping("the days not done are left") == f"{line}; stopping: the days not done are left"
     # Shared by every client of the process for that endpoint: another domain's client is refused too.
     other = LLMClient(
         store, model="openai/fake-model", api_base=server.api_base, api_key="k2", asset="sleep", breaker_failures=3

@@ -207,6 +207,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0025_access_tokens",
         "0026_request_ids",
         "0027_lease_process",
+        "0028_recall_doc_base",
     ]
     assert head(LOCATIONS) == chain[-1]
 

@@ -118,3 +118,66 @@ def test_organize_now_on_a_disabled_domain_says_that_no_run_takes_the_request(cl
     jobs = [(j["mode"], j["status"]) for j in reports.status(store, W)["jobs"]]
     assert sorted(jobs) == [("compact", "done"), ("compact", "queued"), ("organize", "queued")]
     assert "memory.objects.enabled is false: nothing done" in cli("objects", "run", code=1)
+
+
+def test_objects_run_stops_at_the_breaker_with_its_one_line_and_the_next_run_does_the_rest(store, ingest, tmp_path):
+    """The worker stopped by the provider's breaker, from the command line (its own process, as an
+    operator runs it): 5 failed claims (one request each), the sixth world's batch refused and
+    handed back; the breaker's line printed once, no traceback, exit 1. The next run, the provider
+    back, does that batch only."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from memory_pipeline_tests.integration.test_objects_batch_protocol import _linked
+    from memory_pipeline_tests.integration.test_objects_dagster import (
+        BACKING_OFF,
+        UNTOUCHED,
+        breaker_state,
+        six_worlds_pending,
+    )
+
+    events = six_worlds_pending(store, ingest)
+    config = tmp_path / "memory.yaml"
+    config.write_text("memory:\n  objects:\n    retry_backoff_seconds: 600\n", encoding="utf-8")
+    command = [str(Path(sys.executable).parent / "memory-pipeline"), "objects", "run"]
+    with FakeOpenAI() as fake:
+        for _ in range(50):
+            fake.push("status", 500)
+        env = {
+            **os.environ,
+            "MEMORY_CONFIG_FILE": str(config),
+            "MEMORY_DATABASE_URL": store.url,
+            "MEMORY_DATA_DIR": str(tmp_path / "data"),
+            "MEMORY_LLM_MODEL": "openai/fake-model",
+            "MEMORY_LLM_API_BASE": fake.api_base,
+            "MEMORY_LLM_API_KEY": "k",
+            "MEMORY_LLM_MAX_RETRIES": "0",
+            "MEMORY_LLM_BREAKER_FAILURES": "5",
+        }
+        down = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        said = down.stdout + down.stderr
+        assert down.returncode == 1, said
+        assert len(fake.requests) == 5
+        line = (
+            f"LLM provider openai/fake-model at {fake.api_base} is failing: InternalServerError: "
+            "litellm.InternalServerError: InternalServerError: OpenAIException - scripted 500 (5 consecutive "
+            "failures); stopping: the batch it refused was handed back untouched; the jobs not done stay queued "
+            "for the next run"
+        )
+        assert down.stderr.splitlines()[-1] == line, said
+        assert said.count("is failing:") == 1 and "Traceback" not in said, said
+        assert "stopped at world w6: committed batches 0, failed claims 5, model calls 5" in down.stdout
+        state = breaker_state(store)
+        assert state["ledger"] == {"error": 5, "breaker_open": 1}
+        assert state["jobs"] == {**{f"w{i}": BACKING_OFF for i in range(1, 6)}, "w6": UNTOUCHED}
+        assert state["failures"] == {f"w{i}": 1 for i in range(1, 6)} and state["leases"] == 0
+
+        fake.script.clear()
+        fake.tool_answer = lambda body: [_linked(body)]
+        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert len(fake.requests) == 5 + 1
+    assert breaker_state(store)["ledger"] == {"error": 5, "breaker_open": 1, "ok": 1}
+    assert states(store)[events["w6"]] == "linked"

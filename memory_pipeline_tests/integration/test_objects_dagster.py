@@ -258,3 +258,116 @@ def test_a_run_whose_batches_failed_says_it_is_degraded(pg_url, redis_url, insta
     assert ok.get_job_def("objects_organize_job").execute_in_process(instance=instance).success
     meta = instance.fetch_materializations(ok.get_assets_def("objects_archive").key, limit=1).records[0]
     assert meta.asset_materialization.metadata["degraded"].value is False
+
+
+def six_worlds_pending(store, ingest) -> dict[str, str]:
+    """w1..w6, one short event each, compacted by the offline model: each world's event pending,
+    so an organize run has one batch per world. {world: event id}."""
+    from memory_pipeline.lib.llm import LLMClient
+    from memory_pipeline.objects import timeline, worker
+    from memory_pipeline.objects.config import ObjectsConfig
+    from memory_pipeline.objects.context import ObjectsContext
+    from memory_pipeline_tests.integration.test_objects import add
+
+    octx = ObjectsContext(store, LLMClient(store, asset="objects_test"), ObjectsConfig(retry_backoff_seconds=0))
+    events = {f"w{i}": add(ingest, [f"garden note {i}"], world=f"w{i}", conv=f"c{i}")[0] for i in range(1, 7)}
+    timeline.intake(octx)
+    for world in events:
+        worker.enqueue(octx, world, "compact")
+    worker.run_worker(octx)
+    return events
+
+
+def breaker_state(store) -> dict:
+    """What the provider's outage left: the ledger's outcomes, each world's organize job
+    (status, claims, failures in a row, backing off), the failure rows per world, the leases."""
+    from memory_pipeline.lib.store.tables import partition_leases
+    from memory_pipeline.objects.tables import objects_failures
+
+    j = objects_jobs.c
+    with store.connect() as conn:
+        outcomes = dict(  # the provider's calls (the setup's were the offline model's)
+            conn.execute(
+                select(llm_ledger.c.outcome, func.count())
+                .where(llm_ledger.c.model.not_like("offline/%"))
+                .group_by(llm_ledger.c.outcome)
+            ).all()
+        )
+        jobs = {
+            r.world_id: (r.status, r.claims, r.consecutive_failures, r.not_before is not None)
+            for r in conn.execute(select(objects_jobs).where(j.mode == "organize"))
+        }
+        failures = dict(
+            conn.execute(select(objects_failures.c.world_id, func.count()).group_by(objects_failures.c.world_id)).all()
+        )
+        leases = conn.execute(select(func.count()).select_from(partition_leases)).scalar_one()
+    return {"ledger": outcomes, "jobs": jobs, "failures": failures, "leases": leases}
+
+
+BACKING_OFF = ("queued", 1, 1, True)  # a failed claim: counted, backing off
+UNTOUCHED = ("queued", 0, 0, False)  # handed back as it was: never claimed
+
+
+def test_a_provider_outage_stops_the_worker_at_the_breaker_and_hands_the_refused_batch_back(
+    pg_url, redis_url, instance, store, ingest, tmp_path, monkeypatch
+):
+    """Six worlds, one organize batch each; the provider fails every request. With the breaker's
+    threshold (5) the first five batches are failed claims (one request each, backing off 600 s),
+    the sixth world's call is refused without a request: its batch is handed back untouched, the
+    run stops there and fails with the breaker's one line. The next run, the provider back, does
+    exactly that batch: one request, none of the failed ones again before their backoff."""
+    from memory_pipeline.objects.logic import EventState
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+    from memory_pipeline_tests.integration.test_objects import states
+    from memory_pipeline_tests.integration.test_objects_batch_protocol import _linked
+
+    events = six_worlds_pending(store, ingest)
+    cfg = tmp_path / "memory.yaml"
+    cfg.write_text(f"memory:\n  objects:\n    retry_backoff_seconds: 600\n    projection_dir: {tmp_path / 'objects'}\n")
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "5")
+    with FakeOpenAI() as server:
+        for _ in range(50):
+            server.push("status", 500)
+        defs = build_defs(
+            {
+                "memory_store": MemoryStoreResource(database_url=pg_url),
+                "kv_cache": CacheResource(redis_url=redis_url),
+                "llm": LLMResource(model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0),
+                "memory_config": MemoryConfigResource(config_file=str(cfg)),
+            }
+        )
+        job = defs.get_job_def("objects_organize_job")
+        down = job.execute_in_process(instance=instance, raise_on_error=False)
+        assert not down.success
+        assert len(server.requests) == 5
+        (failure,) = [e for e in down.all_events if e.is_step_failure]
+        data = failure.step_failure_data
+        line = data.error.message.strip().splitlines()[0]
+        assert line == (
+            f"dagster._core.definitions.events.Failure: LLM provider openai/fake at {server.api_base} is failing: "
+            "InternalServerError: litellm.InternalServerError: InternalServerError: OpenAIException - scripted 500 "
+            "(5 consecutive failures); stopping: the batch it refused was handed back untouched; the jobs not done "
+            "stay queued for the next run"
+        )
+        assert "partitions" not in line
+        meta = {k: v.value for k, v in data.user_failure_data.metadata.items()}
+        assert (meta["stopped_at_world"], meta["batches"], meta["failed_claims"], meta["committed"]) == ("w6", 5, 5, 0)
+        assert instance.all_logs(down.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY) == []
+        state = breaker_state(store)
+        assert state["ledger"] == {"error": 5, "breaker_open": 1}
+        assert state["jobs"] == {**{f"w{i}": BACKING_OFF for i in range(1, 6)}, "w6": UNTOUCHED}
+        assert state["failures"] == {f"w{i}": 1 for i in range(1, 6)}  # none for w6
+        assert state["leases"] == 0
+        assert set(states(store).values()) == {EventState.PENDING}  # nothing blocked
+
+        # The provider is back (the next run, here the same process: past the breaker's cooldown).
+        server.script.clear()
+        server.tool_answer = lambda body: [_linked(body)]
+        monkeypatch.setenv("MEMORY_LLM_BREAKER_COOLDOWN_SECONDS", "0")
+        again = job.execute_in_process(instance=instance, raise_on_error=False)
+        assert again.success
+        assert len(server.requests) == 5 + 1  # w6's batch only; w1..w5 wait for their backoff
+    state = breaker_state(store)
+    assert state["ledger"] == {"error": 5, "breaker_open": 1, "ok": 1}
+    assert state["jobs"]["w6"][0] == "done" and all(state["jobs"][f"w{i}"] == BACKING_OFF for i in range(1, 6))
+    assert states(store)[events["w6"]] == EventState.LINKED

@@ -202,6 +202,22 @@ def test_a_bad_file_is_refused_naming_it_before_anything_is_written(project, tmp
     assert not (tmp_path / "run").exists()
 
 
+def test_evidence_that_is_not_a_list_of_dia_ids_is_refused_before_any_domain_is_built(project, tmp_path):
+    good = write_locomo(tmp_path, _doc(), "26.json")
+    for name, evidence, where, said in (
+        ("30.json", "D2:3", r"\$\.qa\[1\]\.evidence", r'expected a list of dia ids \(like \["D1:3"\]\), got "D2:3"'),
+        ("41.json", None, r"\$\.qa\[1\]\.evidence", r"expected a list of dia ids .*got null"),
+        ("42.json", ["D2:3", 7], r"\$\.qa\[1\]\.evidence\[1\]", r'expected a dia id string \(like "D1:3"\), got 7'),
+    ):
+        doc = _doc()
+        doc["qa"][1]["evidence"] = evidence
+        with pytest.raises(EvalError, match=rf"{name}:{where}: {said}"):
+            run_locomo([good, write_locomo(tmp_path, doc, name)], directory=tmp_path / "run")
+        assert not (tmp_path / "run").exists()  # no store, no import, no Dagster run
+    with project.connect() as conn:
+        assert conn.execute(select(recall_eval_runs)).first() is None  # nothing recorded either
+
+
 def test_a_store_that_cannot_be_opened_is_refused_by_name(project, tmp_path):
     path = write_locomo(tmp_path, _doc(), "26.json")
     url = "postgresql+psycopg2://nobody:secret@127.0.0.1:1/none"

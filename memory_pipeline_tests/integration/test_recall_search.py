@@ -3,6 +3,7 @@ every domain's memory of one world, each hit with its kind, time and lineage to 
 path reaches another world; the index follows memory as it is written; bad input refused by name."""
 
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select, update
@@ -15,7 +16,7 @@ from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.objects.tables import objects_attachments, objects_objects
 from memory_pipeline.recall.documents import MemoryKind
-from memory_pipeline.recall.search import SearchError, memory_search, refresh
+from memory_pipeline.recall.search import SearchError, memory_search, refresh, search_page
 from memory_pipeline.recall.tables import recall_documents
 from memory_pipeline.sleep.tables import autobiographical_memories, semantic_memories
 from memory_pipeline.temporal.tables import temporal_summaries
@@ -336,6 +337,218 @@ def test_a_hit_lists_the_events_saying_most_about_the_query_first(engine_store, 
     # "andrew" is in three of its four events and weighs little, "greyhound" in one: that one first;
     # the rest busiest day first (a5, a7 on the same day as a6), then the earlier day (a1)
     assert andrew.event_ids == ("a6", "a5", "a7", "a1")
+    # asked with another form of the word: compared as the index stems it, the same event first
+    (plural,) = [h for h in _search(engine_store, "a", "Andrew's greyhounds?", 20) if h.ref == "person:andrew"]
+    assert plural.event_ids == ("a6", "a5", "a7", "a1")
     # the same hit asked about nothing its events tell apart keeps the busiest day first
     (plain,) = [h for h in _search(engine_store, "a", "Andrew", 20) if h.ref == "person:andrew"]
     assert plain.event_ids[-1] == "a1" and set(plain.event_ids[:3]) == {"a5", "a6", "a7"}
+
+
+def _sqlite(tmp_path, name: str = "memory.sqlite") -> Store:
+    lite = Store(f"sqlite:///{tmp_path / name}")
+    ensure_schema(lite, domains.version_locations())
+    return lite
+
+
+def test_a_commit_from_another_process_is_seen_and_no_commit_skips_the_check(tmp_path, monkeypatch):
+    """On a SQLite file the freshness check runs only when something was committed since the last
+    search of the world: here by another process, which this one never told."""
+    import subprocess
+    import sys
+
+    from memory_pipeline.recall import search as search_module
+
+    lite = _sqlite(tmp_path)
+    _two_worlds(lite, tmp_path)
+    checks = []
+    real = search_module._sources_fp
+    monkeypatch.setattr(search_module, "_sources_fp", lambda *a: checks.append(a) or real(*a))
+    assert _search(lite, "a", "kayak") == []
+    assert _search(lite, "a", "kayak") == []  # once more after the refresh's own write
+    checks.clear()
+    for _ in range(3):
+        assert _search(lite, "a", "pottery")
+    assert checks == []  # nothing committed since: no check
+    script = (
+        "import sys\n"
+        "from memory_pipeline.lib.store import Store\n"
+        "from memory_pipeline.sleep.tables import semantic_memories\n"
+        "from memory_pipeline_tests.integration.test_recall_search import _memory\n"
+        "with Store(sys.argv[1]).begin() as conn:\n"
+        "    conn.execute(semantic_memories.insert().values(_memory('m-kayak', 'a', 'The user bought a kayak.', ['a.s2'])))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", script, lite.url], check=True, cwd=root)
+    assert [h.ref for h in _search(lite, "a", "kayak")] == ["m-kayak"]
+    assert checks  # the commit was seen
+
+
+def test_each_world_has_a_rowid_range_of_its_own(tmp_path):
+    from memory_pipeline.recall.search import DOC_SPAN
+    from memory_pipeline.recall.tables import recall_index_state
+
+    lite = _sqlite(tmp_path)
+    _two_worlds(lite, tmp_path)
+    assert _search(lite, "a", "pottery") and _search(lite, "b", "pottery")
+    with lite.connect() as conn:
+        base = dict(conn.execute(select(recall_index_state.c.world_id, recall_index_state.c.doc_base)).all())
+        docs = conn.execute(select(recall_documents.c.world_id, recall_documents.c.doc_id)).all()
+    assert base["a"] != base["b"] and abs(base["a"] - base["b"]) >= DOC_SPAN
+    assert docs and all(base[w] <= d < base[w] + DOC_SPAN for w, d in docs)
+    # a rewrite keeps the range: a new document of world a takes the next id of a's range
+    with lite.begin() as conn:
+        conn.execute(semantic_memories.insert().values(_memory("m-kayak", "a", "The user bought a kayak.", ["a.s2"])))
+    assert [h.ref for h in _search(lite, "a", "kayak")] == ["m-kayak"]
+    with lite.connect() as conn:
+        ids = dict(conn.execute(select(recall_documents.c.ref, recall_documents.c.doc_id)).all())
+    assert base["a"] <= ids["m-kayak"] < base["a"] + DOC_SPAN
+    assert ids["m-kayak"] == max(d for w, d in docs if w == "a") + 1
+
+
+def test_new_worlds_searched_at_once_are_given_distinct_ranges(tmp_path):
+    """Six new worlds indexed by six threads at once (each its own connection): a range is never
+    given twice, and each world finds its own memory only."""
+    import threading
+
+    from memory_pipeline.recall.tables import recall_index_state
+
+    lite = _sqlite(tmp_path)
+    names = [f"w{i}" for i in range(6)]
+    _ingest(lite, tmp_path, [event(w, f"{w}.s1", "user", f"{w} likes kayaks", D1, mid=f"{w}-1") for w in names])
+    with lite.begin() as conn:
+        conn.execute(
+            semantic_memories.insert(), [_memory(f"m-{w}", w, f"{w} bought a kayak.", [f"{w}.s1"]) for w in names]
+        )
+    barrier = threading.Barrier(len(names))
+    found: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def search(world: str) -> None:
+        try:
+            barrier.wait(timeout=60)
+            found[world] = [h.ref for h in _search(lite, world, "kayak")]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=search, args=(w,)) for w in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    assert found == {w: [f"m-{w}"] for w in names}
+    with lite.connect() as conn:
+        bases = [b for (b,) in conn.execute(select(recall_index_state.c.doc_base))]
+    assert len(bases) == len(names) and len(set(bases)) == len(names)
+
+
+def test_documents_indexed_before_the_ranges_are_rebuilt_in_them(tmp_path):
+    """Migration 0028 empties the derived documents on SQLite; the next search rebuilds the world's
+    documents in its range, the same hits as before."""
+    from sqlalchemy import text
+
+    from memory_pipeline.lib.store.migrate import upgrade
+    from memory_pipeline.recall.search import DOC_SPAN
+    from memory_pipeline.recall.tables import recall_index_state
+
+    lite = Store(f"sqlite:///{tmp_path / 'old.sqlite'}")
+    upgrade(lite, domains.version_locations(), "0027_lease_process")
+    with lite.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO recall_documents (world_id, kind, ref, text, search_text, event_ids, fingerprint,"
+                " indexed_at) VALUES ('a', 'semantic_memory', 'm-old-index', 'pottery', 'pottery', '[]', 'x', :now)"
+            ),
+            {"now": "2026-01-01 00:00:00.000000"},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO recall_index_state (world_id, sources_fp, documents, indexed_at)"
+                " VALUES ('a', 'x', 1, '2026-01-01 00:00:00.000000')"
+            )
+        )
+    upgrade(lite, domains.version_locations())
+    with lite.connect() as conn:
+        assert conn.execute(select(recall_documents.c.doc_id)).all() == []
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM recall_documents_fts WHERE recall_documents_fts MATCH 'pottery'")
+            ).scalar()
+            == 0
+        )
+    _two_worlds(lite, tmp_path)
+    assert {h.ref for h in _search(lite, "a", "pottery")} >= {"o1", "a.s1"}
+    with lite.connect() as conn:
+        (base,) = conn.execute(select(recall_index_state.c.doc_base).where(recall_index_state.c.world_id == "a")).one()
+        ids = [d for (d,) in conn.execute(select(recall_documents.c.doc_id))]
+    assert all(base <= d < base + DOC_SPAN for d in ids)
+
+
+def test_every_page_states_the_same_total_also_past_the_last(engine_store, tmp_path):
+    from memory_pipeline.recall.search import search_page
+
+    _two_worlds(engine_store, tmp_path)
+
+    def page(limit: int, offset: int):
+        return search_page(engine_store, "a", "pottery marathon", limit, offset, activity_type=ACTIVITY, tz=CST)
+
+    whole, total = page(100, 0)
+    assert total == len(whole) >= 5
+    walked = [h.ref for o in range(0, total, 2) for h in page(2, o)[0]]
+    assert walked == [h.ref for h in whole]
+    assert {page(2, o)[1] for o in range(0, total + 4, 2)} == {total}  # past the end too
+    assert page(2, total + 2)[0] == []
+
+
+def test_memory_of_a_time_the_query_names_ranks_first(engine_store, tmp_path):
+    _two_worlds(engine_store, tmp_path)  # pottery on 8 May 2023 (a.s1), the marathon on 9 May (a.s2)
+    with engine_store.begin() as conn:
+        conn.execute(
+            semantic_memories.insert().values(
+                _memory("m-make", "a", "The user likes to make things: the user made a bowl.", ["a.s1"])
+            )
+        )
+        conn.execute(
+            objects_objects.insert().values(
+                world_id="a",
+                object_id="person:caroline",
+                type="person",
+                name="Caroline",
+                aliases=[],
+                summary="",
+                body="",
+                cues=[],
+                status="active",
+                version=1,
+                revision=1,
+            )
+        )
+        conn.execute(
+            objects_attachments.insert(),
+            [{"world_id": "a", "object_id": "person:caroline", "event_id": e, "revision": 1} for e in ("a1", "a3")],
+        )
+
+    def memories(query: str) -> list[str]:
+        return [h.ref for h in _search(engine_store, "a", query, 20) if h.kind is MemoryKind.SEMANTIC]
+
+    assert memories("What did the user make?") == ["m-make", "m-run"]  # by score alone
+    # the named day reaches a day further each side (the asker's zone is not the store's): 10 May
+    # holds the marathon of the 9th, not the pottery of the 8th
+    assert memories("What did the user make on 10 May, 2023?") == ["m-run", "m-make"]
+    assert memories("What did the user make on May 10th, 2023?") == ["m-run", "m-make"]
+    assert memories("What did the user make in May 2023?") == ["m-make", "m-run"]  # both of that month
+    assert memories("What did the user make on 11 May, 2023?") == ["m-make", "m-run"]  # none of that time
+    # the memory server's pages of such a query are the same ranking, page by page, with its total
+    query = "What did the user make on 10 May, 2023?"
+    whole, total = search_page(engine_store, "a", query, 100, 0, activity_type=ACTIVITY, tz=CST)
+    pages = [search_page(engine_store, "a", query, 2, i, activity_type=ACTIVITY, tz=CST) for i in range(0, total, 2)]
+    assert [h.ref for hits, _ in pages for h in hits] == [h.ref for h in whole]
+    assert {n for _, n in pages} == {total} and total == len(whole) > 2
+
+    def caroline(query: str) -> tuple[str, ...]:
+        (hit,) = [h for h in _search(engine_store, "a", query, 20) if h.ref == "person:caroline"]
+        return hit.event_ids
+
+    assert caroline("Caroline") == ("a1", "a3")  # one event a day: the earlier day first
+    assert caroline("Caroline on 10 May, 2023") == ("a3", "a1")  # the named time's event first

@@ -273,6 +273,17 @@ def wait_failed(k: Killable, run_id: str, timeout: float):
     )
 
 
+def will_retry(k: Killable, run_id: str, timeout: float = 120) -> str:
+    """The run's ``dagster/will_retry`` tag ("true" or "false"). Dagster adds it just after the run's
+    status turns FAILURE (the process that stored the failure decides whether the daemon retries
+    it), so a test reading the tags right after ``wait_failed`` could miss it: wait for it."""
+    return k.stack.wait_until(
+        f"run {run_id} to be tagged dagster/will_retry",
+        lambda: k.instance.get_run_by_id(run_id).tags.get("dagster/will_retry"),
+        timeout=timeout,
+    )
+
+
 def engine_messages(k: Killable, run_id: str) -> list[str]:
     return [e.message or "" for e in k.instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)]
 
@@ -336,7 +347,7 @@ def test_a_run_worker_killed_mid_run_is_detected_retried_and_costs_no_call_twice
             and e.dagster_event.event_type in (DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_SUCCESS)
         ]
         assert late == [], f"the killed run recorded {late}"
-        assert failed.tags.get("dagster/will_retry") == "true", failed.tags
+        assert will_retry(k, killed.run_id) == "true", failed.tags
 
         # Re-run by the daemon (run retries): from failure, the same range, inside the backfill.
         def retried():
@@ -383,7 +394,7 @@ def test_a_run_whose_host_is_lost_is_failed_by_run_monitoring_and_reexecuted(tmp
         messages = [e.message or "" for e in k.instance.all_logs(killed.run_id)]
         # The run monitoring daemon's words: it cancels the run, cannot reach its worker, fails it.
         assert "Canceling due to exceeding maximum runtime of 120 seconds." in messages, messages
-        assert failed.tags.get("dagster/will_retry") != "true", failed.tags
+        assert will_retry(k, killed.run_id) == "false", failed.tags  # retries on, this run's max_retries 0
 
         rerun_id = reexecute_from_failure(k, killed.run_id, tags={"dagster/max_runtime": "3600"})
         assert took_over_lease(k, rerun_id, killed.run_id), "the re-execution did not take over the dead run's lease"

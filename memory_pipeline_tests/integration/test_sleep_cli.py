@@ -241,3 +241,52 @@ def test_conversation_summarize_exits_1_when_a_summary_failed(env, pg_url, monke
     result = runner.invoke(app, ["conversation", "summarize"])
     assert result.exit_code == 1 and "1 due, 0 written, 1 failed" in result.output, result.output
     assert "conversation status" in result.output
+
+
+def test_conversation_summarize_stops_at_the_breaker_with_its_one_line(store, ingest, redis_url, tmp_path):
+    """`conversation summarize` in its own process, the provider failing every request: 5 failed
+    summaries, the sixth refused by the breaker; its line printed once (no Dagster stack), exit 1,
+    the conversations not done named. The next run, the provider back, does exactly those."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+    from memory_pipeline_tests.integration.test_conversation import provider_outcomes, seven_due, summary_call
+
+    seven_due(store, ingest)
+    command = [str(Path(sys.executable).parent / "memory-pipeline"), "conversation", "summarize"]
+    with FakeOpenAI() as fake:
+        for _ in range(50):
+            fake.push("status", 500)
+        env = {
+            **os.environ,
+            "MEMORY_DATABASE_URL": store.url,
+            "REDIS_URL": redis_url,
+            "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+            "MEMORY_LLM_MODEL": "openai/fake-model",
+            "MEMORY_LLM_API_BASE": fake.api_base,
+            "MEMORY_LLM_API_KEY": "k",
+            "MEMORY_LLM_MAX_RETRIES": "0",
+            "MEMORY_LLM_BREAKER_FAILURES": "5",
+        }
+        down = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        said = down.stdout + down.stderr
+        assert down.returncode == 1, said
+        assert len(fake.requests) == 5
+        assert "FAILED: 7 due, 0 written, 5 failed, 2 not done" in down.stdout
+        assert down.stderr.splitlines()[-1] == (
+            f"dagster._core.definitions.events.Failure: LLM provider openai/fake-model at {fake.api_base} is failing: "
+            "InternalServerError: litellm.InternalServerError: InternalServerError: OpenAIException - scripted 500 "
+            "(5 consecutive failures); stopping: the conversations not done stay due for the next run"
+        ), said
+        assert said.count("is failing:") == 1 and "Traceback" not in said, said
+        assert provider_outcomes(store) == {"error": 5, "breaker_open": 1}
+
+        fake.script.clear()
+        fake.tool_answer = lambda body: summary_call()[1]
+        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and "2 due, 2 written, 0 failed" in again.stdout, again.stdout + again.stderr
+        assert len(fake.requests) == 5 + 2
+    assert provider_outcomes(store) == {"error": 5, "breaker_open": 1, "ok": 2}

@@ -14,7 +14,7 @@ from dagster import AssetKey, DagsterEventType, build_sensor_context, instance_f
 from sqlalchemy import func, select
 
 from memory_pipeline import operations
-from memory_pipeline.lib.llm import LLMClient, LLMHardFailure
+from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMProviderDown, LLMRequest
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.sleep import memory as mem
 from memory_pipeline.sleep.autobiography import run_autobiography
@@ -301,6 +301,33 @@ def test_a_first_run_that_fails_is_recorded_failed_and_the_next_one_runs(store, 
     assert statuses(store) == {("light_sleep", D1): "failed"} and statuses(store, "r") == {
         ("light_sleep", D1): "failed"
     }
+    run_light_sleep(ctx_for(store, tmp_path), D1)
+    assert SPICY in active(store) and statuses(store) == {("light_sleep", D1): "done"}
+
+
+def test_a_call_the_providers_breaker_refused_is_no_failure_of_the_world(store, ingest, tmp_path):
+    """The breaker is open (another caller's call failed; threshold 1): light sleep's call is refused
+    without a request. Nothing is recorded for the world or the day (it was never asked: not
+    failed), so the next run, the provider back, simply does the day."""
+    two_days(ingest)
+    with FakeOpenAI() as server:
+        server.push("status", 500)
+        llm = LLMClient(
+            store,
+            model="openai/stub",
+            api_base=server.api_base,
+            api_key="k",
+            max_retries=0,
+            breaker_failures=1,
+            breaker_cooldown_seconds=3600,
+        )
+        with pytest.raises(LLMHardFailure):
+            llm.complete(LLMRequest(task="other", system="s", user="u", prompt_version="v"))
+        with pytest.raises(LLMProviderDown):
+            run_light_sleep(ctx_for(store, tmp_path, llm), D1)
+        assert len(server.requests) == 1  # the refused call sent none
+    assert statuses(store) == {} and statuses(store, "r") == {}
+    assert sleep_status(store)["failed_attempts"] == {}
     run_light_sleep(ctx_for(store, tmp_path), D1)
     assert SPICY in active(store) and statuses(store) == {("light_sleep", D1): "done"}
 

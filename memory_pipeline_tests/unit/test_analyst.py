@@ -378,9 +378,11 @@ def test_a_hot_node_is_exported_with_every_range_its_events_touch(tmp_path):
     assert got == [("before",), ("edge",), ("inside",)]  # once each
 
 
-def test_the_cost_panel_ticks_whole_days_and_scales_tokens_in_its_label():
-    """One call-day of 2,756 calls and 1.35M tokens: the bar sits on its day's tick (no hour
-    ticks, no bar straddling two dates), and the token axis says "millions" instead of an offset."""
+def test_the_cost_panel_is_by_data_day_ticks_whole_days_and_scales_tokens_in_its_label():
+    """One data day of 2,756 calls and 1.35M tokens: the bar sits on its day's tick (no hour
+    ticks, no bar straddling two dates), the token axis says "millions" instead of an offset, and
+    the panel says its days are the days the calls served; the calls made for a week, a month, a
+    year or outside any partition are named under it, since they are on no day of the axis."""
     from matplotlib import dates as mdates
     from matplotlib import pyplot as plt
 
@@ -393,6 +395,7 @@ def test_the_cost_panel_ticks_whole_days_and_scales_tokens_in_its_label():
             cost_days=cost_days,
             calls=[2756] * len(cost_days),
             tokens=[1_353_837 + i for i in range(len(cost_days))],
+            calls_off_days={"none": 2005, "month": 9, "week": 18, "year": 3},
         )
         fig = reports.draw(figures)
         try:
@@ -409,8 +412,58 @@ def test_the_cost_panel_ticks_whole_days_and_scales_tokens_in_its_label():
             assert "millions" in tokens.get_ylabel()
             assert bottom.yaxis.get_offset_text().get_text() == "" and "thousands" in bottom.get_ylabel()
             assert max(tokens.get_lines()[0].get_ydata()) < 10  # plotted in millions
+            for ax in (bottom, tokens):  # plain decimals: no exponent anywhere on the value axes
+                values = [t.get_text() for t in ax.get_yticklabels()]
+                assert values and all(v.replace(",", "").replace(".", "").isdigit() for v in values), values
+            assert "per data day, the CST day the calls served" in bottom.get_title()
+            assert bottom.get_xlabel().startswith("data day (CST)")
+            notes = [t.get_text() for t in fig.texts if t.get_text() != fig.get_suptitle()]
+            assert notes == [
+                "Calls that served no single day (not drawn): 18 for weeks; 9 for months; 3 for years; 2,005 "
+                "outside any partition (objects, rolling summaries, system rolls)."
+            ]
         finally:
             plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(0, "0"), (-0.0, "0"), (1.5, "1.5"), (12_000, "12,000"), (1_500_000.0, "1,500,000"), (0.0005, "0.0005")],
+)
+def test_an_axis_value_is_a_plain_decimal(value, shown):
+    assert reports.plain_number(value) == shown
+
+
+def test_a_panel_without_data_says_so_instead_of_showing_1970():
+    """No day rows and no calls (a fresh file): each date panel is empty with "no data", without
+    the epoch matplotlib puts on an empty date axis; a panel with data keeps its own dates."""
+    from matplotlib import pyplot as plt
+
+    def drawn(figures: reports.CoverageCost) -> dict[str, tuple[list[str], list[str]]]:
+        fig = reports.draw(figures)
+        try:
+            fig.canvas.draw()
+            return {
+                ax.get_title(): (
+                    [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()],
+                    [t.get_text() for t in ax.texts],
+                )
+                for ax in fig.axes
+            }
+        finally:
+            plt.close(fig)
+
+    empty = drawn(reports.CoverageCost())
+    assert len(empty) == 3  # no token axis without calls
+    for title, (ticks, texts) in empty.items():
+        assert ticks == [], title  # no 1970-01-01, no 0..1 scale
+        assert texts == (["no placeholders"] if title.startswith("Placeholders") else ["no data"]), title
+    assert "cost of all calls: none (no model calls)" in next(t for t in empty if t.startswith("LLM"))
+    one_side = drawn(reports.CoverageCost(cost_days=[date(2026, 1, 2)], calls=[3], tokens=[120], total_calls=3))
+    coverage = next(v for t, v in one_side.items() if t.startswith("Worlds"))
+    cost = next(v for t, v in one_side.items() if t.startswith("LLM"))
+    assert coverage == ([], ["no data"])
+    assert "2026-01-02" in cost[0] and not any("1970" in t for t in cost[0]) and cost[1] == []
 
 
 def test_the_docs_pandas_snippet_runs_without_a_warning(tmp_path):

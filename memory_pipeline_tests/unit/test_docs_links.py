@@ -15,16 +15,16 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`[^`]*`")
 
 
-def _prose(text: str) -> list[tuple[int, str]]:
+def _prose(text: str, *, keep_code: bool = False) -> list[tuple[int, str]]:
     """(line number, line) outside fenced code blocks, with inline code removed (a link there is no
-    link)."""
+    link) unless ``keep_code`` (a heading's anchor keeps its code's text)."""
     out: list[tuple[int, str]] = []
     fenced = False
     for n, line in enumerate(text.split("\n"), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
         elif not fenced:
-            out.append((n, CODE_SPAN.sub("", line)))
+            out.append((n, line if keep_code else CODE_SPAN.sub("", line)))
     return out
 
 
@@ -33,7 +33,7 @@ def _anchors(page: Path) -> set[str]:
     a repeated anchor numbered -1, -2, ..."""
     seen: dict[str, int] = {}
     out: set[str] = set()
-    for _, line in _prose(page.read_text(encoding="utf-8")):
+    for _, line in _prose(page.read_text(encoding="utf-8"), keep_code=True):
         m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
         if not m:
             continue
@@ -88,3 +88,9 @@ def test_a_dead_link_is_reported(tmp_path: Path) -> None:
         "b.md:3: a.md#production (no heading with that anchor)",
         "b.md:8: d.md (no such file)",
     ]
+
+
+def test_a_heading_anchor_keeps_the_text_of_its_code(tmp_path: Path) -> None:
+    # GitHub drops the backticks, not the code: "## `run.py` (the bench's)" is #runpy-the-benchs.
+    (tmp_path / "a.md").write_text("## `run.py` (the bench's)\n\n[ok](#runpy-the-benchs) [no](#the-benchs)\n")
+    assert dead_links(tmp_path / "a.md") == ["a.md:3: #the-benchs (no heading with that anchor)"]

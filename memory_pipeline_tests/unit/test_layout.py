@@ -60,6 +60,32 @@ def test_domain_cores_import_no_dagster_and_no_other_domain(path):
             assert parts[1] in (own, "events") or tables, f"{path}: imports {module}"
 
 
+def _imported_modules(path: Path) -> list[str]:
+    """Every module ``path`` imports, at any depth (a function's import too), with ``from a import b``
+    also as ``a.b`` (b may be a module)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    return out
+
+
+@pytest.mark.parametrize("path", _py("defs"), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_domains_defs_import_no_other_domains_defs_nor_the_layers_above(path):
+    # defs/<domain> refers to another domain's assets by key (defs/_shared/keys.py); operations,
+    # cli and the code location (definitions.py) build on defs, so an import back is a circle.
+    own = path.relative_to(PACKAGE / "defs").parts[0]
+    for module in _imported_modules(path):
+        parts = module.split(".")
+        if parts[0] != "memory_pipeline" or len(parts) < 2:
+            continue
+        assert parts[1] not in ("operations", "cli", "definitions", "server"), f"{path}: imports {module}"
+        if parts[1] == "defs" and len(parts) > 2:
+            assert parts[2] in (own, "_shared"), f"{path}: imports {module}"
+
+
 def test_the_analyst_reads_other_domains_through_their_tables_only():
     imported = {m for p in _py("analyst") for m in _imports(p) if m.startswith("memory_pipeline.temporal")}
     assert imported == {"memory_pipeline.temporal.tables"}

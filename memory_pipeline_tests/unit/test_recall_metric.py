@@ -17,6 +17,8 @@ from memory_pipeline.recall.metric import (
     random_expectation,
     score_index,
     score_random,
+    stem,
+    stems,
 )
 from memory_pipeline.recall.questions import QuestionError, questions
 
@@ -39,6 +41,35 @@ def test_the_day_holding_the_rare_words_of_the_question_ranks_first():
 def test_porter_stemming_matches_other_forms_of_a_word():
     ranker = DayRanker({D[0]: "She was painting sunsets.", D[1]: "He fixed the car."}, D[:2])
     assert ranker.rank("What does she paint?")[0] == D[0]
+
+
+def test_a_word_stems_as_the_index_tokenizer_stores_it():
+    assert stem("greyhounds") == stem("greyhound") == "greyhound"
+    assert stem("painting") == stem("paints") == stem("paint") == "paint"
+    assert stem("Café") == "cafe"  # unicode61 folds case and diacritics before porter
+    assert stem("foo_bar") == "foo bar"  # unicode61 splits on "_": both tokens
+    assert stems("The greyhounds were running") == {"the", "greyhound", "were", "run"}
+    # exactly the terms the metric's own FTS5 table indexed
+    ranker = DayRanker({D[0]: "Two greyhounds running", D[1]: "a cat's sleeping"}, D[:2])
+    ranker.db.execute("CREATE VIRTUAL TABLE terms USING fts5vocab(days, 'row')")
+    indexed = {t for (t,) in ranker.db.execute("SELECT term FROM terms")}
+    assert (
+        indexed
+        == stems("Two greyhounds running a cat's sleeping")
+        == {"two", "greyhound", "run", "a", "cat", "s", "sleep"}
+    )
+
+
+def test_a_question_asks_each_stem_once():
+    assert query_terms("Did she paint? What is her painting of, and which paints?") == [
+        "did", "she", "paint", "what", "is", "her", "of", "and", "which",
+    ]  # fmt: skip
+    assert fts_query("greyhounds or a greyhound?") == '"greyhounds" OR "or" OR "a"'
+    # "paint" and "sunset" are each on one day, as rare as each other: the question's forms of
+    # "paint" count once, so the shorter day wins as BM25 has it (counted twice, "paint" won)
+    texts = {D[0]: "we paint a lot", D[1]: "a sunset", D[2]: "x y", D[3]: "x y z", D[4]: "q r", D[5]: "r s"}
+    ranker = DayRanker(texts, texts)
+    assert ranker.rank("painting paint sunset")[:2] == ranker.rank("paint sunset")[:2] == [D[1], D[0]]
 
 
 def test_chinese_text_is_ranked_by_its_characters():

@@ -18,20 +18,7 @@ select
     cst_day,
     coalesce(asset, '(none)') as asset,
     model,
-    count(*) filter (where is_model_call) as calls,
-    count(*) filter (where is_cache_hit) as cache_hits,
-    count(*) filter (where is_failure) as failures,
-    cast(coalesce(sum(tokens_in), 0) as bigint) as tokens_in,
-    cast(coalesce(sum(tokens_out), 0) as bigint) as tokens_out,
-    cast(coalesce(sum(tokens_in) filter (where tokens_source = 'provider'), 0) as bigint) as provider_tokens_in,
-    cast(coalesce(sum(tokens_out) filter (where tokens_source = 'provider'), 0) as bigint) as provider_tokens_out,
-    cast(coalesce(sum(tokens_in) filter (where tokens_source = 'estimated'), 0) as bigint) as estimated_tokens_in,
-    cast(coalesce(sum(tokens_out) filter (where tokens_source = 'estimated'), 0) as bigint) as estimated_tokens_out,
-    count(*) filter (where is_truncated) as truncated_calls,
-    quantile_cont(latency_ms, 0.5) filter (where is_model_call) as latency_p50_ms,
-    quantile_cont(latency_ms, 0.95) filter (where is_model_call) as latency_p95_ms,
-    count(cost_usd) as priced_calls,
-    sum(cost_usd) as cost_usd
+    {{ llm_call_measures() }}
 from {{ ref('stg_llm_ledger') }}
 where {{ day_window_filter() }}
 group by all

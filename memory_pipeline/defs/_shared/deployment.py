@@ -31,7 +31,7 @@ def executor() -> ExecutorDefinition | None:
     """The executor of every job of the code location; None: Dagster's default."""
     kind = settings.executor_kind()
     if kind is ExecutorKind.CELERY:
-        from memory_pipeline.operations.celery_workers import celery_executor  # only where it is used
+        from memory_pipeline.defs._shared.celery_executor import celery_executor  # only where it is used
 
         return celery_executor.configured(
             {

@@ -26,15 +26,10 @@ from memory_pipeline.analyst import exports as core
 from memory_pipeline.analyst import reports
 from memory_pipeline.analyst.logic import DayWindow
 from memory_pipeline.analyst.registry import EXPORTS, ExportTable
+from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.partitions import cst_day_open, cst_month, cst_year
 from memory_pipeline.defs.analyst.automation import Trigger, after_upstream, condition_for
 from memory_pipeline.defs.analyst.resources import AnalystResource
-from memory_pipeline.defs.conversation import assets as conversation
-from memory_pipeline.defs.events.definitions import raw_conversation_events
-from memory_pipeline.defs.objects import assets as objects
-from memory_pipeline.defs.sleep import assets as sleep
-from memory_pipeline.defs.temporal import assets as temporal
-from memory_pipeline.defs.tower import assets as tower
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.timeutil import local_date
 
@@ -45,84 +40,88 @@ STORE_TAG = {"memory_pipeline/store": ""}
 DUCKDB_POOL = "duckdb"
 
 _ALL = AllPartitionMapping()
+# Other domains' assets by key (a domain's defs import no other domain's).
+SLEEP_LIGHT = AssetKey("sleep_light_sleep")
+SLEEP_DEEP = AssetKey("sleep_deep_sleep")
+SLEEP_AUTO = AssetKey("sleep_autobiography")
 # Every asset whose runs call a model: each call is a ledger row (and a cache row) of the call's day.
 LLM_ASSETS = [
-    temporal.temporal_day_chunks,
-    temporal.temporal_peer_rolls,
-    temporal.temporal_day_summaries,
-    temporal.temporal_month_summaries,
-    temporal.temporal_year_summaries,
-    sleep.LIGHT_KEY,
-    sleep.DEEP_KEY,
-    sleep.AUTO_KEY,
+    AssetKey("temporal_day_chunks"),
+    AssetKey("temporal_peer_rolls"),
+    AssetKey("temporal_day_summaries"),
+    AssetKey("temporal_month_summaries"),
+    AssetKey("temporal_year_summaries"),
+    SLEEP_LIGHT,
+    SLEEP_DEEP,
+    SLEEP_AUTO,
 ]
 
 
 @dataclass(frozen=True)
 class Upstream:
-    deps: tuple[object, ...]
+    deps: tuple[AssetKey | AssetDep, ...]
     trigger: Trigger
 
 
-def _calls() -> tuple[object, ...]:
+def _calls() -> tuple[AssetKey | AssetDep, ...]:
     return (
-        *(AssetDep(a, partition_mapping=_ALL) for a in [*LLM_ASSETS, objects.objects_event_outcomes]),
-        temporal.temporal_system_rolls,
-        conversation.conversation_rolling_summaries,
-        objects.objects_compaction,
-        objects.objects_archive,
+        *(AssetDep(a, partition_mapping=_ALL) for a in [*LLM_ASSETS, AssetKey("objects_event_outcomes")]),
+        AssetKey("temporal_system_rolls"),
+        AssetKey("conversation_rolling_summaries"),
+        AssetKey("objects_compaction"),
+        AssetKey("objects_archive"),
     )
 
 
-def _sleep_all(*assets: object) -> tuple[object, ...]:
-    return tuple(AssetDep(a, partition_mapping=_ALL) for a in assets)  # type: ignore[arg-type]
+def _sleep_all(*keys: AssetKey) -> tuple[AssetDep, ...]:
+    return tuple(AssetDep(k, partition_mapping=_ALL) for k in keys)
 
 
-_OBJECTS = (objects.objects_compaction, objects.objects_archive)
+_OBJECTS: tuple[AssetKey, ...] = (AssetKey("objects_compaction"), AssetKey("objects_archive"))
 
 
 # What writes each exported table, and so when its export runs. A domain that lands with tables
 # adds them to analyst/registry.py and here (a unit test checks both lists match).
 UPSTREAM: dict[str, Upstream] = {
-    "worlds": Upstream((raw_conversation_events,), Trigger.REFRESH),
-    "conversations": Upstream((raw_conversation_events,), Trigger.REFRESH),
+    "worlds": Upstream((RAW_EVENTS,), Trigger.REFRESH),
+    "conversations": Upstream((RAW_EVENTS,), Trigger.REFRESH),
     # A day's messages: after the tick that chunks them and after the day rows (nightly, reconcile).
     "messages": Upstream(
-        (raw_conversation_events, temporal.temporal_day_chunks, temporal.temporal_day_summaries), Trigger.ALIGNED
+        (RAW_EVENTS, AssetKey("temporal_day_chunks"), AssetKey("temporal_day_summaries")), Trigger.ALIGNED
     ),
-    "ingest_batches": Upstream((raw_conversation_events,), Trigger.REFRESH),
-    "temporal_day_chunks": Upstream((temporal.temporal_day_chunks,), Trigger.ALIGNED),
+    "ingest_batches": Upstream((RAW_EVENTS,), Trigger.REFRESH),
+    "temporal_day_chunks": Upstream((AssetKey("temporal_day_chunks"),), Trigger.ALIGNED),
     # Each window's rows along that window's partitions: a rebuilt month re-exports that month.
-    "temporal_day_summaries": Upstream((temporal.temporal_day_summaries,), Trigger.ALIGNED),
-    "temporal_month_summaries": Upstream((temporal.temporal_month_summaries,), Trigger.ALIGNED),
-    "temporal_year_summaries": Upstream((temporal.temporal_year_summaries,), Trigger.ALIGNED),
+    "temporal_day_summaries": Upstream((AssetKey("temporal_day_summaries"),), Trigger.ALIGNED),
+    "temporal_month_summaries": Upstream((AssetKey("temporal_month_summaries"),), Trigger.ALIGNED),
+    "temporal_year_summaries": Upstream((AssetKey("temporal_year_summaries"),), Trigger.ALIGNED),
     "temporal_period_runs": Upstream(
-        (temporal.temporal_day_summaries, temporal.temporal_month_summaries, temporal.temporal_year_summaries),
+        (AssetKey("temporal_day_summaries"), AssetKey("temporal_month_summaries"), AssetKey("temporal_year_summaries")),
         Trigger.ALIGNED,
     ),
-    "warmup_requests": Upstream((temporal.temporal_peer_rolls,), Trigger.ALIGNED),
+    "warmup_requests": Upstream((AssetKey("temporal_peer_rolls"),), Trigger.ALIGNED),
     "llm_ledger": Upstream(_calls(), Trigger.RECENT),
     "llm_cache": Upstream(_calls(), Trigger.RECENT),
     "inbox": Upstream((), Trigger.REFRESH),  # written by the read path
     # Seed 004: types, entries, jobs and the retry ledger are written by the API / CLI / MCP too.
     "tower_types": Upstream((), Trigger.REFRESH),
-    "tower_entries": Upstream((tower.tower_day_windows,), Trigger.ALIGNED),
-    "tower_windows": Upstream((tower.tower_day_windows,), Trigger.ALIGNED),
-    "tower_summaries": Upstream((tower.tower_day_summaries,), Trigger.ALIGNED),
+    "tower_entries": Upstream((AssetKey("tower_day_windows"),), Trigger.ALIGNED),
+    "tower_windows": Upstream((AssetKey("tower_day_windows"),), Trigger.ALIGNED),
+    "tower_summaries": Upstream((AssetKey("tower_day_summaries"),), Trigger.ALIGNED),
     "tower_summary_attempts": Upstream((), Trigger.REFRESH),
     "tower_jobs": Upstream((), Trigger.REFRESH),
     "tower_window_runs": Upstream((), Trigger.REFRESH),
     # Seed 003: whole tables after any sleep run; by-day tables along the sleep partitions.
-    "semantic_memories": Upstream((sleep.LIGHT_KEY, sleep.DEEP_KEY), Trigger.ALIGNED),
-    "semantic_memory_versions": Upstream(_sleep_all(sleep.LIGHT_KEY, sleep.DEEP_KEY), Trigger.RECENT),
-    "semantic_memory_snapshots": Upstream((sleep.DEEP_KEY,), Trigger.ALIGNED),
-    "self_blocks": Upstream((sleep.AUTO_KEY,), Trigger.ALIGNED),
+    "semantic_memories": Upstream((SLEEP_LIGHT, SLEEP_DEEP), Trigger.ALIGNED),
+    "semantic_memory_versions": Upstream(_sleep_all(SLEEP_LIGHT, SLEEP_DEEP), Trigger.RECENT),
+    "semantic_memory_snapshots": Upstream((SLEEP_DEEP,), Trigger.ALIGNED),
+    "self_blocks": Upstream((SLEEP_AUTO,), Trigger.ALIGNED),
     "pinned_facts": Upstream((), Trigger.REFRESH),  # written by operators (CLI)
-    "autobiographical_memories": Upstream((sleep.AUTO_KEY,), Trigger.ALIGNED),
-    "sleep_runs": Upstream((sleep.LIGHT_KEY, sleep.DEEP_KEY, sleep.AUTO_KEY), Trigger.ALIGNED),
+    "autobiographical_memories": Upstream((SLEEP_AUTO,), Trigger.ALIGNED),
+    "sleep_runs": Upstream((SLEEP_LIGHT, SLEEP_DEEP, SLEEP_AUTO), Trigger.ALIGNED),
     # Seed 002: versions and failures land on the day of the run; the rest is written outside runs.
-    "conversation_summaries": Upstream((conversation.conversation_rolling_summaries,), Trigger.RECENT),
-    "conversation_summary_failures": Upstream((conversation.conversation_rolling_summaries,), Trigger.RECENT),
+    "conversation_summaries": Upstream((AssetKey("conversation_rolling_summaries"),), Trigger.RECENT),
+    "conversation_summary_failures": Upstream((AssetKey("conversation_rolling_summaries"),), Trigger.RECENT),
     "conversation_init_status": Upstream((), Trigger.REFRESH),
     # Written by `eval` (a command, not a run): refreshed with the other whole tables.
     "recall_eval_runs": Upstream((), Trigger.REFRESH),
@@ -131,21 +130,23 @@ UPSTREAM: dict[str, Upstream] = {
     "user_profile_facts": Upstream((), Trigger.REFRESH),
     # Seed 001: one current state written by unpartitioned runs (and the per-day outcomes).
     "objects_worlds": Upstream(_OBJECTS, Trigger.ALIGNED),
-    "objects_hot_nodes": Upstream((objects.objects_hot_timeline, objects.objects_compaction), Trigger.ALIGNED),
+    "objects_hot_nodes": Upstream((AssetKey("objects_hot_timeline"), AssetKey("objects_compaction")), Trigger.ALIGNED),
     "objects_event_state": Upstream(
-        (*_OBJECTS, AssetDep(objects.objects_event_outcomes, partition_mapping=_ALL)), Trigger.ALIGNED
+        (*_OBJECTS, AssetDep(AssetKey("objects_event_outcomes"), partition_mapping=_ALL)), Trigger.ALIGNED
     ),
-    "objects_objects": Upstream((objects.objects_archive,), Trigger.ALIGNED),
-    "objects_versions": Upstream((objects.objects_archive,), Trigger.RECENT),
-    "objects_relations": Upstream((objects.objects_archive,), Trigger.ALIGNED),
-    "objects_attachments": Upstream((objects.objects_archive,), Trigger.ALIGNED),
+    "objects_objects": Upstream((AssetKey("objects_archive"),), Trigger.ALIGNED),
+    "objects_versions": Upstream((AssetKey("objects_archive"),), Trigger.RECENT),
+    "objects_relations": Upstream((AssetKey("objects_archive"),), Trigger.ALIGNED),
+    "objects_attachments": Upstream((AssetKey("objects_archive"),), Trigger.ALIGNED),
     # Core documents: written by commits and by the projection's import of a human edit.
-    "objects_core": Upstream((objects.objects_archive, objects.objects_markdown_projection), Trigger.ALIGNED),
-    "objects_core_versions": Upstream((objects.objects_archive, objects.objects_markdown_projection), Trigger.RECENT),
+    "objects_core": Upstream((AssetKey("objects_archive"), AssetKey("objects_markdown_projection")), Trigger.ALIGNED),
+    "objects_core_versions": Upstream(
+        (AssetKey("objects_archive"), AssetKey("objects_markdown_projection")), Trigger.RECENT
+    ),
     "objects_jobs": Upstream(_OBJECTS, Trigger.ALIGNED),
     "objects_failures": Upstream(_OBJECTS, Trigger.RECENT),
     "objects_receipts": Upstream(_OBJECTS, Trigger.RECENT),
-    "objects_projection": Upstream((objects.objects_markdown_projection,), Trigger.ALIGNED),
+    "objects_projection": Upstream((AssetKey("objects_markdown_projection"),), Trigger.ALIGNED),
 }
 
 _WHEN = {
@@ -166,7 +167,7 @@ def _spec(export: ExportTable) -> AssetSpec:
         by += f", one {export.grain} partition at a time"
     return AssetSpec(
         key=export_key(export.name),
-        deps=up.deps,  # type: ignore[arg-type]
+        deps=up.deps,
         group_name=GROUP,
         kinds={"duckdb", "parquet"},
         tags=STORE_TAG,
@@ -244,7 +245,8 @@ def analyst_table_exports(context: AssetExecutionContext, analyst: AnalystResour
     yield from _results(report)
 
 
-REPORT_DEPS = [AssetKey("analyst_mart_temporal_coverage"), AssetKey("analyst_mart_llm_cost_daily")]
+JSON_FIGURES = ("placeholders_by_reason", "llm_calls_off_data_days")
+REPORT_DEPS = [AssetKey("analyst_mart_temporal_coverage"), AssetKey("analyst_mart_llm_cost_by_data_day")]
 
 
 @asset(
@@ -254,8 +256,8 @@ REPORT_DEPS = [AssetKey("analyst_mart_temporal_coverage"), AssetKey("analyst_mar
     kinds={"duckdb", "matplotlib"},
     automation_condition=after_upstream(),
     description="A PNG of the coverage and the cost: worlds per CST day with a day summary, a placeholder or "
-    "no row; placeholders by empty_reason; LLM calls and tokens per day. Written beside the DuckDB file and "
-    "shown in this materialization.",
+    "no row; placeholders by empty_reason; LLM calls and tokens per data day (the CST day the calls served). "
+    "Written beside the DuckDB file and shown in this materialization.",
 )
 def analyst_coverage_report(context: AssetExecutionContext, analyst: AnalystResource) -> MaterializeResult:
     files = analyst.files()
@@ -267,8 +269,8 @@ def analyst_coverage_report(context: AssetExecutionContext, analyst: AnalystReso
             "picture": MetadataValue.md(f"![coverage and cost](data:image/png;base64,{image})"),
             "path": MetadataValue.path(str(files.report)),
             "png_bytes": len(png),
-            **{k: v for k, v in summary.items() if k != "placeholders_by_reason"},
-            "placeholders_by_reason": MetadataValue.json(summary["placeholders_by_reason"]),
+            **{k: v for k, v in summary.items() if k not in JSON_FIGURES},
+            **{k: MetadataValue.json(summary[k]) for k in JSON_FIGURES},
         }
     )
 

@@ -4,6 +4,7 @@ from dagster import AssetKey, AssetSelection, AutomationConditionSensorDefinitio
 
 from memory_pipeline.analyst.registry import EXPORTS
 from memory_pipeline.defs._shared.partitions import cst_day_open, cst_month, cst_year
+from memory_pipeline.defs._shared.registry import Target, register
 from memory_pipeline.defs.analyst.assets import (
     GROUP,
     UPSTREAM,
@@ -15,7 +16,6 @@ from memory_pipeline.defs.analyst.automation import Trigger
 from memory_pipeline.defs.analyst.dbt import DAILY_MARTS, analyst_dbt_assets
 from memory_pipeline.defs.analyst.jobs import analyst_jobs
 from memory_pipeline.lib.kinds import Window
-from memory_pipeline.operations.registry import Target, register
 
 analyst_automation_sensor = AutomationConditionSensorDefinition(
     "analyst_automation_sensor",
@@ -47,6 +47,7 @@ _WHOLE = tuple(export_key(e.name) for e in EXPORTS if not e.by_day)
 _DATA_DAY = _keys(Window.DAY, Trigger.ALIGNED)
 _WRITE_DAY = _keys(Window.DAY, Trigger.RECENT, Trigger.REFRESH)
 _EXPORT = dict(job="analyst_export_job", partitions=cst_day_open, asset_key=export_key("messages"), configurable=False)
+_COST_BY_DATA_DAY = AssetKey("analyst_mart_llm_cost_by_data_day")
 _MARTS = dict(job="analyst_marts_job", partitions=cst_day_open, asset_key=DAILY_MARTS[0], configurable=False)
 for _name, _target in {
     "exports": Target(**_EXPORT, selection=(*_DATA_DAY, *_WRITE_DAY, *_WHOLE)),
@@ -59,6 +60,7 @@ for _name, _target in {
         "analyst_year_export_job", cst_year, export_key("temporal_year_summaries"), configurable=False
     ),
     "marts": Target(**_MARTS),
-    "daily_marts": Target(**_MARTS, selection=(*DAILY_MARTS, analyst_coverage_report.key)),
+    # the picture reads the calls by data day, a whole-table mart: rebuilt with the daily ones
+    "daily_marts": Target(**_MARTS, selection=(*DAILY_MARTS, _COST_BY_DATA_DAY, analyst_coverage_report.key)),
 }.items():
     register(_name, _target)

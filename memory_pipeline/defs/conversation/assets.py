@@ -7,9 +7,10 @@ from pydantic import Field
 
 from memory_pipeline.conversation import summaries
 from memory_pipeline.conversation.logic import FailingState
+from memory_pipeline.defs._shared.failures import provider_down
+from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.metadata import llm_metadata
 from memory_pipeline.defs.conversation.resources import ConversationResource
-from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.sleep.memory import self_block_of
 
 GROUP = "conversation"
@@ -25,7 +26,7 @@ class RollingSummaryConfig(Config):
 
 @asset(
     name="conversation_rolling_summaries",
-    deps=[raw_conversation_events],
+    deps=[RAW_EVENTS],
     group_name=GROUP,
     kinds={"llm"},
     tags={"memory_pipeline/store": ""},
@@ -53,7 +54,21 @@ def conversation_rolling_summaries(
     llm = conversation.client(store, "conversation_rolling_summaries")
     # long_arc lives in the self layer (seed 003's self blocks): read here, never written.
     arcs = self_block_of(store, cfg.long_arc_block, sorted({d.world_id for d in due}))
-    result = summaries.run(store, llm, cfg, conversation.tz(), due, long_arcs=arcs)
+    try:
+        result = summaries.run(store, llm, cfg, conversation.tz(), due, long_arcs=arcs)
+    except summaries.ProviderStopped as exc:  # the provider's breaker: the run stops with its one line
+        done = exc.result
+        raise provider_down(
+            exc,
+            summaries.LEFT_FOR_NEXT_RUN,
+            due=len(due),
+            written=len(done.written),
+            failed=len(done.failed),
+            failures=MetadataValue.json(done.failed),
+            not_done=MetadataValue.json(done.not_done),
+            conversations=MetadataValue.json(done.written),
+            **llm_metadata(llm.stats),
+        ) from None
     if result.failed:
         context.log.warning(
             f"{len(result.failed)} summary(ies) failed (nothing written, retried after the backoff): "

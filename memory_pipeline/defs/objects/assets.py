@@ -15,9 +15,10 @@ from dagster import (
 )
 from pydantic import Field
 
+from memory_pipeline.defs._shared.failures import provider_down
+from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day_open
-from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.objects.resources import ObjectsResource
 from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.objects import logic, projection, recall, reports, timeline, worker
@@ -64,6 +65,25 @@ def _checked(config: ObjectsRunConfig) -> ObjectsRunConfig:
     return config
 
 
+def _run_worker(octx, config: ObjectsRunConfig, modes: list[JobMode]) -> WorkerReport:
+    """The worker over the run's worlds; stopped by the provider's breaker, the run fails with its
+    one line (the refused batch handed back untouched, every job not done left queued)."""
+    try:
+        return worker.run_worker(octx, config.worlds or None, config.max_batches or None, modes=modes)
+    except worker.ProviderStopped as exc:
+        rep = exc.report
+        raise provider_down(
+            exc,
+            worker.LEFT_FOR_NEXT_RUN,
+            stopped_at_world=exc.world,
+            batches=rep.batches,
+            committed=rep.committed,
+            failed_claims=rep.failures,
+            first_errors=MetadataValue.md("\n".join(f"- {e}" for e in rep.errors[:10]) or "none"),
+            **llm_metadata(octx.llm.stats),
+        ) from None
+
+
 def _disabled(octx) -> MaterializeResult | None:
     """memory.objects.enabled: false turns the domain's work off (the runs say so)."""
     if octx.cfg.enabled:
@@ -99,7 +119,7 @@ def _worker_metadata(context: AssetExecutionContext, rep: WorkerReport) -> dict:
 
 
 @asset(
-    deps=[raw_conversation_events],
+    deps=[RAW_EVENTS],
     group_name=GROUP,
     tags=STORE_TAG,
     description="Seed 001 hot timeline: every raw event not yet seen enters as raw slices of at most 2,000 "
@@ -145,7 +165,7 @@ def objects_compaction(
     if (off := _disabled(octx)) is not None:
         return off
     created = worker.enqueue_threshold(octx) if config.automatic else []
-    rep = worker.run_worker(octx, config.worlds or None, config.max_batches or None, modes=[JobMode.COMPACT])
+    rep = _run_worker(octx, config, [JobMode.COMPACT])
     return MaterializeResult(
         metadata={
             "threshold_jobs_created": len(created),
@@ -180,7 +200,7 @@ def objects_archive(
     if config.deep:
         created += worker.enqueue_deep(octx)
     modes = [JobMode.ORGANIZE, JobMode.DEEP]
-    rep = worker.run_worker(octx, config.worlds or None, config.max_batches or None, modes=modes)
+    rep = _run_worker(octx, config, modes)
     counts = recall.object_counts(octx.store)
     states = reports.state_counts(octx.store)
     return MaterializeResult(
@@ -216,7 +236,7 @@ def objects_event_outcomes(
     rep = None
     if config.rebuild:
         worker.requeue_days(octx, [d for _, d in dates], config.worlds or None)
-        rep = worker.run_worker(octx, config.worlds or None, config.max_batches or None, modes=[JobMode.ORGANIZE])
+        rep = _run_worker(octx, config, [JobMode.ORGANIZE])
     today = local_date(octx.now(), octx.tz)
     counts = reports.day_counts(octx.store, dates[0][1], dates[-1][1], (config.worlds or [None])[0]) if dates else {}
     for key, day in dates:

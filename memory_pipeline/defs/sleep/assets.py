@@ -25,12 +25,13 @@ from dagster import (
 )
 from pydantic import Field
 
+from memory_pipeline.defs._shared.failures import provider_down
+from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day
-from memory_pipeline.defs.events.definitions import raw_conversation_events
+from memory_pipeline.defs._shared.run_config import RangeError, check_worlds
 from memory_pipeline.defs.sleep.resources import SleepResource
 from memory_pipeline.lib.llm import LLMProviderDown
-from memory_pipeline.operations.runner import RangeError, check_worlds
 from memory_pipeline.sleep.autobiography import run_autobiography
 from memory_pipeline.sleep.context import StageFailure
 from memory_pipeline.sleep.deep import run_deep_sleep
@@ -145,7 +146,7 @@ _SPEC: dict[str, Any] = dict(group_name=GROUP, kinds={"llm"}, tags=STORE_TAG, sk
     specs=[
         AssetSpec(
             LIGHT_KEY,
-            deps=[raw_conversation_events],
+            deps=[RAW_EVENTS],
             description="Seed 003 light sleep (builtin-light-sleep, 02:00 CST) for the CST day of the partition: "
             "per world, the sessions with a recallable message that day (message 1, by session, with timestamps; "
             "over ~120k characters the oldest-updated sessions are dropped and marked [已截断 N 个 session]), the "
@@ -213,10 +214,12 @@ def sleep_stages(
                     run, describe = _stage_fn(stage)
                     try:
                         result = run(ctx, day, worlds)
-                    except (StageFailure, LLMProviderDown) as exc:  # the provider's breaker: its one line
+                    except StageFailure as exc:
                         raise Failure(
                             description=str(exc), metadata={"failed_partition": key}, allow_retries=False
                         ) from None
+                    except LLMProviderDown as exc:  # the provider's breaker opened: its one line
+                        raise provider_down(exc, failed_partition=key) from None
                     stale |= set(result.stale_days)
                     made = [d.isoformat() for d in result.stale_days]
                     meta = {**describe(result), "later_days_marked_stale": made, **llm_metadata(ctx.llm.stats)}

@@ -3,12 +3,12 @@
 from dagster import Definitions
 
 from memory_pipeline.defs._shared.partitions import cst_day
+from memory_pipeline.defs._shared.registry import Target, register
 from memory_pipeline.defs.sleep import assets
 from memory_pipeline.defs.sleep.checks import sleep_checks
 from memory_pipeline.defs.sleep.jobs import sleep_jobs
 from memory_pipeline.defs.sleep.schedules import sleep_schedules
 from memory_pipeline.defs.sleep.sensors import sleep_late_data_sensor
-from memory_pipeline.operations.registry import Target, register
 
 defs = Definitions(
     assets=assets.sleep_assets,

@@ -18,15 +18,16 @@ from dagster import (
 )
 from pydantic import Field
 
+from memory_pipeline.defs._shared.failures import provider_down
+from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.leases import under_leases, under_leases_batched
 from memory_pipeline.defs._shared.metadata import cache_metadata, llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
-from memory_pipeline.defs.events.definitions import raw_conversation_events
+from memory_pipeline.defs._shared.run_config import RangeError, check_as_of, check_worlds
 from memory_pipeline.defs.temporal.resources import TemporalResource
 from memory_pipeline.lib.llm import LLMProviderDown
 from memory_pipeline.lib.store import StoreUnavailable
 from memory_pipeline.lib.timeutil import local_date, parse_instant, utcnow
-from memory_pipeline.operations.runner import RangeError, check_as_of, check_worlds
 from memory_pipeline.temporal import chunks, logic, rolls, summaries
 
 GROUP = "temporal"
@@ -113,15 +114,10 @@ def _store_failure(
 
 
 def _provider_down(exc: LLMProviderDown, finished: int, total: int) -> Failure:
-    """The provider's breaker opened: the run stops at once with its one line (a retry would only
-    meet the same outage). The partitions finished before it are written; the others (the batch
-    it stopped in rolled back whole) are left for the next run, which reuses the answers already
-    paid for from the cache."""
-    return Failure(
-        description=str(exc),
-        metadata={"finished_partitions": finished, "not_done_partitions": total - finished},
-        allow_retries=False,
-    )
+    """The provider's breaker opened. The partitions finished before it are written; the others (the
+    batch it stopped in rolled back whole) are left for the next run, which reuses the answers
+    already paid for from the cache."""
+    return provider_down(exc, finished_partitions=finished, not_done_partitions=total - finished)
 
 
 def _materialize_periods(window, context, config, temporal) -> MaterializeResult:
@@ -254,7 +250,7 @@ def _failure_line(window: str, n: int, failures: dict[str, str]) -> str:
 @asset(
     partitions_def=cst_day_open,
     backfill_policy=BackfillPolicy.single_run(),
-    deps=[raw_conversation_events],
+    deps=[RAW_EVENTS],
     group_name=GROUP,
     kinds={"llm"},
     tags=STORE_TAG,
@@ -393,7 +389,7 @@ def _period_asset(window: str, partitions_def, dep, description: str):
 temporal_day_summaries = _period_asset(
     "day",
     cst_day,
-    raw_conversation_events,
+    RAW_EVENTS,
     "Seed 000 per-world day rows (one per world, placeholders with empty_reason), from all of the day's "
     "material: per-conversation partial summaries first when it exceeds day_material_max_chars.",
 )

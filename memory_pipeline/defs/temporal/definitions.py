@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 from dagster import Definitions
 
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
+from memory_pipeline.defs._shared.registry import Target, register
 from memory_pipeline.defs.temporal import assets
 from memory_pipeline.defs.temporal.assets import temporal_assets
 from memory_pipeline.defs.temporal.checks import temporal_checks, temporal_freshness_checks, temporal_freshness_sensor
@@ -15,7 +16,6 @@ from memory_pipeline.defs.temporal.resources import TemporalResource
 from memory_pipeline.defs.temporal.schedules import temporal_schedules
 from memory_pipeline.defs.temporal.sensors import temporal_sensors
 from memory_pipeline.lib.timeutil import local_date, parse_instant, utcnow
-from memory_pipeline.operations.registry import Target, register
 from memory_pipeline.temporal import prompts, reconcile, summaries
 
 defs = Definitions(

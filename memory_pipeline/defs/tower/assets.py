@@ -5,12 +5,13 @@ partition keys and calls the core (memory_pipeline.tower)."""
 
 from collections import Counter
 
-from dagster import AssetExecutionContext, BackfillPolicy, Config, Failure, MaterializeResult, asset
+from dagster import AssetExecutionContext, BackfillPolicy, Config, MaterializeResult, asset
 from pydantic import Field
 
+from memory_pipeline.defs._shared.failures import provider_down
+from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_week
-from memory_pipeline.defs.events.definitions import raw_conversation_events
 from memory_pipeline.defs.tower.resources import TowerResource
 from memory_pipeline.lib.llm.client import CallStats, LLMProviderDown
 from memory_pipeline.lib.timeutil import utcnow
@@ -52,7 +53,7 @@ def _round_metadata(result: summaries.RoundResult) -> dict:
 @asset(
     partitions_def=cst_day_open,
     backfill_policy=BackfillPolicy.single_run(),
-    deps=[raw_conversation_events],
+    deps=[RAW_EVENTS],
     group_name=GROUP,
     tags=STORE_TAG,
     description="Seed 004 structural windows of one CST day, every level up to `day` of every memory type "
@@ -140,7 +141,7 @@ def _summary_asset(name: str, g: Granularity, partitions_def, deps, description:
             try:
                 result = summaries.summarize_period(sctx, g, period, now)
             except LLMProviderDown as exc:  # the provider's breaker opened: the run stops with its one line
-                raise Failure(description=str(exc), metadata={"failed_partition": key}, allow_retries=False) from None
+                raise provider_down(exc, failed_partition=key) from None
             context.add_asset_metadata(
                 {**_round_metadata(result), **tower_llm_metadata(sctx.llm.stats)}, partition_key=key
             )

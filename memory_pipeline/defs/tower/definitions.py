@@ -3,13 +3,13 @@
 from dagster import Definitions
 
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_week
+from memory_pipeline.defs._shared.registry import Target, register
 from memory_pipeline.defs.tower import assets
 from memory_pipeline.defs.tower.assets import tower_assets
 from memory_pipeline.defs.tower.checks import tower_checks
 from memory_pipeline.defs.tower.jobs import tower_jobs
 from memory_pipeline.defs.tower.schedules import tower_schedules
 from memory_pipeline.defs.tower.sensors import tower_sensors
-from memory_pipeline.operations.registry import Target, register
 
 defs = Definitions(
     assets=tower_assets,

@@ -59,7 +59,12 @@ class LLMHardFailure(RuntimeError):
 class LLMProviderDown(RuntimeError):
     """The provider's breaker is open: the call was refused without a request. Not an
     LLMHardFailure on purpose: callers record those per world and go on, while this one stops the
-    run (the partitions not done are left for the next run)."""
+    run; its text names the provider and its last error, and ``stopping`` adds what the caller
+    leaves for the next run (each domain says it in its own terms)."""
+
+    def stopping(self, left: str) -> str:
+        """The run's one line: the provider's state, then what is left (``left``) for the next run."""
+        return f"{self}; stopping: {left}"
 
 
 @dataclass
@@ -410,10 +415,7 @@ class LLMClient:
     def breaker_message(self, last_error: str, failures: int) -> str:
         where = self._redacted(self.api_base) if self.api_base else "its default endpoint"
         error = " ".join(last_error.split())  # one line, whatever the provider's text looked like
-        return (
-            f"LLM provider {self.model} at {where} is failing: {error[:300]} ({failures} consecutive failures); "
-            "stopping: the partitions not done are left for the next run"
-        )
+        return f"LLM provider {self.model} at {where} is failing: {error[:300]} ({failures} consecutive failures)"
 
     def _failed(self, error: str) -> None:
         b = self._breaker
@@ -425,8 +427,12 @@ class LLMClient:
                 opened = b.failures == self.breaker_failures
             else:
                 opened = False
-        if opened:
-            log.error("%s", self.breaker_message(error, self.breaker_failures))
+        if opened:  # info: the run's own stop line says it (the console shows WARNING and up: not twice)
+            log.info(
+                "%s; further calls are refused without a request for %g s",
+                self.breaker_message(error, self.breaker_failures),
+                self.breaker_cooldown_seconds,
+            )
 
     def _succeeded(self) -> None:
         b = self._breaker
