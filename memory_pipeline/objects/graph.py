@@ -543,14 +543,14 @@ def _write_objects(
         params = []
         for o in changed:
             old = stored[o.object_id]
-            status = str(o.status) if o.status is not None else old["status"]
+            changed_status = str(o.status) if o.status is not None else str(old["status"])
             version = old["version"] + 1
             params.append(
                 {
                     "w": world,
                     "oid": o.object_id,
                     **o.content(),
-                    "status": status,
+                    "status": changed_status,
                     "version": version,
                     "revision": revision,
                     "updated_at": now,
@@ -563,7 +563,7 @@ def _write_objects(
                     "version": version,
                     "revision": revision,
                     "action": "update",
-                    "snapshot": {**o.content(), "status": status},
+                    "snapshot": {**o.content(), "status": changed_status},
                     "receipt_token": token,
                     "at": now,
                 }

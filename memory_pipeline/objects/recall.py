@@ -487,7 +487,7 @@ def resident(store: Store, world: str, hot_view_bytes: int = logic.HOT_VIEW_MAX_
 
     c, o, n = objects_core.c, objects_objects.c, objects_hot_nodes.c
     with store.connect() as conn:
-        core = dict(conn.execute(select(c.name, c.content).where(c.world_id == world)).all())
+        core: dict[str, str] = dict(conn.execute(select(c.name, c.content).where(c.world_id == world)).tuples().all())
         directory = conn.execute(
             select(o.object_id, o.name)
             .where(o.world_id == world, o.status != "archived")

@@ -144,4 +144,4 @@ def day_changes(store: Store) -> dict[date, Any]:
     materialized before it is stale (late data reaches the day's outcomes without a rebuild)."""
     s = objects_event_state.c
     with store.connect() as conn:
-        return dict(conn.execute(select(s.event_day, func.max(s.updated_at)).group_by(s.event_day)).all())
+        return dict(conn.execute(select(s.event_day, func.max(s.updated_at)).group_by(s.event_day)).tuples().all())

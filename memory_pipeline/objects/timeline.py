@@ -79,7 +79,9 @@ def intake(
             world_ids = sorted({r.world_id for r in rows})
             ensure_worlds(conn, world_ids)
             w = objects_worlds.c
-            seqs = dict(conn.execute(select(w.world_id, w.next_seq).where(w.world_id.in_(world_ids))).all())
+            seqs: dict[str, int] = dict(
+                conn.execute(select(w.world_id, w.next_seq).where(w.world_id.in_(world_ids))).tuples().all()
+            )
             nodes: list[dict[str, Any]] = []
             states = []
             now = octx.now()
@@ -230,7 +232,9 @@ def expand(octx: ObjectsContext, node_id: str) -> list[dict[str, Any]]:
         ]
         events = sorted({r["event_id"] for r in rows if r["level"] == 0 and not r["active"]})
         raw = (
-            dict(conn.execute(select(m.message_id, m.content).where(m.message_id.in_(events))).all()) if events else {}
+            dict(conn.execute(select(m.message_id, m.content).where(m.message_id.in_(events))).tuples().all())
+            if events
+            else {}
         )
     for r in rows:
         if r["event_id"] in raw:
@@ -271,7 +275,9 @@ def next_batch(octx: ObjectsContext, world: str, end_seq: int, size: int, *, who
     n = objects_hot_nodes.c
     in_range = (n.world_id == world, n.active.is_(True), n.seq <= end_seq)
     with octx.store.connect() as conn:
-        counts = dict(conn.execute(select(n.level, func.count()).where(*in_range).group_by(n.level)).all())
+        counts: dict[int, int] = dict(
+            conn.execute(select(n.level, func.count()).where(*in_range).group_by(n.level)).tuples().all()
+        )
         pick = logic.compact_pick({int(k): int(v) for k, v in counts.items()}, size, whole_range=whole_range)
         if pick is None:
             return CompactBatch(world, [])

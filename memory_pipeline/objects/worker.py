@@ -355,12 +355,14 @@ def _deep_due(octx: ObjectsContext) -> list[tuple[str, date]]:
     w, c, m = objects_worlds.c, conversations.c, messages.c
     with octx.store.connect() as conn:
         flags = conn.execute(select(w.world_id, w.last_deep_date)).all()
-        last = dict(
+        last: dict[str, datetime] = dict(
             conn.execute(
                 select(c.world_id, func.max(m.at))
                 .join(messages, m.conversation_id == c.conversation_id)
                 .group_by(c.world_id)
-            ).all()
+            )
+            .tuples()
+            .all()
         )
     skip = _in_flight(octx, JobMode.DEEP)
     due = []

@@ -7,8 +7,8 @@ entries it covers. A temporal day summary lands on its own day."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
-from datetime import date
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
@@ -60,14 +60,14 @@ def message_days(store: Store, worlds: Iterable[str], tz: ZoneInfo) -> dict[str,
     return {mid: local_date(at, tz) for _w, mid, at in _messages(store, list(worlds))}
 
 
-def _messages(store: Store, worlds: list[str]) -> list:
+def _messages(store: Store, worlds: list[str]) -> Sequence[tuple[str, str, datetime]]:
     q = (
         select(conversations.c.world_id, messages.c.message_id, messages.c.at)
         .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
         .where(conversations.c.world_id.in_(worlds))
     )
     with store.connect() as conn:
-        return conn.execute(q).all()
+        return conn.execute(q).tuples().all()
 
 
 def document_days(doc: Document, event_day: dict[str, date], tz: ZoneInfo) -> set[date]:

@@ -19,9 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Row, func, select
 
 from memory_pipeline.conversation.tables import conversation_summaries
 from memory_pipeline.lib.store.tables import conversations, messages
@@ -63,7 +64,16 @@ class Document:
     event_ids: tuple[str, ...]  # lineage: the raw events it came from
 
 
-def _span(ats: Iterable[datetime]) -> tuple[datetime | None, datetime | None]:
+Span = tuple[datetime | None, datetime | None]
+
+
+class _DocMaker(Protocol):
+    def __call__(
+        self, kind: MemoryKind, ref: object, text: str, events: Iterable[str], span: Span | None = None
+    ) -> Document: ...
+
+
+def _span(ats: Iterable[datetime]) -> Span:
     ats = sorted(ats)
     return (ats[0], ats[-1]) if ats else (None, None)
 
@@ -83,7 +93,7 @@ def world_documents(conn: Connection, world: str, tz: ZoneInfo, activity_type: s
         event_at[mid] = at
         session_events[conv].append(mid)
 
-    def doc(kind: MemoryKind, ref: object, text: str, events: Iterable[str], span=None) -> Document:
+    def doc(kind: MemoryKind, ref: object, text: str, events: Iterable[str], span: Span | None = None) -> Document:
         ids = tuple(dict.fromkeys(e for e in events if e in event_at))
         start, end = span if span else _span(event_at[e] for e in ids)
         return Document(world, kind, str(ref), " ".join(text.split()), start, end, ids)
@@ -145,7 +155,7 @@ def history_ids(conn: Connection, ids: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _temporal(conn: Connection, world: str, tz: ZoneInfo, doc) -> list[Document]:
+def _temporal(conn: Connection, world: str, tz: ZoneInfo, doc: _DocMaker) -> list[Document]:
     t = temporal_summaries.c
     rows = conn.execute(
         select(t.summary_id, t.window, t.period_start, t.content, t.source_kind, t.source_ids).where(
@@ -155,7 +165,7 @@ def _temporal(conn: Connection, world: str, tz: ZoneInfo, doc) -> list[Document]
     by_id = {r.summary_id: r for r in rows}
     memo: dict[int, list[str]] = {}
 
-    def events(r) -> list[str]:
+    def events(r: Row[Any]) -> list[str]:
         if r.summary_id not in memo:
             if r.source_kind == "message":
                 memo[r.summary_id] = list(r.source_ids or [])
@@ -171,7 +181,7 @@ def _temporal(conn: Connection, world: str, tz: ZoneInfo, doc) -> list[Document]
     return out
 
 
-def _tower(conn: Connection, world: str, activity_type: str, doc) -> list[Document]:
+def _tower(conn: Connection, world: str, activity_type: str, doc: _DocMaker) -> list[Document]:
     """The newest summary of each window of the activity type in the world's group."""
     ts = tower_summaries.c
     rows = conn.execute(
@@ -182,14 +192,14 @@ def _tower(conn: Connection, world: str, activity_type: str, doc) -> list[Docume
     newest = {(r.granularity, r.start, r.end): r for r in rows}  # later records win
     by_id = {r.record_id: r for r in rows}
     te = tower_entries.c
-    entry_ids = dict(
-        conn.execute(
-            select(te.entry_pk, te.entry_id).where(te.type_name == activity_type, te.group_value == world)
-        ).all()
+    entry_ids: dict[int, str] = dict(
+        conn.execute(select(te.entry_pk, te.entry_id).where(te.type_name == activity_type, te.group_value == world))
+        .tuples()
+        .all()
     )
     memo: dict[int, list[str]] = {}
 
-    def events(r) -> list[str]:
+    def events(r: Row[Any]) -> list[str]:
         if r.record_id not in memo:
             memo[r.record_id] = []  # a cycle would stop here
             if r.ref_kind == "entry":

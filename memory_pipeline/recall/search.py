@@ -44,6 +44,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.sql.elements import BindParameter, ColumnClause
 
 from memory_pipeline.conversation.tables import conversation_summaries
 from memory_pipeline.lib import settings
@@ -219,7 +220,7 @@ def refresh(store: Store, world: str, tz: ZoneInfo, activity_type: str, *, force
             conn.execute(delete(recall_documents).where(rd.doc_id.in_(gone[i : i + 500])))
         if changed:
             rows = [_row(d, now) | {"b_doc_id": doc_id} for doc_id, d in changed]
-            values = {k: bindparam(k) for k in rows[0] if k != "b_doc_id"}
+            values: dict[str, BindParameter[Any]] = {k: bindparam(k) for k in rows[0] if k != "b_doc_id"}
             conn.execute(update(recall_documents).where(rd.doc_id == bindparam("b_doc_id")).values(values), rows)
         if new:
             rows = [_row(d, now) for d in new]
@@ -298,7 +299,7 @@ def search_page(
         # (the page's total) comes with it, counted before the LIMIT.
         in_range = fts.c.rowid.between(base, base + DOC_SPAN - 1) if base is not None else true()
         # FTS5's rank column is bm25() (smaller is better), usable where a window function is
-        rank = literal_column(f"{FTS_TABLE}.rank")
+        rank: ColumnClause[float] = literal_column(f"{FTS_TABLE}.rank")
         matches = select(fts.c.rowid.label("doc_id"), (-rank).label("score"), func.count().over().label("total"))
         matches = matches.where(matching, in_range)
         if not periods:
@@ -330,7 +331,7 @@ def search_page(
     else:
         # the expression of the GIN index; to_tsquery syntax cannot appear in a term (query_terms:
         # letters, digits and '_' only)
-        english = literal_column("'english'::regconfig")
+        english: ColumnClause[Any] = literal_column("'english'::regconfig")
         tsv = func.to_tsvector(english, rd.search_text)
         tsq = func.to_tsquery(english, " | ".join(terms))
         score = func.ts_rank(tsv, tsq)

@@ -17,7 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select
+from sqlalchemy import Connection, and_, delete, func, select
 
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds
@@ -235,7 +235,7 @@ def _commit(
     run.snapshot_rows += len(snap)
 
 
-def _last_outputs(conn: Any, day: date) -> dict[str, str]:
+def _last_outputs(conn: Connection, day: date) -> dict[str, str | None]:
     """Each world's active-set fingerprint after its newest earlier deep sleep (one record per world
     read, whatever the history's length: a run over many days asks this every day)."""
     r = sleep_runs.c
@@ -332,7 +332,7 @@ def write_round_logs(
         mine = [r for r in records if r.round_index == index]
         if not mine:
             continue
-        entries = [
+        entries: list[dict[str, Any]] = [
             {
                 "day": day.isoformat(),
                 "world_id": world,

@@ -5,14 +5,14 @@ pinned facts), `remember` and the memory tool's explicit delete. No Dagster."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import bindparam, delete, func, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.ids import validate_id
@@ -39,7 +39,7 @@ from memory_pipeline.sleep.tables import (
 )
 
 
-def _memory(row: Mapping[str, Any]) -> Memory:
+def _memory(row: RowMapping) -> Memory:
     return Memory(
         row["memory_id"],
         row["world_id"],

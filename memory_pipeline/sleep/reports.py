@@ -96,15 +96,19 @@ def stale_positions(store: Store, since: date) -> list[Position]:
 def status(store: Store) -> dict[str, Any]:
     """Counts for `memory-pipeline status` and `sleep status`."""
     with store.connect() as conn:
-        by_status = dict(
-            conn.execute(select(semantic_memories.c.status, func.count()).group_by(semantic_memories.c.status)).all()
+        by_status: dict[str, int] = dict(
+            conn.execute(select(semantic_memories.c.status, func.count()).group_by(semantic_memories.c.status))
+            .tuples()
+            .all()
         )
-        by_type = dict(
+        by_type: dict[str, int] = dict(
             conn.execute(
                 select(semantic_memories.c.type, func.count())
                 .where(semantic_memories.c.status == "active")
                 .group_by(semantic_memories.c.type)
-            ).all()
+            )
+            .tuples()
+            .all()
         )
         versions = conn.execute(select(func.count()).select_from(semantic_memory_versions)).scalar_one()
         narratives = conn.execute(select(func.count()).select_from(autobiographical_memories)).scalar_one()

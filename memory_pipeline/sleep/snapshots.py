@@ -10,9 +10,9 @@ from datetime import date
 from sqlalchemy import select
 
 from memory_pipeline.lib.store import Store
-from memory_pipeline.sleep.light import DAY_ROW
 from memory_pipeline.sleep.logic import Stage
 from memory_pipeline.sleep.memory import memories_by_id
+from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.tables import semantic_memories, sleep_runs
 from memory_pipeline.sleep.tables import semantic_memory_snapshots as snaps
 
@@ -51,14 +51,16 @@ def _check_sides(store: Store, world_id: str, days: Sequence[date]) -> None:
         if not known:
             raise SnapshotMissing(f"unknown world {world_id!r}: it has no semantic memory")
         for day in days:
-            runs = dict(
+            runs: dict[str, str] = dict(
                 conn.execute(
                     select(sleep_runs.c.world_id, sleep_runs.c.status).where(
                         sleep_runs.c.stage == str(Stage.DEEP),
                         sleep_runs.c.day == day,
                         sleep_runs.c.world_id.in_([DAY_ROW, world_id]),
                     )
-                ).all()
+                )
+                .tuples()
+                .all()
             )
             if DAY_ROW not in runs and not conn.execute(select(snaps.c.day).where(snaps.c.day == day).limit(1)).first():
                 raise SnapshotMissing(f"no snapshot of {day}: deep sleep has not run that day")

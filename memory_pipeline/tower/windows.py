@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -19,7 +19,7 @@ from sqlalchemy import Connection, delete, func, select
 
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import conversations, messages
-from memory_pipeline.lib.timeutil import UTC, day_bounds, local_date, utcnow
+from memory_pipeline.lib.timeutil import day_bounds, local_date, utcnow
 from memory_pipeline.tower import entries as entries_io
 from memory_pipeline.tower import types as types_io
 from memory_pipeline.tower.logic import SUB_DAY, Granularity, child_level, window_end, window_start
