@@ -147,8 +147,10 @@ def due_conversations(store: Store, cfg: ConversationConfig, now: datetime | Non
             if b.waiting(now, cfg.retry_backoff_minutes, cfg.max_consecutive_failures)
         }
         counts = _counts(conn)
-        status = dict(
-            conn.execute(select(conversation_init_status.c.conversation_id, conversation_init_status.c.status)).all()
+        status: dict[str, str] = dict(
+            conn.execute(select(conversation_init_status.c.conversation_id, conversation_init_status.c.status))
+            .tuples()
+            .all()
         )
         latest = _latest(conn)
         open_reqs: dict[str, str] = {}
@@ -652,8 +654,8 @@ def _own_words(text: str, lines: Sequence[tuple[int, str]], field: str = "unreso
 
 def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tuple[str, list[dict[str, Any]]]:
     """Deterministic, not a language model, and in the author's view: the arc is three fixed
-    sentences around the three most frequent words of the user's lines (plus one that refers to
-    long_arc when the world has one); each thing a user line says it likes (喜欢 / 爱 / like / love
+    sentences around the first three words of the offline headline of the user's lines (plus one
+    that refers to long_arc when the world has one); each thing a user line says it likes (喜欢 / 爱 / like / love
     and at most the next four tokens) is a preference "用户喜欢…"; those three words are key points
     (投入); the words of the last user question make the unresolved hook. Whatever would still copy
     a line is left out (the arc falls back to one without the words)."""
@@ -663,7 +665,7 @@ def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tup
     shown = [ln.split(" ", 1) for ln in body.splitlines() if ln.startswith("L") and " **" in ln]
     lines = [(int(n[1:]), rest.split("** ", 1)[-1]) for n, rest in shown if n[1:].isdigit()]
     users = [ln.split("**user** ", 1)[1] for ln in body.splitlines() if "**user** " in ln]
-    words = [w for w in offline.headline("\n".join(users), 60).split(" · ") if w] if users else []
+    words = [w for w in offline.headline("\n".join(users), 60).split(offline.HEADLINE_SEPARATOR) if w] if users else []
     top = "、".join(words[:3]) or "日常"
     arc = f"这段时间用户主要在聊{top}。用户在这些话题上持续投入。整体情绪平稳，没有明显的回避。"
     if not _own_words(arc, lines, "emotional_arc"):
@@ -673,7 +675,9 @@ def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tup
     likes = [_join(logic.tokens(m.group(1))[:4]) for u in users for m in _LIKES.finditer(u)]
     prefs = [p for p in (f"用户喜欢{x}" for x in dict.fromkeys(likes) if x) if _own_words(p, lines, "preferences")][:5]
     questions = [u for u in users if u.rstrip().endswith(("?", "？"))]
-    asked = [w for w in offline.headline(questions[-1], 40).split(" · ") if w][:2] if questions else []
+    asked = (
+        [w for w in offline.headline(questions[-1], 40).split(offline.HEADLINE_SEPARATOR) if w][:2] if questions else []
+    )
     hooks = [h for h in ([f"用户关于{'、'.join(asked)}的问题还没有结论"] if asked else []) if _own_words(h, lines)]
     points = [{"topic": w, "state": "投入"} for w in words[:3] if _own_words(w, lines)]
     args = {"emotional_arc": arc, "preferences": prefs, "emotional_key_points": points, "unresolved_hooks": hooks}
@@ -689,7 +693,7 @@ def failure_counts(store: Store) -> dict[str, int]:
         q = select(conversation_summary_failures.c.conversation_id, func.count()).group_by(
             conversation_summary_failures.c.conversation_id
         )
-        return dict(conn.execute(q).all())
+        return dict(conn.execute(q).tuples().all())
 
 
 def layout_audit(store: Store) -> tuple[int, list[str]]:

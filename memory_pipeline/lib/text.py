@@ -7,6 +7,8 @@ import hashlib
 import json
 import math
 import re
+import sqlite3
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -117,3 +119,53 @@ def zipf(word: str) -> float:
     from wordfreq import zipf_frequency
 
     return float(zipf_frequency(word, "en"))
+
+
+# ---- stems as SQLite FTS5 indexes them ------------------------------------------------------------
+
+
+class _Stemmer:
+    """FTS5's own ``porter unicode61`` tokenizer, asked through an in-memory table and its fts5vocab
+    view (the term each token was indexed as): the stems are exactly a search index's, with no
+    stemmer of our own to drift from it. One connection, guarded (the memory server searches from
+    threads)."""
+
+    CACHE_MAX = 100_000  # distinct words remembered (a long-running server meets new ones forever)
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.db: sqlite3.Connection | None = None
+        self.cache: dict[str, str] = {}
+
+    def stems(self, words: Iterable[str]) -> list[str]:
+        words = list(words)
+        with self.lock:
+            todo = list(dict.fromkeys(w for w in words if w not in self.cache))
+            if todo:
+                if len(self.cache) + len(todo) > self.CACHE_MAX:
+                    self.cache.clear()
+                self.cache.update(self._ask(todo))
+            return [self.cache[w] for w in words]
+
+    def _ask(self, words: list[str]) -> dict[str, str]:
+        if self.db is None:
+            self.db = sqlite3.connect(":memory:", check_same_thread=False)
+            self.db.execute("CREATE VIRTUAL TABLE t USING fts5(body, tokenize='porter unicode61')")
+            self.db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        db = self.db
+        db.executemany("INSERT INTO t (rowid, body) VALUES (?, ?)", enumerate(words, 1))
+        tokens: dict[int, list[str]] = {}
+        for term, doc in db.execute("SELECT term, doc FROM v ORDER BY doc, offset"):
+            tokens.setdefault(doc, []).append(term)
+        db.execute("DELETE FROM t")
+        # a word the tokenizer splits ("a_b") stems to its tokens; one it drops entirely, to itself
+        return {w: " ".join(tokens.get(i, [])) or w for i, w in enumerate(words, 1)}
+
+
+_STEMMER = _Stemmer()
+
+
+def porter_stems(words: Iterable[str]) -> list[str]:
+    """Each word as SQLite FTS5's ``porter unicode61`` tokenizer indexes it ("greyhounds" ->
+    "greyhound", "painting" -> "paint", "Café" -> "cafe")."""
+    return _STEMMER.stems(words)

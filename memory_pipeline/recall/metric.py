@@ -16,11 +16,12 @@ import hashlib
 import math
 import re
 import sqlite3
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from enum import StrEnum
+
+from memory_pipeline.lib.text import porter_stems
 
 KS = (1, 5)
 _CJK = re.compile(r"([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af])")
@@ -56,55 +57,15 @@ def words(text: str) -> list[str]:
     return list(dict.fromkeys(t.lower() for t in _WORD.findall(fts_text(text))))
 
 
-class _Stemmer:
-    """FTS5's own ``porter unicode61`` tokenizer, asked through an in-memory table and its fts5vocab
-    view (the term each token was indexed as): the stems are exactly the index's, with no stemmer of
-    our own to drift from it. One connection, guarded (the memory server searches from threads)."""
-
-    CACHE_MAX = 100_000  # distinct words remembered (a long-running server meets new ones forever)
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.db: sqlite3.Connection | None = None
-        self.cache: dict[str, str] = {}
-
-    def stems(self, words: Iterable[str]) -> list[str]:
-        words = list(words)
-        with self.lock:
-            todo = list(dict.fromkeys(w for w in words if w not in self.cache))
-            if todo:
-                if len(self.cache) + len(todo) > self.CACHE_MAX:
-                    self.cache.clear()
-                self.cache.update(self._ask(todo))
-            return [self.cache[w] for w in words]
-
-    def _ask(self, words: list[str]) -> dict[str, str]:
-        if self.db is None:
-            self.db = sqlite3.connect(":memory:", check_same_thread=False)
-            self.db.execute("CREATE VIRTUAL TABLE t USING fts5(body, tokenize='porter unicode61')")
-            self.db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
-        db = self.db
-        db.executemany("INSERT INTO t (rowid, body) VALUES (?, ?)", enumerate(words, 1))
-        tokens: dict[int, list[str]] = {}
-        for term, doc in db.execute("SELECT term, doc FROM v ORDER BY doc, offset"):
-            tokens.setdefault(doc, []).append(term)
-        db.execute("DELETE FROM t")
-        # a word the tokenizer splits ("a_b") stems to its tokens; one it drops entirely, to itself
-        return {w: " ".join(tokens.get(i, [])) or w for i, w in enumerate(words, 1)}
-
-
-_STEMMER = _Stemmer()
-
-
 def stem(word: str) -> str:
     """``word`` as the index stores it: FTS5's porter stem over unicode61 ("greyhounds" ->
     "greyhound", "painting" -> "paint", "Café" -> "cafe")."""
-    return _STEMMER.stems([word])[0]
+    return porter_stems([word])[0]
 
 
 def stems(text: str) -> set[str]:
     """The stems of a text's words (:func:`words`, :func:`stem`)."""
-    return set(_STEMMER.stems(words(text)))
+    return set(porter_stems(words(text)))
 
 
 def query_terms(text: str) -> list[str]:
@@ -112,7 +73,7 @@ def query_terms(text: str) -> list[str]:
     stem (the first form of each), so no word counts twice in BM25."""
     ws = words(text)
     first: dict[str, str] = {}
-    for w, s in zip(ws, _STEMMER.stems(ws), strict=True):
+    for w, s in zip(ws, porter_stems(ws), strict=True):
         first.setdefault(s, w)
     return list(first.values())
 

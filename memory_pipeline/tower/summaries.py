@@ -10,6 +10,7 @@ reason; (5) the semantic tick commits at most ``max_commits_per_round`` records.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -19,9 +20,9 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, delete, select
 
-from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest
+from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMRequest, offline
 from memory_pipeline.lib.store import Store, leases, upsert
-from memory_pipeline.lib.text import short_hash
+from memory_pipeline.lib.text import hard_cap, short_hash
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.tower import prompts
 from memory_pipeline.tower import types as types_io
@@ -212,7 +213,22 @@ class Made:
     clipped: int
 
 
-def _ask(sctx: SummaryContext, task: str, header: str, items: list[str]) -> str:
+def _offline_aggregate(period: str, material: str, max_chars: int) -> str:
+    """The offline model's aggregate: its content words as one conclusion that names the period
+    ("week 2026-01-05: postgres, migration"). Alike children have alike words; the period's name
+    keeps the aggregate from passing a child's text through (which the guardrail refuses)."""
+    budget = max_chars - len(period) - 2
+    while True:  # the whole JSON within the hard cut, or the client would cut it mid-object
+        words = offline.headline(material, max(1, budget))
+        keywords = [w for w in words.split(offline.HEADLINE_SEPARATOR) if w]
+        answer = json.dumps({"conclusions": [f"{period}: {words}"], "keywords": keywords}, ensure_ascii=False)
+        if len(answer) <= hard_cap(max_chars) or budget <= 1:
+            return answer
+        budget //= 2
+
+
+def _ask(sctx: SummaryContext, task: str, header: str, items: list[str], period: str | None = None) -> str:
+    """One model call. ``period`` (an aggregate's window) is what the offline model's answer names."""
     req = LLMRequest(
         task=task,
         system=prompts.spec(task, sctx.cfg.summary_max_chars),
@@ -220,10 +236,13 @@ def _ask(sctx: SummaryContext, task: str, header: str, items: list[str]) -> str:
         prompt_version=prompts.PROMPT_VERSION,
         max_chars=sctx.cfg.summary_max_chars,
     )
+    if period is not None:
+        cap = sctx.cfg.summary_max_chars
+        req = replace(req, offline_answer=lambda r: (_offline_aggregate(period, "\n".join(items), cap), []))
     return sctx.llm.complete(req, force=sctx.force_llm).text.strip()
 
 
-def _make(sctx: SummaryContext, task: str, header: str, items: list[str]) -> Made:
+def _make(sctx: SummaryContext, task: str, header: str, items: list[str], period: str | None = None) -> Made:
     """Within the token budget one direct call; over it one call per chunk, then one to merge."""
     plan = plan_chunks([approx_tokens(x) for x in items], sctx.cfg.input_budget_tokens, sctx.cfg.max_chunks)
     if not plan.chunks:  # an empty record would pass for a summary
@@ -233,13 +252,13 @@ def _make(sctx: SummaryContext, task: str, header: str, items: list[str]) -> Mad
         )
     if plan.strategy == Strategy.DIRECT:
         chosen = [items[i] for i in plan.chunks[0]] if plan.chunks else []
-        answer = _ask(sctx, task, header, chosen)
+        answer = _ask(sctx, task, header, chosen, period)
     else:
         partials = [
             _ask(sctx, "tower_map", f"{header} (part {n + 1} of {len(plan.chunks)})", [items[i] for i in chunk])
             for n, chunk in enumerate(plan.chunks)
         ]
-        answer = _ask(sctx, "tower_reduce", header, [f"part {n + 1}: {p}" for n, p in enumerate(partials)])
+        answer = _ask(sctx, "tower_reduce", header, [f"part {n + 1}: {p}" for n, p in enumerate(partials)], period)
     sections = parse_sections(answer)
     if not any(sections.values()):  # an empty record would pass for a summary of the window
         raise SummaryRefused("the model's summary is empty (no section has an item): nothing appended")
@@ -279,7 +298,9 @@ def _insert(
         "material_fp": fp,
         "created_at": utcnow(),
     }
-    record_id = int(conn.execute(tower_summaries.insert().values(row)).inserted_primary_key[0])
+    inserted = conn.execute(tower_summaries.insert().values(row)).inserted_primary_key
+    assert inserted is not None  # a single-row INSERT always has its key
+    record_id = int(inserted[0])
     sctx.appended.append(key.label(sctx.tz))
     return record_id
 
@@ -332,8 +353,8 @@ def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[
         with sctx.store.connect() as conn:
             rec = newest(conn, ckey)
         if rec is None:
-            rec, made = _missing_child(sctx, ckey, by_child[cstart])
-            made_children |= made
+            rec, made_child = _missing_child(sctx, ckey, by_child[cstart])
+            made_children |= made_child
         child_records.append(rec)
     ids = [int(r["record_id"]) for r in child_records]
     fp = _fp(sctx, "chain", ids)
@@ -344,7 +365,7 @@ def _from_chain(sctx: SummaryContext, t: MemoryType, key: WindowKey, rows: list[
     header = f"period: {window_label(key.granularity, key.start, sctx.tz)} ({len(ids)} {child} windows)"
     items = [f"# {window_label(child, r['start'], sctx.tz)}\n{_child_material(r['sections'])}" for r in child_records]
     sctx.make_room()
-    made = _make(sctx, "tower_aggregate", header, items)
+    made = _make(sctx, "tower_aggregate", header, items, window_label(key.granularity, key.start, sctx.tz))
     text = render_sections(made.sections)
     if copied := next((r for r in child_records if r["text"] == text), None):
         raise SummaryRefused(

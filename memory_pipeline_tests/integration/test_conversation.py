@@ -242,7 +242,7 @@ def test_the_offline_model_writes_in_the_authors_view_and_refers_to_long_arc(sto
     (v1,) = rows(store)
     s = v1["sections"]
     # No line copied: preferences and the hook are the offline model's own words, not user lines.
-    assert s["preferences"] == ["用户喜欢爬山"] and s["hooks"] == ["用户关于hiking、line的问题还没有结论"]
+    assert s["preferences"] == ["用户喜欢爬山"] and s["hooks"] == ["用户关于hiking、trails的问题还没有结论"]
     history = [(i + 1, t) for i, t in enumerate(texts(31))]
     logic.check_author_view(
         logic.Sections(s["arc"], tuple(s["preferences"]), tuple(map(tuple, s["key_points"])), tuple(s["hooks"])),

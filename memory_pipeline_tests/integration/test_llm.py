@@ -154,10 +154,10 @@ def test_a_deadline_bounds_a_call_and_its_retries(store, server):
 
 def test_offline_model_is_deterministic_and_within_target(store):
     client = LLMClient(store)
-    assert client.model == offline.NAME == "offline/deterministic-extractive-v4"
+    assert client.model == offline.NAME == "offline/deterministic-extractive-v5"
     material = "We staked the tomatoes. Tomatoes need sun. The compost is warm. Compost turned twice."
     a = offline.headline(material, 30)
-    assert a == offline.headline(material, 30) and a.startswith("compost · tomatoes")
+    assert a == offline.headline(material, 30) and a.startswith("compost, tomatoes")
     assert len(a) <= 30
     assert offline.headline("", 50) == "" and offline.headline("ok, yes. no!", 50) == ""
     result = client.complete(LLMRequest("day", "spec", material, "t-1", max_chars=30))

@@ -397,6 +397,8 @@ def test_bottom_up_week_calls_match_the_formula_and_the_second_run_makes_none(to
         for s in tower.get_summary("proj/decisions", "day", f"2026-01-0{d}", group="alpha")["summaries"]
     }
     assert week["text"] not in day_texts  # an aggregate never passes a child's text through unchanged
+    # the offline model's aggregate names its period: alike children never make a copy of one
+    assert week["sections"]["conclusions"][0].startswith("week 2026-01-05: postgres")
 
     # recompute: from raw, bypassing the chain; appended (newest wins), nothing replaced.
     rec = tower.recompute("proj/decisions", "week", "2026-01-05", group="alpha")["jobs"][0]

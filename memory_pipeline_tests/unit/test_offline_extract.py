@@ -86,3 +86,23 @@ def test_a_clitic_is_its_word_and_a_negated_auxiliary_no_word():
     terms = offline.subject_terms("Then who's there? It is one's own. Later Aragorn's story and Aragorn.")
     assert terms == [("aragorn", "Aragorn")]
     assert offline.words("who's can't what've Kyoto's") == {"who", "what", "kyoto"}
+
+
+def test_a_headline_counts_a_word_with_every_form_of_its_stem_and_writes_the_shortest():
+    material = "I painted all week. The painting is done. Paint dries fast. The garden is green. Garden."
+    words = offline.headline_words(material)
+    assert words[0] == "paint" and "painting" not in words and "painted" not in words
+    assert words.index("paint") < words.index("garden")  # three forms said beat one word said twice
+
+
+def test_a_headline_leaves_out_the_names_people_are_addressed_by_and_the_commonest_words():
+    material = "Hey Mel! I adopted a greyhound. Thanks, Mel! The greyhound is mine. Mel went home. We have it."
+    words = offline.headline_words(material)
+    assert "mel" not in words and "have" not in words and words[0] == "greyhound"
+
+
+def test_rarity_breaks_a_tie_of_counts_and_the_headline_fits_its_target_with_commas():
+    assert offline.headline_words("A photo and a greyhound.") == ["greyhound", "photo"]  # once each: rarer first
+    got = offline.headline("greyhound greyhound photo photo lake lake shelter", 24)
+    assert got == "greyhound, lake, photo" and len(got) <= 24  # "shelter" would not fit
+    assert offline.headline("缓存 缓存 数据库 数据库 数据库", 20).split(offline.HEADLINE_SEPARATOR)[0] == "数据库"

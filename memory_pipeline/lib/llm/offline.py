@@ -1,12 +1,14 @@
 """The offline deterministic model: the embedded default, so the graph runs with no provider.
 
-It is not a language model. A summary is a headline of the most frequent content words of the
-material, within the requested character target; the domains' tool-calling rules extract (the most
+It is not a language model. A summary is a headline of the material's most telling content words
+(``headline``: frequent, and rarer in the language), within the requested character target; the domains' tool-calling rules extract (the most
 informative sentences of a text, ``key_sentences``, weighing words by how rare they are in the
 language). It gives the same answer for the same input. v2: extractive rules; v3: objects for the things a
 text names (``subject_terms``) and scores independent of the hash seed; v4: a clitic is its word
-("Caroline's" is Caroline, "who's" no subject) and the autobiography tells five memories (an earlier
-version's answer in a cache or a stage record is not reused).
+("Caroline's" is Caroline, "who's" no subject) and the autobiography tells five memories; v5: a
+headline counts a word with every form of its stem, weighs it by rarity too, leaves out the names
+people are addressed by, and separates words with commas (an earlier version's answer in a cache or
+a stage record is not reused).
 """
 
 from __future__ import annotations
@@ -15,11 +17,10 @@ import math
 import re
 from collections import Counter
 
-from memory_pipeline.lib.text import COMMON_ZIPF, chinese_frequencies, is_cjk, zipf
+from memory_pipeline.lib.text import COMMON_ZIPF, chinese_frequencies, is_cjk, porter_stems, zipf
 
-NAME = "offline/deterministic-extractive-v4"
+NAME = "offline/deterministic-extractive-v5"
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]{3,}|[\u4e00-\u9fff]{2,4}")
 _STOP = set(
     """
     about after again also always another anything around because been before being between both
@@ -38,22 +39,54 @@ def approx_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4)) if text else 0
 
 
-def headline(material: str, max_chars: int) -> str:
-    """Top content words joined with ' · ', never longer than ``max_chars``; '' for no words."""
-    # Lines starting with '#' are headers (platform, date), not content.
-    body = "\n".join(line for line in (material or "").splitlines() if not line.lstrip().startswith("#"))
-    words = [w.lower().strip("'-") for w in _WORD.findall(body)]
-    counts = Counter(w for w in words if w not in _STOP and len(w) > 1)
+HEADLINE_SEPARATOR = ", "  # one comma per word: " · " cost 3 characters of a 100-character day each
+# Rarity weighs in gently: a word said often outranks a rare one said once (count x weight^(1/3));
+# ranked by rarity alone, a day is named by its one-off words, which a question seldom asks about.
+RARITY_EXPONENT = 1 / 3
+_LINE_STAMP = re.compile(r"^\s*\[[^\]]{0,40}\]\s*")  # "[09:00] ", "[2026-01-06 09:00] "
+
+
+def headline_words(material: str) -> list[str]:
+    """The content words of ``material``, most telling first: each word counted with every form of
+    its stem (FTS5's porter stem, as the search index sees it: "paint", "painted", "painting" are one
+    word, written in its shortest form), times its language weight (``word_weight``: common words
+    weigh nothing) to the power RARITY_EXPONENT. Lines starting with '#' are headers (platform,
+    date) and a line's leading "[...]" its time stamp, not content; names the material addresses people by ("Hey Mel!") name the participants,
+    who are in every one of their conversations and tell none apart. Chinese runs are cut into the
+    words the language knows (``chinese_words``)."""
+    lines = (material or "").splitlines()
+    body = "\n".join(_LINE_STAMP.sub("", line) for line in lines if not line.lstrip().startswith("#"))
+    skip = addressed(body)
+    found: list[str] = []
+    for token in _TOKEN.findall(body):
+        w = base_word(token)
+        if w is not None and len(w) > 2:
+            found.append(w)
+    for run in _CJK_RUN.findall(body):
+        found.extend(w for w in chinese_words(run) if len(w) > 1)
+    counts = Counter(w for w in found if w not in _STOP and w not in skip and word_weight(w) > 0)
     if not counts:
-        return ""
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    out = ""
-    for word, _ in ranked:
-        candidate = f"{out} · {word}" if out else word
-        if len(candidate) > max_chars:
-            break
-        out = candidate
-    return out or ranked[0][0][:max_chars]
+        return []
+    forms: dict[str, list[str]] = {}
+    for w, stem in zip(counts, porter_stems(list(counts)), strict=True):
+        forms.setdefault(stem, []).append(w)
+    score = {
+        stem: sum(counts[w] for w in ws) * max(word_weight(w) for w in ws) ** RARITY_EXPONENT
+        for stem, ws in forms.items()
+    }
+    return [min(forms[s], key=lambda w: (len(w), w)) for s in sorted(score, key=lambda s: (-score[s], s))]
+
+
+def headline(material: str, max_chars: int) -> str:
+    """The most telling content words (``headline_words``) joined with ", ", as many as fit in
+    ``max_chars`` (a longer word is passed over for a shorter one after it; the first word cut to
+    ``max_chars`` when none fits); '' for no words."""
+    ranked, out = headline_words(material), ""
+    for word in ranked:
+        candidate = f"{out}{HEADLINE_SEPARATOR}{word}" if out else word
+        if len(candidate) <= max_chars:
+            out = candidate
+    return out or (ranked[0][:max_chars] if ranked else "")
 
 
 # ---- extractive rules: which sentences of a text carry the most information ------------------------
