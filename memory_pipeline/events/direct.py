@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-import psycopg2
+import psycopg2  # type: ignore[import-untyped]  # no stubs in the lock: its cursor is Any here
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -244,7 +244,8 @@ def write(
             check()
             if not out.inserted:  # a file ingested again is told by its first chunk, before any write
                 cursor.execute(_ANY_STORED, {"m": list(chunk.ids)})
-                if cursor.fetchone()[0]:
+                stored = cursor.fetchone()
+                if stored is not None and stored[0]:
                     raise Fallback
             _write_worlds(cursor, chunk, now, unnamed, out)
             _write_conversations(cursor, chunk, now, out)

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection
+from sqlalchemy import Column, Connection, String
 from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.events import direct, staging
@@ -63,13 +63,26 @@ from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import json_type, shown, text_problem
 from memory_pipeline.lib.timeutil import EARLIEST, LATEST, parse_instant
 
+# One event as the ingestion format has it: a JSON object (``validate_event`` says what it holds).
+Event = dict[str, Any]
+ToolCalls = list[dict[str, Any]]
+
 ROLES = {"user", "assistant", "tool", "system"}
 ID_FIELDS = ("message_id", "world_id", "conversation_id")
 MAX_LINE_BYTES = 1_048_576
 MAX_CONTENT_CHARS = 100_000
-MAX_PLATFORM_CHARS = conversations.c.platform.type.length  # 64
-MAX_SOURCE_CHARS = messages.c.source.type.length  # 1024
-NAME_LIMITS = {"world_name": worlds.c.name.type.length, "conversation_title": conversations.c.title.type.length}
+
+
+def _length(column: Column[Any]) -> int:
+    """A String column's declared length (the limit a value must fit)."""
+    kind = column.type
+    assert isinstance(kind, String) and kind.length is not None, column
+    return kind.length
+
+
+MAX_PLATFORM_CHARS = _length(conversations.c.platform)  # 64
+MAX_SOURCE_CHARS = _length(messages.c.source)  # 1024
+NAME_LIMITS = {"world_name": _length(worlds.c.name), "conversation_title": _length(conversations.c.title)}
 MAX_TOOL_NAME_CHARS = 256
 MAX_TOOL_DEPTH = 32
 FUTURE_TOLERANCE = timedelta(minutes=1)
@@ -87,8 +100,8 @@ def event_line(
     *,
     platform: str = "local",
     debug: bool = False,
-    tool_calls: list | None = None,
-) -> dict:
+    tool_calls: ToolCalls | None = None,
+) -> Event:
     """One line of the ingestion format (what the sample, the benchmark and the tests write)."""
     return {
         "message_id": message_id,
@@ -169,7 +182,7 @@ def parse_timestamp(value: Any) -> datetime:
 Problems = list[tuple[str, str]]
 
 
-def _check_ids(obj: dict) -> Problems:
+def _check_ids(obj: Event) -> Problems:
     out = []
     for name in ID_FIELDS:
         value = obj.get(name)
@@ -210,7 +223,7 @@ def _check_content(content: Any) -> Problems:
     return [("content", problem)] if problem else []
 
 
-def _check_labels(obj: dict) -> Problems:
+def _check_labels(obj: Event) -> Problems:
     """platform, world_name, conversation_title: optional bounded strings without control characters."""
     out = []
     for name, limit in (("platform", MAX_PLATFORM_CHARS), *NAME_LIMITS.items()):
@@ -273,7 +286,7 @@ def _json_path(where: str, step: str | int) -> str:
     return f"{where}.{step}" if SIMPLE_KEY.fullmatch(step) else f"{where}[{shown(step, 20)}]"
 
 
-def event_problems(obj: dict, now: datetime) -> Problems:
+def event_problems(obj: Event, now: datetime) -> Problems:
     """Every (field, problem) of one event in the ingestion format; empty when it is valid."""
     return (
         _check_ids(obj)
@@ -286,7 +299,7 @@ def event_problems(obj: dict, now: datetime) -> Problems:
     )
 
 
-def validate_event(obj: Any, source: str, where: int | str, now: datetime) -> tuple[dict | None, list[LineError]]:
+def validate_event(obj: Any, source: str, where: int | str, now: datetime) -> tuple[Event | None, list[LineError]]:
     """The one validator of raw events (JSONL lines and LoCoMo turns alike): the event to write, or
     the refusals located at ``source``:``where``."""
     if not isinstance(obj, dict):
@@ -319,14 +332,14 @@ class EventBatch:
 
     def __init__(self, source: str, now: datetime):
         self.source, self.now = source, now
-        self.events: list[dict] = []
-        self._seen: dict[str, dict] = {}
+        self.events: list[Event] = []
+        self._seen: dict[str, Event] = {}
         self._timed_by: dict[str, str] = {}  # id -> the later line that gave its first line's time
-        self._conv_meta: dict[str, tuple] = {}
+        self._conv_meta: dict[str, _Meta] = {}
 
     def add(self, obj: Any, where: int | str) -> list[LineError]:
         event, errors = validate_event(obj, self.source, where, self.now)
-        if errors:
+        if event is None:
             return errors
         conflict = self._conflict(event)
         if conflict:
@@ -341,7 +354,7 @@ class EventBatch:
             self._timed_by[event["message_id"]] = event["source"]
         return []
 
-    def _conflict(self, event: dict) -> tuple[str, str] | None:
+    def _conflict(self, event: Event) -> tuple[str, str] | None:
         prev = self._seen.get(event["message_id"])
         if prev is not None:
             said = self._timed_by.get(event["message_id"], prev["source"])
@@ -358,7 +371,7 @@ class EventBatch:
         return None
 
 
-def same_event(a: dict, b: dict) -> bool:
+def same_event(a: Event, b: Event) -> bool:
     """Two lines of one id are the same event when role and content agree and so do their
     timestamps, where both give one (a line without a timestamp leaves its time unknown)."""
     return (a["content"], a["role"]) == (b["content"], b["role"]) and (
@@ -366,7 +379,10 @@ def same_event(a: dict, b: dict) -> bool:
     )
 
 
-def _meta(event: dict) -> tuple:
+_Meta = tuple[str, str, bool]  # a conversation's world, platform and debug flag
+
+
+def _meta(event: Event) -> _Meta:
     return event["world_id"], event["platform"], event["debug"]
 
 
@@ -563,7 +579,7 @@ def ingest_file(
 
 def ingest_events(
     store: Store,
-    events: list[dict],
+    events: list[Event],
     *,
     source: str,
     errors: list[LineError] | None = None,

@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo
 from memory_pipeline.events.ingest import (
     FUTURE_TOLERANCE,
     MAX_CONTENT_CHARS,
+    Event,
     EventBatch,
     IngestReport,
     LineError,
@@ -83,9 +84,10 @@ def load_document(path: Path, source: str) -> tuple[Any, list[LineError]]:
 class _Reader:
     """One LoCoMo document → events and located refusals (validate phase only; nothing is written)."""
 
-    def __init__(self, source: str, doc: dict, world: str, tz: ZoneInfo, now: datetime):
+    def __init__(self, source: str, doc: dict[str, Any], world: str, tz: ZoneInfo, now: datetime):
         self.source, self.world, self.tz, self.now = source, world, tz, now
         wrapped = "conversation" in doc
+        self.conv: Any  # a JSON value: read() refuses one that is not an object
         self.conv, self.base = (doc["conversation"], "$.conversation") if wrapped else (doc, "$")
         self.batch = EventBatch(source, now)
         self.errors: list[LineError] = []
@@ -190,7 +192,7 @@ class _Reader:
         self.errors.extend(self.locate(e, n, where) for e in self.batch.add(event, where))
         return None
 
-    def turn_text(self, turn: dict, where: str) -> tuple[str, str]:
+    def turn_text(self, turn: dict[str, Any], where: str) -> tuple[str, str]:
         text, caption = turn.get("text"), turn.get("blip_caption")
         if text is not None and not isinstance(text, str):
             self.refuse(f"{where}.text", "text", f"must be a string, got {json_type(text)}")
@@ -198,7 +200,7 @@ class _Reader:
             self.refuse(f"{where}.blip_caption", "blip_caption", problem)
         return (text if isinstance(text, str) else ""), (caption if isinstance(caption, str) else "")
 
-    def message_id(self, turn: dict, n: int, i: int, where: str) -> str:
+    def message_id(self, turn: dict[str, Any], n: int, i: int, where: str) -> str:
         dia = turn.get("dia_id")
         if dia in (None, ""):
             dia = f"D{n}:{i + 1}"
@@ -213,7 +215,7 @@ class _Reader:
             )
         return message_id
 
-    def event(self, n: int, speaker: str, message_id: str, text: str, caption: str, at: datetime) -> dict:
+    def event(self, n: int, speaker: str, message_id: str, text: str, caption: str, at: datetime) -> Event:
         return {
             "message_id": message_id,
             "world_id": self.world,
@@ -242,7 +244,7 @@ class _Reader:
 
 def locomo_events(
     path: str | Path, tz: ZoneInfo, world_prefix: str = "locomo", now: datetime | None = None
-) -> tuple[list[dict], list[LineError]]:
+) -> tuple[list[Event], list[LineError]]:
     """Validate one LoCoMo file: (events ready for ``ingest_events``, refusals). Writes nothing."""
     path = Path(path)
     source = source_label(path)

@@ -9,7 +9,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from memory_pipeline.events.ingest import event_line
+from memory_pipeline.events.ingest import Event, ToolCalls, event_line
 
 WORLDS = {
     "aria": ["garden", "tomatoes", "compost", "watering", "seedlings", "greenhouse", "harvest"],
@@ -34,10 +34,19 @@ def generate(
     """Write the sample to ``path``; returns the number of lines. Same arguments, same file."""
     rng = random.Random(seed)
     zone = ZoneInfo(tz)
-    lines: list[dict] = []
+    lines: list[Event] = []
     counter = 0
 
-    def add(world, conv, platform, debug, role, content, at, tool_calls=None):
+    def add(
+        world: str,
+        conv: str,
+        platform: str,
+        debug: bool,
+        role: str,
+        content: str,
+        at: datetime,
+        tool_calls: ToolCalls | None = None,
+    ) -> None:
         nonlocal counter
         counter += 1
         lines.append(
@@ -54,7 +63,9 @@ def generate(
             )
         )
 
-    def add_tool_turn(world, conv, platform, at, name, arguments, result):
+    def add_tool_turn(
+        world: str, conv: str, platform: str, at: datetime, name: str, arguments: dict[str, str], result: str
+    ) -> None:
         """An empty assistant turn with tool_calls and the tool's answer: never material."""
         add(world, conv, platform, False, "assistant", "", at, [{"name": name, "arguments": arguments}])
         add(world, conv, platform, False, "tool", result, at + timedelta(seconds=1))

@@ -430,7 +430,7 @@ def write_worlds(conn: Connection, now: datetime) -> int:
     name_pos = [p for _, _, p in groups if p is not None]
     names: dict[int, str] = {}
     for i in range(0, len(name_pos), 1000):
-        names.update(conn.execute(select(s.pos, s.world_name).where(s.pos.in_(name_pos[i : i + 1000]))).all())
+        names.update(conn.execute(select(s.pos, s.world_name).where(s.pos.in_(name_pos[i : i + 1000]))).tuples().all())
     rows = [
         {"world_id": w, "name": names[p] if p is not None else w, "created_at": now, "first_event_at": at}
         for w, at, p in groups

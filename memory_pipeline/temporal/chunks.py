@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Row, bindparam, select
+from sqlalchemy import Connection, Row, RowMapping, bindparam, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from memory_pipeline.lib.llm import LLMHardFailure
@@ -17,6 +18,7 @@ from memory_pipeline.lib.store import Store, retry_transient, upsert
 from memory_pipeline.lib.timeutil import bucket_end, bucket_start, day_bounds, local_date, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.context import (
+    Message,
     TemporalContext,
     buffered_llm,
     day_messages,
@@ -40,7 +42,17 @@ class TickResult:
     db_retries: int = 0  # ticks redone after a transient database error
 
 
-def _chunk_state(conn, day: date) -> dict[str, dict]:
+class _ConvChunks(TypedDict):
+    ids: set[str]  # the union of the conversation-day's chunks' source_ids
+    seqs: dict[datetime, int]  # bucket -> its highest seq
+    watermark_at: datetime | None
+
+
+ChunkRow = dict[str, Any]  # a temporal_day_chunks row
+ChunkKey = tuple[str, datetime, int]  # (conversation_id, bucket, seq)
+
+
+def _chunk_state(conn: Connection, day: date) -> dict[str, _ConvChunks]:
     """Per conversation of ``day``: the union of its chunks' source_ids, the highest seq per
     bucket and the newest watermark."""
     rows = conn.execute(
@@ -52,7 +64,7 @@ def _chunk_state(conn, day: date) -> dict[str, dict]:
             temporal_day_chunks.c.source_ids,
         ).where(temporal_day_chunks.c.cst_date == day)
     ).all()
-    state: dict[str, dict] = defaultdict(lambda: {"ids": set(), "seqs": {}, "watermark_at": None})
+    state: dict[str, _ConvChunks] = defaultdict(lambda: {"ids": set(), "seqs": {}, "watermark_at": None})
     for conv_id, bucket, seq, watermark_at, source_ids in rows:
         s = state[conv_id]
         s["ids"].update(source_ids or [])
@@ -62,7 +74,7 @@ def _chunk_state(conn, day: date) -> dict[str, dict]:
     return state
 
 
-def append_chunk(conn, row: dict) -> bool:
+def append_chunk(conn: Connection, row: ChunkRow) -> bool:
     """Insert one chunk; False when its (conversation, day, bucket, seq) exists already (a
     concurrent tick got there first: the next tick plans what is left, from the source set)."""
     return (
@@ -101,7 +113,7 @@ def _tick_once(ctx: TemporalContext, day: date, now: datetime, result: TickResul
         result.read_at = utcnow()
         rows = day_messages(conn, day, ctx.tz)
         state = _chunk_state(conn, day)
-        by_conv: dict[str, list] = defaultdict(list)
+        by_conv: dict[str, list[Message]] = defaultdict(list)
         for r in rows:
             if logic.is_material(r["role"], r["content"]):
                 by_conv[r["conversation_id"]].append(r)
@@ -109,15 +121,15 @@ def _tick_once(ctx: TemporalContext, day: date, now: datetime, result: TickResul
         plans = []
         for conv_id, msgs in sorted(by_conv.items()):
             index = {m["message_id"]: m for m in msgs}
-            s = state.get(conv_id, {})
+            s = state.get(conv_id)
             planned = logic.plan_chunks(
                 [(m["message_id"], m["at"]) for m in msgs],
                 day,
                 now,
                 ctx.tz,
-                chunked_ids=s.get("ids", ()),
-                bucket_seqs=s.get("seqs"),
-                watermark_at=s.get("watermark_at"),
+                chunked_ids=s["ids"] if s else (),
+                bucket_seqs=s["seqs"] if s else None,
+                watermark_at=s["watermark_at"] if s else None,
             )
             for chunk in planned:
                 material = "\n".join(
@@ -158,15 +170,15 @@ def _tick_once(ctx: TemporalContext, day: date, now: datetime, result: TickResul
         ctx.llm.write_pending(conn)
     ctx.llm.clear_pending()
     result.chunks_written = len(written)
-    result.late_messages = sum(late[k] for k in written)
+    result.late_messages = sum(int(late[k]) for k in written)
 
 
-def append_chunks(conn, rows: list[dict]) -> set[tuple]:
+def append_chunks(conn: Connection, rows: list[ChunkRow]) -> set[ChunkKey]:
     """Insert chunks (batches of 500 rows); a (conversation, day, bucket, seq) that exists already
     (a concurrent tick got there first: the next tick plans what is left) is skipped. Returns the
     (conversation_id, bucket, seq) of the chunks inserted."""
     c = temporal_day_chunks.c
-    written: set[tuple] = set()
+    written: set[ChunkKey] = set()
     for i in range(0, len(rows), 500):
         ins = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(temporal_day_chunks)
         stmt = (
@@ -178,7 +190,7 @@ def append_chunks(conn, rows: list[dict]) -> set[tuple]:
     return written
 
 
-def closed_bucket_chunks(conn, world_id: str | None, day: date, now: datetime) -> list[dict]:
+def closed_bucket_chunks(conn: Connection, world_id: str | None, day: date, now: datetime) -> list[ChunkRow]:
     """Chunks of ``day`` in buckets already closed at ``now``; a bucket may hold several chunks of
     one conversation (late arrivals, seq 1, 2, ...): its peers are all of them."""
     q = select(temporal_day_chunks).where(temporal_day_chunks.c.cst_date == day)
@@ -200,7 +212,7 @@ _VIEW_CHUNKS = (
 )
 
 
-def view_chunks(conn, world_id: str, day: date, now: datetime) -> list[Row]:
+def view_chunks(conn: Connection, world_id: str, day: date, now: datetime) -> list[Row[Any]]:
     """:func:`closed_bucket_chunks` of one world, for the read path: rows of (conversation_id,
     bucket, at, summary)."""
     rows = conn.execute(_VIEW_CHUNKS, {"world_id": world_id, "cst_date": day}).all()
@@ -261,8 +273,8 @@ def chunk_audits(
     now = now or utcnow()
     ordered = sorted(days)
     c = temporal_day_chunks.c
-    by_day: dict[date, list] = defaultdict(list)
-    msgs_by_day: dict[date, list] = defaultdict(list)
+    by_day: dict[date, list[RowMapping]] = defaultdict(list)
+    msgs_by_day: dict[date, list[Message]] = defaultdict(list)
     with store.connect() as conn:
         q = select(temporal_day_chunks).where(c.cst_date.in_(ordered)).order_by(c.conversation_id, c.bucket, c.seq)
         for r in conn.execute(q).mappings():
@@ -277,7 +289,9 @@ def chunk_audits(
     return {d: _audit_day(d, by_day[d], msgs_by_day[d], days[d], tz, now) for d in ordered}
 
 
-def _audit_day(day: date, rows: list, msgs: list, seen_by: TickSeen, tz: ZoneInfo, now: datetime) -> logic.Audit:
+def _audit_day(
+    day: date, rows: list[RowMapping], msgs: list[Message], seen_by: TickSeen, tz: ZoneInfo, now: datetime
+) -> logic.Audit:
     tick_now = min(seen_by.tick_now or now, now)
     ingested_before = seen_by.ingested_before
     problems = []

@@ -3,13 +3,13 @@ way to ask the model for a summary, and the message queries by CST day."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
+from sqlalchemy import Connection, RowMapping, select
 
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient, LLMRequest
@@ -77,14 +77,21 @@ def material_line(at: datetime, role: str, content: str, tz: ZoneInfo) -> str:
     return f"[{at.astimezone(tz):%H:%M}] {role}: {text}"
 
 
-def day_messages(conn, d: date, tz: ZoneInfo, world_ids: list[str] | None = None):
+# One message as the summaries read it: message_id, conversation_id, role, content, at,
+# ingested_at, world_id, platform (``messages_between``).
+Message = RowMapping
+
+
+def day_messages(conn: Connection, d: date, tz: ZoneInfo, world_ids: list[str] | None = None) -> Sequence[Message]:
     """Every message of eligible conversations timestamped in CST day ``d`` (by payload time,
     never by conversations.updated_at)."""
     start, end = day_bounds(d, tz)
     return messages_between(conn, start, end, world_ids)
 
 
-def messages_between(conn, start: datetime, end: datetime, world_ids: list[str] | None = None):
+def messages_between(
+    conn: Connection, start: datetime, end: datetime, world_ids: list[str] | None = None
+) -> Sequence[Message]:
     """Every message of eligible conversations timestamped in [start, end), ordered by (at,
     message_id): one read for a batch of days (group by ``local_date(at)``). No tool_calls: they
     never decide what is material (logic.is_material), and decoding them is most of a big read."""
@@ -109,7 +116,7 @@ def messages_between(conn, start: datetime, end: datetime, world_ids: list[str] 
     return conn.execute(q).mappings().all()
 
 
-def worlds_alive(conn, end: datetime, world_ids: list[str] | None) -> list[str]:
+def worlds_alive(conn: Connection, end: datetime, world_ids: list[str] | None) -> list[str]:
     """Worlds whose first event is before the window's end: no placeholders before a world existed."""
     q = select(worlds.c.world_id).where(worlds.c.first_event_at < end).order_by(worlds.c.world_id)
     if world_ids is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import lru_cache
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Row, select
@@ -28,7 +29,7 @@ class TemporalView:
     system_block: str
     system_truncated: bool
     rolls: dict[str, str | None]
-    peer_messages: list[dict] = field(default_factory=list)
+    peer_messages: list[dict[str, Any]] = field(default_factory=list)
     warmups_requested: int = 0
 
 
@@ -43,7 +44,7 @@ def system_block(
     world_id: str,
     at: datetime,
     tz: ZoneInfo,
-    cached: dict[str, dict | None] | None = None,
+    cached: dict[str, dict[str, Any] | None] | None = None,
     *,
     record: bool = True,
 ) -> tuple[logic.SystemBlock, dict[str, str | None]]:
@@ -95,7 +96,7 @@ def _peer_fp(sources: tuple[tuple[str, datetime, str], ...], viewer_conversation
 class _PeerBucket:
     bucket: datetime
     local_bucket: datetime
-    peers: list[Row]  # (conversation_id, bucket, at, summary)
+    peers: list[Row[Any]]  # (conversation_id, bucket, at, summary)
     fp: str
     key: str
 
@@ -112,7 +113,7 @@ def _peer_buckets(
     store's read-only connection)."""
     today = local_date(require_aware(at, "at"), tz)
     chunks = store.read(lambda conn: view_chunks(conn, world_id, today, at))
-    by_bucket: dict[datetime, list[Row]] = {}
+    by_bucket: dict[datetime, list[Row[Any]]] = {}
     for c in chunks:
         by_bucket.setdefault(c.bucket, []).append(c)
     out = []
@@ -137,9 +138,9 @@ def peer_messages(
     tz: ZoneInfo,
     *,
     buckets: list[_PeerBucket] | None = None,
-    cached: dict[str, dict | None] | None = None,
+    cached: dict[str, dict[str, Any] | None] | None = None,
     record: bool = True,
-) -> tuple[list[dict], int]:
+) -> tuple[list[dict[str, Any]], int]:
     """One runtime-only assistant message per closed bucket of today that has peer chunks (all of
     the bucket's chunks, seq 0, 1, ...), placed at the bucket's end. Chunks are append-only, so an
     older bucket's insertion stays byte-identical unless a late arrival appends a chunk to that very
@@ -220,11 +221,11 @@ def temporal_view(
     return TemporalView(world_id, viewer_conversation_id, at, block.text, block.truncated, rolls, peers, warmups)
 
 
-def viewer_timeline(store: Store, view: TemporalView, tz: ZoneInfo) -> list[dict]:
+def viewer_timeline(store: Store, view: TemporalView, tz: ZoneInfo) -> list[dict[str, Any]]:
     """The viewer's messages of today up to ``at`` with the peer insertions merged at bucket_end."""
     today = local_date(view.at, tz)
     start, _ = day_bounds(today, tz)
-    items: list[dict] = []
+    items: list[dict[str, Any]] = []
     if view.viewer_conversation_id:
         with store.connect() as conn:
             rows = (

@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Date, String, and_, column, exists, func, literal, select, union_all, values
+from sqlalchemy import Connection, Date, String, and_, column, exists, func, literal, select, union_all, values
 
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.store import Store
@@ -120,7 +121,12 @@ class Staleness:
         return bool(self.periods)
 
 
-def _batches(rows: list[tuple]) -> list[list[tuple]]:
+_Row = TypeVar("_Row")
+DayRecord = tuple[date, datetime, datetime, datetime]  # period_start, lo, hi, materialized_at
+ParentRecord = tuple[str, date, str, date, date, datetime]  # window, start, child, first, last, materialized_at
+
+
+def _batches(rows: list[_Row]) -> list[list[_Row]]:
     return [rows[i : i + BATCH] for i in range(0, len(rows), BATCH)]
 
 
@@ -128,7 +134,7 @@ def _iso(at: datetime | None) -> str | None:
     return at.isoformat() if at is not None else None
 
 
-def late_messages(conn, days: list[tuple]) -> dict[date, tuple[int, datetime]]:
+def late_messages(conn: Connection, days: list[DayRecord]) -> dict[date, tuple[int, datetime]]:
     """Per recorded day (period_start, lo, hi, materialized_at): eligible messages ingested after the
     day's materialized_at (count, newest). One statement per ``UNION_TERMS`` days, a range select
     per day (each an index range scan on ``at``, whatever plan a join would get)."""
@@ -149,10 +155,12 @@ def late_messages(conn, days: list[tuple]) -> dict[date, tuple[int, datetime]]:
     return out
 
 
-def missing_worlds(conn, periods: list[tuple], window: str = Window.DAY) -> dict[date, tuple[int, str, str]]:
+def missing_worlds(
+    conn: Connection, periods: list[tuple[date, datetime]], window: str = Window.DAY
+) -> dict[date, tuple[int, str, str]]:
     """Per (period_start, end) of ``window``: worlds that existed before its end but have no row
     (count, first, last id)."""
-    out = {}
+    out: dict[date, tuple[int, str, str]] = {}
     for batch in _batches(periods):
         r = values(column("period_start", Date), column("hi", UTCDateTime), name="r").data(batch).cte("r")
         t = temporal_summaries.c
@@ -170,9 +178,9 @@ def missing_worlds(conn, periods: list[tuple], window: str = Window.DAY) -> dict
     return out
 
 
-def changed_children(conn, parents: list[tuple]) -> dict[tuple[str, date], tuple[int, datetime]]:
+def changed_children(conn: Connection, parents: list[ParentRecord]) -> dict[tuple[str, date], tuple[int, datetime]]:
     """Per recorded month / year: child rows written after its materialized_at (count, newest)."""
-    out = {}
+    out: dict[tuple[str, date], tuple[int, datetime]] = {}
     for batch in _batches(parents):
         r = (
             values(
@@ -216,21 +224,21 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
     now = min(now or utcnow(), utcnow())  # never a future 'now'
     today = local_date(now, tz)
     with store.connect() as conn:
-        records: dict[tuple[str, date], dict] = {}
-        for rec in conn.execute(select(temporal_period_runs)).mappings():
-            lo, hi = period_bounds(rec["window"], rec["period_start"], tz)
+        records: dict[tuple[str, date], dict[str, Any]] = {}
+        for run in conn.execute(select(temporal_period_runs)).mappings():
+            lo, hi = period_bounds(run["window"], run["period_start"], tz)
             if hi <= now:  # closed only: an open period is never stale
-                records[(rec["window"], rec["period_start"])] = dict(rec) | {"lo": lo, "hi": hi}
+                records[(run["window"], run["period_start"])] = dict(run) | {"lo": lo, "hi": hi}
         days = sorted(
             (p, rec["lo"], rec["hi"], rec["materialized_at"]) for (w, p), rec in records.items() if w == Window.DAY
         )
         late = late_messages(conn, days) if days else {}
         missing = missing_worlds(conn, [(p, hi) for p, _lo, hi, _at in days]) if days else {}
-        parents = []
+        parents: list[ParentRecord] = []
         for (w, p), rec in sorted(records.items()):
             if w in (Window.MONTH, Window.YEAR):
                 last = next_period(w, p) - timedelta(days=1)
-                parents.append((w, p, logic.CHILD_WINDOW[w], p, last, rec["materialized_at"]))
+                parents.append((w, p, logic.CHILD_WINDOW[Window(w)], p, last, rec["materialized_at"]))
         changed = changed_children(conn, parents) if parents else {}
 
     stale: dict[tuple[str, date], StalePeriod] = {}
@@ -242,10 +250,10 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
                 f"{n} message(s) ingested after the day was materialized (newest {newest:%Y-%m-%d %H:%M} UTC)"
             )
         if p in missing:
-            n, first, last = missing[p]
-            names = first if n == 1 else f"{first} .. {last}"
+            n, first_id, last_id = missing[p]
+            names = first_id if n == 1 else f"{first_id} .. {last_id}"
             reasons.append(f"{n} world(s) without a row ({names})")
-        cause = [
+        cause: list[object] = [
             _iso(rec["materialized_at"]),
             _iso(late.get(p, (0, None))[1]),
             list(missing.get(p, (0, None, None))),
@@ -260,26 +268,28 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
                 below[_parent_start(window, p)].append(sp.key)
         for p in sorted({p for w, p in records if w == window} & (set(below) | {p for w, p in changed if w == window})):
             rec, reasons = records[(window, p)], []
-            n_changed, newest = changed.get((window, p), (0, None))
+            n_changed, newest_child = changed.get((window, p), (0, None))
             if n_changed:
                 reasons.append(
                     f"{n_changed} {child} row(s) written after the {window} was materialized "
-                    f"(newest {newest:%Y-%m-%d %H:%M} UTC)"
+                    f"(newest {newest_child:%Y-%m-%d %H:%M} UTC)"
                 )
             waits = tuple(below.get(p, ()))
             if waits:
                 reasons.append(
                     f"{len(waits)} stale {child}(s) below: {', '.join(waits[:3])}{' ...' if len(waits) > 3 else ''}"
                 )
-            cause = [_iso(rec["materialized_at"]), _iso(newest), n_changed]
+            cause = [_iso(rec["materialized_at"]), _iso(newest_child), n_changed]
             stale[(window, p)] = StalePeriod(window, p, tuple(reasons), short_hash(cause), waits)
 
     periods = [stale[k] for k in sorted(stale, key=lambda k: (list(Window).index(Window(k[0])), k[1]))]
     rolls = []
     for kind in logic.SYS_ROLL_KINDS:
-        window, first, end = logic.sys_roll_scope(kind, today)
+        roll_window, roll_first, roll_end = logic.sys_roll_scope(kind, today)
         if any(
-            sp.window == window and sp.period_start < end and (first is None or sp.period_start >= first)
+            sp.window == roll_window
+            and sp.period_start < roll_end
+            and (roll_first is None or sp.period_start >= roll_first)
             for sp in periods
         ):
             rolls.append(str(kind))
@@ -300,7 +310,7 @@ def changed_periods(
     data, a new world, child rows written since). The others are skipped by an incremental run:
     their rows are what a run would write. A few queries, whatever the number of periods."""
     r = temporal_period_runs.c
-    recs: dict[date, tuple] = {}
+    recs: dict[date, tuple[Any, ...]] = {}
     with store.connect() as conn:
         for i in range(0, len(periods), BATCH):
             q = select(r.period_start, r.model, r.prompt_version, r.config_fp).where(

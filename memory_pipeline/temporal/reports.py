@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from sqlalchemy import case, func, select
 
@@ -10,7 +11,7 @@ from memory_pipeline.lib.store import Store
 from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_summaries
 
 
-def rows_per_world(store: Store) -> list[dict]:
+def rows_per_world(store: Store) -> list[dict[str, Any]]:
     """Per world and window: rows, non-empty rows, placeholders, first and last period."""
     t = temporal_summaries.c
     q = (

@@ -5,16 +5,17 @@ path requests on a miss."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, RowMapping, func, select
 
 from memory_pipeline.lib.llm import LLMHardFailure
 from memory_pipeline.lib.store import Store, retry_transient
 from memory_pipeline.lib.timeutil import day_bounds, utcnow
 from memory_pipeline.temporal import logic
-from memory_pipeline.temporal.chunks import closed_bucket_chunks
+from memory_pipeline.temporal.chunks import ChunkRow, closed_bucket_chunks
 from memory_pipeline.temporal.config import TemporalSummaryConfig
 from memory_pipeline.temporal.context import TemporalContext, buffered_llm, summarize
 from memory_pipeline.temporal.tables import temporal_summaries, warmup_requests
@@ -94,13 +95,15 @@ def _system_rolls_once(
             ctx.cache.set_json(
                 key,
                 {"summary": summary, "sources_fp": fp, "created_at": utcnow().isoformat()},
-                logic.SYS_ROLL_TTL_SECONDS[kind],
+                logic.SYS_ROLL_TTL_SECONDS[logic.RollKind(kind)],
             )
             done.add(key)
             result.regenerated += 1
 
 
-def roll_sources(conn: Connection, kind: str, today: date, world_ids: list[str] | None = None) -> dict[str, list]:
+def roll_sources(
+    conn: Connection, kind: str, today: date, world_ids: list[str] | None = None
+) -> dict[str, list[RowMapping]]:
     """Per world, the non-empty rows a system roll covers on ``today`` (newest first)."""
     window, first, end = logic.sys_roll_scope(kind, today)
     t = temporal_summaries.c
@@ -114,20 +117,20 @@ def roll_sources(conn: Connection, kind: str, today: date, world_ids: list[str] 
         q = q.where(t.period_start >= first)
     if world_ids is not None:
         q = q.where(t.world_id.in_(world_ids))
-    by_world: dict[str, list] = defaultdict(list)
+    by_world: dict[str, list[RowMapping]] = defaultdict(list)
     for r in conn.execute(q).mappings():
         by_world[r["world_id"]].append(r)
     return by_world
 
 
-def roll_sources_fp(rows: list) -> str:
+def roll_sources_fp(rows: Sequence[RowMapping]) -> str:
     return logic.rows_fp((r["window"], r["period_start"], r["content"]) for r in rows)
 
 
 # --- peer rolls (Redis: peer_roll:{cst_date}:{bucket}:{sources_fp}) ---------------------------
 
 
-def peer_roll_summary(ctx: TemporalContext, world_id: str, sources: list[dict]) -> str:
+def peer_roll_summary(ctx: TemporalContext, world_id: str, sources: list[ChunkRow]) -> str:
     """One line for a bucket's peer chunks: a single short source is used as is, more go to the LLM."""
     texts = [s["summary"] for s in sources if s["summary"].strip()]
     joined = " / ".join(texts)
@@ -153,7 +156,7 @@ def _warm_one(
     world_id: str,
     day: date,
     bucket: datetime,
-    sources: list[dict],
+    sources: list[ChunkRow],
     viewer: str | None,
 ) -> bool:
     """Cache the peer roll of one bucket as ``viewer`` sees it, unless cached already; False when
@@ -212,8 +215,8 @@ def _warm_once(ctx: TemporalContext, result: PeerWarmResult, done: set[str], day
             .mappings()
             .all()
         )
-    by_world_bucket: dict[tuple[str, datetime], list[dict]] = defaultdict(list)
-    viewers: dict[str, set] = defaultdict(set)
+    by_world_bucket: dict[tuple[str, datetime], list[ChunkRow]] = defaultdict(list)
+    viewers: dict[str, set[str]] = defaultdict(set)
     for c in chunks:
         by_world_bucket[(c["world_id"], c["bucket"])].append(c)
         viewers[c["world_id"]].add(c["conversation_id"])

@@ -13,21 +13,27 @@ record, and a run with ``skip_unchanged`` skips a period the record shows unchan
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
+from sqlalchemy import Connection, Row, RowMapping, select
 
-from memory_pipeline.lib.llm import LLMHardFailure
+from memory_pipeline.lib.kinds import Window
+from memory_pipeline.lib.llm import LLMHardFailure, LLMRequest
 from memory_pipeline.lib.llm.client import CallStats
 from memory_pipeline.lib.store import Store, retry_transient, upsert
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds, expected_periods, local_date, period_bounds, utcnow
 from memory_pipeline.temporal import logic, prompts
+from memory_pipeline.temporal.config import TemporalSummaryConfig
 from memory_pipeline.temporal.context import (
+    Message,
     TemporalContext,
     buffered_llm,
     material_line,
@@ -66,7 +72,7 @@ class PeriodResult:
     over_budget: int = 0  # day rows built from partial summaries (material over the budget)
     partial_summaries: int = 0  # day_conversation / day_part / day_group answers those took
     non_empty: int = 0
-    placeholders: Counter = field(default_factory=Counter)
+    placeholders: Counter[str] = field(default_factory=Counter)
     failures: dict[str, str] = field(default_factory=dict)
     disabled: bool = False
     preview: list[tuple[str, str, str]] = field(default_factory=list)  # (world, period, content or reason)
@@ -77,7 +83,7 @@ class PeriodResult:
     skipped: str = ""
 
 
-def config_fp(window: str, cfg) -> str:
+def config_fp(window: str, cfg: TemporalSummaryConfig) -> str:
     """The settings a window's rows depend on (besides model and prompt version): a record made
     with other caps is not "unchanged"."""
     keys = {
@@ -94,7 +100,7 @@ def _run_record(
     started: datetime,
     newest_input: datetime | None,
     world_ids: list[str] | None,
-) -> dict | None:
+) -> RunRecord | None:
     """The ``temporal_period_runs`` row of a completed run, or None when the run does not vouch for
     the whole period: a ``world_ids`` subset read only some worlds' input (recording it would hide
     the other worlds' late messages), and a run with hard failures left some worlds without a row.
@@ -115,6 +121,9 @@ def _run_record(
     }
 
 
+SummaryRow = dict[str, Any]  # a temporal_summaries row (``_row``)
+RunRecord = dict[str, Any]  # a temporal_period_runs row (``_run_record``)
+
 _COMPARED = ("content", "empty_reason", "source_count", "source_ids", "material_fp", "model", "prompt_version")
 _KEYS = ("world_id", "window", "period_start")
 
@@ -122,9 +131,9 @@ _KEYS = ("world_id", "window", "period_start")
 def _write_batch(
     ctx: TemporalContext,
     results: dict[date, PeriodResult],
-    rows: dict[date, list[dict]],
-    existing: dict[tuple[date, str], dict],
-    records: list[dict],
+    rows: dict[date, list[SummaryRow]],
+    existing: dict[tuple[date, str], SummaryRow],
+    records: list[RunRecord],
 ) -> None:
     """One transaction for the batch: upsert the rows whose meaningful fields changed (a
     successful row clears empty_reason), the periods' run records, and the LLM ledger and cache
@@ -173,11 +182,11 @@ def _row(
     content: str,
     reason: str | None,
     source_kind: str,
-    source_ids: list,
+    source_ids: Sequence[str | int],
     source_count: int,
     material_fp: str | None,
     model: str | None,
-) -> dict:
+) -> SummaryRow:
     return {
         "world_id": world_id,
         "window": window,
@@ -193,13 +202,13 @@ def _row(
     }
 
 
-def _existing(conn, window: str, periods: list[date]) -> dict[tuple[date, str], dict]:
+def _existing(conn: Connection, window: str, periods: list[date]) -> dict[tuple[date, str], SummaryRow]:
     t = temporal_summaries.c
     q = select(temporal_summaries).where(t.window == window, t.period_start.in_(periods))
     return {(r["period_start"], r["world_id"]): dict(r) for r in conn.execute(q).mappings()}
 
 
-def _first_events(conn, before: datetime, world_ids: list[str] | None) -> list[tuple[str, datetime]]:
+def _first_events(conn: Connection, before: datetime, world_ids: list[str] | None) -> list[tuple[str, datetime]]:
     """(world, first_event_at) of the worlds whose first event is before ``before``, by id."""
     q = select(worlds.c.world_id, worlds.c.first_event_at).where(worlds.c.first_event_at < before)
     if world_ids is not None:
@@ -212,7 +221,7 @@ def _alive(first: list[tuple[str, datetime]], end: datetime) -> list[str]:
     return [w for w, at in first if at < end]
 
 
-def _reusable(ctx: TemporalContext, prev: dict | None, fp: str) -> bool:
+def _reusable(ctx: TemporalContext, prev: SummaryRow | None, fp: str) -> bool:
     return (
         prev is not None
         and not ctx.force_llm
@@ -221,16 +230,26 @@ def _reusable(ctx: TemporalContext, prev: dict | None, fp: str) -> bool:
     )
 
 
-def _summarize_or_placeholder(ctx, result, prev, world_id, fp_parts, produce, source_kind, source_ids, source_count):
+def _summarize_or_placeholder(
+    ctx: TemporalContext,
+    result: PeriodResult,
+    prev: SummaryRow | None,
+    world_id: str,
+    fp_parts: list[object],
+    produce: Callable[[], str],
+    source_kind: str,
+    source_ids: Sequence[str | int],
+    source_count: int,
+) -> SummaryRow | None:
     """The row for one world: reused as is when model, prompt version and material fingerprint
     (``fp_parts`` and the sources) match the stored row (no call at all), else ``produce()`` asks
     the model (one or more calls); None on a hard failure."""
     fp = short_hash([*fp_parts, source_ids])
 
-    def row(content, reason, ids, count, model):
+    def row(content: str, reason: str | None, ids: Sequence[str | int], count: int, model: str | None) -> SummaryRow:
         return _row(world_id, result.window, result.period_start, content, reason, source_kind, ids, count, fp, model)
 
-    if _reusable(ctx, prev, fp):
+    if prev is not None and _reusable(ctx, prev, fp):
         result.reused += 1
         return row(prev["content"], prev["empty_reason"], prev["source_ids"], prev["source_count"], prev["model"])
     try:
@@ -261,7 +280,7 @@ class _Partial:
 _PART_HEADER_ROOM = 80
 
 
-def _day_from_partials(ctx: TemporalContext, result: PeriodResult, world_id: str, convs: list[list]) -> str:
+def _day_from_partials(ctx: TemporalContext, result: PeriodResult, world_id: str, convs: list[list[Message]]) -> str:
     """A day whose material exceeds day_material_max_chars: every conversation is summarized on
     its own (task day_conversation), one over the budget in consecutive parts that each fit
     (day_part); then the day from those partial summaries (day_reduce), after merging consecutive
@@ -304,8 +323,8 @@ def _day_from_partials(ctx: TemporalContext, result: PeriodResult, world_id: str
             result.partial_summaries += 1
             if text:
                 group = [partials[i] for i in g]
-                first, last = min(p.first for p in group), max(p.last for p in group)
-                merged.append(_Partial(first, last, f"{len(g)} partial summaries merged", text))
+                span = min(p.first for p in group), max(p.last for p in group)
+                merged.append(_Partial(*span, f"{len(g)} partial summaries merged", text))
         partials = merged
     return ""
 
@@ -323,18 +342,18 @@ def _require_closed(window: str, period_start: date, end: datetime) -> None:
 class _DayMaterial:
     """A world-day's material, conversation by conversation, as the day call reads it."""
 
-    convs: list[list]
+    convs: list[list[Message]]
     full: str
     ids: list[str]
     fits: bool  # within day_material_max_chars: one `day` call
 
-    def fp_parts(self, budget: int) -> list:
+    def fp_parts(self, budget: int) -> list[object]:
         # How a day over the budget is split depends on the budget.
         return [self.full] if self.fits else [self.full, {"day_material_max_chars": budget}]
 
 
-def _day_material(ctx: TemporalContext, material: list) -> _DayMaterial:
-    by_conv: dict[str, list] = defaultdict(list)
+def _day_material(ctx: TemporalContext, material: list[Message]) -> _DayMaterial:
+    by_conv: dict[str, list[Message]] = defaultdict(list)
     for m in material:
         by_conv[m["conversation_id"]].append(m)
     convs = sorted(by_conv.values(), key=lambda ms: (ms[0]["at"], ms[0]["conversation_id"]))
@@ -347,7 +366,9 @@ def _day_material(ctx: TemporalContext, material: list) -> _DayMaterial:
     return _DayMaterial(convs, full, [m["message_id"] for m in material], fits)
 
 
-def _day_row(ctx: TemporalContext, result: PeriodResult, prev, world_id: str, dm: _DayMaterial) -> dict | None:
+def _day_row(
+    ctx: TemporalContext, result: PeriodResult, prev: SummaryRow | None, world_id: str, dm: _DayMaterial
+) -> SummaryRow | None:
     """A world's day row from ALL of its material, conversation by conversation (seed 000: every
     active conversation is covered, no editorial selection): one call when the day fits
     day_material_max_chars, else partial summaries first. Sources are every material message,
@@ -411,7 +432,7 @@ def regenerate_many(
     return results
 
 
-def _calls_of(ctx: TemporalContext, stats: dict[date, CallStats], window: str, p: date):
+def _calls_of(ctx: TemporalContext, stats: dict[date, CallStats], window: str, p: date) -> _Counting:
     """Bind the client's ledger rows to period ``p`` and count its calls in ``stats[p]``."""
     ctx.llm.partition = logic.period_key(window, p)
     return _Counting(ctx.llm.stats, stats[p])
@@ -420,13 +441,13 @@ def _calls_of(ctx: TemporalContext, stats: dict[date, CallStats], window: str, p
 class _Counting:
     """Adds what the client's stats gained inside the ``with`` to a period's stats."""
 
-    def __init__(self, total: CallStats, into: CallStats):
+    def __init__(self, total: CallStats, into: CallStats) -> None:
         self.total, self.into = total, into
 
     def __enter__(self) -> None:
         self.before = replace(self.total)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for f in fields(CallStats):
             setattr(
                 self.into,
@@ -435,7 +456,7 @@ class _Counting:
             )
 
 
-def _prefetch(ctx: TemporalContext, conn, reqs: list) -> None:
+def _prefetch(ctx: TemporalContext, conn: Connection, reqs: list[LLMRequest]) -> None:
     if reqs and not ctx.force_llm:
         ctx.llm.prefetch(reqs, conn)
 
@@ -467,7 +488,7 @@ def _days_once(
         msgs = messages_between(conn, bounds[todo[0]][0], bounds[todo[-1]][1], world_ids)
         existing = _existing(conn, "day", todo)
         wanted = set(todo)
-        by_day_world: dict[tuple[date, str], list] = defaultdict(list)
+        by_day_world: dict[tuple[date, str], list[Message]] = defaultdict(list)
         newest: dict[date, datetime] = {}
         for m in msgs:
             d = local_date(m["at"], ctx.tz)
@@ -476,7 +497,7 @@ def _days_once(
                 if d not in newest or m["ingested_at"] > newest[d]:
                     newest[d] = m["ingested_at"]  # every eligible message read
         plans: dict[tuple[date, str], _DayMaterial | EmptyReason] = {}
-        reqs = []
+        reqs: list[LLMRequest] = []
         for d in todo:
             for w in _alive(first, bounds[d][1]):
                 day_msgs = by_day_world.get((d, w), [])
@@ -489,8 +510,8 @@ def _days_once(
                 if dm.fits and not _reusable(ctx, existing.get((d, w)), fp):
                     reqs.append(summary_request("day", dm.full, ctx.cfg.global_day_max_chars, w))
         _prefetch(ctx, conn, reqs)
-    rows: dict[date, list[dict]] = defaultdict(list)
-    records = []
+    rows: dict[date, list[SummaryRow]] = defaultdict(list)
+    records: list[RunRecord] = []
     for d in todo:
         result = results[d]
         with _calls_of(ctx, stats, "day", d):
@@ -519,7 +540,7 @@ def _rollups_once(
     stats: dict[date, CallStats],
 ) -> dict[date, PeriodResult]:
     """Months from their day rows, years from their month rows, ignoring empty children."""
-    child = logic.CHILD_WINDOW[window]
+    child = logic.CHILD_WINDOW[Window(window)]
     results = {p: PeriodResult(window, p) for p in periods}
     bounds = {p: period_bounds(window, p, ctx.tz) for p in periods}
     for p in periods:
@@ -547,7 +568,7 @@ def _rollups_once(
             .order_by(t.world_id, t.period_start)
         )
         wanted = set(todo)
-        kids: dict[tuple[date, str], list] = defaultdict(list)
+        kids: dict[tuple[date, str], list[RowMapping]] = defaultdict(list)
         # The newest change among the child rows (placeholders too: a child turning empty changes
         # this period as much as a new summary does).
         newest: dict[date, datetime] = {}
@@ -560,7 +581,7 @@ def _rollups_once(
             if k["empty_reason"] is None and k["content"] != "":
                 kids[(p, k["world_id"])].append(k)
         existing = _existing(conn, window, todo)
-        reqs = []
+        reqs: list[LLMRequest] = []
         for p in todo:
             for w in _alive(first, bounds[p][1]):
                 ks = kids.get((p, w))
@@ -569,8 +590,8 @@ def _rollups_once(
                     if not _reusable(ctx, existing.get((p, w)), short_hash([material, [k["summary_id"] for k in ks]])):
                         reqs.append(summary_request(window, material, max_chars, w))
         _prefetch(ctx, conn, reqs)
-    rows: dict[date, list[dict]] = defaultdict(list)
-    records = []
+    rows: dict[date, list[SummaryRow]] = defaultdict(list)
+    records: list[RunRecord] = []
     for p in todo:
         result = results[p]
         with _calls_of(ctx, stats, window, p):
@@ -578,7 +599,9 @@ def _rollups_once(
                 result.worlds += 1
                 ks = kids.get((p, w), [])
                 if not ks:
-                    rows[p].append(_row(w, window, p, "", logic.CHILD_EMPTY_REASON[window], child, [], 0, None, None))
+                    rows[p].append(
+                        _row(w, window, p, "", logic.CHILD_EMPTY_REASON[Window(window)], child, [], 0, None, None)
+                    )
                     continue
                 material = "\n".join(f"{k['period_start']:{fmt}}: {k['content']}" for k in ks)
                 row = _summarize_or_placeholder(
@@ -587,7 +610,7 @@ def _rollups_once(
                     existing.get((p, w)),
                     w,
                     [material],
-                    lambda material=material, w=w: summarize(ctx, window, material, max_chars, w),
+                    functools.partial(summarize, ctx, window, material, max_chars, w),
                     child,
                     [k["summary_id"] for k in ks],
                     len(ks),
@@ -605,7 +628,7 @@ def _parent_start(window: str, child_start: date) -> date:
     return child_start.replace(day=1) if window == "month" else date(child_start.year, 1, 1)
 
 
-def _unchanged(conn, ctx: TemporalContext, window: str, periods: list[date]) -> dict[date, str]:
+def _unchanged(conn: Connection, ctx: TemporalContext, window: str, periods: list[date]) -> dict[date, str]:
     """Periods whose run record shows nothing changed since they were materialized: same model,
     prompt version and settings, no eligible message ingested after it (day), no child row written
     after it (month / year), and no world that existed by the period's end without a row. Their
@@ -631,8 +654,8 @@ def _unchanged(conn, ctx: TemporalContext, window: str, periods: list[date]) -> 
         changed = set(reconcile.late_messages(conn, [(p, *bounds[p], cand[p]) for p in sorted(cand)]))
         what = "no message ingested since"
     else:
-        child = logic.CHILD_WINDOW[window]
-        parents = [
+        child = logic.CHILD_WINDOW[Window(window)]
+        parents: list[reconcile.ParentRecord] = [
             (window, p, child, p, local_date(bounds[p][1] - timedelta(seconds=1), ctx.tz), cand[p])
             for p in sorted(cand)
         ]
@@ -691,7 +714,7 @@ def missing_children_many(
 def _missing_children_once(
     ctx: TemporalContext, window: str, periods: list[date], world_ids: list[str] | None
 ) -> dict[date, list[tuple[str, str]]]:
-    child = logic.CHILD_WINDOW[window]
+    child = logic.CHILD_WINDOW[Window(window)]
     today = local_date(utcnow(), ctx.tz)
     ends = {p: period_bounds(window, p, ctx.tz)[1] for p in periods}
     lasts = {p: local_date(ends[p] - timedelta(seconds=1), ctx.tz) for p in periods}
@@ -724,7 +747,7 @@ def _missing_children_once(
     return out
 
 
-def _day_coverage(tag: str, row, convs: dict[str, set]) -> list[str]:
+def _day_coverage(tag: str, row: RowMapping, convs: dict[str, set[str]]) -> list[str]:
     """A day row lists every material message of every eligible conversation of its world and day,
     or says why not: a placeholder for an empty model answer. A no_sessions / empty placeholder
     while material exists is stale."""
@@ -780,9 +803,9 @@ def period_audits(
     t = temporal_summaries.c
     # A message as the audit needs it: (at, world_id, counted = eligible conversation and material).
     found_messages: dict[str, tuple[datetime, str, bool]] = {}
-    found_children: dict[int, dict] = {}
+    found_children: dict[int, RowMapping] = {}
     # A day row covers every eligible conversation of the day that has material.
-    day_material: dict[tuple[date, str], dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    day_material: dict[tuple[date, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     # Plain rows, no tool_calls (they never decide what is material): a day range is every
     # message of its days, and a mapping or a decoded JSON value per message was most of the audit.
     mq = select(
@@ -796,7 +819,7 @@ def period_audits(
         conversations.c.debug,
     ).join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
 
-    def found(rows) -> None:
+    def found(rows: Sequence[Row[Any]]) -> None:
         for mid, at, world_id, conv_id, role, content, platform, debug in rows:
             counted = logic.is_eligible_conversation(platform, debug) and logic.is_material(role, content)
             found_messages[mid] = (at, world_id, counted)
@@ -806,14 +829,17 @@ def period_audits(
                     day_material[(d, world_id)][conv_id].add(mid)
 
     with store.connect() as conn:
-        rows = conn.execute(select(temporal_summaries).where(t.window == window, t.period_start.in_(periods)))
-        rows = rows.mappings().all()
+        rows = (
+            conn.execute(select(temporal_summaries).where(t.window == window, t.period_start.in_(periods)))
+            .mappings()
+            .all()
+        )
         if window == "day":
             q = mq.where(messages.c.at >= bounds[periods[0]][0], messages.c.at < bounds[periods[-1]][1])
             found(conn.execute(q).all())
         else:
             q = select(temporal_summaries).where(
-                t.window == logic.CHILD_WINDOW[window],
+                t.window == logic.CHILD_WINDOW[Window(window)],
                 t.period_start >= periods[0],
                 t.period_start <= lasts[periods[-1]],
             )
@@ -832,7 +858,7 @@ def period_audits(
             q = select(temporal_summaries).where(t.summary_id.in_(other_children[i : i + 5000]))
             found_children.update({k["summary_id"]: k for k in conn.execute(q).mappings()})
     problems: dict[date, list[str]] = {p: [] for p in periods}
-    audited: Counter = Counter()
+    audited: Counter[date] = Counter()
     for p in periods:
         if p >= today or lasts[p] >= today:
             problems[p].append(f"{window} {p} is not closed on {today} (future or open window)")
@@ -843,7 +869,15 @@ def period_audits(
     return {p: logic.Audit(audited[p], problems[p]) for p in periods}
 
 
-def _row_problems(window, r, bounds, last, found_messages, found_children, day_material) -> list[str]:
+def _row_problems(
+    window: str,
+    r: RowMapping,
+    bounds: tuple[datetime, datetime],
+    last: date,
+    found_messages: dict[str, tuple[datetime, str, bool]],
+    found_children: dict[int, RowMapping],
+    day_material: dict[tuple[date, str], dict[str, set[str]]],
+) -> list[str]:
     period_start = r["period_start"]
     start, end = (b.astimezone(UTC) for b in bounds)  # as the store's times are: a cheap comparison
     tag = f"{r['world_id']} {window} {period_start}"
