@@ -216,10 +216,13 @@ class Made:
 def _offline_aggregate(period: str, material: str, max_chars: int) -> str:
     """The offline model's aggregate: its content words as one conclusion that names the period
     ("week 2026-01-05: postgres, migration"). Alike children have alike words; the period's name
-    keeps the aggregate from passing a child's text through (which the guardrail refuses)."""
+    keeps the aggregate from passing a child's text through (which the guardrail refuses). No
+    content word: an empty answer (refused as empty, as any model's would be)."""
     budget = max_chars - len(period) - 2
     while True:  # the whole JSON within the hard cut, or the client would cut it mid-object
         words = offline.headline(material, max(1, budget))
+        if not words:
+            return ""
         keywords = [w for w in words.split(offline.HEADLINE_SEPARATOR) if w]
         answer = json.dumps({"conclusions": [f"{period}: {words}"], "keywords": keywords}, ensure_ascii=False)
         if len(answer) <= hard_cap(max_chars) or budget <= 1:

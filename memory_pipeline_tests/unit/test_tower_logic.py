@@ -131,3 +131,18 @@ def test_arbitrary_entries_are_accepted_or_refused_by_field_never_a_traceback(ra
         assert exc.field and str(exc).startswith("line 1: field '")
     else:
         assert entry.at <= NOW + timedelta(minutes=1)
+
+
+def test_the_offline_aggregate_names_its_period_fits_the_hard_cut_and_says_nothing_without_words():
+    from memory_pipeline.lib.text import hard_cap
+    from memory_pipeline.tower.summaries import _offline_aggregate
+
+    material = "# day 2026-01-06\n- postgres, migration, decided\n# day 2026-01-07\n- postgres, rollback"
+    answer = _offline_aggregate("week 2026-01-05", material, 600)  # summary_max_chars
+    sections = parse_sections(answer)
+    assert sections["conclusions"] == ["week 2026-01-05: postgres, rollback, migration, decided"]
+    assert sections["keywords"] == ["postgres", "rollback", "migration", "decided"]  # said twice first
+    long = "\n".join(f"- word{i}x{'y' * 12}" for i in range(200))
+    assert len(_offline_aggregate("week 2026-01-05", long, 200)) <= hard_cap(200)  # valid JSON, not cut
+    assert parse_sections(_offline_aggregate("week 2026-01-05", long, 200))["keywords"]
+    assert _offline_aggregate("week 2026-01-05", "# day 2026-01-06\n- ok, yes", 60) == ""

@@ -1,14 +1,14 @@
 """The offline deterministic model: the embedded default, so the graph runs with no provider.
 
 It is not a language model. A summary is a headline of the material's most telling content words
-(``headline``: frequent, and rarer in the language), within the requested character target; the domains' tool-calling rules extract (the most
-informative sentences of a text, ``key_sentences``, weighing words by how rare they are in the
-language). It gives the same answer for the same input. v2: extractive rules; v3: objects for the things a
-text names (``subject_terms``) and scores independent of the hash seed; v4: a clitic is its word
-("Caroline's" is Caroline, "who's" no subject) and the autobiography tells five memories; v5: a
-headline counts a word with every form of its stem, weighs it by rarity too, leaves out the names
-people are addressed by, and separates words with commas (an earlier version's answer in a cache or
-a stage record is not reused).
+(``headline``: frequent, and rarer in the language), within the requested character target; the
+domains' tool-calling rules extract (the most informative sentences of a text, ``key_sentences``,
+weighing words by how rare they are in the language). It gives the same answer for the same input.
+v2: extractive rules; v3: objects for the things a text names (``subject_terms``) and scores
+independent of the hash seed; v4: a clitic is its word ("Caroline's" is Caroline, "who's" no
+subject) and the autobiography tells five memories; v5: a headline counts a word with every form of
+its stem, weighs it by rarity too, leaves out the names people are addressed by, and separates words
+with commas (an earlier version's answer in a cache or a stage record is not reused).
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ def headline_words(material: str) -> list[str]:
     its stem (FTS5's porter stem, as the search index sees it: "paint", "painted", "painting" are one
     word, written in its shortest form), times its language weight (``word_weight``: common words
     weigh nothing) to the power RARITY_EXPONENT. Lines starting with '#' are headers (platform,
-    date) and a line's leading "[...]" its time stamp, not content; names the material addresses people by ("Hey Mel!") name the participants,
-    who are in every one of their conversations and tell none apart. Chinese runs are cut into the
-    words the language knows (``chinese_words``)."""
+    date) and a line's leading "[...]" its time stamp, not content; the names the material
+    addresses people by ("Hey Mel!") name the participants, who are in every one of their
+    conversations and tell none apart. Chinese runs are cut into the words the language knows
+    (``chinese_words``)."""
     lines = (material or "").splitlines()
     body = "\n".join(_LINE_STAMP.sub("", line) for line in lines if not line.lstrip().startswith("#"))
     skip = addressed(body)
