@@ -19,7 +19,7 @@ from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.migrate import ensure_schema
 
 
-class MemoryStoreResource(ConfigurableResource):
+class MemoryStoreResource(ConfigurableResource[Any]):
     """The operational store: SQLite under data/ by default, PostgreSQL by MEMORY_DATABASE_URL.
     The schema is brought to the migrations' head on first use (under a lock)."""
 
@@ -39,7 +39,7 @@ class MemoryStoreResource(ConfigurableResource):
         return Store.kind_of(self.database_url or settings.default_sqlite_url())
 
 
-class CacheResource(ConfigurableResource):
+class CacheResource(ConfigurableResource[Any]):
     """Redis by REDIS_URL, with the in-process fallback when it is unset or unreachable; given the
     store, a write Redis did not take is kept there until cache_writeback_sensor writes it back."""
 
@@ -49,7 +49,7 @@ class CacheResource(ConfigurableResource):
         return KVCache(self.redis_url or None, store=store)
 
 
-class LLMResource(ConfigurableResource):
+class LLMResource(ConfigurableResource[Any]):
     """Every LLM call goes through here (litellm, or the offline deterministic model) and leaves a
     ledger row naming the asset and partition."""
 
@@ -76,7 +76,7 @@ class LLMResource(ConfigurableResource):
         )
 
 
-class MemoryConfigResource(ConfigurableResource):
+class MemoryConfigResource(ConfigurableResource[Any]):
     """The ``memory.*`` config file (MEMORY_CONFIG_FILE) and the calendar zone; each domain reads
     its own section from the file."""
 

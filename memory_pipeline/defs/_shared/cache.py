@@ -22,7 +22,7 @@ from memory_pipeline.resources import CacheResource, MemoryStoreResource
 )
 def cache_writeback_sensor(
     context: SensorEvaluationContext, memory_store: MemoryStoreResource, kv_cache: CacheResource
-):
+) -> SkipReason:
     store = memory_store.store()
     result = flush_pending(store, kv_cache.cache(store))
     if not (result.written or result.expired or result.remaining):

@@ -42,7 +42,8 @@ class MemoryCeleryExecutor(CeleryExecutor):
     """dagster-celery's executor, saying at launch which of its queues no worker consumes."""
 
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[Any]:
-        app = make_app(self.app_args())
+        # dagster-celery ships no types: its executor's own methods are untyped
+        app = make_app(self.app_args())  # type: ignore[no-untyped-call]
         steps = [execution_plan.get_step_by_key(k) for k in execution_plan.step_keys_to_execute]
         queues = sorted({s.tags.get(DAGSTER_CELERY_QUEUE_TAG, app.conf.task_default_queue) for s in steps})
         if queues:
@@ -59,14 +60,14 @@ class MemoryCeleryExecutor(CeleryExecutor):
                         plan_context.log.info(f'celery queue "{queue}": consumed by {", ".join(workers)}')
                     else:
                         plan_context.log.warning(unconsumed_warning(queue))
-        yield from super().execute(plan_context, execution_plan)
+        yield from super().execute(plan_context, execution_plan)  # type: ignore[no-untyped-call]
 
 
 @executor(name="celery", config_schema=CELERY_CONFIG, requirements=multiple_process_executor_requirements())
 def celery_executor(init_context: Any) -> MemoryCeleryExecutor:
     """dagster_celery.celery_executor with the launch-time warning (same config)."""
     config = init_context.executor_config
-    return MemoryCeleryExecutor(
+    return MemoryCeleryExecutor(  # type: ignore[no-untyped-call]
         broker=config.get("broker"),
         backend=config.get("backend"),
         config_source=config.get("config_source"),

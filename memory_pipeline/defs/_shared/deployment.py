@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from dagster import AssetsDefinition, BackfillPolicy, ExecutorDefinition
+from dagster import AssetsDefinition, BackfillPolicy, ExecutorDefinition, OpDefinition
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.kinds import ExecutorKind
@@ -67,6 +67,7 @@ def with_deployment_backfill_policy(assets: Iterable[Any]) -> list[Any]:
             policy != single
             and isinstance(asset, AssetsDefinition)
             and asset.backfill_policy == single
+            and isinstance(asset.node_def, OpDefinition)
             and asset.node_def.pool == LLM_POOL
         ):
             asset = asset.with_attributes(backfill_policy=policy)

@@ -7,7 +7,7 @@ from datetime import date
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from dagster import AssetExecutionContext, MetadataValue
+from dagster import AssetExecutionContext, MetadataValue, TimeWindowPartitionsDefinition
 
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm.client import CallStats
@@ -39,7 +39,7 @@ def cache_metadata(context: AssetExecutionContext, cache: KVCache, what: str) ->
     }
 
 
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> MetadataValue:
+def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> MetadataValue[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(" ".join(str(c).split()).replace("|", "/") for c in r) + " |" for r in rows]
     return MetadataValue.md("\n".join(lines))
@@ -48,5 +48,6 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> MetadataVa
 def partition_dates(context: AssetExecutionContext) -> list[tuple[str, date]]:
     """(key, local start date) of every partition of the run, in order."""
     defn = context.assets_def.partitions_def
-    tz = ZoneInfo(defn.timezone)  # type: ignore[union-attr]
-    return [(k, local_date(defn.time_window_for_partition_key(k).start, tz)) for k in context.partition_keys]  # type: ignore[union-attr]
+    assert isinstance(defn, TimeWindowPartitionsDefinition), "a day/month/year asset"
+    tz = ZoneInfo(defn.timezone)
+    return [(k, local_date(defn.time_window_for_partition_key(k).start, tz)) for k in context.partition_keys]

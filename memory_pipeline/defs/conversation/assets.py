@@ -2,6 +2,8 @@
 a run names (the sensor names the due ones). Not partitioned: one run serves every due
 conversation, whatever their number."""
 
+from typing import Any
+
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
 from pydantic import Field
 
@@ -42,7 +44,7 @@ class RollingSummaryConfig(Config):
 )
 def conversation_rolling_summaries(
     context: AssetExecutionContext, config: RollingSummaryConfig, conversation: ConversationResource
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     store, cfg = conversation.store(), conversation.cfg()
     if not cfg.enabled:
         context.log.info("memory.conversation.enabled is false, nothing read or written")

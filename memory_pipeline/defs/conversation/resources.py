@@ -14,7 +14,7 @@ from memory_pipeline.lib.store import Store
 from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource
 
 
-class ConversationResource(ConfigurableResource):
+class ConversationResource(ConfigurableResource[Any]):
     memory_store: MemoryStoreResource
     llm: LLMResource
     memory_config: MemoryConfigResource

@@ -26,7 +26,9 @@ rolling_summary_job = define_asset_job(
     "once its backoff is over (10, 20, 40, 80 minutes by default; its failure changes the run key) and "
     "held after 5 failures in a row until `conversation retry`.",
 )
-def conversation_rolling_summary_sensor(context: SensorEvaluationContext, conversation: ConversationResource):
+def conversation_rolling_summary_sensor(
+    context: SensorEvaluationContext, conversation: ConversationResource
+) -> SkipReason | RunRequest:
     store, cfg = conversation.store(), conversation.cfg()
     if not cfg.enabled:
         return SkipReason("memory.conversation.enabled is false")

@@ -193,7 +193,7 @@ _SPEC: dict[str, Any] = dict(group_name=GROUP, kinds={"llm"}, tags=STORE_TAG, sk
 )
 def sleep_stages(
     context: AssetExecutionContext, config: SleepRunConfig, sleep: SleepResource
-) -> Iterator[MaterializeResult]:
+) -> Iterator[MaterializeResult[Any]]:
     """The run's days in order, each day's selected stages in order; the first failure stops the run
     (later places need it) and says why. Places the run leaves stale get an observation saying so."""
     worlds = _worlds(config)

@@ -6,6 +6,7 @@ from zoneinfo import ZoneInfo
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckExecutionContext,
+    AssetChecksDefinition,
     AssetCheckSeverity,
     AssetKey,
     AssetRecordsFilter,
@@ -26,11 +27,13 @@ from memory_pipeline.sleep.logic import Stage
 from memory_pipeline.sleep.reports import Audit, stage_audit
 
 
-def _check(asset_key: AssetKey, stage: Stage, name: str, description: str):
-    @asset_check(asset=asset_key, partitions_def=cst_day, name=name, description=description)
+def _check(asset_key: AssetKey, stage: Stage, name: str, description: str) -> AssetChecksDefinition:
+    # One evaluation per partition, then the Output that ends the step: the decorator's type says a
+    # single AssetCheckResult, which a check over a range of partitions cannot return.
+    @asset_check(asset=asset_key, partitions_def=cst_day, name=name, description=description)  # type: ignore[arg-type]
     def _c(
         context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, sleep: SleepResource
-    ) -> Iterator[AssetCheckEvaluation | Output]:
+    ) -> Iterator[AssetCheckEvaluation | Output[None]]:
         store, tz = memory_store.store(), ZoneInfo(cst_day.timezone)
         disabled = not sleep.cfg().enabled  # nothing ran on purpose: nothing to audit
         (spec,) = context.check_specs

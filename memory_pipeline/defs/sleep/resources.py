@@ -13,7 +13,7 @@ from memory_pipeline.sleep.config import SleepConfig
 from memory_pipeline.sleep.context import SleepContext
 
 
-class SleepResource(ConfigurableResource):
+class SleepResource(ConfigurableResource[Any]):
     memory_store: MemoryStoreResource
     llm: LLMResource
     memory_config: MemoryConfigResource

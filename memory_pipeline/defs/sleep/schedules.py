@@ -23,6 +23,7 @@ from dagster import (
     DagsterRunStatus,
     RunRequest,
     RunsFilter,
+    ScheduleDefinition,
     ScheduleEvaluationContext,
     SkipReason,
     schedule,
@@ -70,7 +71,7 @@ def describe(req: Request) -> str:
     return f"{req.first.isoformat()}..{req.last.isoformat()} ({stages})"
 
 
-def _nightly(name: str, stage: Stage, cron: str, builtin: str, doc: str):
+def _nightly(name: str, stage: Stage, cron: str, builtin: str, doc: str) -> ScheduleDefinition:
     @schedule(
         name=name,
         job=nights_job,
@@ -79,7 +80,7 @@ def _nightly(name: str, stage: Stage, cron: str, builtin: str, doc: str):
         description=f"{doc} Job id {builtin}.",
         tags={"memory_pipeline/builtin": builtin},
     )
-    def _schedule(context: ScheduleEvaluationContext, sleep: SleepResource):
+    def _schedule(context: ScheduleEvaluationContext, sleep: SleepResource) -> SkipReason | list[RunRequest]:
         if not sleep.cfg().enabled:
             return SkipReason("memory.sleep.enabled is false")
         why = busy(context.instance)

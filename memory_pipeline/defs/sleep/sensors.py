@@ -6,7 +6,7 @@ are asked again and restored first; every other world's records are reused."""
 
 from zoneinfo import ZoneInfo
 
-from dagster import DefaultSensorStatus, SensorEvaluationContext, SkipReason, sensor
+from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
 from memory_pipeline.defs.sleep.jobs import nights_job
 from memory_pipeline.defs.sleep.resources import SleepResource
@@ -25,7 +25,7 @@ from memory_pipeline.sleep.runs import day_statuses
     "ingested (late data) is rebuilt, with every later day done so far, in one run in day order (run key: "
     "range + newest late ingest).",
 )
-def sleep_late_data_sensor(context: SensorEvaluationContext, sleep: SleepResource):
+def sleep_late_data_sensor(context: SensorEvaluationContext, sleep: SleepResource) -> SkipReason | list[RunRequest]:
     store = sleep.memory_store.store()
     late = late_days(store, ZoneInfo(sleep.memory_config.timezone))
     if not late:
