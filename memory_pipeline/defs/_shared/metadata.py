@@ -48,6 +48,6 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> Metadat
 def partition_dates(context: AssetExecutionContext) -> list[tuple[str, date]]:
     """(key, local start date) of every partition of the run, in order."""
     defn = context.assets_def.partitions_def
-    assert isinstance(defn, TimeWindowPartitionsDefinition), "a day/month/year asset"
+    assert isinstance(defn, TimeWindowPartitionsDefinition), "a time-window partitioned asset (day, week, month, year)"
     tz = ZoneInfo(defn.timezone)
     return [(k, local_date(defn.time_window_for_partition_key(k).start, tz)) for k in context.partition_keys]
