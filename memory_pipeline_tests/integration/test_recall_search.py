@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import Connection, select, update
 from typer.testing import CliRunner
 
 from memory_pipeline import domains
@@ -174,6 +174,30 @@ def _two_worlds(store: Store, tmp_path) -> None:
         conn.execute(tower_summaries.insert().values(summary | {"group_value": "b", "text": "b's marathon tower"}))
 
 
+def _person(conn: Connection, world: str, name: str, events: tuple[str, ...]) -> None:
+    """A person object attached to ``events``, as organize would leave it (no body, no cues)."""
+    oid = f"person:{name.lower()}"
+    conn.execute(
+        objects_objects.insert().values(
+            world_id=world,
+            object_id=oid,
+            type="person",
+            name=name,
+            aliases=[],
+            summary="",
+            body="",
+            cues=[],
+            status="active",
+            version=1,
+            revision=1,
+        )
+    )
+    conn.execute(
+        objects_attachments.insert(),
+        [{"world_id": world, "object_id": oid, "event_id": e, "revision": 1} for e in events],
+    )
+
+
 def _search(store: Store, world: str, query: str, k: int = 10):
     return memory_search(store, world, query, k, tz=CST, activity_type=ACTIVITY)
 
@@ -311,28 +335,7 @@ def test_a_hit_lists_the_events_saying_most_about_the_query_first(engine_store, 
         ],
     )
     with engine_store.begin() as conn:
-        conn.execute(
-            objects_objects.insert().values(
-                world_id="a",
-                object_id="person:andrew",
-                type="person",
-                name="Andrew",
-                aliases=[],
-                summary="",
-                body="",
-                cues=[],
-                status="active",
-                version=1,
-                revision=1,
-            )
-        )
-        conn.execute(
-            objects_attachments.insert(),
-            [
-                {"world_id": "a", "object_id": "person:andrew", "event_id": e, "revision": 1}
-                for e in ("a1", "a5", "a6", "a7")
-            ],
-        )
+        _person(conn, "a", "Andrew", ("a1", "a5", "a6", "a7"))
     (andrew,) = [h for h in _search(engine_store, "a", "Does Andrew have a greyhound?", 20) if h.ref == "person:andrew"]
     # "andrew" is in three of its four events and weighs little, "greyhound" in one: that one first;
     # the rest busiest day first (a5, a7 on the same day as a6), then the earlier day (a1)
@@ -509,25 +512,7 @@ def test_memory_of_a_time_the_query_names_ranks_first(engine_store, tmp_path):
                 _memory("m-make", "a", "The user likes to make things: the user made a bowl.", ["a.s1"])
             )
         )
-        conn.execute(
-            objects_objects.insert().values(
-                world_id="a",
-                object_id="person:caroline",
-                type="person",
-                name="Caroline",
-                aliases=[],
-                summary="",
-                body="",
-                cues=[],
-                status="active",
-                version=1,
-                revision=1,
-            )
-        )
-        conn.execute(
-            objects_attachments.insert(),
-            [{"world_id": "a", "object_id": "person:caroline", "event_id": e, "revision": 1} for e in ("a1", "a3")],
-        )
+        _person(conn, "a", "Caroline", ("a1", "a3"))
 
     def memories(query: str) -> list[str]:
         return [h.ref for h in _search(engine_store, "a", query, 20) if h.kind is MemoryKind.SEMANTIC]
