@@ -45,7 +45,7 @@ app.command(name="celery-worker")(workers.celery_worker)
 @app.command()
 def demo(
     fresh: bool = typer.Option(True, "--fresh/--keep", help="Start from an empty store and instance under data/"),
-):
+) -> None:
     """The main job on the embedded default: sample data -> ingest -> every temporal asset as real
     Dagster runs in the instance under data/dagster_home -> DuckDB exports and dbt marts -> results."""
     from memory_pipeline.cli.demo import run_demo
@@ -55,12 +55,14 @@ def demo(
 
 @app.command()
 def ui(
-    port: int = typer.Option(None, "--port", "-p", help="Port of the webserver (dagster dev's default, 3000)."),
-    host: str = typer.Option(None, "--host", "-h", help="Address of the webserver (dagster dev's default, 127.0.0.1)."),
+    port: int | None = typer.Option(None, "--port", "-p", help="Port of the webserver (dagster dev's default, 3000)."),
+    host: str | None = typer.Option(
+        None, "--host", "-h", help="Address of the webserver (dagster dev's default, 127.0.0.1)."
+    ),
     stop_timeout: float = typer.Option(
         90.0, "--stop-timeout", help="Seconds a stop waits for every process of dagster dev before killing them."
     ),
-):
+) -> None:
     """The Dagster UI (`dagster dev -w workspace.yaml`) on the instance of DAGSTER_HOME, else the data
     folder's dagster_home. SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops its webserver, daemon and code
     servers together; what still runs after --stop-timeout is killed, and named."""

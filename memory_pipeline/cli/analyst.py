@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -12,10 +14,15 @@ from rich.table import Table
 
 from memory_pipeline.cli.console import console, err, progress_bar, refuse
 
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
+    from memory_pipeline.analyst.files import AnalyticsFiles
+
 app = typer.Typer()
 
 
-def analytics_files():
+def analytics_files() -> AnalyticsFiles:
     from memory_pipeline.analyst import config as analyst_config
     from memory_pipeline.analyst.files import AnalyticsFiles
     from memory_pipeline.lib import settings
@@ -23,7 +30,11 @@ def analytics_files():
     return AnalyticsFiles.at(settings.duckdb_path(), analyst_config.load())
 
 
-def run_steps(steps: list[tuple[str, str, str | None]], instance=None, on_step=None) -> bool:
+def run_steps(
+    steps: list[tuple[str, str, str | None]],
+    instance: DagsterInstance | None = None,
+    on_step: Callable[[int, str], None] | None = None,
+) -> bool:
     """(target, from, to) as Dagster runs, one per range, in order; prints one line per run. After
     a failed run the remaining steps are not run (each would work on a file the failure left as it
     was, or fail the same way): each is listed as skipped, with the reason."""
@@ -53,7 +64,7 @@ def run_steps(steps: list[tuple[str, str, str | None]], instance=None, on_step=N
     return not failed
 
 
-def print_unchanged(files) -> None:
+def print_unchanged(files: AnalyticsFiles) -> None:
     """After a failed export: what analysts now read, said as such (not listed as if current)."""
     import datetime as dt
 
@@ -67,7 +78,7 @@ def print_unchanged(files) -> None:
         console.print(f"{files.duckdb}: no DuckDB file (nothing was published)")
 
 
-def print_analytics(files) -> None:
+def print_analytics(files: AnalyticsFiles) -> None:
     from memory_pipeline.analyst import reports
 
     counts = reports.table_counts(files)
@@ -110,7 +121,7 @@ def export(
         None, "--to", help="Last CST day (YYYY-MM-DD); default: the --from day alone (one day, not up to today)"
     ),
     marts: bool = typer.Option(True, "--marts/--no-marts", help="Then dbt build the marts for the same days"),
-):
+) -> None:
     """Export every operational table for a range of CST days to the DuckDB file and Parquet
     (replacing exactly those days, and the months and years they touch), then build the dbt
     marts: Dagster runs, as the automation would. Without --to, the one day --from."""
@@ -138,6 +149,6 @@ def export(
 
 
 @app.command("analytics")
-def analytics():
+def analytics() -> None:
     """What the analyst's DuckDB file holds: tables and marts with their rows, Parquet, the picture."""
     print_analytics(analytics_files())

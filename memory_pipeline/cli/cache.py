@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from memory_pipeline.cli.console import console, err, open_store
 
+if TYPE_CHECKING:
+    from memory_pipeline.lib.store import Store
+
 app = typer.Typer()
 
 
-def print_pending_cache(store) -> int:
+def print_pending_cache(store: Store) -> int:
     """The "Pending cache writes" table of `status`: writes runs kept in the store while Redis was
     unreachable. Returns how many there are."""
     from memory_pipeline.lib.store import pending
@@ -38,7 +43,7 @@ def print_pending_cache(store) -> int:
     return s.count
 
 
-def note_pending_cache(store) -> None:
+def note_pending_cache(store: Store) -> None:
     """After a run that wrote rolls: say so when some of them wait for Redis (the run is still ok)."""
     from memory_pipeline.lib.store import pending
 
@@ -51,7 +56,7 @@ def note_pending_cache(store) -> None:
 
 
 @app.command("cache-writeback")
-def cache_writeback():
+def cache_writeback() -> None:
     """Write the cache writes kept while Redis was unreachable back to REDIS_URL (what
     cache_writeback_sensor does every minute once turned on); expired ones are dropped."""
     from memory_pipeline.lib import settings

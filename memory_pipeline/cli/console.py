@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
-from typing import NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:  # the CLI imports the domains lazily: a command loads only what it runs
+    from memory_pipeline.events.ingest import IngestReport
+    from memory_pipeline.lib.store import Store
+
+T = TypeVar("T")
 
 # Off a terminal (pipes, CI, files) rich would wrap at 80 columns; keep lines whole there.
 _WIDTH = None if os.isatty(1) else 200
@@ -22,7 +29,7 @@ def refuse(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def open_store():
+def open_store() -> Store:
     """The store of MEMORY_DATABASE_URL (SQLite under data/ by default), migrated to head."""
     from memory_pipeline import domains
     from memory_pipeline.lib import settings
@@ -45,10 +52,10 @@ def progress_bar() -> Progress:
     )
 
 
-def with_ingest_progress(store, label: str, fn) -> object:
+def with_ingest_progress(store: Store, label: str, fn: Callable[[Callable[[str, int, int], None]], T]) -> T:
     """Run ``fn(progress)`` showing one bar per ingestion phase (validate bytes, write rows)."""
     with progress_bar() as progress:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def tick(phase: str, done: int, total: int) -> None:
             if phase not in tasks:
@@ -58,7 +65,7 @@ def with_ingest_progress(store, label: str, fn) -> object:
         return fn(tick)
 
 
-def print_ingest(report) -> None:
+def print_ingest(report: IngestReport) -> None:
     console.print(
         f"{escape(report.source)}: {report.lines} lines, [green]{report.inserted} inserted[/], "
         f"{report.duplicates} already present, {len(report.rejected)} rejected, "

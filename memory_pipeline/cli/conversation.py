@@ -5,16 +5,23 @@ conversation, what a conversation's summary is now."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from memory_pipeline.cli.console import console, err, open_store, refuse
 
+if TYPE_CHECKING:
+    from memory_pipeline.lib.store import Store
+
+T = TypeVar("T")
 app = typer.Typer(no_args_is_help=True, help=__doc__)
 
 
-def _guard(fn, *args):
+def _guard(fn: Callable[..., T], *args: Any) -> T:
     from memory_pipeline.conversation.logic import FormatError
     from memory_pipeline.conversation.summaries import InputError
 
@@ -28,7 +35,7 @@ def _guard(fn, *args):
 def init_status(
     conversation: str = typer.Argument(...),
     status: str = typer.Argument(..., help="pending | phase1_done | phase2_done | done"),
-):
+) -> None:
     """Set a conversation's initialization status (the Step-0 gate needs done)."""
     from memory_pipeline.conversation.summaries import set_init_status
 
@@ -36,7 +43,7 @@ def init_status(
 
 
 @app.command()
-def check(conversation: str = typer.Argument(...)):
+def check(conversation: str = typer.Argument(...)) -> None:
     """The user's memory check (你还记得我跟你聊过什么吗): served at the sensor's next tick, through the gate."""
     from memory_pipeline.conversation.summaries import request
 
@@ -49,7 +56,7 @@ def profile(
     key: str = typer.Argument(...),
     value: str = typer.Argument(...),
     conversation: str | None = typer.Option(None, "--conversation", help="Also request a preference-override summary"),
-):
+) -> None:
     """Set a user-profile fact (newest wins); with --conversation, a preference override trigger."""
     from memory_pipeline.conversation.summaries import set_profile
 
@@ -57,7 +64,7 @@ def profile(
 
 
 @app.command()
-def summarize():
+def summarize() -> None:
     """Summarize every due conversation now, as one Dagster run (what the sensor requests)."""
     from memory_pipeline import operations
     from memory_pipeline.definitions import build_defs
@@ -66,8 +73,10 @@ def summarize():
     # The operator's console: warnings one line each; a failure is the one line printed below.
     job = operator_job(build_defs().resolve_job_def("conversation_rolling_summary_job"))
     result = job.execute_in_process(instance=operations.get_instance(), raise_on_error=False, run_config=QUIET)
-    (mat,) = [e for e in result.all_events if e.is_step_materialization] or [None]
-    meta = {k: v.value for k, v in mat.event_specific_data.materialization.metadata.items()} if mat else {}
+    mat = next((e for e in result.all_events if e.is_step_materialization), None)
+    meta: dict[str, Any] = (
+        {k: v.value for k, v in mat.step_materialization_data.materialization.metadata.items()} if mat else {}
+    )
     failure = next((e for e in result.all_events if e.is_step_failure), None)
     if failure is not None:  # what the run did before it failed (the breaker's Failure says it)
         data = failure.step_failure_data
@@ -88,7 +97,7 @@ def summarize():
 
 
 @app.command()
-def show(conversation: str = typer.Argument(...)):
+def show(conversation: str = typer.Argument(...)) -> None:
     """The newest summary version and, while unverified, its check line."""
     from memory_pipeline.conversation import config
     from memory_pipeline.conversation.summaries import latest
@@ -119,7 +128,7 @@ def show(conversation: str = typer.Argument(...)):
 def confirm(
     conversation: str = typer.Argument(...),
     version: int | None = typer.Option(None, "--version", help="The version whose check line the user saw"),
-):
+) -> None:
     """The user said yes to the check line: the newest version is marked verified (nothing rewritten)."""
     from memory_pipeline.conversation.summaries import confirm as do_confirm
 
@@ -128,7 +137,9 @@ def confirm(
 
 
 @app.command()
-def correct(conversation: str = typer.Argument(...), arc: str = typer.Argument(..., help="The user's own account")):
+def correct(
+    conversation: str = typer.Argument(...), arc: str = typer.Argument(..., help="The user's own account")
+) -> None:
     """The user denied the check line: a new verified version with their emotional arc."""
     from memory_pipeline.conversation.summaries import correct as do_correct
     from memory_pipeline.lib import settings
@@ -139,7 +150,7 @@ def correct(conversation: str = typer.Argument(...), arc: str = typer.Argument(.
 
 
 @app.command()
-def retry(conversation: str = typer.Argument(...)):
+def retry(conversation: str = typer.Argument(...)) -> None:
     """An operator's retry of a failing conversation (held after too many failures in a row, or
     backing off): its failures in a row are forgotten and the next trigger asks the model again."""
     from memory_pipeline.conversation.summaries import retry as do_retry
@@ -151,12 +162,12 @@ def retry(conversation: str = typer.Argument(...)):
 
 
 @app.command()
-def status():
+def status() -> None:
     """Summaries, versions, unverified, failures (backing off, held with the reason), open requests."""
     print_conversation_status(open_store())
 
 
-def print_conversation_status(store) -> None:
+def print_conversation_status(store: Store) -> None:
     from memory_pipeline.conversation import config
     from memory_pipeline.conversation.summaries import failing
     from memory_pipeline.conversation.summaries import status as conv_status

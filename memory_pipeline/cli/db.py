@@ -10,7 +10,7 @@ app = typer.Typer(no_args_is_help=True)
 
 
 @app.command()
-def upgrade():
+def upgrade() -> None:
     """Bring the schema of MEMORY_DATABASE_URL to the newest revision (safe to run concurrently)."""
     from memory_pipeline import domains
     from memory_pipeline.lib import settings
@@ -26,7 +26,7 @@ def upgrade():
 
 
 @app.command()
-def current():
+def current() -> None:
     """Print the schema revision of the store and the newest one."""
     from memory_pipeline import domains
     from memory_pipeline.lib import settings

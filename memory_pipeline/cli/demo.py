@@ -9,11 +9,17 @@ import sqlite3
 from contextlib import closing
 from datetime import date, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from memory_pipeline.events import sample_data
 from memory_pipeline.lib import settings
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
+    from memory_pipeline.lib.store import Store
 
 
 def ingested_elsewhere(db: Path, sample_dir: Path) -> list[str]:
@@ -139,7 +145,7 @@ LONG_CONVERSATION = "aria-demo-long"
 SLEEP_FROM, SLEEP_TO = date(2026, 1, 1), date(2026, 1, 14)
 
 
-def _long_conversation(path) -> None:
+def _long_conversation(path: Path) -> None:
     """One conversation of 40 entries over two days (the sample's are short), so the rolling summary
     has something to do: a preference on the 12th, its negation on the 13th (deep sleep's round 1)."""
     import json
@@ -169,7 +175,7 @@ def _long_conversation(path) -> None:
     path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
 
 
-def _sleep_step(console: Console, instance, store) -> bool:
+def _sleep_step(console: Console, instance: DagsterInstance, store: Store) -> bool:
     """Seed 003 over the sample's last two weeks (one run over the range, day by day: each day's light
     sleep, deep sleep and autobiography before the next day's, so each day's snapshot is that day's),
     then seed 002's rolling summary of the long conversation (its gate opened first)."""
@@ -201,7 +207,7 @@ def _sleep_step(console: Console, instance, store) -> bool:
     return ok
 
 
-def _print_sleep_results(console: Console, store) -> None:
+def _print_sleep_results(console: Console, store: Store) -> None:
     from rich.markup import escape
 
     from memory_pipeline.cli.conversation import print_conversation_status
@@ -222,7 +228,7 @@ def _print_sleep_results(console: Console, store) -> None:
         console.print(escape(view["summary"]))
 
 
-def _objects_step(console: Console, instance) -> bool:
+def _objects_step(console: Console, instance: DagsterInstance) -> bool:
     """Seed 001 as Dagster runs: the hot timeline and its compaction, organize (objects, relations,
     attachments) with the Markdown projection, then the per-day outcomes of the sample's days."""
     from datetime import datetime
@@ -259,7 +265,7 @@ def _objects_step(console: Console, instance) -> bool:
 DEMO_TOKEN = "demo"
 
 
-def _server_token(console: Console, store) -> None:
+def _server_token(console: Console, store: Store) -> None:
     """A read-only token for the sample worlds, so an agent can reach their memory at once."""
     from memory_pipeline.access import tokens
 
@@ -275,7 +281,7 @@ def _server_token(console: Console, store) -> None:
     console.print(token, soft_wrap=True)
 
 
-def _print_objects(console: Console, store) -> None:
+def _print_objects(console: Console, store: Store) -> None:
     """What seed 001 produced: events by state per world, objects, a recall as the agent would do it."""
     from memory_pipeline.objects import recall, reports
 
@@ -299,7 +305,7 @@ def _print_objects(console: Console, store) -> None:
     console.print(f"Markdown projection: {settings.data_dir() / 'objects'}/<world>/README.md")
 
 
-def _analyst_step(console: Console, instance) -> bool:
+def _analyst_step(console: Console, instance: DagsterInstance) -> bool:
     """Exports and marts as Dagster runs: the tables by the day of their data for the sample's days,
     the tables by the day their rows were written (the LLM ledger of the runs above: today) for
     the last two days, then the dbt models for the same two slices (and the picture)."""
@@ -325,7 +331,7 @@ def _analyst_step(console: Console, instance) -> bool:
     )
 
 
-def _tower_step(console: Console, store, instance) -> bool:
+def _tower_step(console: Console, store: Store, instance: DagsterInstance) -> bool:
     """Seed 004 on the sample: a work log of the sample's last two weeks (one entry per world as a
     project per day), then the structural windows of every day (the activity type is fed from the
     conversation messages), the week windows, and the worklog's day and week summaries, as runs."""

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
 
 from memory_pipeline.cli.console import console, open_store, print_ingest, refuse, with_ingest_progress
+
+if TYPE_CHECKING:
+    from memory_pipeline.events.ingest import Event, IngestReport, LineError
+    from memory_pipeline.lib.store import Store
 
 app = typer.Typer()
 
@@ -16,7 +21,7 @@ app = typer.Typer()
 def ingest(
     path: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSONL file of events"),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Write the good lines and report the bad ones"),
-):
+) -> None:
     """Ingest a JSONL file (all or nothing unless --skip-bad); re-ingesting adds nothing."""
     from memory_pipeline.events.ingest import IngestError, ingest_file, source_label
 
@@ -44,10 +49,10 @@ def import_locomo(
     paths: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="LoCoMo JSON files"),
     tz: str = typer.Option("Asia/Shanghai", "--tz", help="Zone of the session times (they carry none)"),
     skip_bad: bool = typer.Option(False, "--skip-bad"),
-):
+) -> None:
     """Import LoCoMo conversations: one world per file, one conversation per session. Every file is
     validated before anything is written; each file is then written in one transaction."""
-    from memory_pipeline.events.ingest import IngestError, ingest_events, source_label
+    from memory_pipeline.events.ingest import IngestError, source_label
     from memory_pipeline.events.locomo import locomo_events
 
     zone = _zone(tz)
@@ -61,20 +66,27 @@ def import_locomo(
     store = open_store()
     for path, events, errs in checked:
         try:
-            report = with_ingest_progress(
-                store,
-                f"import {path.name}",
-                lambda tick, events=events, path=path, errs=errs: ingest_events(
-                    store, events, source=source_label(path), errors=errs, skip_bad=skip_bad, progress=tick
-                ),
-            )
+            report = _import_one(store, path, events, errs, skip_bad)
         except IngestError as exc:
             refuse(str(exc))
         print_ingest(report)
 
 
+def _import_one(store: Store, path: Path, events: list[Event], errs: list[LineError], skip_bad: bool) -> IngestReport:
+    """One validated LoCoMo file in one transaction, with its progress bars."""
+    from memory_pipeline.events.ingest import ingest_events, source_label
+
+    return with_ingest_progress(
+        store,
+        f"import {path.name}",
+        lambda tick: ingest_events(
+            store, events, source=source_label(path), errors=errs, skip_bad=skip_bad, progress=tick
+        ),
+    )
+
+
 @app.command()
-def sample(out: Path = typer.Option(None, help="Where to write (default data/sample/events.jsonl)")):
+def sample(out: Path | None = typer.Option(None, help="Where to write (default data/sample/events.jsonl)")) -> None:
     """Write the deterministic sample data set in the ingestion format."""
     from memory_pipeline.events import sample_data
     from memory_pipeline.lib import settings

@@ -7,13 +7,17 @@ Markdown projection, and the read-only inspect commands (never call a model)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from memory_pipeline.cli.console import console, err, open_store, refuse
+
+if TYPE_CHECKING:
+    from memory_pipeline.lib.store import Store
+    from memory_pipeline.objects.context import ObjectsContext
 
 app = typer.Typer(no_args_is_help=True, help="Seed 001 object memory: compact, organize, deep review, recall.")
 inspect_app = typer.Typer(
@@ -22,7 +26,7 @@ inspect_app = typer.Typer(
 app.add_typer(inspect_app, name="inspect")
 
 
-def _octx(asset: str = "objects_cli"):
+def _octx(asset: str = "objects_cli") -> ObjectsContext:
     from zoneinfo import ZoneInfo
 
     from memory_pipeline.lib import settings
@@ -62,7 +66,7 @@ def organize(
     now: bool = typer.Option(
         False, "--now", help="Now: compact first, then organize (or deep); the request is recorded as an event"
     ),
-):
+) -> None:
     """memory_organize(mode, scope, retry_blocked): prints the enqueue receipt at once."""
     from memory_pipeline.objects import worker
 
@@ -85,11 +89,11 @@ def run(
     world: list[str] = typer.Option([], "--world", help="Only this world (repeatable)"),
     max_batches: int = typer.Option(0, "--max-batches", help="Stop after this many batches (0: no limit)"),
     automatic: bool = typer.Option(True, "--automatic/--queued-only", help="Create threshold/hourly jobs first"),
-):
+) -> None:
     """Bring new events into the hot timeline and run queued jobs batch by batch in this process
     (the Dagster assets do the same under their sensors)."""
     from memory_pipeline.objects import timeline, worker
-    from memory_pipeline.objects.logic import INT_MAX
+    from memory_pipeline.objects.logic import INT_MAX, JobMode
 
     if max_batches < 0:
         refuse(f"--max-batches: must be 0 (no limit) or more, got {max_batches}")
@@ -102,9 +106,9 @@ def run(
     intake = timeline.intake(octx, worlds)
     if automatic:
         worker.enqueue_threshold(octx)
-    done: list[Any] = []  # the reports of the worker runs so far
+    done: list[worker.WorkerReport] = []  # the reports of the worker runs so far
     try:
-        done.append(worker.run_worker(octx, worlds, max_batches or None, modes=[worker.JobMode.COMPACT]))
+        done.append(worker.run_worker(octx, worlds, max_batches or None, modes=[JobMode.COMPACT]))
         if automatic:
             worker.enqueue_hourly(octx)
         done.append(worker.run_worker(octx, worlds, max_batches or None))
@@ -164,7 +168,7 @@ def _say_what_failed(reports: list[Any]) -> bool:
 
 
 @app.command("enable")
-def enable():
+def enable() -> None:
     """Turn the domain on for an existing store: records for every raw event (idempotent, deletes
     nothing), counts before and after, and an integrity check."""
     from memory_pipeline.objects import timeline
@@ -177,7 +181,7 @@ def enable():
 
 
 @app.command("approve")
-def approve(world: str = typer.Argument(...), project_id: str = typer.Argument(..., help="project:<key>")):
+def approve(world: str = typer.Argument(...), project_id: str = typer.Argument(..., help="project:<key>")) -> None:
     """The user's approval: a candidate project becomes active."""
     from memory_pipeline.objects import graph, logic
 
@@ -192,7 +196,7 @@ def flags(
     world: str = typer.Argument(...),
     busy: bool | None = typer.Option(None, "--busy/--idle", help="The agent is busy: claim no batch"),
     stopped: bool | None = typer.Option(None, "--stopped/--running", help="The agent is stopped: call no model"),
-):
+) -> None:
     """Set the runtime flags of a world (no batch is claimed while busy or stopped)."""
     from memory_pipeline.objects import worker
 
@@ -210,19 +214,21 @@ def _tool(name: str, args: dict[str, Any]) -> None:
 
 
 @app.command("find")
-def find(world: str = typer.Argument(...), query: str = typer.Argument(...)):
+def find(world: str = typer.Argument(...), query: str = typer.Argument(...)) -> None:
     """memory_find: names, aliases, terms, cues and direct project relations (no embeddings)."""
     _tool("memory_find", {"world": world, "query": query})
 
 
 @app.command("read")
-def read(world: str = typer.Argument(...), object_id: str = typer.Argument(...)):
+def read(world: str = typer.Argument(...), object_id: str = typer.Argument(...)) -> None:
     """memory_read: the whole dossier."""
     _tool("memory_read", {"world": world, "id": object_id})
 
 
 @app.command("evidence")
-def evidence(world: str = typer.Argument(...), object_id: str = typer.Argument(...), offset: int = typer.Argument(0)):
+def evidence(
+    world: str = typer.Argument(...), object_id: str = typer.Argument(...), offset: int = typer.Argument(0)
+) -> None:
     """memory_evidence: the object's attachments expanded to the raw event text."""
     _tool("memory_evidence", {"world": world, "id": object_id, "offset": offset})
 
@@ -230,7 +236,7 @@ def evidence(world: str = typer.Argument(...), object_id: str = typer.Argument(.
 @app.command("core-import")
 def core_import(
     world: str = typer.Argument(...), path: str = typer.Argument(..., help="AGENTS.md, SOUL.md or USER.md")
-):
+) -> None:
     """Import a human edit of a core document (the file's name says which); unchanged: not rewritten."""
     from pathlib import Path
 
@@ -248,7 +254,7 @@ def core_import(
 
 
 @app.command("resident")
-def resident(world: str = typer.Argument(...)):
+def resident(world: str = typer.Argument(...)) -> None:
     """What the agent holds every turn: core documents, a bounded directory, the hot timeline."""
     from memory_pipeline.objects import recall
 
@@ -257,7 +263,7 @@ def resident(world: str = typer.Argument(...)):
 
 
 @app.command("project")
-def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10 objects (at least 1)")):
+def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10 objects (at least 1)")) -> None:
     """Write the Markdown projection (README index, one folder per type, the core documents) under
     the data folder: files deleted or edited by hand are rewritten, a core document's human edit
     is imported."""
@@ -290,12 +296,12 @@ def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10
 
 
 @app.command("status")
-def status(world: str | None = typer.Option(None, "--world")):
+def status(world: str | None = typer.Option(None, "--world")) -> None:
     """memory_status: counts per state, earliest 20 unfinished records, worker error, failures."""
     print_objects_status(open_store(), _world(world) if world else None)
 
 
-def print_objects_status(store, world: str | None = None) -> None:
+def print_objects_status(store: Store, world: str | None = None) -> None:
     from memory_pipeline.objects import config, logic, projection, recall, reports
 
     st = reports.status(store, world)
@@ -365,7 +371,7 @@ def _offset(value: str | None, name: str = "OFFSET") -> int:
 
 
 @inspect_app.command("status")
-def inspect_status(world: str | None = typer.Option(None, "--world")):
+def inspect_status(world: str | None = typer.Option(None, "--world")) -> None:
     """Counts per state, the earliest 20 unfinished records, errors (JSON)."""
     from memory_pipeline.objects import reports
 
@@ -377,7 +383,7 @@ def inspect_list(
     otype: str = typer.Argument(..., metavar="TYPE"),
     offset: str | None = typer.Argument(None),
     world: str = typer.Option(..., "--world"),
-):
+) -> None:
     """Objects of one type, by name; next_offset continues."""
     from memory_pipeline.objects import recall
 
@@ -392,7 +398,7 @@ def inspect_object(
     object_id: str = typer.Argument(..., metavar="ID"),
     offset: str | None = typer.Argument(None),
     world: str = typer.Option(..., "--world"),
-):
+) -> None:
     """One object's dossier with relations and sources paged (next_offset continues)."""
     from memory_pipeline.objects import recall
 
@@ -408,7 +414,7 @@ def inspect_events(
     end: str = typer.Argument(..., metavar="TO"),
     cursor: str | None = typer.Argument(None),
     world: str | None = typer.Option(None, "--world"),
-):
+) -> None:
     """Events with occurrence time in [FROM, TO) (ISO 8601 with an offset); cursor continues."""
     from memory_pipeline.lib.timeutil import parse_instant
     from memory_pipeline.objects import recall
@@ -424,7 +430,7 @@ def inspect_events(
 
 
 @inspect_app.command("event")
-def inspect_event(event_id: str = typer.Argument(..., metavar="ID"), offset: str | None = typer.Argument(None)):
+def inspect_event(event_id: str = typer.Argument(..., metavar="ID"), offset: str | None = typer.Argument(None)) -> None:
     """One event: state, outcome, attached objects and its text from OFFSET (next_offset continues)."""
     from memory_pipeline.objects import recall
 

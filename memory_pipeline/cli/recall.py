@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from memory_pipeline.cli.console import console, err, refuse
+
+if TYPE_CHECKING:
+    from memory_pipeline.operations.recall_eval import EvalReport
 
 app = typer.Typer(no_args_is_help=True, help="Measure how well the consolidated memory recalls (R@1, R@5).")
 
@@ -25,7 +30,7 @@ def locomo(
         None, "--model", help="litellm model to consolidate with (default: MEMORY_LLM_MODEL, else the offline model)"
     ),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the results here as JSON"),
-):
+) -> None:
     """Import the files into a fresh store, run every domain over them as Dagster runs (day summaries,
     the nights of sleep, object memory, rolling summaries), then rank each world's days by BM25 of
     every question (category 5 left out) against each index's text of the day: R@k is the share of
@@ -51,7 +56,7 @@ def locomo(
         raise typer.Exit(1)
 
 
-def print_report(report) -> None:
+def print_report(report: EvalReport) -> None:
     from memory_pipeline.operations.recall_eval import DAY_TEXT_INDEXES
 
     table = Table(title=f"recall on {len(report.files)} LoCoMo file(s), model {escape(report.model)}")
@@ -77,7 +82,7 @@ def search(
     query: str = typer.Argument(..., help="What to recall, in words"),
     k: int = typer.Option(10, "-k", help="How many hits (1-100)"),
     as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON"),
-):
+) -> None:
     """memory_search: one ranked recall over every domain's memory of one world (summaries, facts,
     autobiography, objects, tower and conversation summaries), each hit with its kind, time and the
     raw event ids it came from. Full-text ranking by the store's engine; never calls an LLM."""
@@ -110,7 +115,7 @@ def search(
     console.print(table)
 
 
-def _when(start, end, tz) -> str:
+def _when(start: datetime | None, end: datetime | None, tz: ZoneInfo) -> str:
     """A period (midnight to midnight, end exclusive) as its days; a span of events as its times."""
     if start is None:
         return ""

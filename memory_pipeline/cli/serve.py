@@ -15,8 +15,8 @@ _DEFAULT = Limits()
 
 
 def serve(
-    host: str = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
-    port: int = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
+    host: str | None = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
+    port: int | None = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
     max_body_bytes: int = typer.Option(
         _DEFAULT.max_body_bytes, "--max-body-bytes", help="Largest request body; a larger one gets HTTP 413."
     ),
@@ -30,7 +30,7 @@ def serve(
     list_tools: bool = typer.Option(
         False, "--list-tools", help="Print the server's tools as a Markdown table (the README's) and exit."
     ),
-):
+) -> None:
     """Serve the agent memory tools of every domain over MCP (streamable HTTP) at http://HOST:PORT and
     /mcp (--list-tools prints them). Every request needs 'Authorization: Bearer <token>' (tokens create);
     off the loopback address the server refuses to start while no token exists. Each call is logged
@@ -88,8 +88,8 @@ def _log_calls() -> None:
 
 
 def mcp(
-    host: str = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
-    port: int = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
+    host: str | None = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
+    port: int | None = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
     max_body_bytes: int = typer.Option(_DEFAULT.max_body_bytes, "--max-body-bytes", help="As serve."),
     rate_limit: float = typer.Option(_DEFAULT.rate, "--rate-limit", help="As serve."),
     rate_burst: int = typer.Option(_DEFAULT.burst, "--rate-burst", help="As serve."),
@@ -97,6 +97,6 @@ def mcp(
     list_tools: bool = typer.Option(
         False, "--list-tools", help="Print the server's tools as a Markdown table (the README's) and exit."
     ),
-):
+) -> None:
     """Alias of `serve` (the MCP endpoint over streamable HTTP; bearer token required)."""
     serve(host, port, max_body_bytes, rate_limit, rate_burst, call_timeout, list_tools)

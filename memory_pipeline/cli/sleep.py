@@ -6,12 +6,16 @@ each day before the next day)."""
 from __future__ import annotations
 
 from datetime import date
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from memory_pipeline.cli.console import console, err, open_store, refuse
+
+if TYPE_CHECKING:
+    from memory_pipeline.lib.store import Store
 
 app = typer.Typer(no_args_is_help=True, help=__doc__)
 
@@ -61,7 +65,7 @@ def backfill(
     start: str = typer.Option(..., "--from", help="First closed CST day (YYYY-MM-DD)"),
     end: str = typer.Option(..., "--to", help="Last day (capped at yesterday)"),
     stage: str = typer.Option("all", "--stage", help="all | light | deep | autobiography"),
-):
+) -> None:
     """Operator recovery: run the sleep stages over closed past days, oldest first (each day's light,
     deep and autobiography before the next day). A day done before with the same model and prompt
     version costs no model call; a stale day (after a rebuild of an earlier one), a day done with
@@ -93,7 +97,7 @@ def rebuild(
     through: str | None = typer.Option(
         None, "--through", help="Also re-run every later day up to this one (YYYY-MM-DD), in order"
     ),
-):
+) -> None:
     """Operator recovery: rebuild one day from scratch. Semantic memory is first restored to what it
     was before that day's sleep (the previous day's snapshot; nothing deleted, every change a
     version row saying why), the day's and every later day's stage records turn stale, then the
@@ -122,12 +126,12 @@ def rebuild(
 
 
 @app.command()
-def status():
+def status() -> None:
     """Semantic memory by status and type, versions, narratives, snapshots and stage runs."""
     print_sleep_status(open_store())
 
 
-def print_sleep_status(store) -> None:
+def print_sleep_status(store: Store) -> None:
     from memory_pipeline.sleep.reports import status as sleep_status
 
     s = sleep_status(store)
@@ -160,7 +164,7 @@ def diff(
     world: str = typer.Argument(...),
     before: str = typer.Argument(..., help="Snapshot day (YYYY-MM-DD)"),
     after: str = typer.Argument(..., help="Snapshot day (YYYY-MM-DD)"),
-):
+) -> None:
     """What changed in a world's semantic memory between two days' snapshots (exit 1 when a day has
     no snapshot or the world is unknown)."""
     from memory_pipeline.sleep.snapshots import SnapshotMissing
@@ -178,7 +182,7 @@ def diff(
 
 
 @app.command()
-def memories(world: str = typer.Argument(...)):
+def memories(world: str = typer.Argument(...)) -> None:
     """A world's active semantic memories (reading memory never calls a model)."""
     from memory_pipeline.sleep.memory import load_active
 
@@ -196,7 +200,7 @@ def memories(world: str = typer.Argument(...)):
 def narratives(
     world: str = typer.Argument(...),
     include_deprecated: bool = typer.Option(False, "--all", help="Deprecated narratives too"),
-):
+) -> None:
     """A world's autobiographical memory (seed 003's narratives, oldest first) and its current
     autobiography_summary block (reading memory never calls a model)."""
     from memory_pipeline.sleep.autobiography import narratives as read_narratives
@@ -235,7 +239,7 @@ def remember(
     session: str = typer.Argument(..., help="The current session (conversation) id"),
     content: str = typer.Argument(...),
     memory_type: str = typer.Option("experience", "--type", help="world | experience | imprint | preference"),
-):
+) -> None:
     """The in-conversation `remember`: create_semantic_memory with this session and now."""
     from memory_pipeline.sleep.memory import InputError
     from memory_pipeline.sleep.memory import remember as do_remember
@@ -247,7 +251,7 @@ def remember(
 
 
 @app.command()
-def delete(world: str = typer.Argument(...), memory_id: str = typer.Argument(...)):
+def delete(world: str = typer.Argument(...), memory_id: str = typer.Argument(...)) -> None:
     """The memory tool's explicit action=delete: the only physical delete (never a sleep stage's)."""
     from memory_pipeline.sleep.memory import InputError, delete_memory
 
@@ -261,7 +265,9 @@ def delete(world: str = typer.Argument(...), memory_id: str = typer.Argument(...
 
 
 @app.command("self-block")
-def self_block(world: str = typer.Argument(...), name: str = typer.Argument(...), content: str = typer.Argument(...)):
+def self_block(
+    world: str = typer.Argument(...), name: str = typer.Argument(...), content: str = typer.Argument(...)
+) -> None:
     """Set one of a world's six self blocks (names from memory.sleep.self_blocks)."""
     from memory_pipeline.sleep import config
     from memory_pipeline.sleep.memory import InputError, set_self_block
@@ -277,7 +283,7 @@ def pin(
     world: str = typer.Argument(...),
     content: str = typer.Argument(...),
     priority: int = typer.Option(0, "--priority", help="Higher first; the top 20 enter every sleep prompt"),
-):
+) -> None:
     """Add a pinned fact to a world."""
     from memory_pipeline.sleep.memory import InputError, pin_fact
 

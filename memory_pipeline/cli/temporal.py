@@ -4,7 +4,8 @@ status."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import typer
@@ -14,6 +15,12 @@ from rich.table import Table
 from memory_pipeline.cli.cache import note_pending_cache
 from memory_pipeline.cli.console import console, err, open_store, progress_bar, refuse
 from memory_pipeline.lib.text import shown
+
+if TYPE_CHECKING:
+    from memory_pipeline.lib.store import Store
+    from memory_pipeline.operations.runner import OperationReport
+    from memory_pipeline.temporal.read import TemporalView
+    from memory_pipeline.temporal.reconcile import Staleness
 
 app = typer.Typer()
 
@@ -26,7 +33,7 @@ def _materialize(
     force_llm: bool = False,
     worlds: list[str] | None = None,
     as_of: str = "",
-):
+) -> OperationReport:
     """One operation (a run per contiguous range), with a progress bar and its report printed."""
     from memory_pipeline import operations
 
@@ -61,7 +68,7 @@ def _run_operation(
         raise typer.Exit(1)
 
 
-def _print_report(window: str, report) -> None:
+def _print_report(window: str, report: OperationReport) -> None:
     for note in report.notes:
         err.print(f"[yellow]{escape(note)}[/]")
     console.print(
@@ -89,7 +96,7 @@ def regenerate(
     partition: str = typer.Argument(..., help="Partition key: 2026-01-14, 2026-01 or 2026"),
     force_llm: bool = typer.Option(False, "--force-llm", help="Fresh model calls instead of cached answers"),
     world: list[str] = typer.Option([], "--world", help="Only this world (repeatable)"),
-):
+) -> None:
     """Regenerate one partition (placeholders are upserted as well)."""
     _run_operation(window, partition, partition, "rebuild", force_llm, world, "")
 
@@ -102,7 +109,7 @@ def backfill(
     missing_only: bool = typer.Option(
         False, "--missing-only", help="Only partitions never materialized (not those stale per their record)"
     ),
-):
+) -> None:
     """Backfill, incrementally: partitions never materialized, and (day, month, year) those whose
     record shows them stale (late messages, a new world, child rows written since, another model,
     prompt version or settings). Unchanged partitions, placeholders included, are not re-run."""
@@ -116,7 +123,7 @@ def rebuild(
     end: str | None = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
     force_llm: bool = typer.Option(False, "--force-llm"),
     as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now (chunks, peer rolls)"),
-):
+) -> None:
     """Rebuild a range (force): every partition in it, one run for the whole range."""
     _run_operation(window, start, end, "rebuild", force_llm, [], as_of)
 
@@ -124,7 +131,7 @@ def rebuild(
 @app.command("reconcile")
 def reconcile_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="List what is stale and why; materialize nothing"),
-):
+) -> None:
     """Late data and new worlds: rebuild exactly the materialized days that got messages ingested after
     they were written (or lack a row for a world that existed by then), then the months and years
     above them, one run per contiguous range; then the system rolls if they read any of them.
@@ -170,7 +177,7 @@ def _zone() -> ZoneInfo:
     return ZoneInfo(settings.timezone_name())
 
 
-def print_pending(stale) -> None:
+def print_pending(stale: Staleness) -> None:
     """The "Pending repairs" table: what reconcile (or its sensor) would rebuild, and why."""
     if not stale:
         console.print("Pending repairs (reconcile) — none: every materialized day, month and year matches its input")
@@ -189,7 +196,7 @@ def print_pending(stale) -> None:
 def system_rolls(
     as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now"),
     force: bool = typer.Option(False, "--force"),
-):
+) -> None:
     """Regenerate the past_days / past_months / past_years rolls (reused while sources_fp matches)."""
     from memory_pipeline import operations
 
@@ -209,7 +216,7 @@ def read(
     conversation: str | None = typer.Option(None, "--conversation", help="The viewing conversation"),
     at: str | None = typer.Option(None, "--at", help="ISO datetime with offset (default: now)"),
     as_json: bool = typer.Option(False, "--json"),
-):
+) -> None:
     """Print the <temporal_summary> block and today's peer insertions (never calls an LLM).
     Exit 2 on a bad option, 1 for a world with no events."""
     from memory_pipeline.lib import settings
@@ -264,7 +271,7 @@ def _id_option(name: str, value: str) -> None:
         refuse(f"{name} {shown(value)}: {problem}")
 
 
-def _world_known(store, world_id: str) -> bool:
+def _world_known(store: Store, world_id: str) -> bool:
     from sqlalchemy import select
 
     from memory_pipeline.lib.store.tables import worlds
@@ -273,7 +280,7 @@ def _world_known(store, world_id: str) -> bool:
         return conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world_id)).first() is not None
 
 
-def _no_shared_cache_hint(backend: str, view, world: str) -> None:
+def _no_shared_cache_hint(backend: str, view: TemporalView, world: str) -> None:
     """Rolls live in the cache (Redis); without REDIS_URL each process has its own, empty at start,
     so what the demo or a Dagster run built is not here. Said on stderr, where it happens."""
     missing = not view.system_block or any(v is None for v in view.rolls.values())
@@ -285,7 +292,7 @@ def _no_shared_cache_hint(backend: str, view, world: str) -> None:
         )
 
 
-def print_view(view, timeline, backend: str) -> None:
+def print_view(view: TemporalView, timeline: list[dict[str, Any]], backend: str) -> None:
     console.rule(f"system prompt segment for {view.world_id} at {view.at.isoformat()} (cache: {backend})")
     console.print(view.system_block or "(no roll cached: the block is skipped)", markup=False)
     if view.system_truncated:
@@ -302,14 +309,14 @@ def print_view(view, timeline, backend: str) -> None:
         console.print(f"[dim]{view.warmups_requested} peer-roll warm-up(s) requested for the background[/]")
 
 
-def _tool_name(call) -> str:
+def _tool_name(call: object) -> str:
     """Ingest admits only objects with a string name; rows stored before that rule may differ."""
     name = call.get("name") if isinstance(call, dict) else None
     return name if isinstance(name, str) else "?"
 
 
 @app.command()
-def status():
+def status() -> None:
     """Rows per world and window, placeholders by empty_reason, pending repairs, the LLM ledger, then
     the sleep and conversation sections."""
     from memory_pipeline.cli.conversation import print_conversation_status
@@ -321,7 +328,7 @@ def status():
     print_conversation_status(store)
 
 
-def print_status(store) -> None:
+def print_status(store: Store) -> None:
     from memory_pipeline.cli.cache import print_pending_cache
     from memory_pipeline.events.reports import event_counts
     from memory_pipeline.lib.llm.reports import ledger_totals
@@ -377,7 +384,7 @@ rolls_app = typer.Typer(no_args_is_help=True, help="System-roll slots in the cac
 app.add_typer(rolls_app, name="rolls")
 
 
-def _today(at: str | None):
+def _today(at: str | None) -> tuple[date, datetime]:
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.timeutil import local_date, utcnow
 
@@ -389,7 +396,7 @@ def _today(at: str | None):
 def rolls_list(
     world: list[str] = typer.Option([], "--world", help="Only this world (repeatable)"),
     at: str | None = typer.Option(None, "--at", help="ISO datetime standing for now"),
-):
+) -> None:
     """Each world's past_days / past_months / past_years slot: state, sources_fp, age and TTL."""
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.cache import KVCache
@@ -425,7 +432,7 @@ def rolls_regenerate(
     world: str = typer.Option(..., "--world"),
     kind: str = typer.Option(..., "--kind", help="past_days | past_months | past_years"),
     at: str | None = typer.Option(None, "--at", help="ISO datetime standing for now"),
-):
+) -> None:
     """Regenerate one slot afresh (an LLM call, recorded in the ledger)."""
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.cache import KVCache

@@ -20,7 +20,7 @@ def create(
     ),
     read_only: bool = typer.Option(False, "--read-only", help="The token cannot call a tool that writes"),
     name: str | None = typer.Option(None, "--name", help="A name for list and revoke (default token-<8 hex>)"),
-):
+) -> None:
     """Create a token; it is printed once, as the last line, and only its hash is stored."""
     from memory_pipeline.access import tokens
     from memory_pipeline.access.logic import ALL_WORLDS, AccessError
@@ -40,7 +40,7 @@ def create(
 
 
 @app.command("list")
-def list_(json_out: bool = typer.Option(False, "--json", help="One JSON object per token")):
+def list_(json_out: bool = typer.Option(False, "--json", help="One JSON object per token")) -> None:
     """Every token: name, worlds, read-only, created, revoked (never the token)."""
     import json
 
@@ -66,7 +66,7 @@ def list_(json_out: bool = typer.Option(False, "--json", help="One JSON object p
 
 
 @app.command("revoke")
-def revoke(name: str = typer.Argument(..., help="The token's name (see tokens list)")):
+def revoke(name: str = typer.Argument(..., help="The token's name (see tokens list)")) -> None:
     """Revoke a token: the server refuses it from its next request on (HTTP 401)."""
     from memory_pipeline.access import tokens
     from memory_pipeline.access.logic import AccessError

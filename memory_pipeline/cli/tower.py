@@ -4,8 +4,9 @@ summary, summarize, recompute, jobs, status); the MCP endpoint is `memory-pipeli
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.markup import escape
@@ -13,12 +14,18 @@ from rich.table import Table
 
 from memory_pipeline.cli.console import console, err, open_store, refuse
 
+if TYPE_CHECKING:
+    from memory_pipeline.lib.store import Store
+    from memory_pipeline.tower.api import Tower
+
+T = TypeVar("T")
+
 app = typer.Typer(no_args_is_help=True, help="Seed 004 time tower: memory types, entries, windows, recall, summaries.")
 types_app = typer.Typer(no_args_is_help=True, help="Memory types: create, list, show, update, delete (archive).")
 app.add_typer(types_app, name="types")
 
 
-def _tower():
+def _tower() -> Tower:
     from memory_pipeline.tower import config as tower_config
     from memory_pipeline.tower.api import Tower
 
@@ -29,7 +36,7 @@ def _tower():
     return Tower(open_store(), cfg, run_jobs="inline")
 
 
-def _do(fn, *args, **kwargs) -> Any:
+def _do(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     from memory_pipeline.tower.logic import TowerInputError
 
     try:
@@ -70,7 +77,7 @@ def types_create(
     group_field: str = typer.Option("", help="The field that groups entries, e.g. project."),
     retention: str = typer.Option("", help="Declared retention (stored and shown, never enforced)."),
     summary_cap: str = typer.Option("", help="Coarsest summarized level (default week)."),
-):
+) -> None:
     """Create a memory type."""
     t = _tower()
     _json(
@@ -88,7 +95,7 @@ def types_create(
 
 
 @types_app.command("list")
-def types_list(archived: bool = typer.Option(False, "--archived", help="Include archived types.")):
+def types_list(archived: bool = typer.Option(False, "--archived", help="Include archived types.")) -> None:
     """Memory types with their chains and switches."""
     table = Table(title="Memory types")
     for col in ("name", "chain", "summaries", "cap", "group", "retention", "state"):
@@ -107,19 +114,21 @@ def types_list(archived: bool = typer.Option(False, "--archived", help="Include 
 
 
 @types_app.command("show")
-def types_show(name: str):
+def types_show(name: str) -> None:
     """One type as JSON."""
     _json(_do(_tower().get_type, name))
 
 
 @types_app.command("update")
-def types_update(name: str, changes: str = typer.Argument(..., help="JSON object, e.g. '{\"summaries\": true}'")):
+def types_update(
+    name: str, changes: str = typer.Argument(..., help="JSON object, e.g. '{\"summaries\": true}'")
+) -> None:
     """Change a type (never its name)."""
     _json(_do(_tower().update_type, name, _parse_json(changes, "changes")))
 
 
 @types_app.command("delete")
-def types_delete(name: str):
+def types_delete(name: str) -> None:
     """Archive a type: appends refused, recall still works, nothing deleted."""
     _json(_do(_tower().delete_type, name))
 
@@ -127,13 +136,13 @@ def types_delete(name: str):
 @app.command()
 def append(
     type_name: str = typer.Argument(..., metavar="TYPE"),
-    text: str = typer.Option(None, "--text", help="Plain-text content."),
-    json_content: str = typer.Option(None, "--json", help="JSON content (any value)."),
-    at: str = typer.Option(None, "--at", help="ISO datetime with offset (default now)."),
-    entry_id: str = typer.Option(None, "--id", help="Idempotency key."),
-    group: str = typer.Option(None, "--group", help="Group value (types with a group field)."),
-    file: Path = typer.Option(None, "--file", help="JSONL file, one entry object per line."),
-):
+    text: str | None = typer.Option(None, "--text", help="Plain-text content."),
+    json_content: str | None = typer.Option(None, "--json", help="JSON content (any value)."),
+    at: str | None = typer.Option(None, "--at", help="ISO datetime with offset (default now)."),
+    entry_id: str | None = typer.Option(None, "--id", help="Idempotency key."),
+    group: str | None = typer.Option(None, "--group", help="Group value (types with a group field)."),
+    file: Path | None = typer.Option(None, "--file", help="JSONL file, one entry object per line."),
+) -> None:
     """Append one entry (--text or --json) or a JSONL file (--file): all or nothing."""
     t = _tower()
     if file is not None:
@@ -152,19 +161,17 @@ def append(
     )
 
 
-def _window_args(granularity, anchor, from_, to) -> dict[str, Any]:
-    return {"granularity": granularity, "anchor": anchor, "from_": from_, "to": to}
-
-
 @app.command()
 def windows(
     type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str = typer.Option(None, "--granularity", "-g"),
-    anchor: str = typer.Option(None, "--anchor", "-a", help="A date or datetime inside the window: list its children."),
-    group: str = typer.Option(None, "--group"),
-    limit: int = typer.Option(None, "--limit"),
-    cursor: str = typer.Option(None, "--cursor"),
-):
+    granularity: str | None = typer.Option(None, "--granularity", "-g"),
+    anchor: str | None = typer.Option(
+        None, "--anchor", "-a", help="A date or datetime inside the window: list its children."
+    ),
+    group: str | None = typer.Option(None, "--group"),
+    limit: int | None = typer.Option(None, "--limit"),
+    cursor: str | None = typer.Option(None, "--cursor"),
+) -> None:
     """Browse one level at a time (entry counts, staleness)."""
     _json(_do(_tower().windows, type_name, granularity, anchor, group, limit, cursor))
 
@@ -172,14 +179,14 @@ def windows(
 @app.command()
 def recall(
     type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str = typer.Option(None, "--granularity", "-g"),
-    anchor: str = typer.Option(None, "--anchor", "-a"),
-    from_: str = typer.Option(None, "--from"),
-    to: str = typer.Option(None, "--to"),
-    group: str = typer.Option(None, "--group"),
-    limit: int = typer.Option(None, "--limit"),
-    cursor: str = typer.Option(None, "--cursor"),
-):
+    granularity: str | None = typer.Option(None, "--granularity", "-g"),
+    anchor: str | None = typer.Option(None, "--anchor", "-a"),
+    from_: str | None = typer.Option(None, "--from"),
+    to: str | None = typer.Option(None, "--to"),
+    group: str | None = typer.Option(None, "--group"),
+    limit: int | None = typer.Option(None, "--limit"),
+    cursor: str | None = typer.Option(None, "--cursor"),
+) -> None:
     """Exact recall: the window's raw entries, a page at a time."""
     _json(_do(_tower().recall, type_name, granularity, anchor, from_, to, group, limit, cursor))
 
@@ -187,15 +194,15 @@ def recall(
 @app.command()
 def summary(
     type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str = typer.Option(None, "--granularity", "-g"),
-    anchor: str = typer.Option(None, "--anchor", "-a"),
-    from_: str = typer.Option(None, "--from"),
-    to: str = typer.Option(None, "--to"),
-    group: str = typer.Option(None, "--group"),
+    granularity: str | None = typer.Option(None, "--granularity", "-g"),
+    anchor: str | None = typer.Option(None, "--anchor", "-a"),
+    from_: str | None = typer.Option(None, "--from"),
+    to: str | None = typer.Option(None, "--to"),
+    group: str | None = typer.Option(None, "--group"),
     summarize_on_miss: bool = typer.Option(False, "--summarize-on-miss"),
-    limit: int = typer.Option(None, "--limit"),
-    cursor: str = typer.Option(None, "--cursor"),
-):
+    limit: int | None = typer.Option(None, "--limit"),
+    cursor: str | None = typer.Option(None, "--cursor"),
+) -> None:
     """Semantic recall: the stored summary (missing / empty otherwise), a page at a time."""
     _jobs_json(
         _do(_tower().get_summary, type_name, granularity, anchor, from_, to, group, summarize_on_miss, limit, cursor)
@@ -205,12 +212,12 @@ def summary(
 @app.command()
 def summarize(
     type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str = typer.Option(None, "--granularity", "-g"),
-    anchor: str = typer.Option(None, "--anchor", "-a"),
-    from_: str = typer.Option(None, "--from"),
-    to: str = typer.Option(None, "--to"),
-    group: str = typer.Option(None, "--group"),
-):
+    granularity: str | None = typer.Option(None, "--granularity", "-g"),
+    anchor: str | None = typer.Option(None, "--anchor", "-a"),
+    from_: str | None = typer.Option(None, "--from"),
+    to: str | None = typer.Option(None, "--to"),
+    group: str | None = typer.Option(None, "--group"),
+) -> None:
     """Summarize a closed window bottom-up (runs the job here and prints its final state; exit 1 if it failed)."""
     _jobs_json(_do(_tower().summarize, type_name, granularity, anchor, from_, to, group))
 
@@ -218,33 +225,33 @@ def summarize(
 @app.command()
 def recompute(
     type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str = typer.Option(None, "--granularity", "-g"),
-    anchor: str = typer.Option(None, "--anchor", "-a"),
-    from_: str = typer.Option(None, "--from"),
-    to: str = typer.Option(None, "--to"),
-    group: str = typer.Option(None, "--group"),
-):
+    granularity: str | None = typer.Option(None, "--granularity", "-g"),
+    anchor: str | None = typer.Option(None, "--anchor", "-a"),
+    from_: str | None = typer.Option(None, "--from"),
+    to: str | None = typer.Option(None, "--to"),
+    group: str | None = typer.Option(None, "--group"),
+) -> None:
     """Rebuild a window's summary from the raw entries, bypassing the chain (exit 1 if the job failed)."""
     _jobs_json(_do(_tower().recompute, type_name, granularity, anchor, from_, to, group))
 
 
 @app.command()
 def jobs(
-    type_name: str = typer.Option(None, "--type"),
-    state: str = typer.Option(None, "--state"),
-    limit: int = typer.Option(None, "--limit"),
-):
+    type_name: str | None = typer.Option(None, "--type"),
+    state: str | None = typer.Option(None, "--state"),
+    limit: int | None = typer.Option(None, "--limit"),
+) -> None:
     """Recent summarize jobs."""
     _json(_do(_tower().list_jobs, type_name, state, limit))
 
 
 @app.command()
-def status():
+def status() -> None:
     """Types, entries, windows and summaries per type, the guardrail settings, given-up windows, jobs."""
     print_status(open_store())
 
 
-def print_status(store) -> None:
+def print_status(store: Store) -> None:
     from zoneinfo import ZoneInfo
 
     from memory_pipeline.lib import settings

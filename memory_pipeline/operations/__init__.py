@@ -1,15 +1,13 @@
 """Operator actions as real Dagster runs (regenerate / backfill missing / rebuild), for any
 domain's registered targets."""
 
+from memory_pipeline.defs._shared.run_config import RangeError, check_as_of, check_worlds
 from memory_pipeline.operations.repair import RepairReport, repair
 from memory_pipeline.operations.runner import (
     INSTANCE_YAML,
     MODES,
     OperationReport,
-    RangeError,
     RunSummary,
-    check_as_of,
-    check_worlds,
     dagster_home,
     get_instance,
     materialize,

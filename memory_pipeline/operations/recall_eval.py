@@ -307,7 +307,7 @@ def _run_domains(
     from memory_pipeline.definitions import build_defs
     from memory_pipeline.objects import reports as object_reports
     from memory_pipeline.objects.logic import EventState
-    from memory_pipeline.operations.runner import QUIET
+    from memory_pipeline.operations.runner import QUIET, error_line
 
     all_days = sorted({d for days in candidates.values() for d in days})
     if not all_days:
@@ -330,7 +330,7 @@ def _run_domains(
         error = ""
         if not result.success:
             failures = [e for e in result.all_events if e.is_step_failure]
-            error = failures[0].event_specific_data.error.message.strip() if failures else "run failed"
+            error = error_line(failures[0].step_failure_data.error) if failures else "run failed"
         report.runs.append(DagsterRun(name, result.run_id, result.success, time.monotonic() - t0, error))
         return result.success
 

@@ -6,22 +6,27 @@ A range is one run (the assets' BackfillPolicy.single_run), as the UI's backfill
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from dagster import (
+    AssetKey,
     DagsterInstance,
     DagsterRunStatus,
     Definitions,
     Field,
+    InitLoggerContext,
     JobDefinition,
     PartitionKeyRange,
     RunsFilter,
+    TimeWindowPartitionsDefinition,
     logger,
 )
 from dagster._core.errors import DagsterExecutionStepExecutionError
-from dagster._utils.error import SerializableErrorInfo
+from dagster_shared.error import SerializableErrorInfo
 
 from memory_pipeline.defs._shared.run_config import RangeError, check_as_of, check_worlds
 from memory_pipeline.lib import settings
@@ -132,6 +137,8 @@ def partition_keys(window: str, start: str | None, end: str | None) -> tuple[lis
     if window not in known:
         raise RangeError(f"unknown window {window!r} (one of {', '.join(known)})")
     defn = known[window].partitions
+    if not isinstance(defn, TimeWindowPartitionsDefinition):  # every registered target is
+        raise RangeError(f"window {window!r} is not partitioned by time")
     keys = defn.get_partition_keys()
     if not keys:
         return [], ["no closed partition yet"]
@@ -225,7 +232,7 @@ def run_config(
     worlds: list[str] | None = None,
     as_of: str = "",
     rebuild: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """The run config of an operator's run. It never waits for missing child rows (only runs tagged
     as the nightly cascade do), so a month or year with missing children fails at once, naming them.
     ``rebuild`` (mode "rebuild"): partitions whose record shows nothing changed are rewritten too,
@@ -233,7 +240,7 @@ def run_config(
     target = targets()[window]
     if not target.configurable:
         return dict(QUIET)
-    cfg: dict = {"force_llm": force_llm, "worlds": worlds or [], "as_of": as_of}
+    cfg: dict[str, Any] = {"force_llm": force_llm, "worlds": worlds or [], "as_of": as_of}
     if rebuild and target.rebuilds:
         cfg["rebuild"] = True
     return {"ops": {targets()[window].op_name: {"config": cfg}}, **QUIET}
@@ -264,7 +271,7 @@ class _OperatorConsole(logging.Handler):
     {"log_level": Field(str, is_required=False, default_value="WARNING"), "name": Field(str, is_required=False)},
     description="The console of an operator's run: warnings one line each, failures left to the CLI.",
 )
-def operator_console(init_context) -> logging.Logger:
+def operator_console(init_context: InitLoggerContext) -> logging.Logger:
     log = logging.Logger("memory_pipeline.run", level=init_context.logger_config["log_level"])
     log.addHandler(_OperatorConsole())
     return log
@@ -296,26 +303,36 @@ def _defs(defs: Definitions | None) -> Definitions:
 
 
 def run_range(
-    instance: DagsterInstance, window: str, first: str, last: str, config: dict, defs: Definitions | None = None
+    instance: DagsterInstance,
+    window: str,
+    first: str,
+    last: str,
+    config: dict[str, Any],
+    defs: Definitions | None = None,
 ) -> RunSummary:
     target = targets()[window]
     job = operator_job(_defs(defs).resolve_job_def(target.job))
     tags = {"memory_pipeline/operation": window, **process_tags()}
     started = datetime.now()
-    kwargs = dict(instance=instance, run_config=config, raise_on_error=False)
+    selection: list[AssetKey] | None = None  # None: the whole job
     if target.subset:  # selecting an asset in execute_in_process would also select every check of it
-        kwargs["asset_selection"] = [target.asset_key]
+        selection = [target.asset_key]
     elif target.selection:
-        kwargs["asset_selection"] = list(target.selection)
-    if first == last:
-        result = job.execute_in_process(partition_key=first, tags=tags, **kwargs)
-    else:
+        selection = list(target.selection)
+    if first != last:
         tags |= {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
-        result = job.execute_in_process(tags=tags, **kwargs)
+    result = job.execute_in_process(
+        run_config=config,
+        instance=instance,
+        partition_key=first if first == last else None,
+        raise_on_error=False,
+        tags=tags,
+        asset_selection=selection,
+    )
     error = ""
     if not result.success:
         failures = [e for e in result.all_events if e.is_step_failure]
-        error = error_line(failures[0].event_specific_data.error) if failures else "run failed"
+        error = error_line(failures[0].step_failure_data.error) if failures else "run failed"
     n = len(target.partitions.get_partition_keys_in_range(PartitionKeyRange(first, last)))
     return RunSummary(
         window, first, last, n, result.run_id, result.success, error, (datetime.now() - started).total_seconds()
@@ -334,7 +351,7 @@ def materialize(
     per_partition: bool = False,
     rebuild: bool = False,
     instance: DagsterInstance | None = None,
-    progress=None,
+    progress: Callable[[int, int], None] | None = None,
     defs: Definitions | None = None,
 ) -> OperationReport:
     """mode "rebuild": every partition in the range (regenerate = a one-partition range);

@@ -108,4 +108,4 @@ if __name__ == "__main__":
 
     warnings.filterwarnings("ignore", message=r"Function `dev_command` is superseded", category=SupersessionWarning)
     sys.argv[0] = "dagster"
-    main()
+    main()  # type: ignore[no-untyped-call]  # unannotated in dagster

@@ -7,6 +7,7 @@ import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from dagster import (
@@ -14,6 +15,7 @@ from dagster import (
     AssetDep,
     AssetExecutionContext,
     AssetKey,
+    AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
     MaterializeResult,
@@ -189,13 +191,13 @@ def _selected(context: AssetExecutionContext, exports: list[ExportTable]) -> lis
 def _window(context: AssetExecutionContext) -> DayWindow:
     """The CST days of the run's partition range (a month partition: its days)."""
     span = context.partition_time_window
-    tz = ZoneInfo(context.assets_def.partitions_def.timezone)  # type: ignore[union-attr]
+    tz = ZoneInfo(context.assets_def.partitions_def.timezone)
     return DayWindow(local_date(span.start, tz), local_date(span.end, tz) - timedelta(days=1))
 
 
-def _results(report: core.ExportReport) -> Iterator[MaterializeResult]:
+def _results(report: core.ExportReport) -> Iterator[MaterializeResult[None]]:
     for t in report.tables:
-        metadata = {
+        metadata: dict[str, Any] = {
             "rows": t.rows,
             "parquet_files": t.parquet_files,
             "duckdb_file": MetadataValue.path(str(report.duckdb_path)),
@@ -207,7 +209,7 @@ def _results(report: core.ExportReport) -> Iterator[MaterializeResult]:
         yield MaterializeResult(asset_key=export_key(t.table), metadata=metadata)
 
 
-def _period_exports(grain: Window):
+def _period_exports(grain: Window) -> AssetsDefinition:
     """The tables by day whose export partitions are ``grain`` periods: one multi-asset, so a run
     over several of them is one new version of the file."""
     exports = [e for e in EXPORTS if e.by_day and e.grain is grain]
@@ -220,7 +222,7 @@ def _period_exports(grain: Window):
         can_subset=True,
         pool=DUCKDB_POOL,
     )
-    def _exports(context: AssetExecutionContext, analyst: AnalystResource) -> Iterator[MaterializeResult]:
+    def _exports(context: AssetExecutionContext, analyst: AnalystResource) -> Iterator[MaterializeResult[None]]:
         window = _window(context)
         report = core.export_tables(
             analyst.store(), analyst.files(), _selected(context, exports), window, analyst.tz, context.log.warning
@@ -237,7 +239,9 @@ analyst_year_exports = _period_exports(Window.YEAR)
 
 
 @multi_asset(name="analyst_table_exports", specs=[_spec(e) for e in WHOLE_EXPORTS], can_subset=True, pool=DUCKDB_POOL)
-def analyst_table_exports(context: AssetExecutionContext, analyst: AnalystResource) -> Iterator[MaterializeResult]:
+def analyst_table_exports(
+    context: AssetExecutionContext, analyst: AnalystResource
+) -> Iterator[MaterializeResult[None]]:
     """The selected tables without a day, whole: one new version of the file."""
     report = core.export_tables(
         analyst.store(), analyst.files(), _selected(context, WHOLE_EXPORTS), None, analyst.tz, context.log.warning
@@ -259,7 +263,7 @@ REPORT_DEPS = [AssetKey("analyst_mart_temporal_coverage"), AssetKey("analyst_mar
     "no row; placeholders by empty_reason; LLM calls and tokens per data day (the CST day the calls served). "
     "Written beside the DuckDB file and shown in this materialization.",
 )
-def analyst_coverage_report(context: AssetExecutionContext, analyst: AnalystResource) -> MaterializeResult:
+def analyst_coverage_report(context: AssetExecutionContext, analyst: AnalystResource) -> MaterializeResult[None]:
     files = analyst.files()
     figures, png = reports.write_report(files)
     image = base64.b64encode(png).decode("ascii")

@@ -16,12 +16,16 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 
-from dagster import AssetSelection, AutomationCondition
+from dagster import AssetCheckKey, AssetKey, AssetSelection, AutomationCondition
 
 from memory_pipeline.defs._shared.partitions import TZ
 
 REFRESH_CRON = "*/30 * * * *"
 RECENT_DAYS = timedelta(days=2)
+
+
+# Dagster's combinators widen a condition to assets and checks alike.
+Condition = AutomationCondition[AssetKey | AssetCheckKey]
 
 
 class Trigger(StrEnum):
@@ -30,11 +34,11 @@ class Trigger(StrEnum):
     REFRESH = "refresh"
 
 
-def _not_busy() -> AutomationCondition:
+def _not_busy() -> Condition:
     return ~AutomationCondition.any_deps_in_progress() & ~AutomationCondition.in_progress()
 
 
-def after_upstream(ignore: AssetSelection | None = None) -> AutomationCondition:
+def after_upstream(ignore: AssetSelection | None = None) -> Condition:
     """Any upstream partition of this partition written (or requested this tick), until handled;
     not while an upstream or this asset is in progress. ``ignore``: whole-table upstreams of a
     partitioned asset, which would otherwise request every partition at once."""
@@ -43,15 +47,17 @@ def after_upstream(ignore: AssetSelection | None = None) -> AutomationCondition:
     return condition.with_label("after_upstream")
 
 
-def condition_for(trigger: Trigger, by_day: bool) -> AutomationCondition:
+def condition_for(trigger: Trigger, by_day: bool) -> Condition:
     if trigger is Trigger.ALIGNED:
         return after_upstream()
     if trigger is Trigger.RECENT:
         return (AutomationCondition.in_latest_time_window(RECENT_DAYS) & after_upstream()).with_label(
             "newest_days_after_upstream"
         )
+    # since_last_handled is typed for conditions on assets and checks alike; this one is on assets
     tick = (
-        AutomationCondition.cron_tick_passed(REFRESH_CRON, TZ).since_last_handled() & ~AutomationCondition.in_progress()
+        AutomationCondition.cron_tick_passed(REFRESH_CRON, TZ).since_last_handled()  # type: ignore[misc]
+        & ~AutomationCondition.in_progress()
     )
     if by_day:
         tick = AutomationCondition.in_latest_time_window(RECENT_DAYS) & tick

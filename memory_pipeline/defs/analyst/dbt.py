@@ -25,7 +25,6 @@ from dagster import (
     AssetRecordsFilter,
     AssetSelection,
     AssetSpec,
-    AutomationCondition,
     Failure,
     Output,
 )
@@ -39,7 +38,7 @@ from memory_pipeline.analyst.files import publishing
 from memory_pipeline.analyst.registry import BY_NAME
 from memory_pipeline.defs._shared.partitions import cst_day_open
 from memory_pipeline.defs.analyst.assets import DUCKDB_POOL, GROUP, WHOLE_EXPORTS, export_key
-from memory_pipeline.defs.analyst.automation import after_upstream
+from memory_pipeline.defs.analyst.automation import Condition, after_upstream
 from memory_pipeline.defs.analyst.project import analytics_dbt, dbt_executable
 from memory_pipeline.defs.analyst.resources import AnalystResource
 
@@ -58,9 +57,11 @@ def prepared_manifest() -> Path:
     if not manifest.exists() or any(p.stat().st_mtime > manifest.stat().st_mtime for p in sources):
         dbt = DbtCliResource(project_dir=analytics_dbt, dbt_executable=dbt_executable())
         # As dagster-dbt's own preparer: processes loading at once parse once, the others wait.
-        run_with_concurrent_update_guard(
-            manifest, lambda: dbt.cli(["parse", "--quiet"], target_path=analytics_dbt.target_path).wait()
-        )
+
+        def parse() -> None:
+            dbt.cli(["parse", "--quiet"], target_path=analytics_dbt.target_path).wait()
+
+        run_with_concurrent_update_guard(manifest, parse)
     return manifest
 
 
@@ -140,7 +141,7 @@ class AnalystDbtTranslator(DagsterDbtTranslator):
     def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
         return GROUP
 
-    def get_automation_condition(self, dbt_resource_props: Mapping[str, Any]) -> AutomationCondition | None:
+    def get_automation_condition(self, dbt_resource_props: Mapping[str, Any]) -> Condition | None:
         if dbt_resource_props["resource_type"] == "source":
             return None
         daily = DAILY_TAG in dbt_resource_props.get("tags", [])
@@ -232,7 +233,7 @@ def _build(
     dagster_dbt_translator=TRANSLATOR,
     pool=DUCKDB_POOL,
 )
-def analyst_dbt_daily(context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource):
+def analyst_dbt_daily(context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource) -> Iterator[Any]:
     keys = context.partition_key_range
     yield from _build(context, dbt, analyst, {"min_day": keys.start, "max_day": keys.end}, per_day=True)
 
@@ -245,7 +246,7 @@ def analyst_dbt_daily(context: AssetExecutionContext, dbt: DbtCliResource, analy
     dagster_dbt_translator=TRANSLATOR,
     pool=DUCKDB_POOL,
 )
-def analyst_dbt_models(context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource):
+def analyst_dbt_models(context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource) -> Iterator[Any]:
     yield from _build(context, dbt, analyst, {})
 
 

@@ -46,21 +46,29 @@ def _keys(grain: Window, *triggers: Trigger) -> tuple[AssetKey, ...]:
 _WHOLE = tuple(export_key(e.name) for e in EXPORTS if not e.by_day)
 _DATA_DAY = _keys(Window.DAY, Trigger.ALIGNED)
 _WRITE_DAY = _keys(Window.DAY, Trigger.RECENT, Trigger.REFRESH)
-_EXPORT = dict(job="analyst_export_job", partitions=cst_day_open, asset_key=export_key("messages"), configurable=False)
 _COST_BY_DATA_DAY = AssetKey("analyst_mart_llm_cost_by_data_day")
-_MARTS = dict(job="analyst_marts_job", partitions=cst_day_open, asset_key=DAILY_MARTS[0], configurable=False)
+
+
+def _export(selection: tuple[AssetKey, ...]) -> Target:
+    return Target("analyst_export_job", cst_day_open, export_key("messages"), configurable=False, selection=selection)
+
+
+def _marts(selection: tuple[AssetKey, ...] = ()) -> Target:
+    return Target("analyst_marts_job", cst_day_open, DAILY_MARTS[0], configurable=False, selection=selection)
+
+
 for _name, _target in {
-    "exports": Target(**_EXPORT, selection=(*_DATA_DAY, *_WRITE_DAY, *_WHOLE)),
-    "exports_by_data_day": Target(**_EXPORT, selection=(*_DATA_DAY, *_WHOLE)),
-    "exports_by_write_day": Target(**_EXPORT, selection=_WRITE_DAY),
+    "exports": _export((*_DATA_DAY, *_WRITE_DAY, *_WHOLE)),
+    "exports_by_data_day": _export((*_DATA_DAY, *_WHOLE)),
+    "exports_by_write_day": _export(_WRITE_DAY),
     "month_exports": Target(
         "analyst_month_export_job", cst_month, export_key("temporal_month_summaries"), configurable=False
     ),
     "year_exports": Target(
         "analyst_year_export_job", cst_year, export_key("temporal_year_summaries"), configurable=False
     ),
-    "marts": Target(**_MARTS),
+    "marts": _marts(),
     # the picture reads the calls by data day, a whole-table mart: rebuilt with the daily ones
-    "daily_marts": Target(**_MARTS, selection=(*DAILY_MARTS, _COST_BY_DATA_DAY, analyst_coverage_report.key)),
+    "daily_marts": _marts((*DAILY_MARTS, _COST_BY_DATA_DAY, analyst_coverage_report.key)),
 }.items():
     register(_name, _target)

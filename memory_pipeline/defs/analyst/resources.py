@@ -24,7 +24,7 @@ from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
 from memory_pipeline.temporal import config as temporal_config
 
 
-class AnalystResource(ConfigurableResource):
+class AnalystResource(ConfigurableResource[Any]):
     """Where the exports go: the DuckDB file (MEMORY_DUCKDB_PATH, default data/analytics.duckdb),
     the Parquet folder and the report beside it (``memory.analyst``)."""
 
@@ -84,5 +84,7 @@ def analyst_resources(shared: dict[str, Any]) -> dict[str, Any]:
     )
     return {
         "analyst": analyst,
-        "dbt": AnalystDbtCliResource(project_dir=analytics_dbt, dbt_executable=dbt_executable()),
+        # DbtCliResource.__init__ takes the DbtProject (its profiles and state too); the constructor
+        # mypy derives for the subclass from the pydantic fields says str.
+        "dbt": AnalystDbtCliResource(project_dir=analytics_dbt, dbt_executable=dbt_executable()),  # type: ignore[arg-type]
     }

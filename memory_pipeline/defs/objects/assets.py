@@ -3,6 +3,7 @@ what it did as metadata. Objects and relations are one unpartitioned current sta
 per-event outcomes and receipts are partitioned by the CST day of the events they archive."""
 
 from collections import Counter
+from typing import Any
 
 from dagster import (
     AssetExecutionContext,
@@ -22,6 +23,7 @@ from memory_pipeline.defs._shared.partitions import cst_day_open
 from memory_pipeline.defs.objects.resources import ObjectsResource
 from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.objects import logic, projection, recall, reports, timeline, worker
+from memory_pipeline.objects.context import ObjectsContext
 from memory_pipeline.objects.logic import JobMode, day_status
 from memory_pipeline.objects.worker import WorkerReport
 
@@ -32,19 +34,23 @@ LLM_POOL = "llm"
 
 class ObjectsRunConfig(Config):
     worlds: list[str] = Field(default_factory=list, description="Only these world ids (default: all).")
-    max_batches: int = Field(0, description="Stop after this many batches (0: the configured maximum; never negative).")
+    max_batches: int = Field(
+        default=0, description="Stop after this many batches (0: the configured maximum; never negative)."
+    )
     automatic: bool = Field(
-        True,
+        default=True,
         description="Create the automatic jobs first (threshold compaction, hourly organize); "
         "false: only run jobs already queued (explicit requests).",
     )
-    deep: bool = Field(False, description="objects_archive: create and run the nightly deep review for due worlds.")
+    deep: bool = Field(
+        default=False, description="objects_archive: create and run the nightly deep review for due worlds."
+    )
     rebuild: bool = Field(
-        False,
+        default=False,
         description="objects_event_outcomes: re-queue the partition's archived events as an explicit request "
         "that moves objects forward (never deletes objects or undoes commits), then organize them.",
     )
-    passes: int = Field(1, description="objects_markdown_projection: passes of at most 10 objects each.")
+    passes: int = Field(default=1, description="objects_markdown_projection: passes of at most 10 objects each.")
 
 
 def _checked(config: ObjectsRunConfig) -> ObjectsRunConfig:
@@ -65,7 +71,7 @@ def _checked(config: ObjectsRunConfig) -> ObjectsRunConfig:
     return config
 
 
-def _run_worker(octx, config: ObjectsRunConfig, modes: list[JobMode]) -> WorkerReport:
+def _run_worker(octx: ObjectsContext, config: ObjectsRunConfig, modes: list[JobMode]) -> WorkerReport:
     """The worker over the run's worlds; stopped by the provider's breaker, the run fails with its
     one line (the refused batch handed back untouched, every job not done left queued)."""
     try:
@@ -84,14 +90,14 @@ def _run_worker(octx, config: ObjectsRunConfig, modes: list[JobMode]) -> WorkerR
         ) from None
 
 
-def _disabled(octx) -> MaterializeResult | None:
+def _disabled(octx: ObjectsContext) -> MaterializeResult[Any] | None:
     """memory.objects.enabled: false turns the domain's work off (the runs say so)."""
     if octx.cfg.enabled:
         return None
     return MaterializeResult(metadata={"disabled": True})
 
 
-def _worker_metadata(context: AssetExecutionContext, rep: WorkerReport) -> dict:
+def _worker_metadata(context: AssetExecutionContext, rep: WorkerReport) -> dict[str, Any]:
     """The run's counts; a run whose batches failed says so (``degraded`` and a warning in the log),
     though its asset stands: the other worlds' commits are real and the failed ones are retried."""
     degraded = bool(rep.failures or rep.jobs_failed or rep.blocked_events)
@@ -128,7 +134,7 @@ def _worker_metadata(context: AssetExecutionContext, rep: WorkerReport) -> dict:
 )
 def objects_hot_timeline(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     _checked(config)
     octx = objects.context("objects_hot_timeline")
     if (off := _disabled(octx)) is not None:
@@ -159,7 +165,7 @@ def objects_hot_timeline(
 )
 def objects_compaction(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     _checked(config)
     octx = objects.context("objects_compaction")
     if (off := _disabled(octx)) is not None:
@@ -189,7 +195,7 @@ def objects_compaction(
 )
 def objects_archive(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     _checked(config)
     octx = objects.context("objects_archive")
     if (off := _disabled(octx)) is not None:
@@ -229,7 +235,7 @@ def objects_archive(
 )
 def objects_event_outcomes(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     _checked(config)
     dates = partition_dates(context)
     octx = objects.context("objects_event_outcomes", f"{dates[0][0]}..{dates[-1][0]}" if dates else None)
@@ -238,7 +244,11 @@ def objects_event_outcomes(
         worker.requeue_days(octx, [d for _, d in dates], config.worlds or None)
         rep = _run_worker(octx, config, [JobMode.ORGANIZE])
     today = local_date(octx.now(), octx.tz)
-    counts = reports.day_counts(octx.store, dates[0][1], dates[-1][1], (config.worlds or [None])[0]) if dates else {}
+    counts = (
+        reports.day_counts(octx.store, dates[0][1], dates[-1][1], config.worlds[0] if config.worlds else None)
+        if dates
+        else {}
+    )
     for key, day in dates:
         c = counts.get(day, {})
         status = str(day_status(c, open_day=day >= today))
@@ -267,7 +277,7 @@ def objects_event_outcomes(
 )
 def objects_markdown_projection(
     context: AssetExecutionContext, config: ObjectsRunConfig, objects: ObjectsResource
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     _checked(config)
     store = objects.memory_store.store()
     root = objects.projection_root()

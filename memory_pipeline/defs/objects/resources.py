@@ -16,7 +16,7 @@ from memory_pipeline.objects.context import ObjectsContext
 from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource
 
 
-class ObjectsResource(ConfigurableResource):
+class ObjectsResource(ConfigurableResource[Any]):
     memory_store: MemoryStoreResource
     llm: LLMResource
     memory_config: MemoryConfigResource

@@ -53,7 +53,7 @@ def _queued(objects: ObjectsResource, mode: JobMode) -> bool:
     "not during the hour after a threshold failure) or an explicit compact request is queued, and no "
     "compaction run is in flight. New raw events are brought into the hot timeline by the same run.",
 )
-def objects_compaction_sensor(context: SensorEvaluationContext, objects: ObjectsResource):
+def objects_compaction_sensor(context: SensorEvaluationContext, objects: ObjectsResource) -> SkipReason | RunRequest:
     if _in_flight(context, compaction_job.name):
         return SkipReason("a compaction run is in flight")
     octx = objects.context("objects_compaction_sensor")
@@ -75,7 +75,7 @@ def objects_compaction_sensor(context: SensorEvaluationContext, objects: Objects
     "are pending (an empty queue calls no model) and no hourly organize run is in flight. A started run "
     "advances batch after batch; it never waits for the next tick.",
 )
-def objects_organize_sensor(context: SensorEvaluationContext, objects: ObjectsResource):
+def objects_organize_sensor(context: SensorEvaluationContext, objects: ObjectsResource) -> SkipReason | RunRequest:
     now = utcnow()
     last = context.cursor
     context.update_cursor(now.isoformat())
@@ -118,7 +118,7 @@ def deep_review_request(objects: ObjectsResource, name: str) -> RunRequest | Non
     "start after 02:50 catches up the current date only). A deep job not yet run (its run found the "
     "world busy, say with compaction) is requested again while no deep review run is in flight.",
 )
-def objects_deep_review_sensor(context: SensorEvaluationContext, objects: ObjectsResource):
+def objects_deep_review_sensor(context: SensorEvaluationContext, objects: ObjectsResource) -> SkipReason | RunRequest:
     if _in_flight(context, deep_review_job.name):
         return SkipReason("a deep review run is in flight")
     request = deep_review_request(objects, "objects_deep_review_sensor")
@@ -133,7 +133,7 @@ def objects_deep_review_sensor(context: SensorEvaluationContext, objects: Object
     description="Markdown projection heartbeat: one pass of at most 10 objects while the files lag the store, "
     "a file was deleted or edited by hand, or a core document's human edit waits to be imported.",
 )
-def objects_projection_sensor(context: SensorEvaluationContext, objects: ObjectsResource):
+def objects_projection_sensor(context: SensorEvaluationContext, objects: ObjectsResource) -> SkipReason | RunRequest:
     if _in_flight(context, projection_job.name):
         return SkipReason("a projection run is in flight")
     why = projection.needs_pass(objects.memory_store.store(), objects.projection_root())
@@ -154,7 +154,9 @@ STALE_MAX_REQUESTS = 100
     "partition was materialized (a late event entered the hot timeline, was queued or got its outcome), "
     "without a full rebuild; partitions never materialized are left to a backfill.",
 )
-def objects_outcomes_stale_sensor(context: SensorEvaluationContext, objects: ObjectsResource):
+def objects_outcomes_stale_sensor(
+    context: SensorEvaluationContext, objects: ObjectsResource
+) -> SkipReason | list[RunRequest]:
     key = assets.objects_event_outcomes.key
     requests = []
     for day, changed in sorted(reports.day_changes(objects.memory_store.store()).items()):

@@ -4,16 +4,21 @@ run per range: BackfillPolicy.single_run): the day / month / year rows in set-ba
 metadata entry per partition."""
 
 from collections import Counter
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import date, datetime
+from typing import Any
 
 from dagster import (
     AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
     BackfillPolicy,
     Config,
     Failure,
     MaterializeResult,
     MetadataValue,
     RetryRequested,
+    TimeWindowPartitionsDefinition,
     asset,
 )
 from pydantic import Field
@@ -29,6 +34,7 @@ from memory_pipeline.lib.llm import LLMProviderDown
 from memory_pipeline.lib.store import StoreUnavailable
 from memory_pipeline.lib.timeutil import local_date, parse_instant, utcnow
 from memory_pipeline.temporal import chunks, logic, rolls, summaries
+from memory_pipeline.temporal.context import TemporalContext
 
 GROUP = "temporal"
 # The code location adds the store's technology (postgres or sqlite) to assets with this tag.
@@ -42,9 +48,9 @@ NIGHTLY = "nightly"
 
 
 class TemporalRunConfig(Config):
-    force_llm: bool = Field(False, description="Ignore cached answers and call the model afresh.")
+    force_llm: bool = Field(default=False, description="Ignore cached answers and call the model afresh.")
     rebuild: bool = Field(
-        False,
+        default=False,
         description="Rewrite every selected day/month/year partition, also one whose record shows nothing "
         "changed (a row failing its check): its answers come from the LLM cache, no new call (force_llm "
         "to call the model afresh).",
@@ -52,13 +58,13 @@ class TemporalRunConfig(Config):
     worlds: list[str] = Field(default_factory=list, description="Only these world ids (default: all).")
     as_of: str = Field("", description="ISO datetime standing for 'now' (default: the real now).")
     child_wait_retries: int = Field(
-        12,
+        default=12,
         description="Month/year runs of the nightly cascade (tag memory_pipeline/cascade=nightly) only: "
         "retries while child rows are missing. Other runs fail at once, naming the missing rows.",
     )
-    child_wait_seconds: int = Field(300, description="Nightly cascade only: seconds between those retries.")
+    child_wait_seconds: int = Field(default=300, description="Nightly cascade only: seconds between those retries.")
     lease_wait_seconds: int = Field(
-        1800,
+        default=1800,
         description="How long to wait for a partition another run is working on (its lease) before "
         "leaving it to that run; after the wait the partition reuses that run's rows.",
     )
@@ -81,19 +87,27 @@ def _worlds(config: TemporalRunConfig) -> list[str] | None:
         raise Failure(description=f"run config: {exc}", allow_retries=False) from None
 
 
-def _tctx(context: AssetExecutionContext, config: TemporalRunConfig, temporal: TemporalResource, partition):
+def _tctx(
+    context: AssetExecutionContext, config: TemporalRunConfig, temporal: TemporalResource, partition: str | None
+) -> TemporalContext:
     return temporal.context(
         context.assets_def.key.to_user_string(), partition, config.force_llm, rebuild=config.rebuild
     )
 
 
-def _leased(context, config: TemporalRunConfig, temporal: TemporalResource, items, work) -> dict[str, str]:
+def _leased(
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    temporal: TemporalResource,
+    items: Sequence[tuple[str, date]],
+    work: Callable[[str, date], None],
+) -> dict[str, str]:
     """``work(key, day)`` per partition under its lease; {key: reason} of those left to another run."""
     return under_leases(context, temporal.memory_store.store(), items, work, wait_seconds=config.lease_wait_seconds)
 
 
 def _store_failure(
-    exc: StoreUnavailable, what: str, finished: int, total: int, failures: dict[str, str], batch: list[str] = ()
+    exc: StoreUnavailable, what: str, finished: int, total: int, failures: dict[str, str], batch: Sequence[str] = ()
 ) -> Failure:
     """A database that stayed unreachable through the retries: the run stops (the next partitions
     would only meet the same outage) and says which partition and why in the first line; the
@@ -120,7 +134,9 @@ def _provider_down(exc: LLMProviderDown, finished: int, total: int) -> Failure:
     return provider_down(exc, finished_partitions=finished, not_done_partitions=total - finished)
 
 
-def _materialize_periods(window, context, config, temporal) -> MaterializeResult:
+def _materialize_periods(
+    window: str, context: AssetExecutionContext, config: TemporalRunConfig, temporal: TemporalResource
+) -> MaterializeResult[Any]:
     failures: dict[str, str] = {}
     finished = [0]
     batch: list[str] = []
@@ -133,9 +149,15 @@ def _materialize_periods(window, context, config, temporal) -> MaterializeResult
 
 
 def _periods(
-    window, context, config, temporal, failures: dict[str, str], finished: list[int], batch: list[str]
-) -> MaterializeResult:
-    totals = Counter()
+    window: str,
+    context: AssetExecutionContext,
+    config: TemporalRunConfig,
+    temporal: TemporalResource,
+    failures: dict[str, str],
+    finished: list[int],
+    batch: list[str],
+) -> MaterializeResult[Any]:
+    totals: Counter[str] = Counter()
     worlds = _worlds(config)
     periods = partition_dates(context)
     # One context (one LLM client) for the run: its ledger rows name each call's partition.
@@ -157,7 +179,7 @@ def _periods(
             raise RetryRequested(max_retries=config.child_wait_retries, seconds_to_wait=config.child_wait_seconds)
         failures.update(messages)
 
-    def work(items: list) -> None:
+    def work(items: list[tuple[str, date]]) -> None:
         batch[:] = [key for key, _ in items]
         results = summaries.regenerate_many(
             tctx,
@@ -193,7 +215,14 @@ def _periods(
     return MaterializeResult()
 
 
-def _report(context, window: str, key: str, result: summaries.PeriodResult, failures: dict, totals: Counter) -> None:
+def _report(
+    context: AssetExecutionContext,
+    window: str,
+    key: str,
+    result: summaries.PeriodResult,
+    failures: dict[str, str],
+    totals: Counter[str],
+) -> None:
     """One partition's metadata (and its failure, if some worlds hit an LLM hard failure)."""
     if result.failures:
         failure = summaries.PartitionFailure(window, key, result.failures)
@@ -263,14 +292,14 @@ def temporal_day_chunks(
     context: AssetExecutionContext,
     config: TemporalRunConfig,
     temporal: TemporalResource,
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     now = _now(config)
     failures: dict[str, str] = {}
-    totals = Counter()
+    totals: Counter[str] = Counter()
     dates = partition_dates(context)
     finished = [0]
 
-    def work(key: str, day) -> None:
+    def work(key: str, day: date) -> None:
         tctx = _tctx(context, config, temporal, key)
         result = chunks.run_tick(tctx, day, now)
         finished[0] += 1
@@ -324,12 +353,12 @@ def temporal_peer_rolls(
     context: AssetExecutionContext,
     config: TemporalRunConfig,
     temporal: TemporalResource,
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     now = _now(config)
     dates = partition_dates(context)
     finished = [0]
 
-    def work(key: str, day) -> None:
+    def work(key: str, day: date) -> None:
         tctx = _tctx(context, config, temporal, key)
         result = rolls.warm_peer_rolls(tctx, day, now)
         finished[0] += 1
@@ -362,7 +391,9 @@ def temporal_peer_rolls(
     return MaterializeResult()
 
 
-def _period_asset(window: str, partitions_def, dep, description: str):
+def _period_asset(
+    window: str, partitions_def: TimeWindowPartitionsDefinition, dep: AssetsDefinition | AssetKey, description: str
+) -> AssetsDefinition:
     """The day, month and year rows share one body: loop over the run's keys, regenerate each."""
 
     @asset(
@@ -380,7 +411,7 @@ def _period_asset(window: str, partitions_def, dep, description: str):
         context: AssetExecutionContext,
         config: TemporalRunConfig,
         temporal: TemporalResource,
-    ) -> MaterializeResult:
+    ) -> MaterializeResult[Any]:
         return _materialize_periods(window, context, config, temporal)
 
     return _asset
@@ -413,7 +444,7 @@ def temporal_system_rolls(
     context: AssetExecutionContext,
     config: TemporalRunConfig,
     temporal: TemporalResource,
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     now = _now(config)
     tctx = _tctx(context, config, temporal, None)
     today = local_date(now, tctx.tz)

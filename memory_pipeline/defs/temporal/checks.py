@@ -1,19 +1,22 @@
 """Asset checks: every figure audits down to its ledger lines, and nothing is in the future."""
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckExecutionContext,
+    AssetChecksDefinition,
     AssetCheckSeverity,
     AssetKey,
     AssetRecordsFilter,
+    AssetsDefinition,
     EventLogRecord,
     MetadataValue,
     Output,
+    TimeWindowPartitionsDefinition,
     asset_check,
     build_sensor_for_freshness_checks,
     build_time_partition_freshness_checks,
@@ -34,8 +37,9 @@ from memory_pipeline.temporal.logic import Audit
 # AssetCheckResult carries no partition: Dagster would record it once, without a partition, and
 # every planned partition would stay "skipped". So each check yields one AssetCheckEvaluation per
 # partition of its run, tied to that partition's newest materialization (what the UI compares to
-# decide whether a result is current), then the step's one output.
-CheckEvents = Iterator[AssetCheckEvaluation | Output]
+# decide whether a result is current), then the step's one output. The
+# decorator's type says a single AssetCheckResult, hence the arg-type ignores below.
+CheckEvents = Iterator[AssetCheckEvaluation | Output[None]]
 
 
 # Partitions audited together (one set-based audit each): memory stays flat over a long range.
@@ -67,9 +71,8 @@ def _latest_many(
     return out
 
 
-def _batches(keys) -> list[list[str]]:
-    keys = list(keys)
-    return [keys[i : i + AUDIT_BATCH] for i in range(0, len(keys), AUDIT_BATCH)]
+def _batches(keys: Sequence[str]) -> list[list[str]]:
+    return [list(keys[i : i + AUDIT_BATCH]) for i in range(0, len(keys), AUDIT_BATCH)]
 
 
 def _evaluation(
@@ -101,11 +104,13 @@ def _evaluation(
     )
 
 
-def _period_check(asset_def, window, defn):
+def _period_check(
+    asset_def: AssetsDefinition, window: str, defn: TimeWindowPartitionsDefinition
+) -> AssetChecksDefinition:
     covers = ", including every eligible conversation with material (or says why not)" if window == "day" else ""
     tz_of_keys = ZoneInfo(defn.timezone)
 
-    @asset_check(
+    @asset_check(  # type: ignore[arg-type]
         asset=asset_def,
         partitions_def=defn,
         name=f"{window}_rows_have_sources_and_no_future",
@@ -133,13 +138,14 @@ def _tick_seen(record: EventLogRecord | None) -> tuple[datetime | None, datetime
         return None, None, False
     meta = {k: v.value for k, v in record.asset_materialization.metadata.items()}
 
-    def at(name):
-        return datetime.fromisoformat(meta[name]) if meta.get(name) else None
+    def at(name: str) -> datetime | None:
+        value = meta.get(name)
+        return datetime.fromisoformat(value) if isinstance(value, str) and value else None
 
     return at("tick_now"), at("read_at"), bool(meta.get("disabled"))
 
 
-@asset_check(
+@asset_check(  # type: ignore[arg-type]
     asset=assets.temporal_day_chunks,
     partitions_def=cst_day_open,
     name="chunks_have_sources_in_closed_buckets",

@@ -30,7 +30,7 @@ defs = Definitions(
 def changed_partitions(window: str, defs: Definitions, keys: list[str], as_of: str) -> dict[str, str]:
     """Mode "changed" of day / month / year: the keys whose period has no up-to-date record (see
     reconcile.changed_periods), judged with the model and settings of ``defs``' resources."""
-    resource = defs.resources["temporal"]
+    resource = (defs.resources or {})["temporal"]
     assert isinstance(resource, TemporalResource)
     with resource.process_config_and_initialize_cm() as temporal:  # environment variables resolved
         store, cfg = temporal.memory_store.store(), temporal.cfg()

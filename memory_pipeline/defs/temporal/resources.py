@@ -13,7 +13,7 @@ from memory_pipeline.temporal.config import TemporalSummaryConfig
 from memory_pipeline.temporal.context import TemporalContext
 
 
-class TemporalResource(ConfigurableResource):
+class TemporalResource(ConfigurableResource[Any]):
     memory_store: MemoryStoreResource
     kv_cache: CacheResource
     llm: LLMResource

@@ -5,12 +5,18 @@ jobs, so the nightly schedules below request, besides their newest closed partit
 partition newer than the last materialized one (lib.catchup): a daemon that was down for four
 nights creates four runs on its first tick back."""
 
+from __future__ import annotations
+
 from datetime import timedelta
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from dagster import (
+    AssetsDefinition,
     RunRequest,
+    ScheduleDefinition,
     ScheduleEvaluationContext,
+    TimeWindowPartitionsDefinition,
     schedule,
 )
 
@@ -18,6 +24,9 @@ from memory_pipeline.defs._shared.catchup import catchup_keys
 from memory_pipeline.defs._shared.partitions import TZ, cst_day, cst_month, cst_year
 from memory_pipeline.defs.temporal import assets
 from memory_pipeline.defs.temporal.jobs import day_job, month_job, tick_job, year_job
+
+if TYPE_CHECKING:  # not exported by dagster at run time
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 
 @schedule(
@@ -28,7 +37,7 @@ from memory_pipeline.defs.temporal.jobs import day_job, month_job, tick_job, yea
     description="Every 30 minutes (CST): chunk the conversations' closed half-hour buckets, then warm "
     "the peer rolls of those buckets.",
 )
-def temporal_tick_schedule(context: ScheduleEvaluationContext):
+def temporal_tick_schedule(context: ScheduleEvaluationContext) -> RunRequest:
     """At hh:00/hh:30 the bucket that just closed belongs to the day of (tick - 1 minute): the
     00:00 tick finishes yesterday's last bucket."""
     at = context.scheduled_execution_time
@@ -36,9 +45,18 @@ def temporal_tick_schedule(context: ScheduleEvaluationContext):
     return RunRequest(run_key=f"tick-{at.isoformat()}", partition_key=day)
 
 
-def _nightly(name: str, job, cron: str, partitions_def, asset_def, lookback: int, doc: str, tags=None):
+def _nightly(
+    name: str,
+    job: UnresolvedAssetJobDefinition,
+    cron: str,
+    partitions_def: TimeWindowPartitionsDefinition,
+    asset_def: AssetsDefinition,
+    lookback: int,
+    doc: str,
+    tags: dict[str, str] | None = None,
+) -> ScheduleDefinition:
     @schedule(name=name, job=job, cron_schedule=cron, execution_timezone=TZ, description=doc)
-    def _schedule(context: ScheduleEvaluationContext):
+    def _schedule(context: ScheduleEvaluationContext) -> list[RunRequest]:
         closed = partitions_def.get_partition_keys(current_time=context.scheduled_execution_time)
         done = context.instance.get_materialized_partitions(asset_def.key)
         # run_key = partition: a partition requested once by this schedule is not requested again.

@@ -6,6 +6,7 @@ from zoneinfo import ZoneInfo
 
 from dagster import (
     DefaultSensorStatus,
+    MultiAssetSensorEvaluationContext,
     RunRequest,
     SensorEvaluationContext,
     SkipReason,
@@ -31,13 +32,13 @@ from memory_pipeline.temporal import reconcile, rolls
     description="After any day, month or year write: rebuild the past_days / past_months / past_years "
     "system rolls (reused while their sources_fp matches).",
 )
-def temporal_system_rolls_sensor(context):
+def temporal_system_rolls_sensor(context: MultiAssetSensorEvaluationContext) -> SkipReason | RunRequest:
     """Seed 000: past_days after the day write, past_months / past_years after each cascade."""
     records = context.latest_materialization_records_by_key()
     fresh = [r for r in records.values() if r is not None]
     if not fresh:
         return SkipReason("no new day/month/year materialization")
-    context.advance_all_cursors()
+    context.advance_all_cursors()  # type: ignore[no-untyped-call]  # unannotated in dagster
     newest = max(r.storage_id for r in fresh)
     return RunRequest(run_key=f"sys-rolls-after-{newest}")
 
@@ -49,7 +50,9 @@ def temporal_system_rolls_sensor(context):
     description="Serves the read path's peer-roll warm-up requests (the read path never calls an LLM; "
     "on a cache miss it files a request that runs here).",
 )
-def temporal_peer_roll_warmup_sensor(context: SensorEvaluationContext, memory_store: MemoryStoreResource):
+def temporal_peer_roll_warmup_sensor(
+    context: SensorEvaluationContext, memory_store: MemoryStoreResource
+) -> SkipReason | list[RunRequest]:
     """The read path never calls an LLM; on a peer-roll miss it files a request served here."""
     pending = rolls.pending_warmup_days(memory_store.store())
     if not pending:
@@ -85,7 +88,7 @@ RECONCILE_MAX_REQUESTS = 100
 )
 def temporal_reconcile_sensor(
     context: SensorEvaluationContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
-):
+) -> SkipReason | list[RunRequest]:
     stale = reconcile.stale_periods(memory_store.store(), ZoneInfo(memory_config.timezone))
     # Days first: a month (year) waits while a day (month) below it is stale; when the children are
     # written, a later evaluation sees the parent stale by its changed children (or not at all).

@@ -4,8 +4,18 @@ day (every level up to `day`, the open day included), week and month; the semant
 partition keys and calls the core (memory_pipeline.tower)."""
 
 from collections import Counter
+from collections.abc import Sequence
+from typing import Any
 
-from dagster import AssetExecutionContext, BackfillPolicy, Config, MaterializeResult, asset
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    BackfillPolicy,
+    Config,
+    MaterializeResult,
+    TimeWindowPartitionsDefinition,
+    asset,
+)
 from pydantic import Field
 
 from memory_pipeline.defs._shared.failures import provider_down
@@ -24,17 +34,17 @@ LLM_POOL = "llm"
 
 
 class TowerRunConfig(Config):
-    force_llm: bool = Field(False, description="Ignore cached answers and call the model afresh.")
+    force_llm: bool = Field(default=False, description="Ignore cached answers and call the model afresh.")
 
 
-def tower_llm_metadata(stats: CallStats) -> dict:
+def tower_llm_metadata(stats: CallStats) -> dict[str, Any]:
     """``llm_calls`` is every call of the run, one per ledger row (answered after its retries, from
     the cache, or failed; the children a bottom-up summary made included); ``llm_answered`` the
     model's fresh answers among them."""
     return {**llm_metadata(stats), "llm_calls": stats.ledger_rows, "llm_answered": stats.calls}
 
 
-def _round_metadata(result: summaries.RoundResult) -> dict:
+def _round_metadata(result: summaries.RoundResult) -> dict[str, Any]:
     return {
         "summaries_written": result.committed,
         "summaries_reused": result.reused,
@@ -61,7 +71,7 @@ def _round_metadata(result: summaries.RoundResult) -> dict:
     "into the activity type first (not once it is archived). Today's open partition is refreshed every minute by "
     "tower_structural_refresh_sensor; empty windows get no rows.",
 )
-def tower_day_windows(context: AssetExecutionContext, tower: TowerResource) -> MaterializeResult:
+def tower_day_windows(context: AssetExecutionContext, tower: TowerResource) -> MaterializeResult[Any]:
     store, tz, cfg = tower.store(), tower.tz(), tower.cfg()
     totals: Counter[str] = Counter()
     for key, day in partition_dates(context):
@@ -84,7 +94,9 @@ def tower_day_windows(context: AssetExecutionContext, tower: TowerResource) -> M
     return MaterializeResult()
 
 
-def _coarse_windows(name: str, g: Granularity, partitions_def, description: str):
+def _coarse_windows(
+    name: str, g: Granularity, partitions_def: TimeWindowPartitionsDefinition, description: str
+) -> AssetsDefinition:
     @asset(
         name=name,
         partitions_def=partitions_def,
@@ -94,7 +106,7 @@ def _coarse_windows(name: str, g: Granularity, partitions_def, description: str)
         tags=STORE_TAG,
         description=description,
     )
-    def _asset(context: AssetExecutionContext, tower: TowerResource) -> MaterializeResult:
+    def _asset(context: AssetExecutionContext, tower: TowerResource) -> MaterializeResult[Any]:
         store, tz = tower.store(), tower.tz()
         for key, period in partition_dates(context):
             result = windows.build_coarse(store, g, period, tz)
@@ -122,7 +134,13 @@ tower_month_windows = _coarse_windows(
 )
 
 
-def _summary_asset(name: str, g: Granularity, partitions_def, deps, description: str):
+def _summary_asset(
+    name: str,
+    g: Granularity,
+    partitions_def: TimeWindowPartitionsDefinition,
+    deps: Sequence[AssetsDefinition],
+    description: str,
+) -> AssetsDefinition:
     @asset(
         name=name,
         partitions_def=partitions_def,
@@ -134,7 +152,7 @@ def _summary_asset(name: str, g: Granularity, partitions_def, deps, description:
         pool=LLM_POOL,
         description=description,
     )
-    def _asset(context: AssetExecutionContext, config: TowerRunConfig, tower: TowerResource) -> MaterializeResult:
+    def _asset(context: AssetExecutionContext, config: TowerRunConfig, tower: TowerResource) -> MaterializeResult[Any]:
         now = utcnow()
         for key, period in partition_dates(context):
             sctx = tower.summary_context(name, key, config.force_llm)
@@ -191,7 +209,7 @@ tower_month_summaries = _summary_asset(
 )
 def tower_semantic_tick(
     context: AssetExecutionContext, config: TowerRunConfig, tower: TowerResource
-) -> MaterializeResult:
+) -> MaterializeResult[Any]:
     sctx = tower.summary_context("tower_semantic_tick", None, config.force_llm)
     result = summaries.semantic_tick(sctx, utcnow())
     return MaterializeResult(

@@ -11,11 +11,14 @@ from zoneinfo import ZoneInfo
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckExecutionContext,
+    AssetChecksDefinition,
     AssetCheckSeverity,
     AssetKey,
     AssetRecordsFilter,
+    AssetsDefinition,
     MetadataValue,
     Output,
+    TimeWindowPartitionsDefinition,
     asset_check,
 )
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
@@ -29,7 +32,10 @@ from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.tower import summaries, windows
 from memory_pipeline.tower.logic import Granularity
 
-CheckEvents = Iterator[AssetCheckEvaluation | Output]
+CheckEvents = Iterator[AssetCheckEvaluation | Output[None]]
+# One evaluation per partition, then the Output that ends the step: the decorator's type says a
+# single AssetCheckResult, which a check over a range of partitions cannot return (hence the
+# arg-type ignores below).
 COVER_CHECK = "tower_windows_cover_entries"
 FRESH_CHECK = "tower_windows_fresh"
 DRIFT_CHECK = "tower_week_summaries_drift"
@@ -64,7 +70,7 @@ def _evaluation(
     )
 
 
-def _keys(context: AssetCheckExecutionContext, defn) -> list[tuple[str, date]]:
+def _keys(context: AssetCheckExecutionContext, defn: TimeWindowPartitionsDefinition) -> list[tuple[str, date]]:
     """(key, local start date) of every partition the check runs for."""
     tz = ZoneInfo(defn.timezone)
     return [(k, local_date(defn.time_window_for_partition_key(k).start, tz)) for k in context.partition_keys]
@@ -74,7 +80,7 @@ def _problems(problems: list[str]) -> MetadataValue:
     return MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none")
 
 
-@asset_check(
+@asset_check(  # type: ignore[arg-type]
     asset=assets.tower_day_windows,
     partitions_def=cst_day_open,
     name=COVER_CHECK,
@@ -100,7 +106,7 @@ def day_windows_cover(context: AssetCheckExecutionContext, tower: TowerResource)
     yield Output(None)
 
 
-@asset_check(
+@asset_check(  # type: ignore[arg-type]
     asset=assets.tower_day_windows,
     partitions_def=cst_day_open,
     name=FRESH_CHECK,
@@ -126,8 +132,10 @@ def day_windows_fresh(context: AssetCheckExecutionContext, tower: TowerResource)
     yield Output(None)
 
 
-def _coarse_check(asset_def, g: Granularity, defn):
-    @asset_check(
+def _coarse_check(
+    asset_def: AssetsDefinition, g: Granularity, defn: TimeWindowPartitionsDefinition
+) -> AssetChecksDefinition:
+    @asset_check(  # type: ignore[arg-type]
         asset=asset_def,
         partitions_def=defn,
         name=COVER_CHECK,
@@ -154,7 +162,7 @@ def _coarse_check(asset_def, g: Granularity, defn):
     return _check
 
 
-@asset_check(
+@asset_check(  # type: ignore[arg-type]
     asset=assets.tower_week_summaries,
     partitions_def=cst_week,
     name=DRIFT_CHECK,

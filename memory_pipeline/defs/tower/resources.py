@@ -15,7 +15,7 @@ from memory_pipeline.tower.config import TowerConfig
 from memory_pipeline.tower.summaries import SummaryContext
 
 
-class TowerResource(ConfigurableResource):
+class TowerResource(ConfigurableResource[Any]):
     memory_store: MemoryStoreResource
     llm: LLMResource
     memory_config: MemoryConfigResource

@@ -2,7 +2,18 @@
 period) its summaries; every night the closed day's summaries. The open day's windows and the
 semantic tick are sensors (their intervals come from memory.tower)."""
 
-from dagster import RunRequest, ScheduleEvaluationContext, schedule
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagster import (
+    JobDefinition,
+    RunRequest,
+    ScheduleDefinition,
+    ScheduleEvaluationContext,
+    TimeWindowPartitionsDefinition,
+    schedule,
+)
 
 from memory_pipeline.defs._shared.partitions import TZ, cst_day, cst_month, cst_week
 from memory_pipeline.defs.tower.jobs import (
@@ -13,10 +24,19 @@ from memory_pipeline.defs.tower.jobs import (
     week_windows_job,
 )
 
+if TYPE_CHECKING:  # not exported by dagster at run time
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
-def _last_closed(name: str, job, cron: str, defn, description: str):
+
+def _last_closed(
+    name: str,
+    job: JobDefinition | UnresolvedAssetJobDefinition,
+    cron: str,
+    defn: TimeWindowPartitionsDefinition,
+    description: str,
+) -> ScheduleDefinition:
     @schedule(name=name, job=job, cron_schedule=cron, execution_timezone=TZ, description=description)
-    def _schedule(context: ScheduleEvaluationContext):
+    def _schedule(context: ScheduleEvaluationContext) -> list[RunRequest]:
         keys = defn.get_partition_keys(current_time=context.scheduled_execution_time)
         if not keys:
             return []

@@ -27,7 +27,9 @@ def _due(context: SensorEvaluationContext, every_seconds: int, now: datetime) ->
     "memory.tower.structural_refresh_seconds (60), and yesterday's once more after midnight if its last "
     "refresh was before the day closed. Independent of the semantic tick.",
 )
-def tower_structural_refresh_sensor(context: SensorEvaluationContext, tower: TowerResource):
+def tower_structural_refresh_sensor(
+    context: SensorEvaluationContext, tower: TowerResource
+) -> SkipReason | list[RunRequest]:
     now, tz = utcnow(), tower.tz()
     if not _due(context, tower.cfg().structural_refresh_seconds, now):
         return SkipReason("refreshed less than structural_refresh_seconds ago")
@@ -49,7 +51,7 @@ def tower_structural_refresh_sensor(context: SensorEvaluationContext, tower: Tow
     description="Requests one semantic tick every memory.tower.semantic_tick_minutes (10): summaries of the "
     "latest settled windows only, under the five guardrails (pool llm).",
 )
-def tower_semantic_tick_sensor(context: SensorEvaluationContext, tower: TowerResource):
+def tower_semantic_tick_sensor(context: SensorEvaluationContext, tower: TowerResource) -> SkipReason | RunRequest:
     now = utcnow()
     if not _due(context, tower.cfg().semantic_tick_minutes * 60, now):
         return SkipReason("ticked less than semantic_tick_minutes ago")
@@ -66,7 +68,7 @@ def tower_semantic_tick_sensor(context: SensorEvaluationContext, tower: TowerRes
     "messages of theirs arrived get their partition re-materialized, once per staleness. Summaries are not "
     "re-made: a read says how many entries a summary misses.",
 )
-def tower_late_data_sensor(context: SensorEvaluationContext, tower: TowerResource):
+def tower_late_data_sensor(context: SensorEvaluationContext, tower: TowerResource) -> SkipReason | list[RunRequest]:
     store = tower.store()
     stale = windows.stale_days(store, tower.tz(), utcnow(), activity_type=tower.cfg().activity_type)
     if not stale:
