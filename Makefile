@@ -58,7 +58,7 @@ demo: $(STAMP) $(DBT_MANIFEST)  ## the main job on the embedded default (SQLite,
 # pytest-xdist workers for `make test` (docs/tests.md); 0 runs the suite in this one process. Each
 # worker flushes a Redis database of its own; --dist loadgroup keeps the tests that share one
 # deployment or one module-scoped sample (their xdist_group mark) in one worker.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 6
 
 test: $(STAMP) $(DBT_MANIFEST) chromium  ## strict type check, then the test suite against PostgreSQL and Redis on 127.0.0.1
 	$(BIN)/mypy
