@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
@@ -19,6 +19,17 @@ if TYPE_CHECKING:
     from memory_pipeline.tower.api import Tower
 
 T = TypeVar("T")
+
+# The window arguments, declared once for every command that takes them (the API and the MCP tools
+# name them alike; tower/recall.resolve checks them).
+TypeName = Annotated[str, typer.Argument(metavar="TYPE")]
+Granularity = Annotated[str | None, typer.Option("--granularity", "-g")]
+Anchor = Annotated[str | None, typer.Option("--anchor", "-a")]
+From = Annotated[str | None, typer.Option("--from")]
+To = Annotated[str | None, typer.Option("--to")]
+Group = Annotated[str | None, typer.Option("--group")]
+Limit = Annotated[int | None, typer.Option("--limit")]
+Cursor = Annotated[str | None, typer.Option("--cursor")]
 
 app = typer.Typer(no_args_is_help=True, help="Seed 004 time tower: memory types, entries, windows, recall, summaries.")
 types_app = typer.Typer(no_args_is_help=True, help="Memory types: create, list, show, update, delete (archive).")
@@ -135,7 +146,7 @@ def types_delete(name: str) -> None:
 
 @app.command()
 def append(
-    type_name: str = typer.Argument(..., metavar="TYPE"),
+    type_name: TypeName,
     text: str | None = typer.Option(None, "--text", help="Plain-text content."),
     json_content: str | None = typer.Option(None, "--json", help="JSON content (any value)."),
     at: str | None = typer.Option(None, "--at", help="ISO datetime with offset (default now)."),
@@ -163,14 +174,14 @@ def append(
 
 @app.command()
 def windows(
-    type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str | None = typer.Option(None, "--granularity", "-g"),
-    anchor: str | None = typer.Option(
-        None, "--anchor", "-a", help="A date or datetime inside the window: list its children."
-    ),
-    group: str | None = typer.Option(None, "--group"),
-    limit: int | None = typer.Option(None, "--limit"),
-    cursor: str | None = typer.Option(None, "--cursor"),
+    type_name: TypeName,
+    granularity: Granularity = None,
+    anchor: Annotated[
+        str | None, typer.Option("--anchor", "-a", help="A date or datetime inside the window: list its children.")
+    ] = None,
+    group: Group = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
 ) -> None:
     """Browse one level at a time (entry counts, staleness)."""
     _json(_do(_tower().windows, type_name, granularity, anchor, group, limit, cursor))
@@ -178,14 +189,14 @@ def windows(
 
 @app.command()
 def recall(
-    type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str | None = typer.Option(None, "--granularity", "-g"),
-    anchor: str | None = typer.Option(None, "--anchor", "-a"),
-    from_: str | None = typer.Option(None, "--from"),
-    to: str | None = typer.Option(None, "--to"),
-    group: str | None = typer.Option(None, "--group"),
-    limit: int | None = typer.Option(None, "--limit"),
-    cursor: str | None = typer.Option(None, "--cursor"),
+    type_name: TypeName,
+    granularity: Granularity = None,
+    anchor: Anchor = None,
+    from_: From = None,
+    to: To = None,
+    group: Group = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
 ) -> None:
     """Exact recall: the window's raw entries, a page at a time."""
     _json(_do(_tower().recall, type_name, granularity, anchor, from_, to, group, limit, cursor))
@@ -193,15 +204,15 @@ def recall(
 
 @app.command()
 def summary(
-    type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str | None = typer.Option(None, "--granularity", "-g"),
-    anchor: str | None = typer.Option(None, "--anchor", "-a"),
-    from_: str | None = typer.Option(None, "--from"),
-    to: str | None = typer.Option(None, "--to"),
-    group: str | None = typer.Option(None, "--group"),
-    summarize_on_miss: bool = typer.Option(False, "--summarize-on-miss"),
-    limit: int | None = typer.Option(None, "--limit"),
-    cursor: str | None = typer.Option(None, "--cursor"),
+    type_name: TypeName,
+    granularity: Granularity = None,
+    anchor: Anchor = None,
+    from_: From = None,
+    to: To = None,
+    group: Group = None,
+    summarize_on_miss: Annotated[bool, typer.Option("--summarize-on-miss")] = False,
+    limit: Limit = None,
+    cursor: Cursor = None,
 ) -> None:
     """Semantic recall: the stored summary (missing / empty otherwise), a page at a time."""
     _jobs_json(
@@ -211,12 +222,12 @@ def summary(
 
 @app.command()
 def summarize(
-    type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str | None = typer.Option(None, "--granularity", "-g"),
-    anchor: str | None = typer.Option(None, "--anchor", "-a"),
-    from_: str | None = typer.Option(None, "--from"),
-    to: str | None = typer.Option(None, "--to"),
-    group: str | None = typer.Option(None, "--group"),
+    type_name: TypeName,
+    granularity: Granularity = None,
+    anchor: Anchor = None,
+    from_: From = None,
+    to: To = None,
+    group: Group = None,
 ) -> None:
     """Summarize a closed window bottom-up (runs the job here and prints its final state; exit 1 if it failed)."""
     _jobs_json(_do(_tower().summarize, type_name, granularity, anchor, from_, to, group))
@@ -224,12 +235,12 @@ def summarize(
 
 @app.command()
 def recompute(
-    type_name: str = typer.Argument(..., metavar="TYPE"),
-    granularity: str | None = typer.Option(None, "--granularity", "-g"),
-    anchor: str | None = typer.Option(None, "--anchor", "-a"),
-    from_: str | None = typer.Option(None, "--from"),
-    to: str | None = typer.Option(None, "--to"),
-    group: str | None = typer.Option(None, "--group"),
+    type_name: TypeName,
+    granularity: Granularity = None,
+    anchor: Anchor = None,
+    from_: From = None,
+    to: To = None,
+    group: Group = None,
 ) -> None:
     """Rebuild a window's summary from the raw entries, bypassing the chain (exit 1 if the job failed)."""
     _jobs_json(_do(_tower().recompute, type_name, granularity, anchor, from_, to, group))
@@ -239,7 +250,7 @@ def recompute(
 def jobs(
     type_name: str | None = typer.Option(None, "--type"),
     state: str | None = typer.Option(None, "--state"),
-    limit: int | None = typer.Option(None, "--limit"),
+    limit: Limit = None,
 ) -> None:
     """Recent summarize jobs."""
     _json(_do(_tower().list_jobs, type_name, state, limit))
