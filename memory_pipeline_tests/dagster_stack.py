@@ -259,7 +259,7 @@ class DagsterStack:
             time.sleep(interval)
         raise self.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
-    def wait_webserver(self, timeout: float = 120.0) -> None:
+    def wait_webserver(self, timeout: float = 300.0) -> None:
         """The webserver answers and its code location is loaded."""
 
         def server_up():
@@ -287,7 +287,7 @@ class DagsterStack:
         statuses = self.graphql(DAEMONS)["instance"]["daemonHealth"]["allDaemonStatuses"]
         return {s["daemonType"]: s["healthy"] for s in statuses if s["required"]}
 
-    def wait_daemons_healthy(self, timeout: float = 60.0) -> dict[str, bool]:
+    def wait_daemons_healthy(self, timeout: float = 300.0) -> dict[str, bool]:
         def healthy():
             statuses = self.daemon_statuses()
             return statuses if statuses and all(statuses.values()) else None
@@ -314,7 +314,7 @@ class DagsterStack:
             raise self.fail(f"partitionBackfillOrError: {data}")
         return data
 
-    def wait_backfill(self, backfill_id: str, timeout: float = 180.0) -> dict[str, Any]:
+    def wait_backfill(self, backfill_id: str, timeout: float = 600.0) -> dict[str, Any]:
         """Poll until the backfill leaves REQUESTED (and CANCELING / FAILING): its final state."""
         done = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 
@@ -397,7 +397,7 @@ class CeleryWorkers:
                     start_new_session=True,
                 )
 
-    def wait_ready(self, timeout: float = 180.0) -> None:
+    def wait_ready(self, timeout: float = 600.0) -> None:
         """Each worker logs ``<name>@<host> ready.`` once it consumes from the broker."""
         deadline = time.monotonic() + timeout
         waiting = set(self.names)

@@ -111,11 +111,11 @@ def deployed(dagster_stack) -> Deployed:
     once and seen completed on the next pass, rather than up to three passes (90 s) later."""
     stack, instance, store = dagster_stack
     t0 = time.monotonic()
-    stack.wait_webserver(timeout=120)
+    stack.wait_webserver(timeout=300)
     t1 = time.monotonic()
     backfill_id = stack.launch_backfill(DAY_ASSET, E2E_DAYS)
     stack.start("daemon")
-    backfill = stack.wait_backfill(backfill_id, timeout=180)
+    backfill = stack.wait_backfill(backfill_id, timeout=600)
     t2 = time.monotonic()
     return Deployed(stack, instance, store, backfill_id, backfill, {"webserver": t1 - t0, "backfill": t2 - t1})
 

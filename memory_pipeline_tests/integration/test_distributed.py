@@ -117,8 +117,8 @@ def test_a_backfill_split_into_bounded_runs_executes_on_two_celery_workers_with_
         ingest_into(store, tmp_path, range_events())
         stack.start("webserver")
         workers.start()
-        workers.wait_ready(timeout=240)
-        stack.wait_webserver(timeout=240)
+        workers.wait_ready(timeout=600)
+        stack.wait_webserver(timeout=600)
         backfill_id = stack.launch_backfill(DAY_ASSET, DAYS)
         stack.start("daemon")
         try:

@@ -205,7 +205,7 @@ def killable_stack(tmp_path: Path) -> Iterator[Killable]:
             store = Store(memory_url)
             ingest_into(store, tmp_path / "events")
             stack.start("webserver")
-            stack.wait_webserver(timeout=240)
+            stack.wait_webserver(timeout=600)
             yield Killable(stack, instance, store, server, clean_url)
         finally:
             server.release()
@@ -244,7 +244,7 @@ def backfill_and_kill(k: Killable, tags: dict[str, str] | None, victim, whole_tr
     assert days_written(k.store) == set()
     assert {day for day, _ in paid_calls(k.store)} == set(DAYS[:HELD])
     killed = Killed(run.run_id, last_call(k.store), paid_calls(k.store), len(k.server.requests))
-    pid = k.stack.wait_until("the run worker's pid", lambda: run_worker_pid(k.instance, run.run_id), timeout=60)
+    pid = k.stack.wait_until("the run worker's pid", lambda: run_worker_pid(k.instance, run.run_id), timeout=300)
     root = victim(pid)
     tree = process_tree(root)
     for target in tree if whole_tree else [root]:
@@ -257,7 +257,7 @@ def backfill_and_kill(k: Killable, tags: dict[str, str] | None, victim, whole_tr
         k.stack.wait_until(
             f"the step processes {tree[1:]} to exit with their run worker",
             lambda: not [p for p in tree if Path(f"/proc/{p}").exists() and not zombie(p)],
-            timeout=60,
+            timeout=300,
             interval=0.2,
         )
     k.server.release()  # the provider answers into a closed socket; later calls pass

@@ -40,7 +40,7 @@ def test_a_day_range_backfilled_from_the_api_writes_the_seed_rows_and_passes_its
     # Nothing else ran: schedules and sensors are off until someone turns them on.
     assert [r.run_id for r in deployed.instance.get_runs()] == [run["runId"]]
     # The UI's daemon page: every daemon the production instance needs reports a heartbeat.
-    statuses = deployed.stack.wait_daemons_healthy(timeout=60)
+    statuses = deployed.stack.wait_daemons_healthy(timeout=300)
     assert {"BACKFILL", "QUEUED_RUN_COORDINATOR", "SCHEDULER", "SENSOR"} <= set(statuses), statuses
 
     # The seed's rows: one per world alive that day, placeholders with their reason, sources on
