@@ -10,7 +10,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def hard_cap(max_chars: int) -> int:
@@ -119,6 +119,56 @@ def zipf(word: str) -> float:
     from wordfreq import zipf_frequency
 
     return float(zipf_frequency(word, "en"))
+
+
+# ---- Chinese words (jieba, wordfreq's own Chinese tokenizer; its dictionary ships in the package) ---
+
+
+class ChineseWord(NamedTuple):
+    word: str
+    pos: str  # jieba's tag (ICTCLAS): "n" noun, "ns" place, "nr" person, "v" verb, "c" conjunction...
+
+
+# Tags of the words that say what a text is about: nouns and names, verbs, adjectives, idioms and
+# set phrases, abbreviations. Left out: pronouns (r), conjunctions (c: 所以, 但是), adverbs (d),
+# prepositions (p), particles (u*), modal and interjections (y, e, o), numerals and measures (m, q)
+# and time words (t: 今天, 下周; a summary's period already says when).
+_CONTENT_TAGS = ("n", "v", "a", "i", "l", "j")
+NOUN_TAGS = ("n",)  # n, nr (person), ns (place), nt (organization), nz (other proper), ng, nrt
+PROPER_TAGS = ("nr", "ns", "nt", "nz")
+_JIEBA_LOCK = threading.Lock()
+
+
+@functools.cache
+def _posseg() -> Any:
+    import logging
+
+    # jieba ships no types: its tagger's (word, flag) pairs are read by attribute, checked below
+    import jieba  # type: ignore[import-untyped]
+    import jieba.posseg  # type: ignore[import-untyped]
+
+    jieba.setLogLevel(logging.WARNING)  # else every process prints its dictionary loading to stderr
+    jieba.initialize()  # thread-safe (jieba's own lock); loads the dictionary from its cache file
+    return jieba.posseg
+
+
+def chinese_content_words(text: str) -> list[ChineseWord]:
+    """The content words of the Chinese in ``text``, in order: jieba's segmentation and part of
+    speech, kept when the tag is a content one (nouns, verbs, adjectives, idioms) and the word is two
+    characters or more, or a one-character noun (猫, 书: a thing, where 吃, 去 are any day's verbs)."""
+    if not any(is_cjk(ch) for ch in text):
+        return []
+    posseg = _posseg()
+    with _JIEBA_LOCK:  # jieba's tokenizer keeps state between calls
+        pairs = posseg.lcut(text, HMM=True)
+    out = []
+    for pair in pairs:
+        word, pos = str(pair.word), str(pair.flag)
+        if not word or not is_cjk(word) or not pos.startswith(_CONTENT_TAGS):
+            continue
+        if len(word) > 1 or pos.startswith(NOUN_TAGS):
+            out.append(ChineseWord(word, pos))
+    return out
 
 
 # ---- stems as SQLite FTS5 indexes them ------------------------------------------------------------

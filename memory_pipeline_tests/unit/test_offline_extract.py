@@ -106,3 +106,28 @@ def test_rarity_breaks_a_tie_of_counts_and_the_headline_fits_its_target_with_com
     got = offline.headline("greyhound greyhound photo photo lake lake shelter", 24)
     assert got == "greyhound, lake, photo" and len(got) <= 24  # "shelter" would not fit
     assert offline.headline("缓存 缓存 数据库 数据库 数据库", 20).split(offline.HEADLINE_SEPARATOR)[0] == "数据库"
+
+
+CHINESE_DAY = """[09:00] user: 我昨天去北京出差了，所以今天有点累。但是公司的项目终于上线了，老板请我们吃了烤鸭。
+[09:01] assistant: 恭喜！项目上线是大事。烤鸭好吃吗？你们在哪家店吃的？
+[09:02] user: 在全聚德，其实我觉得一般般。下周我还要去上海见客户，然后周末回杭州看我妈妈。"""
+
+
+def test_a_chinese_headline_is_the_content_words_of_a_real_segmentation():
+    words = offline.headline_words(CHINESE_DAY)
+    # what the day was about, the cities and the restaurant included (北京 and 公司 are as common in
+    # the language as 所以 and 但是: parts of speech, not frequency, tell them apart)
+    assert {"烤鸭", "项目", "上线", "北京", "上海", "杭州", "全聚德", "公司", "客户", "出差"} <= set(words)
+    # no function word, pronoun or time word; no piece of a wrong cut ("我妈妈", "见客", "我觉")
+    assert not {"所以", "但是", "然后", "其实", "我们", "你们", "今天", "昨天", "下周", "觉得"} & set(words)
+    assert not {"我妈妈", "见客", "我觉", "我还"} & set(words)
+    assert words[:2] == ["烤鸭", "上线"]  # said twice each and rare in the language
+    assert len(offline.headline(CHINESE_DAY, 30)) <= 30
+
+
+def test_chinese_subjects_are_nouns_rarer_than_everyday_words_and_names():
+    subjects = [key for key, _name in offline.subject_terms(CHINESE_DAY)]
+    assert subjects[0] == "全聚德"  # a name the language data does not know: rarest
+    assert {"烤鸭", "杭州", "客户", "老板"} <= set(subjects)
+    # verbs are no subjects, nor are nouns as common as 公司 (said of anything)
+    assert not {"出差", "恭喜", "公司", "所以", "今天"} & set(subjects)

@@ -8,7 +8,9 @@ v2: extractive rules; v3: objects for the things a text names (``subject_terms``
 independent of the hash seed; v4: a clitic is its word ("Caroline's" is Caroline, "who's" no
 subject) and the autobiography tells five memories; v5: a headline counts a word with every form of
 its stem, weighs it by rarity too, leaves out the names people are addressed by, and separates words
-with commas (an earlier version's answer in a cache or a stage record is not reused).
+with commas; v6: Chinese is cut into words and their parts of speech by jieba, and only its content
+words count (nouns, verbs, adjectives: no 所以, 但是, 我们) (an earlier version's answer in a cache or a
+stage record is not reused).
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ import math
 import re
 from collections import Counter
 
-from memory_pipeline.lib.text import COMMON_ZIPF, chinese_frequencies, is_cjk, porter_stems, zipf
+from memory_pipeline.lib.text import (
+    COMMON_ZIPF,
+    PROPER_TAGS,
+    ChineseWord,
+    chinese_content_words,
+    is_cjk,
+    porter_stems,
+    zipf,
+)
 
-NAME = "offline/deterministic-extractive-v5"
+NAME = "offline/deterministic-extractive-v6"
 
 _STOP = set(
     """
@@ -53,8 +63,8 @@ def headline_words(material: str) -> list[str]:
     weigh nothing) to the power RARITY_EXPONENT. Lines starting with '#' are headers (platform,
     date) and a line's leading "[...]" its time stamp, not content; the names the material
     addresses people by ("Hey Mel!") name the participants, who are in every one of their
-    conversations and tell none apart. Chinese runs are cut into the words the language knows
-    (``chinese_words``)."""
+    conversations and tell none apart. Chinese counts its content words (``chinese_content_words``),
+    weighed by ``chinese_weight``."""
     lines = (material or "").splitlines()
     body = "\n".join(_LINE_STAMP.sub("", line) for line in lines if not line.lstrip().startswith("#"))
     skip = addressed(body)
@@ -63,17 +73,19 @@ def headline_words(material: str) -> list[str]:
         w = base_word(token)
         if w is not None and len(w) > 2:
             found.append(w)
-    for run in _CJK_RUN.findall(body):
-        found.extend(w for w in chinese_words(run) if len(w) > 1)
     counts = Counter(w for w in found if w not in _STOP and w not in skip and word_weight(w) > 0)
+    weight = {w: word_weight(w) for w in counts}
+    for cw in chinese_content_words(body):
+        if (cjk_weight := chinese_weight(cw)) > 0:
+            counts[cw.word] += 1
+            weight[cw.word] = max(weight.get(cw.word, 0.0), cjk_weight)
     if not counts:
         return []
     forms: dict[str, list[str]] = {}
     for w, stem in zip(counts, porter_stems(list(counts)), strict=True):
         forms.setdefault(stem, []).append(w)
     score = {
-        stem: sum(counts[w] for w in ws) * max(word_weight(w) for w in ws) ** RARITY_EXPONENT
-        for stem, ws in forms.items()
+        stem: sum(counts[w] for w in ws) * max(weight[w] for w in ws) ** RARITY_EXPONENT for stem, ws in forms.items()
     }
     return [min(forms[s], key=lambda w: (len(w), w)) for s in sorted(score, key=lambda s: (-score[s], s))]
 
@@ -131,6 +143,23 @@ def word_weight(word: str) -> float:
     return min(3.0, max(0.3, 6.0 - z))
 
 
+# A Chinese noun as common as 公司 (6.0) or 北京 (5.75) still says what a day was about: the function
+# words that are as common (所以, 但是, 我们) are left out by their part of speech, not their frequency.
+CJK_NOUN_COMMON_ZIPF = 6.3
+
+
+def chinese_weight(cw: ChineseWord) -> float:
+    """``word_weight`` for a Chinese content word: a noun weighs nothing only above
+    CJK_NOUN_COMMON_ZIPF, a verb or adjective above COMMON_ZIPF (觉得, 知道 are said of anything); a
+    word the language data does not know (a name jieba found: 全聚德) weighs like an uncommon one."""
+    z = zipf(cw.word)
+    if z == 0:
+        return 0.8
+    if z >= (CJK_NOUN_COMMON_ZIPF if cw.pos.startswith("n") else COMMON_ZIPF):
+        return 0.0
+    return min(3.0, max(0.3, 6.0 - z))
+
+
 def words(text: str) -> set[str]:
     """The candidate words of a text: English words of 3+ letters and numbers (lowercased), and
     every two-character run of Chinese (those the language knows as words carry weight)."""
@@ -177,9 +206,10 @@ _ADDRESS = re.compile(
 def subject_terms(text: str) -> list[tuple[str, str]]:
     """The things a text names that may recur: (key, name) of each distinct word that is not
     everyday vocabulary (Zipf below SUBJECT_ZIPF, or unknown to the language data: a name, a
-    coined word; three letters at least) and each Chinese word of two characters or more the language knows
-    below that frequency (``chinese_words``). Rarest first, then in order of appearance. The name is the word as
-    written where it stands mid-sentence (a capital there marks a name), lowercased otherwise."""
+    coined word; three letters at least) and each Chinese noun (``chinese_content_words``) of two
+    characters or more below that frequency, or a name the language data does not know (全聚德).
+    Rarest first, then in order of appearance. The name is the word as written where it stands
+    mid-sentence (a capital there marks a name), lowercased otherwise."""
     found: dict[str, tuple[float, int, str]] = {}
     at = 0
     for sentence in _SENTENCE.split(" ".join((text or "").split())):
@@ -191,27 +221,14 @@ def subject_terms(text: str) -> list[tuple[str, str]]:
             name = token[: len(key)] if i > 0 else key
             if key not in found or (found[key][2] == key and name != key):
                 found[key] = (z, found[key][1] if key in found else at, name)
-        for run in _CJK_RUN.findall(sentence):
-            for word in chinese_words(run):
-                at += 1
-                if len(word) > 1 and word not in found and 0 < (z := zipf(word)) < SUBJECT_ZIPF:
-                    found[word] = (z, at, word)
+        for cw in chinese_content_words(sentence):
+            at += 1
+            if not cw.pos.startswith("n") or cw.word in found:
+                continue
+            z = zipf(cw.word)
+            if (0 < z < SUBJECT_ZIPF and len(cw.word) > 1) or (z == 0 and cw.pos.startswith(PROPER_TAGS)):
+                found[cw.word] = (z, at, cw.word)
     return [(key, name) for key, (_z, _at, name) in sorted(found.items(), key=lambda kv: (kv[1][0], kv[1][1]))]
-
-
-CJK_WORD_MAX = 4
-
-
-def chinese_words(run: str) -> list[str]:
-    """A run of Chinese characters cut into words by forward maximum matching against the
-    language data's word list (the longest known word of at most CJK_WORD_MAX characters at each
-    place; a character that starts no known word stands alone). No segmenter model is needed."""
-    known, out, i = chinese_frequencies(), [], 0
-    while i < len(run):
-        n = next((n for n in range(min(CJK_WORD_MAX, len(run) - i), 1, -1) if run[i : i + n] in known), 1)
-        out.append(run[i : i + n])
-        i += n
-    return out
 
 
 def addressed(text: str) -> set[str]:
