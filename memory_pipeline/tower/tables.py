@@ -79,6 +79,8 @@ tower_windows = Table(
     Column("refs", JSON, nullable=False),
     Column("materialized_at", UTCDateTime, nullable=False),
     Index("ix_tower_windows_grain_start", "granularity", "start"),
+    # exact recall's walk: one group's children by a range of starts (migration 0029)
+    Index("ix_tower_windows_group_start", "type_name", "granularity", "group_value", "start"),
 )
 
 # The summary series (`<type>.summary`): append-only; the newest record per (window, group) wins.

@@ -208,6 +208,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0026_request_ids",
         "0027_lease_process",
         "0028_recall_doc_base",
+        "0029_tower_window_group_start",
     ]
     assert head(LOCATIONS) == chain[-1]
 

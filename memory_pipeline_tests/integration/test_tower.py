@@ -261,6 +261,60 @@ def test_windows_refs_regenerable_audit_and_paginated_exact_recall(tower, store)
     assert sum(w["entry_count"] for w in browse["windows"]) == in_day
 
 
+def test_exact_recall_of_one_group_walks_only_that_groups_windows_and_only_those_its_window_names(tower, store):
+    """The walk reads each level's windows by a range of starts in the group: the other groups'
+    windows in the same hours, and a child window the day's references do not name (written after
+    the day's view was built), are not part of the answer."""
+    tower.create_type("team/log", chain=["10min", "1h", "day"], group_field="member")
+    start = cst(2026, 1, 5, 9)
+    tower.append(
+        "team/log",
+        [
+            {"content": f"{g} {i}", "at": (start + timedelta(minutes=5 * i)).isoformat(), "group": g, "id": f"{g}{i}"}
+            for g in ("alpha", "beta", "gamma")
+            for i in range(30)
+        ],
+    )
+    day = start.date()
+    windows.build_day(store, day, CST)
+    whole = {g: tower.recall("team/log", "day", "2026-01-05", group=g, limit=1000) for g in ("alpha", "beta")}
+    assert [e["entry_id"] for e in whole["alpha"]["entries"]] == [f"alpha{i}" for i in range(30)]
+    assert [e["entry_id"] for e in whole["beta"]["entries"]] == [f"beta{i}" for i in range(30)]
+    assert {e["group"] for e in tower.recall("team/log", "day", "2026-01-05", limit=1000)["entries"]} == {
+        "alpha",
+        "beta",
+        "gamma",
+    }
+    # A 10-minute window of alpha's off the grid (09:05), inside the range the walk reads, that no 1h
+    # window names: not walked into.
+    w = tower_windows.c
+    with store.begin() as conn:
+        (late,) = (
+            conn.execute(select(tower_entries.c.entry_pk).where(tower_entries.c.entry_id == "beta0")).scalars().all()
+        )
+        row = (
+            conn.execute(
+                select(tower_windows).where(
+                    w.type_name == "team/log", w.granularity == "10min", w.group_value == "alpha"
+                )
+            )
+            .mappings()
+            .first()
+        )
+        conn.execute(
+            tower_windows.insert().values(
+                {
+                    **row,
+                    "start": row["start"] + timedelta(minutes=5),
+                    "end": row["end"] + timedelta(minutes=5),
+                    "refs": [late],
+                }
+            )
+        )
+    again = tower.recall("team/log", "day", "2026-01-05", group="alpha", limit=1000)
+    assert [e["entry_id"] for e in again["entries"]] == [f"alpha{i}" for i in range(30)]
+
+
 def test_the_cover_check_fails_a_window_whose_entry_count_disagrees_with_its_refs(tower, store):
     tower.create_type("proj/decisions", chain=["1h", "day", "week"])
     week_of_entries(tower, days=(5, 6))
