@@ -60,6 +60,8 @@ tower_entries = Table(
     Column("source", String(1024)),
     UniqueConstraint("type_name", "entry_id", name="uq_tower_entry_id"),
     Index("ix_tower_entries_type_at", "type_name", "at"),
+    # one group's entries of a window, counted as they are now by exact recall (migration 0029)
+    Index("ix_tower_entries_group_at", "type_name", "group_value", "at"),
     Index("ix_tower_entries_ingested_at", "ingested_at"),
 )
 
