@@ -122,8 +122,9 @@ _WALK_COLUMNS = tuple(tower_windows.c[name] for name in ("start", "group_value",
 
 def _child_rows(conn: Connection, t: MemoryType, g: str, starts: list[datetime], groups: set[str]) -> list[Any]:
     """The windows of level ``g`` whose start is in [starts[0], starts[-1]] (the caller keeps those
-    it wants): a window's children are contiguous, and a range is one bound pair where a list of
-    their starts was ~200 bound datetimes to convert and a statement to compile every call."""
+    it wants): the children of the windows walked lie in their span, and a range is one bound pair
+    where a list of their starts was ~200 bound datetimes to convert and a statement to compile
+    every call."""
     w = tower_windows.c
     q = select(*_WALK_COLUMNS).where(
         w.type_name == t.name, w.granularity == g, w.start >= starts[0], w.start <= starts[-1]
