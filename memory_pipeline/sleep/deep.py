@@ -156,8 +156,13 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
             continue
         band = size_band(len(ones[world]), cfg.deep_warn_chars, cfg.deep_batch_chars, cfg.deep_refuse_chars)
         if band == SizeBand.WARN:
-            log.warning(
-                "deep sleep %s: world %s: active memory JSON is %s characters (10k..100k)", day, world, len(ones[world])
+            log.warning(  # the thresholds as configured (memory.sleep.deep_warn_chars, deep_batch_chars)
+                "deep sleep %s: world %s: active memory JSON is %s characters (warn band %s..%s)",
+                day,
+                world,
+                len(ones[world]),
+                cfg.deep_warn_chars,
+                cfg.deep_batch_chars,
             )
             out.warned.append(world)
         if band == SizeBand.BATCHED:

@@ -743,7 +743,11 @@ def test_deep_sleep_warns_between_10k_and_100k(store, tmp_path, caplog):
         result = run_deep_sleep(ctx_for(store, tmp_path), D)
     assert result.warned == ["w1"] and result.batched == []
     assert len({r.batch_type for r in result.rounds["w1"]}) == 1 and len(result.rounds["w1"]) == 3  # not batched
-    assert "world w1: active memory JSON is" in caplog.text and "(10k..100k)" in caplog.text and "w2" not in caplog.text
+    assert (
+        "world w1: active memory JSON is" in caplog.text
+        and "(warn band 10000..100000)" in caplog.text
+        and "w2" not in caplog.text
+    )
 
 
 def test_autobiography_reads_the_seven_cst_days_ending_on_its_day(store, tmp_path):
