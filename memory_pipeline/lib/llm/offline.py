@@ -131,16 +131,22 @@ def base_word(token: str) -> str | None:
     return head if tail in _CLITICS else key
 
 
+UNKNOWN_WORD_WEIGHT = 0.8  # a word the language data does not know: a name, a coined word, a typo
+
+
+def _rarity(z: float, common: float) -> float:
+    """The weight of a known word of Zipf ``z``: nothing from ``common`` up, rarer weighs more."""
+    return 0.0 if z >= common else min(3.0, max(0.3, 6.0 - z))
+
+
 def word_weight(word: str) -> float:
     """How much a word tells a sentence apart: rarer in the language weighs more. Very common words
     weigh nothing; an English word the language data does not know (a name, a typo) weighs like an
     uncommon one; two Chinese characters that are no word weigh nothing."""
     z = zipf(word)
-    if z >= COMMON_ZIPF:
-        return 0.0
     if z == 0:
-        return 0.0 if is_cjk(word) else 0.8
-    return min(3.0, max(0.3, 6.0 - z))
+        return 0.0 if is_cjk(word) else UNKNOWN_WORD_WEIGHT
+    return _rarity(z, COMMON_ZIPF)
 
 
 # A Chinese noun as common as 公司 (6.0) or 北京 (5.75) still says what a day was about: the function
@@ -154,10 +160,8 @@ def chinese_weight(cw: ChineseWord) -> float:
     word the language data does not know (a name jieba found: 全聚德) weighs like an uncommon one."""
     z = zipf(cw.word)
     if z == 0:
-        return 0.8
-    if z >= (CJK_NOUN_COMMON_ZIPF if cw.pos.startswith("n") else COMMON_ZIPF):
-        return 0.0
-    return min(3.0, max(0.3, 6.0 - z))
+        return UNKNOWN_WORD_WEIGHT
+    return _rarity(z, CJK_NOUN_COMMON_ZIPF if cw.pos.startswith("n") else COMMON_ZIPF)
 
 
 def words(text: str) -> set[str]:
