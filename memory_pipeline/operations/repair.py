@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 from dagster import DagsterInstance, Definitions
 
+from memory_pipeline.defs._shared.resources import initialized
 from memory_pipeline.defs._shared.run_config import check_as_of
 from memory_pipeline.lib.timeutil import parse_instant, utcnow
 from memory_pipeline.operations.runner import (
@@ -57,7 +58,7 @@ def repair(
     as_of = check_as_of(as_of)
     defs = _defs(defs)
     instance = instance or get_instance()
-    with (defs.resources or {})["temporal"].process_config_and_initialize_cm() as temporal:  # environment resolved
+    with initialized((defs.resources or {})["temporal"], instance) as temporal:  # environment resolved
         store, tz = temporal.memory_store.store(), ZoneInfo(temporal.memory_config.timezone)
     now = min(parse_instant(as_of), utcnow()) if as_of else None
     report = RepairReport(stale=reconcile.stale_periods(store, tz, now))

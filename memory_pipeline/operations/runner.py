@@ -374,7 +374,7 @@ def materialize(
         changed_fn = targets()[window].changed
         if mode == "changed" and changed_fn is not None:
             defs = _defs(defs)
-            report.reasons = {k: why for k, why in changed_fn(defs, keys, as_of).items() if k in done}
+            report.reasons = {k: why for k, why in changed_fn(defs, keys, as_of, instance).items() if k in done}
             done -= set(report.reasons)
         report.skipped_existing = len(chosen & done)
         chosen -= done

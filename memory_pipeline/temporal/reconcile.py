@@ -25,7 +25,7 @@ from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, Date, String, and_, column, exists, func, literal, select, union_all, values
+from sqlalchemy import Connection, Date, String, and_, column, exists, func, select, values
 
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.store import Store
@@ -35,7 +35,6 @@ from memory_pipeline.lib.timeutil import local_date, next_month, period_bounds, 
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.tables import temporal_period_runs, temporal_summaries
 
-UNION_TERMS = 200  # selects per UNION ALL (SQLite allows 500)
 BATCH = 1000  # periods per VALUES list (keeps bind parameters well under SQLite's and psycopg2's limits)
 KEY_FORMAT = logic.KEY_FORMAT
 period_key = logic.period_key
@@ -136,23 +135,47 @@ def _iso(at: datetime | None) -> str | None:
 
 def late_messages(conn: Connection, days: list[DayRecord]) -> dict[date, tuple[int, datetime]]:
     """Per recorded day (period_start, lo, hi, materialized_at): eligible messages ingested after the
-    day's materialized_at (count, newest). One statement per ``UNION_TERMS`` days, a range select
-    per day (each an index range scan on ``at``, whatever plan a join would get)."""
+    day's materialized_at (count, newest). The days are one VALUES list per ``BATCH``, each probed
+    by a correlated subquery: a range scan of ``ix_messages_at`` per day on SQLite and PostgreSQL
+    alike (a join on the range would leave the plan to the planner). The newest first, then the
+    count only for the few days that have one."""
+    newest: dict[date, datetime] = {}
+    for batch in _batches(days):
+        r = _day_ranges(batch)
+        q = select(r.c.p, _late(r, func.max(messages.c.ingested_at))).select_from(r)
+        newest.update({p: at for p, at in conn.execute(q) if at is not None})
     out: dict[date, tuple[int, datetime]] = {}
-    for i in range(0, len(days), UNION_TERMS):
-        parts = [
-            select(
-                literal(p, Date).label("p"), func.count().label("n"), func.max(messages.c.ingested_at).label("newest")
-            )
-            .select_from(messages)
-            .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
-            .where(messages.c.at >= lo, messages.c.at < hi, messages.c.ingested_at > materialized_at)
-            .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
-            for p, lo, hi, materialized_at in days[i : i + UNION_TERMS]
-        ]
-        q = parts[0] if len(parts) == 1 else union_all(*parts)
-        out.update({p: (n, newest) for p, n, newest in conn.execute(q) if n})
+    for batch in _batches([d for d in days if d[0] in newest]):
+        r = _day_ranges(batch)
+        q = select(r.c.p, _late(r, func.count())).select_from(r)
+        out.update({p: (n, newest[p]) for p, n in conn.execute(q) if n})
     return out
+
+
+def _day_ranges(batch: list[DayRecord]) -> Any:
+    return (
+        values(
+            column("p", Date),
+            column("lo", UTCDateTime),
+            column("hi", UTCDateTime),
+            column("materialized_at", UTCDateTime),
+            name="r",
+        )
+        .data(batch)
+        .cte("r")
+    )
+
+
+def _late(r: Any, aggregate: Any) -> Any:
+    """``aggregate`` over the eligible messages of r's day ingested after its materialized_at."""
+    return (
+        select(aggregate)
+        .select_from(messages)
+        .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+        .where(messages.c.at >= r.c.lo, messages.c.at < r.c.hi, messages.c.ingested_at > r.c.materialized_at)
+        .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
+        .scalar_subquery()
+    )
 
 
 def missing_worlds(

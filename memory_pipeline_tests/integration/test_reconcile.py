@@ -10,11 +10,16 @@ from dagster import build_sensor_context, instance_for_test
 from sqlalchemy import event, func, select
 from typer.testing import CliRunner
 
-from memory_pipeline import operations
+from memory_pipeline import domains, operations
 from memory_pipeline.cli import app
 from memory_pipeline.definitions import build_defs
-from memory_pipeline.lib.store.tables import llm_ledger
+from memory_pipeline.events.ingest import ingest_file
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.migrate import ensure_schema
+from memory_pipeline.lib.store.tables import llm_ledger, messages
+from memory_pipeline.lib.timeutil import period_bounds
 from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.temporal import reconcile
 from memory_pipeline.temporal.reconcile import spans, stale_periods
 from memory_pipeline.temporal.tables import temporal_period_runs, temporal_summaries
 from memory_pipeline_tests.conftest import CST, conversation, cst
@@ -155,6 +160,43 @@ def test_a_debug_or_cron_late_message_is_not_late_data(store, ingest, materializ
         + [line("w1", "cr", "user", "cron job output", cst(2025, 12, 31, 11), platform="cron")]
     )
     assert not stale_periods(store, CST)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_late_messages_counts_each_days_late_eligible_messages_and_their_newest(backend, store, tmp_path, monkeypatch):
+    if backend == "sqlite":
+        store = Store(f"sqlite:///{tmp_path / 'memory.sqlite'}")
+        ensure_schema(store, domains.version_locations())
+    batches = iter(range(1, 10))
+
+    def ingest(events):
+        path = tmp_path / f"batch-{next(batches)}.jsonl"
+        path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+        ingest_file(store, path)
+
+    ingest(
+        conversation("w1", "a", cst(2025, 3, 1, 9), ["seeds ordered"])
+        + conversation("w1", "b", cst(2025, 3, 2, 9), ["beds dug"])
+    )
+    with store.connect() as conn:
+        materialized_at = conn.execute(select(func.max(messages.c.ingested_at))).scalar_one()
+    ingest(  # late, but neither is eligible: a debug conversation and a cron platform
+        [line("w1", "dbg", "user", "debug talk", cst(2025, 3, 3, 11), debug=True)]
+        + [line("w1", "cr", "user", "cron output", cst(2025, 3, 3, 12), platform="cron")]
+    )
+    ingest(  # late and eligible: two on the 2nd (CST), one at the first instant of the 4th
+        conversation("w1", "c", cst(2025, 3, 2, 20), ["late one", "late two"])
+        + conversation("w2", "d", cst(2025, 3, 4, 0, 0), ["late on the 4th"])
+    )
+    with store.connect() as conn:
+        newest = conn.execute(select(func.max(messages.c.ingested_at))).scalar_one()
+        monkeypatch.setattr(reconcile, "BATCH", 2)  # three VALUES lists for five days
+        days = [(d, *period_bounds("day", d, CST), materialized_at) for d in (date(2025, 3, n) for n in range(1, 6))]
+        late = reconcile.late_messages(conn, days)
+    assert set(late) == {date(2025, 3, 2), date(2025, 3, 4)}  # not the 3rd: debug and cron are not late data
+    assert (late[date(2025, 3, 2)][0], late[date(2025, 3, 4)][0]) == (2, 1)
+    assert all(at > materialized_at for _, at in late.values())
+    assert max(at for _, at in late.values()) == newest
 
 
 def test_a_new_world_gets_its_rows_on_materialized_days(defs, instance, store, pg_url, ingest, materialized):

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dagster import AssetKey, Definitions, PartitionsDefinition
+from dagster import AssetKey, DagsterInstance, Definitions, PartitionsDefinition
 
-# (definitions, partition keys, as_of) -> {key: why it needs a run} of the keys whose rows a run
-# would change (mode "changed"); the domain knows from its own records.
-ChangedFn = Callable[[Definitions, list[str], str], dict[str, str]]
+# (definitions, partition keys, as_of, instance) -> {key: why it needs a run} of the keys whose rows
+# a run would change (mode "changed"); the domain knows from its own records.
+ChangedFn = Callable[[Definitions, list[str], str, DagsterInstance], dict[str, str]]
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,11 @@ from datetime import date
 from functools import partial
 from zoneinfo import ZoneInfo
 
-from dagster import Definitions
+from dagster import DagsterInstance, Definitions
 
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs._shared.registry import Target, register
+from memory_pipeline.defs._shared.resources import initialized
 from memory_pipeline.defs.temporal import assets
 from memory_pipeline.defs.temporal.assets import temporal_assets
 from memory_pipeline.defs.temporal.checks import temporal_checks, temporal_freshness_checks, temporal_freshness_sensor
@@ -27,12 +28,14 @@ defs = Definitions(
 )
 
 
-def changed_partitions(window: str, defs: Definitions, keys: list[str], as_of: str) -> dict[str, str]:
+def changed_partitions(
+    window: str, defs: Definitions, keys: list[str], as_of: str, instance: DagsterInstance
+) -> dict[str, str]:
     """Mode "changed" of day / month / year: the keys whose period has no up-to-date record (see
     reconcile.changed_periods), judged with the model and settings of ``defs``' resources."""
     resource = (defs.resources or {})["temporal"]
     assert isinstance(resource, TemporalResource)
-    with resource.process_config_and_initialize_cm() as temporal:  # environment variables resolved
+    with initialized(resource, instance) as temporal:  # environment variables resolved
         store, cfg = temporal.memory_store.store(), temporal.cfg()
         model, tz = temporal.llm.model, ZoneInfo(temporal.memory_config.timezone)
     defn = {"day": cst_day, "month": cst_month, "year": cst_year}[window]
