@@ -102,6 +102,9 @@ def is_cjk(word: str) -> bool:
     return "\u4e00" <= word[0] <= "\u9fff"
 
 
+_HAS_CJK = re.compile("[\u4e00-\u9fff]")  # is_cjk's range; a search in C (the English text of a day is long)
+
+
 @functools.cache
 def chinese_frequencies() -> dict[str, float]:
     from wordfreq import get_frequency_dict
@@ -156,7 +159,7 @@ def chinese_content_words(text: str) -> list[ChineseWord]:
     """The content words of the Chinese in ``text``, in order: jieba's segmentation and part of
     speech, kept when the tag is a content one (nouns, verbs, adjectives, idioms) and the word is two
     characters or more, or a one-character noun (猫, 书: a thing, where 吃, 去 are any day's verbs)."""
-    if not any(is_cjk(ch) for ch in text):
+    if _HAS_CJK.search(text) is None:
         return []
     posseg = _posseg()
     with _JIEBA_LOCK:  # jieba's tokenizer keeps state between calls
