@@ -22,6 +22,15 @@ def test_a_statement_about_oneself_outweighs_the_same_words_said_of_nobody_and_a
     assert offline.sentence_score(fact) > offline.sentence_score(neutral) > offline.sentence_score(asked)
 
 
+def test_a_chinese_sentence_is_weighed_by_its_content_words_not_by_runs_of_characters():
+    # 北京 and 烤鸭 are words; 京烤 is two characters across them, and 我们, 所以, 然后 say nothing
+    assert set(offline.sentence_words("我们在北京吃了烤鸭")) == {"北京", "烤鸭"}
+    assert offline.sentence_score("所以我们然后就觉得") == 0.0  # 觉得 is said of anything
+    # a rare name (全聚德) is one word and weighs more than an everyday place (北京)
+    assert offline.sentence_words("周末去全聚德吃饭")["全聚德"] > offline.sentence_words("去北京")["北京"] > 0
+    assert offline.sentence_score("我周末去全聚德吃了烤鸭。") > offline.sentence_score("我觉得我们可以去看看。")
+
+
 def test_sentences_split_on_ends_drop_the_empty_and_cut_the_long_at_a_word():
     text = "Thanks, Mel! I went to the pottery class on Friday. 我在杭州学钢琴。好的。" + " word" * 80
     got = offline.sentences(text)
@@ -85,7 +94,7 @@ def test_a_clitic_is_its_word_and_a_negated_auxiliary_no_word():
     # "who's", "one's" name no subject (their word is common); a name's possessive names the name
     terms = offline.subject_terms("Then who's there? It is one's own. Later Aragorn's story and Aragorn.")
     assert terms == [("aragorn", "Aragorn")]
-    assert offline.words("who's can't what've Kyoto's") == {"who", "what", "kyoto"}
+    assert set(offline.sentence_words("who's can't what've Kyoto's")) == {"who", "what", "kyoto"}
 
 
 def test_a_headline_counts_a_word_with_every_form_of_its_stem_and_writes_the_shortest():

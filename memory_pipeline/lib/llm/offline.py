@@ -9,7 +9,8 @@ independent of the hash seed; v4: a clitic is its word ("Caroline's" is Caroline
 subject) and the autobiography tells five memories; v5: a headline counts a word with every form of
 its stem, weighs it by rarity too, leaves out the names people are addressed by, and separates words
 with commas; v6: Chinese is cut into words and their parts of speech by jieba, and only its content
-words count (nouns, verbs, adjectives: no 所以, 但是, 我们) (an earlier version's answer in a cache or a
+words count (nouns, verbs, adjectives: no 所以, 但是, 我们); v7: a Chinese sentence is weighed by those
+content words too, not by every run of two characters (an earlier version's answer in a cache or a
 stage record is not reused).
 """
 
@@ -29,7 +30,7 @@ from memory_pipeline.lib.text import (
     zipf,
 )
 
-NAME = "offline/deterministic-extractive-v6"
+NAME = "offline/deterministic-extractive-v7"
 
 _STOP = set(
     """
@@ -105,7 +106,6 @@ def headline(material: str, max_chars: int) -> str:
 # ---- extractive rules: which sentences of a text carry the most information ------------------------
 
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|\d+")
-_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s*")
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me|we|we're|we've|our|us)\b|我|我们", re.IGNORECASE)
 SENTENCE_MIN_CHARS = 15  # "Thanks, Mel!" says nothing to remember
@@ -164,21 +164,22 @@ def chinese_weight(cw: ChineseWord) -> float:
     return _rarity(z, CJK_NOUN_COMMON_ZIPF if cw.pos.startswith("n") else COMMON_ZIPF)
 
 
-def words(text: str) -> set[str]:
-    """The candidate words of a text: English words of 3+ letters and numbers (lowercased), and
-    every two-character run of Chinese (those the language knows as words carry weight)."""
-    out = {w for t in _TOKEN.findall(text) if (w := base_word(t)) is not None and len(w) > 2}
-    for run in _CJK_RUN.findall(text):
-        out.update(run[i : i + 2] for i in range(len(run) - 1))
+def sentence_words(sentence: str) -> dict[str, float]:
+    """Each distinct word of a sentence with its weight: English words of 3+ letters and numbers by
+    ``word_weight``, Chinese content words (jieba's, ``chinese_content_words``) by ``chinese_weight``
+    (a run of characters is no word: 北京烤鸭 is 北京 and 烤鸭, never 京烤)."""
+    out = {w: word_weight(w) for t in _TOKEN.findall(sentence) if (w := base_word(t)) is not None and len(w) > 2}
+    for cw in chinese_content_words(sentence):
+        out[cw.word] = max(out.get(cw.word, 0.0), chinese_weight(cw))
     return out
 
 
 def sentence_score(sentence: str) -> float:
     """The information a sentence carries: its distinct words' weights, a first-person statement
     counted double and a question at a third."""
-    # fsum: exact whatever the order of the set (a plain sum of floats over a set depends on the
+    # fsum: exact whatever the order of the words (a plain sum of floats over a set depends on the
     # hash seed, and a tie between two sentences would flip from one process to the next)
-    score = math.fsum(word_weight(w) for w in words(sentence))
+    score = math.fsum(sentence_words(sentence).values())
     if _FIRST_PERSON.search(sentence):
         score *= FIRST_PERSON_WEIGHT
     if sentence.rstrip().endswith(("?", "？")):
