@@ -1,11 +1,16 @@
-"""Seed 004's window arguments: WindowQuery refuses a bad shape or value naming the field."""
+"""Seed 004's window arguments: WindowQuery (the one value the CLI, the Python API and the MCP tools
+pass) refuses a bad shape or value naming the field; recall.resolve adds what a type's chain and the
+zone decide."""
 
 import dataclasses
 from datetime import UTC, date, datetime
 
 import pytest
 
-from memory_pipeline.tower.logic import Granularity, TowerInputError, WindowQuery
+from memory_pipeline.tower.logic import RANGE, Granularity, TowerInputError, WindowQuery
+from memory_pipeline.tower.recall import Spec, resolve
+from memory_pipeline.tower.types import MemoryType
+from memory_pipeline_tests.conftest import CST
 
 AT = "2026-01-05T10:00:00+08:00"
 LATER = "2026-01-05T12:00:00+08:00"
@@ -70,3 +75,45 @@ def test_building_one_directly_checks_the_same_rules():
     with pytest.raises(TowerInputError) as caught:
         WindowQuery(Granularity.DAY, date(2026, 1, 5), group="a b")
     assert caught.value.field == "group"
+
+
+WORKLOG = MemoryType(
+    name="worklog",
+    description="",
+    chain=(Granularity.DAY, Granularity.WEEK),
+    summary_cap=Granularity.WEEK,
+    summaries_enabled=True,
+    summaries_enabled_at=None,
+    group_field="project",
+    retention=None,
+    builtin=True,
+    archived_at=None,
+    created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    updated_at=datetime(2026, 1, 1, tzinfo=UTC),
+)
+
+
+def test_resolve_finds_the_window_in_the_types_chain_and_the_zone():
+    week = resolve(WORKLOG, CST, WindowQuery.parse("week", "2026-01-07"))
+    assert week == Spec("week", datetime(2026, 1, 5, tzinfo=CST), datetime(2026, 1, 12, tzinfo=CST))
+    ranged = resolve(WORKLOG, CST, WindowQuery.parse(from_="2026-01-05", to=LATER))
+    assert ranged == Spec(RANGE, datetime(2026, 1, 5, tzinfo=CST), datetime(2026, 1, 5, 12, tzinfo=CST))
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "problem"),
+    [
+        ({}, "granularity", "required (one of day, week), or from + to"),
+        ({"anchor": "2026-01-05"}, "granularity", "required (one of day, week), or from + to"),
+        ({"granularity": "1h", "anchor": "2026-01-05"}, "granularity", "not in worklog's chain (day → week)"),
+        ({"granularity": "day"}, "anchor", "required with granularity"),
+        ({"granularity": "day", "anchor": "9999-12-31"}, "anchor", "is out of range"),  # midnight in CST
+        ({"from_": LATER, "to": AT}, "to", "must be after from"),
+        ({"from_": "2026-01-05", "to": "2026-01-05"}, "to", "must be after from"),
+    ],
+)
+def test_resolve_refuses_what_the_type_or_the_zone_rules_out(raw, field, problem):
+    q = WindowQuery.parse(**raw)
+    with pytest.raises(TowerInputError) as caught:
+        resolve(WORKLOG, CST, q)
+    assert caught.value.field == field and caught.value.problem.startswith(problem)
