@@ -423,6 +423,7 @@ def in_process(store: Any, tower: Any) -> dict[str, Callable[..., Any]]:
     from memory_pipeline.objects import recall
     from memory_pipeline.recall.search import search_page
     from memory_pipeline.server import temporal_tools
+    from memory_pipeline.tower.logic import WindowQuery
 
     cache = KVCache(None)
 
@@ -437,7 +438,7 @@ def in_process(store: Any, tower: Any) -> dict[str, Callable[..., Any]]:
         return recall.find(store, world, query, limit)
 
     def recall_page(type: str, granularity: str, anchor: str, group: str, limit: int) -> Any:
-        return tower.recall(type, granularity, anchor, None, None, group, limit)
+        return tower.recall(type, WindowQuery.parse(granularity, anchor, group=group), limit=limit)
 
     return {"memory/search": search, "temporal/prompt_block": block, "objects/find": find, "mem/recall": recall_page}
 

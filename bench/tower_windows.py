@@ -22,7 +22,7 @@ from memory_pipeline.lib.store.tables import llm_ledger
 from memory_pipeline.tower import windows
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
-from memory_pipeline.tower.logic import Granularity
+from memory_pipeline.tower.logic import Granularity, WindowQuery
 
 TZ = ZoneInfo("Asia/Shanghai")
 BASE = os.environ.get("BENCH_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
@@ -113,8 +113,8 @@ def run(store: Store) -> None:
         if not (p == "c" and d >= 4)
     ]
     tower.append("bench/log", entries)
-    tower.summarize("bench/log", "day", "2025-03-03", group="a")
-    tower.summarize("bench/log", "day", "2025-03-04", group="a")
+    tower.summarize("bench/log", WindowQuery.parse("day", "2025-03-03", group="a"))
+    tower.summarize("bench/log", WindowQuery.parse("day", "2025-03-04", group="a"))
 
     def calls() -> int:
         with store.connect() as conn:
@@ -123,10 +123,10 @@ def run(store: Store) -> None:
             ).scalar_one()
 
     before = calls()
-    tower.summarize("bench/log", "week", "2025-03-03")
+    tower.summarize("bench/log", WindowQuery.parse("week", "2025-03-03"))
     first = calls() - before
     expected = (5 + 1) + (7 + 1) + (4 + 1)  # Σ groups (children with entries but no summary + 1)
-    tower.summarize("bench/log", "week", "2025-03-03")
+    tower.summarize("bench/log", WindowQuery.parse("week", "2025-03-03"))
     print(
         f"bottom-up week summary, 3 groups: {first} LLM calls (expected Σ(children without summary + 1) = {expected}), "
         f"second run: {calls() - before - first}"

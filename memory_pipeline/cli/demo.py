@@ -339,6 +339,7 @@ def _tower_step(console: Console, store: Store, instance: DagsterInstance) -> bo
 
     from memory_pipeline import operations
     from memory_pipeline.tower.api import Tower
+    from memory_pipeline.tower.logic import Granularity, WindowQuery
 
     tower = Tower(store, run_jobs="inline")
     first_log = sample_data.SAMPLE_END - timedelta(days=14)
@@ -374,7 +375,7 @@ def _tower_step(console: Console, store: Store, instance: DagsterInstance) -> bo
                 f"   {window:<22} {r.first}..{r.last}: {r.partitions} partition(s) in one run "
                 f"{r.run_id[:8]} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
             )
-    week = tower.get_summary("worklog", "week", (last - timedelta(days=7)).isoformat(), group="bolt")
+    week = tower.get_summary("worklog", WindowQuery(Granularity.WEEK, last - timedelta(days=7), group="bolt"))
     for s in week["summaries"]:
         line = f"   worklog week {s['window']['start'][:10]} [bolt] ({s['source']}, {s['provenance']}): {s['text']}"
         console.print(escape(line))  # ids and text may hold '[': not markup

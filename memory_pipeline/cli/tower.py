@@ -17,11 +17,12 @@ from memory_pipeline.cli.console import console, err, open_store, refuse
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store
     from memory_pipeline.tower.api import Tower
+    from memory_pipeline.tower.logic import WindowQuery
 
 T = TypeVar("T")
 
-# The window arguments, declared once for every command that takes them (the API and the MCP tools
-# name them alike; tower/recall.resolve checks them).
+# The window arguments, declared once for every command that takes them (the MCP tools name them
+# alike); _window makes them the API's WindowQuery.
 TypeName = Annotated[str, typer.Argument(metavar="TYPE")]
 Granularity = Annotated[str | None, typer.Option("--granularity", "-g")]
 Anchor = Annotated[str | None, typer.Option("--anchor", "-a")]
@@ -54,6 +55,18 @@ def _do(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
     except TowerInputError as exc:
         refuse(str(exc))
+
+
+def _window(
+    granularity: str | None,
+    anchor: str | None,
+    from_: str | None = None,
+    to: str | None = None,
+    group: str | None = None,
+) -> WindowQuery:
+    from memory_pipeline.tower.logic import WindowQuery
+
+    return _do(WindowQuery.parse, granularity, anchor, from_, to, group)
 
 
 def _json(value: Any) -> None:
@@ -184,7 +197,7 @@ def windows(
     cursor: Cursor = None,
 ) -> None:
     """Browse one level at a time (entry counts, staleness)."""
-    _json(_do(_tower().windows, type_name, granularity, anchor, group, limit, cursor))
+    _json(_do(_tower().windows, type_name, _window(granularity, anchor, group=group), limit=limit, cursor=cursor))
 
 
 @app.command()
@@ -199,7 +212,8 @@ def recall(
     cursor: Cursor = None,
 ) -> None:
     """Exact recall: the window's raw entries, a page at a time."""
-    _json(_do(_tower().recall, type_name, granularity, anchor, from_, to, group, limit, cursor))
+    t = _tower()
+    _json(_do(t.recall, type_name, _window(granularity, anchor, from_, to, group), limit=limit, cursor=cursor))
 
 
 @app.command()
@@ -215,9 +229,9 @@ def summary(
     cursor: Cursor = None,
 ) -> None:
     """Semantic recall: the stored summary (missing / empty otherwise), a page at a time."""
-    _jobs_json(
-        _do(_tower().get_summary, type_name, granularity, anchor, from_, to, group, summarize_on_miss, limit, cursor)
-    )
+    t = _tower()
+    window = _window(granularity, anchor, from_, to, group)
+    _jobs_json(_do(t.get_summary, type_name, window, summarize_on_miss=summarize_on_miss, limit=limit, cursor=cursor))
 
 
 @app.command()
@@ -230,7 +244,7 @@ def summarize(
     group: Group = None,
 ) -> None:
     """Summarize a closed window bottom-up (runs the job here and prints its final state; exit 1 if it failed)."""
-    _jobs_json(_do(_tower().summarize, type_name, granularity, anchor, from_, to, group))
+    _jobs_json(_do(_tower().summarize, type_name, _window(granularity, anchor, from_, to, group)))
 
 
 @app.command()
@@ -243,7 +257,7 @@ def recompute(
     group: Group = None,
 ) -> None:
     """Rebuild a window's summary from the raw entries, bypassing the chain (exit 1 if the job failed)."""
-    _jobs_json(_do(_tower().recompute, type_name, granularity, anchor, from_, to, group))
+    _jobs_json(_do(_tower().recompute, type_name, _window(granularity, anchor, from_, to, group)))
 
 
 @app.command()

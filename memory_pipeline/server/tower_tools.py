@@ -26,7 +26,7 @@ from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower import entries as entries_io
 from memory_pipeline.tower import types as types_io
 from memory_pipeline.tower.api import Tower
-from memory_pipeline.tower.logic import encode_cursor, validate_entry
+from memory_pipeline.tower.logic import WindowQuery, encode_cursor, validate_entry
 
 TOOL_NAMES = (
     "mem/create_type",
@@ -209,7 +209,8 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         scoped_group(caller(), group)
         query = {"type": type, "granularity": granularity, "anchor": anchor, "group": group}
         p = _tower_page(tower, "mem/windows", query, limit, cursor)
-        answer = tower.windows(type, granularity, anchor, group, p.limit, _at(p))
+        window = WindowQuery.parse(granularity, anchor, group=group)
+        answer = tower.windows(type, window, limit=p.limit, cursor=_at(p))
         return _paged(p, answer, answer["total_windows"])
 
     @tool(
@@ -232,7 +233,8 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         scoped_group(caller(), group)
         query = {"type": type, "granularity": granularity, "anchor": anchor, "from": from_, "to": to, "group": group}
         p = _tower_page(tower, "mem/recall", query, limit, cursor)
-        answer = tower.recall(type, granularity, anchor, from_, to, group, p.limit, _at(p))
+        window = WindowQuery.parse(granularity, anchor, from_, to, group)
+        answer = tower.recall(type, window, limit=p.limit, cursor=_at(p))
         return _paged(p, answer, answer["total_entries"])
 
     @tool(
@@ -261,7 +263,8 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
             grant.require_write("mem/get_summary with summarize_on_miss")
         query = {"type": type, "granularity": granularity, "anchor": anchor, "from": from_, "to": to, "group": group}
         p = _tower_page(tower, "mem/get_summary", query, limit, cursor)
-        answer = tower.get_summary(type, granularity, anchor, from_, to, group, summarize_on_miss, p.limit, _at(p))
+        window = WindowQuery.parse(granularity, anchor, from_, to, group)
+        answer = tower.get_summary(type, window, summarize_on_miss=summarize_on_miss, limit=p.limit, cursor=_at(p))
         # One window: its groups, each found or missing; wider than the cap: summaries and gaps.
         total = answer["total_summaries"] + answer.get("total_missing_groups", 0) + answer.get("total_gaps", 0)
         return _paged(p, answer, total)
@@ -283,7 +286,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         group: str | None = None,
     ) -> dict[str, Any]:
         scoped_group(caller(), group)
-        return tower.summarize(type, granularity, anchor, from_, to, group)
+        return tower.summarize(type, WindowQuery.parse(granularity, anchor, from_, to, group))
 
     @tool(
         name="mem/recompute",
@@ -300,7 +303,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         group: str | None = None,
     ) -> dict[str, Any]:
         scoped_group(caller(), group)
-        return tower.recompute(type, granularity, anchor, from_, to, group)
+        return tower.recompute(type, WindowQuery.parse(granularity, anchor, from_, to, group))
 
     @tool(
         name="mem/job_status",

@@ -1,6 +1,7 @@
 """Seed 004 Python API (I/O): the one facade the CLI and the MCP endpoint call. Every argument is
-checked here (a bad one raises TowerInputError naming the field; nothing is written); reading never
-calls an LLM; summarize, recompute and summarize_on_miss run as jobs."""
+checked, the window arguments when the caller builds their WindowQuery (a bad one raises
+TowerInputError naming the field; nothing is written); reading never calls an LLM; summarize,
+recompute and summarize_on_miss run as jobs."""
 
 from __future__ import annotations
 
@@ -23,7 +24,16 @@ from memory_pipeline.tower import recall as recall_io
 from memory_pipeline.tower import types as types_io
 from memory_pipeline.tower import windows as windows_io
 from memory_pipeline.tower.config import TowerConfig
-from memory_pipeline.tower.logic import RANGE, JobKind, JobState, Source, TowerInputError, check_limit, check_name
+from memory_pipeline.tower.logic import (
+    RANGE,
+    JobKind,
+    JobState,
+    Source,
+    TowerInputError,
+    WindowQuery,
+    check_limit,
+    check_name,
+)
 from memory_pipeline.tower.summaries import SummaryContext, WindowKey, check_level, refuse_unsettled, summarize
 
 JOB_ASSET = "tower_summarize_job"
@@ -113,52 +123,26 @@ class Tower:
         return t.name == self.cfg.activity_type and not t.archived
 
     def windows(
-        self,
-        type_name: Any,
-        granularity: Any = None,
-        anchor: Any = None,
-        group: Any = None,
-        limit: Any = None,
-        cursor: Any = None,
+        self, type_name: Any, window: WindowQuery = WindowQuery(), *, limit: Any = None, cursor: Any = None
     ) -> dict[str, Any]:
+        """``window``: a level (default the chain's coarsest), and with ``anchor`` that window's children."""
         t = types_io.get(self.store, type_name)
         return recall_io.browse(
-            self.store,
-            t,
-            self.tz,
-            granularity=granularity,
-            anchor=anchor,
-            group=group,
-            limit=self._limit(limit),
-            cursor=cursor,
-            fed=self._fed(t),
+            self.store, t, self.tz, window, limit=self._limit(limit), cursor=cursor, fed=self._fed(t)
         )
 
-    def recall(
-        self,
-        type_name: Any,
-        granularity: Any = None,
-        anchor: Any = None,
-        from_: Any = None,
-        to: Any = None,
-        group: Any = None,
-        limit: Any = None,
-        cursor: Any = None,
-    ) -> dict[str, Any]:
+    def recall(self, type_name: Any, window: WindowQuery, *, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
         t = types_io.get(self.store, type_name)
-        spec = recall_io.resolve(t, self.tz, granularity, anchor, from_, to)
+        spec = recall_io.resolve(t, self.tz, window)
         return recall_io.recall(
-            self.store, t, spec, self.tz, group=group, limit=self._limit(limit), cursor=cursor, fed=self._fed(t)
+            self.store, t, spec, self.tz, group=window.group, limit=self._limit(limit), cursor=cursor, fed=self._fed(t)
         )
 
     def get_summary(
         self,
         type_name: Any,
-        granularity: Any = None,
-        anchor: Any = None,
-        from_: Any = None,
-        to: Any = None,
-        group: Any = None,
+        window: WindowQuery,
+        *,
         summarize_on_miss: Any = False,
         limit: Any = None,
         cursor: Any = None,
@@ -169,9 +153,9 @@ class Tower:
         if not isinstance(summarize_on_miss, bool):
             raise TowerInputError("summarize_on_miss", f"expected true or false, got {json_type(summarize_on_miss)}")
         t = types_io.get(self.store, type_name)
-        spec = recall_io.resolve(t, self.tz, granularity, anchor, from_, to)
+        spec = recall_io.resolve(t, self.tz, window)
         answer = recall_io.get_summary(
-            self.store, t, spec, self.tz, group=group, limit=self._limit(limit), cursor=cursor, fed=self._fed(t)
+            self.store, t, spec, self.tz, group=window.group, limit=self._limit(limit), cursor=cursor, fed=self._fed(t)
         )
         answer["jobs"] = []
         if summarize_on_miss and answer["missing_groups"]:
@@ -182,17 +166,14 @@ class Tower:
 
     # ---- summarize / recompute as jobs ---------------------------------------------------------------
 
-    def _keys(
-        self, type_name: Any, granularity: Any, anchor: Any, from_: Any, to: Any, group: Any
-    ) -> tuple[Any, list[WindowKey]]:
+    def _keys(self, type_name: Any, window: WindowQuery) -> tuple[Any, list[WindowKey]]:
         t = types_io.get(self.store, type_name)
-        spec = recall_io.resolve(t, self.tz, granularity, anchor, from_, to)
-        grp = recall_io._group(group)
-        if grp is None:
+        spec = recall_io.resolve(t, self.tz, window)
+        if window.group is None:
             with self.store.connect() as conn:
                 groups = recall_io.groups_with_entries(conn, t, spec) or [""]
         else:
-            groups = [grp]
+            groups = [window.group]
         return t, [WindowKey(t.name, spec.granularity, spec.start, spec.end, g) for g in groups]
 
     def _check_summarizable(self, t: Any, key: WindowKey, source: Source) -> None:
@@ -206,32 +187,16 @@ class Tower:
             )
         refuse_unsettled(key, utcnow(), self.cfg, self.tz)
 
-    def summarize(
-        self,
-        type_name: Any,
-        granularity: Any = None,
-        anchor: Any = None,
-        from_: Any = None,
-        to: Any = None,
-        group: Any = None,
-    ) -> dict[str, Any]:
+    def summarize(self, type_name: Any, window: WindowQuery) -> dict[str, Any]:
         """Bottom-up over the chain (a from/to is summarized from raw). Returns the job ids at once."""
-        t, keys = self._keys(type_name, granularity, anchor, from_, to, group)
+        t, keys = self._keys(type_name, window)
         for k in keys:
             self._check_summarizable(t, k, Source.CHAIN)
         return {"jobs": [self._start(JobKind.SUMMARIZE, k, Source.CHAIN) for k in keys]}
 
-    def recompute(
-        self,
-        type_name: Any,
-        granularity: Any = None,
-        anchor: Any = None,
-        from_: Any = None,
-        to: Any = None,
-        group: Any = None,
-    ) -> dict[str, Any]:
+    def recompute(self, type_name: Any, window: WindowQuery) -> dict[str, Any]:
         """From the raw entries, bypassing the chain (seed: recompute 绕过链条)."""
-        t, keys = self._keys(type_name, granularity, anchor, from_, to, group)
+        t, keys = self._keys(type_name, window)
         for k in keys:
             self._check_summarizable(t, k, Source.RAW)
         return {"jobs": [self._start(JobKind.RECOMPUTE, k, Source.RAW) for k in keys]}

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.text import json_type, text_problem
-from memory_pipeline.lib.timeutil import next_month, parse_instant
+from memory_pipeline.lib.timeutil import instant_problem, next_month, parse_instant
 
 
 class Granularity(StrEnum):
@@ -225,6 +225,94 @@ def parse_anchor(value: object, field: str = "anchor") -> datetime:
         return parse_instant(value)
     except ValueError as exc:
         raise TowerInputError(field, str(exc)) from None
+
+
+# ---- the window a call names ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowQuery:
+    """The window arguments of windows, recall, get_summary, summarize and recompute, as the caller
+    gave them: a level (``granularity``) and a moment inside one of its windows (``anchor``), or an
+    explicit ``from_`` + ``to``; and the ``group`` (None: every group). A moment is a bare date (its
+    midnight in the tower's zone) or an aware instant. Which levels exist is the type's chain, and
+    where a date's day begins is the zone: both are checked where the window is resolved
+    (recall.resolve). :meth:`parse` builds one from untrusted values (the CLI's options, the MCP
+    tools' arguments); building one directly checks the same rules."""
+
+    granularity: Granularity | None = None
+    anchor: date | datetime | None = None
+    from_: date | datetime | None = None
+    to: date | datetime | None = None
+    group: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_shape(self.granularity, self.anchor, self.from_, self.to)
+        for field, value in (("anchor", self.anchor), ("from", self.from_), ("to", self.to)):
+            if isinstance(value, datetime) and (problem := instant_problem(value)):
+                raise TowerInputError(field, problem)
+        _check_group(self.group)
+
+    @classmethod
+    def parse(
+        cls,
+        granularity: object = None,
+        anchor: object = None,
+        from_: object = None,
+        to: object = None,
+        group: object = None,
+    ) -> WindowQuery:
+        # The shape first: a call naming both kinds of window is refused as such, whatever its values.
+        _check_shape(granularity, anchor, from_, to)
+        return cls(
+            granularity=_granularity(granularity),
+            anchor=_moment(anchor, "anchor"),
+            from_=_moment(from_, "from"),
+            to=_moment(to, "to"),
+            group=_check_group(group),
+        )
+
+
+def _check_shape(granularity: object, anchor: object, from_: object, to: object) -> None:
+    if from_ is None and to is None:
+        return
+    if granularity is not None or anchor is not None:
+        raise TowerInputError("from", "give either granularity + anchor or from + to, not both")
+    if from_ is None or to is None:
+        raise TowerInputError("to" if from_ is not None else "from", "from and to go together")
+
+
+def _granularity(value: object) -> Granularity | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in ORDER:
+        raise TowerInputError("granularity", f"unknown granularity (one of {', '.join(ORDER)})")
+    return Granularity(value)
+
+
+def _moment(value: object, field: str) -> date | datetime | None:
+    """A bare date (YYYY-MM-DD, its midnight is the zone's) or an ISO instant with an offset."""
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value.strip()) == 10:
+        try:
+            return date.fromisoformat(value.strip())
+        except ValueError:
+            raise TowerInputError(field, "is not a date (YYYY-MM-DD) or an ISO 8601 datetime with an offset") from None
+    return parse_anchor(value, field)
+
+
+def _check_group(value: object) -> str | None:
+    """None (every group), the empty group (a type with no group field keeps its entries there), or
+    an id."""
+    if value is None:
+        return None
+    if value == "":
+        return ""
+    if problem := validate_id(value):
+        raise TowerInputError("group", problem)
+    assert isinstance(value, str)
+    return value
 
 
 # ---- entries ---------------------------------------------------------------------------------------

@@ -24,10 +24,10 @@ from memory_pipeline.tower.logic import (
     RANK,
     Granularity,
     TowerInputError,
+    WindowQuery,
     child_level,
     decode_cursor,
     encode_cursor,
-    parse_anchor,
     summary_levels,
     window_end,
     window_start,
@@ -48,60 +48,42 @@ class Spec:
     end: datetime
 
 
-def _instant(value: object, field: str, tz: ZoneInfo) -> datetime:
-    """A bare date (its midnight here) or an ISO instant with an offset, within the range the store
-    holds (so the window around it can be computed and queried)."""
-    if isinstance(value, str) and len(value.strip()) == 10:
-        try:
-            d = date.fromisoformat(value.strip())
-        except ValueError:
-            raise TowerInputError(field, "is not a date (YYYY-MM-DD) or an ISO 8601 datetime with an offset") from None
-        midnight = datetime(d.year, d.month, d.day, tzinfo=tz)
-        if problem := instant_problem(midnight):
-            raise TowerInputError(field, problem)
-        return midnight
-    return parse_anchor(value, field)
+def _instant(value: date | datetime, field: str, tz: ZoneInfo) -> datetime:
+    """An instant as given, or a bare date's midnight here, within the range the store holds (so
+    the window around it can be computed and queried)."""
+    if isinstance(value, datetime):
+        return value
+    midnight = datetime(value.year, value.month, value.day, tzinfo=tz)
+    if problem := instant_problem(midnight):
+        raise TowerInputError(field, problem)
+    return midnight
 
 
-def resolve(
-    t: MemoryType,
-    tz: ZoneInfo,
-    granularity: object = None,
-    anchor: object = None,
-    from_: object = None,
-    to: object = None,
-) -> Spec:
-    if from_ is not None or to is not None:
-        if granularity is not None or anchor is not None:
-            raise TowerInputError("from", "give either granularity + anchor or from + to, not both")
-        if from_ is None or to is None:
-            raise TowerInputError("to" if from_ is not None else "from", "from and to go together")
-        lo, hi = _instant(from_, "from", tz), _instant(to, "to", tz)
-        if hi <= lo:
-            raise TowerInputError("to", "must be after from")
-        return Spec(RANGE, lo, hi)
-    if granularity is None:
-        raise TowerInputError("granularity", f"required (one of {', '.join(t.chain)}), or from + to")
-    if not isinstance(granularity, str) or granularity not in t.chain:
+def _level(t: MemoryType, g: Granularity) -> Granularity:
+    if g not in t.chain:
         raise TowerInputError("granularity", f"not in {t.name}'s chain ({' → '.join(t.chain)})")
-    if anchor is None:
-        raise TowerInputError("anchor", "required with granularity: a date or datetime inside the window")
-    g = Granularity(granularity)
+    return g
+
+
+def _window(g: Granularity, anchor: date | datetime, tz: ZoneInfo) -> Spec:
     start = window_start(g, _instant(anchor, "anchor", tz), tz)
     return Spec(str(g), start, window_end(g, start, tz))
 
 
-def _group(value: object) -> str | None:
-    if value is None:
-        return None
-    from memory_pipeline.lib.ids import validate_id
-
-    if value == "":
-        return ""
-    if problem := validate_id(value):
-        raise TowerInputError("group", problem)
-    assert isinstance(value, str)
-    return value
+def resolve(t: MemoryType, tz: ZoneInfo, q: WindowQuery) -> Spec:
+    """The one window ``q`` names in type ``t``: a level of its chain and the window of it around the
+    anchor, or the from/to range (WindowQuery has checked that it names one kind, wholly)."""
+    if q.from_ is not None and q.to is not None:
+        lo, hi = _instant(q.from_, "from", tz), _instant(q.to, "to", tz)
+        if hi <= lo:
+            raise TowerInputError("to", "must be after from")
+        return Spec(RANGE, lo, hi)
+    if q.granularity is None:
+        raise TowerInputError("granularity", f"required (one of {', '.join(t.chain)}), or from + to")
+    g = _level(t, q.granularity)
+    if q.anchor is None:
+        raise TowerInputError("anchor", "required with granularity: a date or datetime inside the window")
+    return _window(g, q.anchor, tz)
 
 
 def _window_rows(conn: Connection, t: MemoryType, g: str, starts: list[datetime], groups: set[str] | None) -> list[Any]:
@@ -185,14 +167,14 @@ def recall(
     spec: Spec,
     tz: ZoneInfo,
     *,
-    group: object = None,
+    group: str | None = None,
     limit: int,
     cursor: object = None,
     fed: bool = False,
 ) -> dict[str, Any]:
     """Exact recall: the raw entries of the window, by walking its references, a page at a time.
     ``fed``: ``t`` is the activity type, fed from the conversation messages (see _count_now)."""
-    grp = _group(group)
+    grp = group
     offset = decode_cursor(cursor)
     e = tower_entries.c
     with store.connect() as conn:
@@ -271,40 +253,38 @@ def browse(
     store: Store,
     t: MemoryType,
     tz: ZoneInfo,
+    q: WindowQuery,
     *,
-    granularity: object = None,
-    anchor: object = None,
-    group: object = None,
     limit: int,
     cursor: object = None,
     fed: bool = False,
 ) -> dict[str, Any]:
     """One level at a time: without an anchor, the windows of ``granularity`` (default the chain's
     coarsest); with one, that window's children at the next finer level, with entry counts."""
-    grp = _group(group)
+    if q.from_ is not None:
+        raise TowerInputError("from", "windows browses a level (granularity, anchor): from + to is for recall")
+    grp = q.group
     offset = decode_cursor(cursor)
     w = tower_windows.c
-    level = granularity if granularity is not None else str(t.chain[-1])
-    if not isinstance(level, str) or level not in t.chain:
-        raise TowerInputError("granularity", f"not in {t.name}'s chain ({' → '.join(t.chain)})")
+    level = _level(t, q.granularity if q.granularity is not None else t.chain[-1])
     parent = None
-    if anchor is not None:
-        spec = resolve(t, tz, level, anchor)
-        child = child_level(t.chain, Granularity(level))
+    if q.anchor is not None:
+        spec = _window(level, q.anchor, tz)
+        child = child_level(t.chain, level)
         parent = spec
         if child is None:
             raise TowerInputError(
                 "granularity", f"{level} is the finest level: its children are raw entries (use recall)"
             )
-        q = select(tower_windows).where(
+        sel = select(tower_windows).where(
             w.type_name == t.name, w.granularity == str(child), w.start >= spec.start, w.start < spec.end
         )
     else:
-        q = select(tower_windows).where(w.type_name == t.name, w.granularity == level)
+        sel = select(tower_windows).where(w.type_name == t.name, w.granularity == str(level))
     if grp is not None:
-        q = q.where(w.group_value == grp)
+        sel = sel.where(w.group_value == grp)
     with store.connect() as conn:
-        rows = list(conn.execute(q.order_by(w.start, w.group_value)).mappings())
+        rows = list(conn.execute(sel.order_by(w.start, w.group_value)).mappings())
         page = rows[offset : offset + limit]
         counts = _counts_now(conn, t, page, fed)
         # Entries of the scope that no listed window holds yet (windows not built, or built before them).
@@ -330,9 +310,7 @@ def browse(
     return {
         "type": t.name,
         "window": _spec_view(parent, tz) if parent else None,
-        "level": items[0]["granularity"]
-        if items
-        else (str(child_level(t.chain, Granularity(level))) if parent else level),
+        "level": items[0]["granularity"] if items else (str(child_level(t.chain, level)) if parent else str(level)),
         "total_windows": len(rows),
         "total_entries": sum(r["entry_count"] for r in rows),
         "total_chars": sum(r["chars"] for r in rows),
@@ -394,7 +372,7 @@ def get_summary(
     spec: Spec,
     tz: ZoneInfo,
     *,
-    group: object = None,
+    group: str | None = None,
     limit: int,
     cursor: object = None,
     fed: bool = False,
@@ -403,7 +381,7 @@ def get_summary(
     window: a page of its groups, each found or missing. A range wider than the cap: in time order,
     the cap-level summaries of the windows overlapping it and the gaps between them (stretches with
     no summary, with the entries they hold), so an empty year is said, not skipped."""
-    grp = _group(group)
+    grp = group
     offset = decode_cursor(cursor)
     with store.connect() as conn:
         unfed = len(_unfed(conn, t, spec.start, spec.end, grp)) if fed else 0

@@ -45,6 +45,7 @@ from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_summar
 from memory_pipeline.tower import windows
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
+from memory_pipeline.tower.logic import WindowQuery
 from memory_pipeline.tower.tables import tower_entries, tower_jobs, tower_types
 from memory_pipeline_tests.conftest import CST, event
 
@@ -155,7 +156,10 @@ def _seed(store, ingest, redis_url) -> dict:
     inline.create_type("b/notes", group_field="world")
     inline.append("b/notes", [{"content": f"{SECRET_B} note", "at": at.isoformat(), "group": "wb"}])
     windows.build_day(store, date(2026, 1, 5), CST)
-    jobs = {w: inline.summarize("worklog", "day", DAY, None, None, w)["jobs"][0]["job_id"] for w in ("wa", "wb")}
+    jobs = {
+        w: inline.summarize("worklog", WindowQuery.parse("day", DAY, group=w))["jobs"][0]["job_id"]
+        for w in ("wa", "wb")
+    }
     inline.close()
     return {"job_b": jobs["wb"], "job_a": jobs["wa"]}
 

@@ -13,7 +13,7 @@ from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.tower import summaries, windows
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
-from memory_pipeline.tower.logic import Granularity, JobState, Source, TowerInputError
+from memory_pipeline.tower.logic import Granularity, JobState, Source, TowerInputError, WindowQuery
 from memory_pipeline.tower.summaries import SummaryContext, WindowKey
 from memory_pipeline.tower.tables import tower_entries, tower_summaries, tower_summary_attempts, tower_windows
 from memory_pipeline_tests.conftest import CST, conversation, cst
@@ -95,14 +95,15 @@ def test_types_crud_archive_and_builtins(tower, store):
 
     week_of_entries(tower)
     build(store, cst(2026, 1, 5).date())
-    tower.summarize("proj/decisions", "day", "2026-01-05")
+    tower.summarize("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
     entries_before, summaries_before = count(store, tower_entries), count(store, tower_summaries)
     archived = tower.delete_type("proj/decisions")
     assert archived["archived"]
     with pytest.raises(TowerInputError, match="archived"):
         tower.append("proj/decisions", {"content": "late"})
-    assert tower.recall("proj/decisions", "day", "2026-01-05")["total_entries"] == 3  # recall still works
-    assert tower.get_summary("proj/decisions", "day", "2026-01-05")["state"] == "found"
+    # Recall still works.
+    assert tower.recall("proj/decisions", WindowQuery.parse("day", "2026-01-05"))["total_entries"] == 3
+    assert tower.get_summary("proj/decisions", WindowQuery.parse("day", "2026-01-05"))["state"] == "found"
     with pytest.raises(TowerInputError, match="reserved"):
         tower.create_type("proj/decisions")
     assert (count(store, tower_entries), count(store, tower_summaries)) == (entries_before, summaries_before)
@@ -125,7 +126,7 @@ def test_an_archived_activity_type_takes_no_more_messages(tower, store, ingest):
     with store.connect() as conn:
         fed = conn.execute(select(tower_entries.c.entry_id).where(tower_entries.c.type_name == "agent/activity")).all()
     assert len(fed) == 2  # the two messages fed before the archive, nothing since
-    archived = tower.recall("agent/activity", "day", "2026-01-05")
+    archived = tower.recall("agent/activity", WindowQuery.parse("day", "2026-01-05"))
     assert archived["total_entries"] == 2 and not archived["stale"]  # recall still works; nothing will be fed
     with pytest.raises(TowerInputError, match="archived"):
         tower.append("agent/activity", {"content": "by hand", "at": cst(2026, 1, 5, 10).isoformat()})
@@ -244,19 +245,23 @@ def test_windows_refs_regenerable_audit_and_paginated_exact_recall(tower, store)
     assert again == rows
     assert windows.audit_day(store, day, CST).problems == []
 
-    page = tower.recall("proj/decisions", "day", "2026-01-05")
+    page = tower.recall("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
     assert page["total_entries"] == in_day and page["returned"] == 100 and page["next_cursor"]  # default 100
     assert page["total_chars"] == sum(len(f"note {i}") for i in range(in_day))
-    second = tower.recall("proj/decisions", "day", "2026-01-05", limit=1000, cursor=page["next_cursor"])
+    second = tower.recall(
+        "proj/decisions", WindowQuery.parse("day", "2026-01-05"), limit=1000, cursor=page["next_cursor"]
+    )
     assert second["returned"] == in_day - 100 and second["next_cursor"] is None
     ids = [e["entry_id"] for e in page["entries"] + second["entries"]]
     assert ids == [f"n{i}" for i in range(in_day)]  # in time order, no gap, no duplicate
     with pytest.raises(TowerInputError, match="field 'limit'"):
-        tower.recall("proj/decisions", "day", "2026-01-05", limit=1001)
-    ranged = tower.recall("proj/decisions", from_="2026-01-05T09:00:00+08:00", to="2026-01-05T10:00:00+08:00")
+        tower.recall("proj/decisions", WindowQuery.parse("day", "2026-01-05"), limit=1001)
+    ranged = tower.recall(
+        "proj/decisions", WindowQuery.parse(from_="2026-01-05T09:00:00+08:00", to="2026-01-05T10:00:00+08:00")
+    )
     assert ranged["total_entries"] == 9  # 09:00, 09:07, ... 09:56
 
-    browse = tower.windows("proj/decisions", "day", "2026-01-05")
+    browse = tower.windows("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
     assert browse["level"] == "1h" and browse["total_entries"] == in_day
     assert sum(w["entry_count"] for w in browse["windows"]) == in_day
 
@@ -277,10 +282,15 @@ def test_exact_recall_of_one_group_walks_only_that_groups_windows_and_only_those
     )
     day = start.date()
     windows.build_day(store, day, CST)
-    whole = {g: tower.recall("team/log", "day", "2026-01-05", group=g, limit=1000) for g in ("alpha", "beta")}
+    whole = {
+        g: tower.recall("team/log", WindowQuery.parse("day", "2026-01-05", group=g), limit=1000)
+        for g in ("alpha", "beta")
+    }
     assert [e["entry_id"] for e in whole["alpha"]["entries"]] == [f"alpha{i}" for i in range(30)]
     assert [e["entry_id"] for e in whole["beta"]["entries"]] == [f"beta{i}" for i in range(30)]
-    assert {e["group"] for e in tower.recall("team/log", "day", "2026-01-05", limit=1000)["entries"]} == {
+    assert {
+        e["group"] for e in tower.recall("team/log", WindowQuery.parse("day", "2026-01-05"), limit=1000)["entries"]
+    } == {
         "alpha",
         "beta",
         "gamma",
@@ -311,7 +321,7 @@ def test_exact_recall_of_one_group_walks_only_that_groups_windows_and_only_those
                 }
             )
         )
-    again = tower.recall("team/log", "day", "2026-01-05", group="alpha", limit=1000)
+    again = tower.recall("team/log", WindowQuery.parse("day", "2026-01-05", group="alpha"), limit=1000)
     assert [e["entry_id"] for e in again["entries"]] == [f"alpha{i}" for i in range(30)]
 
 
@@ -354,7 +364,7 @@ def test_stale_read_says_so_and_a_late_entry_updates_refs_at_once(tower, store):
     week_of_entries(tower, days=(5,))
     build(store, cst(2026, 1, 5).date())
     windows.build_coarse(store, Granularity.WEEK, cst(2026, 1, 5).date(), CST)
-    tower.summarize("proj/decisions", "day", "2026-01-05")
+    tower.summarize("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
     # An entry appended straight to the raw series (as the open day's before its minute refresh) is
     # not in the materialized view: the read says so.
     with store.begin() as conn:
@@ -369,17 +379,17 @@ def test_stale_read_says_so_and_a_late_entry_updates_refs_at_once(tower, store):
                 ingested_at=utcnow(),
             )
         )
-    stale = tower.recall("proj/decisions", "day", "2026-01-05")
+    stale = tower.recall("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
     assert stale["stale"] and stale["entries_not_in_view"] == 1 and stale["total_entries"] == 3
     assert windows.audit_day(store, cst(2026, 1, 5).date(), CST).stale_entries == 1
     # Through append, a late entry of a closed, materialized day updates the refs at once, and the
     # summary is marked stale with the count it misses (never re-summarized automatically).
     report = tower.append("proj/decisions", {"content": "another late one", "at": cst(2026, 1, 5, 21).isoformat()})
     assert report["late_windows_refreshed"] > 0
-    fresh = tower.recall("proj/decisions", "day", "2026-01-05")
+    fresh = tower.recall("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
     assert not fresh["stale"] and fresh["total_entries"] == 5
-    assert tower.recall("proj/decisions", "week", "2026-01-05")["total_entries"] == 5
-    summary = tower.get_summary("proj/decisions", "day", "2026-01-05")["summaries"][0]
+    assert tower.recall("proj/decisions", WindowQuery.parse("week", "2026-01-05"))["total_entries"] == 5
+    summary = tower.get_summary("proj/decisions", WindowQuery.parse("day", "2026-01-05"))["summaries"][0]
     assert summary["stale"] and summary["missing_entries"] == 2
     assert windows.audit_day(store, cst(2026, 1, 5).date(), CST).problems == []
 
@@ -389,9 +399,9 @@ def test_activity_type_is_fed_from_conversation_messages(tower, store, ingest):
     result = windows.build_day(store, cst(2026, 1, 5).date(), CST, activity_type="agent/activity")
     assert result.activity_fed == 3
     assert windows.build_day(store, cst(2026, 1, 5).date(), CST, activity_type="agent/activity").activity_fed == 0
-    page = tower.recall("agent/activity", "day", "2026-01-05", group="w1")
+    page = tower.recall("agent/activity", WindowQuery.parse("day", "2026-01-05", group="w1"))
     assert page["total_entries"] == 3 and page["entries"][0]["content"]["text"] == "tomatoes planted"
-    assert tower.windows("agent/activity", "day", "2026-01-05")["level"] == "1h"
+    assert tower.windows("agent/activity", WindowQuery.parse("day", "2026-01-05"))["level"] == "1h"
 
 
 def test_activity_reads_say_stale_while_messages_wait_to_be_fed(tower, store, ingest):
@@ -399,25 +409,27 @@ def test_activity_reads_say_stale_while_messages_wait_to_be_fed(tower, store, in
     day = cst(2026, 1, 5).date()
     windows.build_day(store, day, CST, activity_type="agent/activity")
     windows.build_coarse(store, Granularity.WEEK, day, CST)
-    assert not tower.recall("agent/activity", "day", "2026-01-05")["stale"]
+    assert not tower.recall("agent/activity", WindowQuery.parse("day", "2026-01-05"))["stale"]
     ingest(conversation("w1", "c2", cst(2026, 1, 5, 13), ["late message"]))  # after the day was built
-    recalled = tower.recall("agent/activity", "day", "2026-01-05")
+    recalled = tower.recall("agent/activity", WindowQuery.parse("day", "2026-01-05"))
     assert recalled["stale"] and recalled["entries_not_in_view"] == 1 and recalled["total_entries"] == 2
-    by_group = tower.recall("agent/activity", "day", "2026-01-05", group="w1")
+    by_group = tower.recall("agent/activity", WindowQuery.parse("day", "2026-01-05", group="w1"))
     assert by_group["entries_not_in_view"] == 1
-    assert tower.recall("agent/activity", "day", "2026-01-05", group="w2")["entries_not_in_view"] == 0
+    assert (
+        tower.recall("agent/activity", WindowQuery.parse("day", "2026-01-05", group="w2"))["entries_not_in_view"] == 0
+    )
     # Browse: the day listed in its week is stale; its children (hours) leave the 13:00 message out.
-    week = tower.windows("agent/activity", "week", "2026-01-05")
+    week = tower.windows("agent/activity", WindowQuery.parse("week", "2026-01-05"))
     assert [(w["stale"], w["entries_not_in_view"]) for w in week["windows"]] == [(True, 1)]
-    hours = tower.windows("agent/activity", "day", "2026-01-05")
+    hours = tower.windows("agent/activity", WindowQuery.parse("day", "2026-01-05"))
     assert hours["stale"] and hours["entries_not_in_view"] == 1
-    summary = tower.get_summary("agent/activity", "day", "2026-01-05")
+    summary = tower.get_summary("agent/activity", WindowQuery.parse("day", "2026-01-05"))
     assert summary["stale"] and summary["entries_not_in_view"] == 1
     assert windows.audit_day(store, day, CST, activity_type="agent/activity").stale_entries == 1
     windows.build_day(store, day, CST, activity_type="agent/activity")  # the late-data run feeds it
-    fresh = tower.recall("agent/activity", "day", "2026-01-05")
+    fresh = tower.recall("agent/activity", WindowQuery.parse("day", "2026-01-05"))
     assert not fresh["stale"] and fresh["total_entries"] == 3
-    assert not tower.windows("agent/activity", "day", "2026-01-05")["stale"]
+    assert not tower.windows("agent/activity", WindowQuery.parse("day", "2026-01-05"))["stale"]
 
 
 # ---- summaries -----------------------------------------------------------------------------------
@@ -427,16 +439,17 @@ def test_bottom_up_week_calls_match_the_formula_and_the_second_run_makes_none(to
     tower.create_type("proj/decisions", chain=["1h", "day", "week"], summaries=True, group_field="project")
     week_of_entries(tower, days=(5, 6, 7), group="alpha")
     week_of_entries(tower, days=(6, 8), group="beta")
-    tower.summarize("proj/decisions", "day", "2026-01-06", group="alpha")  # one child already summarized
+    # One child already summarized.
+    tower.summarize("proj/decisions", WindowQuery.parse("day", "2026-01-06", group="alpha"))
     before = calls(store)
-    jobs = tower.summarize("proj/decisions", "week", "2026-01-05")["jobs"]
+    jobs = tower.summarize("proj/decisions", WindowQuery.parse("week", "2026-01-05"))["jobs"]
     assert {j["state"] for j in jobs} == {"succeeded"}
     # Σ over groups of (child days with entries but no summary + 1): alpha (2 + 1) + beta (2 + 1) = 6
     assert calls(store) - before == 6
     assert sum(j["llm_calls"] for j in jobs) == 6
-    again = tower.summarize("proj/decisions", "week", "2026-01-05")["jobs"]
+    again = tower.summarize("proj/decisions", WindowQuery.parse("week", "2026-01-05"))["jobs"]
     assert calls(store) - before == 6 and all(j["llm_calls"] == 0 for j in again)
-    week = tower.get_summary("proj/decisions", "week", "2026-01-05", group="alpha")["summaries"][0]
+    week = tower.get_summary("proj/decisions", WindowQuery.parse("week", "2026-01-05", group="alpha"))["summaries"][0]
     assert week["source"] == "chain" and week["refs"]["kind"] == "summary" and len(week["refs"]["ids"]) == 3
     assert list(week["sections"]) == ["decisions", "conclusions", "todos", "state_changes", "keywords"]
     assert week["provenance"] == {
@@ -448,15 +461,17 @@ def test_bottom_up_week_calls_match_the_formula_and_the_second_run_makes_none(to
     day_texts = {
         s["text"]
         for d in (5, 6, 7)
-        for s in tower.get_summary("proj/decisions", "day", f"2026-01-0{d}", group="alpha")["summaries"]
+        for s in tower.get_summary("proj/decisions", WindowQuery.parse("day", f"2026-01-0{d}", group="alpha"))[
+            "summaries"
+        ]
     }
     assert week["text"] not in day_texts  # an aggregate never passes a child's text through unchanged
     # the offline model's aggregate names its period: alike children never make a copy of one
     assert week["sections"]["conclusions"][0].startswith("week 2026-01-05: postgres")
 
     # recompute: from raw, bypassing the chain; appended (newest wins), nothing replaced.
-    rec = tower.recompute("proj/decisions", "week", "2026-01-05", group="alpha")["jobs"][0]
-    newest = tower.get_summary("proj/decisions", "week", "2026-01-05", group="alpha")["summaries"][0]
+    rec = tower.recompute("proj/decisions", WindowQuery.parse("week", "2026-01-05", group="alpha"))["jobs"][0]
+    newest = tower.get_summary("proj/decisions", WindowQuery.parse("week", "2026-01-05", group="alpha"))["summaries"][0]
     assert newest["record_id"] == rec["record_id"] and newest["source"] == "raw" and newest["refs"]["kind"] == "entry"
     with store.connect() as conn:
         assert (
@@ -478,8 +493,8 @@ def test_map_reduce_over_budget_and_clipped_entries_counted(store):
         + [{"content": "huge " * 400, "at": cst(2026, 1, 5, 11).isoformat()}],
     )
     before = calls(store)
-    job = tower.summarize("proj/log", "day", "2026-01-05")["jobs"][0]
-    rec = tower.get_summary("proj/log", "day", "2026-01-05")["summaries"][0]
+    job = tower.summarize("proj/log", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]
+    rec = tower.get_summary("proj/log", WindowQuery.parse("day", "2026-01-05"))["summaries"][0]
     prov = rec["provenance"]
     assert prov["strategy"] == "map_reduce" and prov["chunks"] == 2
     assert prov["clippedEntries"] >= 1  # the huge entry alone is over the budget: dropped and counted
@@ -491,7 +506,7 @@ def test_guardrail_1_open_or_unsettled_windows_are_refused(tower, store):
     tower.append("proj/decisions", {"content": "now"})
     now = utcnow()
     with pytest.raises(TowerInputError, match="still open"):
-        tower.summarize("proj/decisions", "day", now.astimezone(CST).date().isoformat())
+        tower.summarize("proj/decisions", WindowQuery.parse("day", now.astimezone(CST).date().isoformat()))
     t = summaries.types_io.get(store, "proj/decisions")
     end = now - timedelta(minutes=2)
     key = WindowKey(t.name, "10min", end - timedelta(minutes=10), end, "")
@@ -507,13 +522,13 @@ def test_guardrail_1_open_or_unsettled_windows_are_refused(tower, store):
 def test_guardrail_2_and_3_idempotent_and_empty_costs_nothing(tower, store):
     tower.create_type("proj/decisions", summaries=True)
     week_of_entries(tower, days=(5,))
-    first = tower.summarize("proj/decisions", "day", "2026-01-05")["jobs"][0]
+    first = tower.summarize("proj/decisions", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]
     n = calls(store)
-    second = tower.summarize("proj/decisions", "day", "2026-01-05")["jobs"][0]
+    second = tower.summarize("proj/decisions", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]
     assert second["record_id"] == first["record_id"] and calls(store) == n
-    empty = tower.summarize("proj/decisions", "day", "2026-01-09")["jobs"][0]
+    empty = tower.summarize("proj/decisions", WindowQuery.parse("day", "2026-01-09"))["jobs"][0]
     assert empty["state"] == "skipped_empty" and calls(store) == n
-    missing = tower.get_summary("proj/decisions", "day", "2026-01-09", summarize_on_miss=True)
+    missing = tower.get_summary("proj/decisions", WindowQuery.parse("day", "2026-01-09"), summarize_on_miss=True)
     assert missing["state"] == "empty" and missing["jobs"] == [] and calls(store) == n
     assert count(store, tower_summaries) == 4  # the day and its three hours (bottom-up); none for the empty day
 
@@ -533,16 +548,18 @@ def test_guardrail_4_backoff_give_up_and_success_clears_the_ledger(store):
                 {"content": "fixed the build", "at": cst(2026, 1, 6, 9).isoformat()},
             ],
         )
-        states = [failing.summarize("proj/log", "day", "2026-01-05")["jobs"][0]["state"] for _ in range(3)]
+        states = [
+            failing.summarize("proj/log", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]["state"] for _ in range(3)
+        ]
         assert states == ["failed", "failed", "given_up"]
         with store.connect() as conn:
             row = conn.execute(select(tower_summary_attempts)).mappings().one()
         assert row["failures"] == 3 and row["given_up_at"] is not None and "400" in row["last_error"]
         asked = len(fake.requests)
-        again = failing.summarize("proj/log", "day", "2026-01-05")["jobs"][0]
+        again = failing.summarize("proj/log", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]
         assert again["state"] == "given_up" and "given up" in again["error"] and len(fake.requests) == asked
         # A scheduled round waits out the backoff: no call for a window that failed recently.
-        failing.summarize("proj/log", "day", "2026-01-06")
+        failing.summarize("proj/log", WindowQuery.parse("day", "2026-01-06"))
         t = summaries.types_io.get(store, "proj/log")
         sctx = SummaryContext(store, failing.llm_factory("tick"), failing.cfg, CST)
         asked = len(fake.requests)
@@ -556,7 +573,7 @@ def test_guardrail_4_backoff_give_up_and_success_clears_the_ledger(store):
         )
         assert out.state == JobState.FAILED and "backing off" in out.reason and len(fake.requests) == asked
     ok = make_tower(store)
-    assert ok.summarize("proj/log", "day", "2026-01-06")["jobs"][0]["state"] == "succeeded"
+    assert ok.summarize("proj/log", WindowQuery.parse("day", "2026-01-06"))["jobs"][0]["state"] == "succeeded"
     with store.connect() as conn:
         left = conn.execute(select(tower_summary_attempts.c.start)).scalars().all()
     assert left == [cst(2026, 1, 5)]  # the success cleared its window's ledger; the given-up one stays
@@ -588,24 +605,28 @@ def test_guardrail_5_commits_per_round_are_capped_and_the_tick_takes_only_the_la
 def test_semantic_recall_cap_level_from_to_and_summarize_on_miss(tower, store):
     tower.create_type("proj/decisions", chain=["day", "week"], summaries=True)
     week_of_entries(tower, days=(5, 12, 19))
-    missing = tower.get_summary("proj/decisions", "day", "2026-01-05")
+    missing = tower.get_summary("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
     assert missing["state"] == "missing" and missing["jobs"] == [] and calls(store) == 0
-    on_miss = tower.get_summary("proj/decisions", "day", "2026-01-05", summarize_on_miss=True)
+    on_miss = tower.get_summary("proj/decisions", WindowQuery.parse("day", "2026-01-05"), summarize_on_miss=True)
     assert on_miss["jobs"][0]["kind"] == "summarize_on_miss" and on_miss["jobs"][0]["state"] == "succeeded"
-    assert tower.get_summary("proj/decisions", "day", "2026-01-05")["state"] == "found"
+    assert tower.get_summary("proj/decisions", WindowQuery.parse("day", "2026-01-05"))["state"] == "found"
     for d in ("2026-01-05", "2026-01-12", "2026-01-19"):
-        tower.summarize("proj/decisions", "week", d)
+        tower.summarize("proj/decisions", WindowQuery.parse("week", d))
     n = calls(store)
-    year = tower.get_summary("proj/decisions", from_="2026-01-01", to="2027-01-01")
+    year = tower.get_summary("proj/decisions", WindowQuery.parse(from_="2026-01-01", to="2027-01-01"))
     assert year["state"] == "cap_level" and len(year["summaries"]) == 3 and calls(store) == n
     assert {s["window"]["granularity"] for s in year["summaries"]} == {"week"}
-    phase = tower.summarize("proj/decisions", from_="2026-01-05T09:00:00+08:00", to="2026-01-05T11:00:00+08:00")
-    rec = tower.get_summary("proj/decisions", from_="2026-01-05T09:00:00+08:00", to="2026-01-05T11:00:00+08:00")
+    phase = tower.summarize(
+        "proj/decisions", WindowQuery.parse(from_="2026-01-05T09:00:00+08:00", to="2026-01-05T11:00:00+08:00")
+    )
+    rec = tower.get_summary(
+        "proj/decisions", WindowQuery.parse(from_="2026-01-05T09:00:00+08:00", to="2026-01-05T11:00:00+08:00")
+    )
     assert rec["summaries"][0]["record_id"] == phase["jobs"][0]["record_id"]
     assert rec["summaries"][0]["source"] == "raw" and rec["summaries"][0]["entry_count"] == 2
     with pytest.raises(TowerInputError, match="above"):
         tower.update_type("proj/decisions", {"chain": ["day", "week", "month"]})
-        tower.summarize("proj/decisions", "month", "2026-01-01")
+        tower.summarize("proj/decisions", WindowQuery.parse("month", "2026-01-01"))
     statuses = tower.list_jobs(limit=100)
     assert all(set(j) >= {"job_id", "state", "record_id"} for j in statuses)
     assert tower.job_status(statuses[0]["job_id"])["job_id"] == statuses[0]["job_id"]
@@ -619,9 +640,9 @@ def test_semantic_recall_pages_with_totals_and_says_where_a_wide_range_has_no_su
     )
     tower.append("r/year", {"content": "never summarized", "at": "2024-06-05T12:00:00+08:00"})
     for m in range(1, 13):
-        tower.summarize("r/year", "week", f"2025-{m:02d}-10")
+        tower.summarize("r/year", WindowQuery.parse("week", f"2025-{m:02d}-10"))
     n = calls(store)
-    wide = tower.get_summary("r/year", from_="2024-01-01", to="2026-01-01")
+    wide = tower.get_summary("r/year", WindowQuery.parse(from_="2024-01-01", to="2026-01-01"))
     assert wide["state"] == "cap_level" and (wide["total_summaries"], wide["total_gaps"]) == (12, 13)
     assert wide["returned"] == 25 and wide["next_cursor"] is None  # within the default limit of 100
     first = wide["gaps"][0]  # 2024 and the first days of 2025: no summary, one entry never summarized
@@ -631,7 +652,9 @@ def test_semantic_recall_pages_with_totals_and_says_where_a_wide_range_has_no_su
     assert wide["total_chars"] == sum(len(x["text"]) for x in wide["summaries"])
     items, cursor = [], None
     while True:  # the client decides how much: pages of 5 items (summaries and gaps) in time order
-        page = tower.get_summary("r/year", from_="2024-01-01", to="2026-01-01", limit=5, cursor=cursor)
+        page = tower.get_summary(
+            "r/year", WindowQuery.parse(from_="2024-01-01", to="2026-01-01"), limit=5, cursor=cursor
+        )
         assert page["returned"] == len(page["summaries"]) + len(page["gaps"]) <= 5
         items += [(x["window"]["start"], "summary") for x in page["summaries"]]
         items += [(g["start"], "gap") for g in page["gaps"]]
@@ -642,12 +665,12 @@ def test_semantic_recall_pages_with_totals_and_says_where_a_wide_range_has_no_su
     assert [k for _, k in sorted(items)] == ["gap"] + ["summary", "gap"] * 12
     for bad in (0, 1001, True):
         with pytest.raises(TowerInputError, match="field 'limit': must be an integer from 1 to 1000"):
-            tower.get_summary("r/year", from_="2024-01-01", to="2026-01-01", limit=bad)
+            tower.get_summary("r/year", WindowQuery.parse(from_="2024-01-01", to="2026-01-01"), limit=bad)
     assert calls(store) == n  # reading never calls an LLM
     # A week that starts before the range but overlaps it is part of the answer (Nov 1 is a Saturday).
     tower.append("r/year", {"content": "a weekend", "at": "2025-11-01T10:00:00+08:00"})
-    tower.summarize("r/year", "week", "2025-11-01")
-    november = tower.get_summary("r/year", from_="2025-11-01", to="2025-12-01")
+    tower.summarize("r/year", WindowQuery.parse("week", "2025-11-01"))
+    november = tower.get_summary("r/year", WindowQuery.parse(from_="2025-11-01", to="2025-12-01"))
     assert [x["window"]["start"] for x in november["summaries"]] == [
         "2025-10-27T00:00:00+08:00",
         "2025-11-10T00:00:00+08:00",
@@ -660,12 +683,12 @@ def test_semantic_recall_of_one_window_pages_its_groups(tower, store):
         [{"content": {"project": p, "did": f"{p} work"}, "at": cst(2026, 1, 5, 10).isoformat()} for p in "abcde"],
     )
     for p in "ace":
-        tower.summarize("worklog", "day", "2026-01-05", group=p)
-    whole = tower.get_summary("worklog", "day", "2026-01-05")
+        tower.summarize("worklog", WindowQuery.parse("day", "2026-01-05", group=p))
+    whole = tower.get_summary("worklog", WindowQuery.parse("day", "2026-01-05"))
     assert whole["state"] == "partial" and (whole["total_summaries"], whole["total_missing_groups"]) == (3, 2)
-    page = tower.get_summary("worklog", "day", "2026-01-05", limit=2)
+    page = tower.get_summary("worklog", WindowQuery.parse("day", "2026-01-05"), limit=2)
     assert [s["group"] for s in page["summaries"]] == ["a"] and page["missing_groups"] == ["b"]
-    rest = tower.get_summary("worklog", "day", "2026-01-05", limit=1000, cursor=page["next_cursor"])
+    rest = tower.get_summary("worklog", WindowQuery.parse("day", "2026-01-05"), limit=1000, cursor=page["next_cursor"])
     assert [s["group"] for s in rest["summaries"]] == ["c", "e"] and rest["missing_groups"] == ["d"]
     assert rest["next_cursor"] is None and rest["state"] == "partial"
 
@@ -674,7 +697,7 @@ def test_jobs_return_at_once_in_the_background(store):
     tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="t", partition=p))
     tower.create_type("proj/decisions", summaries=True)
     week_of_entries(tower, days=(5,))
-    job = tower.summarize("proj/decisions", "day", "2026-01-05")["jobs"][0]
+    job = tower.summarize("proj/decisions", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]
     assert job["state"] in ("queued", "running", "succeeded")
     tower.wait_jobs()
     done = tower.job_status(job["job_id"])
@@ -693,7 +716,7 @@ def test_jobs_started_from_many_threads_share_one_pool_and_done_jobs_are_not_kep
 
     def start(day: str) -> None:
         barrier.wait()
-        tower.summarize("proj/decisions", "day", day)
+        tower.summarize("proj/decisions", WindowQuery.parse("day", day))
         pools.append(tower._pool)
 
     threads = [threading.Thread(target=start, args=(f"2026-01-0{5 + i % 3}",)) for i in range(6)]
@@ -704,7 +727,7 @@ def test_jobs_started_from_many_threads_share_one_pool_and_done_jobs_are_not_kep
     assert len(pools) == 6 and len({id(p) for p in pools}) == 1  # one pool, whoever came first
     tower.wait_jobs()
     for _ in range(5):  # each start drops the jobs already done
-        tower.summarize("proj/decisions", "day", "2026-01-05")
+        tower.summarize("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
         tower.wait_jobs()
     assert len(tower.futures) == 1
     states = {tower.job_status(j["job_id"])["state"] for j in tower.list_jobs()}
@@ -743,7 +766,9 @@ def test_two_processes_summarizing_the_same_window_make_one_call(store):
         towers[0].append("proj/log", {"content": "chose postgres", "at": cst(2026, 1, 5, 9).isoformat()})
         out: list = []
         threads = [
-            threading.Thread(target=lambda t=t: out.append(t.summarize("proj/log", "day", "2026-01-05")))
+            threading.Thread(
+                target=lambda t=t: out.append(t.summarize("proj/log", WindowQuery.parse("day", "2026-01-05")))
+            )
             for t in towers
         ]
         for th in threads:
@@ -753,7 +778,7 @@ def test_two_processes_summarizing_the_same_window_make_one_call(store):
         assert len(fake.requests) == 1  # the lease: the second waited, then reused the first's record
     ids = {o["jobs"][0]["record_id"] for o in out}
     assert len(ids) == 1 and count(store, tower_summaries) == 1
-    rec = towers[0].get_summary("proj/log", "day", "2026-01-05")["summaries"][0]
+    rec = towers[0].get_summary("proj/log", WindowQuery.parse("day", "2026-01-05"))["summaries"][0]
     assert rec["sections"]["decisions"] == ["use postgres"] and rec["model"] == "openai/fake"
 
 
@@ -762,11 +787,14 @@ def test_reading_never_calls_an_llm(tower, store):
     week_of_entries(tower, days=(5,))
     build(store, cst(2026, 1, 5).date())
     tower.windows("proj/decisions")
-    tower.windows("proj/decisions", "day", "2026-01-05")
-    tower.recall("proj/decisions", "day", "2026-01-05")
-    tower.recall("proj/decisions", from_="2026-01-01", to="2026-02-01")
-    assert tower.get_summary("proj/decisions", "day", "2026-01-05")["state"] == "missing"
-    assert tower.get_summary("proj/decisions", from_="2026-01-01", to="2027-01-01")["state"] == "cap_level"
+    tower.windows("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
+    tower.recall("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
+    tower.recall("proj/decisions", WindowQuery.parse(from_="2026-01-01", to="2026-02-01"))
+    assert tower.get_summary("proj/decisions", WindowQuery.parse("day", "2026-01-05"))["state"] == "missing"
+    assert (
+        tower.get_summary("proj/decisions", WindowQuery.parse(from_="2026-01-01", to="2027-01-01"))["state"]
+        == "cap_level"
+    )
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(llm_ledger)).scalar_one() == 0
 
@@ -794,10 +822,10 @@ def test_config_section_is_strict(tmp_path):
 def test_an_aggregate_of_a_single_child_is_not_the_childs_text(tower, store):
     tower.create_type("proj/weekly", chain=["day", "week"], summaries=True)
     tower.append("proj/weekly", [{"content": "chose postgres over mysql", "at": cst(2026, 1, 6, 9).isoformat()}])
-    job = tower.summarize("proj/weekly", "week", "2026-01-05")["jobs"][0]
+    job = tower.summarize("proj/weekly", WindowQuery.parse("week", "2026-01-05"))["jobs"][0]
     assert job["llm_calls"] == 2  # the child from raw, then the aggregate: never a copy without a call
-    day = tower.get_summary("proj/weekly", "day", "2026-01-06")["summaries"][0]
-    week = tower.get_summary("proj/weekly", "week", "2026-01-05")["summaries"][0]
+    day = tower.get_summary("proj/weekly", WindowQuery.parse("day", "2026-01-06"))["summaries"][0]
+    week = tower.get_summary("proj/weekly", WindowQuery.parse("week", "2026-01-05"))["summaries"][0]
     assert week["refs"]["ids"] == [day["record_id"]] and week["text"] != day["text"]
 
 
@@ -828,7 +856,7 @@ def test_a_child_made_bottom_up_takes_its_own_lease_and_its_success_clears_its_l
         failing = make_tower(store, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
         failing.create_type("proj/weekly", chain=["day", "week"], summaries=True)
         failing.append("proj/weekly", {"content": "chose postgres over mysql", "at": cst(2026, 1, 6, 9).isoformat()})
-        assert failing.summarize("proj/weekly", "day", "2026-01-06")["jobs"][0]["state"] == "failed"
+        assert failing.summarize("proj/weekly", WindowQuery.parse("day", "2026-01-06"))["jobs"][0]["state"] == "failed"
     (retrying,) = summaries.retrying(store, CST)
     assert retrying["window"] == "proj/weekly day 2026-01-06" and retrying["failures"] == 1
 
@@ -843,7 +871,7 @@ def test_a_child_made_bottom_up_takes_its_own_lease_and_its_success_clears_its_l
     assert count(store, tower_summaries) == 0 and calls(store) == 0  # the day was left to its holder
     assert leases.release(store, summaries.LEASE_ASSET, day.lease_partition(), other)
 
-    job = make_tower(store).summarize("proj/weekly", "week", "2026-01-05")["jobs"][0]
+    job = make_tower(store).summarize("proj/weekly", WindowQuery.parse("week", "2026-01-05"))["jobs"][0]
     assert job["state"] == "succeeded" and job["llm_calls"] == 2  # the day from raw, then the week
     assert summaries.retrying(store, CST) == [] and summaries.given_up(store, CST) == []
     assert count(store, tower_summary_attempts) == 0
@@ -865,10 +893,10 @@ def test_a_wide_read_on_a_short_chain_returns_its_top_level_summaries_and_the_ga
             [{"content": f"chose postgres on day {d}", "at": cst(2026, 1, d, 10).isoformat()} for d in (5, 6, 20)],
         )
         for d in ("2026-01-05", "2026-01-06"):
-            assert tower.summarize(name, "day", d)["jobs"][0]["state"] == "succeeded"
+            assert tower.summarize(name, WindowQuery.parse("day", d))["jobs"][0]["state"] == "succeeded"
     n = calls(store)
-    ranged = tower.get_summary("r/daily", from_="2026-01-01", to="2026-02-01")
-    month = tower.get_summary("r/monthly", "month", "2026-01-15")
+    ranged = tower.get_summary("r/daily", WindowQuery.parse(from_="2026-01-01", to="2026-02-01"))
+    month = tower.get_summary("r/monthly", WindowQuery.parse("month", "2026-01-15"))
     assert calls(store) == n  # a read never calls the model
     for wide in (ranged, month):
         assert wide["state"] == "cap_level" and (wide["total_summaries"], wide["total_gaps"]) == (2, 2)

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
-from memory_pipeline.tower.logic import TowerInputError
+from memory_pipeline.tower.logic import TowerInputError, WindowQuery
 from memory_pipeline.tower.tables import tower_entries, tower_jobs, tower_summaries, tower_types
 from memory_pipeline_tests.conftest import CST
 
@@ -71,6 +71,20 @@ def _counts(store):
         )
 
 
+def _window_call(tower, name, type_name, args):
+    """As the CLI and the MCP tools call: the window arguments parsed into a WindowQuery, then the method."""
+    if name == "windows":
+        granularity, anchor, group, limit, cursor = args
+        return tower.windows(type_name, WindowQuery.parse(granularity, anchor, group=group), limit=limit, cursor=cursor)
+    granularity, anchor, from_, to, group, *more = args
+    window = WindowQuery.parse(granularity, anchor, from_, to, group)
+    if name == "recall":
+        return tower.recall(type_name, window, limit=more[0])
+    if name == "get_summary":
+        return tower.get_summary(type_name, window, summarize_on_miss=more[0])
+    return tower.summarize(type_name, window)
+
+
 def test_arbitrary_calls_are_done_or_refused_by_field_and_write_nothing_when_refused(store):
     tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="t", partition=p), run_jobs="inline")
     tower.create_type("proj/x", chain=["1h", "day", "week"], summaries=True, group_field="project")
@@ -87,10 +101,8 @@ def test_arbitrary_calls_are_done_or_refused_by_field_and_write_nothing_when_ref
                 tower.create_type(first, **rest)
             elif name == "update_type":
                 tower.update_type(first, rest)
-            elif name in ("recall", "get_summary"):
-                tower.__getattribute__(name)(first, *rest)
-            elif name in ("summarize", "windows"):
-                tower.__getattribute__(name)(first, *rest)
+            elif name in ("recall", "get_summary", "summarize", "windows"):
+                _window_call(tower, name, first, rest)
             else:
                 tower.__getattribute__(name)(first)
         except TowerInputError as exc:
@@ -106,7 +118,7 @@ def test_dates_out_of_range_are_refused_naming_the_field(store):
         for anchor in ("9999-12-31", "0001-01-01", "1969-06-01"):
             for call in (tower.recall, tower.get_summary, tower.summarize, tower.windows):
                 try:
-                    call("worklog", g, anchor)
+                    call("worklog", WindowQuery.parse(g, anchor))
                 except TowerInputError as exc:
                     assert str(exc).startswith("field 'anchor': is out of range (supported: 1970-01-01"), str(exc)
                 else:
@@ -114,7 +126,7 @@ def test_dates_out_of_range_are_refused_naming_the_field(store):
     for lo, hi, field in (("0001-01-01", "2026-01-01", "from"), ("2026-01-01", "9999-12-31", "to")):
         for call in (tower.recall, tower.get_summary, tower.summarize):
             try:
-                call("worklog", from_=lo, to=hi)
+                call("worklog", WindowQuery.parse(from_=lo, to=hi))
             except TowerInputError as exc:
                 assert str(exc).startswith(f"field '{field}': is out of range"), str(exc)
             else:

@@ -24,7 +24,7 @@ from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryS
 from memory_pipeline.tower import summaries
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
-from memory_pipeline.tower.logic import Granularity
+from memory_pipeline.tower.logic import Granularity, WindowQuery
 from memory_pipeline.tower.summaries import SummaryContext
 from memory_pipeline.tower.tables import tower_summaries
 from memory_pipeline_tests.conftest import CST, conversation, cst
@@ -113,7 +113,7 @@ def test_windows_and_summaries_as_range_runs_with_a_check_result_per_partition(d
 
 def test_drift_fails_a_week_that_equals_its_day_byte_for_byte(store, worklog):
     t = summaries.types_io.get(store, "worklog")
-    worklog.summarize("worklog", "week", "2026-01-05", group="alpha")
+    worklog.summarize("worklog", WindowQuery.parse("week", "2026-01-05", group="alpha"))
     with store.connect() as conn:
         day = (
             conn.execute(
@@ -169,7 +169,7 @@ def test_structural_job_is_outside_the_llm_pool_and_the_two_schedulers_are_indep
         assert [r.partition_key for r in requests] == [key]
         assert operations.materialize("tower_windows", key, key, instance=instance, defs=defs).success
         assert isinstance(evaluate(tower_late_data_sensor, instance)[0], SkipReason)
-        page = Tower(store, TowerConfig(), CST).recall("agent/activity", "day", key)
+        page = Tower(store, TowerConfig(), CST).recall("agent/activity", WindowQuery.parse("day", key))
         assert page["total_entries"] == 2 and not page["stale"]
 
 
@@ -198,7 +198,7 @@ def test_re_materializing_a_summary_partition_appends_never_replaces(defs, insta
     with store.connect() as conn:
         after = conn.execute(select(tower_summaries.c.record_id, tower_summaries.c.group_value)).all()
     assert set(first) <= set(after) and sorted(g for _, g in after) == ["alpha", "alpha", "beta"]  # beta reused
-    newest = worklog.get_summary("worklog", "day", "2026-01-05", group="alpha")["summaries"][0]
+    newest = worklog.get_summary("worklog", WindowQuery.parse("day", "2026-01-05", group="alpha"))["summaries"][0]
     assert newest["record_id"] == max(r for r, g in after if g == "alpha") and newest["entry_count"] == 2
 
 
@@ -267,7 +267,7 @@ def test_a_structural_run_feeds_no_message_into_an_archived_activity_type(defs, 
     metadata = event.asset_materialization.metadata
     assert metadata["activity_entries_fed"].value == 0
     assert metadata["activity_feed"].value == "agent/activity archived: no message fed"
-    recalled = tower.recall("agent/activity", "day", key)
+    recalled = tower.recall("agent/activity", WindowQuery.parse("day", key))
     assert recalled["total_entries"] == 0 and not recalled["stale"]
     assert tower.get_type("agent/activity")["archived"] is True
     fresh = [r for r in _checks(instance, run.runs[0].run_id) if r[0] == "tower_windows_fresh"]

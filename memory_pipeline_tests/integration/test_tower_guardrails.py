@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.tower import summaries
 from memory_pipeline.tower.config import TowerConfig
-from memory_pipeline.tower.logic import Granularity
+from memory_pipeline.tower.logic import Granularity, WindowQuery
 from memory_pipeline.tower.summaries import SummaryContext
 from memory_pipeline.tower.tables import tower_summaries, tower_summary_attempts
 from memory_pipeline_tests.conftest import CST, cst
@@ -31,10 +31,10 @@ def test_a_long_entry_within_the_budget_reaches_the_model_whole(store):
         tower = make_tower(store, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
         tower.create_type("r/t", chain=["day"], summaries=True)
         tower.append("r/t", {"content": long_text, "at": cst(2026, 1, 5, 1).isoformat()})
-        job = tower.summarize("r/t", "day", "2026-01-05")["jobs"][0]
+        job = tower.summarize("r/t", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]
         assert job["state"] == "succeeded"
         assert "END-MARKER" in _user_text(fake.requests[-1])  # not cut at 2,000 characters
-    prov = tower.get_summary("r/t", "day", "2026-01-05")["summaries"][0]["provenance"]
+    prov = tower.get_summary("r/t", WindowQuery.parse("day", "2026-01-05"))["summaries"][0]["provenance"]
     assert prov["strategy"] == "direct" and prov["clippedEntries"] == 0 and prov["inputTokens"] > 3000
 
 
@@ -50,10 +50,10 @@ def test_an_entry_over_the_budget_is_left_out_and_counted(store):
                 {"content": "small two", "at": cst(2026, 1, 5, 3).isoformat()},
             ],
         )
-        assert tower.summarize("r/t", "day", "2026-01-05")["jobs"][0]["state"] == "succeeded"
+        assert tower.summarize("r/t", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]["state"] == "succeeded"
         sent = _user_text(fake.requests[-1])
     assert "small one" in sent and "small two" in sent and "HUGE" not in sent
-    prov = tower.get_summary("r/t", "day", "2026-01-05")["summaries"][0]["provenance"]
+    prov = tower.get_summary("r/t", WindowQuery.parse("day", "2026-01-05"))["summaries"][0]["provenance"]
     assert prov == {"strategy": "direct", "chunks": 1, "inputTokens": prov["inputTokens"], "clippedEntries": 1}
 
 
@@ -61,11 +61,11 @@ def test_a_window_whose_every_entry_is_over_the_budget_fails_and_appends_nothing
     tower = make_tower(store, TowerConfig(input_budget_tokens=100))
     tower.create_type("r/clip", chain=["day"], summaries=True)
     tower.append("r/clip", {"content": "x" * 600, "at": cst(2026, 1, 5, 1).isoformat()})  # 150 tokens
-    job = tower.summarize("r/clip", "day", "2026-01-05")["jobs"][0]
+    job = tower.summarize("r/clip", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]
     assert job["state"] == "failed" and job["record_id"] is None
     assert job["error"].startswith("failure 1 of 5: all 1 item(s) are over the input budget of 100 tokens")
     assert count(store, tower_summaries) == 0
-    assert tower.get_summary("r/clip", "day", "2026-01-05")["state"] == "missing"
+    assert tower.get_summary("r/clip", WindowQuery.parse("day", "2026-01-05"))["state"] == "missing"
     with store.connect() as conn:
         assert conn.execute(select(func.max(tower_summary_attempts.c.failures))).scalar_one() == 1
 
@@ -87,11 +87,11 @@ def test_an_empty_summary_fails_and_appends_nothing(store):
     tower = make_tower(store)
     tower.create_type("r/tiny", chain=["day"], summaries=True)
     tower.append("r/tiny", {"content": "w1 ok", "at": cst(2026, 1, 5, 1).isoformat()})
-    job = tower.summarize("r/tiny", "day", "2026-01-05")["jobs"][0]
+    job = tower.summarize("r/tiny", WindowQuery.parse("day", "2026-01-05"))["jobs"][0]
     assert job["state"] == "failed" and job["record_id"] is None
     assert job["error"] == "failure 1 of 5: the model's summary is empty (no section has an item): nothing appended"
     assert count(store, tower_summaries) == 0
-    assert tower.get_summary("r/tiny", "day", "2026-01-05")["state"] == "missing"
+    assert tower.get_summary("r/tiny", WindowQuery.parse("day", "2026-01-05"))["state"] == "missing"
 
 
 def test_a_round_commits_at_most_20_records_children_made_bottom_up_included(store):
@@ -135,7 +135,7 @@ def test_a_round_that_fills_up_inside_a_window_defers_its_aggregate_and_keeps_th
     assert (first.committed, first.deferred) == (6, 1)
     second = summaries.semantic_tick(sctx, now)  # g1: the last hour + the day, from the kept children
     assert (second.committed, second.deferred) == (2, 0)
-    day = tower.get_summary("r/many", "day", "2026-01-05", group="g1")["summaries"][0]
+    day = tower.get_summary("r/many", WindowQuery.parse("day", "2026-01-05", group="g1"))["summaries"][0]
     assert len(day["refs"]["ids"]) == 3 and count(store, tower_summaries) == 8
 
 
@@ -185,20 +185,20 @@ def test_an_aggregate_identical_to_its_only_child_is_refused_at_write_time(store
         tower = make_tower(store, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
         tower.create_type("r/echo", chain=["day", "week"], summaries=True)
         tower.append("r/echo", {"content": "one day only", "at": cst(2026, 1, 6, 10).isoformat()})
-        job = tower.summarize("r/echo", "week", "2026-01-05")["jobs"][0]
+        job = tower.summarize("r/echo", WindowQuery.parse("week", "2026-01-05"))["jobs"][0]
         assert job["state"] == "failed" and job["record_id"] is None
         assert "the aggregate's text is identical to its child day 2026-01-06" in job["error"]
         assert job["error"].startswith("failure 1 of 5:")  # counts for the backoff
         with store.connect() as conn:
             kept = list(conn.execute(select(tower_summaries.c.granularity)).scalars())
         assert kept == ["day"]  # the child stays; no week record
-        assert tower.get_summary("r/echo", "week", "2026-01-05")["state"] == "missing"
+        assert tower.get_summary("r/echo", WindowQuery.parse("week", "2026-01-05"))["state"] == "missing"
         # The retry asks the model afresh (the cached copy would be refused again) and succeeds.
         fake.default_text = json.dumps({"conclusions": ["a week with one day of work"]})
-        retry = tower.summarize("r/echo", "week", "2026-01-05")["jobs"][0]
+        retry = tower.summarize("r/echo", WindowQuery.parse("week", "2026-01-05"))["jobs"][0]
         assert retry["state"] == "succeeded" and retry["llm_calls"] == 1
-    week = tower.get_summary("r/echo", "week", "2026-01-05")["summaries"][0]
-    day = tower.get_summary("r/echo", "day", "2026-01-06")["summaries"][0]
+    week = tower.get_summary("r/echo", WindowQuery.parse("week", "2026-01-05"))["summaries"][0]
+    day = tower.get_summary("r/echo", WindowQuery.parse("day", "2026-01-06"))["summaries"][0]
     assert week["text"] != day["text"] and week["refs"]["ids"] == [day["record_id"]]
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(tower_summary_attempts)).scalar_one() == 0
@@ -219,11 +219,11 @@ def test_a_jobs_llm_calls_are_its_ledger_rows_children_and_the_failed_call_inclu
         )
         fake.push("ok", json.dumps({"conclusions": ["day 5"]})).push("ok", json.dumps({"conclusions": ["day 6"]}))
         fake.push("status", 400)
-        job = tower.summarize("r/weekly", "week", "2026-01-05")["jobs"][0]
+        job = tower.summarize("r/weekly", WindowQuery.parse("week", "2026-01-05"))["jobs"][0]
         assert job["state"] == "failed" and job["record_id"] is None
         with store.connect() as conn:
             outcomes = list(conn.execute(select(llm_ledger.c.outcome).order_by(llm_ledger.c.call_id)).scalars())
         assert outcomes == ["ok", "ok", "error"] and job["llm_calls"] == 3
-        retry = tower.summarize("r/weekly", "week", "2026-01-05")["jobs"][0]
+        retry = tower.summarize("r/weekly", WindowQuery.parse("week", "2026-01-05"))["jobs"][0]
         assert retry["state"] == "succeeded" and retry["llm_calls"] == 1  # the children are reused: no call
     assert count(store, llm_ledger) == 4
