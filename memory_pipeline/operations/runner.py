@@ -15,22 +15,20 @@ from typing import Any
 from dagster import (
     AssetKey,
     DagsterInstance,
-    DagsterRunStatus,
     Definitions,
     Field,
     InitLoggerContext,
     JobDefinition,
     PartitionKeyRange,
-    RunsFilter,
     TimeWindowPartitionsDefinition,
     logger,
 )
 from dagster._core.errors import DagsterExecutionStepExecutionError
 from dagster_shared.error import SerializableErrorInfo
 
+from memory_pipeline.defs._shared.dead_runs import fail_dead_runs, process_tags
 from memory_pipeline.defs._shared.run_config import RangeError, check_as_of, check_worlds
 from memory_pipeline.lib import settings
-from memory_pipeline.lib.store.leases import process_gone, this_process
 from memory_pipeline.operations.registry import targets
 
 INSTANCE_YAML = """\
@@ -100,34 +98,6 @@ def dagster_home() -> Path:
 def get_instance() -> DagsterInstance:
     dagster_home()
     return DagsterInstance.get()
-
-
-# The process executing a run started here (execute_in_process): a CLI run killed with kill -9
-# stays "Started" in the instance (nothing watches it); the next operation on this host marks it failed.
-HOST_TAG, PID_TAG = "memory_pipeline/host", "memory_pipeline/pid"
-
-
-def process_tags() -> dict[str, str]:
-    host, pid = this_process()
-    return {HOST_TAG: host, PID_TAG: str(pid)}
-
-
-def fail_dead_runs(instance: DagsterInstance) -> list[str]:
-    """Mark failed every run the instance has as started or starting whose process (by its tags) ran
-    on this host and is gone; one line each, naming the run and its pid."""
-    host, _ = this_process()
-    runs = instance.get_runs(
-        RunsFilter(statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING], tags={HOST_TAG: host})
-    )
-    lines = []
-    for run in runs:
-        pid = run.tags.get(PID_TAG, "")
-        if not pid.isdigit() or not process_gone(host, int(pid)):
-            continue
-        why = f"its process (pid {pid} on host {host}) is gone (killed) without finishing"
-        instance.report_run_failed(run, message=why)
-        lines.append(f"run {run.run_id} ({run.job_name}) was still marked started but {why}: marked it failed")
-    return lines
 
 
 def partition_keys(window: str, start: str | None, end: str | None) -> tuple[list[str], list[str]]:

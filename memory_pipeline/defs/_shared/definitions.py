@@ -3,5 +3,6 @@
 from dagster import Definitions
 
 from memory_pipeline.defs._shared.cache import cache_writeback_sensor
+from memory_pipeline.defs._shared.dead_runs import dead_runs_sensor
 
-defs = Definitions(sensors=[cache_writeback_sensor])
+defs = Definitions(sensors=[cache_writeback_sensor, dead_runs_sensor])
