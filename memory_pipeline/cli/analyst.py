@@ -56,7 +56,7 @@ def run_steps(
             err.print(f"[yellow]{escape(note)}[/]")
         for r in report.runs:
             console.print(
-                f"   {target:<20} {r.first}..{r.last}: {r.partitions} partition(s) in one run {r.run_id[:8]} "
+                f"   {target:<20} {r.first}..{r.last}: {r.partitions} partition(s) in one run {r.run_id[:8]} of {r.job} "
                 f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED: ' + escape(' '.join(r.error.split())[:400])}"
             )
             if not r.success and not failed:

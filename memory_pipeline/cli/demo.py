@@ -108,7 +108,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
                 ok &= r.success
                 console.print(
                     f"   {window:<10} {r.first}..{r.last}: {r.partitions} partition(s) in one run "
-                    f"{r.run_id[:8]} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
+                    f"{r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
                 )
             progress.advance(task)
         rolls = operations.run_system_rolls(read_at, instance=instance)
@@ -373,7 +373,7 @@ def _tower_step(console: Console, store: Store, instance: DagsterInstance) -> bo
             ok &= r.success
             console.print(
                 f"   {window:<22} {r.first}..{r.last}: {r.partitions} partition(s) in one run "
-                f"{r.run_id[:8]} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
+                f"{r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
             )
     week = tower.get_summary("worklog", WindowQuery(Granularity.WEEK, last - timedelta(days=7), group="bolt"))
     for s in week["summaries"]:

@@ -169,6 +169,7 @@ class RunSummary:
     success: bool
     error: str = ""
     seconds: float = 0.0
+    job: str = ""  # the Dagster job the run is listed under in the UI (a window is the CLI's name for it)
 
 
 @dataclass
@@ -304,9 +305,8 @@ def run_range(
         failures = [e for e in result.all_events if e.is_step_failure]
         error = error_line(failures[0].step_failure_data.error) if failures else "run failed"
     n = len(target.partitions.get_partition_keys_in_range(PartitionKeyRange(first, last)))
-    return RunSummary(
-        window, first, last, n, result.run_id, result.success, error, (datetime.now() - started).total_seconds()
-    )
+    seconds = (datetime.now() - started).total_seconds()
+    return RunSummary(window, first, last, n, result.run_id, result.success, error, seconds, target.job)
 
 
 def materialize(

@@ -56,7 +56,8 @@ def test_a_failed_export_names_its_cause_skips_the_rest_and_leaves_nothing_behin
     first = runner.invoke(app, ["export", "--from", DAY, "--no-marts"])  # --from alone: that one day
     assert first.exit_code == 0, first.output
     assert f"export {DAY}..{DAY}: 1 day(s)" in first.output
-    assert f"exports              {DAY}..{DAY}: 1 partition(s)" in first.output
+    assert f"exports              {DAY}..{DAY}: 1 partition(s) in one run " in first.output
+    assert " of analyst_export_job (" in first.output  # the job the UI lists the run under
     published = _md5(out / "analytics.duckdb")
 
     monkeypatch.setattr(*where)  # the disk fills up: the private copy, or a Parquet file
