@@ -178,7 +178,9 @@ def _write_parquet(
     con: duckdb.DuckDBPyConnection, files: AnalyticsFiles, export: ExportTable, days: list[date] | None
 ) -> int:
     """Rewrite the Parquet file of every exported day that has rows or had a file (an emptied day
-    gets an empty file rather than a deletion under a reader's feet); a whole table's one file.
+    gets an empty file rather than a deletion under a reader's feet), and the first day's when the
+    table has no file at all (a glob over an empty table then reads no row, not an error); a whole
+    table's one file.
 
     The days' rows are written by one COPY partitioned by day into a private folder under the
     temporary one, then each day's file is moved over its published path (one rename per day), so
@@ -218,6 +220,11 @@ def _write_parquet(
                 copy(f"WHERE {DAY} = ?", [day], target)
             else:
                 continue
+            written += 1
+        if days and not any((files.parquet / export.name).glob("*/*.parquet")):
+            # A table with no row on any day yet still gets one (empty) day file, with the table's
+            # columns: a reader's glob over the table's folder finds no file otherwise and fails.
+            copy(f"WHERE {DAY} = ?", [days[0]], logic.parquet_file(files.parquet, export.name, days[0]))
             written += 1
     finally:
         shutil.rmtree(parts, ignore_errors=True)

@@ -241,6 +241,22 @@ def test_a_range_writes_one_parquet_file_per_day_and_an_emptied_day_keeps_an_emp
     assert not list((files.parquet / ".tmp").iterdir())
 
 
+def test_a_table_without_a_row_yet_has_one_empty_day_file_a_glob_reads_without_error(tmp_path):
+    store = _sqlite_store(tmp_path)  # no message at all
+    files = AnalyticsFiles.at(tmp_path / "out" / "analytics.duckdb", AnalystConfig())
+    window = DayWindow(date(2026, 3, 1), date(2026, 3, 3))
+    report = export_tables(store, files, [BY_NAME["messages"]], window, CST)
+    assert report.table("messages").parquet_files == 1
+    assert [p.parent.name for p in (files.parquet / "messages").glob("*/*.parquet")] == ["cst_day=2026-03-01"]
+    glob = logic.parquet_glob(files.parquet, BY_NAME["messages"])
+    with duckdb.connect() as con:
+        got = con.execute(f"SELECT count(*) FROM read_parquet('{glob}', hive_partitioning = true)").fetchone()
+        columns = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{glob}')").fetchall()]
+    assert got == (0,) and "message_id" in columns and "cst_day" in columns
+    again = export_tables(store, files, [BY_NAME["messages"]], DayWindow(date(2026, 3, 2), date(2026, 3, 2)), CST)
+    assert again.table("messages").parquet_files == 0  # the table has its file: no second empty one
+
+
 def test_the_picture_renders_from_figures():
     figures = reports.CoverageCost(
         days=[date(2026, 1, 1), date(2026, 1, 2)],
