@@ -86,12 +86,14 @@ def _holder() -> dict[str, Any]:
 
 def holder_text(record: str) -> str:
     """The lock file's holder record as one phrase ("pid 12 on host-a (memory-pipeline export …)
-    since …"); a file without one (a writer of an older version) says so."""
+    since …"). A holder clears its record when it lets go, so an empty file names nobody: another
+    process holds the lock without recording itself (not this project's writer), or one that has
+    just taken it."""
     try:
         h = json.loads(record)
         return f"pid {h['pid']} on {h['host']} ({h['command']}) since {h['since']}"
     except (ValueError, KeyError, TypeError):
-        return "another writer (it recorded no pid)"
+        return "another process (it recorded no pid)"
 
 
 @contextmanager
@@ -121,6 +123,9 @@ def writer_lock(files: AnalyticsFiles, on_wait: Callable[[str], None] | None = N
             fh.flush()
             yield
         finally:
+            fh.seek(0)
+            fh.truncate()  # a record left behind would name a finished writer to the next one who waits
+            fh.flush()
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 

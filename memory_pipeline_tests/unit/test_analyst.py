@@ -549,6 +549,22 @@ def test_a_writer_that_waits_says_for_whom(tmp_path):
         assert f"pid {os.getpid()} on {socket.gethostname()}" in heard[0]
     waiter.join(timeout=30)
     assert len(heard) == 2 and "got the writer lock after" in heard[1]
+    assert files.lock.read_text() == ""  # each writer cleared its record when it let go
+
+    # A process that holds the lock without recording itself is not named after the last writer.
+    import fcntl
+
+    heard.clear()
+    with open(files.lock, "a+") as foreign:
+        fcntl.flock(foreign, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=lambda: _publish_waiting(files, heard))
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fcntl.flock(foreign, fcntl.LOCK_UN)
+    waiter.join(timeout=30)
+    assert heard and "held by another process (it recorded no pid)" in heard[0], heard
 
 
 def _publish_waiting(files: AnalyticsFiles, heard: list[str]) -> None:
