@@ -25,7 +25,20 @@ from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, Date, String, and_, column, exists, func, select, values
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    Connection,
+    Date,
+    ScalarSelect,
+    String,
+    and_,
+    column,
+    exists,
+    func,
+    select,
+    values,
+)
 
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.store import Store
@@ -152,7 +165,7 @@ def late_messages(conn: Connection, days: list[DayRecord]) -> dict[date, tuple[i
     return out
 
 
-def _day_ranges(batch: list[DayRecord]) -> Any:
+def _day_ranges(batch: list[DayRecord]) -> CTE:
     return (
         values(
             column("p", Date),
@@ -166,7 +179,7 @@ def _day_ranges(batch: list[DayRecord]) -> Any:
     )
 
 
-def _late(r: Any, aggregate: Any) -> Any:
+def _late(r: CTE, aggregate: ColumnElement[Any]) -> ScalarSelect[Any]:
     """``aggregate`` over the eligible messages of r's day ingested after its materialized_at."""
     return (
         select(aggregate)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dagster import ConfigurableResource, DagsterInstance, DagsterInvalidConfigError, build_init_resource_context
 from dagster._config.post_process import post_process_config
 
-R = TypeVar("R", bound=ConfigurableResource)  # type: ignore[type-arg]  # any resource's own value type
+R = TypeVar("R", bound=ConfigurableResource[Any])
 
 
 @contextmanager
