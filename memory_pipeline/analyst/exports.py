@@ -221,7 +221,7 @@ def _write_parquet(
             else:
                 continue
             written += 1
-        if days and not any((files.parquet / export.name).glob("*/*.parquet")):
+        if not written and days and next((files.parquet / export.name).glob("*/*.parquet"), None) is None:
             # A table with no row on any day yet still gets one (empty) day file, with the table's
             # columns: a reader's glob over the table's folder finds no file otherwise and fails.
             copy(f"WHERE {DAY} = ?", [days[0]], logic.parquet_file(files.parquet, export.name, days[0]))

@@ -102,7 +102,12 @@ def is_cjk(word: str) -> bool:
     return "\u4e00" <= word[0] <= "\u9fff"
 
 
-_HAS_CJK = re.compile("[\u4e00-\u9fff]")  # is_cjk's range; a search in C (the English text of a day is long)
+_HAS_CJK = re.compile("[\u4e00-\u9fff]")  # is_cjk's range
+
+
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds a Chinese character (a search in C: a day's English text is long)."""
+    return _HAS_CJK.search(text) is not None
 
 
 @functools.cache
@@ -159,7 +164,7 @@ def chinese_content_words(text: str) -> list[ChineseWord]:
     """The content words of the Chinese in ``text``, in order: jieba's segmentation and part of
     speech, kept when the tag is a content one (nouns, verbs, adjectives, idioms) and the word is two
     characters or more, or a one-character noun (猫, 书: a thing, where 吃, 去 are any day's verbs)."""
-    if _HAS_CJK.search(text) is None:
+    if not has_cjk(text):
         return []
     posseg = _posseg()
     with _JIEBA_LOCK:  # jieba's tokenizer keeps state between calls

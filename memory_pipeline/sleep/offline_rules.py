@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory_pipeline.lib.llm import offline, offline_tools
+from memory_pipeline.lib.text import has_cjk
 from memory_pipeline.sleep.logic import CREATE, DEPRECATE, MERGE, normalized
 from memory_pipeline.sleep.prompts import CREATE_AUTO
 
@@ -184,7 +185,7 @@ def autobiography_rule(messages: Sequence[dict[str, Any]], offered: frozenset[st
         sorted(fresh, key=lambda m: (-offline.sentence_score(str(m["content"])), m["id"]))[:NARRATIVE_PARTS],
         key=lambda m: (m["observed_at"], m["id"]),
     )
-    chinese = any("\u4e00" <= ch <= "\u9fff" for m in told for ch in str(m["content"]))
+    chinese = any(has_cjk(str(m["content"])) for m in told)
     narrative = ("近来：" if chinese else "Lately: ") + ("；" if chinese else "; ").join(
         str(m["content"]) for m in told
     )

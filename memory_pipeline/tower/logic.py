@@ -219,14 +219,6 @@ def window_label(g: str, start: datetime, tz: ZoneInfo, end: datetime | None = N
     return f"{g} {local.isoformat(timespec='minutes')}"
 
 
-def parse_anchor(value: object, field: str = "anchor") -> datetime:
-    """An ISO instant with an offset, or a bare date (its midnight is resolved by the caller)."""
-    try:
-        return parse_instant(value)
-    except ValueError as exc:
-        raise TowerInputError(field, str(exc)) from None
-
-
 # ---- the window a call names ----------------------------------------------------------------------
 
 
@@ -299,7 +291,10 @@ def _moment(value: object, field: str) -> date | datetime | None:
             return date.fromisoformat(value.strip())
         except ValueError:
             raise TowerInputError(field, "is not a date (YYYY-MM-DD) or an ISO 8601 datetime with an offset") from None
-    return parse_anchor(value, field)
+    try:
+        return parse_instant(value)
+    except ValueError as exc:
+        raise TowerInputError(field, str(exc)) from None
 
 
 def _check_group(value: object) -> str | None:

@@ -25,6 +25,7 @@ from memory_pipeline.lib.text import (
     PROPER_TAGS,
     ChineseWord,
     chinese_content_words,
+    has_cjk,
     is_cjk,
     porter_stems,
     zipf,
@@ -192,8 +193,7 @@ def sentences(text: str) -> list[str]:
     out = []
     for part in _SENTENCE.split(" ".join((text or "").split())):
         part = part.strip()
-        cjk = any("\u4e00" <= ch <= "\u9fff" for ch in part)
-        if len(part) < (SENTENCE_MIN_CJK_CHARS if cjk else SENTENCE_MIN_CHARS):
+        if len(part) < (SENTENCE_MIN_CJK_CHARS if has_cjk(part) else SENTENCE_MIN_CHARS):
             continue
         if len(part) > SENTENCE_MAX_CHARS:
             part = part[: SENTENCE_MAX_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;: ") + "…"
