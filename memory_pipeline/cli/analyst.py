@@ -85,13 +85,18 @@ def print_analytics(files: AnalyticsFiles) -> None:
     if not counts:
         console.print(f"{files.duckdb}: no DuckDB file yet (`memory-pipeline export`)")
         return
-    table = Table(title=f"{files.duckdb} (open it with `duckdb -readonly {files.duckdb}`)")
+    table = Table(title=str(files.duckdb))
     table.add_column("schema.table")
     table.add_column("rows", justify="right")
     for name, n in counts.items():
         if not name.startswith("dbt_test__audit."):
             table.add_row(name, str(n))
     console.print(table)
+    # The duckdb wheel has no CLI: Python is what every install has.
+    console.print(
+        f"Open it read-only: .venv/bin/python -c \"import duckdb; duckdb.connect('{files.duckdb}', read_only=True)"
+        f".sql('SHOW ALL TABLES').show()\" (or `duckdb -readonly {files.duckdb}` where the DuckDB CLI is installed)"
+    )
     if files.parquet is not None:
         console.print(f"Parquet by CST day: {files.parquet}/<table>/cst_day=<day>/<table>.parquet")
     if files.report.exists():
@@ -122,7 +127,7 @@ def export(
     ),
     marts: bool = typer.Option(True, "--marts/--no-marts", help="Then dbt build the marts for the same days"),
 ) -> None:
-    """Export every operational table for a range of CST days to the DuckDB file and Parquet
+    """Export every table of memory for a range of CST days to the DuckDB file and Parquet
     (replacing exactly those days, and the months and years they touch), then build the dbt
     marts: Dagster runs, as the automation would. Without --to, the one day --from."""
     from memory_pipeline import operations

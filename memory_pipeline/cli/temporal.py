@@ -367,8 +367,10 @@ def print_status(store: Store) -> None:
     totals = ledger_totals(store)
     models = sorted({r["model"] for r in totals})
     ledger = Table(title=f"LLM ledger (model: {', '.join(models) or 'none yet'})")
-    for col in ("asset", "outcome", "calls", "tokens in", "tokens out"):
-        ledger.add_column(col, overflow="fold", justify="left" if col in ("asset", "outcome") else "right")
+    # The ledger's asset is what made the call: an asset (objects_archive is what the organize job
+    # materializes) or an asset check that asks the model (tower_week_summaries_drift).
+    for col in ("asset or check", "outcome", "calls", "tokens in", "tokens out"):
+        ledger.add_column(col, overflow="fold", justify="left" if col in ("asset or check", "outcome") else "right")
     for r in totals:
         ledger.add_row(str(r["asset"]), r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]))
     console.print(ledger)

@@ -205,6 +205,7 @@ def recall(
         page = chosen[offset : offset + limit]
         entries = entries_by_pk(conn, page)
         now_count = _count_now(conn, t, spec.start, spec.end, grp, fed)
+        unknown = _unknown_group(conn, t, grp, fed) if not chosen else {}
     not_in_view = max(0, now_count - len(chosen))
     nxt = offset + len(page)
     return {
@@ -227,7 +228,20 @@ def recall(
             for r in entries
         ],
         **_staleness(materialized, not_in_view, bool(rows)),
+        **unknown,
     }
+
+
+def _unknown_group(conn: Connection, t: MemoryType, grp: str | None, fed: bool) -> dict[str, str]:
+    """An answer with nothing in it for a named group says whether the type has that group at all:
+    "empty" alone reads as "nothing that week" when the group is misspelt. (The activity type's
+    groups are its worlds, fed from the messages, not its entries.)"""
+    if not grp or fed:
+        return {}
+    e = tower_entries.c
+    if conn.execute(select(e.entry_pk).where(e.type_name == t.name, e.group_value == grp).limit(1)).first():
+        return {}
+    return {"group_note": f"no entry of {t.name} is in group {grp!r}, in this window or any other"}
 
 
 def _staleness(materialized: list[datetime], not_in_view: int, any_rows: bool) -> dict[str, Any]:
@@ -399,6 +413,7 @@ def get_summary(
             for gv, rec in page
             if rec is not None
         ]
+        unknown = _unknown_group(conn, t, grp, fed) if not slots else {}
     missing = [gv for gv, rec in page if rec is None]
     n_found = sum(1 for _, rec in slots if rec is not None)
     n_missing = len(slots) - n_found
@@ -416,6 +431,7 @@ def get_summary(
         "summaries": found,
         "missing_groups": missing,
         **_summary_staleness(found, unfed),
+        **unknown,
     }
 
 

@@ -693,6 +693,22 @@ def test_semantic_recall_of_one_window_pages_its_groups(tower, store):
     assert rest["next_cursor"] is None and rest["state"] == "partial"
 
 
+def test_an_empty_answer_for_a_group_the_type_does_not_have_says_so(tower):
+    """Findings: `tower summary worklog -g week -a 2026-01-05 --group alpha` said "empty", which reads
+    as "nothing that week" when no entry was ever in group alpha."""
+    tower.append("worklog", [{"content": {"project": "aria", "did": "x"}, "at": cst(2026, 1, 5, 10).isoformat()}])
+    unknown = tower.get_summary("worklog", WindowQuery.parse("week", "2026-01-05", group="alpha"))
+    assert unknown["state"] == "empty"
+    assert unknown["group_note"] == "no entry of worklog is in group 'alpha', in this window or any other"
+    recalled = tower.recall("worklog", WindowQuery.parse("week", "2026-01-05", group="alpha"))
+    assert recalled["total_entries"] == 0 and recalled["group_note"] == unknown["group_note"]
+    # A group the type has, in a week without its entries: empty, and no note.
+    quiet = tower.get_summary("worklog", WindowQuery.parse("week", "2026-01-12", group="aria"))
+    assert quiet["state"] == "empty" and "group_note" not in quiet
+    assert "group_note" not in tower.recall("worklog", WindowQuery.parse("week", "2026-01-12", group="aria"))
+    assert "group_note" not in tower.recall("worklog", WindowQuery.parse("week", "2026-01-05", group="aria"))
+
+
 def test_jobs_return_at_once_in_the_background(store):
     tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="t", partition=p))
     tower.create_type("proj/decisions", summaries=True)
