@@ -1,16 +1,23 @@
-"""``upsert``: the one write path for INSERT .. ON CONFLICT. Rows go as multi-VALUES statements of
-up to 1,000 (not a round trip per row), repeated keys are written as sequential statements would
-write them, and the return value counts the rows written, on PostgreSQL and SQLite alike."""
+"""``upsert``: the one write path for INSERT .. ON CONFLICT, and ``insert_rows`` for plain inserts.
+Rows go as multi-VALUES statements of up to 1,000 (not a round trip per row); on PostgreSQL, from
+``BULK_ROWS`` rows on, as one COPY (into a scratch table, then one INSERT .. SELECT for an upsert),
+which writes exactly the rows the VALUES statements write. Repeated keys are written as sequential
+statements would write them, and the return value counts the rows written, on PostgreSQL and SQLite
+alike."""
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime, timedelta
+
 import pytest
-from sqlalchemy import select
+from sqlalchemy import JSON, Boolean, Column, Date, Float, Integer, MetaData, String, Table, Text, select, text
+from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline import domains
-from memory_pipeline.lib.store import Store, make_engine, upsert
+from memory_pipeline.lib.store import Store, db, insert_rows, make_engine, upsert
 from memory_pipeline.lib.store.migrate import ensure_schema
-from memory_pipeline.lib.store.tables import worlds
+from memory_pipeline.lib.store.tables import UTCDateTime, worlds
+from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline_tests.wire import PgWire
 
 
@@ -57,7 +64,13 @@ def test_do_nothing_counts_only_new_rows_and_keeps_the_first_of_a_repeated_key(a
         assert upsert(conn, worlds, rows, keys=["world_id"], update=[]) == 0
 
 
-def test_thousands_of_rows_go_as_a_few_statements_not_one_per_row(store):
+def _statements(relay: PgWire, mark: int, *starts: str) -> dict[str, int]:
+    sent = relay.since(mark)
+    return {start: sum(q.startswith(start) for q in sent) for start in starts}
+
+
+def test_rows_below_the_bulk_size_go_as_multi_values_statements_not_one_per_row(store, monkeypatch):
+    monkeypatch.setattr(db, "BULK_ROWS", 10**9)  # the VALUES form at any size
     relay = PgWire()
     wired = Store(relay.url(store.url))
     try:
@@ -66,10 +79,108 @@ def test_thousands_of_rows_go_as_a_few_statements_not_one_per_row(store):
             mark = relay.count()
             with wired.begin() as conn:
                 n = upsert(conn, worlds, rows, keys=["world_id"], update=update)
-            inserts = [q for q in relay.since(mark) if q.startswith("INSERT INTO worlds")]
-            assert len(inserts) == 3, f"{len(inserts)} INSERT statements for 2,500 rows"
+            sent = _statements(relay, mark, "INSERT INTO worlds", "COPY")
+            assert sent == {"INSERT INTO worlds": 3, "COPY": 0}, f"{sent} for 2,500 rows"
             assert n == (2500 if update is None else 0)
         assert len(_names(store)) == 2500
     finally:
         make_engine(wired.url).dispose()
         relay.close()
+
+
+def test_thousands_of_rows_go_as_one_copy_and_one_insert_on_postgresql(store):
+    relay = PgWire()
+    wired = Store(relay.url(store.url))
+    try:
+        rows = [{"world_id": f"w{i:05d}", "name": f"n{i}"} for i in range(2500)]
+        for update in (None, []):
+            mark = relay.count()
+            with wired.begin() as conn:
+                n = upsert(conn, worlds, rows, keys=["world_id"], update=update)
+            sent = _statements(relay, mark, "INSERT INTO worlds", "COPY")
+            assert sent == {"INSERT INTO worlds": 1, "COPY": 1}, f"{sent} for 2,500 rows"
+            assert n == (2500 if update is None else 0)
+        assert len(_names(store)) == 2500
+        # Fewer than BULK_ROWS rows: the VALUES form (no scratch table for a handful of rows).
+        mark = relay.count()
+        with wired.begin() as conn:
+            upsert(conn, worlds, rows[: db.BULK_ROWS - 1], keys=["world_id"])
+        assert _statements(relay, mark, "INSERT INTO worlds", "COPY") == {"INSERT INTO worlds": 1, "COPY": 0}
+    finally:
+        make_engine(wired.url).dispose()
+        relay.close()
+
+
+# Every kind of value the store writes, and the characters COPY's text format escapes.
+_TEXTS = ["plain", "tab\there", "new\nline", "cr\rhere", "back\\slash", "\\N", "", None, "北京烤鸭 🎉", "'quote\""]
+_JSONS = [{"a": [1, 2.5, None, "x\ty"]}, ["北京", {"n": 0.0001}], None, "text", 3, True]
+
+
+def _kinds(name: str, meta: MetaData) -> Table:
+    return Table(
+        name,
+        meta,
+        Column("id", String(32), primary_key=True),
+        Column("body", Text),
+        Column("doc", JSON),
+        Column("at", UTCDateTime),
+        Column("day", Date),
+        Column("flag", Boolean),
+        Column("ratio", Float),
+        Column("count", Integer, nullable=False, default=7),  # Python defaults, left out of the rows
+        Column("made_at", UTCDateTime, nullable=False, default=utcnow),
+        Column("level", Integer, nullable=False, server_default=text("5")),  # the server's default
+    )
+
+
+def _kind_rows(n: int, salt: str) -> list[dict]:
+    start = datetime(2025, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
+    return [
+        {
+            "id": f"r{i:04d}",
+            "body": None if _TEXTS[i % len(_TEXTS)] is None else f"{_TEXTS[i % len(_TEXTS)]}{salt}",
+            "doc": _JSONS[i % len(_JSONS)],
+            "at": start + timedelta(minutes=i) if i % 5 else None,
+            "day": date(2025, 1, 1) + timedelta(days=i % 400),
+            "flag": (None, True, False)[i % 3],
+            "ratio": i / 7 if i % 4 else None,
+        }
+        for i in range(n)
+    ]
+
+
+def test_copy_writes_exactly_the_rows_the_values_statements_write(store, monkeypatch):
+    meta = MetaData()
+    tables = {"values": _kinds("kinds_values", meta), "copy": _kinds("kinds_copy", meta)}
+    with store.begin() as conn:
+        meta.create_all(conn)
+    n = db.BULK_ROWS + 50
+    written: dict[str, list[tuple]] = {}
+    before = utcnow()
+    for path, table in tables.items():
+        monkeypatch.setattr(db, "BULK_ROWS", 10**9 if path == "values" else 200)
+        with store.begin() as conn:
+            assert upsert(conn, table, _kind_rows(n, ""), keys=["id"]) == n
+        with store.begin() as conn:  # DO UPDATE of every row, then DO NOTHING of the same keys
+            assert upsert(conn, table, _kind_rows(n, " (again)"), keys=["id"]) == n
+            assert upsert(conn, table, _kind_rows(n, " (ignored)"), keys=["id"], update=[]) == 0
+        with store.begin() as conn:
+            extra = [r | {"id": f"x{r['id']}"} for r in _kind_rows(n, " (inserted)")]
+            assert insert_rows(conn, table, extra) == n
+        with store.connect() as conn:
+            found = conn.execute(select(table).order_by(table.c.id)).all()
+        assert all(r.made_at >= before for r in found)  # the Python default, given per row
+        written[path] = [tuple(r)[:-2] + (r.level,) for r in found]  # made_at: the moment of writing
+    assert len(written["copy"]) == 2 * n
+    assert written["copy"] == written["values"]
+    assert {r[1] for r in written["copy"]} >= {f"{t} (again)" for t in _TEXTS if t is not None}
+    assert all(r[-1] == 5 for r in written["copy"])  # the server's default
+
+
+def test_a_copy_that_breaks_a_constraint_fails_as_a_statement_would(store):
+    rows = [{"world_id": f"w{i:05d}", "name": None} for i in range(db.BULK_ROWS)]
+    with store.begin() as conn:
+        insert_rows(conn, worlds, rows)
+    with pytest.raises(IntegrityError, match="duplicate key"), store.begin() as conn:
+        insert_rows(conn, worlds, rows)  # the same keys again: the whole COPY is refused
+    assert len(_names(store)) == db.BULK_ROWS

@@ -40,7 +40,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.kinds import LedgerOutcome, TokensSource
 from memory_pipeline.lib.llm import offline, offline_tools
-from memory_pipeline.lib.store import Store, upsert
+from memory_pipeline.lib.store import Store, insert_rows, upsert
 from memory_pipeline.lib.store.retry import StoreUnavailable, retry_transient
 from memory_pipeline.lib.store.tables import llm_cache, llm_ledger
 from memory_pipeline.lib.text import hard_cut, redact, short_hash
@@ -295,7 +295,7 @@ class LLMClient:
         """Write the buffered ledger and cache rows in the caller's transaction (kept until
         ``clear_pending``: a transaction that rolled back writes them again on its retry)."""
         if self._pending_ledger:
-            conn.execute(llm_ledger.insert(), self._pending_ledger)
+            insert_rows(conn, llm_ledger, self._pending_ledger)
         if self._pending_cache:
             upsert(conn, llm_cache, list(self._pending_cache.values()), keys=["cache_key"])
 

@@ -1,4 +1,4 @@
-from memory_pipeline.lib.store.db import Store, insert_missing, make_engine, read_engine, upsert
+from memory_pipeline.lib.store.db import Store, insert_missing, insert_rows, make_engine, read_engine, upsert
 from memory_pipeline.lib.store.retry import StoreUnavailable, retry_transient
 from memory_pipeline.lib.store.tables import metadata
 
@@ -6,6 +6,7 @@ __all__ = [
     "Store",
     "StoreUnavailable",
     "insert_missing",
+    "insert_rows",
     "make_engine",
     "metadata",
     "read_engine",
