@@ -1055,6 +1055,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, help="override the scale's data set size (trying the benchmark out)")
     parser.add_argument("--reads", type=int, help="override the scale's number of views timed in the read stage")
     parser.add_argument(
+        "--sleep-days", type=int, help="override the scale's nights in the sleep stage (quick 30, full 365)"
+    )
+    parser.add_argument(
         "--skip",
         default="",
         help="comma-separated stages left out (ingest, worlds, backfill, per_partition, launched, sleep, reads, server, "
@@ -1069,6 +1072,8 @@ def main() -> None:
         scale = dataclasses.replace(scale, messages=args.messages, rss_messages=min(scale.rss_messages, args.messages))
     if args.reads:
         scale = dataclasses.replace(scale, reads=args.reads)
+    if args.sleep_days:
+        SLEEP_DAYS[scale.name] = args.sleep_days
     skip = set(filter(None, args.skip.split(",")))
     only = set(filter(None, args.only.split(",")))
     unknown = (skip | only) - set(STAGES)
