@@ -40,6 +40,7 @@ from sqlalchemy import create_engine, func, select, text  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import floor  # noqa: E402
 import launched  # noqa: E402
+import sleep_floor  # noqa: E402
 
 PG = os.environ.get("BENCH_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -64,6 +65,13 @@ class Scale:
     reads: int
     ingest_reps: int
 
+
+# Seed 003's stage: nights of sleep for 10 worlds over the first SLEEP_DAYS days of the year, on a
+# data set of its own at both scales (SLEEP_MESSAGES over the year: ~3 messages a world a day, two
+# conversations), so a quick and a full run differ only in the span. The memories it builds grow
+# every day and deep sleep reads them all each day: the span's cost grows faster than its days.
+SLEEP_DAYS = {"quick": 30, "full": 365}
+SLEEP_MESSAGES = 8_000
 
 SCALES = {
     "quick": Scale("quick", 8_000, 10, 31, 3, 4, 100_000, 10_000, 1),
@@ -265,6 +273,19 @@ def event_batch(size: str):
         os.environ.pop("DAGSTER_EVENT_BATCH_SIZE", None)
         if old is not None:
             os.environ["DAGSTER_EVENT_BATCH_SIZE"] = old
+
+
+@contextmanager
+def data_dir(path: str):
+    """MEMORY_DATA_DIR=path for what runs inside (deep sleep's round logs go under it), restored after."""
+    old = os.environ.get("MEMORY_DATA_DIR")
+    os.environ["MEMORY_DATA_DIR"] = path
+    try:
+        yield
+    finally:
+        os.environ.pop("MEMORY_DATA_DIR", None)
+        if old is not None:
+            os.environ["MEMORY_DATA_DIR"] = old
 
 
 def event_counts(instance) -> dict[str, int]:
@@ -734,6 +755,90 @@ class Bench:
             **detail,
         }
 
+    def sleep(self):
+        """Seed 003: the nights of the span (SLEEP_DAYS) for 10 worlds as production runs a catch-up
+        or a backfill (the nights job over the range, one run, each day's light sleep, deep sleep and
+        autobiography before the next day's: operations.materialize("sleep", ...)), on a fresh store
+        and a fresh SQLite instance; then the set-based floor on the same store, its rows checked
+        against the run's, and the Dagster no-op over the same partitions, so the ratio pairs runs
+        that saw the same machine."""
+        from memory_pipeline import operations
+        from memory_pipeline.events.ingest import ingest_file
+        from memory_pipeline.lib.llm import offline
+        from memory_pipeline.resources import LLMResource
+        from memory_pipeline.sleep import config as sleep_config
+
+        # The offline model's language data (~0.4 s) is loaded once per process: here, so the real run,
+        # timed first, does not pay for it alone.
+        offline.key_sentences([("user", "warm up the language data.")])
+        days = SLEEP_DAYS[self.scale.name]
+        first = date(YEAR, 1, 1)
+        last = first + timedelta(days=days - 1)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp, "sleep.jsonl")
+            n = generate_year(path, SLEEP_MESSAGES, 10, seed=3)
+            store = fresh_store()
+            ingest_file(store, path)
+            home, data = Path(tmp, "dagster"), Path(tmp, "data")
+            home.mkdir()
+            with data_dir(str(data)), sqlite_instance(str(home)) as inst:
+                started = time.perf_counter()
+                report = operations.materialize(
+                    "sleep", first.isoformat(), last.isoformat(), instance=inst, defs=defs_for(store)
+                )
+                real_s = time.perf_counter() - started
+                if not report.success:
+                    raise RuntimeError(f"sleep run failed: {report.runs[0].error}")
+                cfg = sleep_config.load(None)
+                fl = sleep_floor.set_based_floor(
+                    store, first, last, TZ, cfg, Path(tmp, "floor_logs"), LLMResource().model
+                )
+                problems = sleep_floor.compare(store, fl, cfg.logs())
+                meta = {name: floor.real_metadata(inst, name) for name in sleep_floor.ASSETS.values()}
+                lines = sleep_floor.real_log_lines(inst)
+                real_events = event_counts(inst)
+            with tempfile.TemporaryDirectory() as noop_home, sqlite_instance(noop_home) as inst:
+                noop_s = sleep_floor.run_noop(
+                    sleep_floor.noop_definitions(meta, lines), inst, first.isoformat(), last.isoformat()
+                )
+                noop_events = event_counts(inst)
+            discard(store)
+        floor_s = fl.seconds + noop_s
+        ratio = real_s / floor_s
+        self.results |= {
+            "sleep_year_days": days,
+            "sleep_year_seconds": round(real_s, 2),
+            "sleep_year_set_based_seconds": round(fl.seconds, 2),
+            "sleep_year_noop_seconds": round(noop_s, 2),
+            "sleep_year_floor_seconds": round(floor_s, 2),
+            "sleep_year_ratio_to_floor": round(ratio, 2),
+            "sleep_floor_rows_match": not problems,
+            "sleep_year_runs": len(report.runs),
+            "sleep_year_llm_calls": fl.calls,
+            "sleep_year_rows": {
+                "semantic_memories": len(fl.rows.memories),
+                "semantic_memory_versions": len(fl.rows.versions),
+                "semantic_memory_snapshots": len(fl.rows.snapshots),
+                "autobiographical_memories": len(fl.rows.narratives),
+                "sleep_runs": len(fl.rows.runs),
+                "llm_ledger": len(fl.rows.ledger),
+            },
+            "sleep_range_run_events": {"real": real_events, "noop": noop_events},
+        }
+        if problems:
+            self.results["sleep_floor_differences"] = problems[:10]
+        self.note(
+            f"sleep, {days} days x 10 worlds ({n:,} messages over the year), one range run of the nights job",
+            f"{real_s:.2f} s in {len(report.runs)} run(s), {fl.calls} model calls",
+        )
+        self.note(
+            "sleep floor (b): set-based prototype (one read, state in memory, one COPY per table)",
+            f"{fl.seconds:.2f} s, {len(fl.rows.memories)} memories, {len(fl.rows.snapshots)} snapshot rows",
+            "same rows as the real run" if not problems else f"{len(problems)} differences, e.g. {problems[0]}",
+        )
+        self.note("sleep floor (a): Dagster no-op, same partitions, events and metadata", f"{noop_s:.2f} s")
+        self.note("sleep / floor (no-op + set-based)", f"{ratio:.2f}x", "target <= 1.25x")
+
     def reads(self, redis_url: str):
         """p50/p99 of temporal_view over ``reads`` views with Redis and in-process, then what one
         view costs on the wire (SQL statements, Redis round trips)."""
@@ -931,7 +1036,18 @@ class Bench:
         )
 
 
-STAGES = ("ingest", "worlds", "backfill", "per_partition", "launched", "reads", "server", "rss", "incremental")
+STAGES = (
+    "ingest",
+    "worlds",
+    "backfill",
+    "per_partition",
+    "launched",
+    "sleep",
+    "reads",
+    "server",
+    "rss",
+    "incremental",
+)
 
 
 def table(rows) -> str:
@@ -947,10 +1063,13 @@ def main() -> None:
     parser.add_argument("--messages", type=int, help="override the scale's data set size (trying the benchmark out)")
     parser.add_argument("--reads", type=int, help="override the scale's number of views timed in the read stage")
     parser.add_argument(
+        "--sleep-days", type=int, help="override the scale's nights in the sleep stage (quick 30, full 365)"
+    )
+    parser.add_argument(
         "--skip",
         default="",
-        help="comma-separated stages left out (ingest, worlds, backfill, per_partition, launched, reads, server, rss, "
-        "incremental)",
+        help="comma-separated stages left out (ingest, worlds, backfill, per_partition, launched, sleep, reads, server, "
+        "rss, incremental)",
     )
     parser.add_argument(
         "--only", default="", help="comma-separated stages run alone, e.g. --only reads or --only ingest,worlds,rss"
@@ -961,6 +1080,8 @@ def main() -> None:
         scale = dataclasses.replace(scale, messages=args.messages, rss_messages=min(scale.rss_messages, args.messages))
     if args.reads:
         scale = dataclasses.replace(scale, reads=args.reads)
+    if args.sleep_days:
+        SLEEP_DAYS[scale.name] = args.sleep_days
     skip = set(filter(None, args.skip.split(",")))
     only = set(filter(None, args.only.split(",")))
     unknown = (skip | only) - set(STAGES)
@@ -980,9 +1101,14 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             events = Path(tmp, "events.jsonl")
-            n = generate_year(events, scale.messages, scale.worlds)
-            bench.note("data", f"{n:,} messages over {YEAR} for {scale.worlds} worlds")
-            if "ingest" in skip:  # the data is still needed: ingested once, not measured
+            # The stages that read the year's data set (the others build their own)
+            needs_data = not {"ingest", "backfill", "per_partition", "reads", "incremental"} <= skip
+            if needs_data:
+                n = generate_year(events, scale.messages, scale.worlds)
+                bench.note("data", f"{n:,} messages over {YEAR} for {scale.worlds} worlds")
+            if not needs_data:
+                store = None
+            elif "ingest" in skip:  # the data is still needed: ingested once, not measured
                 from memory_pipeline.events.ingest import ingest_file
 
                 store = fresh_store()
@@ -1001,6 +1127,9 @@ def main() -> None:
                         bench.per_partition(events)
             if "backfill" in skip:  # else the backfill keeps the store of its last repetition
                 bench.store = store
+            if "sleep" not in skip:
+                with bench.stage("sleep"):
+                    bench.sleep()
             if "reads" not in skip:
                 with bench.stage("reads"):
                     bench.reads(REDIS)

@@ -81,6 +81,7 @@ class StageRun:
     plans: dict[str, WorldRestore] = field(default_factory=dict)
     stale_days: set[date] = field(default_factory=set)  # days with records the restores made stale
     snapshot_rows: int = 0
+    buffering_before: bool = False  # the client's buffering when the run opened, put back when it ends
 
     @classmethod
     def open(
@@ -93,7 +94,11 @@ class StageRun:
         if problem:
             raise StageFailure(problem)
         q = select(sleep_runs).where(sleep_runs.c.stage == str(stage), sleep_runs.c.day == day)
-        return cls(ctx, position, {r["world_id"]: dict(r) for r in conn.execute(q).mappings()})
+        run = cls(ctx, position, {r["world_id"]: dict(r) for r in conn.execute(q).mappings()})
+        # The offline model's ledger rows wait for the world's transaction (one commit per world, not
+        # one per call); a provider's paid call is still recorded at once (LLMClient._write_now).
+        run.buffering_before, ctx.llm.buffering = ctx.llm.buffering, True
+        return run
 
     @property
     def day(self) -> date:
@@ -137,10 +142,17 @@ class StageRun:
             }
         )
 
+    def _ledger(self, conn: Connection) -> None:
+        """The model calls' ledger rows buffered so far, in the caller's transaction."""
+        self.ctx.llm.write_pending(conn)
+
+    def _written(self) -> None:
+        self.ctx.llm.clear_pending()
+
     def commit(self, world: str, record: dict[str, Any], write: Callable[[Connection], None] | None = None) -> None:
         """One transaction: the world's restore (when it had later places done), the later records
         of the world and later day records made stale (they did not see this run), the stage's
-        writes, the state record."""
+        writes, the state record, the ledger rows of the world's model calls."""
         with self.ctx.store.begin() as conn:
             if world in self.plans:
                 write_restore(conn, self.position, {world: self.plans[world]})
@@ -148,6 +160,8 @@ class StageRun:
             if write is not None:
                 write(conn)
             upsert(conn, sleep_runs, [record], keys=KEYS)
+            self._ledger(conn)
+        self._written()
 
     def refused(self, world: str, reason: str, chars: int, write: Callable[[Connection], None] | None = None) -> None:
         """The world was refused before any call (deep sleep's size limit): nothing of this run is
@@ -164,6 +178,8 @@ class StageRun:
             if write is not None:
                 write(conn)
             upsert(conn, sleep_runs, [row | {"status": str(RunStatus.REFUSED)}], keys=KEYS)
+            self._ledger(conn)
+        self._written()
 
     def failed(self, world: str, exc: BaseException, detail: dict[str, Any] | None = None) -> None:
         """The attempt for ``world`` failed: nothing of it was written. A world (and day) done here
@@ -171,7 +187,12 @@ class StageRun:
         otherwise the record says failed. A call the provider's open breaker refused (no request
         made) is no failure of the world: nothing is recorded and the world stays as it was, left
         for the next run (the call that failed and opened the breaker was recorded where it failed)."""
+        self.ctx.llm.buffering = self.buffering_before  # the run stops here
         if isinstance(exc, LLMProviderDown):
+            if self.ctx.llm.pending:  # the calls made before the breaker opened
+                with self.ctx.store.begin() as conn:
+                    self._ledger(conn)
+                self._written()
             return
         error = f"{type(exc).__name__}: {exc}"[:2000]
         attempt = {"at": utcnow().isoformat(), "error": error, "model": self.ctx.llm.model, **(detail or {})}
@@ -199,6 +220,8 @@ class StageRun:
             else:
                 row = self.record(DAY_ROW, detail=noted) | {"status": str(RunStatus.FAILED)}
             upsert(conn, sleep_runs, [row], keys=KEYS)
+            self._ledger(conn)  # the failed attempt's calls, the failing one included
+        self._written()
 
     def finish(
         self,
@@ -213,27 +236,40 @@ class StageRun:
         is done for every world and each world this place has (``due``: those an unfiltered run
         would take) has a done or refused record here; otherwise the place stays due for the others
         (a new day record says ``partial``)."""
+        self.ctx.llm.buffering = self.buffering_before
         with self.ctx.store.begin() as conn:
-            if every_world is None:
-                r = sleep_runs.c
-                here = (r.stage == str(self.position.stage), r.day == self.day)
-                settled = set(
-                    conn.execute(
-                        select(r.world_id).where(*here, r.world_id.in_(list(due)), r.status.in_(list(SETTLED)))
-                    ).scalars()
-                )
-                if not settled >= set(due) or order_problem(self.position, place_statuses(conn, self.position)):
-                    if conn.execute(select(r.status).where(*here, r.world_id == DAY_ROW)).first() is None:
-                        row = self.record(DAY_ROW, detail={"worlds": worlds, "per_world": detail})
-                        upsert(conn, sleep_runs, [row | {"status": str(RunStatus.PARTIAL)}], keys=KEYS)
-                    return
-            else:
+            self._ledger(conn)  # none left in a normal run: every world's calls commit with it
+            self._day_record(conn, worlds, detail, every_world, due)
+        self._written()
+
+    def _day_record(
+        self,
+        conn: Connection,
+        worlds: int,
+        detail: dict[str, Any],
+        every_world: Sequence[str] | None,
+        due: Sequence[str],
+    ) -> None:
+        if every_world is None:
+            r = sleep_runs.c
+            here = (r.stage == str(self.position.stage), r.day == self.day)
+            settled = set(
                 conn.execute(
-                    delete(sleep_runs).where(
-                        sleep_runs.c.stage == str(self.position.stage),
-                        sleep_runs.c.day == self.day,
-                        sleep_runs.c.world_id.not_in([*every_world, DAY_ROW]),
-                    )
+                    select(r.world_id).where(*here, r.world_id.in_(list(due)), r.status.in_(list(SETTLED)))
+                ).scalars()
+            )
+            if not settled >= set(due) or order_problem(self.position, place_statuses(conn, self.position)):
+                if conn.execute(select(r.status).where(*here, r.world_id == DAY_ROW)).first() is None:
+                    row = self.record(DAY_ROW, detail={"worlds": worlds, "per_world": detail})
+                    upsert(conn, sleep_runs, [row | {"status": str(RunStatus.PARTIAL)}], keys=KEYS)
+                return
+        else:
+            conn.execute(
+                delete(sleep_runs).where(
+                    sleep_runs.c.stage == str(self.position.stage),
+                    sleep_runs.c.day == self.day,
+                    sleep_runs.c.world_id.not_in([*every_world, DAY_ROW]),
                 )
-            row = self.record(DAY_ROW, detail={"worlds": worlds, "per_world": detail})
-            upsert(conn, sleep_runs, [row], keys=KEYS)
+            )
+        row = self.record(DAY_ROW, detail={"worlds": worlds, "per_world": detail})
+        upsert(conn, sleep_runs, [row], keys=KEYS)
