@@ -1,7 +1,7 @@
 """Seed 003 on the command line (`memory-pipeline sleep ...`). There is no "sleep now" (seed: 仅
 cron，不支持手动触发): the schedules run the nights; `backfill` and `rebuild` are operator
-recovery for closed past days, run as Dagster runs in day order (light, deep, autobiography of
-each day before the next day)."""
+recovery for closed past days, run as one Dagster range run of the nights job in day order (light,
+deep, autobiography of each day before the next day)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from memory_pipeline.cli.console import console, err, open_store, refuse
 
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store
+    from memory_pipeline.sleep.logic import Stage
 
 app = typer.Typer(no_args_is_help=True, help=__doc__)
 
@@ -44,20 +45,40 @@ def _keys(start: str, end: str, names: tuple[str, str] = ("--from", "--to")) -> 
     return keys
 
 
-def _recover(keys: list[str], windows: list[str], force: bool) -> None:
+def _recover(keys: list[str], window: str, force: bool) -> None:
+    """One range run of ``window`` over ``keys`` (inside it, day by day, each day's stages in order:
+    day N's deep sleep needs day N-1's), then what each day's stages recorded."""
     from memory_pipeline import operations
+    from memory_pipeline.sleep.order import Position
+    from memory_pipeline.sleep.runs import day_statuses
 
-    instance = operations.get_instance()
-    for key in keys:  # day by day: day N's deep sleep needs day N-1's
-        for window in windows:
-            report = operations.materialize(window, key, key, force_llm=force, instance=instance)
-            for note in report.notes:
-                err.print(f"[yellow]{escape(note)}[/]")
-            for r in report.runs:
-                state = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
-                console.print(f"  {window:<14} {key} run {r.run_id[:8]} ({r.seconds:.1f}s) {state}")
-            if not report.success:
-                raise typer.Exit(1)
+    if not keys:
+        return
+    report = operations.materialize(window, keys[0], keys[-1], force_llm=force, instance=operations.get_instance())
+    for note in report.notes:
+        err.print(f"[yellow]{escape(note)}[/]")
+    for r in report.runs:
+        state = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
+        span = r.first if r.first == r.last else f"{r.first}..{r.last}"
+        console.print(
+            f"  {window} {span}: {r.partitions} day(s) in one run {r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {state}"
+        )
+    with open_store().connect() as conn:
+        statuses = day_statuses(conn, date.fromisoformat(keys[0]))
+    for key in keys:
+        day = date.fromisoformat(key)
+        line = [f"{name} {statuses.get(Position.of(day, stage), 'not run')}" for name, stage in _stages(window)]
+        console.print(f"    {key}  " + ", ".join(line))
+    if not report.success:
+        raise typer.Exit(1)
+
+
+def _stages(window: str) -> list[tuple[str, Stage]]:
+    """The stages a window runs, in a day's order (``sleep``: all three)."""
+    from memory_pipeline.sleep.order import STAGES as NIGHT
+
+    named = list(zip(STAGES, NIGHT, strict=True))  # (light, LIGHT), (deep, DEEP), (autobiography, ...)
+    return named if window == "sleep" else [(n, s) for n, s in named if STAGES[n] == window]
 
 
 @app.command()
@@ -74,7 +95,7 @@ def backfill(
     if stage != "all" and stage not in STAGES:
         refuse(f"--stage {stage!r}: one of all, light, deep, autobiography")
     keys = _keys(start, end)
-    _recover(keys, list(STAGES.values()) if stage == "all" else [STAGES[stage]], False)
+    _recover(keys, "sleep" if stage == "all" else STAGES[stage], False)
     _still_stale(keys[0] if keys else start)
 
 
@@ -121,7 +142,7 @@ def rebuild(
         f"deprecated, {result.narratives_reactivated} reactivated; "
         f"{len(result.stale_days)} day(s) stale"
     )
-    _recover(keys, list(STAGES.values()), True)
+    _recover(keys, "sleep", True)
     _still_stale(keys[0])
 
 

@@ -8,7 +8,9 @@ from typer.testing import CliRunner
 
 from memory_pipeline.cli import app
 from memory_pipeline.lib.store import Store
-from memory_pipeline.sleep.tables import pinned_facts, semantic_memories
+from memory_pipeline.sleep.logic import Stage
+from memory_pipeline.sleep.order import DAY_ROW
+from memory_pipeline.sleep.tables import pinned_facts, semantic_memories, sleep_runs
 from memory_pipeline_tests.conftest import conversation, cst, event
 from memory_pipeline_tests.integration.test_cli import env  # noqa: F401 - the fixture
 
@@ -29,16 +31,25 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
     )
     result = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-03"])
     assert result.exit_code == 0, result.output
-    order = [
-        line.split()[:2] for line in result.output.splitlines() if line.strip().startswith(("light", "deep", "auto"))
+    # One range run of the nights job, not a run per stage and day ...
+    assert "sleep 2026-03-02..2026-03-03: 2 day(s) in one run" in result.output
+    assert "of sleep_nights_job" in result.output
+    days = [line.split() for line in result.output.splitlines() if line.strip().startswith("2026-03-0")]
+    assert days == [
+        ["2026-03-02", "light", "done,", "deep", "done,", "autobiography", "done"],
+        ["2026-03-03", "light", "done,", "deep", "done,", "autobiography", "done"],
     ]
-    assert order == [
-        ["light_sleep", "2026-03-02"],
-        ["deep_sleep", "2026-03-02"],
-        ["autobiography", "2026-03-02"],
-        ["light_sleep", "2026-03-03"],
-        ["deep_sleep", "2026-03-03"],
-        ["autobiography", "2026-03-03"],
+    # ... inside which each day's light, deep and autobiography finish before the next day's light sleep.
+    with Store(pg_url).connect() as conn:
+        r = sleep_runs.c
+        finished = conn.execute(select(r.stage, r.day).where(r.world_id == DAY_ROW).order_by(r.finished_at)).all()
+    assert [(stage, day.isoformat()) for stage, day in finished] == [
+        (str(Stage.LIGHT), "2026-03-02"),
+        (str(Stage.DEEP), "2026-03-02"),
+        (str(Stage.AUTOBIOGRAPHY), "2026-03-02"),
+        (str(Stage.LIGHT), "2026-03-03"),
+        (str(Stage.DEEP), "2026-03-03"),
+        (str(Stage.AUTOBIOGRAPHY), "2026-03-03"),
     ]
     diff = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
     assert diff.exit_code == 0 and "deprecated:" in diff.output and "created:" in diff.output
