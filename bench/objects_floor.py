@@ -378,7 +378,7 @@ def organize(octx: ObjectsContext) -> dict[str, Any]:
         "write_seconds": time.perf_counter() - started - read_seconds - think_seconds,
         "pages": len(receipts),
         "events": len(states),
-        "statements": statements + 6,  # the six reads
+        "statements": statements + 7,  # the seven reads
     }
 
 
