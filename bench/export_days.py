@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -210,14 +211,40 @@ def _measure_runs(folder: Path, days: int, repeat: int, out: dict[str, Any]) -> 
         instance.dispose()
 
 
+def seconds_per_day(folder: Path, days: int, repeat: int) -> dict[str, Any]:
+    """``export_seconds_per_day`` alone (``bench/run.py``'s export stage): the range run on the CLI's
+    instance, after one untimed run, median of ``repeat`` / days."""
+    instance = _instance(folder, "batch")
+    _use(instance, "batch")
+    _runs(instance, 1)  # untimed: loads the definitions and creates the instance's storage
+    seconds = [_runs(instance, days)[0] for _ in range(repeat)]
+    instance.dispose()
+    return {
+        "export_seconds_per_day": round(statistics.median(seconds) / days, 3),
+        "export_days": days,
+        "export_runs_seconds": [round(x, 2) for x in seconds],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=3, help="repetitions per variant and range (core and runs)")
     parser.add_argument("--skip-runs", action="store_true")
+    parser.add_argument(
+        "--per-day-only",
+        metavar="OUT",
+        help="only export_seconds_per_day (the CLI's instance, the --days range), written to OUT (bench/run.py)",
+    )
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench_export_"))
     _setup(folder, args.days)
+    if args.per_day_only:
+        try:
+            Path(args.per_day_only).write_text(json.dumps(seconds_per_day(folder, args.days, args.repeat)) + "\n")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
     out: dict[str, Any] = {"at": datetime.now().astimezone().isoformat(timespec="seconds"), "days": args.days}
     out["data"] = f"{WORLDS * MESSAGES_PER_DAY * args.days} messages over {args.days} days, {WORLDS} worlds"
     ranges = (1, args.days)

@@ -19,11 +19,14 @@ import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, event, func, select, text
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import objects_floor  # noqa: E402  (bench/ is on the path: run as a script, or by bench/run.py)
 
 from memory_pipeline import domains  # noqa: E402
 from memory_pipeline.events.ingest import event_line, ingest_file  # noqa: E402
@@ -54,48 +57,100 @@ def generate(path: Path, n: int, worlds: int) -> None:
             fh.write(json.dumps(event_line(f"b{i:06d}", w, f"{w}-c{i // 50}", "user", body, at)) + "\n")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--events", type=int, default=10_000)
-    parser.add_argument("--worlds", type=int, default=10)
-    args = parser.parse_args()
+def measure(events: int = 10_000, worlds: int = 10, floor: bool = True, say: Any = print) -> dict[str, Any]:
+    """The organize measurement (``bench/run.py``'s objects stage calls it too): the keys of
+    latest.json (``objects_organize_*``). With ``floor``, the set-based floor
+    (``bench/objects_floor.py``) runs on a copy of the store taken before the real run, and its
+    rows are compared with the real run's."""
     schema = f"bench_{uuid.uuid4().hex[:10]}"
+    copy = f"{schema}_floor"
     admin = create_engine(PG)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
+    out: dict[str, Any] = {"objects_organize_events": events, "objects_organize_worlds": worlds}
     try:
         store = Store(f"{PG}?options=-csearch_path%3D{schema}")
         ensure_schema(store, domains.version_locations())
         with TemporaryDirectory() as tmp:
             path = Path(tmp) / "events.jsonl"
-            generate(path, args.events, args.worlds)
+            generate(path, events, worlds)
             ingest_file(store, path)
         octx = ObjectsContext(store, LLMClient(store, asset="bench"), ObjectsConfig(retry_backoff_seconds=0))
         t = time.perf_counter()
         timeline.intake(octx)
-        for w in range(args.worlds):
+        for w in range(worlds):
             worker.enqueue(octx, f"bench-{w}", "compact")
         comp = worker.run_worker(octx)
         t_compact = time.perf_counter() - t
         pending = sum(worker.pending_counts(octx).values())
-        print(
+        say(
             f"hot timeline + explicit compaction: {comp.committed} batches, {pending} pending events in {t_compact:.1f}s"
         )
-        t = time.perf_counter()
         worker.enqueue_hourly(octx)
+        if floor:
+            objects_floor.clone(admin, schema, copy)
+        statements = [0]
+
+        def count(*_args: Any) -> None:
+            statements[0] += 1
+
+        event.listen(store.engine, "before_cursor_execute", count)
+        t = time.perf_counter()
         rep = worker.run_worker(octx)
         secs = time.perf_counter() - t
+        event.remove(store.engine, "before_cursor_execute", count)
         with store.connect() as conn:
             continues = conn.execute(select(func.count()).where(objects_receipts.c.outcome == "continue")).scalar()
-        print(
+        say(
             f"organize: {pending} events in {secs:.1f}s = {pending / secs:,.1f} events/s; "
             f"{rep.model_calls} model calls = {rep.model_calls / max(1, pending):.3f} per event; "
+            f"{statements[0] / max(1, rep.batches):.1f} statements per batch ({rep.batches} batches); "
             f"outcomes {rep.outcomes}; continue {continues}; batches without progress {rep.zero_progress_batches} "
             f"(failed claims {rep.failures}, corrections {rep.corrections})"
         )
+        out.update(
+            objects_organize_events_per_s=round(pending / secs, 1),
+            objects_organize_seconds=round(secs, 2),
+            objects_organize_calls_per_event=round(rep.model_calls / max(1, pending), 3),
+            objects_organize_statements_per_batch=round(statements[0] / max(1, rep.batches), 1),
+            objects_organize_zero_progress_batches=rep.zero_progress_batches,
+        )
+        if floor:
+            fstore = Store(f"{PG}?options=-csearch_path%3D{copy}")
+            fctx = ObjectsContext(fstore, LLMClient(fstore, asset="bench"), ObjectsConfig(retry_backoff_seconds=0))
+            got = objects_floor.organize(fctx)
+            fstore.engine.dispose()
+            differ = objects_floor.compare(admin, schema, copy)
+            say(
+                f"floor (set-based): {got['events']} events, {got['pages']} pages in {got['seconds']:.2f}s "
+                f"(reads {got['read_seconds']:.2f}s, offline model and checks {got['python_seconds']:.2f}s, "
+                f"writes {got['write_seconds']:.2f}s; {got['statements']} statements) = "
+                f"{got['events'] / got['seconds']:,.1f} events/s; real / floor {secs / got['seconds']:.1f}x; "
+                f"rows {'identical' if not differ else differ}"
+            )
+            out.update(
+                objects_organize_floor_events_per_s=round(got["events"] / got["seconds"], 1),
+                objects_organize_floor_seconds=round(got["seconds"], 2),
+                objects_organize_floor_python_seconds=round(got["python_seconds"], 2),
+                objects_organize_ratio_to_floor=round(secs / got["seconds"], 1),
+                objects_organize_floor_rows_match=not differ,
+            )
+        store.engine.dispose()
+        return out
     finally:
         with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA IF EXISTS {copy} CASCADE"))
             conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--worlds", type=int, default=10)
+    parser.add_argument("--no-floor", action="store_true", help="the real run alone (no set-based floor)")
+    args = parser.parse_args()
+    print(json.dumps(measure(args.events, args.worlds, floor=not args.no_floor), indent=2))
 
 
 if __name__ == "__main__":

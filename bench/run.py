@@ -954,6 +954,60 @@ class Bench:
         for row in server_recall.rows(out):
             self.note(*row)
 
+    # --- seed 001's organize and the analyst export (their own stages: `--only objects,export`) ---
+    OBJECTS_EVENTS = {"quick": 1_000, "full": 10_000}  # bench/objects_organize.py's data set, 10 worlds
+    # (days of the range, repetitions); 30 at both scales: a shorter range measures the run's fixed cost
+    EXPORT_DAYS = {"quick": (30, 1), "full": (30, 3)}
+
+    def objects(self):
+        """Organize every pending event with the offline model (bench/objects_organize.py), then the
+        set-based floor on a copy of the store taken before, its rows checked against the real run's."""
+        import objects_organize
+
+        n = self.OBJECTS_EVENTS[self.scale.name]
+        out = objects_organize.measure(n, 10, floor=True, say=lambda m: print(f"  {m}", flush=True))
+        self.results |= out
+        self.note(
+            f"objects organize, {n:,} pending events (offline model)",
+            f"{out['objects_organize_events_per_s']:,.1f} events/s, {out['objects_organize_calls_per_event']:.3f} "
+            f"model calls per event, {out['objects_organize_statements_per_batch']:.1f} statements per batch",
+            "target ≥ 500 events/s; calls per event ≤ 1.01",
+        )
+        self.note(
+            "objects organize / its set-based floor",
+            f"{out['objects_organize_ratio_to_floor']:.1f}x (floor {out['objects_organize_floor_events_per_s']:,.1f} "
+            f"events/s; rows {'identical' if out['objects_organize_floor_rows_match'] else 'DIFFER'})",
+            "target ≤ 1.25x",
+        )
+
+    def export(self):
+        """``export_seconds_per_day``: bench/export_days.py's range run on the CLI's instance, in a
+        process of its own (it sets the embedded default's environment: DAGSTER_HOME and the rest)."""
+        days, repeat = self.EXPORT_DAYS[self.scale.name]
+        with tempfile.TemporaryDirectory() as tmp:
+            result = Path(tmp, "export.json")
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(HERE / "export_days.py"),
+                    "--days",
+                    str(days),
+                    "--repeat",
+                    str(repeat),
+                    "--per-day-only",
+                    str(result),
+                ],
+                check=True,
+                env=os.environ,
+            )
+            got = json.loads(result.read_text())
+        self.results |= got
+        self.note(
+            f"analyst export of a {days}-day range (`export --no-marts`'s run, median of {repeat})",
+            f"{got['export_seconds_per_day']:.3f} s per day",
+            "target ≤ 0.1 s per day",
+        )
+
     def rss(self):
         """Peak RSS of a process ingesting a file of ``rss_messages`` messages."""
         s = self.scale
@@ -1045,6 +1099,8 @@ STAGES = (
     "sleep",
     "reads",
     "server",
+    "objects",
+    "export",
     "rss",
     "incremental",
 )
@@ -1069,7 +1125,7 @@ def main() -> None:
         "--skip",
         default="",
         help="comma-separated stages left out (ingest, worlds, backfill, per_partition, launched, sleep, reads, server, "
-        "rss, incremental)",
+        "objects, export, rss, incremental)",
     )
     parser.add_argument(
         "--only", default="", help="comma-separated stages run alone, e.g. --only reads or --only ingest,worlds,rss"
@@ -1136,6 +1192,12 @@ def main() -> None:
             if "server" not in skip:
                 with bench.stage("server"):
                     bench.server()
+            if "objects" not in skip:
+                with bench.stage("objects"):
+                    bench.objects()
+            if "export" not in skip:
+                with bench.stage("export"):
+                    bench.export()
             if "rss" not in skip:
                 with bench.stage("rss"):
                     bench.rss()

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, select, update
+from sqlalchemy import Connection, bindparam, case, delete, select, update
+from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib.store import Store, requests, upsert
 from memory_pipeline.lib.store.tables import partition_leases
@@ -27,6 +28,7 @@ from memory_pipeline.objects.logic import (
     CoreAuthor,
     EventState,
     GraphWrite,
+    JobStatus,
     ObjectStatus,
     ObjectType,
     Outcome,
@@ -79,6 +81,9 @@ class Claim:
     # The core documents the batch was given: name -> the revision of the version it read (None:
     # read as absent). Only these may be written, and only while unchanged since.
     core_read: dict[str, int | None] = field(default_factory=dict)
+    # The commit gives the job back (``queued`` unless it ended) in its update of the job's
+    # counters; the worker's ``finish`` then leaves the job alone.
+    give_back: bool = False
 
 
 class LeaseLost(SubmissionError):
@@ -179,158 +184,174 @@ def commit(octx: ObjectsContext, claim: Claim, raw: Any, *, size_bytes: int | No
     """Validate and commit one submission for ``claim``; returns the receipt (the original one for
     a token this batch already committed). Raises SubmissionError naming the field when refused.
     ``size_bytes``: the proposal's size as transferred (``logic.check_graph_write``)."""
-    deep = claim.mode is logic.JobMode.DEEP
-    now = octx.now()
-    with octx.store.begin() as conn:
-        # A replay of this batch's committed submission first: its original receipt.
-        again = _replay(conn, claim, raw)
+    try:
+        with octx.store.begin() as conn:
+            return _commit_new(octx, conn, claim, raw, size_bytes)
+    except (SubmissionError, IntegrityError):
+        # A replay of this batch's committed submission is its original receipt, whatever else the
+        # new write found wrong (a replay's revision is stale, its receipt's token taken). Looked
+        # up only when the write failed (and rolled back): a new token costs no read for it.
+        with octx.store.connect() as conn:
+            again = _replay(conn, claim, raw)
         if again is not None:
             return again
-        write = logic.check_graph_write(raw, deep=deep, size_bytes=size_bytes)
-        lease_checker(claim.world_id, claim.holder, now)(conn)
-        # The revision advances first, only from the one the write was made against (a refusal
-        # below rolls it back with everything else): one statement checks and takes it.
-        w = objects_worlds.c
-        revision = write.graph_revision + 1
-        bumped = conn.execute(
-            update(objects_worlds)
-            .where(w.world_id == claim.world_id, w.graph_revision == write.graph_revision)
-            .values(graph_revision=revision, worker_error=None, worker_error_at=None)
-        ).rowcount
-        if not bumped:
-            current = conn.execute(select(w.graph_revision).where(w.world_id == claim.world_id)).scalar_one()
-            raise SubmissionError(
-                "graph_revision", f"stale: written against revision {write.graph_revision}, the graph is at {current}"
-            )
-        touched = {o.object_id for o in write.objects} | set(write.attach)
-        touched |= {r.src for r in write.relations} | {r.dst for r in write.relations} | set(write.reviewed)
-        stored = _stored_objects(conn, claim.world_id, touched)
-        _check_against_store(claim, write, stored)
-        changed_objects, new_objects = _object_changes(write, stored)
-        rel_rows = [
-            {"world_id": claim.world_id, "src": r.src, "label": str(r.label), "dst": r.dst} for r in write.relations
-        ]
-        existing_rel = set()
-        if rel_rows:
-            rc = objects_relations.c
-            existing_rel = set(
-                conn.execute(
-                    select(rc.src, rc.label, rc.dst).where(
-                        rc.world_id == claim.world_id, rc.src.in_(sorted({r["src"] for r in rel_rows}))
-                    )
-                ).all()
-            )
-        new_rel = [r for r in rel_rows if (r["src"], r["label"], r["dst"]) not in existing_rel]
-        core_changes = _core_changes(conn, claim, write)
-        changed = bool(changed_objects or new_objects or new_rel or core_changes or write.archive_relations)
-        had_target = False
-        page = claim.page
-        if page is not None:
-            had_target = (
-                conn.execute(
-                    select(objects_attachments.c.object_id)
-                    .where(
-                        objects_attachments.c.world_id == claim.world_id,
-                        objects_attachments.c.event_id == page.event_id,
-                    )
-                    .limit(1)
-                ).first()
-                is not None
-            )
-            logic.check_outcome(
-                write,
-                page_start=page.start,
-                page_stop=page.stop,
-                event_chars=page.chars,
-                changed=changed,
-                had_target=had_target,
-            )
-        _write_objects(conn, claim.world_id, new_objects, changed_objects, stored, revision, write.token, now)
-        for src, label, dst in write.archive_relations:
-            rc = objects_relations.c
-            done = conn.execute(
-                update(objects_relations)
-                .where(
-                    rc.world_id == claim.world_id,
-                    rc.src == src,
-                    rc.label == label,
-                    rc.dst == dst,
-                    rc.legacy.is_(True),
-                    rc.status == "active",
-                )
-                .values(status="archived", revision=revision)
-            ).rowcount
-            if not done:
-                raise SubmissionError("archive_relations", f"no active legacy relation {src} {label!r} {dst}")
-        if new_rel:
+        raise
+
+
+def _commit_new(
+    octx: ObjectsContext, conn: Connection, claim: Claim, raw: Any, size_bytes: int | None
+) -> dict[str, Any]:
+    """``commit`` of a submission whose token is not committed yet, in the caller's transaction."""
+    deep = claim.mode is logic.JobMode.DEEP
+    now = octx.now()
+    write = logic.check_graph_write(raw, deep=deep, size_bytes=size_bytes)
+    lease_checker(claim.world_id, claim.holder, now)(conn)
+    # The revision advances first, only from the one the write was made against (a refusal
+    # below rolls it back with everything else): one statement checks and takes it.
+    w = objects_worlds.c
+    revision = write.graph_revision + 1
+    bumped = conn.execute(
+        update(objects_worlds)
+        .where(w.world_id == claim.world_id, w.graph_revision == write.graph_revision)
+        .values(graph_revision=revision, worker_error=None, worker_error_at=None)
+    ).rowcount
+    if not bumped:
+        current = conn.execute(select(w.graph_revision).where(w.world_id == claim.world_id)).scalar_one()
+        raise SubmissionError(
+            "graph_revision", f"stale: written against revision {write.graph_revision}, the graph is at {current}"
+        )
+    touched = {o.object_id for o in write.objects} | set(write.attach)
+    touched |= {r.src for r in write.relations} | {r.dst for r in write.relations} | set(write.reviewed)
+    stored = _stored_objects(conn, claim.world_id, touched)
+    _check_against_store(claim, write, stored)
+    changed_objects, new_objects = _object_changes(write, stored)
+    rel_rows = [
+        {"world_id": claim.world_id, "src": r.src, "label": str(r.label), "dst": r.dst} for r in write.relations
+    ]
+    existing_rel = set()
+    if rel_rows:
+        rc = objects_relations.c
+        existing_rel = set(
             conn.execute(
-                objects_relations.insert(),
-                [{**r, "legacy": False, "status": "active", "revision": revision, "created_at": now} for r in new_rel],
+                select(rc.src, rc.label, rc.dst).where(
+                    rc.world_id == claim.world_id, rc.src.in_(sorted({r["src"] for r in rel_rows}))
+                )
+            ).all()
+        )
+    new_rel = [r for r in rel_rows if (r["src"], r["label"], r["dst"]) not in existing_rel]
+    core_changes = _core_changes(conn, claim, write)
+    changed = bool(changed_objects or new_objects or new_rel or core_changes or write.archive_relations)
+    had_target = False
+    page = claim.page
+    if page is not None:
+        had_target = (
+            conn.execute(
+                select(objects_attachments.c.object_id)
+                .where(
+                    objects_attachments.c.world_id == claim.world_id,
+                    objects_attachments.c.event_id == page.event_id,
+                )
+                .limit(1)
+            ).first()
+            is not None
+        )
+        logic.check_outcome(
+            write,
+            page_start=page.start,
+            page_stop=page.stop,
+            event_chars=page.chars,
+            changed=changed,
+            had_target=had_target,
+        )
+    _write_objects(conn, claim.world_id, new_objects, changed_objects, stored, revision, write.token, now)
+    for src, label, dst in write.archive_relations:
+        rc = objects_relations.c
+        done = conn.execute(
+            update(objects_relations)
+            .where(
+                rc.world_id == claim.world_id,
+                rc.src == src,
+                rc.label == label,
+                rc.dst == dst,
+                rc.legacy.is_(True),
+                rc.status == "active",
             )
-        attach_ids = sorted(set(write.attach) | {o.object_id for o in write.objects}) if page is not None else []
-        if attach_ids and page is not None:
-            upsert(
-                conn,
-                objects_attachments,
-                [
-                    {
-                        "world_id": claim.world_id,
-                        "object_id": a,
-                        "event_id": page.event_id,
-                        "revision": revision,
-                        "created_at": now,
-                    }
-                    for a in attach_ids
-                ],
-                keys=["world_id", "object_id", "event_id"],
-                update=[],
-            )
-        for c in core_changes:
-            write_core(conn, claim.world_id, c.name, c.content, revision, CoreAuthor.MODEL, now, token=write.token)
-        if page is not None:
-            _dispose_event(conn, page, write, now)
-        detail: dict[str, Any] = {
-            "objects_created": sorted(o.object_id for o in new_objects),
-            "objects_updated": sorted(o.object_id for o in changed_objects),
-            "relations_added": len(new_rel),
-            "legacy_relations_archived": len(write.archive_relations),
-            "attached": attach_ids,
-            "core": [c.name for c in core_changes],
-            "page_start": page.start if page else None,
-            "page_end": write.page_end,
-            "reviewed": list(write.reviewed),
-            "batch": claim.batch,
-        }
+            .values(status="archived", revision=revision)
+        ).rowcount
+        if not done:
+            raise SubmissionError("archive_relations", f"no active legacy relation {src} {label!r} {dst}")
+    if new_rel:
         conn.execute(
-            objects_receipts.insert().values(
-                token=write.token,
-                world_id=claim.world_id,
-                job_id=claim.job_id,
-                mode=str(claim.mode),
-                revision=revision,
-                event_id=page.event_id if page else None,
-                event_day=page.event_day if page else None,
-                outcome=str(write.outcome) if write.outcome else None,
-                detail=detail,
-                created_at=now,
+            objects_relations.insert(),
+            [{**r, "legacy": False, "status": "active", "revision": revision, "created_at": now} for r in new_rel],
+        )
+    attach_ids = sorted(set(write.attach) | {o.object_id for o in write.objects}) if page is not None else []
+    if attach_ids and page is not None:
+        upsert(
+            conn,
+            objects_attachments,
+            [
+                {
+                    "world_id": claim.world_id,
+                    "object_id": a,
+                    "event_id": page.event_id,
+                    "revision": revision,
+                    "created_at": now,
+                }
+                for a in attach_ids
+            ],
+            keys=["world_id", "object_id", "event_id"],
+            update=[],
+        )
+    for c in core_changes:
+        write_core(conn, claim.world_id, c.name, c.content, revision, CoreAuthor.MODEL, now, token=write.token)
+    if page is not None:
+        _dispose_event(conn, page, write, now)
+    detail: dict[str, Any] = {
+        "objects_created": sorted(o.object_id for o in new_objects),
+        "objects_updated": sorted(o.object_id for o in changed_objects),
+        "relations_added": len(new_rel),
+        "legacy_relations_archived": len(write.archive_relations),
+        "attached": attach_ids,
+        "core": [c.name for c in core_changes],
+        "page_start": page.start if page else None,
+        "page_end": write.page_end,
+        "reviewed": list(write.reviewed),
+        "batch": claim.batch,
+    }
+    conn.execute(
+        objects_receipts.insert().values(
+            token=write.token,
+            world_id=claim.world_id,
+            job_id=claim.job_id,
+            mode=str(claim.mode),
+            revision=revision,
+            event_id=page.event_id if page else None,
+            event_day=page.event_day if page else None,
+            outcome=str(write.outcome) if write.outcome else None,
+            detail=detail,
+            created_at=now,
+        )
+    )
+    if claim.job_id is not None:
+        j = objects_jobs.c
+        conn.execute(
+            update(objects_jobs)
+            .where(j.job_id == claim.job_id)
+            .values(
+                consecutive_failures=0,
+                batches_done=j.batches_done + 1,
+                not_before=None,
+                error=None,
+                # deep: the reviewed objects leave the inventory with this commit, never before
+                inventory_pos=j.inventory_pos + len(claim.deep_ids) if deep else j.inventory_pos,
+                status=case((j.status == JobStatus.RUNNING, JobStatus.QUEUED), else_=j.status)
+                if claim.give_back
+                else j.status,
             )
         )
-        if claim.job_id is not None:
-            j = objects_jobs.c
-            conn.execute(
-                update(objects_jobs)
-                .where(j.job_id == claim.job_id)
-                .values(
-                    consecutive_failures=0,
-                    batches_done=j.batches_done + 1,
-                    not_before=None,
-                    error=None,
-                    # deep: the reviewed objects leave the inventory with this commit, never before
-                    inventory_pos=j.inventory_pos + len(claim.deep_ids) if deep else j.inventory_pos,
-                )
-            )
-        if claim.finish is not None:
-            claim.finish(conn)
+    if claim.finish is not None:
+        claim.finish(conn)
     return {
         "token": write.token,
         "world_id": claim.world_id,

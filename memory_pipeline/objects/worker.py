@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, case, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib import ids
@@ -462,7 +462,14 @@ def _order(
     q = select(j.job_id, j.mode, j.origin, j.created_at, j.last_claimed_at, j.not_before).where(
         j.world_id == world, j.status.in_(list(ACTIVE_JOB))
     )
-    rows = conn.execute(q).all()
+    return _rotation(octx, conn.execute(q).all(), modes)
+
+
+def _rotation(
+    octx: ObjectsContext, rows: Sequence[Any], modes: Sequence[JobMode] | None
+) -> tuple[list[logic.JobView], datetime | None, list[logic.JobView]]:
+    """``_order`` of the job rows read (job_id, mode, origin, created_at, last_claimed_at,
+    not_before)."""
     # Every unfinished job of the world takes part (a compact job holds back the organize request
     # after it even in a run of other modes); only ``modes`` are returned.
     views = [
@@ -488,6 +495,53 @@ def _worlds_with_jobs(
         return sorted(conn.execute(q).scalars())
 
 
+@dataclass
+class ClaimView:
+    """What a turn decides on, read in one statement: the world's flags, who has reserved its next
+    turn, and its runnable jobs in rotation order (``_order``)."""
+
+    busy: bool
+    stopped: bool
+    reserved: str | None
+    order: list[logic.JobView]
+    later: datetime | None
+    rotation: list[logic.JobView]
+
+
+def _claim_view(
+    octx: ObjectsContext, conn: Connection, world: str, modes: Sequence[JobMode] | None
+) -> ClaimView | None:
+    """``_flags``, the next-turn reservation ``_yields`` reads and ``_order``, as one statement (the
+    world's row with its unfinished jobs); None when the world has no row (then the three apart)."""
+    w, j, t = objects_worlds.c, objects_jobs.c, partition_leases.c
+    reserved = (
+        select(t.holder)
+        .where(t.asset == NEXT_TURN_ASSET, t.partition == world, t.expires_at > octx.now())
+        .scalar_subquery()
+    )
+    jobs = objects_worlds.outerjoin(objects_jobs, (j.world_id == w.world_id) & j.status.in_(list(ACTIVE_JOB)))
+    rows = conn.execute(
+        select(
+            w.busy,
+            w.stopped,
+            reserved.label("reserved"),
+            j.job_id,
+            j.mode,
+            j.origin,
+            j.created_at,
+            j.last_claimed_at,
+            j.not_before,
+        )
+        .select_from(jobs)
+        .where(w.world_id == world)
+    ).all()
+    if not rows:
+        return None
+    order, later, rotation = _rotation(octx, [r for r in rows if r.job_id is not None], modes)
+    first = rows[0]
+    return ClaimView(bool(first.busy), bool(first.stopped), first.reserved, order, later, rotation)
+
+
 def _flags(conn: Connection, world: str) -> tuple[bool, bool]:
     w = objects_worlds.c
     row = conn.execute(select(w.busy, w.stopped).where(w.world_id == world)).first()
@@ -500,6 +554,9 @@ def _flags(conn: Connection, world: str) -> tuple[bool, bool]:
 # (a compaction run, an organize run, the nightly deep review) take turns on one world, batch by
 # batch, by least-recent claim, and none starves another.
 NEXT_TURN_ASSET = "objects_worker_next"
+# The worlds whose next turn a run of this process has reserved, as (runner, world): only those
+# have a reservation to give up when the run takes the world's lease (no DELETE per batch).
+_reserved: set[tuple[str, str]] = set()
 NEXT_TURN_TTL = timedelta(seconds=10)
 LEASE_POLL_SECONDS = 0.5
 
@@ -580,13 +637,23 @@ def _advance(
 
 
 def _yields(
-    octx: ObjectsContext, conn: Connection, world: str, rotation: list[logic.JobView], job_id: int, runner: str
+    octx: ObjectsContext,
+    conn: Connection,
+    world: str,
+    rotation: list[logic.JobView],
+    job_id: int,
+    runner: str,
+    holder: str | None = None,
+    *,
+    read: bool = True,
 ) -> bool:
-    """Another run has reserved the world's next turn for a job the rotation puts before ``job_id``."""
+    """Another run has reserved the world's next turn for a job the rotation puts before ``job_id``
+    (``holder``: the reservation already read, with ``read=False``)."""
     t = partition_leases.c
-    holder = conn.execute(
-        select(t.holder).where(t.asset == NEXT_TURN_ASSET, t.partition == world, t.expires_at > octx.now())
-    ).scalar()
+    if read:
+        holder = conn.execute(
+            select(t.holder).where(t.asset == NEXT_TURN_ASSET, t.partition == world, t.expires_at > octx.now())
+        ).scalar()
     wanted, _, other = (holder or "").partition("@")
     if not holder or other == runner or not wanted.isdigit():
         return False
@@ -604,6 +671,7 @@ def _reserve(octx: ObjectsContext, conn: Connection, world: str, job_id: int, ru
         )
     )
     leases.try_acquire(octx.store, NEXT_TURN_ASSET, world, mine, NEXT_TURN_TTL, now=octx.now(), conn=conn)
+    _reserved.add((runner, world))
 
 
 def _unreserve(octx: ObjectsContext, runner: str, world: str | None = None, conn: Connection | None = None) -> None:
@@ -611,6 +679,9 @@ def _unreserve(octx: ObjectsContext, runner: str, world: str | None = None, conn
     q = delete(partition_leases).where(t.asset == NEXT_TURN_ASSET, t.holder.endswith(f"@{runner}"))
     if world is not None:
         q = q.where(t.partition == world)
+        _reserved.discard((runner, world))
+    else:
+        _reserved.difference_update([r for r in list(_reserved) if r[0] == runner])  # list(): runs in threads
     if conn is not None:
         conn.execute(q)
         return
@@ -633,9 +704,14 @@ class Turn:
 _CLAIM_FIELDS = ("status", "claims", "last_claimed_at", "range_end_seq", "inventory", "inventory_pos")
 
 
-def _take_job(octx: ObjectsContext, conn: Connection, job_id: int) -> dict[str, Any]:
+def _take_job(octx: ObjectsContext, conn: Connection, job_id: int, seen: logic.JobView | None = None) -> dict[str, Any]:
+    """The job claimed (running, one more claim, its rotation place now) with what the claim changed
+    as it was before (``_CLAIM_FIELDS``). ``seen``: the job as the turn read it, whose
+    ``last_claimed_at`` is the one before (the rest is what the UPDATE returns, or one less claim)."""
     j = objects_jobs.c
-    before = conn.execute(select(*(j[f] for f in _CLAIM_FIELDS)).where(j.job_id == job_id)).mappings().one()
+    before: dict[str, Any] | None = None
+    if seen is None:
+        before = dict(conn.execute(select(*(j[f] for f in _CLAIM_FIELDS)).where(j.job_id == job_id)).mappings().one())
     job = dict(
         conn.execute(
             update(objects_jobs)
@@ -646,7 +722,11 @@ def _take_job(octx: ObjectsContext, conn: Connection, job_id: int) -> dict[str, 
         .mappings()
         .one()
     )
-    job["_before"] = dict(before)
+    if before is None:
+        assert seen is not None
+        before = {f: job[f] for f in _CLAIM_FIELDS}
+        before.update(claims=job["claims"] - 1, last_claimed_at=seen.last_claimed_at)
+    job["_before"] = before
     return job
 
 
@@ -656,6 +736,11 @@ def _hand_back(conn: Connection, job: dict[str, Any]) -> None:
     recorded, no backoff. Nothing else of the batch was written: a batch writes only at its commit."""
     before = {**job["_before"], "status": JobStatus.QUEUED}
     conn.execute(update(objects_jobs).where(objects_jobs.c.job_id == job["job_id"]).values(**before))
+
+
+def given_back(status: Any) -> Any:
+    """``_give_back`` as the value of the job's status in another UPDATE of its row."""
+    return case((status == JobStatus.RUNNING, JobStatus.QUEUED), else_=status)
 
 
 def _give_back(conn: Connection, job_id: int) -> None:
@@ -699,19 +784,24 @@ class BatchLease:
     deadline: float | None = None
     job_id: int | None = None  # the job this batch took (given back queued with the lease)
 
-    def finish(self, octx: ObjectsContext) -> Callable[[Connection], None]:
+    def finish(self, octx: ObjectsContext, *, given_back: bool = False) -> Callable[[Connection], None]:
+        """The commit's last step: the batch's ledger rows, the lease given up and the job given
+        back (``given_back``: the commit's own update of the job's counters already did, one
+        statement less)."""
         release = graph.lease_releaser(self.world, self.holder)
 
         def run(conn: Connection) -> None:
             octx.llm.write_pending(conn)
-            self.give_up(conn, release)
+            self.give_up(conn, release, job=not given_back)
 
         return run
 
-    def give_up(self, conn: Connection, release: Callable[[Connection], None] | None = None) -> None:
+    def give_up(
+        self, conn: Connection, release: Callable[[Connection], None] | None = None, *, job: bool = True
+    ) -> None:
         """The lease given up and the job given back, together."""
         (release or graph.lease_releaser(self.world, self.holder))(conn)
-        if self.job_id is not None:
+        if job and self.job_id is not None:
             _give_back(conn, self.job_id)
 
     def committed(self, octx: ObjectsContext) -> None:
@@ -748,15 +838,21 @@ def _turn(
     buffering, octx.llm.buffering = octx.llm.buffering, True
     try:
         with octx.store.begin() as conn:
+            seen: logic.JobView | None = None
             if job_id is None:
-                busy, stopped = _flags(conn, world)
-                if busy or stopped:
+                view = _claim_view(octx, conn, world, modes)
+                apart = view is None
+                if view is None:  # no world row (jobs are created with one): read the three apart
+                    busy, stopped = _flags(conn, world)
+                    order, later, rotation = _order(octx, conn, world, modes)
+                    view = ClaimView(busy, stopped, None, order, later, rotation)
+                if view.busy or view.stopped:
                     return Turn("stopped")
-                order, later, rotation = _order(octx, conn, world, modes)
-                if not order:
-                    return Turn("idle", later)
-                job_id = order[0].job_id
-                if runner and _yields(octx, conn, world, rotation, job_id, runner):
+                if not view.order:
+                    return Turn("idle", view.later)
+                seen = view.order[0]
+                job_id = seen.job_id
+                if runner and _yields(octx, conn, world, view.rotation, job_id, runner, view.reserved, read=apart):
                     return Turn("lease_busy")
             holder = f"job{job_id}-{uuid.uuid4().hex[:12]}"
             ttl = timedelta(seconds=octx.cfg.lease_seconds)
@@ -764,12 +860,12 @@ def _turn(
                 if runner:
                     _reserve(octx, conn, world, job_id, runner)
                 return Turn("lease_busy")
-            if runner:
+            if runner and (runner, world) in _reserved:
                 _unreserve(octx, runner, world, conn)
             lease = BatchLease(
                 world, holder, deadline=time.monotonic() + octx.cfg.worker_timeout_seconds, job_id=job_id
             )
-            job = _take_job(octx, conn, job_id)
+            job = _take_job(octx, conn, job_id, seen)
             mode = JobMode(job["mode"])
             page = _claim_page(octx, conn, job) if mode is JobMode.ORGANIZE else None
         report.batches += 1
@@ -979,13 +1075,20 @@ def _compact_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease,
     )
     summary = _compact_rounds(octx, req, batch, lease, report)
     token = f"compact-{uuid.uuid4().hex}"
-    release = lease.finish(octx)
+    release = lease.finish(octx, given_back=True)
 
-    def finish(conn: Connection) -> None:  # in the commit's transaction: the job's count, the lease
+    def finish(conn: Connection) -> None:  # in the commit's transaction: the job's count and give-back, the lease
+        j = objects_jobs.c
         conn.execute(
             update(objects_jobs)
-            .where(objects_jobs.c.job_id == job["job_id"])
-            .values(consecutive_failures=0, batches_done=objects_jobs.c.batches_done + 1, not_before=None, error=None)
+            .where(j.job_id == job["job_id"])
+            .values(
+                consecutive_failures=0,
+                batches_done=j.batches_done + 1,
+                not_before=None,
+                error=None,
+                status=given_back(j.status),
+            )
         )
         release(conn)
 
@@ -1144,7 +1247,8 @@ def _organize_batch(
         revision,
         {x["id"] for x in related},
         page=page,
-        finish=lease.finish(octx),
+        finish=lease.finish(octx, given_back=True),
+        give_back=True,
         batch=f"{job['job_id']}.{job['claims']}",
         core_read=dict(claimed.core_read),
     )
@@ -1322,7 +1426,8 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
         revision,
         set(present),
         deep_ids=batch_ids,
-        finish=lease.finish(octx),
+        finish=lease.finish(octx, given_back=True),
+        give_back=True,
         batch=f"{job['job_id']}.{job['claims']}",
         core_read=core_read,
     )
