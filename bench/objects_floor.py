@@ -15,7 +15,6 @@ objects, versions, relations, attachments, receipts' outcomes, revisions and det
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections import defaultdict
@@ -26,7 +25,7 @@ from sqlalchemy import select, text
 
 from memory_pipeline.lib.llm import LLMRequest
 from memory_pipeline.lib.store.tables import llm_ledger, messages
-from memory_pipeline.objects import logic, offline_rules, prompts
+from memory_pipeline.objects import graph, logic, offline_rules, prompts
 from memory_pipeline.objects.context import ObjectsContext
 from memory_pipeline.objects.logic import EventState, ObjectStatus, ObjectType, Outcome
 from memory_pipeline.objects.tables import (
@@ -69,23 +68,7 @@ def clone(admin: Any, source: str, target: str) -> None:
 
 def _core_docs(rows: dict[str, Any], budget: int) -> list[dict[str, Any]]:
     """`graph.core_for_batch` on the core rows read once."""
-    docs: list[dict[str, Any]] = []
-    left = budget
-    for name in logic.CORE_NAMES:
-        r = rows.get(name)
-        if r is None:
-            docs.append({"name": name, "absent": True})
-            continue
-        doc = {"name": name, "version": r.version, "revision": r.revision, "content": r.content}
-        size = len(json.dumps(doc, ensure_ascii=False).encode())
-        if size > left:
-            docs.append(
-                {"name": name, "version": r.version, "not_delivered": "over the transfer budget; not writable now"}
-            )
-            continue
-        docs.append(doc)
-        left -= size
-    return docs
+    return graph.core_documents(rows, budget)[0]
 
 
 def organize(octx: ObjectsContext) -> dict[str, Any]:

@@ -39,10 +39,14 @@ from memory_pipeline.lib.store.tables import conversations, llm_ledger, messages
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.sleep import deep, prompts
-from memory_pipeline.sleep.autobiography import _recent  # the real stage's pure helper
+from memory_pipeline.sleep.autobiography import (  # the stage's pure helpers
+    _recent,
+    narratives_message,
+    recent_memories_message,
+)
 from memory_pipeline.sleep.config import SleepConfig
 from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop, tool_loop
-from memory_pipeline.sleep.light import RECALLABLE_ROLES, build_prompt, material_fp, system_for
+from memory_pipeline.sleep.light import RECALLABLE_ROLES, build_prompt, material_fp, record_fields, system_for
 from memory_pipeline.sleep.logic import (
     LIGHT_TOOLS,
     Change,
@@ -57,6 +61,7 @@ from memory_pipeline.sleep.logic import (
     message_one,
     size_band,
 )
+from memory_pipeline.sleep.memory import memory_row
 from memory_pipeline.sleep.narrative import Narrative, NarrativeState, summary
 from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.prompts import SessionMaterial
@@ -177,18 +182,7 @@ def set_based_floor(store: Store, first: date, last: date, tz: ZoneInfo, cfg: Sl
             row = out.memories.get(m.id)
             if c.op in (Op.CREATE, Op.MERGE) or row is None:
                 row = {"created_by": str(stage), "created_day": day}
-            out.memories[m.id] = row | {
-                "memory_id": m.id,
-                "world_id": m.world_id,
-                "type": m.type,
-                "content": m.content,
-                "source_sessions": list(m.source_sessions),
-                "observed_at": m.observed_at,
-                "status": str(m.status),
-                "merged_into": m.merged_into,
-                "reason": m.reason,
-                "version": m.version,
-            }
+            out.memories[m.id] = row | memory_row(m)
             memories[m.world_id][m.id] = copy.deepcopy(m)
             taken[m.world_id].add(m.id)
             out.versions.append(
@@ -279,22 +273,7 @@ def set_based_floor(store: Store, first: date, last: date, tz: ZoneInfo, cfg: Sl
                 world,
                 model,
                 input_fp=material_fp(sessions),
-                sessions=len(prompt.sessions),
-                sessions_truncated=prompt.truncated,
-                input_chars=prompt.input_chars,
-                llm_calls=loop.llm_calls,
-                tool_calls=loop.tool_calls,
-                applied=len(loop.changes),
-                rejected=len(loop.rejected),
-                created=stats["created"],
-                detail={
-                    **stats,
-                    "session_ids": prompt.sessions,
-                    "sessions_cut": prompt.cut,
-                    "reply": loop.text[:500],
-                    "rejected_calls": [r["error"] for r in loop.rejected],
-                    "skipped_calls": [s["result"] for s in loop.skipped],
-                },
+                **record_fields(prompt, loop, stats),
             )
             write(loop.changes, Stage.LIGHT, day)
         finish(ctx, Stage.LIGHT, day, len(by_world), per_world)
@@ -379,25 +358,10 @@ def set_based_floor(store: Store, first: date, last: date, tz: ZoneInfo, cfg: Sl
             if not mems_shown and not items:
                 continue
             state_n = NarrativeState(world, day, items, [m["id"] for m in mems_shown])
-            m1 = "# 近 7 日 experience / imprint 语义记忆\n" + "\n".join(
-                json.dumps(m, ensure_ascii=False, sort_keys=True) for m in mems_shown
-            )
+            m1 = recent_memories_message(mems_shown)
             loop = LoopResult()
             if mems_shown:
-                existing = [
-                    {
-                        "id": n.id,
-                        "kind": n.kind,
-                        "significance": n.significance,
-                        "narrative": n.narrative,
-                        "source_memory_ids": n.source_memory_ids,
-                    }
-                    for n in state_n.items.values()
-                    if n.status == "active"
-                ]
-                m2 = "# 已有自传记忆（active）\n" + (
-                    "\n".join(json.dumps(e, ensure_ascii=False, sort_keys=True) for e in existing) or "（无）"
-                )
+                m2 = narratives_message(state_n)
                 tool_loop(
                     ctx,
                     task="autobiography",

@@ -498,6 +498,11 @@ def core_for_batch(
         r.name: r
         for r in conn.execute(select(c.name, c.content, c.revision, c.version).where(c.world_id == world)).all()
     }
+    return core_documents(rows, budget_bytes)
+
+
+def core_documents(rows: dict[str, Any], budget_bytes: int) -> tuple[list[dict[str, Any]], dict[str, int | None]]:
+    """``core_for_batch`` on the world's core rows (name -> row with version, revision, content)."""
     docs: list[dict[str, Any]] = []
     read: dict[str, int | None] = {}
     left = budget_bytes

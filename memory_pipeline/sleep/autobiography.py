@@ -141,6 +141,31 @@ def _recent(memories: Sequence[Memory], start: datetime, end: datetime, tz: Any)
     ]
 
 
+def recent_memories_message(mems: list[dict[str, Any]]) -> str:
+    """The autobiography call's message 1: the recent experience / imprint memories (``_recent``)."""
+    return "# 近 7 日 experience / imprint 语义记忆\n" + "\n".join(
+        json.dumps(m, ensure_ascii=False, sort_keys=True) for m in mems
+    )
+
+
+def narratives_message(state: NarrativeState) -> str:
+    """Message 2: the world's active narratives."""
+    existing = [
+        {
+            "id": n.id,
+            "kind": n.kind,
+            "significance": n.significance,
+            "narrative": n.narrative,
+            "source_memory_ids": n.source_memory_ids,
+        }
+        for n in state.items.values()
+        if n.status == "active"
+    ]
+    return "# 已有自传记忆（active）\n" + (
+        "\n".join(json.dumps(e, ensure_ascii=False, sort_keys=True) for e in existing) or "（无）"
+    )
+
+
 def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | None = None) -> AutoResult:
     out = AutoResult()
     start = day_bounds(day - timedelta(days=ctx.cfg.autobiography_window_days - 1), ctx.tz)[0]
@@ -184,26 +209,11 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
             continue
         out.worlds += 1
         state = NarrativeState(world, day, items, [m["id"] for m in mems])
-        m1 = "# 近 7 日 experience / imprint 语义记忆\n" + "\n".join(
-            json.dumps(m, ensure_ascii=False, sort_keys=True) for m in mems
-        )
+        m1 = recent_memories_message(mems)
         fp = short_hash([prompts.PROMPT_VERSION, m1], length=32)
         loop = LoopResult()
         if mems:
-            existing = [
-                {
-                    "id": n.id,
-                    "kind": n.kind,
-                    "significance": n.significance,
-                    "narrative": n.narrative,
-                    "source_memory_ids": n.source_memory_ids,
-                }
-                for n in state.items.values()
-                if n.status == "active"
-            ]
-            m2 = "# 已有自传记忆（active）\n" + (
-                "\n".join(json.dumps(e, ensure_ascii=False, sort_keys=True) for e in existing) or "（无）"
-            )
+            m2 = narratives_message(state)
             try:
                 tool_loop(
                     ctx,

@@ -129,6 +129,28 @@ def material_fp(sessions: Sequence[SessionMaterial]) -> str:
     return short_hash([astuple(s) for s in sessions], length=32)
 
 
+def record_fields(prompt: LightPrompt, loop: LoopResult, stats: dict[str, int]) -> dict[str, Any]:
+    """A world's light sleep record (``sleep_runs``) besides its key and input fingerprint."""
+    return {
+        "sessions": len(prompt.sessions),
+        "sessions_truncated": prompt.truncated,
+        "input_chars": prompt.input_chars,
+        "llm_calls": loop.llm_calls,
+        "tool_calls": loop.tool_calls,
+        "applied": len(loop.changes),
+        "rejected": len(loop.rejected),
+        "created": stats["created"],
+        "detail": {
+            **stats,
+            "session_ids": prompt.sessions,
+            "sessions_cut": prompt.cut,
+            "reply": loop.text[:500],
+            "rejected_calls": [r["error"] for r in loop.rejected],
+            "skipped_calls": [s["result"] for s in loop.skipped],
+        },
+    }
+
+
 def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None = None) -> LightResult:
     out = LightResult()
     with ctx.store.connect() as conn:
@@ -205,26 +227,7 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
         out.llm_calls += loop.llm_calls
         out.restored += world in run.ahead
         out.per_world[world] = {"sessions": len(prompt.sessions), "truncated": prompt.truncated, **stats}
-        record = run.record(
-            world,
-            input_fp=fps[world],
-            sessions=len(prompt.sessions),
-            sessions_truncated=prompt.truncated,
-            input_chars=prompt.input_chars,
-            llm_calls=loop.llm_calls,
-            tool_calls=loop.tool_calls,
-            applied=len(loop.changes),
-            rejected=len(loop.rejected),
-            created=stats["created"],
-            detail={
-                **stats,
-                "session_ids": prompt.sessions,
-                "sessions_cut": prompt.cut,
-                "reply": loop.text[:500],
-                "rejected_calls": [r["error"] for r in loop.rejected],
-                "skipped_calls": [s["result"] for s in loop.skipped],
-            },
-        )
+        record = run.record(world, input_fp=fps[world], **record_fields(prompt, loop, stats))
 
         def write(conn: Any, changes: list[Change] = loop.changes) -> None:
             write_changes(conn, changes, Provenance(Stage.LIGHT, day))

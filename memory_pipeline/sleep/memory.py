@@ -89,6 +89,22 @@ class Provenance:
     round: str | None = None
 
 
+def memory_row(m: Memory) -> dict[str, Any]:
+    """A memory's ``semantic_memories`` columns (its state; not who created it, nor when)."""
+    return {
+        "memory_id": m.id,
+        "world_id": m.world_id,
+        "type": m.type,
+        "content": m.content,
+        "source_sessions": list(m.source_sessions),
+        "observed_at": m.observed_at,
+        "status": str(m.status),
+        "merged_into": m.merged_into,
+        "reason": m.reason,
+        "version": m.version,
+    }
+
+
 def write_changes(conn: Connection, changes: Sequence[Change], prov: Provenance) -> None:
     """The memory rows (upsert by id, newest state) and one version row per change, as two
     statements; the caller's transaction makes the batch all or nothing."""
@@ -101,20 +117,7 @@ def write_changes(conn: Connection, changes: Sequence[Change], prov: Provenance)
     created = {c.memory.id for c in changes if c.op in (Op.CREATE, Op.MERGE)}
     rows = []
     for mid, c in latest.items():
-        m = c.memory
-        row = {
-            "memory_id": m.id,
-            "world_id": m.world_id,
-            "type": m.type,
-            "content": m.content,
-            "source_sessions": list(m.source_sessions),
-            "observed_at": m.observed_at,
-            "status": str(m.status),
-            "merged_into": m.merged_into,
-            "reason": m.reason,
-            "version": m.version,
-            "updated_at": now,
-        }
+        row = memory_row(c.memory) | {"updated_at": now}
         if mid in created:
             row |= {"created_by": str(prov.stage), "created_day": prov.day, "created_at": now}
         rows.append(row)
