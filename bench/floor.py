@@ -411,7 +411,7 @@ def raw_copy(store: Store, path: Path, foreign_key: bool = False) -> tuple[float
     """Read the file with orjson and COPY its message rows into a same-shape table (messages'
     columns and indexes, no checks, no dedupe): (seconds, rows). ``LIKE ... INCLUDING ALL`` does
     not copy foreign keys: ``foreign_key`` adds messages' own (to the store's conversations, which
-    must hold the file's) for the informational variant of the floor."""
+    must hold the file's): the ingest's floor, since the key is work every ingest must do."""
     started = time.perf_counter()
     n = 0
     with store.begin() as conn:

@@ -444,9 +444,9 @@ class Bench:
             f"raw COPY of the file's rows {copy_s:.2f} s = {n / copy_s:,.0f} msg/s; ratio {copy_s / ingest_s:.2f}",
         )
         self.note(
-            "the same raw COPY with messages' foreign key (not the floor; for reference)",
+            "the floor: the same raw COPY with messages' foreign key (the plain one above is information)",
             f"{fk_copy_s:.2f} s = {n / fk_copy_s:,.0f} msg/s",
-            f"ingest ratio to it {fk_copy_s / ingest_s:.2f}",
+            f"ingest ratio to it {fk_copy_s / ingest_s:.2f} (target >= 0.9)",
         )
         self.note("re-ingest of the same file (0 inserted)", f"{reingest:.2f} s")
         return store
