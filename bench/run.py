@@ -980,6 +980,43 @@ class Bench:
             "target ≤ 1.25x",
         )
 
+    # Days and messages per world-day of worlds_domains: the same per world at both sizes.
+    WORLDS_DOMAINS_SPAN = {"quick": (1, 2), "full": (2, 4)}
+
+    def worlds_domains(self):
+        """Sleep, objects and the export at 100 and 1,000 worlds (bench/worlds_scale.py): each size of
+        each domain in a process of its own, so its peak RSS is its own; the ratios 1000 / 100."""
+        days, per_day = self.WORLDS_DOMAINS_SPAN[self.scale.name]
+        for domain in ("sleep", "objects", "export"):
+            got = {}
+            for worlds in (100, 1000):
+                done = subprocess.run(
+                    [sys.executable, str(HERE / "worlds_scale.py"), "--domain", domain, "--worlds", str(worlds)]
+                    + ["--days", str(days), "--per-day", str(per_day)],
+                    check=True,
+                    env=os.environ,
+                    capture_output=True,
+                    text=True,
+                )
+                got[worlds] = json.loads(done.stdout.strip().splitlines()[-1])
+            small, big = got[100], got[1000]
+            # Peak RSS: what the domain added over the process at its start, at either size.
+            growth = {w: round(got[w]["peak_rss_mb"] - got[w]["rss_before_mb"], 1) for w in got}
+            self.results |= {
+                f"worlds_1000_vs_100_{domain}": round(big["seconds"] / small["seconds"], 2),
+                f"worlds_1000_vs_100_{domain}_peak_rss": round(big["peak_rss_mb"] / small["peak_rss_mb"], 2),
+                f"worlds_{domain}_seconds": {"100": small["seconds"], "1000": big["seconds"]},
+                f"worlds_{domain}_peak_rss_mb": {"100": small["peak_rss_mb"], "1000": big["peak_rss_mb"]},
+                f"worlds_{domain}_rss_growth_mb": {"100": growth[100], "1000": growth[1000]},
+            }
+            self.note(
+                f"{domain}, 1000 vs 100 worlds x {days} days x {per_day} msgs",
+                f"{big['seconds']:.2f} s / {small['seconds']:.2f} s = {big['seconds'] / small['seconds']:.1f}x; "
+                f"peak RSS {big['peak_rss_mb']:.0f} / {small['peak_rss_mb']:.0f} MB "
+                f"(+{growth[1000]:.0f} / +{growth[100]:.0f} MB over the process's start)",
+                "linear: 10x, target <= 11x; peak RSS flat",
+            )
+
     def export(self):
         """``export_seconds_per_day``: bench/export_days.py's range run on the CLI's instance, in a
         process of its own (it sets the embedded default's environment: DAGSTER_HOME and the rest)."""
@@ -1093,6 +1130,7 @@ class Bench:
 STAGES = (
     "ingest",
     "worlds",
+    "worlds_domains",
     "backfill",
     "per_partition",
     "launched",
@@ -1124,7 +1162,7 @@ def main() -> None:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma-separated stages left out (ingest, worlds, backfill, per_partition, launched, sleep, reads, server, "
+        help="comma-separated stages left out (ingest, worlds, worlds_domains, backfill, per_partition, launched, sleep, reads, server, "
         "objects, export, rss, incremental)",
     )
     parser.add_argument(
@@ -1175,6 +1213,9 @@ def main() -> None:
             if "worlds" not in skip:
                 with bench.stage("worlds"):
                     bench.worlds(with_backfill="backfill" not in skip)
+            if "worlds_domains" not in skip:
+                with bench.stage("worlds_domains"):
+                    bench.worlds_domains()
             if "backfill" not in skip:
                 with bench.stage("backfill"):
                     bench.backfill_and_floors(store, events, n)
