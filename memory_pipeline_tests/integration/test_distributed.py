@@ -125,7 +125,11 @@ def test_a_backfill_split_into_bounded_runs_executes_on_two_celery_workers_with_
             backfill = stack.wait_backfill(backfill_id, timeout=900)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{workers.log_tails()}") from None
-        assert backfill["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), (backfill, workers.log_tails())
+        if backfill["status"] not in ("COMPLETED", "COMPLETED_SUCCESS"):  # whole: the daemon's error, every log
+            runs_seen = [(r["runId"][:8], r["status"]) for r in backfill["runs"]]
+            raise stack.fail(
+                f"backfill {backfill['status']}, error {backfill.get('error')}, runs {runs_seen}\n{workers.log_tails()}"
+            )
 
         # multi_run(2): six days are three runs of two consecutive days each.
         runs = sorted(
