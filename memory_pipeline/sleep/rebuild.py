@@ -192,6 +192,14 @@ def mark_stale(conn: Connection, position: Position, worlds: Sequence[str] | Non
     return days
 
 
+def any_done_after(conn: Connection, position: Position, worlds: Sequence[str]) -> bool:
+    """Whether ``worlds`` or the day records have a done record after ``position``: what
+    :func:`mark_stale` (``include_own=False``) would find for any of them."""
+    r = sleep_runs.c
+    where = [_at_or_after(position, False), r.status == RunStatus.DONE, r.world_id.in_([*worlds, DAY_ROW])]
+    return conn.execute(select(r.world_id).where(*where).limit(1)).first() is not None
+
+
 def ahead(conn: Connection, position: Position, worlds: Sequence[str]) -> set[str]:
     """The worlds with a done record at ``position`` or later: a run there must restore them first."""
     if not worlds:

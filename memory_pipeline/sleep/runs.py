@@ -22,7 +22,15 @@ from memory_pipeline.sleep.context import SleepContext, StageFailure
 from memory_pipeline.sleep.logic import Memory, Stage
 from memory_pipeline.sleep.order import DAY_ROW, SETTLED, Position, RunStatus, order_problem
 from memory_pipeline.sleep.prompts import PROMPT_VERSION
-from memory_pipeline.sleep.rebuild import WorldRestore, ahead, as_of, mark_stale, plan_restore, write_restore
+from memory_pipeline.sleep.rebuild import (
+    WorldRestore,
+    ahead,
+    any_done_after,
+    as_of,
+    mark_stale,
+    plan_restore,
+    write_restore,
+)
 from memory_pipeline.sleep.tables import sleep_runs
 
 KEYS = ["stage", "day", "world_id"]
@@ -80,6 +88,10 @@ class StageRun:
     ahead: set[str] = field(default_factory=set)  # worlds restored first (a done record here or later)
     plans: dict[str, WorldRestore] = field(default_factory=dict)
     stale_days: set[date] = field(default_factory=set)  # days with records the restores made stale
+    # Some world of the run (or a day record) has a done record after this place. When none has, a
+    # world's commit has nothing to mark stale: the places after this one cannot turn done while it
+    # runs (each needs this one done first), so the check is made once here, not once per world.
+    later_done: bool = True
     snapshot_rows: int = 0
     buffering_before: bool = False  # the client's buffering when the run opened, put back when it ends
 
@@ -120,6 +132,7 @@ class StageRun:
         """The active memories of ``worlds`` (those to run) as of this place: a world with a done
         record here or later is restored in memory now, in the store at its commit."""
         self.ahead = ahead(conn, self.position, worlds)
+        self.later_done = any_done_after(conn, self.position, worlds)
         self.plans = plan_restore(conn, self.position, sorted(self.ahead)) if self.ahead else {}
         return as_of(conn, self.position, worlds, self.plans)
 
@@ -156,7 +169,8 @@ class StageRun:
         with self.ctx.store.begin() as conn:
             if world in self.plans:
                 write_restore(conn, self.position, {world: self.plans[world]})
-            self.stale_days |= set(mark_stale(conn, self.position, [world], include_own=False))
+            if self.later_done:
+                self.stale_days |= set(mark_stale(conn, self.position, [world], include_own=False))
             if write is not None:
                 write(conn)
             upsert(conn, sleep_runs, [record], keys=KEYS)
