@@ -366,7 +366,9 @@ def _ingest_child(url: str, path: str, barrier, out, direct: bool) -> None:
 
     def progress(phase, done, total):
         if phase == "validate" and done == (0 if direct else total):
-            barrier.wait(timeout=60)
+            # Each child spawns, imports and migrates first: on a loaded machine one has reached
+            # this point minutes after the other. The deadline only catches a child that died.
+            barrier.wait(timeout=600)
 
     report = ingest_file(store, path, progress=progress, direct=direct)
     out.put((report.inserted, report.duplicates, report.new_conversations, report.new_worlds, len(report.rejected)))
@@ -390,7 +392,7 @@ def test_the_same_file_ingested_twice_at_once_is_one_ingest(pg_url, tmp_path, di
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=180)
+        p.join(timeout=900)
     assert [p.exitcode for p in procs] == [0, 0]
     reports = [out.get(timeout=5) for _ in procs]
     assert sum(r[0] for r in reports) == 3000  # inserted
