@@ -122,7 +122,11 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=2)
     parser.add_argument("--per-day", type=int, default=4)
     args = parser.parse_args()
-    print(json.dumps({"domain": args.domain, "worlds": args.worlds, **measure(args.domain, args.worlds, args.days, args.per_day)}))
+    print(
+        json.dumps(
+            {"domain": args.domain, "worlds": args.worlds, **measure(args.domain, args.worlds, args.days, args.per_day)}
+        )
+    )
 
 
 if __name__ == "__main__":
