@@ -61,7 +61,7 @@ from memory_pipeline.sleep.logic import (
     message_one,
     size_band,
 )
-from memory_pipeline.sleep.memory import memory_row
+from memory_pipeline.sleep.memory import Provenance, memory_row, version_row
 from memory_pipeline.sleep.narrative import Narrative, NarrativeState, summary
 from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.prompts import SessionMaterial
@@ -185,24 +185,7 @@ def set_based_floor(store: Store, first: date, last: date, tz: ZoneInfo, cfg: Sl
             out.memories[m.id] = row | memory_row(m)
             memories[m.world_id][m.id] = copy.deepcopy(m)
             taken[m.world_id].add(m.id)
-            out.versions.append(
-                {
-                    "memory_id": m.id,
-                    "world_id": m.world_id,
-                    "version": m.version,
-                    "op": str(c.op),
-                    "type": m.type,
-                    "content": m.content,
-                    "source_sessions": list(m.source_sessions),
-                    "observed_at": m.observed_at,
-                    "status": str(m.status),
-                    "merged_into": m.merged_into,
-                    "reason": c.note if c.note is not None else m.reason,
-                    "stage": str(stage),
-                    "day": day,
-                    "round": round_,
-                }
-            )
+            out.versions.append(version_row(c, Provenance(stage, day, round_)))
 
     def finish(ctx: SleepContext, stage: Stage, day: date, worlds: int, detail: dict[str, Any]) -> None:
         nonlocal calls

@@ -105,6 +105,15 @@ def memory_row(m: Memory) -> dict[str, Any]:
     }
 
 
+def version_row(c: Change, prov: Provenance) -> dict[str, Any]:
+    """A change's ``semantic_memory_versions`` columns but ``at`` (when it is written): the memory's
+    state after it, the operation, its note as the reason when it has one, and where it was made."""
+    row = memory_row(c.memory) | {"op": str(c.op), "stage": str(prov.stage), "day": prov.day, "round": prov.round}
+    if c.note is not None:
+        row["reason"] = c.note
+    return row
+
+
 def write_changes(conn: Connection, changes: Sequence[Change], prov: Provenance) -> None:
     """The memory rows (upsert by id, newest state) and one version row per change, as two
     statements; the caller's transaction makes the batch all or nothing."""
@@ -133,29 +142,7 @@ def write_changes(conn: Connection, changes: Sequence[Change], prov: Provenance)
             .values({c: bindparam(f"b_{c}") for c in cols})
         )
         conn.execute(stmt, [{f"b_{k}": v for k, v in r.items()} for r in old_rows])
-    conn.execute(
-        semantic_memory_versions.insert(),
-        [
-            {
-                "memory_id": c.memory.id,
-                "world_id": c.memory.world_id,
-                "version": c.memory.version,
-                "op": str(c.op),
-                "type": c.memory.type,
-                "content": c.memory.content,
-                "source_sessions": list(c.memory.source_sessions),
-                "observed_at": c.memory.observed_at,
-                "status": str(c.memory.status),
-                "merged_into": c.memory.merged_into,
-                "reason": c.note if c.note is not None else c.memory.reason,
-                "stage": str(prov.stage),
-                "day": prov.day,
-                "round": prov.round,
-                "at": now,
-            }
-            for c in changes
-        ],
-    )
+    conn.execute(semantic_memory_versions.insert(), [version_row(c, prov) | {"at": now} for c in changes])
 
 
 # --- the self layer --------------------------------------------------------------------------------
