@@ -90,7 +90,10 @@ def _window_rows(conn: Connection, t: MemoryType, g: str, starts: list[datetime]
     w = tower_windows.c
     out = []
     for i in range(0, len(starts), 1000):
-        q = select(tower_windows).where(w.type_name == t.name, w.granularity == g, w.start.in_(starts[i : i + 1000]))
+        chunk = starts[i : i + 1000]
+        # one window (a level's recall): `=` binds one value where IN expands its list every call
+        at = w.start == chunk[0] if len(chunk) == 1 else w.start.in_(chunk)
+        q = select(tower_windows).where(w.type_name == t.name, w.granularity == g, at)
         if groups is not None and len(groups) == 1:
             q = q.where(w.group_value == next(iter(groups)))
         out += list(conn.execute(q).mappings())
@@ -146,6 +149,20 @@ def _count_now(conn: Connection, t: MemoryType, start: datetime, end: datetime, 
     return n + (len(_unfed(conn, t, start, end, group)) if fed else 0)
 
 
+def _entries_now(
+    conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None
+) -> dict[int, tuple[int, int]]:
+    """(place in time order, chars) of every entry of the type in [start, end) now, by pk: the
+    walk's entries are looked up in it, and its size is ``_count_now``'s count. One query for both,
+    where the walk's pks as an IN list were hundreds of parameters to bind each call; the order
+    comes from the database, so no timestamp is decoded."""
+    e = tower_entries.c
+    q = select(e.entry_pk, e.chars).where(e.type_name == t.name, e.at >= start, e.at < end).order_by(e.at, e.entry_pk)
+    if group is not None:
+        q = q.where(e.group_value == group)
+    return {int(pk): (i, int(chars)) for i, (pk, chars) in enumerate(conn.execute(q))}
+
+
 def _unfed(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None) -> list[Any]:
     """(world_id, at) of the non-debug conversation messages in [start, end) not yet fed into the
     activity type ``t`` (its entries carry the message id)."""
@@ -176,7 +193,6 @@ def recall(
     ``fed``: ``t`` is the activity type, fed from the conversation messages (see _count_now)."""
     grp = group
     offset = decode_cursor(cursor)
-    e = tower_entries.c
     with store.connect() as conn:
         if spec.granularity == RANGE:
             finest = t.chain[0]
@@ -192,19 +208,11 @@ def recall(
             rows = [r for r in rows if r["group_value"] == grp]
         materialized = [r["materialized_at"] for r in rows]
         pks = _walk(conn, t, rows)
-        meta: dict[int, tuple[datetime, int]] = {}
-        for i in range(0, len(pks), 5000):
-            for pk, at, chars in conn.execute(
-                select(e.entry_pk, e.at, e.chars).where(e.entry_pk.in_(pks[i : i + 5000]))
-            ):
-                meta[int(pk)] = (at, int(chars))
-        chosen = sorted(
-            (pk for pk in set(pks) if pk in meta and spec.start <= meta[pk][0] < spec.end),
-            key=lambda pk: (meta[pk][0], pk),
-        )
+        meta = _entries_now(conn, t, spec.start, spec.end, grp)
+        chosen = sorted((pk for pk in set(pks) if pk in meta), key=lambda pk: meta[pk][0])
         page = chosen[offset : offset + limit]
         entries = entries_by_pk(conn, page)
-        now_count = _count_now(conn, t, spec.start, spec.end, grp, fed)
+        now_count = len(meta) + (len(_unfed(conn, t, spec.start, spec.end, grp)) if fed else 0)
         unknown = _unknown_group(conn, t, grp, fed) if not chosen else {}
     not_in_view = max(0, now_count - len(chosen))
     nxt = offset + len(page)
