@@ -18,9 +18,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, select
-from sqlalchemy.dialects import postgresql, sqlite
 
-from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store import Store, dialect_insert, shape_cached
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import day_bounds, local_date, utcnow
 from memory_pipeline.tower import types as tower_types_io
@@ -147,9 +146,9 @@ def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
     """INSERT .. ON CONFLICT (type_name, entry_id) DO NOTHING RETURNING entry_id."""
     if not rows:
         return set()
-    ins = postgresql.insert(tower_entries) if conn.dialect.name == "postgresql" else sqlite.insert(tower_entries)
+    ins = dialect_insert(conn, tower_entries)
     stmt = ins.on_conflict_do_nothing(index_elements=["type_name", "entry_id"]).returning(tower_entries.c.entry_id)
-    return set(conn.execute(stmt, rows).scalars())
+    return set(conn.execute(shape_cached(stmt, "tower.insert_new"), rows).scalars())
 
 
 def _stored(conn: Connection, type_name: str, ids: list[str]) -> dict[str, Any]:

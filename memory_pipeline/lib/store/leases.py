@@ -25,11 +25,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from memory_pipeline.lib.store.db import Store
+from memory_pipeline.lib.store.db import Store, dialect_insert, shape_cached
 from memory_pipeline.lib.store.tables import partition_leases
 from memory_pipeline.lib.timeutil import utcnow
 
@@ -157,9 +158,28 @@ def _take(
     )
 
 
+def _take_one(conn: Connection) -> Any:
+    """``_take`` of one partition with its values as parameters (``_take_one_values``): one cached
+    statement (``shape_cached``) where ``_take`` is compiled again each call."""
+    t = partition_leases.c
+    ins = dialect_insert(conn, partition_leases)
+    stmt = ins.on_conflict_do_update(
+        index_elements=["asset", "partition"],
+        set_={c: ins.excluded[c] for c in ("holder", "acquired_at", "expires_at", "host", "pid")},
+        where=(t.expires_at <= bindparam("taken_at")) | (t.holder == bindparam("taker")),
+    )
+    return shape_cached(stmt, "leases.take_one")
+
+
+def _take_one_values(asset: str, partition: str, holder: str, ttl: timedelta, now: datetime) -> dict[str, Any]:
+    host, pid = this_process()
+    row = {"asset": asset, "partition": partition, "holder": holder, "acquired_at": now, "expires_at": now + ttl}
+    return row | {"host": host, "pid": pid, "taken_at": now, "taker": holder}
+
+
 def _acquire(conn: Connection, asset: str, partition: str, holder: str, ttl: timedelta, now: datetime) -> Holder | None:
     t = partition_leases.c
-    if conn.execute(_take(conn, asset, [partition], holder, ttl, now)).rowcount == 1:
+    if conn.execute(_take_one(conn), _take_one_values(asset, partition, holder, ttl, now)).rowcount == 1:
         return None
     row = conn.execute(
         select(t.holder, t.expires_at, t.host, t.pid).where(t.asset == asset, t.partition == partition)
