@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Connection, Row, RowMapping, bindparam, select
 
 from memory_pipeline.lib.llm import LLMHardFailure
-from memory_pipeline.lib.store import Store, dialect_insert, retry_transient, shape_cached, upsert
+from memory_pipeline.lib.store import Store, cached_insert, retry_transient, upsert
 from memory_pipeline.lib.timeutil import bucket_end, bucket_start, day_bounds, local_date, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.context import (
@@ -178,12 +178,14 @@ def append_chunks(conn: Connection, rows: list[ChunkRow]) -> set[ChunkKey]:
     (conversation_id, bucket, seq) of the chunks inserted."""
     c = temporal_day_chunks.c
     written: set[ChunkKey] = set()
-    stmt = (
-        dialect_insert(conn, temporal_day_chunks)
-        .on_conflict_do_nothing(index_elements=list(_CHUNK_KEY))
-        .returning(c.conversation_id, c.bucket, c.seq)
+    stmt = cached_insert(
+        conn,
+        temporal_day_chunks,
+        ("temporal.append_chunks",),
+        lambda ins: ins.on_conflict_do_nothing(index_elements=list(_CHUNK_KEY)).returning(
+            c.conversation_id, c.bucket, c.seq
+        ),
     )
-    stmt = shape_cached(stmt, "temporal.append_chunks")
     for i in range(0, len(rows), 500):
         written.update((conv, bucket, seq) for conv, bucket, seq in conn.execute(stmt, rows[i : i + 500]))
     return written

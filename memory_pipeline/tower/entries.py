@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, select
 
-from memory_pipeline.lib.store import Store, dialect_insert, shape_cached
+from memory_pipeline.lib.store import Store, cached_insert
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import day_bounds, local_date, utcnow
 from memory_pipeline.tower import types as tower_types_io
@@ -146,9 +146,15 @@ def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
     """INSERT .. ON CONFLICT (type_name, entry_id) DO NOTHING RETURNING entry_id."""
     if not rows:
         return set()
-    ins = dialect_insert(conn, tower_entries)
-    stmt = ins.on_conflict_do_nothing(index_elements=["type_name", "entry_id"]).returning(tower_entries.c.entry_id)
-    return set(conn.execute(shape_cached(stmt, "tower.insert_new"), rows).scalars())
+    stmt = cached_insert(
+        conn,
+        tower_entries,
+        ("tower.insert_new",),
+        lambda ins: ins.on_conflict_do_nothing(index_elements=["type_name", "entry_id"]).returning(
+            tower_entries.c.entry_id
+        ),
+    )
+    return set(conn.execute(stmt, rows).scalars())
 
 
 def _stored(conn: Connection, type_name: str, ids: list[str]) -> dict[str, Any]:

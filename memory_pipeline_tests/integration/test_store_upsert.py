@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from sqlalchemy import JSON, Boolean, Column, Date, Float, Integer, MetaData, String, Table, Text, select, text
+from sqlalchemy import JSON, Boolean, Column, Date, Float, Integer, MetaData, String, Table, Text, event, select, text
 from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline import domains
@@ -62,6 +62,68 @@ def test_do_nothing_counts_only_new_rows_and_keeps_the_first_of_a_repeated_key(a
     assert _names(any_store) == {"w1": "a", "w2": "first"}
     with any_store.begin() as conn:
         assert upsert(conn, worlds, rows, keys=["world_id"], update=[]) == 0
+
+
+def _compiled(store: Store, write) -> list[object]:
+    """The compiled statements ``write(conn)`` executed, in order (each execution's own)."""
+    seen: list[object] = []
+
+    def note(_conn, _cursor, _statement, _params, context, _many):
+        seen.append(context.compiled)
+
+    event.listen(store.engine, "before_cursor_execute", note)
+    try:
+        with store.begin() as conn:
+            write(conn)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", note)
+    return seen
+
+
+def test_an_upsert_statement_is_compiled_once_per_shape_and_shapes_never_share_one(any_store):
+    # SQLAlchemy 2.0 compiles its dialects' ON CONFLICT INSERT at every call (it caches no such
+    # statement); ours are cached by their shape: the same upsert again reuses its compiled form,
+    # while another key or update list is a statement of its own and writes what it says.
+    row = {"world_id": "w1", "name": "a", "first_event_at": datetime(2025, 1, 1, tzinfo=UTC)}
+    first = _compiled(any_store, lambda conn: upsert(conn, worlds, [row], keys=["world_id"]))
+    again = _compiled(any_store, lambda conn: upsert(conn, worlds, [row | {"name": "b"}], keys=["world_id"]))
+    assert len(first) == len(again) == 1 and first[0] is again[0]
+    later = datetime(2025, 2, 1, tzinfo=UTC)
+    only_date = _compiled(
+        any_store,
+        lambda conn: upsert(
+            conn, worlds, [row | {"name": "c", "first_event_at": later}], ["world_id"], ["first_event_at"]
+        ),
+    )
+    nothing = _compiled(any_store, lambda conn: upsert(conn, worlds, [row | {"name": "d"}], ["world_id"], update=[]))
+    assert len({id(c) for c in (first[0], only_date[0], nothing[0])}) == 3
+    assert "DO NOTHING" in str(nothing[0]) and "DO UPDATE" in str(only_date[0])
+    with any_store.connect() as conn:
+        name, at = conn.execute(select(worlds.c.name, worlds.c.first_event_at)).one()
+    assert (name, at) == ("b", later)  # the update of the date alone left the name; DO NOTHING left both
+
+
+def test_a_lease_is_taken_by_one_compiled_statement_whatever_its_holder_and_time(any_store):
+    from memory_pipeline.lib.store import leases
+
+    now = utcnow()
+    takes = [
+        ("h1", now, None),  # free: taken
+        ("h2", now, "h1"),  # held by h1 and not expired: refused, h1 named
+        ("h2", now + timedelta(seconds=11), None),  # expired: taken over
+    ]
+    compiled = []
+    for holder, at, refused_by in takes:
+        got = []
+        compiled += _compiled(
+            any_store,
+            lambda conn, holder=holder, at=at, got=got: got.append(
+                leases.try_acquire(any_store, "a", "p", holder, timedelta(seconds=10), now=at, conn=conn)
+            ),
+        )
+        assert (got[0].holder if got[0] else None) == refused_by
+    inserts = [c for c in compiled if str(c).startswith("INSERT INTO partition_leases")]
+    assert len(inserts) == 3 and all(c is inserts[0] for c in inserts)
 
 
 def _statements(relay: PgWire, mark: int, *starts: str) -> dict[str, int]:

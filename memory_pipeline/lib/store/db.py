@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from datetime import date, datetime
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import ColumnDefault, Connection, Engine, Table, TableClause, create_engine, event, select, text
@@ -90,10 +90,11 @@ def read_engine(engine: Engine) -> Engine:
 
 # SQLAlchemy 2.0 never caches the compiled form of its PostgreSQL and SQLite INSERT (their Insert
 # sets inherit_cache=False: sqlalchemy#10445, fixed in 2.1), so every upsert compiled its ON CONFLICT
-# statement again: about 1 ms a call, a tenth of a night's sleep stage. The statements built here
-# carry no bound value of their own (the rows come as execute parameters), so their SQL is fixed by
-# their shape (table, key, update and returned columns; SQLAlchemy adds the parameters' column
-# names and the dialect): the shape is their cache key.
+# statement again, after building it: about 1.5 ms a call, a tenth of a night's sleep stage. The
+# statements built by ``cached_insert`` carry no bound value of their own (rows come as execute
+# parameters, anything else as a value-less ``bindparam``), so their SQL is fixed by their shape
+# (with the dialect and the parameters' column names, which SQLAlchemy adds): each is built once per
+# dialect and shape, and the shape is its cache key.
 class _PgInsert(postgresql.Insert):
     inherit_cache = False
     shape: tuple[Any, ...] | None = None
@@ -110,8 +111,7 @@ class _SqliteInsert(sqlite.Insert):
         return None if self.shape is None else CacheKey(self.shape, [])
 
 
-def dialect_insert(conn: Connection, table: Table) -> _PgInsert | _SqliteInsert:
-    """The dialect's INSERT of ``table`` (for ON CONFLICT), cacheable with ``shape_cached``."""
+def _dialect_insert(conn: Connection, table: Table) -> _PgInsert | _SqliteInsert:
     dialect = conn.dialect.name
     if dialect == "postgresql":
         return _PgInsert(table)
@@ -120,12 +120,20 @@ def dialect_insert(conn: Connection, table: Table) -> _PgInsert | _SqliteInsert:
     raise ValueError(f"upsert supports sqlite and postgresql, not {dialect}")
 
 
-def shape_cached(stmt: T, *shape: Any) -> T:
-    """``stmt``, built on ``dialect_insert`` with no bound value of its own (its values come as
-    execute parameters, its other parameters as value-less ``bindparam``s), cached by ``shape``:
-    everything else that decides its SQL."""
-    stmt.shape = ("memory_pipeline.lib.store.db", *shape)  # type: ignore[attr-defined]  # T: a dialect_insert statement
-    return stmt
+_BUILT: dict[tuple[Any, ...], Any] = {}
+
+
+def cached_insert(conn: Connection, table: Table, shape: tuple[Any, ...], build: Callable[[Any], T]) -> T:
+    """``build(INSERT of table)`` for this connection's dialect (its ON CONFLICT clauses), made once
+    per dialect and ``shape`` and compiled once: ``shape`` must name everything ``build`` makes of
+    it (``build`` adds no bound value; see above)."""
+    key = ("memory_pipeline.lib.store.db", conn.dialect.name, table, *shape)
+    stmt: Any = _BUILT.get(key)
+    if stmt is None:
+        stmt = build(_dialect_insert(conn, table))
+        stmt.shape = key
+        _BUILT[key] = stmt
+    return cast(T, stmt)
 
 
 def insert_missing(conn: Connection, table: Table, rows: Sequence[dict[str, Any]], key: str) -> list[Any]:
@@ -135,8 +143,13 @@ def insert_missing(conn: Connection, table: Table, rows: Sequence[dict[str, Any]
     keys in its own transaction to tell a duplicate from a conflict."""
     if not rows:
         return []
-    stmt = dialect_insert(conn, table).on_conflict_do_nothing(index_elements=[key]).returning(table.c[key])
-    return list(conn.execute(shape_cached(stmt, "insert_missing", table, key), list(rows)).scalars())
+    stmt = cached_insert(
+        conn,
+        table,
+        ("insert_missing", key),
+        lambda ins: ins.on_conflict_do_nothing(index_elements=[key]).returning(table.c[key]),
+    )
+    return list(conn.execute(stmt, list(rows)).scalars())
 
 
 def upsert(
@@ -162,25 +175,30 @@ def upsert(
         if update or k not in by_key:
             by_key[k] = row
     unique = list(by_key.values())
-    stmt = dialect_insert(conn, table)
+
+    def conflict(stmt: Any) -> Any:
+        if update:
+            stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=keys)
+        # RETURNING is what makes SQLAlchemy send VALUES rows as multi-VALUES statements of up to
+        # 1,000 (insertmanyvalues); an ON CONFLICT statement without it goes row by row, a round
+        # trip each.
+        return stmt.returning(table.c[keys[0]])
+
     payload = _copy_payload(conn, table, unique)
-    if payload is not None:
-        # The rows COPYed into a scratch table, then one INSERT .. SELECT with the same ON CONFLICT
-        # clause as the VALUES form.
-        names, data = payload
-        scratch = _scratch(conn, table, names)
-        _copy(conn, _quote_table(conn, scratch), names, data)
-        stmt = stmt.from_select(names, select(*(sql_column(n) for n in names)).select_from(scratch))
-    if update:
-        stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})
-    else:
-        stmt = stmt.on_conflict_do_nothing(index_elements=keys)
-    # RETURNING is what makes SQLAlchemy send VALUES rows as multi-VALUES statements of up to 1,000
-    # (insertmanyvalues); an ON CONFLICT statement without it goes row by row, a round trip each.
-    returning = stmt.returning(table.c[keys[0]])
-    if payload is not None:  # from a scratch table of its own: a statement used once
-        return len(conn.execute(returning).all())
-    return len(conn.execute(shape_cached(returning, "upsert", table, tuple(keys), tuple(update)), unique).all())
+    if payload is None:
+        stmt = cached_insert(conn, table, ("upsert", tuple(keys), tuple(update)), conflict)
+        return len(conn.execute(stmt, unique).all())
+    # The rows COPYed into a scratch table, then one INSERT .. SELECT with the same ON CONFLICT
+    # clause as the VALUES form (a statement of its own: the scratch table is new each time).
+    names, data = payload
+    scratch = _scratch(conn, table, names)
+    _copy(conn, _quote_table(conn, scratch), names, data)
+    from_scratch = _dialect_insert(conn, table).from_select(
+        names, select(*(sql_column(n) for n in names)).select_from(scratch)
+    )
+    return len(conn.execute(conflict(from_scratch)).all())
 
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> int:

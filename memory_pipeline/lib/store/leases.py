@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from memory_pipeline.lib.store.db import Store, dialect_insert, shape_cached
+from memory_pipeline.lib.store.db import Store, cached_insert
 from memory_pipeline.lib.store.tables import partition_leases
 from memory_pipeline.lib.timeutil import utcnow
 
@@ -159,16 +159,18 @@ def _take(
 
 
 def _take_one(conn: Connection) -> Any:
-    """``_take`` of one partition with its values as parameters (``_take_one_values``): one cached
-    statement (``shape_cached``) where ``_take`` is compiled again each call."""
+    """``_take`` of one partition with its values as parameters (``_take_one_values``): one
+    statement built and compiled once (``cached_insert``) where ``_take`` is made again each call."""
     t = partition_leases.c
-    ins = dialect_insert(conn, partition_leases)
-    stmt = ins.on_conflict_do_update(
-        index_elements=["asset", "partition"],
-        set_={c: ins.excluded[c] for c in ("holder", "acquired_at", "expires_at", "host", "pid")},
-        where=(t.expires_at <= bindparam("taken_at")) | (t.holder == bindparam("taker")),
-    )
-    return shape_cached(stmt, "leases.take_one")
+
+    def build(ins: Any) -> Any:
+        return ins.on_conflict_do_update(
+            index_elements=["asset", "partition"],
+            set_={c: ins.excluded[c] for c in ("holder", "acquired_at", "expires_at", "host", "pid")},
+            where=(t.expires_at <= bindparam("taken_at")) | (t.holder == bindparam("taker")),
+        )
+
+    return cached_insert(conn, partition_leases, ("leases.take_one",), build)
 
 
 def _take_one_values(asset: str, partition: str, holder: str, ttl: timedelta, now: datetime) -> dict[str, Any]:
