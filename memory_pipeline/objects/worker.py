@@ -1161,14 +1161,21 @@ def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any]) -> 
     with it: three reads in the claim's transaction."""
     world = job["world_id"]
     s, w = objects_event_state.c, objects_worlds.c
+    # The next event picked from the queue's own rows first, then joined to its text: ordering the
+    # join instead read every queued event's text to keep one (2 ms a claim at 500 queued events).
+    first = (
+        select(s.event_id)
+        .where(s.world_id == world, s.state.in_(list(logic.QUEUED_STATES)))
+        .order_by(s.explicit.desc(), s.occurred_at, s.event_id)
+        .limit(1)
+        .scalar_subquery()
+    )
     row = (
         conn.execute(
             select(objects_event_state, messages.c.content, w.graph_revision)
             .join(messages, messages.c.message_id == s.event_id)
             .join(objects_worlds, w.world_id == s.world_id)
-            .where(s.world_id == world, s.state.in_(list(logic.QUEUED_STATES)))
-            .order_by(s.explicit.desc(), s.occurred_at, s.event_id)
-            .limit(1)
+            .where(s.event_id == first)
         )
         .mappings()
         .first()

@@ -89,8 +89,8 @@ def read_engine(engine: Engine) -> Engine:
 
 
 # SQLAlchemy 2.0 never caches the compiled form of its PostgreSQL and SQLite INSERT (their Insert
-# sets inherit_cache=False: sqlalchemy#10445, fixed in 2.1), so every upsert compiled its ON CONFLICT
-# statement again, after building it: about 1.5 ms a call, a tenth of a night's sleep stage. The
+# sets inherit_cache=False: sqlalchemy#10445), so every upsert built and compiled its ON CONFLICT
+# statement again: about 1.5 ms a call, a sixth of a month of nightly sleep's time. The
 # statements built by ``cached_insert`` carry no bound value of their own (rows come as execute
 # parameters, anything else as a value-less ``bindparam``), so their SQL is fixed by their shape
 # (with the dialect and the parameters' column names, which SQLAlchemy adds): each is built once per
