@@ -103,6 +103,21 @@ def test_an_upsert_statement_is_compiled_once_per_shape_and_shapes_never_share_o
     assert (name, at) == ("b", later)  # the update of the date alone left the name; DO NOTHING left both
 
 
+def test_a_statement_made_from_a_cached_one_is_compiled_as_itself(any_store):
+    # The cache key belongs to the statement cached_insert built: a statement made from it (here
+    # with RETURNING added) is another SQL and must never be served the cached compiled form.
+    def build(ins):
+        return ins.on_conflict_do_nothing(index_elements=["world_id"])
+
+    with any_store.begin() as conn:
+        plain = db.cached_insert(conn, worlds, ("test.derived",), build)
+        conn.execute(plain, [{"world_id": "w1", "name": "a"}])
+        derived = plain.returning(worlds.c.world_id)
+        assert conn.execute(derived, [{"world_id": "w2", "name": "b"}]).scalars().all() == ["w2"]
+        assert db.cached_insert(conn, worlds, ("test.derived",), build) is plain
+    assert _names(any_store) == {"w1": "a", "w2": "b"}
+
+
 def test_a_lease_is_taken_by_one_compiled_statement_whatever_its_holder_and_time(any_store):
     from memory_pipeline.lib.store import leases
 

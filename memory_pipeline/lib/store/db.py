@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from datetime import date, datetime
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import ColumnDefault, Connection, Engine, Table, TableClause, create_engine, event, select, text
@@ -102,6 +102,11 @@ class _PgInsert(postgresql.Insert):
     def _generate_cache_key(self) -> CacheKey | None:
         return None if self.shape is None else CacheKey(self.shape, [])
 
+    def _generate(self) -> Self:  # a statement made from a cached one is another shape: uncached
+        new = super()._generate()
+        new.shape = None
+        return new
+
 
 class _SqliteInsert(sqlite.Insert):
     inherit_cache = False
@@ -109,6 +114,11 @@ class _SqliteInsert(sqlite.Insert):
 
     def _generate_cache_key(self) -> CacheKey | None:
         return None if self.shape is None else CacheKey(self.shape, [])
+
+    def _generate(self) -> Self:  # a statement made from a cached one is another shape: uncached
+        new = super()._generate()
+        new.shape = None
+        return new
 
 
 def _dialect_insert(conn: Connection, table: Table) -> _PgInsert | _SqliteInsert:
