@@ -95,30 +95,27 @@ def read_engine(engine: Engine) -> Engine:
 # parameters, anything else as a value-less ``bindparam``), so their SQL is fixed by their shape
 # (with the dialect and the parameters' column names, which SQLAlchemy adds): each is built once per
 # dialect and shape, and the shape is its cache key.
-class _PgInsert(postgresql.Insert):
-    inherit_cache = False
+class _ShapeKeyed:
+    """An INSERT cached by its ``shape`` (None: not cached); a statement made from it (one more
+    generative step) is another SQL, so it drops the shape."""
+
     shape: tuple[Any, ...] | None = None
 
     def _generate_cache_key(self) -> CacheKey | None:
         return None if self.shape is None else CacheKey(self.shape, [])
 
-    def _generate(self) -> Self:  # a statement made from a cached one is another shape: uncached
-        new = super()._generate()
+    def _generate(self) -> Self:
+        new: Self = super()._generate()  # type: ignore[misc]  # the partner base is SQLAlchemy's Generative
         new.shape = None
         return new
 
 
-class _SqliteInsert(sqlite.Insert):
+class _PgInsert(_ShapeKeyed, postgresql.Insert):
     inherit_cache = False
-    shape: tuple[Any, ...] | None = None
 
-    def _generate_cache_key(self) -> CacheKey | None:
-        return None if self.shape is None else CacheKey(self.shape, [])
 
-    def _generate(self) -> Self:  # a statement made from a cached one is another shape: uncached
-        new = super()._generate()
-        new.shape = None
-        return new
+class _SqliteInsert(_ShapeKeyed, sqlite.Insert):
+    inherit_cache = False
 
 
 def _dialect_insert(conn: Connection, table: Table) -> _PgInsert | _SqliteInsert:
