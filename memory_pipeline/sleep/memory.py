@@ -54,20 +54,43 @@ def _memory(row: RowMapping) -> Memory:
     )
 
 
+_MEMORY_COLUMNS = [
+    semantic_memories.c[name]
+    for name in (
+        "memory_id",
+        "world_id",
+        "type",
+        "content",
+        "source_sessions",
+        "observed_at",
+        "status",
+        "merged_into",
+        "reason",
+        "version",
+    )
+]
+
+
 def load_active(
     conn: Connection, world_ids: Sequence[str] | None = None, upto_day: date | None = None
 ) -> dict[str, list[Memory]]:
     """Active memories by world, in one query; with ``upto_day``, only those of that day or before
     (created by its sleep or an earlier one, or written by `remember` that day or before): a later
     day's are not that day's set."""
-    q = select(semantic_memories).where(semantic_memories.c.status == MemoryStatus.ACTIVE)
+    # A stage reads every active memory of its worlds at each place (a year's range run: millions of
+    # rows), so only Memory's columns, as plain rows.
+    q = select(*_MEMORY_COLUMNS).where(semantic_memories.c.status == MemoryStatus.ACTIVE)
     if upto_day is not None:
         q = q.where(semantic_memories.c.created_day <= upto_day)
     if world_ids is not None:
         q = q.where(semantic_memories.c.world_id.in_(list(world_ids)))
     out: dict[str, list[Memory]] = defaultdict(list)
-    for row in conn.execute(q.order_by(semantic_memories.c.memory_id)).mappings():
-        out[row["world_id"]].append(_memory(row))
+    for mid, world, kind, content, sessions, observed, status, merged, reason, version in conn.execute(
+        q.order_by(semantic_memories.c.memory_id)
+    ):
+        out[world].append(
+            Memory(mid, world, kind, content, list(sessions or []), observed, status, merged, reason, version)
+        )
     return dict(out)
 
 
