@@ -12,7 +12,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import bindparam, delete, func, select, update
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection, Row
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.ids import validate_id
@@ -38,22 +38,8 @@ from memory_pipeline.sleep.tables import (
     semantic_memory_versions,
 )
 
-
-def _memory(row: RowMapping) -> Memory:
-    return Memory(
-        row["memory_id"],
-        row["world_id"],
-        row["type"],
-        row["content"],
-        list(row["source_sessions"] or []),
-        row["observed_at"],
-        row["status"],
-        row["merged_into"],
-        row["reason"],
-        row["version"],
-    )
-
-
+# Memory's columns, in its fields' order: a stage reads every active memory of its worlds at each
+# place (a year's range run: millions of rows), so only these, as plain rows.
 _MEMORY_COLUMNS = [
     semantic_memories.c[name]
     for name in (
@@ -71,26 +57,27 @@ _MEMORY_COLUMNS = [
 ]
 
 
+def _memory(row: Row[Any]) -> Memory:
+    """A Memory from a row of ``_MEMORY_COLUMNS``."""
+    mid, world, kind, content, sessions, observed, status, merged, reason, version = row
+    return Memory(mid, world, kind, content, list(sessions or []), observed, status, merged, reason, version)
+
+
 def load_active(
     conn: Connection, world_ids: Sequence[str] | None = None, upto_day: date | None = None
 ) -> dict[str, list[Memory]]:
     """Active memories by world, in one query; with ``upto_day``, only those of that day or before
     (created by its sleep or an earlier one, or written by `remember` that day or before): a later
     day's are not that day's set."""
-    # A stage reads every active memory of its worlds at each place (a year's range run: millions of
-    # rows), so only Memory's columns, as plain rows.
     q = select(*_MEMORY_COLUMNS).where(semantic_memories.c.status == MemoryStatus.ACTIVE)
     if upto_day is not None:
         q = q.where(semantic_memories.c.created_day <= upto_day)
     if world_ids is not None:
         q = q.where(semantic_memories.c.world_id.in_(list(world_ids)))
     out: dict[str, list[Memory]] = defaultdict(list)
-    for mid, world, kind, content, sessions, observed, status, merged, reason, version in conn.execute(
-        q.order_by(semantic_memories.c.memory_id)
-    ):
-        out[world].append(
-            Memory(mid, world, kind, content, list(sessions or []), observed, status, merged, reason, version)
-        )
+    for row in conn.execute(q.order_by(semantic_memories.c.memory_id)):
+        m = _memory(row)
+        out[m.world_id].append(m)
     return dict(out)
 
 
@@ -373,5 +360,5 @@ def memories_by_id(conn: Connection, ids: Iterable[str]) -> dict[str, Memory]:
     ids = list(ids)
     if not ids:
         return {}
-    q = select(semantic_memories).where(semantic_memories.c.memory_id.in_(ids))
-    return {r["memory_id"]: _memory(r) for r in conn.execute(q).mappings()}
+    q = select(*_MEMORY_COLUMNS).where(semantic_memories.c.memory_id.in_(ids))
+    return {m.id: m for m in map(_memory, conn.execute(q))}

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, bindparam, delete, select, update
+from sqlalchemy import BindParameter, Connection, bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from memory_pipeline.lib.store.db import Store, cached_insert
@@ -122,11 +122,13 @@ def try_acquire(
         return _acquire(own, asset, partition, holder, ttl, now)
 
 
+_Ins = TypeVar("_Ins", postgresql.Insert, sqlite.Insert)
+
+
 def _take(
     conn: Connection, asset: str, partitions: list[str], holder: str, ttl: timedelta, now: datetime
 ) -> postgresql.Insert | sqlite.Insert:
     """The one statement that takes leases: insert, or take over where expired or already ours."""
-    t = partition_leases.c
     host, pid = this_process()
     rows = [
         {
@@ -140,20 +142,18 @@ def _take(
         }
         for p in partitions
     ]
-    ins: postgresql.Insert | sqlite.Insert
     if conn.dialect.name == "postgresql":
-        ins = postgresql.insert(partition_leases).values(rows)
-    else:
-        ins = sqlite.insert(partition_leases).values(rows)
+        return _taking_over(postgresql.insert(partition_leases).values(rows), now, holder)
+    return _taking_over(sqlite.insert(partition_leases).values(rows), now, holder)
+
+
+def _taking_over(ins: _Ins, now: datetime | BindParameter[Any], holder: str | BindParameter[Any]) -> _Ins:
+    """The take-over clause of every lease take: the row becomes ``holder``'s where it has expired
+    at ``now`` or is already ``holder``'s (values, or bind parameters in the cached statement)."""
+    t = partition_leases.c
     return ins.on_conflict_do_update(
         index_elements=["asset", "partition"],
-        set_={
-            "holder": ins.excluded.holder,
-            "acquired_at": ins.excluded.acquired_at,
-            "expires_at": ins.excluded.expires_at,
-            "host": ins.excluded.host,
-            "pid": ins.excluded.pid,
-        },
+        set_={c: ins.excluded[c] for c in ("holder", "acquired_at", "expires_at", "host", "pid")},
         where=(t.expires_at <= now) | (t.holder == holder),
     )
 
@@ -161,16 +161,12 @@ def _take(
 def _take_one(conn: Connection) -> Any:
     """``_take`` of one partition with its values as parameters (``_take_one_values``): one
     statement built and compiled once (``cached_insert``) where ``_take`` is made again each call."""
-    t = partition_leases.c
-
-    def build(ins: Any) -> Any:
-        return ins.on_conflict_do_update(
-            index_elements=["asset", "partition"],
-            set_={c: ins.excluded[c] for c in ("holder", "acquired_at", "expires_at", "host", "pid")},
-            where=(t.expires_at <= bindparam("taken_at")) | (t.holder == bindparam("taker")),
-        )
-
-    return cached_insert(conn, partition_leases, ("leases.take_one",), build)
+    return cached_insert(
+        conn,
+        partition_leases,
+        ("leases.take_one",),
+        lambda ins: _taking_over(ins, bindparam("taken_at"), bindparam("taker")),
+    )
 
 
 def _take_one_values(asset: str, partition: str, holder: str, ttl: timedelta, now: datetime) -> dict[str, Any]:
