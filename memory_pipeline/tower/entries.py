@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, bindparam, select
 
 from memory_pipeline.lib.store import Store, cached_insert
 from memory_pipeline.lib.store.tables import conversations, messages
@@ -263,17 +263,21 @@ def entries_in(conn: Connection, type_name: str, start: datetime, end: datetime,
     return list(conn.execute(q).mappings())
 
 
+# Built once: exact recall reads a page of entries by pk each call.
+_BY_PK = select(
+    tower_entries.c.entry_pk,
+    tower_entries.c.entry_id,
+    tower_entries.c.at,
+    tower_entries.c.group_value,
+    tower_entries.c.content,
+    tower_entries.c.chars,
+).where(tower_entries.c.entry_pk.in_(bindparam("pks", expanding=True)))
+
+
 def entries_by_pk(conn: Connection, pks: list[int]) -> list[Any]:
-    t = tower_entries.c
     out = []
     for i in range(0, len(pks), BATCH):
-        out += list(
-            conn.execute(
-                select(t.entry_pk, t.entry_id, t.at, t.group_value, t.content, t.chars).where(
-                    t.entry_pk.in_(pks[i : i + BATCH])
-                )
-            ).mappings()
-        )
+        out += list(conn.execute(_BY_PK, {"pks": pks[i : i + BATCH]}).mappings())
     order = {pk: i for i, pk in enumerate(pks)}
     return sorted(out, key=lambda r: order[r["entry_pk"]])
 

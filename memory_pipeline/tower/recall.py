@@ -13,7 +13,7 @@ from datetime import date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, bindparam, func, select
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import conversations, messages
@@ -86,55 +86,72 @@ def resolve(t: MemoryType, tz: ZoneInfo, q: WindowQuery) -> Spec:
     return _window(g, q.anchor, tz)
 
 
+# Exact recall's reads of one window, built once: a recall is a few small reads, and building and
+# keying a statement again each call cost as much as running it (~0.3 ms each on SQLite).
+_W, _E = tower_windows.c, tower_entries.c
+_ONE_WINDOW = select(tower_windows).where(
+    _W.type_name == bindparam("type_name"), _W.granularity == bindparam("granularity"), _W.start == bindparam("start")
+)
+_ONE_WINDOW_OF_GROUP = _ONE_WINDOW.where(_W.group_value == bindparam("group"))
+# What a walk down the levels reads of a window: a day's walk reads some 200 windows, and decoding
+# the columns it does not need was a tenth of a recall's time.
+_BELOW = select(_W.granularity, _W.start, _W.group_value, _W.ref_kind, _W.refs).where(
+    _W.type_name == bindparam("type_name"),
+    _W.granularity.in_(bindparam("levels", expanding=True)),
+    _W.start >= bindparam("lo"),
+    _W.start < bindparam("hi"),
+)
+_BELOW_OF_GROUP = _BELOW.where(_W.group_value == bindparam("group"))
+_ENTRIES_NOW = (
+    select(_E.entry_pk, _E.chars)
+    .where(_E.type_name == bindparam("type_name"), _E.at >= bindparam("lo"), _E.at < bindparam("hi"))
+    .order_by(_E.at, _E.entry_pk)
+)
+_ENTRIES_NOW_OF_GROUP = _ENTRIES_NOW.where(_E.group_value == bindparam("group"))
+
+
 def _window_rows(conn: Connection, t: MemoryType, g: str, starts: list[datetime], groups: set[str] | None) -> list[Any]:
     w = tower_windows.c
+    one_group = next(iter(groups)) if groups is not None and len(groups) == 1 else None
+    if len(starts) == 1:  # a level's window: the statement built once
+        at = {"type_name": t.name, "granularity": g, "start": starts[0]}
+        if one_group is None:
+            return list(conn.execute(_ONE_WINDOW, at).mappings())
+        return list(conn.execute(_ONE_WINDOW_OF_GROUP, at | {"group": one_group}).mappings())
     out = []
     for i in range(0, len(starts), 1000):
-        chunk = starts[i : i + 1000]
-        # one window (a level's recall): `=` binds one value where IN expands its list every call
-        at = w.start == chunk[0] if len(chunk) == 1 else w.start.in_(chunk)
-        q = select(tower_windows).where(w.type_name == t.name, w.granularity == g, at)
-        if groups is not None and len(groups) == 1:
-            q = q.where(w.group_value == next(iter(groups)))
+        q = select(tower_windows).where(w.type_name == t.name, w.granularity == g, w.start.in_(starts[i : i + 1000]))
+        if one_group is not None:
+            q = q.where(w.group_value == one_group)
         out += list(conn.execute(q).mappings())
     return out
 
 
-# What a walk down the levels reads of a window: a day's walk reads some 200 windows, and decoding
-# the columns it does not need was a tenth of a recall's time.
-_WALK_COLUMNS = tuple(tower_windows.c[name] for name in ("start", "group_value", "ref_kind", "refs"))
-
-
-def _child_rows(conn: Connection, t: MemoryType, g: str, starts: list[datetime], groups: set[str]) -> list[Any]:
-    """The windows of level ``g`` whose start is in [starts[0], starts[-1]] (the caller keeps those
-    it wants): the children of the windows walked lie in their span, and a range is one bound pair
-    where a list of their starts was ~200 bound datetimes to convert and a statement to compile
-    every call."""
-    w = tower_windows.c
-    q = select(*_WALK_COLUMNS).where(
-        w.type_name == t.name, w.granularity == g, w.start >= starts[0], w.start <= starts[-1]
-    )
-    if len(groups) == 1:
-        q = q.where(w.group_value == next(iter(groups)))
-    return list(conn.execute(q).mappings())
-
-
-def _walk(conn: Connection, t: MemoryType, rows: list[Any]) -> list[int]:
-    """From windows down to entry pks, one query per level."""
+def _walk(
+    conn: Connection, t: MemoryType, rows: list[Any], span: tuple[datetime, datetime], group: str | None
+) -> list[int]:
+    """From windows down to entry pks. Every level below theirs is read in one query over the span
+    (a child lies inside its parent, so inside the span); the walk then follows the references, so a
+    window the references do not name (built after its parent's view) is not reached."""
     pks: list[int] = []
     g = Granularity(rows[0]["granularity"]) if rows else None
-    while rows:
+    levels: list[Granularity] = []
+    below: dict[str, dict[tuple[str, datetime], Any]] = defaultdict(dict)
+    while g is not None and (g := child_level(t.chain, g)) is not None:
+        levels.append(g)
+    if levels and any(r["ref_kind"] == "window" for r in rows):
+        at = {"type_name": t.name, "levels": [str(x) for x in levels], "lo": span[0], "hi": span[1]}
+        q = _BELOW if group is None else _BELOW_OF_GROUP
+        for r in conn.execute(q, at if group is None else at | {"group": group}).mappings():
+            below[r["granularity"]][(r["group_value"], r["start"])] = r
+    for level in [*levels, None]:
         pks += [int(x) for r in rows if r["ref_kind"] == "entry" for x in r["refs"]]
         upper = [r for r in rows if r["ref_kind"] == "window"]
-        if not upper or g is None:
+        if not upper or level is None:
             break
-        child = child_level(t.chain, g)
-        assert child is not None
+        found = below[str(level)]
         wanted = {(r["group_value"], from_iso(x)) for r in upper for x in r["refs"]}
-        starts = sorted({s for _, s in wanted})
-        groups = {gv for gv, _ in wanted}
-        rows = [r for r in _child_rows(conn, t, str(child), starts, groups) if (r["group_value"], r["start"]) in wanted]
-        g = child
+        rows = [found[k] for k in wanted if k in found]
     return pks
 
 
@@ -156,11 +173,10 @@ def _entries_now(
     walk's entries are looked up in it, and its size is ``_count_now``'s count. One query for both,
     where the walk's pks as an IN list were hundreds of parameters to bind each call; the order
     comes from the database, so no timestamp is decoded."""
-    e = tower_entries.c
-    q = select(e.entry_pk, e.chars).where(e.type_name == t.name, e.at >= start, e.at < end).order_by(e.at, e.entry_pk)
-    if group is not None:
-        q = q.where(e.group_value == group)
-    return {int(pk): (i, int(chars)) for i, (pk, chars) in enumerate(conn.execute(q))}
+    at = {"type_name": t.name, "lo": start, "hi": end}
+    q = _ENTRIES_NOW if group is None else _ENTRIES_NOW_OF_GROUP
+    rows = conn.execute(q, at if group is None else at | {"group": group})
+    return {int(pk): (i, int(chars)) for i, (pk, chars) in enumerate(rows)}
 
 
 def _unfed(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None) -> list[Any]:
@@ -207,7 +223,7 @@ def recall(
         if grp is not None:
             rows = [r for r in rows if r["group_value"] == grp]
         materialized = [r["materialized_at"] for r in rows]
-        pks = _walk(conn, t, rows)
+        pks = _walk(conn, t, rows, (spec.start, spec.end), grp)
         meta = _entries_now(conn, t, spec.start, spec.end, grp)
         chosen = sorted((pk for pk in set(pks) if pk in meta), key=lambda pk: meta[pk][0])
         page = chosen[offset : offset + limit]

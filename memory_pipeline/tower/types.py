@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from memory_pipeline.lib.store import Store, insert_missing
 from memory_pipeline.lib.text import json_type, text_problem
@@ -147,8 +147,11 @@ def _bool(value: object, field: str) -> bool:
     return value
 
 
+_LOAD = select(tower_types).where(tower_types.c.name == bindparam("name"))  # built once: every read loads its type
+
+
 def load(conn: Connection, name: str) -> MemoryType | None:
-    r = conn.execute(select(tower_types).where(tower_types.c.name == name)).mappings().first()
+    r = conn.execute(_LOAD, {"name": name}).mappings().first()
     return _row(r) if r else None
 
 

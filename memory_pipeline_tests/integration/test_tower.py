@@ -5,7 +5,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store.tables import llm_ledger
@@ -323,6 +323,39 @@ def test_exact_recall_of_one_group_walks_only_that_groups_windows_and_only_those
         )
     again = tower.recall("team/log", WindowQuery.parse("day", "2026-01-05", group="alpha"), limit=1000)
     assert [e["entry_id"] for e in again["entries"]] == [f"alpha{i}" for i in range(30)]
+
+
+def test_exact_recall_reads_as_many_statements_on_a_five_level_chain_as_on_a_two_level_one(tower, store):
+    """The walk reads every level below the window in one query, then follows the references: a
+    week's recall on 10min -> 30min -> 1h -> day -> week costs the statements it costs on day ->
+    week, and returns the same entries."""
+    tower.create_type("deep/log", chain=["10min", "30min", "1h", "day", "week"])
+    tower.create_type("flat/log", chain=["day", "week"])
+    for name in ("deep/log", "flat/log"):
+        week_of_entries(tower, name=name, days=(5, 6, 7), per_day=4)
+    for d in (5, 6, 7):
+        windows.build_day(store, cst(2026, 1, d).date(), CST)
+    windows.build_coarse(store, Granularity.WEEK, cst(2026, 1, 5).date(), CST)
+    seen: list[str] = []
+
+    def note(_conn, _cursor, statement, *_args):
+        seen.append(statement)
+
+    answers, counts = {}, {}
+    for name in ("deep/log", "flat/log"):
+        tower.recall(name, WindowQuery.parse("week", "2026-01-06"), limit=100)  # a pool connection opened first
+        seen.clear()
+        event.listen(store.engine, "before_cursor_execute", note)
+        try:
+            answers[name] = tower.recall(name, WindowQuery.parse("week", "2026-01-06"), limit=100)
+        finally:
+            event.remove(store.engine, "before_cursor_execute", note)
+        counts[name] = len(seen)
+    assert answers["deep/log"]["total_entries"] == answers["flat/log"]["total_entries"] == 12
+    assert [e["content"] for e in answers["deep/log"]["entries"]] == [
+        e["content"] for e in answers["flat/log"]["entries"]
+    ]
+    assert counts["deep/log"] == counts["flat/log"], counts
 
 
 def test_the_cover_check_fails_a_window_whose_entry_count_disagrees_with_its_refs(tower, store):
