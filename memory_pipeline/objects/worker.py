@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, case, delete, func, select, update
+from sqlalchemy import Connection, bindparam, case, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib import ids
@@ -513,28 +513,7 @@ def _claim_view(
 ) -> ClaimView | None:
     """``_flags``, the next-turn reservation ``_yields`` reads and ``_order``, as one statement (the
     world's row with its unfinished jobs); None when the world has no row (then the three apart)."""
-    w, j, t = objects_worlds.c, objects_jobs.c, partition_leases.c
-    reserved = (
-        select(t.holder)
-        .where(t.asset == NEXT_TURN_ASSET, t.partition == world, t.expires_at > octx.now())
-        .scalar_subquery()
-    )
-    jobs = objects_worlds.outerjoin(objects_jobs, (j.world_id == w.world_id) & j.status.in_(list(ACTIVE_JOB)))
-    rows = conn.execute(
-        select(
-            w.busy,
-            w.stopped,
-            reserved.label("reserved"),
-            j.job_id,
-            j.mode,
-            j.origin,
-            j.created_at,
-            j.last_claimed_at,
-            j.not_before,
-        )
-        .select_from(jobs)
-        .where(w.world_id == world)
-    ).all()
+    rows = conn.execute(_CLAIM_VIEW, {"world": world, "now": octx.now()}).all()
     if not rows:
         return None
     order, later, rotation = _rotation(octx, [r for r in rows if r.job_id is not None], modes)
@@ -554,6 +533,49 @@ def _flags(conn: Connection, world: str) -> tuple[bool, bool]:
 # (a compaction run, an organize run, the nightly deep review) take turns on one world, batch by
 # batch, by least-recent claim, and none starves another.
 NEXT_TURN_ASSET = "objects_worker_next"
+# A turn's reads and claim, built once with bound parameters (see graph._LEASE_CHECK): the claim
+# view (the world's flags, its next-turn reservation and unfinished jobs), the job taken, the page.
+_W, _J, _T, _S = objects_worlds.c, objects_jobs.c, partition_leases.c, objects_event_state.c
+_CLAIM_VIEW = (
+    select(
+        _W.busy,
+        _W.stopped,
+        select(_T.holder)
+        .where(_T.asset == NEXT_TURN_ASSET, _T.partition == bindparam("world"), _T.expires_at > bindparam("now"))
+        .scalar_subquery()
+        .label("reserved"),
+        _J.job_id,
+        _J.mode,
+        _J.origin,
+        _J.created_at,
+        _J.last_claimed_at,
+        _J.not_before,
+    )
+    .select_from(objects_worlds.outerjoin(objects_jobs, (_J.world_id == _W.world_id) & _J.status.in_(list(ACTIVE_JOB))))
+    .where(_W.world_id == bindparam("world"))
+)
+_TAKE_JOB = (
+    update(objects_jobs)
+    .where(_J.job_id == bindparam("job"))
+    .values(status=JobStatus.RUNNING, last_claimed_at=bindparam("now"), claims=_J.claims + 1)
+    .returning(*objects_jobs.c)
+)
+# The next event picked from the queue's own rows first, then joined to its text: ordering the
+# join instead read every queued event's text to keep one (2 ms a claim at 500 queued events).
+_NEXT_PAGE = (
+    select(objects_event_state, messages.c.content, _W.graph_revision)
+    .join(messages, messages.c.message_id == _S.event_id)
+    .join(objects_worlds, _W.world_id == _S.world_id)
+    .where(
+        _S.event_id
+        == select(_S.event_id)
+        .where(_S.world_id == bindparam("world"), _S.state.in_(list(logic.QUEUED_STATES)))
+        .order_by(_S.explicit.desc(), _S.occurred_at, _S.event_id)
+        .limit(1)
+        .scalar_subquery()
+    )
+)
+
 # The worlds whose next turn a run of this process has reserved, as (runner, world): only those
 # have a reservation to give up when the run takes the world's lease (no DELETE per batch).
 _reserved: set[tuple[str, str]] = set()
@@ -712,16 +734,7 @@ def _take_job(octx: ObjectsContext, conn: Connection, job_id: int, seen: logic.J
     before: dict[str, Any] | None = None
     if seen is None:
         before = dict(conn.execute(select(*(j[f] for f in _CLAIM_FIELDS)).where(j.job_id == job_id)).mappings().one())
-    job = dict(
-        conn.execute(
-            update(objects_jobs)
-            .where(j.job_id == job_id)
-            .values(status=JobStatus.RUNNING, last_claimed_at=octx.now(), claims=j.claims + 1)
-            .returning(*objects_jobs.c)
-        )
-        .mappings()
-        .one()
-    )
+    job = dict(conn.execute(_TAKE_JOB, {"job": job_id, "now": octx.now()}).mappings().one())
     if before is None:
         assert seen is not None
         before = {f: job[f] for f in _CLAIM_FIELDS}
@@ -1160,26 +1173,7 @@ def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any]) -> 
     """The next page of the next queued event (explicit first, then by occurrence) and what goes
     with it: three reads in the claim's transaction."""
     world = job["world_id"]
-    s, w = objects_event_state.c, objects_worlds.c
-    # The next event picked from the queue's own rows first, then joined to its text: ordering the
-    # join instead read every queued event's text to keep one (2 ms a claim at 500 queued events).
-    first = (
-        select(s.event_id)
-        .where(s.world_id == world, s.state.in_(list(logic.QUEUED_STATES)))
-        .order_by(s.explicit.desc(), s.occurred_at, s.event_id)
-        .limit(1)
-        .scalar_subquery()
-    )
-    row = (
-        conn.execute(
-            select(objects_event_state, messages.c.content, w.graph_revision)
-            .join(messages, messages.c.message_id == s.event_id)
-            .join(objects_worlds, w.world_id == s.world_id)
-            .where(s.event_id == first)
-        )
-        .mappings()
-        .first()
-    )
+    row = conn.execute(_NEXT_PAGE, {"world": world}).mappings().first()
     if row is None:
         return None
     ev = dict(row)
@@ -1209,23 +1203,33 @@ def related_objects(octx: ObjectsContext, world: str, event_id: str, text: str, 
         return _related(conn, world, event_id, text, budget)
 
 
+# The world's object names, each with whether it is attached to the event.
+_NAMES = select(
+    objects_objects.c.object_id,
+    objects_objects.c.name,
+    objects_objects.c.aliases,
+    select(objects_attachments.c.object_id)
+    .where(
+        objects_attachments.c.world_id == bindparam("world"),
+        objects_attachments.c.event_id == bindparam("event"),
+        objects_attachments.c.object_id == objects_objects.c.object_id,
+    )
+    .exists(),
+).where(objects_objects.c.world_id == bindparam("world"))
+
+
 def _related(conn: Connection, world: str, event_id: str, text: str, budget: int) -> list[dict[str, Any]]:
     """``related_objects`` on a connection: two queries (the world's names with whether each is
     attached to the event, then the wanted objects' rows)."""
-    o, a = objects_objects.c, objects_attachments.c
     low = text.lower()
-    attached_q = (
-        select(a.object_id).where(a.world_id == world, a.event_id == event_id, a.object_id == o.object_id).exists()
-    )
-    names = conn.execute(select(o.object_id, o.name, o.aliases, attached_q).where(o.world_id == world)).all()
+    names = conn.execute(_NAMES, {"world": world, "event": event_id}).all()
     wanted = sorted(oid for oid, _, _, attached in names if attached)
     for oid, name, aliases, attached in names:
         if not attached and any(n and n.lower() in low for n in [name, *(aliases or [])]):
             wanted.append(oid)
     if logic.BUILTIN_DAILY not in wanted:
         wanted.append(logic.BUILTIN_DAILY)
-    rows = conn.execute(select(objects_objects).where(o.world_id == world, o.object_id.in_(wanted))).mappings().all()
-    by_id = {r["object_id"]: object_doc(r) for r in rows}
+    by_id = {r["object_id"]: object_doc(r) for r in graph.objects_by_id(conn, world, wanted)}
     return [dict(x) for x in logic.fit_objects([by_id[i] for i in wanted if i in by_id], budget)]
 
 
