@@ -360,10 +360,26 @@ def test_get_summary_over_mcp_pages_with_totals(server, store):
 
 def test_a_client_disconnecting_leaves_no_traceback_in_the_server_log(server, caplog):
     caplog.set_level(logging.DEBUG, logger="mcp.server.streamable_http")
+    caplog.set_level(logging.DEBUG, logger="mcp.client.streamable_http")
     url, _ = server
-    asyncio.run(_session_calls(url, [("mem/list_types", {})]))
+
+    def logged(message: str) -> bool:
+        return any(r.getMessage() == message for r in caplog.records)
+
+    async def call_then_leave_once_the_stream_is_open() -> None:
+        # The client opens its standalone GET stream in the background after initialize; leaving
+        # before it is open ends the session with no standalone writer, so nothing to close quietly.
+        async with _client(url) as (read, write, _), ClientSession(read, write) as session:
+            await session.initialize()
+            _data(await session.call_tool("mem/list_types", {}))
+            deadline = time.monotonic() + 20
+            while not logged("GET SSE connection established"):
+                assert time.monotonic() < deadline, "the client never opened its standalone stream"
+                await asyncio.sleep(0.05)
+
+    asyncio.run(call_then_leave_once_the_stream_is_open())
     deadline = time.monotonic() + 20  # the SDK closes the session's standalone stream after the client left
-    while not any(r.getMessage() == "Closing standalone SSE writer" for r in caplog.records):
+    while not logged("Closing standalone SSE writer"):
         assert time.monotonic() < deadline, "the session was never closed"
         time.sleep(0.05)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
