@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, select
 
+from memory_pipeline.lib.store import insert_rows
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.sleep import prompts
@@ -223,8 +224,7 @@ def _commit(
             write_changes(conn, changes, prov)
         s = semantic_memory_snapshots.c
         conn.execute(delete(semantic_memory_snapshots).where(s.day == day, s.world_id == state.world_id))
-        if snap:
-            conn.execute(semantic_memory_snapshots.insert(), snap)
+        insert_rows(conn, semantic_memory_snapshots, snap)  # a year's run writes over a million
 
     record = run.record(
         state.world_id,

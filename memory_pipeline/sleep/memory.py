@@ -75,7 +75,8 @@ def load_active(
     if world_ids is not None:
         q = q.where(semantic_memories.c.world_id.in_(list(world_ids)))
     out: dict[str, list[Memory]] = defaultdict(list)
-    for row in conn.execute(q.order_by(semantic_memories.c.memory_id)):
+    # .all(): one fetch of every row, not a fetch per row (a year's range run reads millions)
+    for row in conn.execute(q.order_by(semantic_memories.c.memory_id)).all():
         m = _memory(row)
         out[m.world_id].append(m)
     return dict(out)
@@ -87,7 +88,7 @@ def taken_ids(conn: Connection, world_ids: Sequence[str]) -> dict[str, set[str]]
     q = select(semantic_memories.c.world_id, semantic_memories.c.memory_id).where(
         semantic_memories.c.world_id.in_(list(world_ids))
     )
-    for w, mid in conn.execute(q):
+    for w, mid in conn.execute(q).all():
         out[w].add(mid)
     return dict(out)
 

@@ -1,7 +1,7 @@
 """``upsert``: the one write path for INSERT .. ON CONFLICT, and ``insert_rows`` for plain inserts.
 Rows go as multi-VALUES statements of up to 1,000 (not a round trip per row); on PostgreSQL, from
-``BULK_ROWS`` rows on, as one COPY (into a scratch table, then one INSERT .. SELECT for an upsert),
-which writes exactly the rows the VALUES statements write. Repeated keys are written as sequential
+``BULK_ROWS`` rows on, as one COPY into a scratch table, then one INSERT .. SELECT (an upsert), and
+from ``COPY_ROWS`` rows on as one COPY (a plain insert), which writes exactly the rows the VALUES statements write. Repeated keys are written as sequential
 statements would write them, and the return value counts the rows written, on PostgreSQL and SQLite
 alike."""
 
@@ -183,6 +183,14 @@ def test_thousands_of_rows_go_as_one_copy_and_one_insert_on_postgresql(store):
         with wired.begin() as conn:
             upsert(conn, worlds, rows[: db.BULK_ROWS - 1], keys=["world_id"])
         assert _statements(relay, mark, "INSERT INTO worlds", "COPY") == {"INSERT INTO worlds": 1, "COPY": 0}
+        # A plain insert is one statement either way: COPY from two rows on, one row as VALUES.
+        for n, want in ((2, {"INSERT INTO worlds": 0, "COPY": 1}), (1, {"INSERT INTO worlds": 1, "COPY": 0})):
+            mark = relay.count()
+            with wired.begin() as conn:
+                fresh = [{"world_id": f"plain{n}-{i}", "name": None} for i in range(n)]
+                assert insert_rows(conn, worlds, fresh) == n
+            assert _statements(relay, mark, "INSERT INTO worlds", "COPY") == want, f"{n} row(s)"
+        assert len(_names(store)) == 2503
     finally:
         make_engine(wired.url).dispose()
         relay.close()
@@ -236,6 +244,7 @@ def test_copy_writes_exactly_the_rows_the_values_statements_write(store, monkeyp
     before = utcnow()
     for path, table in tables.items():
         monkeypatch.setattr(db, "BULK_ROWS", 10**9 if path == "values" else 200)
+        monkeypatch.setattr(db, "COPY_ROWS", 10**9 if path == "values" else 2)
         with store.begin() as conn:
             assert upsert(conn, table, _kind_rows(n, ""), keys=["id"]) == n
         with store.begin() as conn:  # DO UPDATE of every row, then DO NOTHING of the same keys
