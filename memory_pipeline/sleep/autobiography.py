@@ -276,7 +276,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
             write_narratives(conn, changes)
             upsert(conn, self_blocks, [row], keys=["world_id", "name"])
 
-        run.commit(world, record, write)
+        run.commit(world, record, write, active=active.get(world, []))  # it writes no semantic memory
         out.summaries_written += 1
     run.finish(out.worlds, out.per_world, worlds_seen if world_ids is None else None, due)
     out.stale_days = sorted(run.stale_days)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from memory_pipeline.lib.llm import LLMClient, LLMRequest
@@ -20,6 +20,9 @@ from memory_pipeline.sleep import offline_rules
 from memory_pipeline.sleep.config import SleepConfig
 from memory_pipeline.sleep.logic import Change, MemoryState, Rules, ToolError
 from memory_pipeline.sleep.prompts import PROMPT_VERSION
+
+if TYPE_CHECKING:
+    from memory_pipeline.sleep.carry import ActiveCarry
 
 offline_rules.install()
 
@@ -35,6 +38,7 @@ class SleepContext:
     cfg: SleepConfig
     tz: ZoneInfo
     force: bool = False  # ignore the state record's reuse of an unchanged input
+    carry: ActiveCarry | None = None  # a range run's active sets, kept from place to place (sleep/carry.py)
 
 
 @dataclass

@@ -39,7 +39,7 @@ from memory_pipeline.sleep.logic import (
     render_changes,
     size_band,
 )
-from memory_pipeline.sleep.memory import Provenance, load_self_layer, taken_ids, write_changes
+from memory_pipeline.sleep.memory import Provenance, load_self_layer, write_changes
 from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.runs import StageRun
 from memory_pipeline.sleep.tables import semantic_memories, semantic_memory_snapshots, sleep_runs
@@ -110,7 +110,7 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
             worlds = [w for w in worlds if w in set(world_ids)]
         todo = [w for w in worlds if not run.reusable(w)]
         active = run.prepare(conn, todo)
-        taken = taken_ids(conn, todo)
+        taken = run.taken_ids(conn, todo)
         blocks, pinned = load_self_layer(conn, todo, ctx.cfg.pinned_top)
         last_out = _last_outputs(conn, day)
     cfg = ctx.cfg
@@ -206,6 +206,7 @@ def _commit(
 ) -> None:
     """The world's changes, its snapshot of the day (its set after them) and its state record, in one
     transaction (with the world's restore, when later places were done)."""
+    active = state.active()
     snap = [
         {
             "day": day,
@@ -216,7 +217,7 @@ def _commit(
             "source_sessions": list(m.source_sessions),
             "observed_at": m.observed_at,
         }
-        for m in state.active()
+        for m in active
     ]
 
     def write(conn: Any) -> None:
@@ -236,7 +237,7 @@ def _commit(
         rejected=sum(len(r.rejected) for r in records),
         detail={"output_fp": out_fp, "reused": reused, "rounds": len(records)},
     )
-    run.commit(state.world_id, record, write)
+    run.commit(state.world_id, record, write, active=active, taken=state.taken)
     run.snapshot_rows += len(snap)
 
 

@@ -22,7 +22,7 @@ from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.sleep import prompts
 from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop
 from memory_pipeline.sleep.logic import LIGHT_TOOLS, Change, MemoryState, Rules, Stage, duplicate_of
-from memory_pipeline.sleep.memory import Provenance, load_self_layer, taken_ids, write_changes
+from memory_pipeline.sleep.memory import Provenance, load_self_layer, write_changes
 from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.prompts import SessionMaterial
 from memory_pipeline.sleep.runs import StageRun
@@ -163,7 +163,7 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
         fps = {w: material_fp(by_world[w]) for w in worlds}
         todo = [w for w in worlds if not run.reusable(w, fps[w])]
         active = run.prepare(conn, todo)
-        taken = taken_ids(conn, todo)
+        taken = run.taken_ids(conn, todo)
         blocks, pinned = load_self_layer(conn, todo, ctx.cfg.pinned_top)
     end_of_day = day_bounds(day, ctx.tz)[1]
     for world in worlds:
@@ -232,7 +232,7 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
         def write(conn: Any, changes: list[Change] = loop.changes) -> None:
             write_changes(conn, changes, Provenance(Stage.LIGHT, day))
 
-        run.commit(world, record, write)
+        run.commit(world, record, write, active=state.active(), taken=state.taken)
     run.finish(out.worlds, out.per_world, worlds if world_ids is None else None, due)
     out.stale_days = sorted(run.stale_days)
     return out

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.engine import Connection
@@ -64,6 +64,9 @@ SUMMARY_BLOCK = "autobiography_summary"
 # An autobiography record's detail key: the summary block as it was before that run wrote it
 # ({"content", "updated_by"}, or None: there was none), what a restore to before it puts back.
 SUMMARY_BEFORE = "summary_before"
+
+if TYPE_CHECKING:
+    from memory_pipeline.sleep.carry import ActiveCarry
 
 
 @dataclass
@@ -210,11 +213,19 @@ def ahead(conn: Connection, position: Position, worlds: Sequence[str]) -> set[st
 
 
 def as_of(
-    conn: Connection, position: Position, worlds: Sequence[str], plans: dict[str, WorldRestore]
+    conn: Connection,
+    position: Position,
+    worlds: Sequence[str],
+    plans: dict[str, WorldRestore],
+    carry: ActiveCarry | None = None,
 ) -> dict[str, list[Memory]]:
     """The active memories each world had before ``position``: the live set of the memories of its
-    day or before, with the world's restore plan applied (where later places are done)."""
-    live = load_active(conn, worlds, upto_day=position.day)
+    day or before (from a range run's ``carry`` where the store agrees), with the world's restore
+    plan applied (where later places are done)."""
+    if carry is not None:
+        live = carry.active(conn, worlds, position.day)
+    else:
+        live = load_active(conn, worlds, upto_day=position.day)
     # Copies: a stage's state changes its memories in place, the plan must keep the restored state.
     restored = {c.memory.id: copy.deepcopy(c.memory) for p in plans.values() for c in p.memory}
     if not restored:

@@ -20,6 +20,7 @@ from memory_pipeline.lib.store import upsert
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.sleep.context import SleepContext, StageFailure
 from memory_pipeline.sleep.logic import Memory, Stage
+from memory_pipeline.sleep.memory import taken_ids
 from memory_pipeline.sleep.order import DAY_ROW, SETTLED, Position, RunStatus, order_problem
 from memory_pipeline.sleep.prompts import PROMPT_VERSION
 from memory_pipeline.sleep.rebuild import (
@@ -134,7 +135,13 @@ class StageRun:
         self.ahead = ahead(conn, self.position, worlds)
         self.later_done = any_done_after(conn, self.position, worlds)
         self.plans = plan_restore(conn, self.position, sorted(self.ahead)) if self.ahead else {}
-        return as_of(conn, self.position, worlds, self.plans)
+        return as_of(conn, self.position, worlds, self.plans, self.ctx.carry)
+
+    def taken_ids(self, conn: Connection, worlds: Sequence[str]) -> dict[str, set[str]]:
+        """Every memory id of ``worlds`` (call after ``prepare``: a range run's carry checked them there)."""
+        if self.ctx.carry is not None:
+            return self.ctx.carry.taken_ids(conn, worlds)
+        return taken_ids(conn, worlds)
 
     def record(self, world: str, **values: Any) -> dict[str, Any]:
         row: dict[str, Any] = dict.fromkeys(
@@ -162,10 +169,19 @@ class StageRun:
     def _written(self) -> None:
         self.ctx.llm.clear_pending()
 
-    def commit(self, world: str, record: dict[str, Any], write: Callable[[Connection], None] | None = None) -> None:
+    def commit(
+        self,
+        world: str,
+        record: dict[str, Any],
+        write: Callable[[Connection], None] | None = None,
+        active: Sequence[Memory] | None = None,
+        taken: set[str] | None = None,
+    ) -> None:
         """One transaction: the world's restore (when it had later places done), the later records
         of the world and later day records made stale (they did not see this run), the stage's
-        writes, the state record, the ledger rows of the world's model calls."""
+        writes, the state record, the ledger rows of the world's model calls. ``active`` (and
+        ``taken``): the world's active set (and ids) as the commit leaves them, for a range run's
+        carry to hand to the next place."""
         with self.ctx.store.begin() as conn:
             if world in self.plans:
                 write_restore(conn, self.position, {world: self.plans[world]})
@@ -176,6 +192,8 @@ class StageRun:
             upsert(conn, sleep_runs, [record], keys=KEYS)
             self._ledger(conn)
         self._written()
+        if self.ctx.carry is not None and active is not None:
+            self.ctx.carry.keep(world, active, taken)
 
     def refused(self, world: str, reason: str, chars: int, write: Callable[[Connection], None] | None = None) -> None:
         """The world was refused before any call (deep sleep's size limit): nothing of this run is

@@ -33,6 +33,7 @@ from memory_pipeline.defs._shared.run_config import RangeError, check_worlds
 from memory_pipeline.defs.sleep.resources import SleepResource
 from memory_pipeline.lib.llm import LLMProviderDown
 from memory_pipeline.sleep.autobiography import run_autobiography
+from memory_pipeline.sleep.carry import ActiveCarry
 from memory_pipeline.sleep.context import StageFailure
 from memory_pipeline.sleep.deep import run_deep_sleep
 from memory_pipeline.sleep.light import run_light_sleep
@@ -205,12 +206,14 @@ def sleep_stages(
                 context.add_asset_metadata({"disabled": True}, asset_key=KEYS[stage], partition_key=key)
     else:
         stale: set[date] = set()
+        carry = ActiveCarry()  # each world's active set, from one place of the run to the next
         for key, day in partition_dates(context):
             done: list[str] = []  # one log line per day (every event is a write to the instance)
             try:
                 for stage in stages:
                     asset = KEYS[stage].to_user_string()
                     ctx = sleep.context(asset, key, force=config.force_llm)
+                    ctx.carry = carry
                     run, describe = _stage_fn(stage)
                     try:
                         result = run(ctx, day, worlds)
@@ -230,6 +233,11 @@ def sleep_stages(
             finally:
                 if done:
                     context.log.info("\n".join(done))
+        if carry.hits or carry.misses:
+            context.log.info(
+                f"sleep: active sets taken from the previous place {carry.hits} times (checked against the "
+                f"store), read from the store {carry.misses} times"
+            )
         if stale:
             _observe_stale(context, sleep, min(stale))
     for stage in stages:
