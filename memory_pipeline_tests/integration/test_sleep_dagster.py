@@ -89,6 +89,8 @@ def test_the_three_stages_run_in_day_order_with_a_check_result_per_partition(def
             ).all()
         )
         assert len(snaps) == 2
+        # The metadata counts the rows written: each day's snapshot, as the store holds it.
+        assert {d.isoformat(): n for d, n in snaps.items()} == {d: deep[d]["snapshot_rows"] for d in DAYS}
         blocks = (
             conn.execute(select(self_blocks.c.world_id).where(self_blocks.c.name == "autobiography_summary"))
             .scalars()
