@@ -30,8 +30,8 @@ from memory_pipeline.sleep.tables import semantic_memories
 
 @dataclass
 class ActiveCarry:
-    """One range run's carried sets, by world. A set is handed out once (``take``): the stage that
-    takes it changes its memories in place, and only its commit (``keep``) makes it valid again."""
+    """One range run's carried sets, by world. A set is handed out once (``active``): the stage that
+    takes it changes its memories in place, and only its commit (``keep``) carries it again."""
 
     sets: dict[str, list[Memory]] = field(default_factory=dict)
     taken: dict[str, set[str]] = field(default_factory=dict)
