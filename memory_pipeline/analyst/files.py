@@ -58,6 +58,11 @@ class AnalyticsFiles:
         return self.duckdb.with_name(self.duckdb.name + ".lock")
 
     @property
+    def dbt_parse_state(self) -> Path:
+        """dbt's partial-parse state of the last build of this file, handed to the next one."""
+        return self.duckdb.with_name(self.duckdb.name + ".dbt-parse.msgpack")
+
+    @property
     def parquet_tmp(self) -> Path | None:
         return None if self.parquet is None else self.parquet / ".tmp"
 

@@ -58,7 +58,12 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
         shutil.rmtree(data / "dagster_home", ignore_errors=True)
         shutil.rmtree(data / "objects", ignore_errors=True)  # the Markdown projection
         if not settings.env(settings.ENV_DUCKDB_PATH):  # the analyst's files of the default location
-            for name in ("analytics.duckdb", "analytics.duckdb.next", "analytics_report.png"):
+            for name in (
+                "analytics.duckdb",
+                "analytics.duckdb.next",
+                "analytics.duckdb.dbt-parse.msgpack",
+                "analytics_report.png",
+            ):
                 (data / name).unlink(missing_ok=True)
             shutil.rmtree(data / "analytics_parquet", ignore_errors=True)
 

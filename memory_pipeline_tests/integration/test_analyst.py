@@ -939,3 +939,33 @@ def test_a_rebuilt_day_requests_the_export_of_that_day_and_its_daily_marts(sampl
     assert requested("analyst_llm_ledger") == [yesterday, today]  # the calls of that run landed today
     for untouched in ("analyst_temporal_month_summaries", "analyst_temporal_day_chunks", "analyst_worlds"):
         assert requested(untouched) == [], untouched
+
+
+def test_a_daily_marts_run_replaces_exactly_its_days_and_reuses_the_last_builds_parse(sample):
+    """The daily window travels in the file dbt builds (main.dbt_day_window), not in dbt's vars:
+    with the same vars from build to build, dbt reuses the previous build's parse instead of parsing
+    the whole project again. A run of one day replaces that day's mart rows and no other, and the
+    published file keeps no window table."""
+    late = conversation("w3", "w3-late", cst(2025, 12, 31, 21), ["late garden note", "noted"])
+    _ingest(sample.store, sample.tmp, late)
+    _run(sample, "exports", D2.isoformat(), D2.isoformat())
+
+    def w3_messages() -> dict[date, int]:
+        q = "SELECT cst_day, sum(messages) FROM marts.mart_ingest_daily WHERE world_id = 'w3' GROUP BY 1"
+        return dict(sample.query(q))
+
+    before = w3_messages()
+    assert D2 not in before  # w3 wrote nothing on D2 until now
+    _run(sample, "daily_marts", D1.isoformat(), D1.isoformat())
+    assert w3_messages() == before  # D2's rows are not D1's run's to replace
+    _run(sample, "daily_marts", D2.isoformat(), D2.isoformat())
+    assert w3_messages() == before | {D2: 2}
+    assert sample.query("SELECT count(*) FROM information_schema.tables WHERE table_name = 'dbt_day_window'") == [(0,)]
+
+    from memory_pipeline.defs.analyst.project import analytics_dbt
+
+    (log,) = (Path(analytics_dbt.project_dir) / "target").glob(
+        f"analyst_dbt_daily-{sample.runs['daily_marts'][:7]}-*/dbt.log"
+    )
+    parse = [json.loads(line)["info"]["name"] for line in log.read_text().splitlines() if "Pars" in line]
+    assert "UnableToPartialParse" not in parse and "PartialParsingSkipParsing" in parse, parse

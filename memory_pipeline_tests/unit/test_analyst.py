@@ -279,6 +279,7 @@ def test_the_dagster_dbt_start_up_costs_we_skip_still_exist():
     from memory_pipeline.defs.analyst.resources import AnalystDbtCliResource
 
     assert hasattr(DbtCliResource, "_cli_version") and hasattr(DbtCliResource, "_initialize_dbt_core_adapter")
+    assert hasattr(DbtCliResource, "_get_unique_target_path")  # the build's target folder (defs/analyst/dbt.py)
     assert AnalystDbtCliResource._initialize_dbt_core_adapter is not DbtCliResource._initialize_dbt_core_adapter
 
 

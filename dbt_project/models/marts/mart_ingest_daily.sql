@@ -8,7 +8,7 @@
 }}
 -- Messages per world, platform and CST day (of the message), with the shares of messages in debug
 -- conversations, on the cron platform, and tool-only turns (a tool's answer, or an assistant turn
--- that only calls tools). Dagster runs it per partition range (vars min_day, max_day).
+-- that only calls tools). Dagster runs it per partition range (its window: macros/day_window.sql).
 with m as (
     select * from {{ ref('stg_messages') }}
     where {{ day_window_filter() }}

@@ -11,7 +11,7 @@
 -- failures, truncated answers, tokens in/out (all, then split: provider-reported apart from
 -- estimated, which is never billing), latency p50/p95 of the model calls, and cost where the model
 -- has a price (cost_usd is null for a day and model without any priced call). Dagster runs it per
--- partition range (vars min_day, max_day): the run replaces exactly those days.
+-- partition range (its window: macros/day_window.sql): the run replaces exactly those days.
 -- Token sums are BIGINT (DuckDB sums integers as HUGEINT, which pandas reads as float64).
 select
     cst_day || '|' || coalesce(asset, '(none)') || '|' || model as cost_key,

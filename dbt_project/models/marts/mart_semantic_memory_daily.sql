@@ -8,7 +8,7 @@
 }}
 -- Seed 003: per CST day of the change, world and stage, what sleep (and remember, and the memory
 -- tool's delete, and an operator's rebuild) did to semantic memory: created, updated, deprecated
--- (merges counted apart), merged into a new memory, deleted, restored by a rebuild. Dagster runs it per partition range (vars min_day, max_day).
+-- (merges counted apart), merged into a new memory, deleted, restored by a rebuild. Dagster runs it per partition range (its window: macros/day_window.sql).
 with v as (
     select * from {{ ref('stg_semantic_memory_versions') }}
     where {{ day_window_filter() }}

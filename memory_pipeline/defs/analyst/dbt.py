@@ -2,18 +2,21 @@
 analyst, downstream of the export asset each source is; dbt tests as asset checks.
 
 Two definitions over one manifest. The daily marts (dbt tag ``cst_day``) are partitioned by CST
-day and get their run's partition range as the vars ``min_day``/``max_day``; each also depends,
-partition to partition, on the exports its staging views read, so a day exported again re-runs
-exactly that day. Everything else (the staging views, coverage, lineage) is not partitioned and
-runs first. Each build runs on a private copy of the DuckDB file that replaces the published one
-when dbt ends (``analyst.files.publishing``): readers are never blocked and never see half a
-build."""
+day and get their run's partition range (``_build`` writes it into the file they build); each
+also depends, partition to partition, on the exports its staging views read, so a day exported
+again re-runs exactly that day. Everything else (the staging views, coverage, lineage) is not
+partitioned and runs first. Each build runs on a private copy of the DuckDB file that replaces the
+published one when dbt ends (``analyst.files.publishing``): readers are never blocked and never
+see half a build."""
 
 import json
+import os
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import duckdb
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckKey,
@@ -33,8 +36,9 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 )
 from dagster._utils import run_with_concurrent_update_guard
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
+from dagster_dbt.core.dbt_cli_invocation import PARTIAL_PARSE_FILE_NAME as PARTIAL_PARSE
 
-from memory_pipeline.analyst.files import publishing
+from memory_pipeline.analyst.files import AnalyticsFiles, publishing
 from memory_pipeline.analyst.registry import BY_NAME
 from memory_pipeline.defs._shared.partitions import cst_day_open
 from memory_pipeline.defs.analyst.assets import DUCKDB_POOL, GROUP, WHOLE_EXPORTS, export_key
@@ -204,17 +208,25 @@ def _build(
     context: AssetExecutionContext,
     dbt: DbtCliResource,
     analyst: AnalystResource,
-    window: dict[str, str],
+    window: tuple[str, str] | None = None,
     per_day: bool = False,
 ) -> Iterator[Any]:
     """``dbt build`` of the run's selection on a private copy of the file, published when dbt ends
     (whatever it built is whole: dbt replaces a model's table in one statement); the events are
-    reported after the new version is published."""
+    reported after the new version is published. ``window``: the daily models' CST days, written
+    into the copy (``main.dbt_day_window``) rather than passed as vars: dbt parses the whole project
+    again whenever its vars change, and with the same vars each build reuses the previous build's
+    parse (``reuse_parse``)."""
     files = analyst.files()
     with publishing(files, context.log.warning) as staging:
-        dbt_vars = analyst.dbt_vars(staging) | window
-        invocation = dbt.cli(["build", "--vars", json.dumps(dbt_vars)], context=context, raise_on_error=False)
+        _day_window(files, staging, window)
+        target = dbt_target_path(dbt, context)
+        reuse_parse(files.dbt_parse_state, target)
+        args = ["build", "--vars", json.dumps(analyst.dbt_vars(staging))]
+        invocation = dbt.cli(args, context=context, raise_on_error=False, target_path=target)
         events = list(invocation.stream())
+        keep_parse(target, files.dbt_parse_state)
+        _day_window(files, staging, None)
     yield from per_partition(context, events) if per_day else events
     if not invocation.is_successful():
         error = invocation.get_error()
@@ -222,6 +234,46 @@ def _build(
             description="dbt build failed; the models and tests that ran are reported and the file holds what "
             f"they built. {str(error)[:500] if error else ''}"
         )
+
+
+def _day_window(files: AnalyticsFiles, staging: Path, window: tuple[str, str] | None) -> None:
+    """The table the daily models' ``day_window_filter`` reads, written (``window``) or dropped."""
+    if window is None and not staging.exists():
+        return
+    with duckdb.connect(str(staging), config=files.duckdb_config()) as con:
+        if window is None:
+            con.execute("DROP TABLE IF EXISTS main.dbt_day_window")
+        else:
+            con.execute(
+                "CREATE OR REPLACE TABLE main.dbt_day_window AS SELECT CAST(? AS DATE) AS min_day, CAST(? AS DATE) AS max_day",
+                list(window),
+            )
+
+
+def dbt_target_path(dbt: DbtCliResource, context: AssetExecutionContext) -> Path:
+    """The build's own target folder, as dagster-dbt names it (its artifacts and log), resolved
+    against the project as dagster-dbt resolves it."""
+    path = dbt._get_unique_target_path(context=context)
+    return path if path.is_absolute() else Path(dbt.project_dir) / path
+
+
+def reuse_parse(state: Path, target: Path) -> None:
+    """The previous build's parse, where dbt looks for it in ``target``: dbt checks it (its version,
+    vars, profile and every file's checksum) and parses again whatever differs. (dagster-dbt copies
+    the project's own ``target/partial_parse.msgpack`` only, which ``dbt parse`` wrote with the
+    default vars: every build parsed the whole project, about 5 s.)"""
+    if state.exists():
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(state, target / PARTIAL_PARSE)
+
+
+def keep_parse(target: Path, state: Path) -> None:
+    """The build's parse, kept for the next build of the same file (replaced in one rename)."""
+    made = target / PARTIAL_PARSE
+    if made.exists():
+        tmp = state.with_name(state.name + ".tmp")
+        shutil.copyfile(made, tmp)
+        os.replace(tmp, state)
 
 
 @dbt_assets(
@@ -235,7 +287,7 @@ def _build(
 )
 def analyst_dbt_daily(context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource) -> Iterator[Any]:
     keys = context.partition_key_range
-    yield from _build(context, dbt, analyst, {"min_day": keys.start, "max_day": keys.end}, per_day=True)
+    yield from _build(context, dbt, analyst, (keys.start, keys.end), per_day=True)
 
 
 @dbt_assets(
@@ -247,7 +299,7 @@ def analyst_dbt_daily(context: AssetExecutionContext, dbt: DbtCliResource, analy
     pool=DUCKDB_POOL,
 )
 def analyst_dbt_models(context: AssetExecutionContext, dbt: DbtCliResource, analyst: AnalystResource) -> Iterator[Any]:
-    yield from _build(context, dbt, analyst, {})
+    yield from _build(context, dbt, analyst)
 
 
 analyst_dbt_assets = [analyst_dbt_daily, analyst_dbt_models]
