@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import redis
+from dagster._core.storage.defs_state.base import set_defs_state_storage
 from sqlalchemy import create_engine, text
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -129,6 +130,18 @@ def _session_data_dir(tmp_path_factory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MEMORY_DATA_DIR", str(path))
         yield path
+
+
+@pytest.fixture(autouse=True)
+def _no_defs_state_storage_of_a_gone_instance():
+    """Each test starts with no current defs state storage, as a new process does. Entering a
+    DagsterInstance (``with instance_for_test()``) makes its storage current, and its ``__exit__``
+    (dagster 1.13) disposes the instance without putting the previous one back: once that instance
+    is garbage-collected, every later Definitions load in the worker fails with "Attempted to
+    resolve undefined DagsterInstance weakref" (seen in CI: two tests on one worker, after another
+    test's instance was collected)."""
+    with set_defs_state_storage(None):
+        yield
 
 
 @pytest.fixture(autouse=True)
