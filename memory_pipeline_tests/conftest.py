@@ -17,11 +17,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import redis
-from dagster._core.storage.defs_state.base import set_defs_state_storage
 from sqlalchemy import create_engine, text
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 warnings.filterwarnings("ignore", module="dagster")
+
+from dagster._core.storage.defs_state.base import set_defs_state_storage  # noqa: E402
 
 from memory_pipeline import domains  # noqa: E402
 from memory_pipeline.events.ingest import event_line, ingest_file  # noqa: E402
@@ -135,11 +136,11 @@ def _session_data_dir(tmp_path_factory) -> Iterator[Path]:
 @pytest.fixture(autouse=True)
 def _no_defs_state_storage_of_a_gone_instance():
     """Each test starts with no current defs state storage, as a new process does. Entering a
-    DagsterInstance (``with instance_for_test()``) makes its storage current, and its ``__exit__``
-    (dagster 1.13) disposes the instance without putting the previous one back: once that instance
-    is garbage-collected, every later Definitions load in the worker fails with "Attempted to
-    resolve undefined DagsterInstance weakref" (seen in CI: two tests on one worker, after another
-    test's instance was collected)."""
+    DagsterInstance makes its storage current (a ContextVar) until the instance is exited; one left
+    current by an instance that was never exited (or exited in another context) and then
+    garbage-collected makes every later Definitions load in the worker fail with "Attempted to
+    resolve undefined DagsterInstance weakref" (seen in CI: two tests on one worker). Which test
+    leaves it so is not known: the instance context managers the suite uses all reset it."""
     with set_defs_state_storage(None):
         yield
 
