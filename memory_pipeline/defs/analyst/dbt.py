@@ -219,14 +219,16 @@ def _build(
     parse (``reuse_parse``)."""
     files = analyst.files()
     with publishing(files, context.log.warning) as staging:
-        _day_window(files, staging, window)
+        if window is not None:
+            _day_window(files, staging, window)
         target = dbt_target_path(dbt, context)
         reuse_parse(files.dbt_parse_state, target)
         args = ["build", "--vars", json.dumps(analyst.dbt_vars(staging))]
         invocation = dbt.cli(args, context=context, raise_on_error=False, target_path=target)
         events = list(invocation.stream())
         keep_parse(target, files.dbt_parse_state)
-        _day_window(files, staging, None)
+        if window is not None:
+            _day_window(files, staging, None)
     yield from per_partition(context, events) if per_day else events
     if not invocation.is_successful():
         error = invocation.get_error()
@@ -237,9 +239,8 @@ def _build(
 
 
 def _day_window(files: AnalyticsFiles, staging: Path, window: tuple[str, str] | None) -> None:
-    """The table the daily models' ``day_window_filter`` reads, written (``window``) or dropped."""
-    if window is None and not staging.exists():
-        return
+    """The table the daily models' ``day_window_filter`` reads, written (``window``) or dropped
+    (None) before the file is published."""
     with duckdb.connect(str(staging), config=files.duckdb_config()) as con:
         if window is None:
             con.execute("DROP TABLE IF EXISTS main.dbt_day_window")
@@ -261,7 +262,7 @@ def reuse_parse(state: Path, target: Path) -> None:
     """The previous build's parse, where dbt looks for it in ``target``: dbt checks it (its version,
     vars, profile and every file's checksum) and parses again whatever differs. (dagster-dbt copies
     the project's own ``target/partial_parse.msgpack`` only, which ``dbt parse`` wrote with the
-    default vars: every build parsed the whole project, about 5 s.)"""
+    default vars: every build parsed the whole project, 7-8 s here against 2 s reused.)"""
     if state.exists():
         target.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(state, target / PARTIAL_PARSE)
