@@ -138,4 +138,7 @@ sleep_runs = Table(
     Column("created", Integer, nullable=False, default=0),
     Column("detail", JSON, nullable=False),
     Column("finished_at", UTCDateTime, nullable=False, default=now_utc),
+    # A place's look at the places after it (rebuild.ahead, any_done_after, mark_stale) is by day:
+    # the key leads with stage, so without this each of them read the whole history.
+    Index("ix_sleep_runs_day_stage", "day", "stage"),
 )

@@ -209,6 +209,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0027_lease_process",
         "0028_recall_doc_base",
         "0029_tower_window_group_start",
+        "0030_sleep_runs_day_stage",
     ]
     assert head(LOCATIONS) == chain[-1]
 
