@@ -79,7 +79,7 @@ ui: $(STAMP)  ## the Dagster UI (dagster dev) on the instance the demo wrote (da
 	PATH="$(CURDIR)/$(BIN):$$PATH" DBT_SEND_ANONYMOUS_USAGE_STATS=false MEMORY_DATA_DIR=$(DATA_DIR) \
 	  DAGSTER_HOME=$(abspath $(or $(DAGSTER_HOME),$(DATA_DIR)/dagster_home)) exec $(BIN)/memory-pipeline ui --port $(UI_PORT)
 
-bench: $(STAMP)  ## every measurement against its floor, full scale (~40 minutes, the sleep year a quarter of it), on PostgreSQL and Redis (see bench/README.md)
+bench: $(STAMP)  ## every measurement against its floor, full scale (20–40 minutes, quiet machine to loaded; the sleep year a quarter of it), on PostgreSQL and Redis (see bench/README.md)
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(BIN)/python bench/run.py --scale full
 
 bench-quick: $(STAMP)  ## the same measurements at a small scale (~10 minutes)
