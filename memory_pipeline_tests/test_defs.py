@@ -132,6 +132,49 @@ def test_definitions_snapshot_past_one_machine(distributed_env, snapshot):
     }
 
 
+def test_steps_fork_from_a_forkserver_that_has_loaded_the_code_location(monkeypatch):
+    """On one machine (the default executor) a run's steps are forked by a forkserver that imported
+    the code location once, not spawned to import it again each; a run may still choose spawn or
+    in_process, as with Dagster's default executor, whose name and run config it keeps."""
+    import yaml
+    from dagster import DagsterInstance
+    from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+    from dagster._core.executor.init import InitExecutorContext
+    from dagster._core.executor.multiprocess import MultiprocessExecutor
+    from dagster._core.system_config.objects import ResolvedRunConfig
+
+    from memory_pipeline.defs._shared.deployment import CODE_LOCATION_MODULE
+    from memory_pipeline.lib.settings import REPO_ROOT
+
+    monkeypatch.delenv("MEMORY_EXECUTOR", raising=False)
+    (location,) = yaml.safe_load((REPO_ROOT / "workspace.yaml").read_text())["load_from"]
+    assert location["python_module"]["module_name"] == CODE_LOCATION_MODULE  # the module preloaded
+    job = build_defs().get_job_def("temporal_day_job")
+    assert job.executor_def.name == "multi_or_in_process_executor"
+    recon = ReconstructableJob(
+        ReconstructableRepository.for_module(CODE_LOCATION_MODULE, "defs", str(REPO_ROOT)), "temporal_day_job"
+    )
+
+    def executor(run_config):
+        config = ResolvedRunConfig.build(job, run_config).execution.execution_engine_config
+        with DagsterInstance.ephemeral() as instance:
+            context = InitExecutorContext(
+                job=recon, executor_def=job.executor_def, executor_config=config, instance=instance
+            )
+            return config, job.executor_def.executor_creation_fn(context)
+
+    config, default = executor({})
+    assert config["multiprocess"]["start_method"] == {"forkserver": {"preload_modules": [CODE_LOCATION_MODULE]}}
+    assert isinstance(default, MultiprocessExecutor)
+    assert (default._start_method, default._explicit_forkserver_preload) == ("forkserver", [CODE_LOCATION_MODULE])
+    chosen = {"execution": {"config": {"multiprocess": {"start_method": {"spawn": {}}, "max_concurrent": 3}}}}
+    config, spawned = executor(chosen)
+    assert config["multiprocess"]["start_method"] == {"spawn": {}} and spawned._start_method == "spawn"
+    assert spawned._max_concurrent == 3
+    config, _ = executor({"execution": {"config": {"in_process": {}}}})
+    assert set(config) == {"in_process"}
+
+
 def test_deployment_settings_are_refused_by_name(monkeypatch):
     monkeypatch.setenv("MEMORY_EXECUTOR", "spark")
     with pytest.raises(ConfigError, match=r"MEMORY_EXECUTOR: 'spark' is not one of multiprocess, celery, k8s"):

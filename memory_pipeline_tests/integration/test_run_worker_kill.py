@@ -37,6 +37,7 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFil
 from sqlalchemy import func, select
 
 from memory_pipeline import domains, operations
+from memory_pipeline.defs._shared.deployment import CODE_LOCATION_MODULE
 from memory_pipeline.events.ingest import ingest_file
 from memory_pipeline.lib.store import Store, make_engine
 from memory_pipeline.lib.store.migrate import ensure_schema, forget_checked
@@ -160,6 +161,13 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def zombie(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -247,6 +255,7 @@ def backfill_and_kill(k: Killable, tags: dict[str, str] | None, victim, whole_tr
     pid = k.stack.wait_until("the run worker's pid", lambda: run_worker_pid(k.instance, run.run_id), timeout=300)
     root = victim(pid)
     tree = process_tree(root)
+    below = [cmdline(p) for p in tree[1:]]  # read before the kill: the forkserver exits with the worker
     for target in tree if whole_tree else [root]:
         try:
             os.kill(target, signal.SIGKILL)
@@ -254,6 +263,8 @@ def backfill_and_kill(k: Killable, tags: dict[str, str] | None, victim, whole_tr
             pass
     if not whole_tree:  # the step process the run worker started dies with it (lib.lifeline)
         assert len(tree) > 1, f"no step process under the run worker {root}: {tree}"
+        # It was forked by a forkserver that had loaded the code location (deployment.executor).
+        assert [c for c in below if "multiprocessing.forkserver import main" in c and CODE_LOCATION_MODULE in c], below
         k.stack.wait_until(
             f"the step processes {tree[1:]} to exit with their run worker",
             lambda: not [p for p in tree if Path(f"/proc/{p}").exists() and not zombie(p)],

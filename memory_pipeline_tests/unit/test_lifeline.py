@@ -1,5 +1,7 @@
 """A multiprocessing child (a step process of the multiprocess executor) exits when its parent (the
-run worker) is killed; without the lifeline it lives on as an orphan (the fault this prevents)."""
+run worker) is killed; without the lifeline it lives on as an orphan (the fault this prevents). Both
+ways a step can start: spawned by the run worker (Dagster's default) or forked by a forkserver the
+run worker started (this code location's executor, defs/_shared/deployment.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ def _step(watch: bool, pid_file: str) -> None:
     time.sleep(120)
 
 
-def _run_worker(watch: bool, pid_file: str) -> None:
-    child = multiprocessing.get_context("spawn").Process(target=_step, args=(watch, pid_file))
+def _run_worker(start_method: str, watch: bool, pid_file: str) -> None:
+    child = multiprocessing.get_context(start_method).Process(target=_step, args=(watch, pid_file))
     child.start()
     child.join()
 
@@ -44,10 +46,11 @@ def _wait(what: str, probe, timeout: float) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
 @pytest.mark.parametrize("watch", [True, False], ids=["lifeline", "without"])
-def test_a_step_process_exits_when_its_run_worker_is_killed(tmp_path: Path, watch: bool) -> None:
+def test_a_step_process_exits_when_its_run_worker_is_killed(tmp_path: Path, watch: bool, start_method: str) -> None:
     pid_file = tmp_path / "step.pid"
-    worker = multiprocessing.get_context("spawn").Process(target=_run_worker, args=(watch, str(pid_file)))
+    worker = multiprocessing.get_context("spawn").Process(target=_run_worker, args=(start_method, watch, str(pid_file)))
     worker.start()
     try:
         _wait("the step process to start", lambda: pid_file.exists() and pid_file.read_text(), 60)
