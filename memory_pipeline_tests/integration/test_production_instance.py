@@ -50,6 +50,9 @@ def test_production_instance_limits_the_llm_pool(production_instance):
     assert config.pool_config.pool_granularity == PoolGranularity.RUN
     assert type(production_instance.run_coordinator).__name__ == "QueuedRunCoordinator"
     assert config.run_queue_config.max_concurrent_runs == 4  # moved under concurrency > runs
+    # A dequeue that cannot reach the code server is retried past the daemon's 60 s workspace refresh.
+    queue = config.run_queue_config
+    assert queue.max_user_code_failure_retries * queue.user_code_failure_retry_delay > 60
 
 
 def test_embedded_default_instance_limits_the_llm_pool(tmp_path, monkeypatch):

@@ -388,7 +388,7 @@ def test_a_run_worker_killed_mid_run_is_detected_retried_and_costs_no_call_twice
 def test_a_run_whose_host_is_lost_is_failed_by_run_monitoring_and_reexecuted(tmp_path):
     """The run worker and the code server that started it die together: only the daemon's run
     monitoring is left to notice, at the run's maximum runtime (here the run tag dagster/max_runtime,
-    lowered to 120 s once the host is gone; 6 h by default). Retries are off for this run
+    lowered to 10 s once the host is gone; 6 h by default). Retries are off for this run
     (dagster/max_retries 0): the operator re-executes it from failure, with a runtime limit of its own."""
 
     def code_server(worker: int) -> int:
@@ -400,15 +400,17 @@ def test_a_run_whose_host_is_lost_is_failed_by_run_monitoring_and_reexecuted(tmp
     with killable_stack(tmp_path) as k:
         # The limit is lowered only after the kill: on a loaded machine the run can take longer
         # than 120 s to reach the held call, and monitoring must not end it before the host is lost.
+        # Once it is lost, 10 s: monitoring fails it at its first poll past 10 s from the run's start,
+        # which is the next poll unless the run reached the held call sooner than that.
         # The daemon reads the tag from the run's record at every poll.
         tags = {"dagster/max_runtime": "3600", "dagster/max_retries": "0"}
         _, killed = backfill_and_kill(k, tags, victim=code_server)
-        k.instance.add_run_tags(killed.run_id, {"dagster/max_runtime": "120"})
+        k.instance.add_run_tags(killed.run_id, {"dagster/max_runtime": "10"})
 
         failed = wait_failed(k, killed.run_id, timeout=600)
         messages = [e.message or "" for e in k.instance.all_logs(killed.run_id)]
         # The run monitoring daemon's words: it cancels the run, cannot reach its worker, fails it.
-        assert "Canceling due to exceeding maximum runtime of 120 seconds." in messages, messages
+        assert "Canceling due to exceeding maximum runtime of 10 seconds." in messages, messages
         assert will_retry(k, killed.run_id) == "false", failed.tags  # retries on, this run's max_retries 0
 
         rerun_id = reexecute_from_failure(k, killed.run_id, tags={"dagster/max_runtime": "3600"})
