@@ -1,16 +1,19 @@
 """The schema is managed by migrations: an empty database and one at the previous revision both
 reach head, on PostgreSQL and on SQLite; the head schema is exactly what the tables declare; two
-processes migrating a fresh database at once do not race."""
+processes migrating a fresh database at once do not race, and a migration waits only for one of the
+same schema."""
 
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import uuid
 from datetime import UTC, date, datetime
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import insert, inspect, select, text
+from sqlalchemy import create_engine, insert, inspect, select, text
 
 from memory_pipeline import domains
 from memory_pipeline.lib.store import Store, metadata
@@ -18,7 +21,7 @@ from memory_pipeline.lib.store.migrate import VERSION_TABLE, current, ensure_sch
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.recall.tables import FTS_TABLE
 from memory_pipeline.temporal.tables import temporal_day_chunks
-from memory_pipeline_tests.conftest import forget_schemas, fresh_schema
+from memory_pipeline_tests.conftest import PG_URL, forget_schemas, fresh_schema, wait_until_blocked_on_a_lock
 
 LOCATIONS = domains.version_locations()
 PREVIOUS = "0003_temporal"
@@ -234,3 +237,30 @@ def test_two_processes_migrating_a_fresh_database_at_once_do_not_race(empty_url)
         p.join(120)
     results = [queue.get(timeout=5) for _ in procs]
     assert results == [head(LOCATIONS)] * 3
+
+
+def test_the_migration_lock_is_per_schema_so_only_a_migration_of_the_same_schema_waits():
+    """On PostgreSQL the lock is keyed by the schema: while one process migrates schema A, a migration
+    of A waits for it and a migration of schema B in the same database does not (the tests migrate
+    a fresh schema per test, six workers at once)."""
+    from memory_pipeline.lib.store.migrate import _migration_lock
+
+    with fresh_schema("m") as url_a, fresh_schema("m") as url_b:
+        held, admin = Store(url_a), create_engine(PG_URL)
+        try:
+            with held.engine.connect() as conn, _migration_lock(held, conn):
+                other = threading.Thread(target=upgrade, args=(Store(url_b), LOCATIONS))
+                other.start()
+                other.join(120)
+                assert not other.is_alive() and current(Store(url_b)) == head(LOCATIONS)
+
+                app = f"migrate_a_{uuid.uuid4().hex[:8]}"
+                same = threading.Thread(target=upgrade, args=(Store(f"{url_a}&application_name={app}"), LOCATIONS))
+                same.start()
+                assert wait_until_blocked_on_a_lock(admin, app)  # waits on the lock this test holds
+                assert current(held) is None
+            same.join(120)
+            assert not same.is_alive() and current(held) == head(LOCATIONS)
+        finally:
+            admin.dispose()
+    forget_schemas()

@@ -3,7 +3,8 @@ and every store resource bring the schema to head. Domains pass their version fo
 platform names none of them.
 
 Two processes starting at once on a fresh database must not race to create tables: on
-PostgreSQL the upgrade holds a session-level advisory lock, on SQLite an exclusive file lock."""
+PostgreSQL the upgrade holds a session-level advisory lock keyed by its schema, on SQLite an exclusive
+file lock."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ from sqlalchemy import Connection, text
 from memory_pipeline.lib.store.db import Store
 
 SCRIPT_LOCATION = str(Path(__file__).resolve().parent / "migrations")
-# Any constant: the key of the advisory lock every migrating process takes.
+# Any constant: the seed of the advisory lock key every migrating process takes. The key is the
+# schema's name hashed with it, so migrations of one schema wait for each other and migrations of
+# different schemas in one database (the tests' schema per test) do not.
 _PG_LOCK_KEY = 7_000_000_042
+_PG_LOCK = "hashtextextended(coalesce(current_schema(), ''), :k)"
 # Not "alembic_version": the Dagster instance may share the database and keeps its own.
 VERSION_TABLE = "memory_pipeline_schema_version"
 _checked: set[tuple[str, tuple[str, ...]]] = set()
@@ -60,12 +64,12 @@ def current(store: Store) -> str | None:
 @contextmanager
 def _migration_lock(store: Store, conn: Connection) -> Iterator[None]:
     if store.dialect == "postgresql":
-        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+        conn.execute(text(f"SELECT pg_advisory_lock({_PG_LOCK})"), {"k": _PG_LOCK_KEY})
         conn.commit()
         try:
             yield
         finally:
-            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
+            conn.execute(text(f"SELECT pg_advisory_unlock({_PG_LOCK})"), {"k": _PG_LOCK_KEY})
             conn.commit()
         return
     database = store.engine.url.database
