@@ -393,8 +393,8 @@ def test_a_run_whose_host_is_lost_is_failed_by_run_monitoring_and_reexecuted(tmp
 
     def code_server(worker: int) -> int:
         parent = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        cmdline = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        assert "dagster" in cmdline and ("grpc" in cmdline or "code-server" in cmdline), cmdline
+        line = cmdline(parent)
+        assert "dagster" in line and ("grpc" in line or "code-server" in line), line
         return parent
 
     with killable_stack(tmp_path) as k:
