@@ -35,3 +35,31 @@ def test_a_base_on_the_broker_or_database_0_is_refused(base):
 def test_more_workers_than_databases_is_refused():
     with pytest.raises(ValueError, match="gw14"):
         worker_redis_url("redis://127.0.0.1:6379/15", "gw14", BROKER)
+
+
+def test_every_run_ends_with_its_15_slowest_tests(tmp_path):
+    """The suite's own configuration (pyproject's addopts), run as `make test` runs it (xdist
+    workers, loadgroup), prints the 15 slowest tests of 16 at the end."""
+    import re
+    import subprocess
+    import sys
+
+    from memory_pipeline.lib.settings import REPO_ROOT
+
+    (tmp_path / "test_sixteen.py").write_text(
+        "import time, pytest\n\n"
+        "@pytest.mark.parametrize('n', range(16))\n"
+        "def test_sleeps(n):\n"
+        "    time.sleep(0.02 + n / 1000)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pyproject.toml"), "--rootdir", str(tmp_path)]
+        + ["-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", str(tmp_path / "test_sixteen.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "slowest 15 durations" in done.stdout, done.stdout
+    listed = re.findall(r"^\d+\.\d+s call .*test_sleeps\[\d+\]$", done.stdout, flags=re.M)
+    assert len(listed) == 15, done.stdout
