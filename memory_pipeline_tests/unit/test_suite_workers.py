@@ -1,5 +1,6 @@
 """The suite under pytest-xdist: each worker flushes a Redis database of its own, never the Celery
-broker's nor database 0, from the default base (CI) and from any other (a developer's)."""
+broker's nor database 0, from the default base (CI) and from any other (a developer's); every run
+ends with its 15 slowest tests."""
 
 import pytest
 
