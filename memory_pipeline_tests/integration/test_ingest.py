@@ -364,10 +364,16 @@ def _ingest_child(url: str, path: str, barrier, out, direct: bool) -> None:
     store = Store(url)
     ensure_schema(store, domains.version_locations())
 
+    met = []
+
     def progress(phase, done, total):
-        if phase == "validate" and done == (0 if direct else total):
+        if phase == "validate" and done == (0 if direct else total) and not met:
             # Each child spawns, imports and migrates first: on a loaded machine one has reached
             # this point minutes after the other. The deadline only catches a child that died.
+            # Once only: a direct write that falls back before its reading thread has read the
+            # whole file reports the staging pass's validation from 0 again, and the other child,
+            # done by then, never comes to a second meeting (seen on a loaded machine).
+            met.append(True)
             barrier.wait(timeout=600)
 
     report = ingest_file(store, path, progress=progress, direct=direct)
