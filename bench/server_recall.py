@@ -503,15 +503,21 @@ async def over_mcp(
     ``todo`` (the same server after those calls)."""
     import logging
 
+    import httpx
     from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
+    from mcp.client.streamable_http import streamable_http_client
 
     for name in ("httpx", "mcp"):  # a log record per request would be the client's own cost
         logging.getLogger(name).setLevel(logging.WARNING)
     cold: dict[str, list[float]] = {t: [] for t in TOOLS}
     lat: dict[str, list[float]] = {t: [] for t in (*TOOLS, "mem/list_types")}
     headers = {"Authorization": f"Bearer {token}"}
-    async with streamablehttp_client(url, headers=headers) as (read, write, _), ClientSession(read, write) as session:
+    timeout = httpx.Timeout(30, read=300)  # the SDK's own
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=timeout) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
         await session.initialize()
         for call in warm:
             t = time.perf_counter()

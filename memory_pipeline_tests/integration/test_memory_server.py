@@ -15,7 +15,6 @@ from datetime import date, datetime
 import httpx
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -48,6 +47,7 @@ from memory_pipeline.tower.config import TowerConfig
 from memory_pipeline.tower.logic import WindowQuery
 from memory_pipeline.tower.tables import tower_entries, tower_jobs, tower_types
 from memory_pipeline_tests.conftest import CST, event
+from memory_pipeline_tests.mcp_client import mcp_streams
 
 ACTIVITY = "agent/activity"
 SECRET_B = "bravosecret"  # in every one of wb's memories; never in an answer to wa's token
@@ -188,7 +188,7 @@ def served(store, ingest, redis_url, monkeypatch):
 
 async def _calls(url: str, token: str, calls: list[tuple[str, dict]]) -> tuple[list[str], list[tuple[bool, str]]]:
     headers = {"Authorization": f"Bearer {token}"}
-    async with streamablehttp_client(url, headers=headers) as (read, write, _), ClientSession(read, write) as session:
+    async with mcp_streams(url, headers=headers) as (read, write, _), ClientSession(read, write) as session:
         await session.initialize()
         names = [t.name for t in (await session.list_tools()).tools]
         out = []
@@ -236,7 +236,7 @@ def test_a_token_revoked_mid_session_is_refused_from_its_next_request(served):
 
     async def drive() -> None:
         headers = {"Authorization": f"Bearer {token}"}
-        async with streamablehttp_client(served["url"], headers=headers) as (read, write, _):
+        async with mcp_streams(served["url"], headers=headers) as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 seen["first"] = await session.call_tool("mem/list_types", {})

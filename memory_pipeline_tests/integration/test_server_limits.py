@@ -258,11 +258,13 @@ def test_a_call_past_the_timeout_gets_one_line_others_are_served_and_its_write_l
 CLIENT = """
 import asyncio, json, os
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
+import httpx
+from mcp.client.streamable_http import streamable_http_client
 
 async def main():
     headers = {"Authorization": "Bearer " + os.environ["MP_TOKEN"]}
-    async with streamablehttp_client(os.environ["MP_URL"], headers=headers) as (read, write, _):
+    timeout = httpx.Timeout(30, read=300)  # the SDK client's own
+    async with httpx.AsyncClient(headers=headers, timeout=timeout) as http, streamable_http_client(os.environ["MP_URL"], http_client=http) as (read, write, _):
         async with ClientSession(read, write) as session:
             await session.initialize()
             await session.call_tool("mem/append", json.loads(os.environ["MP_ARGS"]))

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import re
+import warnings
 from contextlib import AsyncExitStack
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -18,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
 from typer.testing import CliRunner
 
 from memory_pipeline.cli import app
@@ -39,6 +39,7 @@ from memory_pipeline_tests.integration.test_memory_server import (
     SECRET_A,
     SECRET_B,
 )
+from memory_pipeline_tests.mcp_client import mcp_streams
 
 served = test_memory_server.served  # its fixture: the seeded worlds wa and wb, a running server, the tokens
 README = Path(__file__).resolve().parents[2] / "docs" / "server.md"
@@ -123,7 +124,7 @@ LIMIT_MAX = {"memory/search": 100, "objects/find": 100, "objects/evidence": 100}
 async def _session(served, who: str, work):
     headers = {"Authorization": f"Bearer {served['bearer'][who]}"}
     async with (
-        streamablehttp_client(served["url"], headers=headers) as (read, write, _),
+        mcp_streams(served["url"], headers=headers) as (read, write, _),
         ClientSession(read, write) as s,
     ):
         await s.initialize()
@@ -331,7 +332,7 @@ async def _run(served, sequence: list) -> list[tuple[bool, str]]:
                 out.append((True, answers[-1].text))
                 continue
             if who not in sessions:
-                read, write, _ = await stack.enter_async_context(streamablehttp_client(served["url"], headers=headers))
+                read, write, _ = await stack.enter_async_context(mcp_streams(served["url"], headers=headers))
                 sessions[who] = await stack.enter_async_context(ClientSession(read, write))
                 await sessions[who].initialize()
             r = await sessions[who].call_tool(tool, args)
@@ -411,3 +412,29 @@ def test_the_readme_tool_table_is_the_servers_own_list(store, pg_url, monkeypatc
     for cmd in ("serve", "mcp"):  # mcp: the alias
         printed = CliRunner().invoke(app, [cmd, "--list-tools"])
         assert printed.exit_code == 0 and printed.output == table, (cmd, printed.output)
+
+
+def test_the_readme_example_client_reads_its_world_through_the_server(served, capsys):
+    """docs/server.md's agent example, run as written against a running server: only the address,
+    the world and the token are this test's."""
+    found = re.search(
+        r"An agent runtime connects with the SDK's client and the token:\n\n```python\n(.*?)```",
+        README.read_text(encoding="utf-8"),
+        re.S,
+    )
+    assert found, "docs/server.md has no example client"
+    code = found.group(1)
+    assert code.count("http://127.0.0.1:8900/mcp") == 1 and code.count('"w1"') == 2
+    code = code.replace("http://127.0.0.1:8900/mcp", served["url"] + "/mcp").replace('"w1"', '"wa"')
+    body, run = code.rstrip().rsplit("\n", 1)
+    assert run.startswith('asyncio.run(main("mp_..."))')
+    namespace: dict = {}
+    exec(compile(body, "docs/server.md", "exec"), namespace)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(namespace["main"](served["bearer"]["a"]))
+    # the example calls nothing deprecated (the SDK's old client warned from contextlib, not from
+    # the example's line, so every deprecation counts)
+    assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == []
+    printed = capsys.readouterr().out
+    assert f"{SECRET_A} activity" in printed and SECRET_B not in printed, printed

@@ -11,7 +11,6 @@ from datetime import date
 
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
 from sqlalchemy import func, select
 
 from memory_pipeline.access import tokens
@@ -32,6 +31,7 @@ from memory_pipeline.tower.tables import (
     tower_windows,
 )
 from memory_pipeline_tests.conftest import CST
+from memory_pipeline_tests.mcp_client import mcp_streams
 
 
 def _free_port() -> int:
@@ -52,7 +52,7 @@ _TOKENS: dict[str, str] = {}
 
 def _client(url: str):
     base = next(b for b in _TOKENS if url.startswith(b))
-    return streamablehttp_client(url, headers={"Authorization": f"Bearer {_TOKENS[base]}"})
+    return mcp_streams(url, headers={"Authorization": f"Bearer {_TOKENS[base]}"})
 
 
 def _serve(store, cfg: TowerConfig):
