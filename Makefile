@@ -14,7 +14,10 @@ DBT_SOURCES  := $(shell find dbt_project -path dbt_project/target -prune -o -pat
 # The lock's own tool (uv), pinned with its hashes in requirements-tools.lock, in a throwaway venv.
 UV_VERSION := 0.13.8
 LOCK_VENV  := $(shell echo $${TMPDIR:-/tmp})/memory-pipeline-lock-venv
-LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock"
+# sqlglotrs: dagster-dbt asks for sqlglot[rs], whose Rust tokenizer sqlglot 30 no longer uses (it
+# takes sqlglotc, which the same extra brings); imported anyway, it only warns that it is deprecated.
+LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock" \
+              --no-emit-package sqlglotrs
 
 .PHONY: venv demo test ui bench bench-quick bench-tower bench-sleep bench-objects bench-export clean chromium lock lock-upgrade audit
 
