@@ -34,6 +34,7 @@ from memory_pipeline.lib.store import Store, make_engine  # noqa: E402
 from memory_pipeline.lib.store.migrate import VERSION_TABLE, ensure_schema, forget_checked  # noqa: E402
 from memory_pipeline.temporal.config import TemporalSummaryConfig  # noqa: E402
 from memory_pipeline.temporal.context import TemporalContext  # noqa: E402
+from memory_pipeline_tests.dagster_stack import create_schema, drop_schema  # noqa: E402
 
 PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 # The Celery broker of test_distributed: a Redis database of its own, never a roll cache's.
@@ -164,14 +165,7 @@ class _MigratedSchema:
             self._empty()
 
     def _migrate(self) -> None:
-        self.schema = f"s_{uuid.uuid4().hex[:12]}"
-        base = f"{PG_URL}?options=-csearch_path%3D{self.schema}"
-        admin = create_engine(PG_URL)
-        try:
-            with admin.begin() as conn:
-                conn.execute(text(f"CREATE SCHEMA {self.schema}"))
-        finally:
-            admin.dispose()
+        self.schema, base = create_schema("s")
         ensure_schema(Store(base), domains.version_locations())
         make_engine(base).dispose()
         self.engine = create_engine(base)
@@ -224,13 +218,7 @@ class _MigratedSchema:
         if self.engine is not None:
             self.engine.dispose()
             self.engine = None
-        admin = create_engine(PG_URL)
-        try:
-            with admin.begin() as conn:
-                conn.execute(text("SET LOCAL lock_timeout = '60s'"))
-                conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        finally:
-            admin.dispose()
+        drop_schema(schema)
 
 
 @pytest.fixture(scope="session")
