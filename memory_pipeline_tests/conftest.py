@@ -89,18 +89,12 @@ def fresh_schema(prefix: str = "t") -> Iterator[str]:
     """A fresh PostgreSQL schema: the URL whose connections use it; its engine disposed and the
     schema dropped after. The process-wide caches are the caller's to clear (``forget_schemas``):
     a test may hold two schemas, and clearing for the first dropped would orphan the other's engine."""
-    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    url = f"{PG_URL}?options=-csearch_path%3D{schema}"
+    schema, url = create_schema(prefix)
     try:
         yield url
     finally:
         make_engine(url).dispose()
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        admin.dispose()
+        drop_schema(schema)
 
 
 def forget_schemas() -> None:
