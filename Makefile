@@ -64,7 +64,7 @@ demo: $(STAMP) $(DBT_MANIFEST)  ## the main job on the embedded default (SQLite,
 TEST_WORKERS ?= 6
 
 # compileall: the package's and the tests' bytecode, written before the run (0.5 s; nothing to do when
-# it is current). Where PYTHONDONTWRITEBYTECODE is set, as on this machine, each of the ~150 processes
+# it is current). Where PYTHONDONTWRITEBYTECODE is set, as on this machine, each of the ~160 processes
 # of the suite that import the package (workers, CLI, code servers, run workers) compiled it again.
 test: $(STAMP) $(DBT_MANIFEST) chromium  ## strict type check, then the test suite against PostgreSQL and Redis on 127.0.0.1
 	$(BIN)/mypy
