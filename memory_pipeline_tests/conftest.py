@@ -34,9 +34,9 @@ from memory_pipeline.lib.store import Store, make_engine  # noqa: E402
 from memory_pipeline.lib.store.migrate import VERSION_TABLE, ensure_schema, forget_checked  # noqa: E402
 from memory_pipeline.temporal.config import TemporalSummaryConfig  # noqa: E402
 from memory_pipeline.temporal.context import TemporalContext  # noqa: E402
-from memory_pipeline_tests.dagster_stack import create_schema, drop_schema  # noqa: E402
+from memory_pipeline_tests.dagster_stack import ADMIN_PG_URL, create_schema, drop_schema  # noqa: E402
 
-PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+PG_URL = ADMIN_PG_URL  # TEST_DATABASE_URL, read once (dagster_stack)
 # The Celery broker of test_distributed: a Redis database of its own, never a roll cache's.
 CELERY_BROKER_URL = os.environ.get("TEST_CELERY_BROKER_URL", "redis://127.0.0.1:6379/9")
 REDIS_DATABASES = 16  # Redis's default `databases`
