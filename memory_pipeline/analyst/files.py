@@ -29,6 +29,10 @@ import duckdb
 
 from memory_pipeline.analyst.config import AnalystConfig
 
+# Each dbt build leaves a target folder (its manifest, parse state, compiled SQL, run_results.json
+# and dbt.log: 3-8 MB); the newest are kept for whoever looks into a build, the rest removed.
+KEEP_DBT_BUILDS = 10
+
 
 @dataclass(frozen=True)
 class AnalyticsFiles:
@@ -61,6 +65,11 @@ class AnalyticsFiles:
     def dbt_parse_state(self) -> Path:
         """dbt's partial-parse state of the last build of this file, handed to the next one."""
         return self.duckdb.with_name(self.duckdb.name + ".dbt-parse.msgpack")
+
+    @property
+    def dbt_builds(self) -> Path:
+        """The target folders of this file's last dbt builds, one per build (``prune_dbt_builds``)."""
+        return self.duckdb.with_name(self.duckdb.name + ".dbt-builds")
 
     @property
     def parquet_tmp(self) -> Path | None:
@@ -185,6 +194,19 @@ def replace_file(files: AnalyticsFiles, write: Any, target: Path) -> None:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def prune_dbt_builds(files: AnalyticsFiles, keep: int = KEEP_DBT_BUILDS) -> list[Path]:
+    """Remove all but the ``keep`` newest build folders (by last change); returns the removed ones.
+    Called by a writer, under the lock: no build of this file is running meanwhile."""
+    if not files.dbt_builds.is_dir():
+        return []
+    folders = sorted(
+        (p for p in files.dbt_builds.iterdir() if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name), reverse=True
+    )
+    for old in folders[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return folders[keep:]
 
 
 def connect_read_only(files: AnalyticsFiles) -> duckdb.DuckDBPyConnection:

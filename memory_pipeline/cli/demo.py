@@ -66,6 +66,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
             ):
                 (data / name).unlink(missing_ok=True)
             shutil.rmtree(data / "analytics_parquet", ignore_errors=True)
+            shutil.rmtree(data / "analytics.duckdb.dbt-builds", ignore_errors=True)  # the dbt builds' folders
 
     from datetime import datetime
     from zoneinfo import ZoneInfo

@@ -33,7 +33,7 @@ from dagster import (
 from sqlalchemy import func, insert, select
 
 from memory_pipeline import domains, operations
-from memory_pipeline.analyst.files import AnalyticsFiles
+from memory_pipeline.analyst.files import KEEP_DBT_BUILDS, AnalyticsFiles
 from memory_pipeline.definitions import build_defs
 from memory_pipeline.defs._shared.partitions import cst_day_open
 from memory_pipeline.defs.analyst.project import analytics_dbt, dbt_executable
@@ -962,10 +962,10 @@ def test_a_daily_marts_run_replaces_exactly_its_days_and_reuses_the_last_builds_
     assert w3_messages() == before | {D2: 2}
     assert sample.query("SELECT count(*) FROM information_schema.tables WHERE table_name = 'dbt_day_window'") == [(0,)]
 
-    from memory_pipeline.defs.analyst.project import analytics_dbt
-
-    (log,) = (Path(analytics_dbt.project_dir) / "target").glob(
-        f"analyst_dbt_daily-{sample.runs['daily_marts'][:7]}-*/dbt.log"
-    )
+    # the build's target folder is among the file's last builds, not in the project's target/
+    build = f"analyst_dbt_daily-{sample.runs['daily_marts'][:7]}-*"
+    (log,) = sample.files.dbt_builds.glob(f"{build}/dbt.log")
+    assert not list((Path(analytics_dbt.project_dir) / "target").glob(build))
+    assert len(list(sample.files.dbt_builds.iterdir())) <= KEEP_DBT_BUILDS
     parse = [json.loads(line)["info"]["name"] for line in log.read_text().splitlines() if "Pars" in line]
     assert "UnableToPartialParse" not in parse and "PartialParsingSkipParsing" in parse, parse

@@ -5,6 +5,7 @@ days of its window (the PostgreSQL path and dbt are in integration/test_analyst.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import date, datetime, timedelta
@@ -21,7 +22,7 @@ from memory_pipeline.analyst import config as analyst_config
 from memory_pipeline.analyst import logic, reports
 from memory_pipeline.analyst.config import AnalystConfig
 from memory_pipeline.analyst.exports import _frame, export_tables
-from memory_pipeline.analyst.files import AnalyticsFiles, publishing, writer_lock
+from memory_pipeline.analyst.files import KEEP_DBT_BUILDS, AnalyticsFiles, prune_dbt_builds, publishing, writer_lock
 from memory_pipeline.analyst.logic import DayWindow
 from memory_pipeline.analyst.registry import BY_NAME, EXPORTS, NOT_EXPORTED, export_table, split_tables
 from memory_pipeline.events.ingest import event_line, ingest_file
@@ -104,10 +105,30 @@ def test_files_sit_beside_the_duckdb_file_unless_configured(tmp_path):
     assert files.parquet == tmp_path / "x" / "analytics_parquet"
     assert files.report == tmp_path / "x" / "analytics_report.png"
     assert files.staging.name == "analytics.duckdb.next" and files.lock.name == "analytics.duckdb.lock"
+    assert files.dbt_builds == tmp_path / "x" / "analytics.duckdb.dbt-builds"
     cfg = AnalystConfig(parquet_dir=str(tmp_path / "pq"), report_file=str(tmp_path / "r.png"))
     assert AnalyticsFiles.at(tmp_path / "a.duckdb", cfg).parquet == tmp_path / "pq"
     config = files.duckdb_config()
     assert config["autoinstall_known_extensions"] is False and config["autoload_known_extensions"] is False
+
+
+def test_only_the_newest_dbt_builds_are_kept(tmp_path):
+    """A build's target folder stays for whoever looks into it; past KEEP_DBT_BUILDS the oldest go
+    (dagster-dbt alone would keep one per build for ever, 3-8 MB each)."""
+    files = AnalyticsFiles.at(tmp_path / "analytics.duckdb", AnalystConfig())
+    assert prune_dbt_builds(files) == []  # no build yet
+    now = time.time()
+    builds = [files.dbt_builds / f"analyst_dbt_daily-run{i:02d}-abc" for i in range(KEEP_DBT_BUILDS + 3)]
+    for age, folder in enumerate(reversed(builds)):  # the last one is the newest
+        (folder / "compiled").mkdir(parents=True)
+        (folder / "dbt.log").write_text("log")
+        os.utime(folder, (now - 60 * age, now - 60 * age))
+    stray = files.dbt_builds / "notes.txt"
+    stray.write_text("not a build")
+    removed = prune_dbt_builds(files)
+    assert sorted(removed) == builds[:3]
+    assert sorted(p for p in files.dbt_builds.iterdir() if p.is_dir()) == builds[3:]
+    assert stray.exists() and prune_dbt_builds(files) == []
 
 
 def _publish(files: AnalyticsFiles, value: int) -> None:

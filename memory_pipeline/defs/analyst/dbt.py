@@ -38,7 +38,7 @@ from dagster._utils import run_with_concurrent_update_guard
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 from dagster_dbt.core.dbt_cli_invocation import PARTIAL_PARSE_FILE_NAME as PARTIAL_PARSE
 
-from memory_pipeline.analyst.files import AnalyticsFiles, publishing
+from memory_pipeline.analyst.files import AnalyticsFiles, prune_dbt_builds, publishing
 from memory_pipeline.analyst.registry import BY_NAME
 from memory_pipeline.defs._shared.partitions import cst_day_open
 from memory_pipeline.defs.analyst.assets import DUCKDB_POOL, GROUP, WHOLE_EXPORTS, export_key
@@ -221,12 +221,13 @@ def _build(
     with publishing(files, context.log.warning) as staging:
         if window is not None:
             _day_window(files, staging, window)
-        target = dbt_target_path(dbt, context)
+        target = dbt_target_path(dbt, context, files)
         reuse_parse(files.dbt_parse_state, target)
         args = ["build", "--vars", json.dumps(analyst.dbt_vars(staging))]
         invocation = dbt.cli(args, context=context, raise_on_error=False, target_path=target)
         events = list(invocation.stream())
         keep_parse(target, files.dbt_parse_state)
+        prune_dbt_builds(files)
         if window is not None:
             _day_window(files, staging, None)
     yield from per_partition(context, events) if per_day else events
@@ -251,11 +252,11 @@ def _day_window(files: AnalyticsFiles, staging: Path, window: tuple[str, str] | 
             )
 
 
-def dbt_target_path(dbt: DbtCliResource, context: AssetExecutionContext) -> Path:
-    """The build's own target folder, as dagster-dbt names it (its artifacts and log), resolved
-    against the project as dagster-dbt resolves it."""
-    path = dbt._get_unique_target_path(context=context)
-    return path if path.is_absolute() else Path(dbt.project_dir) / path
+def dbt_target_path(dbt: DbtCliResource, context: AssetExecutionContext, files: AnalyticsFiles) -> Path:
+    """The build's own target folder (its artifacts and log), named as dagster-dbt names it, among
+    the file's last builds (``files.dbt_builds``) rather than in the project's ``target/``, where
+    dagster-dbt leaves one per build for ever."""
+    return files.dbt_builds / dbt._get_unique_target_path(context=context).name
 
 
 def reuse_parse(state: Path, target: Path) -> None:
