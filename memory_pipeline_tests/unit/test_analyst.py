@@ -118,7 +118,8 @@ def test_only_the_newest_dbt_builds_are_kept(tmp_path):
     files = AnalyticsFiles.at(tmp_path / "analytics.duckdb", AnalystConfig())
     assert prune_dbt_builds(files) == []  # no build yet
     now = time.time()
-    builds = [files.dbt_builds / f"analyst_dbt_daily-run{i:02d}-abc" for i in range(KEEP_DBT_BUILDS + 3)]
+    # oldest first, named so that their names sort the other way: the age decides, not the name
+    builds = [files.dbt_builds / f"analyst_dbt_daily-run{99 - i:02d}-abc" for i in range(KEEP_DBT_BUILDS + 3)]
     for age, folder in enumerate(reversed(builds)):  # the last one is the newest
         (folder / "compiled").mkdir(parents=True)
         (folder / "dbt.log").write_text("log")
@@ -126,8 +127,8 @@ def test_only_the_newest_dbt_builds_are_kept(tmp_path):
     stray = files.dbt_builds / "notes.txt"
     stray.write_text("not a build")
     removed = prune_dbt_builds(files)
-    assert sorted(removed) == builds[:3]
-    assert sorted(p for p in files.dbt_builds.iterdir() if p.is_dir()) == builds[3:]
+    assert sorted(removed) == sorted(builds[:3])
+    assert sorted(p for p in files.dbt_builds.iterdir() if p.is_dir()) == sorted(builds[3:])
     assert stray.exists() and prune_dbt_builds(files) == []
 
 
