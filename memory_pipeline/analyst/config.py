@@ -23,12 +23,18 @@ class AnalystConfig:
     report_file: str = ""  # the coverage and cost picture; default: <duckdb file folder>/<stem>_report.png
     duckdb_threads: int = 2  # DuckDB worker threads of one export
     duckdb_memory_limit: str = ""  # e.g. "2GB"; empty: DuckDB's default (80% of RAM)
+    # each dbt build's target folder (run_results.json, compiled SQL, dbt.log: 3-8 MB) is kept
+    # beside the file for whoever looks into a build; only the newest this many
+    dbt_builds_kept: int = 10
 
     def validate(self) -> AnalystConfig:
         if isinstance(self.duckdb_threads, bool) or not isinstance(self.duckdb_threads, int) or self.duckdb_threads < 1:
             raise ConfigError(
                 f"memory.{SECTION}.duckdb_threads: must be a positive integer, got {self.duckdb_threads!r}"
             )
+        kept = self.dbt_builds_kept
+        if isinstance(kept, bool) or not isinstance(kept, int) or kept < 1:
+            raise ConfigError(f"memory.{SECTION}.dbt_builds_kept: must be a positive integer, got {kept!r}")
         if self.duckdb_memory_limit and not _MEMORY_LIMIT.match(self.duckdb_memory_limit):
             raise ConfigError(
                 f"memory.{SECTION}.duckdb_memory_limit: expected a size such as '2GB', got {self.duckdb_memory_limit!r}"

@@ -29,10 +29,6 @@ import duckdb
 
 from memory_pipeline.analyst.config import AnalystConfig
 
-# Each dbt build leaves a target folder (its manifest, parse state, compiled SQL, run_results.json
-# and dbt.log: 3-8 MB); the newest are kept for whoever looks into a build, the rest removed.
-KEEP_DBT_BUILDS = 10
-
 
 @dataclass(frozen=True)
 class AnalyticsFiles:
@@ -41,6 +37,7 @@ class AnalyticsFiles:
     report: Path  # the coverage and cost picture
     threads: int = 2
     memory_limit: str = ""
+    dbt_builds_kept: int = AnalystConfig.dbt_builds_kept
 
     @classmethod
     def at(cls, duckdb_path: str | os.PathLike[str], cfg: AnalystConfig) -> AnalyticsFiles:
@@ -51,7 +48,8 @@ class AnalyticsFiles:
         report = (
             Path(cfg.report_file).expanduser().resolve() if cfg.report_file else path.parent / f"{path.stem}_report.png"
         )
-        return cls(path, parquet if cfg.parquet else None, report, cfg.duckdb_threads, cfg.duckdb_memory_limit)
+        parquet_root = parquet if cfg.parquet else None
+        return cls(path, parquet_root, report, cfg.duckdb_threads, cfg.duckdb_memory_limit, cfg.dbt_builds_kept)
 
     @property
     def staging(self) -> Path:
@@ -196,17 +194,17 @@ def replace_file(files: AnalyticsFiles, write: Any, target: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def prune_dbt_builds(files: AnalyticsFiles, keep: int = KEEP_DBT_BUILDS) -> list[Path]:
-    """Remove all but the ``keep`` newest build folders (by last change); returns the removed ones.
-    Called by a writer, under the lock: no build of this file is running meanwhile."""
+def prune_dbt_builds(files: AnalyticsFiles) -> list[Path]:
+    """Remove all but the newest ``files.dbt_builds_kept`` build folders (by last change); returns
+    the removed ones. Called by a writer, under the lock: no build of this file runs meanwhile."""
     if not files.dbt_builds.is_dir():
         return []
     folders = sorted(
         (p for p in files.dbt_builds.iterdir() if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name), reverse=True
     )
-    for old in folders[keep:]:
+    for old in folders[files.dbt_builds_kept :]:
         shutil.rmtree(old, ignore_errors=True)
-    return folders[keep:]
+    return folders[files.dbt_builds_kept :]
 
 
 def connect_read_only(files: AnalyticsFiles) -> duckdb.DuckDBPyConnection:

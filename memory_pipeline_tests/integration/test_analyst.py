@@ -33,7 +33,7 @@ from dagster import (
 from sqlalchemy import func, insert, select
 
 from memory_pipeline import domains, operations
-from memory_pipeline.analyst.files import KEEP_DBT_BUILDS, AnalyticsFiles
+from memory_pipeline.analyst.files import AnalyticsFiles
 from memory_pipeline.definitions import build_defs
 from memory_pipeline.defs._shared.partitions import cst_day_open
 from memory_pipeline.defs.analyst.project import analytics_dbt, dbt_executable
@@ -966,6 +966,6 @@ def test_a_daily_marts_run_replaces_exactly_its_days_and_reuses_the_last_builds_
     build = f"analyst_dbt_daily-{sample.runs['daily_marts'][:7]}-*"
     (log,) = sample.files.dbt_builds.glob(f"{build}/dbt.log")
     assert not list((Path(analytics_dbt.project_dir) / "target").glob(build))
-    assert len(list(sample.files.dbt_builds.iterdir())) <= KEEP_DBT_BUILDS
+    assert len(list(sample.files.dbt_builds.iterdir())) <= sample.files.dbt_builds_kept
     parse = [json.loads(line)["info"]["name"] for line in log.read_text().splitlines() if "Pars" in line]
     assert "UnableToPartialParse" not in parse and "PartialParsingSkipParsing" in parse, parse

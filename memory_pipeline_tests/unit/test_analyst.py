@@ -22,7 +22,7 @@ from memory_pipeline.analyst import config as analyst_config
 from memory_pipeline.analyst import logic, reports
 from memory_pipeline.analyst.config import AnalystConfig
 from memory_pipeline.analyst.exports import _frame, export_tables
-from memory_pipeline.analyst.files import KEEP_DBT_BUILDS, AnalyticsFiles, prune_dbt_builds, publishing, writer_lock
+from memory_pipeline.analyst.files import AnalyticsFiles, prune_dbt_builds, publishing, writer_lock
 from memory_pipeline.analyst.logic import DayWindow
 from memory_pipeline.analyst.registry import BY_NAME, EXPORTS, NOT_EXPORTED, export_table, split_tables
 from memory_pipeline.events.ingest import event_line, ingest_file
@@ -83,14 +83,18 @@ def test_day_windows_and_parquet_paths():
 def test_the_config_is_strict(tmp_path):
     assert analyst_config.load(None) == AnalystConfig()
     good = tmp_path / "good.yaml"
-    good.write_text("memory:\n  analyst:\n    parquet: false\n    duckdb_threads: 1\n    duckdb_memory_limit: 2GB\n")
+    good.write_text(
+        "memory:\n  analyst:\n    parquet: false\n    duckdb_threads: 1\n    duckdb_memory_limit: 2GB\n"
+        "    dbt_builds_kept: 3\n"
+    )
     cfg = analyst_config.load(good)
     assert (cfg.parquet, cfg.duckdb_threads, cfg.duckdb_memory_limit) == (False, 1, "2GB")
     files = AnalyticsFiles.at(tmp_path / "a.duckdb", cfg)
-    assert files.parquet is None and files.duckdb_config()["memory_limit"] == "2GB"
+    assert files.parquet is None and files.duckdb_config()["memory_limit"] == "2GB" and files.dbt_builds_kept == 3
     for body, error in [
         ("parquet: 'no'", "memory.analyst.parquet: expected bool, got str 'no'"),
         ("duckdb_threads: 0", "memory.analyst.duckdb_threads: must be a positive integer"),
+        ("dbt_builds_kept: 0", "memory.analyst.dbt_builds_kept: must be a positive integer"),
         ("duckdb_memory_limit: lots", "memory.analyst.duckdb_memory_limit: expected a size"),
         ("parquett: true", "unknown key(s) in memory.analyst: parquett"),
     ]:
@@ -112,14 +116,17 @@ def test_files_sit_beside_the_duckdb_file_unless_configured(tmp_path):
     assert config["autoinstall_known_extensions"] is False and config["autoload_known_extensions"] is False
 
 
-def test_only_the_newest_dbt_builds_are_kept(tmp_path):
-    """A build's target folder stays for whoever looks into it; past KEEP_DBT_BUILDS the oldest go
+@pytest.mark.parametrize("kept", [10, 1])  # the default of memory.analyst.dbt_builds_kept, and the least
+def test_only_the_newest_dbt_builds_are_kept(tmp_path, kept):
+    """A build's target folder stays for whoever looks into it; past dbt_builds_kept the oldest go
     (dagster-dbt alone would keep one per build for ever, 3-8 MB each)."""
-    files = AnalyticsFiles.at(tmp_path / "analytics.duckdb", AnalystConfig())
+    cfg = AnalystConfig() if kept == 10 else AnalystConfig(dbt_builds_kept=kept)
+    files = AnalyticsFiles.at(tmp_path / "analytics.duckdb", cfg)
+    assert files.dbt_builds_kept == kept
     assert prune_dbt_builds(files) == []  # no build yet
     now = time.time()
     # oldest first, named so that their names sort the other way: the age decides, not the name
-    builds = [files.dbt_builds / f"analyst_dbt_daily-run{99 - i:02d}-abc" for i in range(KEEP_DBT_BUILDS + 3)]
+    builds = [files.dbt_builds / f"analyst_dbt_daily-run{99 - i:02d}-abc" for i in range(kept + 3)]
     for age, folder in enumerate(reversed(builds)):  # the last one is the newest
         (folder / "compiled").mkdir(parents=True)
         (folder / "dbt.log").write_text("log")
