@@ -36,6 +36,26 @@ def ingested_elsewhere(db: Path, sample_dir: Path) -> list[str]:
     return sorted(src for (src,) in rows if not Path(src).resolve().is_relative_to(own))
 
 
+def remove_previous(data: Path, analytics: bool) -> None:
+    """What ``demo --fresh`` removes under ``data``: the previous demo's store, Dagster instance and
+    object projection, and with ``analytics`` the analyst's files of the default location (the
+    DuckDB file, its copy in progress, parse state and dbt builds, the Parquet folder, the picture)."""
+    for name in ("memory.sqlite", "memory.sqlite-wal", "memory.sqlite-shm"):
+        (data / name).unlink(missing_ok=True)
+    shutil.rmtree(data / "dagster_home", ignore_errors=True)
+    shutil.rmtree(data / "objects", ignore_errors=True)  # the Markdown projection
+    if analytics:
+        from memory_pipeline.analyst.config import AnalystConfig
+        from memory_pipeline.analyst.files import AnalyticsFiles
+
+        files = AnalyticsFiles.at(data / "analytics.duckdb", AnalystConfig())
+        for path in (files.duckdb, files.staging, files.dbt_parse_state, files.report):
+            path.unlink(missing_ok=True)
+        for folder in (files.parquet, files.dbt_builds):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
 
     data = settings.data_dir()
@@ -48,25 +68,13 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
                 "its own place: MEMORY_DATA_DIR=/some/dir make demo"
             )
             return 2
+        analytics = not settings.env(settings.ENV_DUCKDB_PATH)  # else the analyst's files are elsewhere
         err.print(
             f"starting fresh under {data}: the previous demo's store, Dagster instance, object projection"
-            f"{'' if settings.env(settings.ENV_DUCKDB_PATH) else ' and analytics files'} are removed "
+            f"{' and analytics files' if analytics else ''} are removed "
             "(memory-pipeline demo --keep keeps them)"
         )
-        for name in ("memory.sqlite", "memory.sqlite-wal", "memory.sqlite-shm"):
-            (data / name).unlink(missing_ok=True)
-        shutil.rmtree(data / "dagster_home", ignore_errors=True)
-        shutil.rmtree(data / "objects", ignore_errors=True)  # the Markdown projection
-        if not settings.env(settings.ENV_DUCKDB_PATH):  # the analyst's files of the default location
-            for name in (
-                "analytics.duckdb",
-                "analytics.duckdb.next",
-                "analytics.duckdb.dbt-parse.msgpack",
-                "analytics_report.png",
-            ):
-                (data / name).unlink(missing_ok=True)
-            shutil.rmtree(data / "analytics_parquet", ignore_errors=True)
-            shutil.rmtree(data / "analytics.duckdb.dbt-builds", ignore_errors=True)  # the dbt builds' folders
+        remove_previous(data, analytics)
 
     from datetime import datetime
     from zoneinfo import ZoneInfo

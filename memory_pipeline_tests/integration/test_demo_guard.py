@@ -4,7 +4,7 @@ import json
 
 from rich.console import Console
 
-from memory_pipeline.cli.demo import ingested_elsewhere, run_demo
+from memory_pipeline.cli.demo import ingested_elsewhere, remove_previous, run_demo
 from memory_pipeline.events.ingest import ingest_file
 from memory_pipeline.lib.store import Store
 from memory_pipeline_tests.conftest import conversation, cst
@@ -40,3 +40,29 @@ def test_the_demo_refuses_to_wipe_a_store_holding_someone_elses_events(tmp_path,
     assert f"holds events ingested from {mine}" in said and "memory-pipeline demo --keep" in said
     assert db.exists()  # nothing deleted
     assert ingested_elsewhere(tmp_path / "absent.sqlite", data / "sample") == []
+
+
+def test_a_fresh_demo_removes_the_previous_demos_state_and_nothing_else(tmp_path):
+    data = tmp_path / "data"
+    previous = ["memory.sqlite", "memory.sqlite-wal", "dagster_home/dagster.yaml", "objects/aria/README.md"]
+    analytics = [
+        "analytics.duckdb",
+        "analytics.duckdb.next",
+        "analytics.duckdb.dbt-parse.msgpack",
+        "analytics.duckdb.dbt-builds/analyst_dbt_daily-abc1234-def5678/dbt.log",
+        "analytics_parquet/messages/2026-01-05.parquet",
+        "analytics_report.png",
+    ]
+    kept = ["mine.jsonl", "sample/events.jsonl", "logs/sleep/aria/round.json"]
+    for name in previous + analytics + kept:
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_text("x")
+
+    def left() -> set[str]:
+        return {str(p.relative_to(data)) for p in data.rglob("*") if p.is_file()}
+
+    remove_previous(data, analytics=False)  # MEMORY_DUCKDB_PATH set: the analyst's files are elsewhere
+    assert left() == set(analytics + kept)
+    remove_previous(data, analytics=True)
+    assert left() == set(kept)
+    assert not (data / "analytics.duckdb.dbt-builds").exists() and not (data / "analytics_parquet").exists()
