@@ -10,6 +10,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date, datetime
 
 import httpx
@@ -18,12 +20,16 @@ from mcp import ClientSession
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
+from memory_pipeline import domains
 from memory_pipeline.access import tokens
 from memory_pipeline.cli import app
 from memory_pipeline.conversation import logic as conversation_logic
 from memory_pipeline.conversation.tables import conversation_summaries, conversation_summary_requests
+from memory_pipeline.events.ingest import ingest_file
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import metadata, request_ids
 from memory_pipeline.objects.tables import (
     objects_attachments,
@@ -46,12 +52,16 @@ from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
 from memory_pipeline.tower.logic import WindowQuery
 from memory_pipeline.tower.tables import tower_entries, tower_jobs, tower_types
-from memory_pipeline_tests.conftest import CST, event
+from memory_pipeline_tests.conftest import CST, REDIS_URL, event, forget_schemas, fresh_schema
 from memory_pipeline_tests.mcp_client import mcp_streams
 
 ACTIVITY = "agent/activity"
 SECRET_B = "bravosecret"  # in every one of wb's memories; never in an answer to wa's token
 SECRET_A = "alphasecret"
+
+# One worker runs the module: the shared server below is made once.
+pytestmark = pytest.mark.xdist_group("memory_server")
+
 DAY = "2026-01-05"
 AT = "2026-01-05T12:00:00+08:00"  # the prompt block's instant (the rolls are cached for that day)
 
@@ -144,11 +154,7 @@ def _seed(store, ingest, redis_url) -> dict:
                     sections={"arc": arc, "preferences": [], "key_points": [], "hooks": []},
                 )
             )
-    prefix = temporal_config.load().redis_key_prefix
-    cache = KVCache(redis_url)
-    for w, secret in (("wa", SECRET_A), ("wb", SECRET_B)):
-        key = sys_roll_key(prefix, w, "past_days", date(2026, 1, 5))
-        cache.set_json(key, {"summary": f"Yesterday: zebra {secret}."}, 3600)
+    _cache_rolls(redis_url)
     inline = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="server_test", partition=p), "inline")
     for w, secret in (("wa", SECRET_A), ("wb", SECRET_B)):
         inline.append(ACTIVITY, [{"content": f"{secret} activity", "at": at.isoformat(), "group": w}])
@@ -164,9 +170,16 @@ def _seed(store, ingest, redis_url) -> dict:
     return {"job_b": jobs["wb"], "job_a": jobs["wa"]}
 
 
-@pytest.fixture
-def served(store, ingest, redis_url, monkeypatch):
-    monkeypatch.setenv("REDIS_URL", redis_url)  # the prompt block's roll cache (settings.redis_url())
+def _cache_rolls(redis_url: str) -> None:
+    prefix = temporal_config.load().redis_key_prefix
+    cache = KVCache(redis_url)
+    for w, secret in (("wa", SECRET_A), ("wb", SECRET_B)):
+        key = sys_roll_key(prefix, w, "past_days", date(2026, 1, 5))
+        cache.set_json(key, {"summary": f"Yesterday: zebra {secret}."}, 3600)
+
+
+@contextmanager
+def _serving(store, ingest, redis_url) -> Iterator[dict]:
     seeded = _seed(store, ingest, redis_url)
     names = {"a": (["wa"], False), "a_ro": (["wa"], True), "ops": (["*"], False), "gone": (["wa", "wb"], False)}
     bearer = {k: tokens.create(store, worlds, read_only=ro, name=k)[1] for k, (worlds, ro) in names.items()}
@@ -180,10 +193,47 @@ def served(store, ingest, redis_url, monkeypatch):
     while not srv.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert srv.started
-    yield {"url": f"http://127.0.0.1:{port}", "bearer": bearer, "tower": tower, "store": store, **seeded}
-    srv.should_exit = True
-    thread.join(timeout=10)
-    tower.close()
+    try:
+        yield {"url": f"http://127.0.0.1:{port}", "bearer": bearer, "tower": tower, "store": store, **seeded}
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+        tower.close()
+
+
+@pytest.fixture
+def served(store, ingest, redis_url, monkeypatch):
+    """A server of this test's own: for a test that writes, or reads what another test could change."""
+    monkeypatch.setenv("REDIS_URL", redis_url)  # the prompt block's roll cache (settings.redis_url())
+    with _serving(store, ingest, redis_url) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def _module_server(tmp_path_factory) -> Iterator[dict]:
+    with fresh_schema() as url, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REDIS_URL", REDIS_URL)
+        store = Store(url)
+        ensure_schema(store, domains.version_locations())
+        folder = tmp_path_factory.mktemp("memory_server")
+
+        def ingest(events: list[dict]) -> None:
+            path = folder / "events.jsonl"
+            path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+            ingest_file(store, path)
+
+        with _serving(store, ingest, REDIS_URL) as s:
+            yield s
+    forget_schemas()
+
+
+@pytest.fixture
+def shared(_module_server):
+    """One server for the calls that are refused or only read (about a hundred, 0.4 s of set-up each
+    otherwise): each such test checks the store is unchanged by its call. The rolls the seed cached
+    are cached again, since another test of the worker may have flushed its Redis database."""
+    _cache_rolls(REDIS_URL)
+    return _module_server
 
 
 async def _calls(url: str, token: str, calls: list[tuple[str, dict]]) -> tuple[list[str], list[tuple[bool, str]]]:
@@ -214,29 +264,29 @@ ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "appl
 
 
 @pytest.mark.parametrize("path", ["/", "/mcp"])
-def test_no_unknown_or_revoked_token_is_401_and_a_valid_one_is_served(served, path):
-    url = served["url"] + path
+def test_no_unknown_or_revoked_token_is_401_and_a_valid_one_is_served(shared, path):
+    url = shared["url"] + path
     cases = {
         "none": {},
-        "not bearer": {"Authorization": f"Basic {served['bearer']['a']}"},
+        "not bearer": {"Authorization": f"Basic {shared['bearer']['a']}"},
         "unknown": {"Authorization": "Bearer mp_not-a-token"},
-        "revoked": {"Authorization": f"Bearer {served['bearer']['gone']}"},
-        "valid": {"Authorization": f"Bearer {served['bearer']['a']}"},
+        "revoked": {"Authorization": f"Bearer {shared['bearer']['gone']}"},
+        "valid": {"Authorization": f"Bearer {shared['bearer']['a']}"},
     }
     with httpx.Client(timeout=10) as client:
         status = {k: client.post(url, json=INITIALIZE, headers={**ACCEPT, **h}).status_code for k, h in cases.items()}
     assert status == {"none": 401, "not bearer": 401, "unknown": 401, "revoked": 401, "valid": 200}
 
 
-def test_a_token_revoked_mid_session_is_refused_from_its_next_request(served):
-    store = served["store"]
+def test_a_token_revoked_mid_session_is_refused_from_its_next_request(shared):
+    store = shared["store"]
     _, token = tokens.create(store, ["wa"], name="short-lived")
 
     seen: dict[str, object] = {}
 
     async def drive() -> None:
         headers = {"Authorization": f"Bearer {token}"}
-        async with mcp_streams(served["url"], headers=headers) as (read, write, _):
+        async with mcp_streams(shared["url"], headers=headers) as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 seen["first"] = await session.call_tool("mem/list_types", {})
@@ -319,21 +369,21 @@ def _state(store) -> tuple:
     return counts, tuple(notes), tuple(statuses), verified
 
 
-def test_the_table_covers_every_tool_of_the_running_server(served):
-    names, _ = asyncio.run(_calls(served["url"], served["bearer"]["a"], []))
+def test_the_table_covers_every_tool_of_the_running_server(shared):
+    names, _ = asyncio.run(_calls(shared["url"], shared["bearer"]["a"], []))
     assert sorted(names) == sorted(TOOL_NAMES) == sorted(CROSS_WORLD)
 
 
 @pytest.mark.parametrize("tool", TOOL_NAMES)
-def test_a_token_of_world_a_asking_for_world_b_is_refused_and_gets_none_of_b(served, tool):
+def test_a_token_of_world_a_asking_for_world_b_is_refused_and_gets_none_of_b(shared, tool):
     args, refusal = CROSS_WORLD[tool]
-    args = _args(served, args)
-    before = _state(served["store"])
-    is_error, text = _call(served, "a", tool, args)
-    assert SECRET_B not in text and served["job_b"] not in text, text
+    args = _args(shared, args)
+    before = _state(shared["store"])
+    is_error, text = _call(shared, "a", tool, args)
+    assert SECRET_B not in text and shared["job_b"] not in text, text
     if refusal is not None:
         assert is_error and refusal in text and "\n" not in text, text
-        assert _state(served["store"]) == before  # nothing written, nothing started
+        assert _state(shared["store"]) == before  # nothing written, nothing started
     else:
         assert not is_error, text
     if tool == "mem/list_jobs":
@@ -360,11 +410,11 @@ SHOWS_B = {
 
 
 @pytest.mark.parametrize("tool", sorted(SHOWS_B))
-def test_an_all_worlds_token_gets_b_from_the_same_calls(served, tool):
+def test_an_all_worlds_token_gets_b_from_the_same_calls(shared, tool):
     args, _ = CROSS_WORLD[tool]
-    is_error, text = _call(served, "ops", tool, _args(served, args))
+    is_error, text = _call(shared, "ops", tool, _args(shared, args))
     assert not is_error, text
-    assert SECRET_B in text or served["job_b"] in text or '"group": "wb"' in text, text
+    assert SECRET_B in text or shared["job_b"] in text or '"group": "wb"' in text, text
 
 
 def test_a_token_of_world_a_reads_its_own_world(served):
@@ -534,8 +584,8 @@ INVALID = [
 
 
 @pytest.mark.parametrize(("tool", "who", "args", "refusal"), INVALID)
-def test_a_new_tool_refuses_a_bad_argument_by_name(served, tool, who, args, refusal):
-    is_error, text = _call(served, who, tool, args)
+def test_a_new_tool_refuses_a_bad_argument_by_name(shared, tool, who, args, refusal):
+    is_error, text = _call(shared, who, tool, args)
     assert is_error and refusal in text and "\n" not in text, text
 
 
@@ -562,25 +612,25 @@ WRITES = {
 }
 
 
-def test_the_writing_tools_are_the_declared_ones(served):
-    declared = {n for n, a in tool_access(served["tower"]).items() if a is Access.WRITE}
+def test_the_writing_tools_are_the_declared_ones(shared):
+    declared = {n for n, a in tool_access(shared["tower"]).items() if a is Access.WRITE}
     assert declared == set(WRITES)
 
 
 @pytest.mark.parametrize("tool", sorted(WRITES))
-def test_a_read_only_token_cannot_call_a_writing_tool(served, tool):
-    before = _state(served["store"])
-    is_error, text = _call(served, "a_ro", tool, WRITES[tool])
+def test_a_read_only_token_cannot_call_a_writing_tool(shared, tool):
+    before = _state(shared["store"])
+    is_error, text = _call(shared, "a_ro", tool, WRITES[tool])
     assert is_error and "read-only" in text and "\n" not in text, text
-    assert _state(served["store"]) == before
+    assert _state(shared["store"]) == before
 
 
-def test_a_read_only_token_reads_but_cannot_summarize_on_miss(served):
+def test_a_read_only_token_reads_but_cannot_summarize_on_miss(shared):
     day = {"type": "worklog", "granularity": "day", "anchor": "2026-01-06", "group": "wa"}
     _, results = asyncio.run(
         _calls(
-            served["url"],
-            served["bearer"]["a_ro"],
+            shared["url"],
+            shared["bearer"]["a_ro"],
             [("mem/get_summary", day), ("mem/get_summary", {**day, "summarize_on_miss": True})],
         )
     )
