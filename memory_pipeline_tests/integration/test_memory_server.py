@@ -223,7 +223,7 @@ def _module_server(tmp_path_factory) -> Iterator[dict]:
             ingest_file(store, path)
 
         with _serving(store, ingest, REDIS_URL) as s:
-            yield s
+            yield {**s, "ingest": ingest}
     forget_schemas()
 
 

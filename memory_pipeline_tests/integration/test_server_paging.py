@@ -41,14 +41,32 @@ from memory_pipeline_tests.integration.test_memory_server import (
 )
 from memory_pipeline_tests.mcp_client import mcp_streams
 
-served = test_memory_server.served  # its fixture: the seeded worlds wa and wb, a running server, the tokens
+# test_memory_server's fixtures: the seeded worlds wa and wb, a running server, the tokens; ``served``
+# a server of the test's own, ``shared`` (over ``_module_server``) one for the module's reading tests.
+served = test_memory_server.served
+_module_server = test_memory_server._module_server
+shared = test_memory_server.shared
 README = Path(__file__).resolve().parents[2] / "docs" / "server.md"
+
+# One worker runs the module: its shared server is made once.
+pytestmark = pytest.mark.xdist_group("server_paging")
+
+
+@pytest.fixture(scope="module")
+def _paged_module(_module_server):
+    _more_of_wa(_module_server, _module_server["ingest"])
+    return _module_server
 
 
 @pytest.fixture
-def paged(served, ingest):
-    """``served`` with more of wa than one page: events wa2..wa6 as evidence of person:zebra,
-    objects person:zebra2..5, activity entries in five hours of the day; and a second zebra in wb."""
+def paged(_paged_module, shared):
+    """The module's server with more of wa than one page (``_more_of_wa``); its tests only read."""
+    return shared
+
+
+def _more_of_wa(served, ingest) -> None:
+    """Events wa2..wa6 as evidence of person:zebra, objects person:zebra2..5, activity entries in five
+    hours of the day; and a second zebra in wb."""
     store, at = served["store"], datetime(2026, 1, 5, 11, 0, tzinfo=CST)
     ingest(
         [
@@ -89,7 +107,6 @@ def paged(served, ingest):
     )
     windows.build_day(store, at.date(), CST)
     tower.close()
-    return served
 
 
 # ---- pages ----------------------------------------------------------------------------------------------
@@ -154,11 +171,11 @@ def _walk(served, tool: str, limit: int) -> tuple[list[dict], dict]:
     return asyncio.run(_session(served, who, work))
 
 
-def test_the_listing_tools_are_the_tools_with_a_cursor(served):
+def test_the_listing_tools_are_the_tools_with_a_cursor(paged):
     async def work(s):
         return {t.name: t.inputSchema["properties"] for t in (await s.list_tools()).tools}
 
-    props = asyncio.run(_session(served, "a", work))
+    props = asyncio.run(_session(paged, "a", work))
     assert {name for name, p in props.items() if "cursor" in p} == set(LISTING)
     assert all("limit" in props[name] for name in LISTING)
 
@@ -236,14 +253,14 @@ def test_a_malformed_foreign_or_other_worlds_cursor_is_refused_naming_cursor(pag
 
 
 @pytest.mark.parametrize("tool", sorted(LISTING))
-def test_a_page_size_out_of_range_is_refused_naming_limit(served, tool):
+def test_a_page_size_out_of_range_is_refused_naming_limit(paged, tool):
     who, args, _ = LISTING[tool]
     maximum = LIMIT_MAX.get(tool, 1000)
 
     async def work(s):
         return [await s.call_tool(tool, {**args, "limit": n}) for n in (0, maximum + 1, maximum)]
 
-    low, high, ok = asyncio.run(_session(served, who, work))
+    low, high, ok = asyncio.run(_session(paged, who, work))
     for r in (low, high):
         assert r.isError and f"field 'limit': must be 1-{maximum}, got " in _text(r), _text(r)
     assert not ok.isError, _text(ok)
