@@ -1,5 +1,6 @@
 """The domains of the project, in migration order. The platform (``lib``) never names them; this
-module does, for the two things that span all of them: the migration history and the tables."""
+module does, for the three things that span all of them: the migration history, the tables and
+the sections of the config file."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 # Every domain with tables; each has <domain>/tables.py and <domain>/migrations/.
 DOMAINS = ("events", "temporal", "tower", "sleep", "conversation", "objects", "recall", "access")
+# Every ``memory.<section>`` of MEMORY_CONFIG_FILE, each read by its domain's config module: a key
+# under ``memory`` that is none of them is refused by every domain's load.
+CONFIG_SECTIONS = ("temporal_summary", "tower", "sleep", "conversation", "objects", "analyst")
 
 
 def version_locations() -> list[str]:

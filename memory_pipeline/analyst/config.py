@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from memory_pipeline import domains
 from memory_pipeline.lib.settings import ConfigError, load_section
 
 SECTION = "analyst"
@@ -47,4 +48,4 @@ class AnalystConfig:
 
 
 def load(path: str | os.PathLike[str] | None = None) -> AnalystConfig:
-    return load_section(SECTION, AnalystConfig, path)
+    return load_section(SECTION, AnalystConfig, path, domains.CONFIG_SECTIONS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
+from memory_pipeline import domains
 from memory_pipeline.conversation.logic import BACKOFF_MAX_MINUTES
 from memory_pipeline.lib.settings import ConfigError, load_section
 
@@ -46,4 +47,4 @@ class ConversationConfig:
 
 
 def load(path: str | os.PathLike[str] | None = None) -> ConversationConfig:
-    return load_section(SECTION, ConversationConfig, path)
+    return load_section(SECTION, ConversationConfig, path, domains.CONFIG_SECTIONS)

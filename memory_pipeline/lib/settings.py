@@ -13,7 +13,7 @@ import dataclasses
 import os
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -228,10 +228,15 @@ def _matches(value: Any, annotation: Any) -> bool:
     return isinstance(value, annotation) if isinstance(annotation, type) else True
 
 
-def load_section(section: str, cls: type[T], path: str | os.PathLike[str] | None = None) -> T:
+def load_section(
+    section: str, cls: type[T], path: str | os.PathLike[str] | None = None, sections: Sequence[str] = ()
+) -> T:
     """``memory.<section>`` of the YAML file (``MEMORY_CONFIG_FILE``) as ``cls``, a frozen
     dataclass whose fields carry the defaults. Unknown keys and wrong types are errors naming
-    ``file: memory.<section>.<key>``; a missing file or section gives the defaults."""
+    ``file: memory.<section>.<key>``; a missing file or section gives the defaults. ``sections``:
+    every section the project reads; any other key under ``memory`` (a misspelt section would
+    otherwise leave its settings at their defaults without a word), and any top-level key but
+    ``memory``, is an error too."""
     path = path or config_file()
     if not path:
         return cls()
@@ -246,7 +251,16 @@ def load_section(section: str, cls: type[T], path: str | os.PathLike[str] | None
         return cls()
     if not isinstance(doc, dict) or not isinstance(doc.get("memory", {}) or {}, dict):
         raise ConfigError(f"{path}: expected a mapping with a 'memory' key at the top")
-    raw = (doc.get("memory") or {}).get(section)
+    stray = sorted(map(str, set(doc) - {"memory"}))
+    if stray:
+        raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(stray)}: the settings go under 'memory'")
+    memory = doc.get("memory") or {}
+    unknown = sorted(map(str, set(memory) - {*sections, section})) if sections else []
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown section(s) memory.{', memory.'.join(unknown)} (the sections: {', '.join(sorted(sections))})"
+        )
+    raw = memory.get(section)
     if raw is None:
         return cls()
     if not isinstance(raw, dict):

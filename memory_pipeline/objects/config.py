@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from memory_pipeline import domains
 from memory_pipeline.lib.settings import ConfigError, load_section
 from memory_pipeline.objects import logic
 
@@ -49,4 +50,4 @@ class ObjectsConfig:
 
 
 def load(path: str | os.PathLike[str] | None = None) -> ObjectsConfig:
-    return load_section(SECTION, ObjectsConfig, path)
+    return load_section(SECTION, ObjectsConfig, path, domains.CONFIG_SECTIONS)

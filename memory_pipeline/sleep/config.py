@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from memory_pipeline import domains
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.settings import ConfigError, load_section
 
@@ -56,4 +57,4 @@ class SleepConfig:
 
 
 def load(path: str | os.PathLike[str] | None = None) -> SleepConfig:
-    return load_section(SECTION, SleepConfig, path)
+    return load_section(SECTION, SleepConfig, path, domains.CONFIG_SECTIONS)

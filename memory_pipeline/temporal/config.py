@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
+from memory_pipeline import domains
 from memory_pipeline.lib.settings import ConfigError, load_section
 
 SECTION = "temporal_summary"
@@ -43,4 +44,4 @@ class TemporalSummaryConfig:
 
 
 def load(path: str | os.PathLike[str] | None = None) -> TemporalSummaryConfig:
-    return load_section(SECTION, TemporalSummaryConfig, path)
+    return load_section(SECTION, TemporalSummaryConfig, path, domains.CONFIG_SECTIONS)

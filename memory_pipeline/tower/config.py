@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, fields
 from datetime import timedelta
 
+from memory_pipeline import domains
 from memory_pipeline.lib.settings import ConfigError, load_section
 
 SECTION = "tower"
@@ -63,4 +64,4 @@ class TowerConfig:
 
 
 def load(path: str | os.PathLike[str] | None = None) -> TowerConfig:
-    return load_section(SECTION, TowerConfig, path)
+    return load_section(SECTION, TowerConfig, path, domains.CONFIG_SECTIONS)
