@@ -6,6 +6,7 @@ import sys
 import warnings
 
 import typer
+from rich.markup import escape
 
 from memory_pipeline.cli import (
     analyst,
@@ -80,4 +81,8 @@ def main() -> None:  # pragma: no cover - console entry
 
     for category in (BetaWarning, PreviewWarning, SupersessionWarning):
         warnings.filterwarnings("ignore", category=category)
-    app()
+    try:
+        app()
+    except settings.ConfigError as exc:  # a setting the command could not use: its one line names it
+        err.print(f"[red]{escape(str(exc))}[/]")
+        sys.exit(2)

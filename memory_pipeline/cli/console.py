@@ -30,13 +30,28 @@ def refuse(message: str, code: int = 2) -> NoReturn:
 
 
 def open_store() -> Store:
-    """The store of MEMORY_DATABASE_URL (SQLite under data/ by default), migrated to head."""
+    """The store of MEMORY_DATABASE_URL (SQLite under data/ by default), migrated to head. A URL
+    that is none, or a database that does not answer, is one line naming the variable (the URL's
+    password hidden), not a traceback."""
+    from sqlalchemy.exc import ArgumentError, OperationalError
+
     from memory_pipeline import domains
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.store import Store
     from memory_pipeline.lib.store.migrate import ensure_schema
+    from memory_pipeline.lib.text import redact
 
-    store = Store(settings.database_url())
+    url = settings.database_url()
+    try:
+        store = Store(url)
+    except ArgumentError as exc:
+        refuse(f"{settings.ENV_DATABASE_URL}: {redact(str(exc))}")
+    try:
+        with store.engine.connect():
+            pass
+    except OperationalError as exc:
+        problem = " ".join(str(exc.orig).split()) if exc.orig is not None else str(exc).splitlines()[0]
+        refuse(f"the store ({settings.ENV_DATABASE_URL}={redact(url)}) did not answer: {redact(problem)}", 1)
     ensure_schema(store, domains.version_locations())
     return store
 

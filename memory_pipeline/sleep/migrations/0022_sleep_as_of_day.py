@@ -25,6 +25,10 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # Read before any DDL: on SQLite each ALTER commits by itself, so a bad MEMORY_TIMEZONE raised
+    # after them left the columns added and the revision unstamped (every later start: "duplicate
+    # column name").
+    tz = ZoneInfo(settings.timezone_name())
     with op.batch_alter_table("sleep_runs") as batch:
         batch.add_column(sa.Column("model", sa.String(length=256), nullable=True))
         batch.add_column(sa.Column("prompt_version", sa.String(length=64), nullable=True))
@@ -35,7 +39,6 @@ def upgrade() -> None:
         sa.column("created_day", sa.Date()),
     )
     conn = op.get_bind()
-    tz = ZoneInfo(settings.timezone_name())
     rows = conn.execute(sa.select(memories.c.memory_id, memories.c.created_at).where(memories.c.created_day.is_(None)))
     days = [{"m": mid, "d": at.astimezone(tz).date()} for mid, at in rows]
     if days:

@@ -1,0 +1,52 @@
+"""A setting the command cannot use is one line on stderr naming it, never a traceback, and leaves
+nothing half-done: the console script itself, in a process of its own, on a fresh data folder."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+CLI = str(Path(sys.executable).with_name("memory-pipeline"))
+
+
+def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
+    return subprocess.run(
+        [CLI, *args],
+        env={**base, "MEMORY_DATA_DIR": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_a_bad_time_zone_is_one_line_and_leaves_the_new_store_migratable(tmp_path):
+    bad = _run(tmp_path, "status", MEMORY_TIMEZONE="Mars/Base")
+    assert bad.returncode == 2, bad.stderr
+    assert _lines(bad.stderr) == ["MEMORY_TIMEZONE: unknown time zone 'Mars/Base'"]
+    # the migrations that need the zone stopped before their DDL (on SQLite each ALTER commits)
+    good = _run(tmp_path, "status")
+    assert good.returncode == 0, good.stderr
+    assert "store: 0 worlds" in good.stdout
+
+
+def test_a_store_that_does_not_answer_is_one_line_naming_the_variable_without_its_password(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = _run(tmp_path, "status", MEMORY_DATABASE_URL=f"postgresql://postgres:hunter22@127.0.0.1:{port}/test")
+    assert down.returncode == 1, down.stderr
+    said = " ".join(down.stderr.split())
+    assert said.startswith(f"the store (MEMORY_DATABASE_URL=postgresql://postgres:***@127.0.0.1:{port}/test)"), said
+    assert "did not answer" in said and "hunter22" not in said and "Traceback" not in said
+
+
+def test_a_database_url_that_is_none_is_one_line_naming_the_variable(tmp_path):
+    bad = _run(tmp_path, "status", MEMORY_DATABASE_URL="garbage")
+    assert bad.returncode == 2, bad.stderr
+    assert _lines(bad.stderr) == ["MEMORY_DATABASE_URL: Could not parse SQLAlchemy URL from given URL string"]
