@@ -16,7 +16,9 @@ _DEFAULT = Limits()
 
 def serve(
     host: str | None = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
-    port: int | None = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
+    port: int | None = typer.Option(
+        None, "--port", min=1, max=65535, help="Port (default memory.tower.mcp_port, 8900)."
+    ),
     max_body_bytes: int = typer.Option(
         _DEFAULT.max_body_bytes, "--max-body-bytes", help="Largest request body; a larger one gets HTTP 413."
     ),
@@ -89,7 +91,9 @@ def _log_calls() -> None:
 
 def mcp(
     host: str | None = typer.Option(None, "--host", help="Bind address (default memory.tower.mcp_host, 127.0.0.1)."),
-    port: int | None = typer.Option(None, "--port", help="Port (default memory.tower.mcp_port, 8900)."),
+    port: int | None = typer.Option(
+        None, "--port", min=1, max=65535, help="Port (default memory.tower.mcp_port, 8900)."
+    ),
     max_body_bytes: int = typer.Option(_DEFAULT.max_body_bytes, "--max-body-bytes", help="As serve."),
     rate_limit: float = typer.Option(_DEFAULT.rate, "--rate-limit", help="As serve."),
     rate_burst: int = typer.Option(_DEFAULT.burst, "--rate-burst", help="As serve."),

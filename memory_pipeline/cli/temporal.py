@@ -286,10 +286,19 @@ def _no_shared_cache_hint(backend: str, view: TemporalView, world: str) -> None:
     missing = not view.system_block or any(v is None for v in view.rolls.values())
     if backend == "memory" and missing:
         err.print(
-            f"[yellow]no REDIS_URL: {world}'s rolls are cached in Redis, and this process's in-process "
+            f"[yellow]{_no_redis()}: {world}'s rolls are cached in Redis, and this process's in-process "
             "cache starts empty (what the demo or a Dagster run built lived in its own process); run both "
             "with REDIS_URL set to read them here[/]"
         )
+
+
+def _no_redis() -> str:
+    """Why this process reads its in-process cache: REDIS_URL unset, or set and not answering."""
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.text import redact
+
+    url = settings.redis_url()
+    return f"Redis at REDIS_URL={escape(redact(url))} did not answer" if url else "no REDIS_URL"
 
 
 def print_view(view: TemporalView, timeline: list[dict[str, Any]], backend: str) -> None:
@@ -426,7 +435,7 @@ def rolls_list(
         )
     console.print(table)
     if cache.backend == "memory":
-        err.print("[yellow]no REDIS_URL: this process's in-process cache is empty; set REDIS_URL to see the slots[/]")
+        err.print(f"[yellow]{_no_redis()}: this process's in-process cache is empty; set REDIS_URL to see the slots[/]")
 
 
 @rolls_app.command("regenerate")

@@ -1,6 +1,7 @@
 """The command line an operator uses: ingest errors, operations with capped ranges, the read path."""
 
 import json
+import socket
 
 import pytest
 from sqlalchemy import func, select
@@ -171,3 +172,12 @@ def test_read_without_redis_says_why_no_roll_is_there(monkeypatch, pg_url, tmp_p
     # with JSON the answer on stdout stays JSON; the hint is on stderr
     as_json = runner.invoke(app, ["read", "--world", "w1", "--at", "2026-07-18T07:00:00+08:00", "--json"])
     assert json.loads(as_json.stdout)["system_block"] == "" and "no REDIS_URL" in as_json.stderr
+    # REDIS_URL set but not answering: said so, not that it is unset
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{port}/4")
+    down = runner.invoke(app, ["read", "--world", "w1", "--at", "2026-07-18T07:00:00+08:00"])
+    said = down.stderr.replace("\n", "")
+    assert down.exit_code == 0 and "no REDIS_URL" not in said, down.output
+    assert f"Redis at REDIS_URL=redis://127.0.0.1:{port}/4 did not answer: w1's rolls are cached in Redis" in said

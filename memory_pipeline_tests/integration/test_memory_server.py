@@ -680,6 +680,9 @@ def test_serve_and_its_alias_mcp_take_the_same_options():
     for cmd in ("serve", "mcp"):
         out = runner.invoke(app, [cmd, "--help"]).output
         assert "--host" in out and "--port" in out and "bearer" in " ".join(out.split()).lower(), cmd
+        for port in ("0", "99999"):  # refused as a usage error, before any store or server is touched
+            bad = runner.invoke(app, [cmd, "--port", port])
+            assert bad.exit_code == 2 and "Invalid value for '--port'" in " ".join(bad.output.split()), bad.output
 
 
 def test_serve_with_a_bad_temporal_config_says_which_setting_in_one_line_and_exits_non_zero(
