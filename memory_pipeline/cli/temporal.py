@@ -39,6 +39,11 @@ def _materialize(
 
     try:
         as_of, worlds = operations.check_as_of(as_of), operations.check_worlds(worlds)  # before any run
+        if worlds:  # a run limited to a world never ingested would do nothing and say ok
+            store = open_store()
+            for world in worlds:
+                if not _world_known(store, world):
+                    refuse(f"--world {shown(world)}: no such world, nothing has been ingested for it")
         with progress_bar() as progress:
             task = progress.add_task(f"{mode} {window}", total=None)
             report = operations.materialize(
@@ -87,7 +92,7 @@ def _print_report(window: str, report: OperationReport) -> None:
         )
 
 
-WINDOW_HELP = "chunks | peer_rolls | day | month | year"
+WINDOW_HELP = "chunks | peer_rolls | day | month | year, or another domain's target (a wrong name lists them all)"
 
 
 @app.command()
@@ -104,8 +109,10 @@ def regenerate(
 @app.command()
 def backfill(
     window: str = typer.Argument(..., help=WINDOW_HELP),
-    start: str | None = typer.Option(None, "--from"),
-    end: str | None = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
+    start: str | None = typer.Option(None, "--from", help="First partition key (default: the first partition)"),
+    end: str | None = typer.Option(
+        None, "--to", help="Last partition key (default, and cap: the last closed window; CST today for chunks)"
+    ),
     missing_only: bool = typer.Option(
         False, "--missing-only", help="Only partitions never materialized (not those stale per their record)"
     ),
@@ -119,8 +126,10 @@ def backfill(
 @app.command()
 def rebuild(
     window: str = typer.Argument(..., help=WINDOW_HELP),
-    start: str | None = typer.Option(None, "--from"),
-    end: str | None = typer.Option(None, "--to", help="Capped at the last closed window (CST today)"),
+    start: str | None = typer.Option(None, "--from", help="First partition key (default: the first partition)"),
+    end: str | None = typer.Option(
+        None, "--to", help="Last partition key (default, and cap: the last closed window; CST today for chunks)"
+    ),
     force_llm: bool = typer.Option(False, "--force-llm"),
     as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now (chunks, peer rolls)"),
 ) -> None:

@@ -134,6 +134,10 @@ def test_bad_options_are_refused_before_anything_runs(env):
         (["system-rolls", "--as-of", "0001-01-01T00:00:00+08:00"], f"--as-of '0001-01-01T00:00:00+08:00' {RANGE}"),
         (["regenerate", "day", "2026-07-17", "--world", "a:b"], "--world 'a:b': character ':' at position 1"),
         (
+            ["regenerate", "day", "2026-07-17", "--world", "nobody"],
+            "--world 'nobody': no such world, nothing has been ingested for it",
+        ),
+        (
             ["rebuild", "day", "--from", "2019-01-01", "--to", "2019-12-31"],
             "empty range: --to 2019-12-31 is before the first partition 2022-01-01 "
             "(nothing is partitioned before MEMORY_PARTITION_START)",
