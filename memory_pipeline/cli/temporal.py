@@ -103,6 +103,12 @@ def regenerate(
     world: list[str] = typer.Option([], "--world", help="Only this world (repeatable)"),
 ) -> None:
     """Regenerate one partition (placeholders are upserted as well)."""
+    from memory_pipeline import operations
+
+    try:  # the messages name the argument given, not the range options it stands for
+        operations.partition_keys(window, partition, partition, labels=("partition", "partition"))
+    except operations.RangeError as exc:
+        refuse(str(exc))
     _run_operation(window, partition, partition, "rebuild", force_llm, world, "")
 
 

@@ -100,9 +100,12 @@ def get_instance() -> DagsterInstance:
     return DagsterInstance.get()
 
 
-def partition_keys(window: str, start: str | None, end: str | None) -> tuple[list[str], list[str]]:
+def partition_keys(
+    window: str, start: str | None, end: str | None, labels: tuple[str, str] = ("--from", "--to")
+) -> tuple[list[str], list[str]]:
     """Keys of ``window`` within [start, end] and notes. End is capped at the last closed window
-    (CST today for chunks): a future partition is never generated."""
+    (CST today for chunks): a future partition is never generated. ``labels``: what the messages
+    call ``start`` and ``end`` (the options that gave them)."""
     known = targets()
     if window not in known:
         raise RangeError(f"unknown window {window!r} (one of {', '.join(known)})")
@@ -113,31 +116,34 @@ def partition_keys(window: str, start: str | None, end: str | None) -> tuple[lis
     if not keys:
         return [], ["no closed partition yet"]
     notes = []
-    for name, value in (("from", start), ("to", end)):
+    for label, value in zip(labels, (start, end), strict=True):
         if value is not None:
             try:
                 canonical = defn.time_window_for_partition_key(value).start.strftime(defn.fmt)
             except Exception:  # noqa: BLE001 - re-raised with the expected format
                 canonical = None
             if canonical != value:  # keys compare as strings: 2026-1-5 must be written 2026-01-05
-                raise RangeError(
-                    f"--{name} {value!r} is not a {window} partition key (expected the format of {keys[-1]!r})"
-                )
+                raise RangeError(f"{label} {value!r} is not a {window} partition key (one such as {keys[-1]!r})")
     lo = start or keys[0]
     hi = end or keys[-1]
     if hi < keys[0]:
         raise RangeError(
-            f"empty range: --to {hi} is before the first partition {keys[0]} "
+            f"empty range: {labels[1]} {hi} is before the first partition {keys[0]} "
             "(nothing is partitioned before MEMORY_PARTITION_START)"
         )
     if lo < keys[0]:
-        notes.append(f"--from {lo} starts at {keys[0]}: nothing is partitioned before MEMORY_PARTITION_START")
+        notes.append(f"{labels[0]} {lo} starts at {keys[0]}: nothing is partitioned before MEMORY_PARTITION_START")
         lo = keys[0]
+    if lo > keys[-1]:
+        raise RangeError(
+            f"empty range: {labels[0]} {lo} is after the last closed {window} partition {keys[-1]}"
+            " (a window is run once it has closed)"
+        )
     if hi > keys[-1]:
-        notes.append(f"--to {hi} capped at {keys[-1]}: the window after it is not closed yet")
+        notes.append(f"{labels[1]} {hi} capped at {keys[-1]}: the window after it is not closed yet")
         hi = keys[-1]
     if lo > hi:
-        raise RangeError(f"empty range: from {lo} is after to {hi}")
+        raise RangeError(f"empty range: {labels[0]} {lo} is after {labels[1]} {hi}")
     return [k for k in keys if lo <= k <= hi], notes
 
 

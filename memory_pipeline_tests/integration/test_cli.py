@@ -62,7 +62,10 @@ def test_operate_and_read_from_the_command_line(env):
     bad_key = runner.invoke(app, ["regenerate", "month", "2026-13"])
     assert bad_key.exit_code == 2 and "is not a month partition key" in bad_key.output
     open_month = runner.invoke(app, ["regenerate", "day", "2099-01-01"])  # never a future partition
-    assert open_month.exit_code == 2 and "empty range" in open_month.output
+    assert open_month.exit_code == 2 and "empty range: partition 2099-01-01 is after the last closed day partition" in (
+        " ".join(open_month.output.split())
+    )
+    assert "(a window is run once it has closed)" in " ".join(open_month.output.split())
     assert (
         runner.invoke(
             app,
@@ -142,7 +145,8 @@ def test_bad_options_are_refused_before_anything_runs(env):
             "empty range: --to 2019-12-31 is before the first partition 2022-01-01 "
             "(nothing is partitioned before MEMORY_PARTITION_START)",
         ),
-        (["regenerate", "year", "2019"], "empty range: --to 2019 is before the first partition 2022"),
+        (["regenerate", "year", "2019"], "empty range: partition 2019 is before the first partition 2022"),
+        (["regenerate", "day", "2026-02-30"], "partition '2026-02-30' is not a day partition key (one such as '"),
     ]
     for args, message in cases:
         result = runner.invoke(app, args)
