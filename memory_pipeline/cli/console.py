@@ -84,7 +84,7 @@ def print_ingest(report: IngestReport) -> None:
     console.print(
         f"{escape(report.source)}: {report.lines} lines, [green]{report.inserted} inserted[/], "
         f"{report.duplicates} already present, {len(report.rejected)} rejected, "
-        f"{report.new_conversations} new conversations, {report.new_worlds} new worlds"
+        f"{report.new_conversations} new conversation(s), {report.new_worlds} new world(s)"
     )
     if report.at_from_ingest:
         console.print(f"{report.at_from_ingest} inserted without a timestamp: their time is the ingest time")

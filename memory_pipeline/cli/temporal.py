@@ -88,7 +88,7 @@ def _print_report(window: str, report: OperationReport) -> None:
     for r in report.runs:
         status = "[green]ok[/]" if r.success else f"[red]failed[/] {r.error}"
         console.print(
-            f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partitions, {r.seconds:.1f}s) {status}"
+            f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}"
         )
 
 
@@ -168,7 +168,7 @@ def reconcile_command(
     for r in report.runs:
         status = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
         console.print(
-            f"  {r.window} run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partitions, {r.seconds:.1f}s) {status}"
+            f"  {r.window} run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}"
         )
     if report.stopped:  # a month must not be built from a day that failed
         err.print(f"[red]reconcile stopped: {escape(report.stopped)}; fix it and run reconcile again[/]")
