@@ -136,8 +136,8 @@ def partition_keys(
         lo = keys[0]
     if lo > keys[-1]:
         raise RangeError(
-            f"empty range: {labels[0]} {lo} is after the last closed {window} partition {keys[-1]}"
-            " (a window is run once it has closed)"
+            f"empty range: {labels[0]} {lo} is after the last {window} partition {keys[-1]}"
+            " (no later window has closed yet)"
         )
     if hi > keys[-1]:
         notes.append(f"{labels[1]} {hi} capped at {keys[-1]}: the window after it is not closed yet")
