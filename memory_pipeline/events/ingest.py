@@ -399,7 +399,8 @@ def parse_line(raw: bytes, first: bool = False) -> tuple[Any, str | None]:
     try:
         return json.loads(text), None
     except json.JSONDecodeError as exc:
-        return None, f"malformed JSON: {exc.msg} at column {exc.pos + 1}"
+        # json's own wording of some errors ends in "at" ("Invalid control character at")
+        return None, f"malformed JSON: {exc.msg.removesuffix(' at')} at column {exc.pos + 1}"
     except RecursionError:
         return None, "malformed JSON: nested too deeply"
     except ValueError:  # e.g. an integer beyond Python's digit limit

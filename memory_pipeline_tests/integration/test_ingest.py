@@ -110,6 +110,12 @@ BAD_CASES = [
         "bad encoding (not UTF-8) at byte offset 36",
     ),
     ("deep nesting", b"[" * 100_000 + b"\n", "<line>", "malformed JSON: nested too deeply"),
+    (
+        "control character",
+        b'{"content": "a\x01b"}\n',
+        "<line>",
+        "malformed JSON: Invalid control character at column 15",
+    ),
     ("huge number", b'{"debug": ' + b"1" * 5000 + b"}\n", "<line>", "malformed JSON: unreadable number"),
     ("not an object", b"[1, 2]\n", "<line>", "expected a JSON object, got array"),
     ("oversized", _with(content="x" * 100_001), "content", "oversized body: 100001 characters (limit 100000)"),
