@@ -133,6 +133,7 @@ def export(
     from memory_pipeline import operations
 
     end = end or start
+    files = analytics_files()  # a bad memory.analyst setting is refused before any run, not after the first
     try:
         keys, _ = operations.partition_keys("exports", start, end)  # refuse a bad range before any run
         steps = export_steps(start, end, marts)
@@ -148,9 +149,9 @@ def export(
     except operations.RangeError as exc:
         refuse(str(exc))
     if not ok:
-        print_unchanged(analytics_files())
+        print_unchanged(files)
         raise typer.Exit(1)
-    print_analytics(analytics_files())
+    print_analytics(files)
 
 
 @app.command("analytics")

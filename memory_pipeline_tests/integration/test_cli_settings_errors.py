@@ -50,3 +50,13 @@ def test_a_database_url_that_is_none_is_one_line_naming_the_variable(tmp_path):
     bad = _run(tmp_path, "status", MEMORY_DATABASE_URL="garbage")
     assert bad.returncode == 2, bad.stderr
     assert _lines(bad.stderr) == ["MEMORY_DATABASE_URL: Could not parse SQLAlchemy URL from given URL string"]
+
+
+def test_a_bad_analyst_setting_refuses_the_export_before_any_run(tmp_path):
+    config = tmp_path / "memory.yaml"
+    config.write_text("memory:\n  analyst:\n    duckdb_threads: two\n", encoding="utf-8")
+    bad = _run(tmp_path, "export", "--from", "2026-01-14", MEMORY_CONFIG_FILE=str(config))
+    assert bad.returncode == 2, bad.stderr
+    assert _lines(bad.stderr) == [f"{config}: memory.analyst.duckdb_threads: expected int, got str 'two'"]
+    # no run was started and no analyst file written
+    assert not (tmp_path / "dagster_home").exists() and not list(tmp_path.glob("analytics*"))
