@@ -431,9 +431,10 @@ def rolls_list(
 
     for w in world:
         _id_option("--world", w)
-    today, when = _today(at)
+    today, _ = _today(at)
     cache = KVCache(settings.redis_url())
-    slots = list_slots(open_store(), cache, temporal_config.load(), today, world or None, when)
+    # ages on the wall clock, as the slots' created_at and TTLs are (--at picks the day only)
+    slots = list_slots(open_store(), cache, temporal_config.load(), today, world or None)
     table = Table(title=f"System-roll slots for {today} (cache: {cache.backend})")
     for col in ("world", "slot", "state", "rows", "sources_fp", "cached fp", "age", "ttl"):
         table.add_column(col, no_wrap=True)

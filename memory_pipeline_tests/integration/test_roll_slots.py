@@ -1,5 +1,6 @@
 """The Habitat's system-roll slots: list per world with sources_fp, age and TTL; regenerate one."""
 
+import re
 from datetime import date, datetime, timedelta
 
 from typer.testing import CliRunner
@@ -69,5 +70,8 @@ def test_rolls_from_the_command_line(ctx, store, ingest, redis_url, pg_url, monk
     assert listing.exit_code == 0, listing.output
     line = next(ln for ln in listing.output.splitlines() if "past_days" in ln)
     assert "fresh" in line and "w1" in line
+    # its age is on the wall clock, as its created_at and TTL are: --at (months back) picks the day only
+    age, ttl = [cell.strip() for cell in line.split("│") if cell.strip()][-2:]
+    assert re.fullmatch(r"\d+s", age) and int(age[:-1]) < 600 and re.fullmatch(r"\d+s", ttl), line
     bad = runner.invoke(app, ["rolls", "regenerate", "--world", "w1", "--kind", "past_weeks", *at])
     assert bad.exit_code == 2 and "is not a slot" in bad.output
