@@ -802,7 +802,12 @@ class _Write:
             if self.by_line:  # one refusal source per line: file order is line order
                 self.errors.sort(key=lambda e: e.line)
         if self.errors and not self.skip_bad:
-            raise IngestError(self.errors)
+            # with what the store refuses too (read only), so one attempt names every bad line
+            against_store = staging.conversation_conflicts(conn) + staging.stored_messages(conn)[1]
+            every = self.errors + [self.error(p) for p in against_store]
+            if self.by_line:
+                every.sort(key=lambda e: e.line)
+            raise IngestError(every)
         report.rejected = list(self.errors)
 
         conv_conflicts = staging.conversation_conflicts(conn)

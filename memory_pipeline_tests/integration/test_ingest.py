@@ -323,6 +323,11 @@ def test_same_id_with_other_content_is_a_conflict_not_an_overwrite(store, tmp_pa
     dup_in_file = [GOOD[0], {**GOOD[0], "content": "other"}]
     with pytest.raises(IngestError, match="repeats .*:1 with different content"):
         ingest_file(store, _write(tmp_path, dup_in_file, "dup.jsonl"))
+    # a file with bad lines of its own names the stored conflict as well, in the same refusal
+    with pytest.raises(IngestError) as refused:
+        ingest_file(store, _write(tmp_path, [changed, BAD_CASES[1][1]], "both.jsonl"))
+    assert [(e.line, e.field) for e in refused.value.errors] == [(1, "message_id"), (2, "role")], refused.value
+    assert "'m1' is already stored with different content" in str(refused.value)
 
 
 def test_conversation_metadata_must_agree(store, tmp_path):
