@@ -801,17 +801,14 @@ class _Write:
             self.errors += [self.error(p) for p in repeats.problems]
             if self.by_line:  # one refusal source per line: file order is line order
                 self.errors.sort(key=lambda e: e.line)
-        if self.errors and not self.skip_bad:
-            # with what the store refuses too (read only), so one attempt names every bad line
-            against_store = staging.conversation_conflicts(conn) + staging.stored_messages(conn)[1]
-            every = self.errors + [self.error(p) for p in against_store]
+        conv_conflicts = staging.conversation_conflicts(conn)
+        stored, msg_conflicts = staging.stored_messages(conn)
+        if self.errors and not self.skip_bad:  # with what the store refuses: one attempt names every bad line
+            every = self.errors + [self.error(p) for p in conv_conflicts + msg_conflicts]
             if self.by_line:
                 every.sort(key=lambda e: e.line)
             raise IngestError(every)
         report.rejected = list(self.errors)
-
-        conv_conflicts = staging.conversation_conflicts(conn)
-        stored, msg_conflicts = staging.stored_messages(conn)
         report.duplicates = stored - len(msg_conflicts)
         self.refuse([self.error(p) for p in conv_conflicts + msg_conflicts])
         bad_convs = staging.conversations_of(conn, [p.pos for p in conv_conflicts])
