@@ -1,6 +1,7 @@
 """A real Dagster deployment for end-to-end tests: ``dagster-webserver`` and ``dagster-daemon`` as
-subprocesses on the production dagster.yaml (runs, event logs and schedules in PostgreSQL), the
-repository's workspace.yaml, a memory store in its own PostgreSQL schema and Redis.
+subprocesses on the production dagster.yaml (runs, event logs and schedules in PostgreSQL) and
+workspace (one standing code server, ``dagster api grpc``, that both reach), a memory store in its
+own PostgreSQL schema and Redis.
 
 Every wait is bounded; both process groups are ended on stop, whatever happened; the processes'
 output goes to log files whose tails are shown when something fails."""
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 from sqlalchemy import create_engine, text
 
+from memory_pipeline.defs._shared.deployment import CODE_LOCATION_MODULE
 from memory_pipeline.lib.settings import REPO_ROOT
 
 BIN = Path(sys.executable).parent  # dagster-webserver and dagster-daemon of this virtual environment
@@ -139,21 +141,35 @@ class StackError(AssertionError):
 
 
 class DagsterStack:
-    """Webserver + daemon on one DAGSTER_HOME. Use as a context manager, or call start/stop."""
+    """Webserver + daemon on one DAGSTER_HOME. Use as a context manager, or call start/stop.
 
-    def __init__(self, home: Path, env: dict[str, str], workspace: Path = REPO_ROOT / "workspace.yaml"):
+    By default both reach one standing code server (deploy/production/workspace.yaml, on a free
+    port), as production runs it on one machine. ``workspace``: another workspace file instead,
+    e.g. the repository's workspace.yaml, whose code servers the webserver and the daemon start
+    themselves (the daemon a new one every 60 s)."""
+
+    def __init__(self, home: Path, env: dict[str, str], workspace: Path | None = None):
         self.home = home
         self.env = env
-        self.workspace = workspace
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.logs = {"webserver": home / "webserver.log", "daemon": home / "daemon.log"}
+        self.code_port: int | None = None
+        if workspace is None:
+            self.code_port = free_port()
+            workspace = production_workspace(home, self.code_port)
+            self.logs = {"code server": home / "code-server.log", **self.logs}
+        self.workspace = workspace
         self.procs: dict[str, subprocess.Popen] = {}
 
     # -- processes ---------------------------------------------------------------------------
 
-    def start(self, *names: str) -> None:
-        """Start ``names`` (default: both) that are not running yet."""
+    def start(self, *names: str, timeout: float = 600.0) -> None:
+        """Start ``names`` (default: both) that are not running yet, after the standing code
+        server (if any) answers: a webserver finding it down would show the location as failed."""
+        if self.code_port is not None and "code server" not in self.procs:
+            self._spawn("code server", code_server_command(self.code_port))
+            self.wait_code_server(timeout)
         commands = {
             "webserver": [
                 str(BIN / "dagster-webserver"),
@@ -169,17 +185,46 @@ class DagsterStack:
         for name, cmd in commands.items():
             if (names and name not in names) or name in self.procs:
                 continue
-            with open(self.logs[name], "wb") as log:
-                # A session of its own: the process group (code servers, run workers) is ended as one.
-                self.procs[name] = subprocess.Popen(
-                    cmd,
-                    cwd=REPO_ROOT,
-                    env=self.env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            self._spawn(name, cmd)
+
+    def _spawn(self, name: str, cmd: list[str]) -> None:
+        with open(self.logs[name], "wb") as log:
+            # A session of its own: the process group (code servers, run workers) is ended as one.
+            self.procs[name] = subprocess.Popen(
+                cmd,
+                cwd=REPO_ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def members(self, name: str) -> list[str]:
+        """The command lines of the live processes in ``name``'s process group."""
+        out = []
+        for pid in _group_members({self.procs[name].pid}):
+            try:
+                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                pass  # ended meanwhile
+        return out
+
+    def wait_code_server(self, timeout: float) -> None:
+        """The standing code server answers a ping (it loads the code location before it serves)."""
+        from dagster._core.errors import DagsterUserCodeUnreachableError
+        from dagster._grpc.client import DagsterGrpcClient
+
+        client = DagsterGrpcClient(port=self.code_port, host="127.0.0.1")
+
+        def answers() -> bool:
+            try:
+                client.ping("stack")
+            except DagsterUserCodeUnreachableError:
+                return False
+            return True
+
+        self.wait_until("the code server to answer", answers, timeout)
 
     def stop(self, timeout: float = 20.0) -> list[int]:
         """SIGTERM to each process group (the processes, their code servers and run workers), then
@@ -371,6 +416,40 @@ def stack_env(home: Path, dagster_url: str, memory_url: str, redis_url: str) -> 
 # too short for a 2-core machine running several stacks at once: a run worker importing the code
 # location there has taken minutes, and a start timeout then fails a run the test waits for.
 TEST_START_TIMEOUT_SECONDS = 1800
+
+
+def code_server_command(port: int) -> list[str]:
+    """The standing code server as deploy/production/workspace.yaml's header starts it."""
+    server = load_from_production()["grpc_server"]
+    return [
+        str(BIN / "dagster"),
+        "api",
+        "grpc",
+        "-m",
+        CODE_LOCATION_MODULE,
+        "-h",
+        server["host"],
+        "-p",
+        str(port),
+        "--location-name",
+        server["location_name"],
+    ]
+
+
+def load_from_production() -> dict[str, Any]:
+    """The one entry of deploy/production/workspace.yaml's ``load_from``."""
+    (entry,) = yaml.safe_load((REPO_ROOT / "deploy" / "production" / "workspace.yaml").read_text())["load_from"]
+    return entry
+
+
+def production_workspace(home: Path, port: int) -> Path:
+    """deploy/production/workspace.yaml as it ships, except the code server's port (a free one)."""
+    home.mkdir(parents=True, exist_ok=True)
+    entry = load_from_production()
+    entry["grpc_server"]["port"] = port
+    path = home / "workspace.yaml"
+    path.write_text(yaml.safe_dump({"load_from": [entry]}, sort_keys=False))
+    return path
 
 
 def production_home(home: Path) -> Path:

@@ -115,8 +115,8 @@ def test_a_backfill_split_into_bounded_runs_executes_on_two_celery_workers_with_
         instance = DagsterInstance.from_config(str(home))  # tables exist before the processes start
         store = Store(memory_url)
         ingest_into(store, tmp_path, range_events())
+        workers.start()  # loading beside the code server, which stack.start waits for
         stack.start("webserver")
-        workers.start()
         workers.wait_ready(timeout=600)
         stack.wait_webserver(timeout=600)
         backfill_id = stack.launch_backfill(DAY_ASSET, DAYS)

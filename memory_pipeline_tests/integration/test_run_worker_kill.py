@@ -39,6 +39,7 @@ from sqlalchemy import func, select
 from memory_pipeline import domains, operations
 from memory_pipeline.defs._shared.deployment import CODE_LOCATION_MODULE
 from memory_pipeline.events.ingest import ingest_file
+from memory_pipeline.lib.settings import REPO_ROOT
 from memory_pipeline.lib.store import Store, make_engine
 from memory_pipeline.lib.store.migrate import ensure_schema, forget_checked
 from memory_pipeline.lib.store.tables import llm_ledger
@@ -186,9 +187,10 @@ class Killable:
 
 
 @contextmanager
-def killable_stack(tmp_path: Path) -> Iterator[Killable]:
+def killable_stack(tmp_path: Path, workspace: Path | None = None) -> Iterator[Killable]:
     """The stack over fresh schemas, the events ingested, the webserver up, the model server
-    holding the marked day's call; the daemon starts once a backfill is requested."""
+    holding the marked day's call; the daemon starts once a backfill is requested. ``workspace``:
+    as ``DagsterStack`` takes it (default: production's standing code server)."""
     home = production_home(tmp_path / "dagster_home")
     config = yaml.safe_load((home / "dagster.yaml").read_text())
     config["run_monitoring"]["poll_interval_seconds"] = 5  # short intervals for the test only
@@ -206,7 +208,7 @@ def killable_stack(tmp_path: Path) -> Iterator[Killable]:
         server.hold(MARKER)
         env = stack_env(home, dagster_url, memory_url, REDIS_URL)
         env.update(MEMORY_LLM_MODEL=MODEL, MEMORY_LLM_API_BASE=server.api_base, MEMORY_LLM_API_KEY="test-key")
-        stack = DagsterStack(home, env)
+        stack = DagsterStack(home, env, workspace)
         try:
             mp.setenv("DAGSTER_PG_URL", dagster_pg_url(dagster_url))
             instance = DagsterInstance.from_config(str(home))
@@ -397,7 +399,9 @@ def test_a_run_whose_host_is_lost_is_failed_by_run_monitoring_and_reexecuted(tmp
         assert "dagster" in line and ("grpc" in line or "code-server" in line), line
         return parent
 
-    with killable_stack(tmp_path) as k:
+    # The repository's workspace.yaml: the daemon's own code server, which it replaces at its next
+    # workspace refresh once the host's is gone (a standing one would wait for its supervisor).
+    with killable_stack(tmp_path, REPO_ROOT / "workspace.yaml") as k:
         # The limit is lowered only after the kill: on a loaded machine the run can take longer
         # than 120 s to reach the held call, and monitoring must not end it before the host is lost.
         # Once it is lost, 10 s: monitoring fails it at its first poll past 10 s from the run's start,

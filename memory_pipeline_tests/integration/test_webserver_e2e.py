@@ -1,5 +1,5 @@
 """End to end on a deployed stack: dagster-webserver and dagster-daemon (subprocesses, production
-dagster.yaml on PostgreSQL, the repository's workspace.yaml), a day range backfilled through the
+dagster.yaml on PostgreSQL and workspace: one standing code server), a day range backfilled through the
 GraphQL mutation the UI's Materialize button sends, then the memory store's rows and the day
 check's results."""
 
@@ -42,6 +42,10 @@ def test_a_day_range_backfilled_from_the_api_writes_the_seed_rows_and_passes_its
     # The UI's daemon page: every daemon the production instance needs reports a heartbeat.
     statuses = deployed.stack.wait_daemons_healthy(timeout=300)
     assert {"BACKFILL", "QUEUED_RUN_COORDINATOR", "SCHEDULER", "SENSOR"} <= set(statuses), statuses
+    # Production's workspace: the webserver and the daemon load no code of their own (with a
+    # module's workspace each starts a code server, the daemon a new one at every refresh).
+    for name in ("webserver", "daemon"):
+        assert not [c for c in deployed.stack.members(name) if " api grpc " in c], deployed.stack.members(name)
 
     # The seed's rows: one per world alive that day, placeholders with their reason, sources on
     # every non-empty row; w2 did not exist before the 3rd, so it has no row for the 2nd.

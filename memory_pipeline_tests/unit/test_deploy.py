@@ -1,7 +1,9 @@
-"""Kubernetes as shipped: the image definition (deploy/Dockerfile) and the values for Dagster's
-official Helm chart (deploy/helm/values.yaml). No cluster and no chart here (its values schema is on
-no package registry), so the structure the chart reads is asserted explicitly, and kept in step
-with the instance config deploy/k8s/dagster.yaml."""
+"""Deployments as shipped. Kubernetes: the image definition (deploy/Dockerfile) and the values for
+Dagster's official Helm chart (deploy/helm/values.yaml). No cluster and no chart here (its values
+schema is on no package registry), so the structure the chart reads is asserted explicitly, and
+kept in step with the instance config deploy/k8s/dagster.yaml. One machine: the workspace the
+webserver and daemon load (deploy/production/workspace.yaml) names the code server that the file's
+header and docs/operations.md start (the end-to-end tests deploy it)."""
 
 from __future__ import annotations
 
@@ -108,3 +110,22 @@ def test_the_helm_values_deploy_the_code_location_with_secrets_by_reference_only
         if isinstance(value, str):
             assert not re.search(r"://[^/\s]*:[^/\s]*@", value), f"values.yaml: {path} is a URL with a password"
             assert not re.search(r"sk-[A-Za-z0-9]{8,}", value), f"values.yaml: {path} looks like an API key"
+
+
+def test_one_machines_workspace_names_the_code_server_its_header_and_the_operations_page_start():
+    path = DEPLOY / "production" / "workspace.yaml"
+    text = path.read_text(encoding="utf-8")
+    (entry,) = yaml.safe_load(text)["load_from"]
+    server = entry["grpc_server"]
+    module = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["dagster"]["module_name"]
+    wanted = {"-m": module, "-h": server["host"], "-p": str(server["port"]), "--location-name": server["location_name"]}
+    operations = (REPO_ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    shown = [line.lstrip("# ") for line in text.splitlines() if "api grpc" in line]
+    shown += [line for line in operations.splitlines() if "dagster api grpc" in line and "-w" not in line]
+    started = [shlex.split(line[line.index("dagster api grpc") :]) for line in shown if "--location-name" in line]
+    assert len(started) == 2, shown  # the file's header and the page's command
+    for args in started:
+        assert args[:3] == ["dagster", "api", "grpc"]
+        options = dict(zip(args[3::2], args[4::2], strict=True))
+        assert options == wanted, (options, wanted)
+    assert f"-w {path.relative_to(REPO_ROOT)}" in operations  # the webserver and the daemon load it
