@@ -1,10 +1,12 @@
 """Seed 004 raw series (I/O): append entries to a type (Python API, CLI, JSONL file, MCP), append-
-only and idempotent on an entry id; the activity type fed from the raw conversation messages.
+only and idempotent on an entry id within its group; the activity type fed from the raw
+conversation messages.
 
 A batch is validated whole before anything is written, then written in one transaction: a bad
 entry refuses the batch with its line and field, and nothing is half-written. An entry id already
-stored from the same request (content, group, and `at` as sent: a retry that leaves `at` out again
-matches the "now" the first append stored) is a duplicate (nothing written); otherwise a conflict."""
+stored in the entry's group from the same request (content, and `at` as sent: a retry that leaves
+`at` out again matches the "now" the first append stored) is a duplicate (nothing written);
+otherwise a conflict. Another group's ids are never read: the same id there is another entry."""
 
 from __future__ import annotations
 
@@ -55,8 +57,6 @@ def _conflict(stored: Any, new: EntryIn) -> str | None:
     first append stored, while an ``at`` given only once, or two different ones, do not."""
     if json.dumps(stored["content"], sort_keys=True) != json.dumps(new.content, sort_keys=True):
         return "is stored with other content"
-    if stored["group_value"] != new.group:
-        return "is stored with another group"
     if bool(stored["at_given"]) != new.at_given:
         return "was stored from a request that " + ("left 'at' out" if new.at_given else "gave 'at'")
     if new.at_given and stored["at"] != new.at:
@@ -79,13 +79,14 @@ def append(
     now = utcnow()
     batch: list[EntryIn] = []
     wheres: list[str] = []
-    seen: dict[str, str] = {}
+    seen: dict[tuple[str, str], str] = {}
     for where, raw in raw_entries:
         e = validate_entry(raw, group_field=mtype.group_field, now=now, where=where)
         if e.entry_id is not None:
-            if e.entry_id in seen:
-                raise TowerInputError("id", f"duplicate id in this batch (first at {seen[e.entry_id]})", where)
-            seen[e.entry_id] = where
+            key = (e.group, e.entry_id)
+            if key in seen:
+                raise TowerInputError("id", f"duplicate id in this batch (first at {seen[key]})", where)
+            seen[key] = where
         batch.append(e)
         wheres.append(where)
     report = AppendReport(mtype.name, received=len(batch))
@@ -108,31 +109,31 @@ def append(
     with store.begin() as conn:  # one transaction: all or nothing
         if not tower_types_io.accepts_entries(conn, mtype.name):
             raise _archived(mtype.name)  # archived since the check above
-        given = [r["entry_id"] for r, e in zip(rows, batch, strict=True) if e.entry_id is not None]
+        given = [_key(r) for r, e in zip(rows, batch, strict=True) if e.entry_id is not None]
         stored = _stored(conn, mtype.name, given)
         fresh = []
         for row, e, where in zip(rows, batch, wheres, strict=True):
-            old = stored.get(row["entry_id"])
+            old = stored.get(_key(row))
             if old is None:
                 fresh.append(row)
             else:
                 _refuse_conflict(row["entry_id"], old, e, where)
                 report.duplicates += 1
-        new_ids: set[str] = set()
+        new_keys: set[tuple[str, str]] = set()
         for i in range(0, len(fresh), BATCH):
-            new_ids |= _insert_new(conn, fresh[i : i + BATCH])
+            new_keys |= _insert_new(conn, fresh[i : i + BATCH])
         # A row another append stored first (between our read and our insert) is a duplicate when
         # it is the same entry, else a conflict that refuses this whole batch.
-        raced = [r for r in fresh if r["entry_id"] not in new_ids]
+        raced = [r for r in fresh if _key(r) not in new_keys]
         if raced:
-            now_stored = _stored(conn, mtype.name, [r["entry_id"] for r in raced])
-            by_id = {r["entry_id"]: (e, where) for r, e, where in zip(rows, batch, wheres, strict=True)}
+            now_stored = _stored(conn, mtype.name, [_key(r) for r in raced])
+            by_key = {_key(r): (e, where) for r, e, where in zip(rows, batch, wheres, strict=True)}
             for r in raced:
-                e, where = by_id[r["entry_id"]]
-                _refuse_conflict(r["entry_id"], now_stored[r["entry_id"]], e, where)
+                e, where = by_key[_key(r)]
+                _refuse_conflict(r["entry_id"], now_stored[_key(r)], e, where)
                 report.duplicates += 1
-        report.inserted = len(new_ids)
-        fresh = [r for r in fresh if r["entry_id"] in new_ids]
+        report.inserted = len(new_keys)
+        fresh = [r for r in fresh if _key(r) in new_keys]
     report.entry_ids = [r["entry_id"] for r in rows]
     report.days = {local_date(r["at"], tz) for r in fresh}
     return report
@@ -142,29 +143,39 @@ def _archived(name: str) -> TowerInputError:
     return TowerInputError("type", f"memory type {name!r} is archived: appends are refused")
 
 
-def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
-    """INSERT .. ON CONFLICT (type_name, entry_id) DO NOTHING RETURNING entry_id."""
+def _key(row: dict[str, Any]) -> tuple[str, str]:
+    return (row["group_value"], row["entry_id"])
+
+
+def _insert_new(conn: Connection, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """INSERT .. ON CONFLICT (type_name, group_value, entry_id) DO NOTHING: the (group, id) written."""
     if not rows:
         return set()
+    t = tower_entries.c
     stmt = cached_insert(
         conn,
         tower_entries,
         ("tower.insert_new",),
-        lambda ins: ins.on_conflict_do_nothing(index_elements=["type_name", "entry_id"]).returning(
-            tower_entries.c.entry_id
+        lambda ins: ins.on_conflict_do_nothing(index_elements=["type_name", "group_value", "entry_id"]).returning(
+            t.group_value, t.entry_id
         ),
     )
-    return set(conn.execute(stmt, rows).scalars())
+    return {(g, i) for g, i in conn.execute(stmt, rows)}
 
 
-def _stored(conn: Connection, type_name: str, ids: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _stored(conn: Connection, type_name: str, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+    """The stored entries of ``keys`` ((group, id)), read group by group: no other group's row."""
+    out: dict[tuple[str, str], Any] = {}
     t = tower_entries.c
-    for i in range(0, len(ids), BATCH):
-        q = select(t.entry_id, t.at, t.at_given, t.group_value, t.content).where(
-            t.type_name == type_name, t.entry_id.in_(ids[i : i + BATCH])
-        )
-        out.update({r["entry_id"]: r for r in conn.execute(q).mappings()})
+    by_group: dict[str, list[str]] = {}
+    for group, entry_id in keys:
+        by_group.setdefault(group, []).append(entry_id)
+    for group, ids in by_group.items():
+        for i in range(0, len(ids), BATCH):
+            q = select(t.entry_id, t.at, t.at_given, t.group_value, t.content).where(
+                t.type_name == type_name, t.group_value == group, t.entry_id.in_(ids[i : i + BATCH])
+            )
+            out.update({(group, r["entry_id"]): r for r in conn.execute(q).mappings()})
     return out
 
 

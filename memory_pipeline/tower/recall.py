@@ -183,7 +183,11 @@ def _unfed(conn: Connection, t: MemoryType, start: datetime, end: datetime, grou
     """(world_id, at) of the non-debug conversation messages in [start, end) not yet fed into the
     activity type ``t`` (its entries carry the message id)."""
     m, c, e = messages.c, conversations.c, tower_entries.c
-    fed = select(e.entry_pk).where(e.type_name == t.name, e.entry_id == m.message_id).exists()
+    fed = (
+        select(e.entry_pk)
+        .where(e.type_name == t.name, e.group_value == c.world_id, e.entry_id == m.message_id)
+        .exists()
+    )
     q = (
         select(c.world_id, m.at)
         .join(conversations, c.conversation_id == m.conversation_id)

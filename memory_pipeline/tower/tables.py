@@ -43,7 +43,8 @@ tower_types = Table(
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),
 )
 
-# The raw series of each type: append-only, never deleted, idempotent on (type, entry_id).
+# The raw series of each type: append-only, never deleted, idempotent on (type, group, entry_id):
+# each group's ids are its own, so a world's ids neither collide with nor reveal another's.
 tower_entries = Table(
     "tower_entries",
     metadata,
@@ -58,7 +59,7 @@ tower_entries = Table(
     Column("chars", Integer, nullable=False),
     Column("ingested_at", UTCDateTime, nullable=False, default=now_utc),
     Column("source", String(1024)),
-    UniqueConstraint("type_name", "entry_id", name="uq_tower_entry_id"),
+    UniqueConstraint("type_name", "group_value", "entry_id", name="uq_tower_entry_group_id"),  # migration 0031
     Index("ix_tower_entries_type_at", "type_name", "at"),
     # one group's entries of a window, counted as they are now by exact recall (migration 0029)
     Index("ix_tower_entries_group_at", "type_name", "group_value", "at"),

@@ -175,6 +175,41 @@ def test_remember_rows_before_the_as_of_day_revision_get_the_cst_day_they_were_w
     assert {k: str(v) for k, v in days.items()} == {"f-remember": "2026-03-05", "f-light": "2026-03-01"}
 
 
+def test_tower_entries_keep_their_rows_and_ids_become_unique_per_group(empty_url):
+    """0031: ids were unique per type; now per (type, group), indexes kept (SQLite copies the table)."""
+    store = Store(empty_url)
+    upgrade(store, LOCATIONS, "0030_sleep_runs_day_stage")
+    at = datetime(2026, 1, 5, 2, 0, tzinfo=UTC)
+    row = (
+        "INSERT INTO tower_entries (type_name, entry_id, at, at_given, group_value, content, chars, ingested_at)"
+        " VALUES ('tool/errors', :id, :at, true, :g, '\"boom\"', 4, :at)"
+    )
+    with store.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO tower_types (name, description, chain, summary_cap, summaries_enabled, group_field,"
+                " builtin, created_at, updated_at)"
+                " VALUES ('tool/errors', '', '[\"day\"]', 'day', false, 'world', false, :at, :at)"
+            ),
+            {"at": at},
+        )
+        conn.execute(text(row), {"id": "t1", "g": "aria", "at": at})
+        with pytest.raises(Exception, match="(?i)unique"):  # noqa: PT011 - the driver's IntegrityError
+            with conn.begin_nested():
+                conn.execute(text(row), {"id": "t1", "g": "bolt", "at": at})
+    upgrade(store, LOCATIONS)
+    with store.begin() as conn:
+        conn.execute(text(row), {"id": "t1", "g": "bolt", "at": at})
+        with pytest.raises(Exception, match="(?i)unique"):  # noqa: PT011
+            with conn.begin_nested():
+                conn.execute(text(row), {"id": "t1", "g": "bolt", "at": at})
+    with store.connect() as conn:
+        got = sorted(conn.execute(text("SELECT group_value, entry_id FROM tower_entries")).all())
+    assert [tuple(r) for r in got] == [("aria", "t1"), ("bolt", "t1")]
+    indexes = {i["name"] for i in inspect(store.engine).get_indexes("tower_entries")}
+    assert {"ix_tower_entries_type_at", "ix_tower_entries_group_at", "ix_tower_entries_ingested_at"} <= indexes
+
+
 def test_the_history_is_one_line_across_the_platform_and_the_domains():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
@@ -213,6 +248,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0028_recall_doc_base",
         "0029_tower_window_group_start",
         "0030_sleep_runs_day_stage",
+        "0031_tower_entry_id_per_group",
     ]
     assert head(LOCATIONS) == chain[-1]
 

@@ -154,7 +154,10 @@ def test_append_is_idempotent_on_id_and_refuses_bad_input_whole(tower, store, tm
     )
     assert again["inserted"] == 0 and again["duplicates"] == 1
     with pytest.raises(TowerInputError, match="other content"):
-        tower.append("tool/errors", {"content": "changed", "id": "e1", "at": "2026-01-05T10:00:00+08:00"})
+        tower.append(
+            "tool/errors",
+            {"content": {"error": "changed", "project": "alpha"}, "id": "e1", "at": "2026-01-05T10:00:00+08:00"},
+        )
     with store.connect() as conn:
         groups = {r[0]: r[1] for r in conn.execute(select(tower_entries.c.entry_id, tower_entries.c.group_value))}
     assert groups == {"e1": "alpha", "e2": ""}  # the group field is read from the content
@@ -212,6 +215,32 @@ def test_the_group_field_must_be_a_string_and_an_explicit_group_must_agree_with_
     tower.append("worklog", [{"content": {"project": "a"}, "group": "a"}, {"content": {"project": None}}])
     with store.connect() as conn:
         assert sorted(conn.execute(select(tower_entries.c.group_value)).scalars()) == ["", "a"]
+
+
+def test_an_entry_id_is_idempotent_within_its_group_and_another_groups_id_is_never_read(tower, store):
+    """A world that appends an id another world stored gets an entry of its own: no refusal, so no
+    answer that tells whether its guess of the other world's content was right."""
+    tower.create_type("tool/errors", group_field="world")
+    at = "2026-01-05T10:00:00+08:00"
+    tower.append("tool/errors", {"content": "boom", "group": "aria", "id": "t1", "at": at})
+    guess = tower.append("tool/errors", {"content": "wrong guess", "group": "bolt", "id": "t1", "at": at})
+    assert (guess["inserted"], guess["duplicates"]) == (1, 0)  # bolt's own t1
+    # Only bolt's own t1 is compared: aria's content is refused here as other than bolt's.
+    with pytest.raises(TowerInputError, match="entry id 't1' is stored with other content"):
+        tower.append("tool/errors", {"content": "boom", "group": "bolt", "id": "t1", "at": at})
+    # One batch may hold the same id in two groups (an all-worlds caller); within a group it may not.
+    both = tower.append(
+        "tool/errors",
+        [{"content": "x", "group": g, "id": "t2", "at": at} for g in ("aria", "bolt")],
+    )
+    assert both["inserted"] == 2
+    with pytest.raises(TowerInputError, match=r"entries\[1\]: field 'id': duplicate id in this batch"):
+        tower.append("tool/errors", [{"content": "y", "group": "cora", "id": "t3", "at": at}] * 2)
+    with store.connect() as conn:
+        rows = sorted(
+            conn.execute(select(tower_entries.c.group_value, tower_entries.c.entry_id, tower_entries.c.content))
+        )
+    assert rows == [("aria", "t1", "boom"), ("aria", "t2", "x"), ("bolt", "t1", "wrong guess"), ("bolt", "t2", "x")]
 
 
 # ---- structural windows and exact recall ------------------------------------------------------------------
