@@ -41,7 +41,6 @@ from sqlalchemy import (
     select,
     table,
     text,
-    true,
     update,
 )
 from sqlalchemy.sql.elements import BindParameter, ColumnClause
@@ -65,9 +64,24 @@ from memory_pipeline.tower.tables import tower_summaries
 K_MAX = 100
 QUERY_MAX_CHARS = 2000
 # On SQLite each world's documents take rowids from a range of their own, [doc_base, doc_base +
-# DOC_SPAN): FTS5 then seeks the caller's world's rows of each term's doclist instead of ranking
-# every world's matches and dropping the others'.
+# DOC_SPAN), and are indexed by an FTS5 table of the world's own (``fts_table``).
 DOC_SPAN = 2**32
+
+
+def fts_table(doc_base: int) -> str:
+    """SQLite: the FTS5 index of the world whose documents start at ``doc_base``. One per world, so
+    BM25's corpus statistics (how many documents, their lengths, how many hold each term) are that
+    world's alone: another world's writes never move its scores, nor can a caller read them off its
+    own (migration 0032)."""
+    return f"{FTS_TABLE}_{doc_base // DOC_SPAN}"
+
+
+def _fts_ddl(name: str) -> str:
+    # external content: the text stays in recall_documents; refresh() writes the index explicitly
+    return (
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(search_text, content='recall_documents', "
+        "content_rowid='doc_id', tokenize='porter unicode61')"
+    )
 
 
 class SearchError(ValueError):
@@ -216,22 +230,39 @@ def refresh(store: Store, world: str, tz: ZoneInfo, activity_type: str, *, force
         gone = [doc_id for key, (doc_id, _) in held.items() if key not in docs]
         changed = [(held[key][0], d) for key, d in docs.items() if key in held and held[key][1] != _doc_fp(d)]
         new = [d for key, d in docs.items() if key not in held]
+        fts = fts_table(base) if base is not None else None
+        if fts is not None:  # SQLite: the world's index drops the old texts first (FTS5 needs them)
+            conn.execute(text(_fts_ddl(fts)))
+            dropped = gone + [doc_id for doc_id, _ in changed]
+            for i in range(0, len(dropped), 500):
+                olds = conn.execute(select(rd.doc_id, rd.search_text).where(rd.doc_id.in_(dropped[i : i + 500]))).all()
+                if olds:
+                    conn.execute(
+                        text(f"INSERT INTO {fts}({fts}, rowid, search_text) VALUES ('delete', :id, :t)"),
+                        [{"id": d, "t": t} for d, t in olds],
+                    )
         for i in range(0, len(gone), 500):
             conn.execute(delete(recall_documents).where(rd.doc_id.in_(gone[i : i + 500])))
-        if changed:
-            rows = [_row(d, now) | {"b_doc_id": doc_id} for doc_id, d in changed]
-            values: dict[str, BindParameter[Any]] = {k: bindparam(k) for k in rows[0] if k != "b_doc_id"}
-            conn.execute(update(recall_documents).where(rd.doc_id == bindparam("b_doc_id")).values(values), rows)
-        if new:
-            rows = [_row(d, now) for d in new]
+        changed_rows = [_row(d, now) | {"b_doc_id": doc_id} for doc_id, d in changed]
+        if changed_rows:
+            values: dict[str, BindParameter[Any]] = {k: bindparam(k) for k in changed_rows[0] if k != "b_doc_id"}
+            conn.execute(
+                update(recall_documents).where(rd.doc_id == bindparam("b_doc_id")).values(values), changed_rows
+            )
+        new_rows = [_row(d, now) for d in new]
+        if new_rows:
             if base is not None:
                 top = conn.execute(select(func.max(rd.doc_id)).where(rd.world_id == world)).scalar()
                 first = base if top is None else top + 1
-                if first + len(rows) > base + DOC_SPAN:
+                if first + len(new_rows) > base + DOC_SPAN:
                     raise SearchError(f"world {world!r}: its {DOC_SPAN:,} document ids are used up")
-                for i, row in enumerate(rows):
+                for i, row in enumerate(new_rows):
                     row["doc_id"] = first + i
-            conn.execute(recall_documents.insert(), rows)
+            conn.execute(recall_documents.insert(), new_rows)
+        if fts is not None and (changed_rows or new_rows):
+            indexed = [{"id": r["b_doc_id"], "t": r["search_text"]} for r in changed_rows]
+            indexed += [{"id": r["doc_id"], "t": r["search_text"]} for r in new_rows]
+            conn.execute(text(f"INSERT INTO {fts}(rowid, search_text) VALUES (:id, :t)"), indexed)
         if known is None:
             insert_missing(
                 conn,
@@ -289,19 +320,21 @@ def search_page(
     named = or_(false(), *(and_(rd.start_at < hi, func.coalesce(rd.end_at, rd.start_at) >= lo) for lo, hi in bounds))
     in_named = case((named, 1), else_=0)
     if store.dialect == "sqlite":
-        fts = table(FTS_TABLE, column("rowid"))
+        assert base is not None  # every world searched has its range and index (refresh)
+        name = fts_table(base)
+        fts = table(name, column("rowid"))
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        matching = text(f"{FTS_TABLE} MATCH :match").bindparams(match=match)
+        matching = text(f"{name} MATCH :match").bindparams(match=match)
         # The page is ranked inside the full-text index (materialized: as a plain join SQLite's
         # planner may start from the world's index and run one full-text query per document), and
         # only its rows are read from recall_documents: a common word matches thousands of
         # documents, whose texts and lineages were read and sorted to keep ten. The match count
         # (the page's total) comes with it, counted before the LIMIT.
-        in_range = fts.c.rowid.between(base, base + DOC_SPAN - 1) if base is not None else true()
-        # FTS5's rank column is bm25() (smaller is better), usable where a window function is
-        rank: ColumnClause[float] = literal_column(f"{FTS_TABLE}.rank")
+        # FTS5's rank column is bm25() (smaller is better) over the world's own index, usable where
+        # a window function is
+        rank: ColumnClause[float] = literal_column(f"{name}.rank")
         matches = select(fts.c.rowid.label("doc_id"), (-rank).label("score"), func.count().over().label("total"))
-        matches = matches.where(matching, in_range)
+        matches = matches.where(matching)
         if not periods:
             m = matches.order_by(rank, fts.c.rowid).offset(offset).limit(limit).cte("matched")
             m = m.prefix_with("MATERIALIZED")
@@ -327,7 +360,7 @@ def search_page(
                 .select_from(page.join(recall_documents, rd.doc_id == page.c.doc_id))
                 .order_by(page.c.named.desc(), page.c.score.desc(), rd.doc_id)
             )
-        counted = select(func.count()).select_from(fts).where(matching, in_range)
+        counted = select(func.count()).select_from(fts).where(matching)
     else:
         # the expression of the GIN index; to_tsquery syntax cannot appear in a term (query_terms:
         # letters, digits and '_' only)

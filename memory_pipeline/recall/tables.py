@@ -56,8 +56,8 @@ recall_eval_results = Table(
 
 # What `memory_search` ranks: every domain's memory of each world as one document (recall.documents),
 # kept up to date by comparing each world's sources with ``recall_index_state``. Full-text indexed by
-# the store's engine: an FTS5 table over ``search_text`` on SQLite, a GIN index of its tsvector on
-# PostgreSQL (migration 0024).
+# the store's engine: an FTS5 table per world over ``search_text`` on SQLite, a GIN index of its
+# tsvector on PostgreSQL (migrations 0024, 0032).
 recall_documents = Table(
     "recall_documents",
     metadata,
@@ -76,7 +76,9 @@ recall_documents = Table(
     Index("ix_recall_documents_world", "world_id"),
 )
 
-FTS_TABLE = "recall_documents_fts"  # SQLite only: the FTS5 index (and its shadow tables) of search_text
+# SQLite only: the prefix of each world's FTS5 index of search_text (and of its shadow tables);
+# search.fts_table names one world's (migration 0032).
+FTS_TABLE = "recall_documents_fts"
 
 # Per world: the fingerprint of its sources when its documents were last brought up to date.
 recall_index_state = Table(

@@ -249,6 +249,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0029_tower_window_group_start",
         "0030_sleep_runs_day_stage",
         "0031_tower_entry_id_per_group",
+        "0032_recall_fts_per_world",
     ]
     assert head(LOCATIONS) == chain[-1]
 

@@ -236,6 +236,27 @@ def test_no_hit_ever_comes_from_another_world(engine_store, tmp_path):
     assert all(e.startswith("b") for h in b_hits for e in h.event_ids)
 
 
+def test_a_worlds_scores_and_order_do_not_move_when_another_world_writes(engine_store, tmp_path):
+    """BM25's statistics are the caller's world's own: another world's memory can neither reorder
+    its hits nor be read off its scores (one FTS5 index per world on SQLite; ts_rank on PostgreSQL
+    scores a document by itself)."""
+    _two_worlds(engine_store, tmp_path)
+    query = "pottery marathon wheel"
+
+    def ranked() -> list[tuple[str, float]]:
+        return [(h.ref, h.score) for h in _search(engine_store, "a", query, 20)]
+
+    before = ranked()
+    assert len(before) >= 3
+    with engine_store.begin() as conn:
+        conn.execute(
+            semantic_memories.insert(),
+            [_memory(f"m-b{i}", "b", f"Pottery note {i}: pottery wheel, pottery kiln.", ["b.s1"]) for i in range(40)],
+        )
+    assert len(_search(engine_store, "b", "pottery", 100)) >= 40  # b's documents indexed
+    assert ranked() == before
+
+
 def test_the_rarest_match_ranks_first_and_chinese_is_searchable(engine_store, tmp_path):
     _two_worlds(engine_store, tmp_path)
     assert _search(engine_store, "a", "Where does the user study piano? 钢琴")[0].ref == "m-piano"
@@ -452,7 +473,7 @@ def test_documents_indexed_before_the_ranges_are_rebuilt_in_them(tmp_path):
     from sqlalchemy import text
 
     from memory_pipeline.lib.store.migrate import upgrade
-    from memory_pipeline.recall.search import DOC_SPAN
+    from memory_pipeline.recall.search import DOC_SPAN, fts_table
     from memory_pipeline.recall.tables import recall_index_state
 
     lite = Store(f"sqlite:///{tmp_path / 'old.sqlite'}")
@@ -474,18 +495,16 @@ def test_documents_indexed_before_the_ranges_are_rebuilt_in_them(tmp_path):
     upgrade(lite, domains.version_locations())
     with lite.connect() as conn:
         assert conn.execute(select(recall_documents.c.doc_id)).all() == []
-        assert (
-            conn.execute(
-                text("SELECT count(*) FROM recall_documents_fts WHERE recall_documents_fts MATCH 'pottery'")
-            ).scalar()
-            == 0
-        )
+        # the index of every world is gone (0032): each world's own is made by its next search
+        assert conn.execute(text("SELECT name FROM sqlite_master WHERE name = 'recall_documents_fts'")).all() == []
     _two_worlds(lite, tmp_path)
     assert {h.ref for h in _search(lite, "a", "pottery")} >= {"o1", "a.s1"}
     with lite.connect() as conn:
         (base,) = conn.execute(select(recall_index_state.c.doc_base).where(recall_index_state.c.world_id == "a")).one()
-        ids = [d for (d,) in conn.execute(select(recall_documents.c.doc_id))]
-    assert all(base <= d < base + DOC_SPAN for d in ids)
+        ids = [d for (d,) in conn.execute(select(recall_documents.c.doc_id).where(recall_documents.c.world_id == "a"))]
+        indexed = [d for (d,) in conn.execute(text(f"SELECT rowid FROM {fts_table(base)}"))]
+    assert ids and all(base <= d < base + DOC_SPAN for d in ids)
+    assert sorted(indexed) == sorted(ids)  # the world's index holds its documents and no other's
 
 
 def test_every_page_states_the_same_total_also_past_the_last(engine_store, tmp_path):
