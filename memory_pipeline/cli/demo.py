@@ -306,6 +306,7 @@ def _print_objects(console: Console, store: Store) -> None:
         doc = recall.read(store, world, hits[0]["id"])
         assert doc is not None
         ev = recall.evidence(store, world, doc["id"], limit=2)
+        assert ev is not None  # the object just read
         console.print(
             f"recall in {world}: memory_find({topic!r}) -> {hits[0]['id']}; memory_read: {len(doc['sources'])} "
             f"source event(s), {len(doc['relations'])} relation(s); memory_evidence first: "

@@ -42,13 +42,18 @@ def _octx(asset: str = "objects_cli") -> ObjectsContext:
     return ObjectsContext(store, LLMClient.from_settings(store, asset=asset), cfg, ZoneInfo(settings.timezone_name()))
 
 
-def _world(value: str) -> str:
+def _world(value: str, store: Store) -> str:
+    """A world id that is well formed and has been ingested: a mistyped world is refused, never
+    shown as an empty memory nor given one (a job, a core document) by a write."""
     from memory_pipeline.lib.ids import validate_id
+    from memory_pipeline.lib.store import world_ingested
     from memory_pipeline.lib.text import shown
 
     problem = validate_id(value)
     if problem:
         refuse(f"--world {shown(value)}: {problem}")
+    if not world_ingested(store, value):
+        refuse(f"no such world {value!r}: nothing has been ingested for it", code=1)
     return value
 
 
@@ -71,6 +76,7 @@ def organize(
     from memory_pipeline.objects import worker
 
     octx = _octx()
+    _world(world, octx.store)
     if not octx.cfg.enabled:
         err.print(
             "[yellow]memory.objects.enabled is false: the request is queued, and no run takes it until it is true[/]"
@@ -99,8 +105,8 @@ def run(
         refuse(f"--max-batches: must be 0 (no limit) or more, got {max_batches}")
     if max_batches > INT_MAX:
         refuse(f"--max-batches: must be at most {INT_MAX:,}, got {max_batches}")
-    worlds = [_world(w) for w in world] or None
     octx = _octx()
+    worlds = [_world(w, octx.store) for w in world] or None
     if not octx.cfg.enabled:
         refuse("memory.objects.enabled is false: nothing done", code=1)
     intake = timeline.intake(octx, worlds)
@@ -185,8 +191,9 @@ def approve(world: str = typer.Argument(...), project_id: str = typer.Argument(.
     """The user's approval: a candidate project becomes active."""
     from memory_pipeline.objects import graph, logic
 
+    octx = _octx()
     try:
-        _print(graph.approve_project(_octx(), _world(world), project_id))
+        _print(graph.approve_project(octx, _world(world, octx.store), project_id))
     except logic.SubmissionError as exc:
         refuse(str(exc))
 
@@ -200,15 +207,18 @@ def flags(
     """Set the runtime flags of a world (no batch is claimed while busy or stopped)."""
     from memory_pipeline.objects import worker
 
-    worker.set_flags(_octx(), _world(world), busy=busy, stopped=stopped)
+    octx = _octx()
+    worker.set_flags(octx, _world(world, octx.store), busy=busy, stopped=stopped)
     console.print(f"{escape(world)}: busy={busy} stopped={stopped}")
 
 
 def _tool(name: str, args: dict[str, Any]) -> None:
     from memory_pipeline.objects import tools
 
+    octx = _octx()
+    _world(args["world"], octx.store)
     try:
-        _print(tools.call(_octx(), name, args))
+        _print(tools.call(octx, name, args))
     except tools.ToolError as exc:
         refuse(str(exc))
 
@@ -247,8 +257,9 @@ def core_import(
         content = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         refuse(f"{path}: cannot read ({exc})")
+    octx = _octx()
     try:
-        _print(graph.import_core(_octx(), _world(world), file.name, content))
+        _print(graph.import_core(octx, _world(world, octx.store), file.name, content))
     except logic.SubmissionError as exc:
         refuse(f"{path}: {exc}")
 
@@ -259,7 +270,7 @@ def resident(world: str = typer.Argument(...)) -> None:
     from memory_pipeline.objects import recall
 
     octx = _octx()
-    _print(recall.resident(octx.store, _world(world), octx.cfg.hot_view_max_bytes))
+    _print(recall.resident(octx.store, _world(world, octx.store), octx.cfg.hot_view_max_bytes))
 
 
 @app.command("project")
@@ -298,7 +309,8 @@ def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10
 @app.command("status")
 def status(world: str | None = typer.Option(None, "--world")) -> None:
     """memory_status: counts per state, earliest 20 unfinished records, worker error, failures."""
-    print_objects_status(open_store(), _world(world) if world else None)
+    store = open_store()
+    print_objects_status(store, _world(world, store) if world else None)
 
 
 def print_objects_status(store: Store, world: str | None = None) -> None:
@@ -375,7 +387,8 @@ def inspect_status(world: str | None = typer.Option(None, "--world")) -> None:
     """Counts per state, the earliest 20 unfinished records, errors (JSON)."""
     from memory_pipeline.objects import reports
 
-    _print(reports.status(open_store(), _world(world) if world else None))
+    store = open_store()
+    _print(reports.status(store, _world(world, store) if world else None))
 
 
 @inspect_app.command("list")
@@ -387,8 +400,9 @@ def inspect_list(
     """Objects of one type, by name; next_offset continues."""
     from memory_pipeline.objects import recall
 
+    store = open_store()
     try:
-        _print(recall.list_objects(open_store(), _world(world), otype, _offset(offset)))
+        _print(recall.list_objects(store, _world(world, store), otype, _offset(offset)))
     except recall.RecallError as exc:
         refuse(str(exc))
 
@@ -402,7 +416,8 @@ def inspect_object(
     """One object's dossier with relations and sources paged (next_offset continues)."""
     from memory_pipeline.objects import recall
 
-    doc = recall.object_view(open_store(), _world(world), object_id, _offset(offset))
+    store = open_store()
+    doc = recall.object_view(store, _world(world, store), object_id, _offset(offset))
     if doc is None:
         refuse(f"ID: no object {object_id} in world {world}")
     _print(doc)
@@ -423,8 +438,9 @@ def inspect_events(
         lo, hi = parse_instant(start), parse_instant(end)
     except ValueError as exc:
         refuse(f"FROM/TO: {exc}")
+    store = open_store()
     try:
-        _print(recall.events_between(open_store(), lo, hi, cursor, world=_world(world) if world else None))
+        _print(recall.events_between(store, lo, hi, cursor, world=_world(world, store) if world else None))
     except recall.RecallError as exc:
         refuse(str(exc))
 

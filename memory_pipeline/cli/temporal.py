@@ -14,6 +14,7 @@ from rich.table import Table
 
 from memory_pipeline.cli.cache import note_pending_cache
 from memory_pipeline.cli.console import console, err, open_store, progress_bar, refuse
+from memory_pipeline.lib.store import world_ingested
 from memory_pipeline.lib.text import shown
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def _materialize(
         if worlds:  # a run limited to a world never ingested would do nothing and say ok
             store = open_store()
             for world in worlds:
-                if not _world_known(store, world):
+                if not world_ingested(store, world):
                     refuse(f"--world {shown(world)}: no such world, nothing has been ingested for it")
         with progress_bar() as progress:
             task = progress.add_task(f"{mode} {window}", total=None)
@@ -246,7 +247,7 @@ def read(
     if conversation is not None:
         _id_option("--conversation", conversation)
     store = open_store()
-    if not _world_known(store, world):
+    if not world_ingested(store, world):
         refuse(f"no such world {world!r}: nothing has been ingested for it", code=1)
     cache = KVCache(settings.redis_url())
     cfg = temporal_config.load()
@@ -284,15 +285,6 @@ def _id_option(name: str, value: str) -> None:
     problem = validate_id(value)
     if problem:
         refuse(f"{name} {shown(value)}: {problem}")
-
-
-def _world_known(store: Store, world_id: str) -> bool:
-    from sqlalchemy import select
-
-    from memory_pipeline.lib.store.tables import worlds
-
-    with store.connect() as conn:
-        return conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world_id)).first() is not None
 
 
 def _no_shared_cache_hint(backend: str, view: TemporalView, world: str) -> None:

@@ -321,13 +321,16 @@ def _check_offset(offset: int) -> None:
         raise RecallError(f"offset: {problem}")
 
 
-def evidence(store: Store, world: str, object_id: str, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:
-    """The object's attachments expanded to the raw event text, oldest first, paged."""
+def evidence(store: Store, world: str, object_id: str, offset: int = 0, limit: int = PAGE) -> dict[str, Any] | None:
+    """The object's attachments expanded to the raw event text, oldest first, paged; None when the
+    world has no such object (a mistyped id is not an object without evidence)."""
     _check_offset(offset)
     if limit <= 0:
         raise RecallError("limit: must be > 0")
-    a, m = objects_attachments.c, messages.c
+    a, m, o = objects_attachments.c, messages.c, objects_objects.c
     with store.connect() as conn:
+        if conn.execute(select(o.object_id).where(o.world_id == world, o.object_id == object_id)).first() is None:
+            return None
         rows = conn.execute(
             select(m.message_id, m.at, m.role, m.content)
             .join(messages, m.message_id == a.event_id)

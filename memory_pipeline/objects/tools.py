@@ -80,6 +80,15 @@ def _dossier(octx: ObjectsContext, world: str, oid: str, tool: str) -> dict[str,
     return doc
 
 
+def _evidence(
+    octx: ObjectsContext, world: str, oid: str, tool: str, offset: int, limit: int = recall.PAGE
+) -> dict[str, Any]:
+    found = recall.evidence(octx.store, world, oid, offset, limit)
+    if found is None:
+        raise ToolError(f"{tool}.id: no object {oid} in world {world}")
+    return found
+
+
 def _checked(tool: Any, args: Any, allowed: Mapping[str, set[str]]) -> tuple[str, Mapping[str, Any]]:
     if tool not in allowed:
         raise ToolError(f"tool: {str(tool)[:40]!r} is not one of {', '.join(allowed)}")
@@ -119,7 +128,7 @@ def call(octx: ObjectsContext, tool: Any, args: Any) -> dict[str, Any]:
         limit = _arg(args, tool, "limit", int, recall.PAGE)
         if offset < 0 or not 1 <= limit <= 100:
             raise ToolError(f"{tool}.offset/limit: offset >= 0, limit 1-100")
-        return recall.evidence(store, world, oid, offset, limit)
+        return _evidence(octx, world, oid, tool, offset, limit)
     try:
         return worker.enqueue(
             octx,
@@ -162,4 +171,4 @@ def batch_read(octx: ObjectsContext, world: str, tool: Any, args: Any) -> dict[s
     oid = _object_id(args, tool)
     if tool == "memory_read":
         return _dossier(octx, world, oid, tool)
-    return recall.evidence(octx.store, world, oid, offset)
+    return _evidence(octx, world, oid, tool, offset)

@@ -47,9 +47,9 @@ from sqlalchemy.sql.elements import BindParameter, ColumnClause
 
 from memory_pipeline.conversation.tables import conversation_summaries
 from memory_pipeline.lib import settings
-from memory_pipeline.lib.store import Store, watch
+from memory_pipeline.lib.store import Store, watch, world_ingested
 from memory_pipeline.lib.store.db import insert_missing
-from memory_pipeline.lib.store.tables import conversations, messages, worlds
+from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.text import COMMON_ZIPF, short_hash, zipf
 from memory_pipeline.lib.timeutil import day_start, local_date, utcnow
 from memory_pipeline.objects.tables import objects_attachments, objects_objects
@@ -414,9 +414,8 @@ def _up_to_date(store: Store, world: str, tz: ZoneInfo, activity_type: str) -> i
     seen = _checked.get(key)
     if stamp is not None and seen is not None and seen[0] == stamp:
         return seen[1]
-    with store.connect() as conn:
-        if conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world)).first() is None:
-            raise SearchError(f"world {world!r}: no such world")
+    if not world_ingested(store, world):
+        raise SearchError(f"world {world!r}: no such world")
     refresh(store, world, tz, activity_type)
     base = None
     if store.dialect == "sqlite":

@@ -13,7 +13,8 @@ import anyio
 
 from memory_pipeline.access import tokens
 from memory_pipeline.access.logic import AccessError, Grant, token_hash
-from memory_pipeline.lib.store import Store, watch
+from memory_pipeline.lib.store import Store, watch, world_ingested
+from memory_pipeline.tower.logic import TowerInputError
 
 WRITE_SCOPE = "write"
 
@@ -47,6 +48,13 @@ class StoreTokenVerifier:
             return None
         scopes = ["read"] if grant.read_only else ["read", WRITE_SCOPE]
         return AccessToken(token=token, client_id=grant.name, scopes=scopes, claims={"worlds": sorted(grant.worlds)})
+
+
+def require_known_world(store: Store, world: str) -> None:
+    """After the token's check: a world nothing has been ingested for is refused, never answered
+    as an empty memory nor given one by a write."""
+    if not world_ingested(store, world):
+        raise TowerInputError("world", f"{world!r}: nothing has been ingested for it")
 
 
 def caller() -> Grant:

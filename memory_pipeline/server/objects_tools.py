@@ -9,7 +9,7 @@ from typing import Any
 
 from memory_pipeline.objects import logic, recall, reports
 from memory_pipeline.server import paging
-from memory_pipeline.server.auth import caller
+from memory_pipeline.server.auth import caller, require_known_world
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.logic import TowerInputError
@@ -57,6 +57,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def find(world: str, query: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
         caller().require_world(world)
+        require_known_world(tower.store, world)
         if not query.strip():
             raise TowerInputError("query", "must not be empty")
         if len(query) > QUERY_MAX_CHARS or "\x00" in query:
@@ -74,6 +75,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def read(world: str, id: str) -> dict[str, Any]:
         caller().require_world(world)
+        require_known_world(tower.store, world)
         _object_id(id)
         doc = recall.read(store, world, id)
         if doc is None:
@@ -88,9 +90,12 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def evidence(world: str, id: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
         caller().require_world(world)
+        require_known_world(tower.store, world)
         _object_id(id)
         p = _page("objects/evidence", {"world": world, "id": id}, limit, cursor)
         answer = recall.evidence(store, world, id, p.offset, p.limit)
+        if answer is None:
+            raise TowerInputError("id", f"no object {id} in world {world}")
         items = answer["items"]
         return {"object_id": id, "items": items, **p.answer(recall.evidence_count(store, world, id), len(items))}
 
@@ -104,6 +109,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def status(world: str) -> dict[str, Any]:
         caller().require_world(world)
+        require_known_world(tower.store, world)
         return {"world": world, **reports.status(store, world)}
 
     register_writes(reg, tower)
@@ -142,6 +148,7 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
         world: str, request_id: str, mode: str = "organize", scope: str = "", retry_blocked: bool = False
     ) -> dict[str, Any]:
         caller().require_world(world)
+        require_known_world(tower.store, world)
         request_id_problem(request_id)
         # The domain's request token, per world: one world's ids never replay another's receipt.
         token = f"mcp.{short_hash([world, request_id], 40)}"
@@ -164,6 +171,7 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
     )
     def approve(world: str, id: str, request_id: str) -> dict[str, Any]:
         caller().require_world(world)
+        require_known_world(tower.store, world)
         _object_id(id)
         request_id_problem(request_id)
         try:
@@ -182,4 +190,5 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
     )
     def resident(world: str) -> dict[str, Any]:
         caller().require_world(world)
+        require_known_world(tower.store, world)
         return {"world": world, **recall.resident(tower.store, world, octx.cfg.hot_view_max_bytes)}

@@ -11,15 +11,12 @@ from __future__ import annotations
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
-
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store
-from memory_pipeline.lib.store.tables import worlds
 from memory_pipeline.lib.timeutil import parse_instant, utcnow
-from memory_pipeline.server.auth import caller
+from memory_pipeline.server.auth import caller, require_known_world
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.temporal import config as temporal_config
 from memory_pipeline.temporal.config import TemporalSummaryConfig
@@ -67,9 +64,7 @@ def prompt_block_answer(
         when = parse_instant(at) if at is not None else utcnow()
     except ValueError as exc:
         raise TowerInputError("at", str(exc)) from None
-    with store.connect() as conn:
-        if conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world)).first() is None:
-            raise TowerInputError("world", f"{world!r}: nothing has been ingested for it")
+    require_known_world(store, world)
     view = temporal_view(store, cache, cfg or temporal_config.load(), world, viewer, when, tz, record=False)
     return {
         "world": world,

@@ -26,7 +26,7 @@ from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower import entries as entries_io
 from memory_pipeline.tower import types as types_io
 from memory_pipeline.tower.api import Tower
-from memory_pipeline.tower.logic import WindowQuery, encode_cursor, validate_entry
+from memory_pipeline.tower.logic import TowerInputError, WindowQuery, encode_cursor, validate_entry
 
 TOOL_NAMES = (
     "mem/create_type",
@@ -313,7 +313,9 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def job_status(job_id: str) -> dict[str, Any]:
         answer = tower.job_status(job_id)
-        caller().require_world(answer["group"])  # checked before anything of the job is returned
+        # Another world's job is answered as no job at all: neither its world nor that it exists.
+        if not caller().holds(answer["group"]):
+            raise TowerInputError("job_id", f"no job {job_id!r}")
         return answer
 
     @tool(

@@ -319,7 +319,7 @@ CROSS_WORLD = {
     "mem/get_summary": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
     "mem/summarize": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
     "mem/recompute": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
-    "mem/job_status": ({"job_id": "JOB_B"}, "world 'wb'"),
+    "mem/job_status": ({"job_id": "JOB_B"}, "no job"),  # as an id that was never a job: see below
     "mem/list_jobs": ({}, None),
     "memory/search": ({"world": "wb", "query": f"zebra {SECRET_B}"}, "world 'wb'"),
     "temporal/prompt_block": ({"world": "wb", "at": AT}, "world 'wb'"),
@@ -380,6 +380,13 @@ def test_a_token_of_world_a_asking_for_world_b_is_refused_and_gets_none_of_b(sha
     args = _args(shared, args)
     before = _state(shared["store"])
     is_error, text = _call(shared, "a", tool, args)
+    if tool == "mem/job_status":  # wb's job reads as no job at all: not its world, not that it exists
+        never = "0" * len(shared["job_b"])
+        assert text.replace(shared["job_b"], "ID") == _call(shared, "a", tool, {"job_id": never})[1].replace(
+            never, "ID"
+        )
+        assert "wb" not in text, text
+        text = text.replace(shared["job_b"], "ID")  # the id the caller sent, echoed
     assert SECRET_B not in text and shared["job_b"] not in text, text
     if refusal is not None:
         assert is_error and refusal in text and "\n" not in text, text
@@ -415,6 +422,33 @@ def test_an_all_worlds_token_gets_b_from_the_same_calls(shared, tool):
     is_error, text = _call(shared, "ops", tool, _args(shared, args))
     assert not is_error, text
     assert SECRET_B in text or shared["job_b"] in text or '"group": "wb"' in text, text
+
+
+# The tools naming a world: an --all-worlds token asking for a world nothing was ingested for.
+UNKNOWN_WORLD = {
+    name: args
+    for name, (args, _) in CROSS_WORLD.items()
+    if "world" in args and not name.startswith("conversation/")  # those refuse the unknown conversation
+}
+
+
+@pytest.mark.parametrize("tool", sorted(UNKNOWN_WORLD))
+def test_a_world_nothing_was_ingested_for_is_refused_not_answered_empty_nor_created(shared, tool):
+    args = {**UNKNOWN_WORLD[tool], "world": "nosuch"}
+    before = _state(shared["store"])
+    is_error, text = _call(shared, "ops", tool, args)
+    assert is_error and "world" in text and "'nosuch'" in text and "\n" not in text, text
+    assert _state(shared["store"]) == before
+    with shared["store"].connect() as conn:
+        assert (
+            conn.execute(select(objects_worlds.c.world_id).where(objects_worlds.c.world_id == "nosuch")).first() is None
+        )
+
+
+def test_evidence_of_an_object_the_world_does_not_have_is_refused_as_read_is(shared):
+    for tool in ("objects/read", "objects/evidence"):
+        is_error, text = _call(shared, "a", tool, {"world": "wa", "id": "knowledge:nope"})
+        assert is_error and "field 'id': no object knowledge:nope in world wa" in text, (tool, text)
 
 
 def test_a_token_of_world_a_reads_its_own_world(served):

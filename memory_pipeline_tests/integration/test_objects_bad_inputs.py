@@ -130,10 +130,11 @@ def test_graph_writes_with_arbitrary_submissions(store, ingest, raw):
         assert _counts(store) == before
 
 
-def test_the_cli_refuses_bad_input_naming_the_argument(store, monkeypatch):
+def test_the_cli_refuses_bad_input_naming_the_argument(store, ingest, monkeypatch):
     from memory_pipeline.cli import app
 
     monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    add(ingest, ["hello"])  # w1 exists; its bad arguments are refused by name
     runner = CliRunner()
     cases = [
         (["objects", "organize", "w1", "--mode", "sleep"], "mode"),
@@ -157,6 +158,40 @@ def test_the_cli_refuses_bad_input_naming_the_argument(store, monkeypatch):
         assert field in result.output, (argv, result.output)
         assert result.exception is None or isinstance(result.exception, SystemExit)
     assert _counts(store) == before
+
+
+def test_the_cli_refuses_a_world_nothing_was_ingested_for_and_creates_none(store, ingest, monkeypatch, tmp_path):
+    """A mistyped world is not an empty memory: every objects command naming it is refused (exit 1),
+    and no write gives it a job, a core document or a world row."""
+    from memory_pipeline.cli import app
+
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    add(ingest, ["hello"])
+    user = tmp_path / "USER.md"
+    user.write_text("# User\n", encoding="utf-8")
+    runner = CliRunner()
+    before = _counts(store)
+    for argv in (
+        ["objects", "organize", "nosuch"],
+        ["objects", "core-import", "nosuch", str(user)],
+        ["objects", "approve", "nosuch", "project:x"],
+        ["objects", "flags", "nosuch", "--busy"],
+        ["objects", "find", "nosuch", "garden"],
+        ["objects", "read", "nosuch", "knowledge:x"],
+        ["objects", "evidence", "nosuch", "knowledge:x"],
+        ["objects", "resident", "nosuch"],
+        ["objects", "status", "--world", "nosuch"],
+        ["objects", "inspect", "list", "knowledge", "--world", "nosuch"],
+    ):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 1, (argv, result.output)
+        assert "no such world 'nosuch': nothing has been ingested for it" in result.output, (argv, result.output)
+    assert _counts(store) == before
+    with store.connect() as conn:
+        assert conn.execute(select(objects_worlds.c.world_id).where(objects_worlds.c.world_id == "nosuch")).all() == []
+    # An object the world does not have: refused as read refuses it, not an empty evidence list.
+    result = runner.invoke(app, ["objects", "evidence", "w1", "knowledge:nope"])
+    assert result.exit_code == 2 and "memory_evidence.id: no object knowledge:nope in world w1" in result.output
 
 
 def test_the_inspect_cli_pages_and_never_calls_a_model(store, ingest, monkeypatch):

@@ -6,6 +6,7 @@ from memory_pipeline.lib.store.db import (
     make_engine,
     read_engine,
     upsert,
+    world_ingested,
 )
 from memory_pipeline.lib.store.retry import StoreUnavailable, retry_transient
 from memory_pipeline.lib.store.tables import metadata
@@ -21,4 +22,5 @@ __all__ = [
     "read_engine",
     "retry_transient",
     "upsert",
+    "world_ingested",
 ]

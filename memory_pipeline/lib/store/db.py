@@ -351,3 +351,13 @@ def _scratch(conn: Connection, target: Table, names: list[str]) -> TableClause:
         )
     )
     return scratch
+
+
+def world_ingested(store: Store, world: str) -> bool:
+    """Whether anything has been ingested for ``world`` (ingest makes its ``worlds`` row): a world
+    with none is unknown, and reads and writes of its memory are refused rather than answered
+    empty or made up."""
+    from memory_pipeline.lib.store.tables import worlds
+
+    with store.connect() as conn:
+        return conn.execute(select(worlds.c.world_id).where(worlds.c.world_id == world)).first() is not None
