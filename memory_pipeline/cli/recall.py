@@ -37,6 +37,12 @@ def locomo(
     questions with a day holding an evidence turn among the top k."""
     from memory_pipeline.operations.recall_eval import EvalError, run_locomo
 
+    if json_out is not None:  # refused before minutes of runs, not after them
+        where = json_out.parent if str(json_out.parent) else Path(".")
+        if json_out.is_dir():
+            refuse(f"--json {json_out}: is a folder, not a file")
+        if not where.is_dir():
+            refuse(f"--json {json_out}: no folder {where} to write it in")
     try:
         report = run_locomo(files, store_url=store, model=model, say=lambda line: err.print(escape(line)))
     except EvalError as exc:

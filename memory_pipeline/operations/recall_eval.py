@@ -9,6 +9,7 @@ analyst export picks them up."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import tempfile
 import time
@@ -38,6 +39,7 @@ from memory_pipeline.recall.metric import KS, Index, Question, Score, score_inde
 from memory_pipeline.recall.questions import questions, world_of
 from memory_pipeline.recall.search import memory_search, refresh
 from memory_pipeline.recall.tables import recall_eval_results, recall_eval_runs
+from memory_pipeline.sleep.logic import SizeBand
 from memory_pipeline.tower import config as tower_config
 
 ORGANIZE_ROUNDS_MAX = 200  # organize runs until no event is left to organize (each run a bounded batch count)
@@ -148,7 +150,7 @@ def run_locomo(
     project_url = settings.database_url()
     for path in files:
         if not path.is_file():
-            raise EvalError(f"{path}: no such file")
+            raise EvalError(f"{path}: " + ("a folder, not a LoCoMo JSON file" if path.is_dir() else "no such file"))
     stems = [world_of(p) for p in files]
     twice = sorted({s for s in stems if stems.count(s) > 1})
     if twice:
@@ -199,6 +201,32 @@ def scratch_sqlite(directory: Path) -> Iterator[None]:
         yield
     finally:
         event.remove(Engine, "connect", on_connect)
+
+
+class _WarnBand(logging.Filter):
+    """Deep sleep's warn-band lines (one per world and night: 166 on the seven LoCoMo files, which
+    buried the table): their sizes kept, the lines kept off the console."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "size_band", None) is not SizeBand.WARN:
+            return True
+        self.sizes.append(int(getattr(record, "chars", 0)))
+        return False
+
+
+@contextmanager
+def _warn_band_counted() -> Iterator[list[int]]:
+    logger = logging.getLogger("memory_pipeline.sleep.deep")
+    counted = _WarnBand()
+    logger.addFilter(counted)
+    try:
+        yield counted.sizes
+    finally:
+        logger.removeFilter(counted)
 
 
 def _build_and_measure(
@@ -278,7 +306,7 @@ def _empty_store(url: str) -> Store:
         ensure_schema(store, domains.version_locations())
         with store.connect() as conn:
             held = int(conn.execute(select(func.count()).select_from(messages)).scalar() or 0)
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, ImportError) as exc:  # ImportError: the URL's driver is not installed
         raise EvalError(f"--store {masked(url)}: cannot open it: {type(exc).__name__}: {exc}") from exc
     if held:
         raise EvalError(
@@ -318,7 +346,10 @@ def _run_domains(
     defs = build_defs()
     for window in ("day", "sleep"):
         say(f"{window}: {first} .. {last}")
-        rep = operations.materialize(window, first, last, instance=instance, defs=defs)
+        with _warn_band_counted() as warned:
+            rep = operations.materialize(window, first, last, instance=instance, defs=defs)
+        if warned:
+            say(f"deep sleep: {len(warned)} world-night(s) in the warn band, the largest {max(warned):,} characters")
         for r in rep.runs:
             report.runs.append(DagsterRun(f"{window} {r.first}..{r.last}", r.run_id, r.success, r.seconds, r.error))
 

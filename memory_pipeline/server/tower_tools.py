@@ -75,15 +75,24 @@ def _may_change_type(tower: Tower, grant: Grant, name: Any) -> None:
         raise AccessError(f"type {t.name!r}: holds memory of a world this token does not hold")
 
 
-def _entry_groups(tower: Tower, type_name: Any, entries: list[Any]) -> set[str]:
-    """The groups these entries would be appended to (a bad entry: the tower's own refusal)."""
+def _may_append(tower: Tower, grant: Grant, type_name: Any, entries: list[Any]) -> None:
+    """Each entry's group must be one of the token's worlds (a bad entry: the tower's own refusal)."""
     t = types_io.get(tower.store, type_name)
     now = utcnow()
     items = entries if isinstance(entries, list) else [entries]
-    return {
-        validate_entry(raw, group_field=t.group_field, now=now, where=f"entries[{i}]").group
-        for i, raw in enumerate(items)
-    }
+    for i, raw in enumerate(items):
+        where = f"entries[{i}]"
+        group = validate_entry(raw, group_field=t.group_field, now=now, where=where).group
+        if group != "":
+            grant.require_world(group)
+        elif t.group_field is None:
+            raise AccessError(f"type {t.name!r}: groups by no world: only an --all-worlds token appends to it")
+        else:  # the entry names no group: it would land in the empty one, which is no world's
+            raise TowerInputError(
+                f"content.{t.group_field}",
+                "missing: the type groups by it, and this token appends only to its worlds",
+                where,
+            )
 
 
 def _tower_page(tower: Tower, tool: str, query: dict[str, Any], limit: int | None, cursor: str | None) -> paging.Page:
@@ -184,10 +193,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     def append(type: str, entries: list[Any]) -> dict[str, Any]:
         grant = caller()
         if not grant.all_worlds:
-            for group in sorted(_entry_groups(tower, type, entries)):
-                if group == "":
-                    raise AccessError(f"type {type!r}: groups by no world: only an --all-worlds token appends to it")
-                grant.require_world(group)
+            _may_append(tower, grant, type, entries)
         return tower.append(type, entries, source="mcp")
 
     @tool(

@@ -164,6 +164,7 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
                 len(ones[world]),
                 cfg.deep_warn_chars,
                 cfg.deep_batch_chars,
+                extra={"size_band": band, "chars": len(ones[world])},  # a caller running many nights may count them
             )
             out.warned.append(world)
         if band == SizeBand.BATCHED:

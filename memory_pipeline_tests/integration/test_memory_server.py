@@ -445,6 +445,14 @@ def test_a_world_nothing_was_ingested_for_is_refused_not_answered_empty_nor_crea
         )
 
 
+def test_an_entry_missing_its_types_group_field_is_refused_naming_the_entry_and_field(shared):
+    before = _state(shared["store"])
+    entries = [{"content": {"project": "wa", "did": "x"}}, {"content": {"did": "y"}}]
+    is_error, text = _call(shared, "a", "mem/append", {"type": "worklog", "entries": entries})
+    assert is_error and "entries[1]: field 'content.project': missing" in text, text
+    assert _state(shared["store"]) == before
+
+
 def test_evidence_of_an_object_the_world_does_not_have_is_refused_as_read_is(shared):
     for tool in ("objects/read", "objects/evidence"):
         is_error, text = _call(shared, "a", tool, {"world": "wa", "id": "knowledge:nope"})

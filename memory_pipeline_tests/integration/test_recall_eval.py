@@ -226,6 +226,28 @@ def test_a_store_that_cannot_be_opened_is_refused_by_name(project, tmp_path):
     ):
         run_locomo([path], store_url=url, directory=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    # A driver that is not installed (SQLAlchemy knows the dialect; its module is missing): the same
+    # refusal, not an ImportError's traceback.
+    with pytest.raises(EvalError, match=r"--store postgresql\+pg8000://.*: cannot open it: ModuleNotFoundError"):
+        run_locomo([path], store_url="postgresql+pg8000://u@127.0.0.1/x", directory=tmp_path / "run")
+    with pytest.raises(EvalError, match=r"26.json: no such file"):
+        run_locomo([tmp_path / "26.json", tmp_path / "missing" / "26.json"], directory=tmp_path / "run")
+    with pytest.raises(EvalError, match=r": a folder, not a LoCoMo JSON file"):
+        run_locomo([tmp_path], directory=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_command_refuses_a_json_path_it_could_not_write_before_any_run(project, tmp_path):
+    path = write_locomo(tmp_path, _doc(), "26.json")
+    for out, said in (
+        (tmp_path / "nowhere" / "out.json", "no folder"),
+        (tmp_path, "is a folder, not a file"),
+    ):
+        result = runner.invoke(app, ["eval", "locomo", str(path), "--json", str(out)])
+        assert result.exit_code == 2 and f"--json {out}: {said}" in result.output, result.output
+        assert "wall time" not in result.output  # nothing was built
+    with project.connect() as conn:
+        assert conn.execute(select(recall_eval_runs)).first() is None
 
 
 def test_only_the_runs_own_sqlite_files_skip_fsync_and_only_while_it_builds(tmp_path):

@@ -750,6 +750,19 @@ def test_deep_sleep_warns_between_10k_and_100k(store, tmp_path, caplog):
     )
 
 
+def test_the_eval_counts_the_warn_band_lines_instead_of_printing_each(store, tmp_path, caplog):
+    from memory_pipeline.operations.recall_eval import _warn_band_counted
+
+    _seed(
+        store, "w1", [("world", f"fact {i} " + "z" * 900, [f"s-{i}"], "2026-03-01T10:00:00+08:00") for i in range(30)]
+    )
+    _light_done(store, tmp_path)
+    with caplog.at_level("WARNING", logger="memory_pipeline.sleep.deep"), _warn_band_counted() as warned:
+        result = run_deep_sleep(ctx_for(store, tmp_path), D)
+    assert result.warned == ["w1"] and len(warned) == 1 and 10_000 <= warned[0] < 100_000
+    assert "warn band" not in caplog.text
+
+
 def test_autobiography_reads_the_seven_cst_days_ending_on_its_day(store, tmp_path):
     day = date(2026, 3, 9)  # the window: 2026-03-03 00:00 CST .. 2026-03-09 24:00 CST
     items = [
