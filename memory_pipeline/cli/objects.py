@@ -293,7 +293,9 @@ def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10
             f"{root}: {rep.written} written, {rep.unchanged} unchanged; found {rep.missing} file(s) missing, "
             f"{rep.differing} edited by hand; removed {rep.removed} page file(s) that should no longer exist; "
             f"core documents {rep.core_written} written, "
-            f"{len(rep.core_imported)} human edit(s) imported {rep.core_imported}; {rep.behind_after} behind, "
+            f"{len(rep.core_imported)} human edit(s) imported"
+            + (f" ({', '.join(rep.core_imported)})" if rep.core_imported else "")
+            + f"; {rep.behind_after} behind, "
             f"{len(rep.errors)} error(s)"
         )
         errors += rep.errors
@@ -434,10 +436,13 @@ def inspect_events(
     from memory_pipeline.lib.timeutil import parse_instant
     from memory_pipeline.objects import recall
 
-    try:
-        lo, hi = parse_instant(start), parse_instant(end)
-    except ValueError as exc:
-        refuse(f"FROM/TO: {exc}")
+    bounds = []
+    for label, value in (("FROM", start), ("TO", end)):
+        try:
+            bounds.append(parse_instant(value))
+        except ValueError as exc:
+            refuse(f"{label} {value!r}: {exc}")
+    lo, hi = bounds
     store = open_store()
     try:
         _print(recall.events_between(store, lo, hi, cursor, world=_world(world, store) if world else None))

@@ -94,24 +94,26 @@ def _parse_json(text: str | None, field: str) -> Any:
 def types_create(
     name: str,
     description: str = typer.Option("", help="What the type records."),
-    chain: str = typer.Option(
-        "", help="Comma-separated granularities, e.g. day,week (default 10min,30min,1h,day,week)."
+    chain: str | None = typer.Option(
+        None, help="Comma-separated granularities, e.g. day,week (default 10min,30min,1h,day,week)."
     ),
     summaries: bool = typer.Option(False, "--summaries/--no-summaries", help="Semantic summaries on (default off)."),
-    group_field: str = typer.Option("", help="The field that groups entries, e.g. project."),
+    group_field: str | None = typer.Option(None, help="The field that groups entries, e.g. project."),
     retention: str = typer.Option("", help="Declared retention (stored and shown, never enforced)."),
     summary_cap: str = typer.Option("", help="Coarsest summarized level (default week)."),
 ) -> None:
     """Create a memory type."""
+    if group_field is not None and not group_field.strip():  # given but empty: not "no group field"
+        refuse("--group-field: empty (leave the option out for a type whose entries have no group)")
     t = _tower()
     _json(
         _do(
             t.create_type,
             name,
             description=description,
-            chain=chain.split(",") if chain else None,
+            chain=chain.split(",") if chain is not None else None,  # "" or "day,,week": refused by element
             summaries=summaries,
-            group_field=group_field or None,
+            group_field=group_field,
             retention=retention or None,
             summary_cap=summary_cap or None,
         )

@@ -430,8 +430,8 @@ def _uncursor(cursor: str) -> tuple[datetime, str]:
     try:
         at, eid = json.loads(base64.urlsafe_b64decode(cursor.encode()))
         return datetime.fromisoformat(at), str(eid)
-    except (ValueError, TypeError) as exc:
-        raise RecallError(f"cursor: not a cursor this command returned ({type(exc).__name__})") from None
+    except (ValueError, TypeError):
+        raise RecallError("cursor: not a cursor this command returned") from None
 
 
 def events_between(

@@ -129,7 +129,8 @@ def check_chain(chain: object, field: str = "chain") -> tuple[Granularity, ...]:
     out: list[Granularity] = []
     for i, g in enumerate(chain):
         if not isinstance(g, str) or g not in ORDER:
-            raise TowerInputError(f"{field}[{i}]", f"unknown granularity (one of {', '.join(ORDER)})")
+            said = "empty" if g == "" else "unknown granularity"
+            raise TowerInputError(f"{field}[{i}]", f"{said} (one of {', '.join(ORDER)})")
         out.append(Granularity(g))
     for a, b in zip(out, out[1:], strict=False):
         if RANK[b] <= RANK[a]:
@@ -374,7 +375,10 @@ def validate_entry(raw: Any, *, group_field: str | None, now: datetime, where: s
         raise TowerInputError("entry", f"must be an object, got {json_type(raw)}", where)
     unknown = sorted(set(raw) - {"content", "at", "id", "group"})
     if unknown:
-        raise TowerInputError(json.dumps(unknown[0])[:40], "unknown field (allowed: content, at, id, group)", where)
+        # escaped as JSON (a key may hold a line break), without JSON's quotes: the message quotes it
+        raise TowerInputError(
+            json.dumps(unknown[0])[1:-1][:40], "unknown field (allowed: content, at, id, group)", where
+        )
     if "content" not in raw:
         raise TowerInputError("content", "is required (any JSON value or text)", where)
     content = raw["content"]

@@ -140,6 +140,23 @@ def test_dates_out_of_range_are_one_line_refusals_naming_the_field(env):
         assert _flat(out.output).startswith("field 'anchor': is out of range (supported: 1970-01-01 to 9998-12-31 UTC)")
 
 
+def test_an_empty_chain_or_group_field_given_is_refused_not_taken_as_the_default(env, store, tmp_path):
+    for args, said in (
+        (("--chain", ""), "field 'chain[0]': empty (one of"),
+        (("--chain", "day,,week"), "field 'chain[1]': empty (one of"),
+        (("--group-field", ""), "--group-field: empty"),
+    ):
+        out = run("types", "create", "proj/empty", *args)
+        assert out.exit_code == 2 and said in _flat(out.output), (args, out.output)
+    assert "proj/empty" not in run("types", "list").output
+    # an unknown key of an entry is named as the other fields are, once quoted
+    assert run("types", "create", "proj/keys").exit_code == 0
+    lines = tmp_path / "keys.jsonl"
+    lines.write_text('{"content": "x", "extra": 1}\n', encoding="utf-8")
+    out = run("append", "proj/keys", "--file", str(lines))
+    assert out.exit_code == 2 and "keys.jsonl:1: field 'extra': unknown field" in _flat(out.output), out.output
+
+
 def test_summary_pages_from_the_command_line(env, store):
     for p in ("a", "b", "c"):
         run("append", "worklog", "--json", json.dumps({"project": p}), "--at", "2026-01-05T10:00:00+08:00")
