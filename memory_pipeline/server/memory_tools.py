@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_pipeline.recall.search import K_MAX, search_page
+from memory_pipeline.recall.search import K_MAX, SearchError, search_page
 from memory_pipeline.server import paging
-from memory_pipeline.server.auth import caller
+from memory_pipeline.server.auth import caller, require_known_world
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
+from memory_pipeline.tower.logic import TowerInputError
 
 TOOL_NAMES = ("memory/search",)
 
@@ -26,8 +27,13 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def search(world: str, query: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
         caller().require_world(world)
+        require_known_world(tower.store, world)
         p = paging.page("memory/search", {"world": world, "query": query}, limit, cursor, default=10, maximum=K_MAX)
-        hits, total = search_page(
-            tower.store, world, query, p.limit, p.offset, activity_type=tower.cfg.activity_type, tz=tower.tz
-        )
+        try:
+            hits, total = search_page(
+                tower.store, world, query, p.limit, p.offset, activity_type=tower.cfg.activity_type, tz=tower.tz
+            )
+        except SearchError as exc:  # "query: ...": as every other refusal, field '<name>': <problem>
+            field, _, problem = str(exc).partition(": ")
+            raise TowerInputError(field, problem) from None
         return {"world": world, "hits": [h.as_json() for h in hits], **p.answer(total, len(hits))}

@@ -566,7 +566,7 @@ CORRECT_A = {"world": "wa", "conversation_id": "wa.s1", "arc": "用户其实在�
 
 # Per new tool, calls by wa's token (ops: the --all-worlds one) refused with one line naming the argument.
 INVALID = [
-    ("memory/search", "a", {"world": "wa", "query": " "}, "query: must be a non-empty string"),
+    ("memory/search", "a", {"world": "wa", "query": " "}, "field 'query': must be a non-empty string"),
     ("memory/search", "a", {"world": "wa", "query": "zebra", "k": 5}, "field 'k': unknown argument"),
     ("temporal/prompt_block", "a", {"world": "wa", "at": "yesterday"}, "field 'at': is not an ISO 8601"),
     ("temporal/prompt_block", "a", {"world": "wa", "at": "2026-01-05T12:00:00"}, "field 'at': has no time zone"),
