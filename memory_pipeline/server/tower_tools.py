@@ -192,9 +192,14 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def append(type: str, entries: list[Any]) -> dict[str, Any]:
         grant = caller()
-        if not grant.all_worlds:
-            _may_append(tower, grant, type, entries)
-        return tower.append(type, entries, source="mcp")
+        if grant.all_worlds:
+            return tower.append(type, entries, source="mcp")
+        _may_append(tower, grant, type, entries)
+        answer = tower.append(type, entries, source="mcp")
+        # The refreshed days rebuild every group's windows: their count would say how many the other
+        # worlds have. The days are the caller's own entries'.
+        answer.pop("late_windows_refreshed")
+        return answer
 
     @tool(
         name="mem/windows",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import date
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -105,12 +106,17 @@ class Tower:
 
     def _append(self, type_name: Any, items: Iterable[tuple[str, Any]], source: str) -> dict[str, Any]:
         report = entries_io.append(self.store, type_name, list(items), self.tz, source=source)
-        refreshed = 0
+        refreshed, days = 0, list[date]()
         if report.inserted and report.days:
-            refreshed = windows_io.refresh_after_late_entries(
+            refreshed, days = windows_io.refresh_after_late_entries(
                 self.store, report.type_name, report.days, self.tz, utcnow()
             )
-        return {**report.as_dict(), "late_windows_refreshed": refreshed}
+        # late_days_refreshed: days of these entries; the window count spans every group of the type
+        return {
+            **report.as_dict(),
+            "late_windows_refreshed": refreshed,
+            "late_days_refreshed": [d.isoformat() for d in days],
+        }
 
     # ---- recall -----------------------------------------------------------------------------------
 

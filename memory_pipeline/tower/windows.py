@@ -215,9 +215,12 @@ def build_coarse(store: Store, g: Granularity, period: date, tz: ZoneInfo, *, on
     return result
 
 
-def refresh_after_late_entries(store: Store, type_name: str, days: set[date], tz: ZoneInfo, now: datetime) -> int:
+def refresh_after_late_entries(
+    store: Store, type_name: str, days: set[date], tz: ZoneInfo, now: datetime
+) -> tuple[int, list[date]]:
     """A late entry (a closed day already materialized) updates that type's refs at once: its day
-    windows, then the week and month above. The open day waits for the minute refresh."""
+    windows, then the week and month above. The open day waits for the minute refresh. Returns
+    the windows rebuilt (every group's: the day is rebuilt whole) and the days refreshed."""
     today = local_date(now, tz)
     with store.connect() as conn:
         done = set(
@@ -229,13 +232,14 @@ def refresh_after_late_entries(store: Store, type_name: str, days: set[date], tz
         )
     t = types_io.get(store, type_name)
     n = 0
-    for d in sorted(day for day in days if day < today and day in done):
+    refreshed = sorted(day for day in days if day < today and day in done)
+    for d in refreshed:
         n += build_day(store, d, tz, only=type_name).windows
         for g in (Granularity.WEEK, Granularity.MONTH):
             if g in t.chain:
                 s = window_start(g, datetime(d.year, d.month, d.day, tzinfo=tz), tz)
                 n += build_coarse(store, g, s.astimezone(tz).date(), tz, only=type_name).windows
-    return n
+    return n, refreshed
 
 
 # ---- reading the view -------------------------------------------------------------------------------

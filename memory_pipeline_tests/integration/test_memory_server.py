@@ -481,6 +481,9 @@ def test_a_token_of_world_a_reads_its_own_world(served):
     assert json.loads(job)["group"] == "wa"
     assert all_err and "group: required" in all_groups and SECRET_B not in all_groups
     assert json.loads(appended)["inserted"] == 1
+    # a count of windows rebuilt would span every world's groups of the type: only the all-worlds
+    # token's answer has it; every token's has the days of its own entries refreshed
+    assert "late_windows_refreshed" not in json.loads(appended) and "late_days_refreshed" in json.loads(appended)
 
 
 def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
