@@ -13,7 +13,9 @@ import anyio
 
 from memory_pipeline.access import tokens
 from memory_pipeline.access.logic import AccessError, Grant, token_hash
+from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store, watch, world_ingested
+from memory_pipeline.lib.text import text_problem
 from memory_pipeline.tower.logic import TowerInputError
 
 WRITE_SCOPE = "write"
@@ -52,9 +54,20 @@ class StoreTokenVerifier:
 
 def require_known_world(store: Store, world: str) -> None:
     """After the token's check: a world nothing has been ingested for is refused, never answered
-    as an empty memory nor given one by a write."""
+    as an empty memory nor given one by a write. An --all-worlds token's world is checked as an id
+    here first (a NUL in it reached the database)."""
+    if problem := validate_id(world):
+        raise TowerInputError("world", problem)
     if not world_ingested(store, world):
         raise TowerInputError("world", f"{world!r}: nothing has been ingested for it")
+
+
+def require_text(field: str, value: object) -> None:
+    """A free-text argument the store can hold (no NUL, no lone surrogate; line breaks allowed):
+    refused by name here, before a driver's encoding error becomes an internal one. Its length is
+    the domain's to check."""
+    if problem := text_problem(value, 10**7, controls=True):
+        raise TowerInputError(field, problem)
 
 
 def caller() -> Grant:

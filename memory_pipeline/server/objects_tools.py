@@ -9,7 +9,7 @@ from typing import Any
 
 from memory_pipeline.objects import logic, recall, reports
 from memory_pipeline.server import paging
-from memory_pipeline.server.auth import caller, require_known_world
+from memory_pipeline.server.auth import caller, require_known_world, require_text
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.logic import TowerInputError
@@ -149,6 +149,7 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
     ) -> dict[str, Any]:
         caller().require_world(world)
         require_known_world(tower.store, world)
+        require_text("scope", scope)
         request_id_problem(request_id)
         # The domain's request token, per world: one world's ids never replay another's receipt.
         token = f"mcp.{short_hash([world, request_id], 40)}"

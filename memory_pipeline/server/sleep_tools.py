@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_pipeline.server.auth import caller, require_known_world
+from memory_pipeline.server.auth import caller, require_known_world, require_text
 from memory_pipeline.server.conversation_tools import REQUEST_DOC, domain_error, owned_conversation, request_id_problem
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.sleep import config as sleep_config
@@ -38,6 +38,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     ) -> dict[str, Any]:
         caller().require_world(world)
         require_known_world(store, world)
+        require_text("content", content)
         owned_conversation(store, world, "session_id", session_id)
         request_id_problem(request_id)
         try:

@@ -453,6 +453,41 @@ def test_an_entry_missing_its_types_group_field_is_refused_naming_the_entry_and_
     assert _state(shared["store"]) == before
 
 
+def _raw_call(served, who: str, name: str, args: dict) -> str:
+    """One tools/call sent as JSON with its escapes kept (a lone surrogate, which the SDK's client
+    cannot encode, arrives as one): the response body."""
+    headers = {**ACCEPT, "Authorization": f"Bearer {served['bearer'][who]}"}
+    url = served["url"] + "/mcp"
+    with httpx.Client(timeout=30) as client:
+        opened = client.post(url, json=INITIALIZE, headers=headers)
+        session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+        client.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": name, "arguments": args}}
+        return client.post(url, content=json.dumps(call).encode(), headers=session).text
+
+
+# A NUL or a lone surrogate reached PostgreSQL's driver: an internal error, not a refusal.
+BAD_TEXT = [
+    ("sleep/remember", {"world": "wa", "session_id": "wa.s1", "content": "x\ud800", "request_id": "r-t1"}, "content"),
+    (
+        "conversation/correct",
+        {"world": "wa", "conversation_id": "wa.s1", "arc": "x\x00y. b. c.", "request_id": "r-t2"},
+        "arc",
+    ),
+    ("objects/organize", {"world": "wa", "request_id": "r-t3", "scope": "\ud800"}, "scope"),
+    *[(tool, {**args, "world": "a\x00"}, "world") for tool, args in sorted(UNKNOWN_WORLD.items())],
+]
+
+
+@pytest.mark.parametrize(("tool", "args", "field"), BAD_TEXT, ids=[f"{t}-{f}" for t, _, f in BAD_TEXT])
+def test_text_the_store_cannot_hold_is_refused_by_name_not_an_internal_error(shared, tool, args, field):
+    before = _state(shared["store"])
+    text = _raw_call(shared, "ops", tool, args)
+    assert '"isError":true' in text.replace(" ", "") and f"field '{field}'" in text, text
+    assert "internal error" not in text, text
+    assert _state(shared["store"]) == before
+
+
 def test_evidence_of_an_object_the_world_does_not_have_is_refused_as_read_is(shared):
     for tool in ("objects/read", "objects/evidence"):
         is_error, text = _call(shared, "a", tool, {"world": "wa", "id": "knowledge:nope"})
