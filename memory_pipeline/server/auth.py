@@ -62,6 +62,13 @@ def require_known_world(store: Store, world: str) -> None:
         raise TowerInputError("world", f"{world!r}: nothing has been ingested for it")
 
 
+def require_world(store: Store, world: str) -> None:
+    """What every tool with a ``world`` argument checks first: one of the caller's token's worlds,
+    a well-formed id, and a world something has been ingested for."""
+    caller().require_world(world)
+    require_known_world(store, world)
+
+
 def require_text(field: str, value: object) -> None:
     """A free-text argument the store can hold (no NUL, no lone surrogate; line breaks allowed):
     refused by name here, before a driver's encoding error becomes an internal one. Its length is

@@ -22,7 +22,7 @@ from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store import requests as request_ids
 from memory_pipeline.lib.store.tables import conversations
 from memory_pipeline.lib.timeutil import zone
-from memory_pipeline.server.auth import caller, require_known_world, require_text
+from memory_pipeline.server.auth import require_text, require_world
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.sleep.memory import self_block_of
 from memory_pipeline.tower.api import Tower
@@ -78,8 +78,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.READ,
     )
     def summary(world: str, conversation_id: str) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(store, world)
+        require_world(store, world)
         owned_conversation(store, world, "conversation_id", conversation_id)
         row = summaries.latest(store, conversation_id)
         arc = self_block_of(store, cfg.long_arc_block, [world]).get(world)
@@ -108,8 +107,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.WRITE,
     )
     def check(world: str, conversation_id: str, request_id: str) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(store, world)
+        require_world(store, world)
         owned_conversation(store, world, "conversation_id", conversation_id)
         request_id_problem(request_id)
         try:
@@ -127,8 +125,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.WRITE,
     )
     def confirm(world: str, conversation_id: str, request_id: str, version: int | None = None) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(store, world)
+        require_world(store, world)
         owned_conversation(store, world, "conversation_id", conversation_id)
         request_id_problem(request_id)
         try:
@@ -146,8 +143,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.WRITE,
     )
     def correct(world: str, conversation_id: str, arc: str, request_id: str) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(store, world)
+        require_world(store, world)
         require_text("arc", arc)
         owned_conversation(store, world, "conversation_id", conversation_id)
         request_id_problem(request_id)

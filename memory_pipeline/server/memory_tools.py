@@ -7,7 +7,7 @@ from typing import Any
 
 from memory_pipeline.recall.search import K_MAX, SearchError, search_page
 from memory_pipeline.server import paging
-from memory_pipeline.server.auth import caller, require_known_world
+from memory_pipeline.server.auth import require_world
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.logic import TowerInputError
@@ -26,8 +26,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.READ,
     )
     def search(world: str, query: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(tower.store, world)
+        require_world(tower.store, world)
         p = paging.page("memory/search", {"world": world, "query": query}, limit, cursor, default=10, maximum=K_MAX)
         try:
             hits, total = search_page(

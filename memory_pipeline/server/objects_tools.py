@@ -9,7 +9,7 @@ from typing import Any
 
 from memory_pipeline.objects import logic, recall, reports
 from memory_pipeline.server import paging
-from memory_pipeline.server.auth import caller, require_known_world, require_text
+from memory_pipeline.server.auth import require_text, require_world
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.logic import TowerInputError
@@ -56,8 +56,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.READ,
     )
     def find(world: str, query: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(tower.store, world)
+        require_world(tower.store, world)
         if not query.strip():
             raise TowerInputError("query", "must not be empty")
         if len(query) > QUERY_MAX_CHARS or "\x00" in query:
@@ -74,8 +73,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.READ,
     )
     def read(world: str, id: str) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(tower.store, world)
+        require_world(tower.store, world)
         _object_id(id)
         doc = recall.read(store, world, id)
         if doc is None:
@@ -89,8 +87,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.READ,
     )
     def evidence(world: str, id: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(tower.store, world)
+        require_world(tower.store, world)
         _object_id(id)
         p = _page("objects/evidence", {"world": world, "id": id}, limit, cursor)
         answer = recall.evidence(store, world, id, p.offset, p.limit)
@@ -108,8 +105,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.READ,
     )
     def status(world: str) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(tower.store, world)
+        require_world(tower.store, world)
         return {"world": world, **reports.status(store, world)}
 
     register_writes(reg, tower)
@@ -147,8 +143,7 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
     def organize(
         world: str, request_id: str, mode: str = "organize", scope: str = "", retry_blocked: bool = False
     ) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(tower.store, world)
+        require_world(tower.store, world)
         require_text("scope", scope)
         request_id_problem(request_id)
         # The domain's request token, per world: one world's ids never replay another's receipt.
@@ -171,8 +166,7 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.WRITE,
     )
     def approve(world: str, id: str, request_id: str) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(tower.store, world)
+        require_world(tower.store, world)
         _object_id(id)
         request_id_problem(request_id)
         try:
@@ -190,6 +184,5 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.READ,
     )
     def resident(world: str) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(tower.store, world)
+        require_world(tower.store, world)
         return {"world": world, **recall.resident(tower.store, world, octx.cfg.hot_view_max_bytes)}

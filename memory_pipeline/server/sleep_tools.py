@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_pipeline.server.auth import caller, require_known_world, require_text
+from memory_pipeline.server.auth import require_text, require_world
 from memory_pipeline.server.conversation_tools import REQUEST_DOC, domain_error, owned_conversation, request_id_problem
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.sleep import config as sleep_config
@@ -36,8 +36,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     def remember(
         world: str, session_id: str, content: str, request_id: str, type: str = str(MemoryType.EXPERIENCE)
     ) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(store, world)
+        require_world(store, world)
         require_text("content", content)
         owned_conversation(store, world, "session_id", session_id)
         request_id_problem(request_id)
@@ -59,8 +58,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.READ,
     )
     def self_layer(world: str) -> dict[str, Any]:
-        caller().require_world(world)
-        require_known_world(store, world)
+        require_world(store, world)
         with store.connect() as conn:
             blocks, pinned = memory.load_self_layer(conn, [world], cfg.pinned_top)
         held = blocks.get(world, {})
