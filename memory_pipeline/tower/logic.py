@@ -375,9 +375,10 @@ def validate_entry(raw: Any, *, group_field: str | None, now: datetime, where: s
         raise TowerInputError("entry", f"must be an object, got {json_type(raw)}", where)
     unknown = sorted(set(raw) - {"content", "at", "id", "group"})
     if unknown:
-        # escaped as JSON (a key may hold a line break), without JSON's quotes: the message quotes it
+        # escaped as JSON (a key may hold a line break), without JSON's quotes: the message quotes
+        # it (the empty key keeps them, a field is never named by nothing)
         raise TowerInputError(
-            json.dumps(unknown[0])[1:-1][:40], "unknown field (allowed: content, at, id, group)", where
+            json.dumps(unknown[0])[1:-1][:40] or '""', "unknown field (allowed: content, at, id, group)", where
         )
     if "content" not in raw:
         raise TowerInputError("content", "is required (any JSON value or text)", where)
