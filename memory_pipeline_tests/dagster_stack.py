@@ -136,6 +136,21 @@ def tail(path: Path, lines: int = 60) -> str:
     return "\n".join(content[-lines:])
 
 
+def spawn_logged(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """``cmd`` from the checkout, its output to ``log_path``, in a session of its own: its process
+    group (code servers, run workers, a Celery worker's children) is ended as one."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            cmd,
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 class StackError(AssertionError):
     """A wait ran out or the deployment answered with an error; the message has the log tails."""
 
@@ -188,17 +203,7 @@ class DagsterStack:
             self._spawn(name, cmd)
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
-        with open(self.logs[name], "wb") as log:
-            # A session of its own: the process group (code servers, run workers) is ended as one.
-            self.procs[name] = subprocess.Popen(
-                cmd,
-                cwd=REPO_ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.procs[name] = spawn_logged(cmd, self.env, self.logs[name])
 
     def members(self, name: str) -> list[str]:
         """The command lines of the live processes in ``name``'s process group."""
@@ -475,16 +480,7 @@ class CeleryWorkers:
         config = REPO_ROOT / "deploy" / "celery" / "celery.yaml"
         for name in self.names:
             cmd = [str(BIN / "memory-pipeline"), "celery-worker", "-y", str(config), "-n", name, "--concurrency", "1"]
-            with open(self.logs[name], "wb") as log:
-                self.procs[name] = subprocess.Popen(
-                    cmd,
-                    cwd=REPO_ROOT,
-                    env=self.env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            self.procs[name] = spawn_logged(cmd, self.env, self.logs[name])
 
     def wait_ready(self, timeout: float = 600.0) -> None:
         """Each worker logs ``<name>@<host> ready.`` once it consumes from the broker."""

@@ -220,13 +220,14 @@ class _WarnBand(logging.Filter):
 
 @contextmanager
 def _warn_band_counted() -> Iterator[list[int]]:
-    logger = logging.getLogger("memory_pipeline.sleep.deep")
+    from memory_pipeline.sleep import deep
+
     counted = _WarnBand()
-    logger.addFilter(counted)
+    deep.log.addFilter(counted)
     try:
         yield counted.sizes
     finally:
-        logger.removeFilter(counted)
+        deep.log.removeFilter(counted)
 
 
 def _build_and_measure(
