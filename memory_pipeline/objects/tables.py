@@ -3,11 +3,15 @@ timeline, the archive queue and attachments refer to them by message id."""
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Column, Date, Index, Integer, String, Table, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Column, Date, Index, Integer, String, Table, Text, UniqueConstraint, text
 
 from memory_pipeline.lib.store.tables import ID, UTCDateTime, metadata, now_utc
+from memory_pipeline.objects.logic import QUEUED_STATES
 
 OID = String(128)
+# The rows of the organize queue, as the queue index's predicate and the claim's WHERE both write it
+# (a planner uses a partial index only for a query whose WHERE implies its predicate).
+QUEUE_PREDICATE = "state IN (" + ", ".join(f"'{s}'" for s in QUEUED_STATES) + ")"
 
 # Per world (an agent): graph revision, runtime flags, cooldown, the worker's current error.
 objects_worlds = Table(
@@ -67,6 +71,17 @@ objects_event_state = Table(
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),
     Index("ix_objects_event_state_world_state", "world_id", "state", "occurred_at"),
     Index("ix_objects_event_state_day", "event_day", "state"),
+    # The organize queue in claim order, holding only queued events (migration 0033): a claim reads
+    # its first entry instead of sorting the world's whole backlog (a backlog of n cost n² to drain).
+    Index(
+        "ix_objects_event_state_queue",
+        "world_id",
+        text("explicit DESC"),
+        "occurred_at",
+        "event_id",
+        postgresql_where=text(QUEUE_PREDICATE),
+        sqlite_where=text(QUEUE_PREDICATE),
+    ),
 )
 
 objects_objects = Table(

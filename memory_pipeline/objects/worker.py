@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, delete, func, select, update
+from sqlalchemy import Connection, bindparam, case, delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib import ids
@@ -33,6 +33,7 @@ from memory_pipeline.objects.context import ObjectsContext
 from memory_pipeline.objects.graph import LEASE_ASSET, Claim, EventPage
 from memory_pipeline.objects.logic import EventState, JobMode, JobOrigin, JobStatus, SubmissionError
 from memory_pipeline.objects.tables import (
+    QUEUE_PREDICATE,
     objects_attachments,
     objects_event_state,
     objects_failures,
@@ -569,7 +570,7 @@ _NEXT_PAGE = (
     .where(
         _S.event_id
         == select(_S.event_id)
-        .where(_S.world_id == bindparam("world"), _S.state.in_(list(logic.QUEUED_STATES)))
+        .where(_S.world_id == bindparam("world"), text(QUEUE_PREDICATE))
         .order_by(_S.explicit.desc(), _S.occurred_at, _S.event_id)
         .limit(1)
         .scalar_subquery()

@@ -210,6 +210,31 @@ def test_tower_entries_keep_their_rows_and_ids_become_unique_per_group(empty_url
     assert {"ix_tower_entries_type_at", "ix_tower_entries_group_at", "ix_tower_entries_ingested_at"} <= indexes
 
 
+def test_the_organize_claim_reads_the_queue_index_instead_of_sorting_the_backlog(empty_url):
+    """0033: the claim's query (``worker._NEXT_PAGE``) can use the partial queue index: its WHERE
+    implies the index's predicate, and the index's order is the claim's (no sort). On PostgreSQL
+    scans and sorts are priced out so that only a usable index can answer."""
+    from memory_pipeline.objects.worker import _NEXT_PAGE
+
+    store = Store(empty_url)
+    upgrade(store, LOCATIONS, "0032_recall_fts_per_world")
+    upgrade(store, LOCATIONS)
+    indexes = {i["name"] for i in inspect(store.engine).get_indexes("objects_event_state")}
+    assert "ix_objects_event_state_queue" in indexes
+    with store.begin() as conn:
+        query = _NEXT_PAGE.compile(conn)
+        params = {**query.params, "world": "aria"}
+        if conn.dialect.name == "sqlite":
+            args = tuple(params[k] for k in query.positiontup or ())
+            plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}", args))
+            assert "ix_objects_event_state_queue" in plan and "TEMP B-TREE" not in plan, plan
+        else:
+            for knob in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+                conn.exec_driver_sql(f"SET LOCAL {knob} = off")
+            plan = " ".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN {query}", params))
+            assert "ix_objects_event_state_queue" in plan and "Sort" not in plan, plan
+
+
 def test_the_history_is_one_line_across_the_platform_and_the_domains():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
@@ -250,6 +275,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0030_sleep_runs_day_stage",
         "0031_tower_entry_id_per_group",
         "0032_recall_fts_per_world",
+        "0033_objects_queue_index",
     ]
     assert head(LOCATIONS) == chain[-1]
 
