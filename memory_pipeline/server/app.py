@@ -27,7 +27,7 @@ from memory_pipeline.server import (
     tower_tools,
 )
 from memory_pipeline.server.auth import StoreTokenVerifier
-from memory_pipeline.server.limits import CallGuard, Limits
+from memory_pipeline.server.limits import BodyCheck, CallGuard, Limits
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
 
@@ -159,7 +159,8 @@ def _quiet_disconnects() -> None:
 
 def asgi_app(server: Any, guard: CallGuard | None = None) -> Any:
     """The streamable-HTTP app, answering at ``/mcp`` and at the root (the seed's configured URL); the
-    root takes the same endpoint as ``/mcp``, wrapped in the SDK's RequireAuthMiddleware. With the
+    root takes the same endpoint as ``/mcp``, wrapped in the SDK's RequireAuthMiddleware; every POST's
+    body first passes ``limits.BodyCheck``. With the
     server's guard, ``/metrics`` too: Prometheus text, behind the same bearer auth as every route
     (any token; the counts name tools and outcomes, never a token or a world)."""
     from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
@@ -172,7 +173,7 @@ def asgi_app(server: Any, guard: CallGuard | None = None) -> Any:
     if guard is not None:
         metrics = RequireAuthMiddleware(make_asgi_app(guard.metrics.registry), required_scopes=[])
         app.router.routes.append(Route("/metrics", endpoint=metrics, methods=["GET"]))
-    return app
+    return BodyCheck(app, (guard.limits if guard is not None else Limits()).max_body_bytes)
 
 
 def make_uvicorn(

@@ -9,18 +9,22 @@
 - Time: each tool function runs in a worker thread, the server waiting at most ``call_timeout``
   seconds; then the client gets one line and the thread is abandoned to finish on its own. Domain
   writes are transactions, so such a call's write lands whole or not at all, never half.
+- Body shape: a body holding NaN or Infinity (not JSON, though Python's parser takes them, and the
+  SDK then passed them on as null), or nested deeper than ``MAX_BODY_DEPTH``, is answered HTTP 400
+  with a JSON-RPC parse error naming it, before the SDK parses the body (``BodyCheck``).
 - Every call: one log line (logger ``memory_pipeline.server``: token name, tool, world, duration,
   outcome; never an argument's content, never the token) and Prometheus counters by tool and
   outcome, served at ``/metrics``."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -159,3 +163,90 @@ class CallGuard:
         self.metrics.calls.labels(tool, outcome.value).inc()
         self.metrics.seconds.labels(tool).observe(seconds)
         log.info("call token=%s tool=%s world=%s ms=%d outcome=%s", token, tool, world, round(seconds * 1000), outcome)
+
+
+# A tool call's body: the JSON-RPC envelope, the arguments, then at most the tower's own nesting of
+# an entry's content (tower.logic.MAX_JSON_DEPTH, 32) and a few levels to spare.
+MAX_BODY_DEPTH = 48
+
+
+class _NotJsonNumber(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJsonNumber(name)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+def body_problem(body: bytes) -> str | None:
+    """What is wrong with a request body the SDK would take wrongly, or None (then the SDK parses it,
+    answering its own parse error for a body that is not JSON at all)."""
+    constants = b"NaN" in body or b"Infinity" in body
+    if not constants and body.count(b"[") + body.count(b"{") <= MAX_BODY_DEPTH:
+        return None  # nothing to look at: no constant, and too few brackets to nest that deep
+    try:
+        parsed = json.loads(body, parse_constant=_no_constant)
+    except _NotJsonNumber as exc:
+        return f"{exc} is not a JSON number (JSON has no NaN or Infinity): send null, a number or a string"
+    except RecursionError:
+        return f"nested deeper than {MAX_BODY_DEPTH} levels"
+    except ValueError:
+        return None
+    return f"nested deeper than {MAX_BODY_DEPTH} levels" if _deeper_than(parsed, MAX_BODY_DEPTH) else None
+
+
+class BodyCheck:
+    """ASGI middleware: a POST's body checked by ``body_problem`` before the app reads it, then
+    replayed to the app as it came. A body over ``max_body_bytes`` is not held: the app gets it as it
+    comes and answers its own 413."""
+
+    def __init__(self, app: Any, max_body_bytes: int):
+        self.app, self.max_body_bytes = app, max_body_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        held: list[dict[str, Any]] = []
+        size, whole = 0, False
+        while size <= self.max_body_bytes:
+            message = await receive()
+            held.append(message)
+            if message["type"] != "http.request":
+                break  # the client went away: the app sees it so
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                whole = True
+                break
+        problem = body_problem(b"".join(m.get("body", b"") for m in held)) if whole else None
+        if problem is not None:
+            await _parse_error(send, problem)
+            return
+
+        async def replay() -> Any:
+            return held.pop(0) if held else await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _parse_error(send: Any, problem: str) -> None:
+    """The SDK's own answer to a body that does not parse (HTTP 400, JSON-RPC code -32700)."""
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32700, "message": f"Parse error: {problem}"}}
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

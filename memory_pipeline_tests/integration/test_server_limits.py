@@ -193,6 +193,50 @@ def test_a_body_over_the_limit_is_413_before_anything_runs_declared_or_chunked(l
     assert _sample(served, "memory_server_calls_total", tool="mem/append", outcome="ok") == 1  # one call ran
 
 
+def test_a_body_with_nan_or_nested_too_deep_is_a_parse_error_naming_it_and_nothing_runs(limited):
+    """Python's JSON parser takes NaN and Infinity, and the SDK then passed them on as null: an entry's
+    number was stored as null without a word. A body nested thousands of levels deep was an HTTP 500
+    (the SDK's parser ran out of recursion). Both are now refused before the SDK parses the body."""
+    served = limited()
+    headers = {**ACCEPT, "Authorization": f"Bearer {served['bearer']['a']}"}
+    url = served["url"] + "/mcp"
+
+    def call(entry_content: str, id_: int) -> bytes:  # the content spliced in raw: json.dumps would quote it
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": id_,
+                "method": "tools/call",
+                "params": {"name": "mem/append", "arguments": {"type": ACTIVITY, "entries": [{"content": "@"}]}},
+            }
+        )
+        return body.replace('"@"', entry_content).replace('"entries": [{', '"entries": [{"group": "wa", ').encode()
+
+    deep = "[" * 3000 + "]" * 3000
+    with httpx.Client(timeout=10) as client:
+        opened = client.post(url, json=INITIALIZE, headers=headers)
+        session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+        client.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        answers = {
+            name: client.post(url, content=call(raw, i), headers=session)
+            for i, (name, raw) in enumerate(
+                [("NaN", '{"x": NaN}'), ("-Infinity", '{"x": [1, -Infinity]}'), ("deep", deep)], start=2
+            )
+        }
+        fine = client.post(url, content=call('{"x": 1.5, "note": "NaN and Infinity as text"}', 9), headers=session)
+    for name, answer in answers.items():
+        assert answer.status_code == 400, (name, answer.status_code, answer.text)
+        error = answer.json()["error"]
+        assert error["code"] == -32700, error
+        wanted = "nested deeper than 48 levels" if name == "deep" else f"{name} is not a JSON number"
+        assert wanted in error["message"], error
+    assert fine.status_code == 200 and '"isError":false' in fine.text.replace(" ", ""), fine.text
+    with served["store"].connect() as conn:
+        stored = [c for c in conn.execute(select(tower_entries.c.content)).scalars()]
+    assert stored == [{"x": 1.5, "note": "NaN and Infinity as text"}], stored  # only the call that was JSON
+    assert not [t for t in served["log"].troubles() if "Traceback" in t or "RecursionError" in t]
+
+
 # ---- rate ------------------------------------------------------------------------------------------
 
 
