@@ -10,7 +10,8 @@
   seconds; then the client gets one line and the thread is abandoned to finish on its own. Domain
   writes are transactions, so such a call's write lands whole or not at all, never half.
 - Body shape: a body holding NaN or Infinity (not JSON, though Python's parser takes them, and the
-  SDK then passed them on as null), or nested deeper than ``MAX_BODY_DEPTH``, is answered HTTP 400
+  SDK then passed them on as null), a number past a float's range (read as infinity) or of more
+  digits than Python reads, or nested deeper than ``MAX_BODY_DEPTH``, is answered HTTP 400
   with a JSON-RPC parse error naming it, before the SDK parses the body (``BodyCheck``).
 - Every call: one log line (logger ``memory_pipeline.server``: token name, tool, world, duration,
   outcome; never an argument's content, never the token) and Prometheus counters by tool and
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -175,7 +178,7 @@ class _NotJsonNumber(ValueError):
 
 
 def _no_constant(name: str) -> Any:
-    raise _NotJsonNumber(name)
+    raise _NotJsonNumber(f"{name} is not a JSON number (JSON has no NaN or Infinity): send null, a number or a string")
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -191,20 +194,34 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400: Python reads it as infinity
+        raise _NotJsonNumber(f"{text[:24]} is beyond a 64-bit float's range (it would read as infinity)")
+    return value
+
+
+# A number that may overflow a float (an exponent of three digits) or Python's int parsing (over 4,300
+# digits): only a body holding one is parsed here to look.
+_BIG_NUMBER = re.compile(rb"\d[eE][+-]?\d{3}|\d{300}")
+
+
 def body_problem(body: bytes) -> str | None:
     """What is wrong with a request body the SDK would take wrongly, or None (then the SDK parses it,
     answering its own parse error for a body that is not JSON at all)."""
-    constants = b"NaN" in body or b"Infinity" in body
-    if not constants and body.count(b"[") + body.count(b"{") <= MAX_BODY_DEPTH:
-        return None  # nothing to look at: no constant, and too few brackets to nest that deep
+    suspect = b"NaN" in body or b"Infinity" in body or _BIG_NUMBER.search(body) is not None
+    if not suspect and body.count(b"[") + body.count(b"{") <= MAX_BODY_DEPTH:
+        return None  # nothing to look at: no odd number, and too few brackets to nest that deep
     try:
-        parsed = json.loads(body, parse_constant=_no_constant)
+        parsed = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
     except _NotJsonNumber as exc:
-        return f"{exc} is not a JSON number (JSON has no NaN or Infinity): send null, a number or a string"
+        return str(exc)
     except RecursionError:
         return f"nested deeper than {MAX_BODY_DEPTH} levels"
-    except ValueError:
+    except json.JSONDecodeError:
         return None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        return f"a number the server cannot read: {str(exc).split(';')[0]}"
     return f"nested deeper than {MAX_BODY_DEPTH} levels" if _deeper_than(parsed, MAX_BODY_DEPTH) else None
 
 

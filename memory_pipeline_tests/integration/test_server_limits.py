@@ -193,10 +193,11 @@ def test_a_body_over_the_limit_is_413_before_anything_runs_declared_or_chunked(l
     assert _sample(served, "memory_server_calls_total", tool="mem/append", outcome="ok") == 1  # one call ran
 
 
-def test_a_body_with_nan_or_nested_too_deep_is_a_parse_error_naming_it_and_nothing_runs(limited):
-    """Python's JSON parser takes NaN and Infinity, and the SDK then passed them on as null: an entry's
-    number was stored as null without a word. A body nested thousands of levels deep was an HTTP 500
-    (the SDK's parser ran out of recursion). Both are now refused before the SDK parses the body."""
+def test_a_body_with_nan_a_number_past_range_or_nested_too_deep_is_a_parse_error_naming_it(limited):
+    """Python's JSON parser takes NaN and Infinity (and reads 1e400 as infinity), and the SDK then
+    passed them on as null: an entry's number was stored as null without a word. A body nested
+    thousands of levels deep, or with an integer of 5,000 digits, was an HTTP 500 (the SDK's parser
+    raised). All are now refused before the SDK parses the body."""
     served = limited()
     headers = {**ACCEPT, "Authorization": f"Bearer {served['bearer']['a']}"}
     url = served["url"] + "/mcp"
@@ -220,7 +221,14 @@ def test_a_body_with_nan_or_nested_too_deep_is_a_parse_error_naming_it_and_nothi
         answers = {
             name: client.post(url, content=call(raw, i), headers=session)
             for i, (name, raw) in enumerate(
-                [("NaN", '{"x": NaN}'), ("-Infinity", '{"x": [1, -Infinity]}'), ("deep", deep)], start=2
+                [
+                    ("NaN", '{"x": NaN}'),
+                    ("-Infinity", '{"x": [1, -Infinity]}'),
+                    ("1e400", '{"x": 1e400}'),
+                    ("digits", '{"x": ' + "7" * 5000 + "}"),
+                    ("deep", deep),
+                ],
+                start=2,
             )
         }
         fine = client.post(url, content=call('{"x": 1.5, "note": "NaN and Infinity as text"}', 9), headers=session)
@@ -228,7 +236,11 @@ def test_a_body_with_nan_or_nested_too_deep_is_a_parse_error_naming_it_and_nothi
         assert answer.status_code == 400, (name, answer.status_code, answer.text)
         error = answer.json()["error"]
         assert error["code"] == -32700, error
-        wanted = "nested deeper than 48 levels" if name == "deep" else f"{name} is not a JSON number"
+        wanted = {
+            "deep": "nested deeper than 48 levels",
+            "1e400": "1e400 is beyond a 64-bit float's range",
+            "digits": "cannot read: Exceeds the limit (4300 digits)",
+        }.get(name, f"{name} is not a JSON number")
         assert wanted in error["message"], error
     assert fine.status_code == 200 and '"isError":false' in fine.text.replace(" ", ""), fine.text
     with served["store"].connect() as conn:
