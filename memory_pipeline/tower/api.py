@@ -183,6 +183,12 @@ class Tower:
         return t, [WindowKey(t.name, spec.granularity, spec.start, spec.end, g) for g in groups]
 
     def _check_summarizable(self, t: Any, key: WindowKey, source: Source) -> None:
+        if not t.summaries_enabled:  # seed 004: summaries are opt-in per type, explicit calls included
+            raise TowerInputError(
+                "type",
+                f"{t.name!r} has summaries off: switch them on for the type first "
+                "(mem/update_type, or `tower types update NAME '{\"summaries\": true}'`)",
+            )
         if key.granularity != RANGE:
             check_level(t, key.granularity)
         elif recall_io.cap_span(t, recall_io.Spec(RANGE, key.start, key.end), self.tz):

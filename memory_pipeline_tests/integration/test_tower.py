@@ -694,6 +694,24 @@ def test_semantic_recall_cap_level_from_to_and_summarize_on_miss(tower, store):
     assert tower.job_status(statuses[0]["job_id"])["job_id"] == statuses[0]["job_id"]
 
 
+def test_a_type_with_summaries_off_is_never_summarized_not_even_when_asked(tower, store):
+    """Seed 004: semantic summaries are opt-in per type (new types off). summarize, recompute and
+    summarize_on_miss over such a type are refused naming it: no job, no call, no record."""
+    tower.create_type("proj/notes", chain=["day", "week"])
+    week_of_entries(tower, "proj/notes", days=(5,))
+    day = WindowQuery.parse("day", "2026-01-05")
+    for ask in (
+        lambda: tower.summarize("proj/notes", day),
+        lambda: tower.recompute("proj/notes", day),
+        lambda: tower.get_summary("proj/notes", day, summarize_on_miss=True),
+    ):
+        with pytest.raises(TowerInputError, match="'proj/notes' has summaries off: switch them on"):
+            ask()
+    assert calls(store) == 0 and tower.list_jobs(limit=10) == []
+    tower.update_type("proj/notes", {"summaries": True})
+    assert tower.summarize("proj/notes", day)["jobs"][0]["state"] == "succeeded" and calls(store) == 1
+
+
 def test_semantic_recall_pages_with_totals_and_says_where_a_wide_range_has_no_summary(tower, store):
     tower.create_type("r/year", chain=["week"], summaries=True)
     tower.append(
