@@ -105,7 +105,9 @@ class Tower:
         return self._append(type_name, entries_io.read_jsonl(Path(path)), f"file:{Path(path).name}")
 
     def _append(self, type_name: Any, items: Iterable[tuple[str, Any]], source: str) -> dict[str, Any]:
-        report = entries_io.append(self.store, type_name, list(items), self.tz, source=source)
+        report = entries_io.append(
+            self.store, type_name, list(items), self.tz, source=source, fed=self.cfg.activity_type
+        )
         refreshed, days = 0, list[date]()
         if report.inserted and report.days:
             refreshed, days = windows_io.refresh_after_late_entries(

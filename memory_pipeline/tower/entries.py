@@ -70,12 +70,27 @@ def _refuse_conflict(entry_id: str, stored: Any, new: EntryIn, where: str) -> No
 
 
 def append(
-    store: Store, type_name: object, raw_entries: Iterable[tuple[str, Any]], tz: ZoneInfo, source: str = "api"
+    store: Store,
+    type_name: object,
+    raw_entries: Iterable[tuple[str, Any]],
+    tz: ZoneInfo,
+    source: str = "api",
+    *,
+    fed: str | None = None,
 ) -> AppendReport:
-    """``raw_entries``: (where, raw) pairs, ``where`` naming the line or index for errors."""
+    """``raw_entries``: (where, raw) pairs, ``where`` naming the line or index for errors. ``fed``:
+    the activity type, whose entries only its feed writes."""
     mtype = tower_types_io.get(store, type_name)
     if mtype.archived:
         raise _archived(mtype.name)
+    if mtype.name == fed:
+        # Its entry ids are the messages' ids, written by the feed only: an entry appended by hand
+        # under a message id still to come would take that message's place, and the feed skip it.
+        raise TowerInputError(
+            "type",
+            f"{mtype.name!r} is fed from the conversation messages (ingest them); "
+            "append to a type of your own (create_type)",
+        )
     now = utcnow()
     batch: list[EntryIn] = []
     wheres: list[str] = []
@@ -209,10 +224,6 @@ def read_jsonl(path: Path) -> list[tuple[str, Any]]:
     return out
 
 
-def append_file(store: Store, type_name: object, path: Path, tz: ZoneInfo) -> AppendReport:
-    return append(store, type_name, read_jsonl(path), tz, source=f"file:{path.name}")
-
-
 # ---- the activity type, fed from raw conversation messages ------------------------------------------
 
 
@@ -293,7 +304,7 @@ def entries_by_pk(conn: Connection, pks: list[int]) -> list[Any]:
     return sorted(out, key=lambda r: order[r["entry_pk"]])
 
 
-__all__ = ["AppendReport", "append", "append_file", "entries_by_pk", "entries_in", "feed_activity", "read_jsonl"]
+__all__ = ["AppendReport", "append", "entries_by_pk", "entries_in", "feed_activity", "read_jsonl"]
 
 
 def groups_of(store: Store, type_name: str) -> set[str]:

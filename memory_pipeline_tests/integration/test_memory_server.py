@@ -56,6 +56,7 @@ from memory_pipeline_tests.conftest import CST, REDIS_URL, event, forget_schemas
 from memory_pipeline_tests.mcp_client import mcp_streams
 
 ACTIVITY = "agent/activity"
+NOTES = "agent/notes"  # a type grouped by world that tokens append to (the activity type takes only its feed)
 SECRET_B = "bravosecret"  # in every one of wb's memories; never in an answer to wa's token
 SECRET_A = "alphasecret"
 
@@ -156,8 +157,9 @@ def _seed(store, ingest, redis_url) -> dict:
             )
     _cache_rolls(redis_url)
     inline = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="server_test", partition=p), "inline")
+    inline.create_type(NOTES, group_field="world")
     for w, secret in (("wa", SECRET_A), ("wb", SECRET_B)):
-        inline.append(ACTIVITY, [{"content": f"{secret} activity", "at": at.isoformat(), "group": w}])
+        inline.append(NOTES, [{"content": f"{secret} activity", "at": at.isoformat(), "group": w}])
         inline.append("worklog", [{"content": {"project": w, "did": f"{secret} work"}, "at": at.isoformat()}])
     inline.create_type("b/notes", group_field="world")
     inline.append("b/notes", [{"content": f"{SECRET_B} note", "at": at.isoformat(), "group": "wb"}])
@@ -313,9 +315,9 @@ CROSS_WORLD = {
     "mem/get_type": ({"name": "b/notes"}, None),
     "mem/update_type": ({"name": "b/notes", "changes": {"retention": "1y"}}, "holds memory of a world"),
     "mem/delete_type": ({"name": "b/notes"}, "holds memory of a world"),
-    "mem/append": ({"type": ACTIVITY, "entries": [{"content": "x", "group": "wb"}]}, "world 'wb'"),
-    "mem/windows": ({"type": ACTIVITY, "granularity": "day", "group": "wb"}, "world 'wb'"),
-    "mem/recall": ({"type": ACTIVITY, "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
+    "mem/append": ({"type": NOTES, "entries": [{"content": "x", "group": "wb"}]}, "world 'wb'"),
+    "mem/windows": ({"type": NOTES, "granularity": "day", "group": "wb"}, "world 'wb'"),
+    "mem/recall": ({"type": NOTES, "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
     "mem/get_summary": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
     "mem/summarize": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
     "mem/recompute": ({"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
@@ -501,10 +503,10 @@ def test_a_token_of_world_a_reads_its_own_world(served):
             served["bearer"]["a"],
             [
                 ("memory/search", {"world": "wa", "query": "zebra", "limit": 5}),
-                ("mem/recall", {"type": ACTIVITY, "granularity": "day", "anchor": DAY, "group": "wa"}),
+                ("mem/recall", {"type": NOTES, "granularity": "day", "anchor": DAY, "group": "wa"}),
                 ("mem/job_status", {"job_id": served["job_a"]}),
-                ("mem/recall", {"type": ACTIVITY, "granularity": "day", "anchor": DAY}),
-                ("mem/append", {"type": ACTIVITY, "entries": [{"content": "wa writes", "group": "wa"}]}),
+                ("mem/recall", {"type": NOTES, "granularity": "day", "anchor": DAY}),
+                ("mem/append", {"type": NOTES, "entries": [{"content": "wa writes", "group": "wa"}]}),
             ],
         )
     )
@@ -680,7 +682,7 @@ WRITES = {
     "mem/create_type": {"name": "wa/ro"},
     "mem/update_type": {"name": "b/notes", "changes": {"retention": "1y"}},
     "mem/delete_type": {"name": "b/notes"},
-    "mem/append": {"type": ACTIVITY, "entries": [{"content": "x", "group": "wa"}]},
+    "mem/append": {"type": NOTES, "entries": [{"content": "x", "group": "wa"}]},
     "mem/summarize": {"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wa"},
     "mem/recompute": {"type": "worklog", "granularity": "day", "anchor": DAY, "group": "wa"},
     "objects/organize": {"world": "wa", "request_id": "r-ro"},

@@ -33,7 +33,7 @@ from memory_pipeline.tower.tables import tower_entries
 from memory_pipeline_tests.conftest import CST, event
 from memory_pipeline_tests.integration.test_memory_server import ACCEPT, INITIALIZE, _calls, _free_port
 
-ACTIVITY = "agent/activity"
+NOTES = "agent/notes"  # grouped by world (the activity type takes only its feed)
 SECRET = "quokkasecret"  # in arguments of the logged calls; never in the log or /metrics
 
 
@@ -67,6 +67,7 @@ def limited(store, ingest, redis_url, monkeypatch):
     ingest([event("wa", "wa.s1", "user", "hello", at, mid="wa1"), event("wb", "wb.s1", "user", "hi", at, mid="wb1")])
     bearer = {k: tokens.create(store, [w], name=k)[1] for k, w in (("a", "wa"), ("b", "wb"))}
     tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="limits_test", partition=p))
+    tower.create_type(NOTES, group_field="world")
     handler = _Records()
     loggers = [logging.getLogger(), logging.getLogger("uvicorn"), logging.getLogger("memory_pipeline.server")]
     levels = [lg.level for lg in loggers]
@@ -132,7 +133,7 @@ def _entries(store, label: str) -> int:
 
 def _append(label: str, n: int = 3) -> tuple[str, dict]:
     entries = [{"content": f"{label} #{i}", "group": "wa"} for i in range(n)]
-    return ("mem/append", {"type": ACTIVITY, "entries": entries})
+    return ("mem/append", {"type": NOTES, "entries": entries})
 
 
 class _EntriesLocked:
@@ -208,7 +209,7 @@ def test_a_body_with_nan_a_number_past_range_or_nested_too_deep_is_a_parse_error
                 "jsonrpc": "2.0",
                 "id": id_,
                 "method": "tools/call",
-                "params": {"name": "mem/append", "arguments": {"type": ACTIVITY, "entries": [{"content": "@"}]}},
+                "params": {"name": "mem/append", "arguments": {"type": NOTES, "entries": [{"content": "@"}]}},
             }
         )
         return body.replace('"@"', entry_content).replace('"entries": [{', '"entries": [{"group": "wa", ').encode()

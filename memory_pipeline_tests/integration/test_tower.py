@@ -113,6 +113,20 @@ def test_types_crud_archive_and_builtins(tower, store):
         tower.delete_type("worklog")
 
 
+def test_the_activity_type_takes_entries_from_its_feed_only(tower, store, ingest):
+    """An entry appended by hand under a message id still to come took that message's place: the
+    feed (idempotent on the message id) then skipped the real message without a word."""
+    day = cst(2026, 1, 5).date()
+    forged = {"content": {"role": "user", "text": "forged"}, "at": cst(2026, 1, 5, 9).isoformat(), "id": "m-1"}
+    for entries in ({**forged, "group": "w1"}, [forged]):
+        with pytest.raises(TowerInputError, match="'agent/activity' is fed from the conversation messages"):
+            tower.append("agent/activity", entries)
+    ingest(conversation("w1", "c1", cst(2026, 1, 5, 9), ["tomatoes planted"], mid="m-1"))
+    assert windows.build_day(store, day, CST, activity_type="agent/activity").activity_fed == 1
+    got = tower.recall("agent/activity", WindowQuery.parse("day", "2026-01-05", group="w1"))
+    assert [e["content"]["text"] for e in got["entries"]] == ["tomatoes planted"], got
+
+
 def test_an_archived_activity_type_takes_no_more_messages(tower, store, ingest):
     ingest(conversation("w1", "c1", cst(2026, 1, 5, 9), ["tomatoes planted", "tomatoes watered"]))
     day = cst(2026, 1, 5).date()
