@@ -266,21 +266,44 @@ def stale_days(
             return {}
         oldest = min(runs.values())
         e, m, c = tower_entries.c, messages.c, conversations.c
-        late = list(conn.execute(select(e.at, e.ingested_at).where(e.ingested_at > oldest)))
+        late: list[tuple[str, datetime, datetime]] = [
+            (name, at, ingested)
+            for name, at, ingested in conn.execute(
+                select(e.type_name, e.at, e.ingested_at).where(e.ingested_at > oldest)
+            )
+        ]
         if feed:
-            late += list(
-                conn.execute(
+            assert activity_type is not None
+            late += [
+                (activity_type, at, ingested)
+                for at, ingested in conn.execute(
                     select(m.at, m.ingested_at)
                     .join(conversations, c.conversation_id == m.conversation_id)
                     .where(m.ingested_at > oldest, c.debug.is_(False))
                 )
-            )
+            ]
+        past = [(name, d, ingested) for name, at, ingested in late if (d := local_date(at, tz)) < today]
+        past = [(name, d, ingested) for name, d, ingested in past if d in runs and ingested > runs[d]]
+        # A late entry's own type is rebuilt for its day at once (refresh_after_late_entries), which
+        # the day's run record does not show: that type's windows of the day do.
+        rebuilt = {key: _type_day_built(conn, *key, tz) for key in {(name, d) for name, d, _ in past}}
     out: Counter[date] = Counter()
-    for at, ingested in late:
-        d = local_date(at, tz)
-        if d < today and d in runs and ingested > runs[d]:
+    for name, d, ingested in past:
+        built = rebuilt[(name, d)]
+        if built is None or ingested > built:
             out[d] += 1
     return dict(out)
+
+
+def _type_day_built(conn: Connection, type_name: str, day: date, tz: ZoneInfo) -> datetime | None:
+    """When ``type_name``'s windows of CST ``day`` were last written (None: it has none)."""
+    start, end = day_bounds(day, tz)
+    w = tower_windows.c
+    return conn.execute(
+        select(func.min(w.materialized_at)).where(
+            w.type_name == type_name, w.granularity.in_(SUB_DAY), w.start >= start, w.start < end
+        )
+    ).scalar()
 
 
 def window_run(store: Store, grain: str, period: date) -> datetime | None:

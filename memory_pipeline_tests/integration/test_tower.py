@@ -458,6 +458,8 @@ def test_stale_read_says_so_and_a_late_entry_updates_refs_at_once(tower, store):
     stale = tower.recall("proj/decisions", WindowQuery.parse("day", "2026-01-05"))
     assert stale["stale"] and stale["entries_not_in_view"] == 1 and stale["total_entries"] == 3
     assert windows.audit_day(store, cst(2026, 1, 5).date(), CST).stale_entries == 1
+    later = cst(2026, 1, 8)
+    assert windows.stale_days(store, CST, later, activity_type=None) == {cst(2026, 1, 5).date(): 1}
     # Through append, a late entry of a closed, materialized day updates the refs at once, and the
     # summary is marked stale with the count it misses (never re-summarized automatically).
     report = tower.append("proj/decisions", {"content": "another late one", "at": cst(2026, 1, 5, 21).isoformat()})
@@ -468,6 +470,8 @@ def test_stale_read_says_so_and_a_late_entry_updates_refs_at_once(tower, store):
     summary = tower.get_summary("proj/decisions", WindowQuery.parse("day", "2026-01-05"))["summaries"][0]
     assert summary["stale"] and summary["missing_entries"] == 2
     assert windows.audit_day(store, cst(2026, 1, 5).date(), CST).problems == []
+    # the type's day was rebuilt (not the whole day's run): the late-data record agrees with the read
+    assert windows.stale_days(store, CST, later, activity_type=None) == {}
 
 
 def test_activity_type_is_fed_from_conversation_messages(tower, store, ingest):
