@@ -36,7 +36,7 @@ def serve(
     """Serve the agent memory tools of every domain over MCP (streamable HTTP) at http://HOST:PORT and
     /mcp (--list-tools prints them). Every request needs 'Authorization: Bearer <token>' (tokens create);
     off the loopback address the server refuses to start while no token exists. Each call is logged
-    on stderr (token name, tool, world, duration, outcome) and counted at /metrics (Prometheus text)."""
+    on stderr (token name, tool, world, duration, outcome) and counted at /metrics (Prometheus text, for an --all-worlds token)."""
     from memory_pipeline.access import tokens
     from memory_pipeline.cli.tower import _tower
     from memory_pipeline.lib.settings import ConfigError

@@ -26,7 +26,7 @@ from memory_pipeline.server import (
     temporal_tools,
     tower_tools,
 )
-from memory_pipeline.server.auth import StoreTokenVerifier
+from memory_pipeline.server.auth import ALL_WORLDS_SCOPE, StoreTokenVerifier
 from memory_pipeline.server.limits import BodyCheck, CallGuard, Limits
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
@@ -160,9 +160,10 @@ def _quiet_disconnects() -> None:
 def asgi_app(server: Any, guard: CallGuard | None = None) -> Any:
     """The streamable-HTTP app, answering at ``/mcp`` and at the root (the seed's configured URL); the
     root takes the same endpoint as ``/mcp``, wrapped in the SDK's RequireAuthMiddleware; every POST's
-    body first passes ``limits.BodyCheck``. With the
-    server's guard, ``/metrics`` too: Prometheus text, behind the same bearer auth as every route
-    (any token; the counts name tools and outcomes, never a token or a world)."""
+    body first passes ``limits.BodyCheck``. With the server's guard, ``/metrics`` too: Prometheus
+    text, behind the same bearer auth as every route, for an --all-worlds token only (the counts name
+    tools and outcomes, never a token or a world, yet they count every world's calls: another world's
+    activity is no scoped token's to see)."""
     from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
     from prometheus_client import make_asgi_app
     from starlette.routing import Route
@@ -171,7 +172,8 @@ def asgi_app(server: Any, guard: CallGuard | None = None) -> Any:
     handler = next(r.endpoint for r in app.router.routes if getattr(r, "path", None) == "/mcp")
     app.router.routes.append(Route("/", endpoint=handler))
     if guard is not None:
-        metrics = RequireAuthMiddleware(make_asgi_app(guard.metrics.registry), required_scopes=[])
+        # the counts are the server's, every world's calls: an --all-worlds token's to read
+        metrics = RequireAuthMiddleware(make_asgi_app(guard.metrics.registry), required_scopes=[ALL_WORLDS_SCOPE])
         app.router.routes.append(Route("/metrics", endpoint=metrics, methods=["GET"]))
     return BodyCheck(app, (guard.limits if guard is not None else Limits()).max_body_bytes)
 

@@ -19,12 +19,13 @@ from memory_pipeline.lib.text import text_problem
 from memory_pipeline.tower.logic import TowerInputError
 
 WRITE_SCOPE = "write"
+ALL_WORLDS_SCOPE = "all_worlds"  # an --all-worlds token: the operator's (``/metrics`` needs it)
 
 
 class StoreTokenVerifier:
     """``mcp.server.auth.provider.TokenVerifier``: a token in force becomes an ``AccessToken`` whose
     client id is the token's name, whose claims carry its worlds, and whose scopes say whether it
-    may write; anything else is None (the SDK answers HTTP 401 before any tool runs)."""
+    may write and whether it holds every world; anything else is None (the SDK answers HTTP 401 before any tool runs)."""
 
     KEPT = 10_000  # answers kept at most (unknown tokens' too): past it, all are dropped
 
@@ -49,6 +50,8 @@ class StoreTokenVerifier:
         if grant is None:
             return None
         scopes = ["read"] if grant.read_only else ["read", WRITE_SCOPE]
+        if grant.all_worlds:
+            scopes.append(ALL_WORLDS_SCOPE)
         return AccessToken(token=token, client_id=grant.name, scopes=scopes, claims={"worlds": sorted(grant.worlds)})
 
 

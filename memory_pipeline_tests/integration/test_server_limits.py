@@ -3,7 +3,7 @@ the limit is answered 413 before anything runs (declared or chunked); a token ov
 tool error naming the limit, its session open and other tokens served; a call past the timeout gets
 one line while the server serves others, and its write lands whole; a client killed mid-call leaves
 no traceback in the log and nothing half-written. Every call is one log line (never the token, never
-an argument's content) and counted at /metrics, which needs a bearer token."""
+an argument's content) and counted at /metrics, which needs an --all-worlds token."""
 
 import asyncio
 import json
@@ -65,7 +65,7 @@ def limited(store, ingest, redis_url, monkeypatch):
     monkeypatch.setenv("REDIS_URL", redis_url)
     at = datetime(2026, 1, 5, 10, 0, tzinfo=CST)
     ingest([event("wa", "wa.s1", "user", "hello", at, mid="wa1"), event("wb", "wb.s1", "user", "hi", at, mid="wb1")])
-    bearer = {k: tokens.create(store, [w], name=k)[1] for k, w in (("a", "wa"), ("b", "wb"))}
+    bearer = {k: tokens.create(store, [w], name=k)[1] for k, w in (("a", "wa"), ("b", "wb"), ("ops", "*"))}
     tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="limits_test", partition=p))
     tower.create_type(NOTES, group_field="world")
     handler = _Records()
@@ -108,7 +108,7 @@ def _wait_for(condition, what: str, seconds: float = 30) -> None:
         time.sleep(0.05)
 
 
-def _metrics(served, token: str | None = "a") -> httpx.Response:
+def _metrics(served, token: str | None = "ops") -> httpx.Response:
     headers = {"Authorization": f"Bearer {served['bearer'][token]}"} if token else {}
     return httpx.get(served["url"] + "/metrics", headers=headers, timeout=10)
 
@@ -383,6 +383,10 @@ def test_every_call_is_one_log_line_and_counted_without_the_token_or_any_content
     text = "\n".join(r.getMessage() for r in served["log"].records)
     assert SECRET not in text and served["bearer"]["a"] not in text
     assert _metrics(served, token=None).status_code == 401
+    # every world's calls are counted there: a world's token may not read them (its own world's token
+    # would learn when the other worlds call)
+    scoped = _metrics(served, token="a")
+    assert scoped.status_code == 403 and "insufficient_scope" in scoped.text and "memory_server" not in scoped.text
     page = _metrics(served)
     assert page.status_code == 200 and "text/plain" in page.headers["content-type"]
     assert SECRET not in page.text and set(re.findall(r'(\w+)="', page.text)) == {"tool", "outcome", "le"}
