@@ -29,6 +29,21 @@ def refuse(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def known_world(value: str, store: Store, flag: str = "--world") -> str:
+    """A world id that is well formed and has been ingested: a mistyped world is refused (exit 1),
+    never shown as an empty memory nor given one by a write."""
+    from memory_pipeline.lib.ids import validate_id
+    from memory_pipeline.lib.store import world_ingested
+    from memory_pipeline.lib.text import shown
+
+    problem = validate_id(value)
+    if problem:
+        refuse(f"{flag} {shown(value)}: {problem}")
+    if not world_ingested(store, value):
+        refuse(f"no such world {value!r}: nothing has been ingested for it", code=1)
+    return value
+
+
 def open_store() -> Store:
     """The store of MEMORY_DATABASE_URL (SQLite under data/ by default), migrated to head. A URL
     that is none, or a database that does not answer, is one line naming the variable (the URL's

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, open_store, refuse
+from memory_pipeline.cli.console import console, err, known_world, open_store, refuse
 
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store
@@ -42,21 +42,6 @@ def _octx(asset: str = "objects_cli") -> ObjectsContext:
     return ObjectsContext(store, LLMClient.from_settings(store, asset=asset), cfg, ZoneInfo(settings.timezone_name()))
 
 
-def _world(value: str, store: Store) -> str:
-    """A world id that is well formed and has been ingested: a mistyped world is refused, never
-    shown as an empty memory nor given one (a job, a core document) by a write."""
-    from memory_pipeline.lib.ids import validate_id
-    from memory_pipeline.lib.store import world_ingested
-    from memory_pipeline.lib.text import shown
-
-    problem = validate_id(value)
-    if problem:
-        refuse(f"--world {shown(value)}: {problem}")
-    if not world_ingested(store, value):
-        refuse(f"no such world {value!r}: nothing has been ingested for it", code=1)
-    return value
-
-
 def _print(doc: Any) -> None:
     console.print_json(json.dumps(doc, ensure_ascii=False, default=str))
 
@@ -76,7 +61,7 @@ def organize(
     from memory_pipeline.objects import worker
 
     octx = _octx()
-    _world(world, octx.store)
+    known_world(world, octx.store)
     if not octx.cfg.enabled:
         err.print(
             "[yellow]memory.objects.enabled is false: the request is queued, and no run takes it until it is true[/]"
@@ -106,7 +91,7 @@ def run(
     if max_batches > INT_MAX:
         refuse(f"--max-batches: must be at most {INT_MAX:,}, got {max_batches}")
     octx = _octx()
-    worlds = [_world(w, octx.store) for w in world] or None
+    worlds = [known_world(w, octx.store) for w in world] or None
     if not octx.cfg.enabled:
         refuse("memory.objects.enabled is false: nothing done", code=1)
     intake = timeline.intake(octx, worlds)
@@ -193,7 +178,7 @@ def approve(world: str = typer.Argument(...), project_id: str = typer.Argument(.
 
     octx = _octx()
     try:
-        _print(graph.approve_project(octx, _world(world, octx.store), project_id))
+        _print(graph.approve_project(octx, known_world(world, octx.store), project_id))
     except logic.SubmissionError as exc:
         refuse(str(exc))
 
@@ -208,7 +193,7 @@ def flags(
     from memory_pipeline.objects import worker
 
     octx = _octx()
-    worker.set_flags(octx, _world(world, octx.store), busy=busy, stopped=stopped)
+    worker.set_flags(octx, known_world(world, octx.store), busy=busy, stopped=stopped)
     console.print(f"{escape(world)}: busy={busy} stopped={stopped}")
 
 
@@ -216,7 +201,7 @@ def _tool(name: str, args: dict[str, Any]) -> None:
     from memory_pipeline.objects import tools
 
     octx = _octx()
-    _world(args["world"], octx.store)
+    known_world(args["world"], octx.store)
     try:
         _print(tools.call(octx, name, args))
     except tools.ToolError as exc:
@@ -259,7 +244,7 @@ def core_import(
         refuse(f"{path}: cannot read ({exc})")
     octx = _octx()
     try:
-        _print(graph.import_core(octx, _world(world, octx.store), file.name, content))
+        _print(graph.import_core(octx, known_world(world, octx.store), file.name, content))
     except logic.SubmissionError as exc:
         refuse(f"{path}: {exc}")
 
@@ -270,7 +255,7 @@ def resident(world: str = typer.Argument(...)) -> None:
     from memory_pipeline.objects import recall
 
     octx = _octx()
-    _print(recall.resident(octx.store, _world(world, octx.store), octx.cfg.hot_view_max_bytes))
+    _print(recall.resident(octx.store, known_world(world, octx.store), octx.cfg.hot_view_max_bytes))
 
 
 @app.command("project")
@@ -312,7 +297,7 @@ def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10
 def status(world: str | None = typer.Option(None, "--world")) -> None:
     """memory_status: counts per state, earliest 20 unfinished records, worker error, failures."""
     store = open_store()
-    print_objects_status(store, _world(world, store) if world else None)
+    print_objects_status(store, known_world(world, store) if world else None)
 
 
 def print_objects_status(store: Store, world: str | None = None) -> None:
@@ -390,7 +375,7 @@ def inspect_status(world: str | None = typer.Option(None, "--world")) -> None:
     from memory_pipeline.objects import reports
 
     store = open_store()
-    _print(reports.status(store, _world(world, store) if world else None))
+    _print(reports.status(store, known_world(world, store) if world else None))
 
 
 @inspect_app.command("list")
@@ -404,7 +389,7 @@ def inspect_list(
 
     store = open_store()
     try:
-        _print(recall.list_objects(store, _world(world, store), otype, _offset(offset)))
+        _print(recall.list_objects(store, known_world(world, store), otype, _offset(offset)))
     except recall.RecallError as exc:
         refuse(str(exc))
 
@@ -419,7 +404,7 @@ def inspect_object(
     from memory_pipeline.objects import recall
 
     store = open_store()
-    doc = recall.object_view(store, _world(world, store), object_id, _offset(offset))
+    doc = recall.object_view(store, known_world(world, store), object_id, _offset(offset))
     if doc is None:
         refuse(f"ID: no object {object_id} in world {world}")
     _print(doc)
@@ -445,7 +430,7 @@ def inspect_events(
     lo, hi = bounds
     store = open_store()
     try:
-        _print(recall.events_between(store, lo, hi, cursor, world=_world(world, store) if world else None))
+        _print(recall.events_between(store, lo, hi, cursor, world=known_world(world, store) if world else None))
     except recall.RecallError as exc:
         refuse(str(exc))
 

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, open_store, refuse
+from memory_pipeline.cli.console import console, err, known_world, open_store, refuse
 
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store
@@ -207,7 +207,9 @@ def memories(world: str = typer.Argument(...)) -> None:
     """A world's active semantic memories (reading memory never calls a model)."""
     from memory_pipeline.sleep.memory import load_active
 
-    with open_store().connect() as conn:
+    store = open_store()
+    known_world(world, store, "WORLD")
+    with store.connect() as conn:
         rows = load_active(conn, [world]).get(world, [])
     table = Table(title=f"active semantic memory of {escape(world)}")
     for c in ("id", "type", "content", "sessions", "observed"):
@@ -233,6 +235,7 @@ def narratives(
     except InputError as exc:
         refuse(str(exc))
     store = open_store()
+    known_world(world, store, "WORLD")
     rows = read_narratives(store, world, include_deprecated=include_deprecated)
     with store.connect() as conn:
         summary = load_self_layer(conn, [world], 0)[0].get(world, {}).get(SUMMARY_BLOCK, "")
@@ -293,8 +296,10 @@ def self_block(
     from memory_pipeline.sleep import config
     from memory_pipeline.sleep.memory import InputError, set_self_block
 
+    store = open_store()
+    known_world(world, store, "WORLD")  # a mistyped world would get a self layer of its own
     try:
-        set_self_block(open_store(), world, name, content, config.load().block_names(), "operator")
+        set_self_block(store, world, name, content, config.load().block_names(), "operator")
     except InputError as exc:
         refuse(str(exc))
 
@@ -308,7 +313,9 @@ def pin(
     """Add a pinned fact to a world."""
     from memory_pipeline.sleep.memory import InputError, pin_fact
 
+    store = open_store()
+    known_world(world, store, "WORLD")
     try:
-        pin_fact(open_store(), world, content, priority)
+        pin_fact(store, world, content, priority)
     except InputError as exc:
         refuse(str(exc))

@@ -29,7 +29,7 @@ from memory_pipeline.conversation.tables import (
 )
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMProviderDown, LLMRequest, offline, offline_tools
-from memory_pipeline.lib.store import Store, requests, upsert
+from memory_pipeline.lib.store import Store, requests, upsert, world_ingested
 from memory_pipeline.lib.store.tables import conversations, messages
 from memory_pipeline.lib.timeutil import local_date, utcnow
 
@@ -397,11 +397,22 @@ def _ask(
 # --- entry points: gate status, explicit triggers, the user's correction, the read path ------------
 
 
+def _world_of(conn: Any, conversation_id: str) -> str:
+    """The world of a stored conversation; a conversation never ingested is refused (a request or a
+    gate status for it would wait for ever, and show in the status as open)."""
+    q = select(conversations.c.world_id).where(conversations.c.conversation_id == conversation_id)
+    world = conn.execute(q).scalar()
+    if not world:
+        raise InputError(f"field 'conversation_id': no conversation {conversation_id!r}")
+    return str(world)
+
+
 def set_init_status(store: Store, conversation_id: str, status: str) -> None:
     conversation_id = _conv_id(conversation_id)
     if status not in {s.value for s in logic.InitStatus}:
         raise InputError(f"field 'status': {status!r} is not one of pending, phase1_done, phase2_done, done")
     with store.begin() as conn:
+        _world_of(conn, conversation_id)
         upsert(
             conn,
             conversation_init_status,
@@ -416,21 +427,16 @@ REQUEST = "conversation_request"  # the kind of its request ids (lib.store.reque
 def request(
     store: Store, conversation_id: str, trigger: str, request_id: str | None = None
 ) -> tuple[dict[str, Any], bool]:
-    """The user's memory check (user_check) or a preference override: served at the sensor's next
-    tick. With a caller-given ``request_id`` (per world; the conversation must exist) a repeated
+    """The user's memory check (user_check) or a preference override of a stored conversation:
+    served at the sensor's next tick. With a caller-given ``request_id`` (per world) a repeated
     request answers the first one's answer and True, and records nothing."""
     conversation_id = _conv_id(conversation_id)
     if trigger not in (Trigger.USER_CHECK, Trigger.PREFERENCE_OVERRIDE):
         raise InputError(f"field 'trigger': {trigger!r} is not one of user_check, preference_override")
-    world = ""
-    if request_id is not None:
-        if problem := requests.problem(request_id):
-            raise InputError(f"field 'request_id': {problem}")
-        with store.connect() as conn:
-            q = select(conversations.c.world_id).where(conversations.c.conversation_id == conversation_id)
-            world = conn.execute(q).scalar() or ""
-        if not world:
-            raise InputError(f"field 'conversation_id': no conversation {conversation_id!r}")
+    if request_id is not None and (problem := requests.problem(request_id)):
+        raise InputError(f"field 'request_id': {problem}")
+    with store.connect() as conn:
+        world = _world_of(conn, conversation_id)
     now = utcnow()
 
     def write(conn: Any) -> dict[str, Any]:
@@ -445,7 +451,8 @@ def request(
 
 
 def set_profile(store: Store, world_id: str, key: str, value: str, conversation_id: str | None = None) -> None:
-    """A user-profile fact (newest wins); with a conversation, a preference-override trigger for it."""
+    """A user-profile fact of an ingested world (newest wins); with one of that world's
+    conversations, a preference-override trigger for it, in the same transaction."""
     problem = validate_id(world_id)
     if problem:
         raise InputError(f"field 'world_id': {problem}")
@@ -453,15 +460,25 @@ def set_profile(store: Store, world_id: str, key: str, value: str, conversation_
         raise InputError("field 'key': a non-empty string of at most 128 characters")
     if not isinstance(value, str) or not value.strip() or len(value) > 2000 or "\x00" in value:
         raise InputError("field 'value': a non-empty string of at most 2000 characters")
+    if not world_ingested(store, world_id):
+        raise InputError(f"field 'world_id': no such world {world_id!r}: nothing has been ingested for it")
+    now = utcnow()
     with store.begin() as conn:
+        if conversation_id is not None:
+            conversation_id = _conv_id(conversation_id)
+            if _world_of(conn, conversation_id) != world_id:  # named as absent: another world's is not its to see
+                raise InputError(f"field 'conversation_id': no conversation {conversation_id!r} in world {world_id!r}")
+            conn.execute(
+                conversation_summary_requests.insert().values(
+                    conversation_id=conversation_id, trigger=Trigger.PREFERENCE_OVERRIDE, requested_at=now
+                )
+            )
         upsert(
             conn,
             user_profile_facts,
-            [{"world_id": world_id, "key": key.strip(), "value": value.strip(), "updated_at": utcnow()}],
+            [{"world_id": world_id, "key": key.strip(), "value": value.strip(), "updated_at": now}],
             keys=["world_id", "key"],
         )
-    if conversation_id is not None:
-        request(store, conversation_id, Trigger.PREFERENCE_OVERRIDE)
 
 
 def correct(store: Store, conversation_id: str, arc: str, tz: ZoneInfo, now: datetime | None = None) -> int:

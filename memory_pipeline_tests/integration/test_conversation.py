@@ -194,6 +194,29 @@ def test_entry_points_refuse_bad_input_by_field(store):
         summaries.correct(store, "c1", "x。", CST)
 
 
+def test_requests_gate_statuses_and_profile_facts_name_only_stored_conversations_and_worlds(store, ingest):
+    """A request or a gate status for a conversation never ingested would wait for ever (and show in
+    the status as open); a profile fact of a world never ingested gave it one; a preference override
+    of another world's conversation queued it there. Each is refused, and nothing is written."""
+    from memory_pipeline.conversation.tables import conversation_init_status, user_profile_facts
+
+    ingest(
+        conversation("w1", "c1", cst(2026, 3, 2, 9), texts(2)) + conversation("w2", "c2", cst(2026, 3, 2, 9), texts(2))
+    )
+    for call in (
+        lambda: summaries.request(store, "nope", "user_check"),
+        lambda: summaries.set_init_status(store, "nope", "done"),
+    ):
+        with pytest.raises(summaries.InputError, match="field 'conversation_id': no conversation 'nope'"):
+            call()
+    with pytest.raises(summaries.InputError, match="field 'world_id': no such world 'w9'"):
+        summaries.set_profile(store, "w9", "城市", "杭州")
+    with pytest.raises(summaries.InputError, match="no conversation 'c2' in world 'w1'"):
+        summaries.set_profile(store, "w1", "城市", "杭州", conversation_id="c2")
+    assert rows(store, conversation_summary_requests) == []
+    assert rows(store, conversation_init_status) == [] and rows(store, user_profile_facts) == []
+
+
 def test_the_model_gets_the_full_history_and_the_previous_summary(store, ingest):
     ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(31)))
     summaries.set_init_status(store, "c1", "done")

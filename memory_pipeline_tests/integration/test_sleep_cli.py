@@ -10,7 +10,7 @@ from memory_pipeline.cli import app
 from memory_pipeline.lib.store import Store
 from memory_pipeline.sleep.logic import Stage
 from memory_pipeline.sleep.order import DAY_ROW
-from memory_pipeline.sleep.tables import pinned_facts, semantic_memories, sleep_runs
+from memory_pipeline.sleep.tables import pinned_facts, self_blocks, semantic_memories, sleep_runs
 from memory_pipeline_tests.conftest import conversation, cst, event
 from memory_pipeline_tests.integration.test_cli import env  # noqa: F401 - the fixture
 
@@ -74,7 +74,7 @@ def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url): 
     result = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "x", "--type", "mood"])
     assert result.exit_code == 2 and "field 'type': 'mood' is not one of" in result.output
     result = runner.invoke(app, ["sleep", "pin", "bad:world", "x"])
-    assert result.exit_code == 2 and "field 'world_id'" in result.output
+    assert result.exit_code == 2 and "WORLD 'bad:world': character ':'" in result.output
     result = runner.invoke(app, ["sleep", "self-block", "w1", "mood", "x"])
     assert result.exit_code == 2 and "field 'name': 'mood' is not a self block" in result.output
     for world, session in (("w2", "s-1"), ("w1", "s-nope")):  # another world's session, or none
@@ -82,10 +82,15 @@ def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url): 
         assert (
             result.exit_code == 2 and f"field 'session_id': no session '{session}' in world '{world}'" in result.output
         )
+    # a mistyped world is refused, never given a self layer of its own nor shown as an empty one
+    for args in (["pin", "w9", "x"], ["self-block", "w9", "identity", "x"], ["memories", "w9"], ["narratives", "w9"]):
+        result = runner.invoke(app, ["sleep", *args])
+        assert result.exit_code == 1 and "no such world 'w9': nothing has been ingested for it" in result.output, args
     store = Store(pg_url)
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(semantic_memories)).scalar_one() == 0
         assert conn.execute(select(func.count()).select_from(pinned_facts)).scalar_one() == 0
+        assert conn.execute(select(func.count()).select_from(self_blocks)).scalar_one() == 0
     ok = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "用户养猫"])
     assert ok.exit_code == 0
     memory_id = ok.output.strip()
@@ -213,7 +218,7 @@ def test_narratives_reads_a_worlds_autobiographical_memory_and_no_other(env, pg_
         return NarrativeChange("create", n)
 
     store = Store(pg_url)
-    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    _ingest(env, [event(w, f"{w}-c", "user", "hi", cst(2026, 3, 2, 9)) for w in ("w1", "w2", "w3")])
     with store.begin() as conn:
         write_narratives(
             conn,
