@@ -95,8 +95,21 @@ def backfill(
     if stage != "all" and stage not in STAGES:
         refuse(f"--stage {stage!r}: one of all, light, deep, autobiography")
     keys = _keys(start, end)
+    _refuse_gap(keys)
     _recover(keys, "sleep" if stage == "all" else STAGES[stage], False)
     _still_stale(keys[0] if keys else start)
+
+
+def _refuse_gap(keys: list[str]) -> None:
+    """A range that would start the history before a gap is refused before anything runs."""
+    from memory_pipeline.sleep.order import gap_problem
+    from memory_pipeline.sleep.runs import day_statuses
+
+    if keys:
+        with open_store().connect() as conn:
+            problem = gap_problem(day_statuses(conn), date.fromisoformat(keys[0]), date.fromisoformat(keys[-1]))
+        if problem:
+            refuse(f"refused, nothing run: {problem}", code=1)
 
 
 def _still_stale(since: str) -> None:
@@ -132,7 +145,7 @@ def rebuild(
     if not keys or keys[0] != day:
         refuse(f"{day}: not a closed CST day with a sleep partition")
     try:
-        result = restore(open_store(), date.fromisoformat(day))
+        result = restore(open_store(), date.fromisoformat(day), date.fromisoformat(keys[-1]))
     except StageFailure as exc:  # the day cannot run next: nothing restored
         refuse(str(exc), code=1)
     console.print(

@@ -109,6 +109,27 @@ def order_problem(position: Position, statuses: Mapping[Position, str]) -> str |
     )
 
 
+def gap_problem(statuses: Mapping[Position, str], first: date, last: date) -> str | None:
+    """Why a run of the days ``first``..``last`` would strand the history (None: it would not). A
+    day before every recorded one may start the history (``order_problem``), and its run restores
+    every later day and marks it stale; those can run again only after the days between, so the
+    run must reach the first recorded day: with a gap left, the later days could never run again
+    and their memory would stay undone."""
+    if not statuses:
+        return None
+    earliest = min(statuses).day
+    done_after = [p.day for p, s in statuses.items() if s == RunStatus.DONE and p.day > last]
+    if first >= earliest or not done_after or last >= earliest - timedelta(days=1):
+        return None
+    gap_from, gap_to = last + timedelta(days=1), earliest - timedelta(days=1)
+    return (
+        f"the sleep of {first.isoformat()} would start the history before its first day "
+        f"({earliest.isoformat()}), with {gap_from.isoformat()}..{gap_to.isoformat()} never slept between: it "
+        f"would undo every later day, and none of them could run again; run {first.isoformat()}.."
+        f"{max(done_after).isoformat()} in one backfill instead"
+    )
+
+
 @dataclass(frozen=True)
 class Request:
     """One run: the days first..last in order, each with these stages (a done one is reused)."""

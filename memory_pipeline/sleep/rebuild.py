@@ -47,6 +47,7 @@ from memory_pipeline.sleep.order import (
     STAGES,
     Position,
     RunStatus,
+    gap_problem,
     order_problem,
     restore_provenance,
     version_position,
@@ -247,17 +248,19 @@ def as_of(
     return out
 
 
-def restore(store: Store, day: date) -> RestoreResult:
-    """The operator's rebuild of ``day``: every world back to before the sleep of ``day``. Refused
-    (StageFailure, nothing written) when ``day`` cannot run next (the place before it is not done):
-    its re-run would be refused, and the restore would have undone the later days for nothing."""
+def restore(store: Store, day: date, through: date | None = None) -> RestoreResult:
+    """The operator's rebuild of ``day`` (its days re-run then up to ``through``): every world back
+    to before the sleep of ``day``. Refused (StageFailure, nothing written) when ``day`` cannot run
+    next (the place before it is not done), or when the re-run would leave a gap before the later
+    days (``gap_problem``): the restore would have undone them for nothing."""
     from memory_pipeline.sleep.context import StageFailure
     from memory_pipeline.sleep.runs import day_statuses
 
     position = Position(day, 0)
     out = RestoreResult(day)
     with store.begin() as conn:
-        problem = order_problem(position, day_statuses(conn))
+        statuses = day_statuses(conn)
+        problem = order_problem(position, statuses) or gap_problem(statuses, day, through or day)
         if problem:
             raise StageFailure(
                 f"rebuild of {day.isoformat()} refused: {problem}; nothing restored, nothing marked stale"

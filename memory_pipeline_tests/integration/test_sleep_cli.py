@@ -59,6 +59,27 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
     assert "deprecated:" not in missing.output
     unknown = runner.invoke(app, ["sleep", "diff", "nobody", "2026-03-02", "2026-03-03"])
     assert unknown.exit_code == 1 and "unknown world 'nobody'" in unknown.output
+
+    # A day before the history with days between never slept: the restore would undo 03-02 and 03-03
+    # for good (neither could run again). Refused before anything runs, naming the run that works.
+    def records() -> list:
+        with Store(pg_url).connect() as conn:
+            return sorted(
+                conn.execute(
+                    select(sleep_runs.c.world_id, sleep_runs.c.stage, sleep_runs.c.day, sleep_runs.c.status)
+                ).all()
+            )
+
+    before = records()
+    for args, gap in (
+        (["rebuild", "2026-02-20"], "2026-02-21..2026-03-01"),
+        (["backfill", "--from", "2026-02-20", "--to", "2026-02-25"], "2026-02-26..2026-03-01"),
+    ):
+        refused = runner.invoke(app, ["sleep", *args])
+        said = refused.output.replace("\n", "")
+        assert refused.exit_code == 1 and f"{gap} never slept between" in said, refused.output
+        assert "run 2026-02-20..2026-03-03 in one backfill instead" in said
+    assert records() == before
     status = runner.invoke(app, ["status"])
     assert (
         status.exit_code == 0

@@ -12,6 +12,7 @@ from memory_pipeline.sleep.order import (
     Request,
     RunStatus,
     catch_up,
+    gap_problem,
     order_problem,
     rerun_from,
     restore_provenance,
@@ -58,6 +59,29 @@ def test_places_are_ordered_light_deep_autobiography_then_the_next_day():
 def test_a_place_waits_for_the_one_before_it(position, statuses, problem):
     got = order_problem(position, statuses)
     assert (got is None) if problem is None else (problem in (got or ""))
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "refused"),
+    [
+        (day(-1), day(-1), False),  # right before the first day: the later days can run again after it
+        (day(-5), day(-2), True),  # a gap left (day -1): the later days could never run again
+        (day(-5), day(-1), False),
+        (day(-5), day(3), False),  # the whole history in one run
+        (D, D, False),  # inside the history: order_problem's to judge
+        (day(5), day(5), False),  # after it: no later day to strand
+    ],
+)
+def test_a_run_starting_the_history_earlier_must_reach_its_first_day(first, last, refused):
+    """A day before every recorded one may run (it starts the history), restoring every later day;
+    those run again only after the days between, so a run leaving a gap is refused up front."""
+    statuses = done_through(Position.of(day(3), A))
+    got = gap_problem(statuses, first, last)
+    assert (got is not None) == refused, got
+    if refused:
+        assert f"with {day(-1)}..{day(-1)} never slept between" in (got or "")
+        assert f"run {first}..{day(3)} in one backfill instead" in (got or "")
+    assert gap_problem({}, first, last) is None
 
 
 @pytest.mark.parametrize(
