@@ -26,7 +26,7 @@ import duckdb
 from sqlalchemy import JSON, Boolean, ColumnElement, Date, DateTime, Integer, select
 
 from memory_pipeline.analyst import logic
-from memory_pipeline.analyst.files import AnalyticsFiles, publishing, replace_file
+from memory_pipeline.analyst.files import AnalyticsFiles, ParquetFiles, publishing
 from memory_pipeline.analyst.logic import DayWindow, quote
 from memory_pipeline.analyst.registry import DAY, EXPORTS, ExportTable, split_tables
 from memory_pipeline.lib.store import Store
@@ -181,7 +181,11 @@ def _days_before(
 
 
 def _write_parquet(
-    con: duckdb.DuckDBPyConnection, files: AnalyticsFiles, export: ExportTable, days: list[date] | None
+    con: duckdb.DuckDBPyConnection,
+    files: AnalyticsFiles,
+    parquet: ParquetFiles,
+    export: ExportTable,
+    days: list[date] | None,
 ) -> int:
     """Rewrite the Parquet file of every exported day that has rows or had a file (an emptied day
     gets an empty file rather than a deletion under a reader's feet), and the first day's when the
@@ -201,7 +205,7 @@ def _write_parquet(
                 f"COPY (SELECT * FROM {name} {where}) TO {target_sql} (FORMAT parquet, COMPRESSION zstd)", params
             )
 
-        replace_file(files, write, target)
+        parquet.write(write, target)
 
     if days is None:
         copy("", [], logic.parquet_file(files.parquet, export.name, None))
@@ -221,7 +225,7 @@ def _write_parquet(
             target = logic.parquet_file(files.parquet, export.name, day)
             made = sorted((parts / f"{DAY}={day.isoformat()}").glob("*.parquet"))
             if len(made) == 1:
-                replace_file(files, lambda tmp, src=made[0]: os.replace(src, tmp), target)
+                parquet.write(lambda tmp, src=made[0]: os.replace(src, tmp), target)
             elif made or target.exists():  # several files for one day, or an emptied day: one COPY of the day
                 copy(f"WHERE {DAY} = ?", [day], target)
             else:
@@ -250,12 +254,17 @@ def export_tables(
     writer holds the file (see ``files.writer_lock``)."""
     started = time.monotonic()
     report = ExportReport(files.duckdb, window)
-    with publishing(files, on_wait) as staging:
-        with duckdb.connect(str(staging), config=files.duckdb_config()) as con:
-            ensure_tables(con)
-            for export in exports:
-                report.tables.append(_export_one(con, store, files, export, window, tz))
-            con.execute("CHECKPOINT")
+    parquet = ParquetFiles(files) if files.parquet is not None else None
+    try:  # the Parquet files go out right after the DuckDB file: a failed export publishes neither
+        with publishing(files, on_wait, then=parquet.publish if parquet else None) as staging:
+            with duckdb.connect(str(staging), config=files.duckdb_config()) as con:
+                ensure_tables(con)
+                for export in exports:
+                    report.tables.append(_export_one(con, store, files, parquet, export, window, tz))
+                con.execute("CHECKPOINT")
+    finally:
+        if parquet is not None:
+            parquet.discard()  # what a failure left unpublished (nothing after a publish)
     report.seconds = time.monotonic() - started
     report.file_bytes = files.duckdb.stat().st_size
     return report
@@ -265,6 +274,7 @@ def _export_one(
     con: duckdb.DuckDBPyConnection,
     store: Store,
     files: AnalyticsFiles,
+    parquet: ParquetFiles | None,
     export: ExportTable,
     window: DayWindow | None,
     tz: ZoneInfo,
@@ -286,12 +296,12 @@ def _export_one(
             ).fetchall()
             out.rows_by_day = {d.isoformat(): n for d, n in counts}
             out.rows = sum(out.rows_by_day.values())
-        if files.parquet is not None and days:
+        if parquet is not None and days:
             # the days of the rows replaced outside the window get their files rewritten too
-            out.parquet_files = _write_parquet(con, files, export, sorted(outside | set(days)))
+            out.parquet_files = _write_parquet(con, files, parquet, export, sorted(outside | set(days)))
     else:
         row = con.execute(f"SELECT count(*) FROM {name}").fetchone()
         out.rows = int(row[0]) if row else 0
-        if files.parquet is not None:
-            out.parquet_files = _write_parquet(con, files, export, None)
+        if parquet is not None:
+            out.parquet_files = _write_parquet(con, files, parquet, export, None)
     return out

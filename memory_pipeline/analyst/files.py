@@ -155,10 +155,13 @@ def _fsync(path: Path) -> None:
 
 
 @contextmanager
-def publishing(files: AnalyticsFiles, on_wait: Callable[[str], None] | None = None) -> Iterator[Path]:
+def publishing(
+    files: AnalyticsFiles, on_wait: Callable[[str], None] | None = None, then: Callable[[], None] | None = None
+) -> Iterator[Path]:
     """Yield a private copy of the published file to change (``<file>.next``); publish it
     atomically when the block ends without an exception, discard it otherwise (also when the copy
-    itself fails half-way, as on a full disk). Whoever writes the copy must have closed it by then."""
+    itself fails half-way, as on a full disk). Whoever writes the copy must have closed it by then.
+    ``then``: what goes out with it (the export's Parquet files), right after it, under the lock."""
     with writer_lock(files, on_wait):
         staging = files.staging
         _remove(staging)  # left by a writer that died
@@ -174,24 +177,45 @@ def publishing(files: AnalyticsFiles, on_wait: Callable[[str], None] | None = No
             _fsync(staging)
             os.replace(staging, files.duckdb)
             _fsync(files.duckdb.parent)
+            if then is not None:
+                then()
         except BaseException:
             _remove(staging)
             raise
 
 
-def replace_file(files: AnalyticsFiles, write: Any, target: Path) -> None:
-    """Write a file with ``write(tmp_path)`` in the temporary folder, then move it over ``target``
-    in one rename: a reader's glob never matches a half-written file."""
-    tmp_dir = files.parquet_tmp
-    assert tmp_dir is not None
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_dir / f"{uuid.uuid4().hex}.parquet"
-    try:
-        write(tmp)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+class ParquetFiles:
+    """One export's Parquet files: each written whole in the temporary folder, then moved over its
+    published path in one rename (a reader's glob never matches a half-written file), and only once
+    the export's DuckDB file is published (``publish``): an export that fails publishes neither, so
+    the two never disagree (``discard`` removes what it wrote)."""
+
+    def __init__(self, files: AnalyticsFiles):
+        assert files.parquet_tmp is not None
+        self.tmp_dir = files.parquet_tmp
+        self.moves: list[tuple[Path, Path]] = []
+
+    def write(self, write: Any, target: Path) -> None:
+        """``write(tmp_path)`` now; the move over ``target`` at ``publish``."""
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.tmp_dir / f"{uuid.uuid4().hex}.parquet"
+        try:
+            write(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.moves.append((tmp, target))
+
+    def publish(self) -> None:
+        for tmp, target in self.moves:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, target)
+        self.moves.clear()
+
+    def discard(self) -> None:
+        for tmp, _ in self.moves:
+            tmp.unlink(missing_ok=True)
+        self.moves.clear()
 
 
 def prune_dbt_builds(files: AnalyticsFiles) -> list[Path]:

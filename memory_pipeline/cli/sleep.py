@@ -204,6 +204,8 @@ def diff(
     from memory_pipeline.sleep.snapshots import SnapshotMissing
     from memory_pipeline.sleep.snapshots import diff as snapshot_diff
 
+    if _day("after", after) < _day("before", before):  # read backwards, creations would show as deprecations
+        refuse(f"AFTER {after} is before BEFORE {before}: give the earlier day first")
     try:
         d = snapshot_diff(open_store(), world, _day("before", before), _day("after", after))
     except SnapshotMissing as exc:

@@ -11,7 +11,6 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from memory_pipeline.analyst import exports as exports_core
 from memory_pipeline.analyst import files as files_module
 from memory_pipeline.cli import app
 from memory_pipeline_tests.conftest import conversation, cst
@@ -44,12 +43,25 @@ def _full_copy(src, dst):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def _full_parquet(files, write, target):
+def _full_parquet(parquet, write, target):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+def _full_at_publish(path):  # every Parquet file written, then the DuckDB file cannot be published
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _parquet(out) -> dict[str, str]:
+    return {str(p.relative_to(out)): _md5(p) for p in sorted((out / "analytics_parquet").rglob("*.parquet"))}
+
+
 @pytest.mark.parametrize(
-    "where", [(files_module.shutil, "copyfile", _full_copy), (exports_core, "replace_file", _full_parquet)]
+    "where",
+    [
+        (files_module.shutil, "copyfile", _full_copy),
+        (files_module.ParquetFiles, "write", _full_parquet),
+        (files_module, "_fsync", _full_at_publish),
+    ],
 )
 def test_a_failed_export_names_its_cause_skips_the_rest_and_leaves_nothing_behind(env, monkeypatch, where):
     out = env / "out"
@@ -58,7 +70,11 @@ def test_a_failed_export_names_its_cause_skips_the_rest_and_leaves_nothing_behin
     assert f"export {DAY}..{DAY}: 1 day(s)" in first.output
     assert f"exports              {DAY}..{DAY}: 1 partition(s) in one run " in first.output
     assert " of analyst_export_job (" in first.output  # the job the UI lists the run under
-    published = _md5(out / "analytics.duckdb")
+    published, parquet = _md5(out / "analytics.duckdb"), _parquet(out)
+    assert parquet
+    events = conversation("w1", "b", cst(2026, 7, 17, 11), ["compost turned"])  # the next export has more
+    (env / "more.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert runner.invoke(app, ["ingest", str(env / "more.jsonl")]).exit_code == 0
 
     monkeypatch.setattr(*where)  # the disk fills up: the private copy, or a Parquet file
     result = runner.invoke(app, ["export", "--from", DAY])
@@ -73,6 +89,7 @@ def test_a_failed_export_names_its_cause_skips_the_rest_and_leaves_nothing_behin
     assert "schema.table" not in result.output  # the old table is not listed as if current
     assert "holds only the runs marked ok above" in result.output
     assert _md5(out / "analytics.duckdb") == published
+    assert _parquet(out) == parquet  # the Parquet files go out with the DuckDB file or not at all
     assert not (out / "analytics.duckdb.next").exists() and not (out / "analytics.duckdb.next.wal").exists()
     parquet_tmp = out / "analytics_parquet" / ".tmp"
     assert not parquet_tmp.exists() or not list(parquet_tmp.iterdir())

@@ -163,7 +163,7 @@ def _seed(store, ingest, redis_url) -> dict:
         inline.append("worklog", [{"content": {"project": w, "did": f"{secret} work"}, "at": at.isoformat()}])
     inline.create_type("b/notes", group_field="world")
     inline.append("b/notes", [{"content": f"{SECRET_B} note", "at": at.isoformat(), "group": "wb"}])
-    windows.build_day(store, date(2026, 1, 5), CST)
+    windows.build_day(store, date(2026, 1, 5), CST, activity_type=ACTIVITY)  # the messages fed to it
     jobs = {
         w: inline.summarize("worklog", WindowQuery.parse("day", DAY, group=w))["jobs"][0]["job_id"]
         for w in ("wa", "wb")

@@ -32,10 +32,10 @@ from memory_pipeline_tests.conftest import CST, event
 from memory_pipeline_tests.integration import test_memory_server
 from memory_pipeline_tests.integration.test_memory_server import (
     ACCEPT,
-    ACTIVITY,
     AT,
     DAY,
     INITIALIZE,
+    NOTES,
     SECRET_A,
     SECRET_B,
 )
@@ -99,7 +99,7 @@ def _more_of_wa(served, ingest) -> None:
             )
     tower = Tower(store, TowerConfig(), CST, lambda p: LLMClient(store, asset="server_test", partition=p), "inline")
     tower.append(
-        ACTIVITY,
+        NOTES,
         [
             {"content": f"{SECRET_A} hour {h}", "at": at.replace(hour=h).isoformat(), "group": "wa"}
             for h in range(13, 18)
@@ -116,12 +116,12 @@ LISTING = {
     "mem/list_types": ("a", {}, lambda r: [t["name"] for t in r["types"]]),
     "mem/windows": (
         "a",
-        {"type": ACTIVITY, "granularity": "1h", "group": "wa"},
+        {"type": NOTES, "granularity": "1h", "group": "wa"},
         lambda r: [w["start"] for w in r["windows"]],
     ),
     "mem/recall": (
         "a",
-        {"type": ACTIVITY, "granularity": "day", "anchor": DAY, "group": "wa"},
+        {"type": NOTES, "granularity": "day", "anchor": DAY, "group": "wa"},
         lambda r: [e["entry_id"] for e in r["entries"]],
     ),
     # no group (an --all-worlds token): one slot per group of the day, found or missing
@@ -284,8 +284,8 @@ def _values(served, who: str, cursors: list[str]) -> dict:
     return {
         "world": st.sampled_from(["wb", "wa", "wb", "wb", "wz", "*", ""]),
         "group": st.sampled_from(["wb", "wa", "wb", "wb", "null", ""]) | st.none(),
-        "type": st.sampled_from([ACTIVITY, "worklog", "b/notes", "wa/new", "x"]),
-        "name": st.sampled_from([ACTIVITY, "worklog", "b/notes", "wa/new"]),
+        "type": st.sampled_from([NOTES, "worklog", "b/notes", "wa/new", "x"]),
+        "name": st.sampled_from([NOTES, "worklog", "b/notes", "wa/new"]),
         "query": st.sampled_from(["zebra", "zebra keeper", "talk", "x"]),
         "id": st.sampled_from(["person:zebra", "person:zebra2", "person:nobody", "zebra"]),
         "job_id": st.sampled_from([served["job_a"], served["job_b"], "nope"]),
@@ -454,4 +454,4 @@ def test_the_readme_example_client_reads_its_world_through_the_server(served, ca
     # the example's line, so every deprecation counts)
     assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == []
     printed = capsys.readouterr().out
-    assert f"{SECRET_A} activity" in printed and SECRET_B not in printed, printed
+    assert f"{SECRET_A} zebra talk" in printed and SECRET_B not in printed, printed  # wa1, fed

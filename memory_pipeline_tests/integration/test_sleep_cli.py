@@ -57,6 +57,9 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
     missing = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2099-01-01"])
     assert missing.exit_code == 1 and "no snapshot of 2099-01-01" in missing.output
     assert "deprecated:" not in missing.output
+    backwards = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-03", "2026-03-02"])
+    assert backwards.exit_code == 2 and "AFTER 2026-03-02 is before BEFORE 2026-03-03" in backwards.output
+    assert "deprecated:" not in backwards.output
     unknown = runner.invoke(app, ["sleep", "diff", "nobody", "2026-03-02", "2026-03-03"])
     assert unknown.exit_code == 1 and "unknown world 'nobody'" in unknown.output
 
