@@ -747,22 +747,28 @@ def test_mart_temporal_gaps_matches_the_store(sample):
 
 def test_the_snapshot_marts_match_sleep_diff(sample):
     """Between each pair of a world's consecutive deep-sleep snapshots, the memories added, removed
-    and changed are what `sleep diff` reads from the store."""
+    and changed are what `sleep diff` reads from the store; a world's first snapshot is paired with
+    the day deep sleep last ran before it (its snapshot then empty), so its first memories count."""
     from memory_pipeline.sleep import snapshots
     from memory_pipeline.sleep.tables import sleep_runs
 
     with sample.store.connect() as conn:
         done = conn.execute(
             select(sleep_runs.c.world_id, sleep_runs.c.day).where(
-                sleep_runs.c.stage == "deep_sleep", sleep_runs.c.status == "done", sleep_runs.c.world_id != "*"
+                sleep_runs.c.stage == "deep_sleep", sleep_runs.c.status == "done"
             )
         ).all()
     by_world: defaultdict[str, list[date]] = defaultdict(list)
     for world, day in done:
         by_world[world].append(day)
+    ran = sorted(by_world.pop("*", []))
     want_diffs, want_rows, want_merged = {}, set(), {}
+    lead_ins = 0
     for world, days in by_world.items():
         days.sort()
+        if earlier := [d for d in ran if d < days[0]]:
+            days.insert(0, earlier[-1])
+            lead_ins += 1
         for before, after in zip(days, days[1:], strict=False):
             d = snapshots.diff(sample.store, world, before, after)
             removed = [*d.deprecated, *d.merged]
@@ -790,6 +796,7 @@ def test_the_snapshot_marts_match_sleep_diff(sample):
     assert {r[:4] for r in got} == want_rows
     assert {r[:3]: r[4] for r in got if r[4]} == want_merged
     assert len(want_diffs) >= 3 and any(r[3] == "added" for r in want_rows)  # sleep wrote memory over D1..D4
+    assert lead_ins  # some world's first memories came after the first night: its first pair counts them
 
 
 def test_mart_llm_cost_by_data_day_matches_the_ledger(sample):
