@@ -256,7 +256,7 @@ def draw(figures: CoverageCost, title: str = "memory_pipeline: coverage and LLM 
     if figures.total_cost_usd is not None:
         cost = f"${plain_number(figures.total_cost_usd)}"
     else:
-        cost = "n/a (no priced model)" if figures.total_calls else "none (no model calls)"
+        cost = "n/a (no priced model)" if figures.total_calls else "none (no call in the exported ledger)"
     bottom.set_title(
         f"LLM calls and tokens per data day, the CST day the calls served (cost of all calls: {cost})", fontsize=10
     )

@@ -504,7 +504,7 @@ def test_a_panel_without_data_says_so_instead_of_showing_1970():
     for title, (ticks, texts) in empty.items():
         assert ticks == [], title  # no 1970-01-01, no 0..1 scale
         assert texts == (["no placeholders"] if title.startswith("Placeholders") else ["no data"]), title
-    assert "cost of all calls: none (no model calls)" in next(t for t in empty if t.startswith("LLM"))
+    assert "cost of all calls: none (no call in the exported ledger)" in next(t for t in empty if t.startswith("LLM"))
     one_side = drawn(reports.CoverageCost(cost_days=[date(2026, 1, 2)], calls=[3], tokens=[120], total_calls=3))
     coverage = next(v for t, v in one_side.items() if t.startswith("Worlds"))
     cost = next(v for t, v in one_side.items() if t.startswith("LLM"))
