@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
 
-from memory_pipeline.cli.console import console, open_store, print_ingest, refuse, with_ingest_progress
+from memory_pipeline.cli.console import console, err, open_store, print_ingest, refuse, with_ingest_progress
 
 if TYPE_CHECKING:
     from memory_pipeline.events.ingest import Event, IngestReport, LineError
@@ -35,6 +36,27 @@ def ingest(
     except OSError as exc:
         refuse(f"{source_label(path)}: cannot read: {exc.strerror}")
     print_ingest(report)
+    warn_before_partitions(store)
+
+
+def warn_before_partitions(store: Store) -> None:
+    """Messages dated before the first partition are stored (raw events are kept) but no asset
+    covers them: said after every ingest, rather than found missing from every summary and export."""
+    from sqlalchemy import func, select
+
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.store.tables import messages
+    from memory_pipeline.lib.timeutil import day_bounds
+
+    start = date.fromisoformat(settings.partition_start())
+    first, _ = day_bounds(start, ZoneInfo(settings.timezone_name()))
+    with store.connect() as conn:
+        n = conn.execute(select(func.count()).select_from(messages).where(messages.c.at < first)).scalar_one()
+    if n:
+        err.print(
+            f"[yellow]{n} message(s) in the store are dated before MEMORY_PARTITION_START ({start}): stored, but "
+            "no partition covers them (no summary, no export); set MEMORY_PARTITION_START earlier to take them in[/]"
+        )
 
 
 def _zone(name: str) -> ZoneInfo:

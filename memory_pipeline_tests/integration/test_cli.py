@@ -44,6 +44,20 @@ def test_ingest_reports_bad_lines_and_writes_nothing(env):
     result = runner.invoke(app, ["ingest", str(good)])
     assert result.exit_code == 0 and "2 inserted" in result.output
     assert "0 inserted" in runner.invoke(app, ["ingest", str(good)]).output
+    assert "before MEMORY_PARTITION_START" not in result.output
+
+
+def test_ingest_counts_add_up_to_the_lines_and_it_says_what_no_partition_covers(env):
+    """A blank line and a line repeating an id of the file were counted in no column; a message
+    dated before the first partition was stored without a word, then missing from every asset."""
+    one = event("w1", "c1", "user", "hi", cst(2026, 7, 18, 6))
+    old = event("w1", "c1", "user", "long ago", cst(2021, 3, 1, 9))
+    path = env / "e.jsonl"
+    path.write_text(json.dumps(one) + "\n\n" + json.dumps(one) + "\n" + json.dumps(old) + "\n")
+    result = runner.invoke(app, ["ingest", str(path)])
+    said = result.output.replace("\n", " ")
+    assert result.exit_code == 0 and "4 lines, 2 inserted, 0 already present, 0 rejected, 2 blank or repeated" in said
+    assert "1 message(s) in the store are dated before MEMORY_PARTITION_START (2022-01-01)" in said, said
 
 
 def test_operate_and_read_from_the_command_line(env):
