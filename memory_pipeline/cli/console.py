@@ -48,7 +48,7 @@ def open_store() -> Store:
     """The store of MEMORY_DATABASE_URL (SQLite under data/ by default), migrated to head. A URL
     that is none, or a database that does not answer, is one line naming the variable (the URL's
     password hidden), not a traceback."""
-    from sqlalchemy.exc import ArgumentError, OperationalError
+    from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 
     from memory_pipeline import domains
     from memory_pipeline.lib import settings
@@ -67,7 +67,15 @@ def open_store() -> Store:
     except OperationalError as exc:
         problem = " ".join(str(exc.orig).split()) if exc.orig is not None else str(exc).splitlines()[0]
         refuse(f"the store ({settings.ENV_DATABASE_URL}={redact(url)}) did not answer: {redact(problem)}", 1)
-    ensure_schema(store, domains.version_locations())
+    try:
+        ensure_schema(store, domains.version_locations())
+    except ProgrammingError as exc:  # a search_path naming no schema that exists: nowhere to create tables
+        problem = (str(exc.orig) if exc.orig is not None else str(exc)).splitlines()[0]
+        refuse(
+            f"the store ({settings.ENV_DATABASE_URL}={redact(url)}) cannot be migrated: {redact(problem)} "
+            "(does the schema its search_path names exist?)",
+            1,
+        )
     return store
 
 

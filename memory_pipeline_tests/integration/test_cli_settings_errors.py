@@ -46,6 +46,15 @@ def test_a_store_that_does_not_answer_is_one_line_naming_the_variable_without_it
     assert "did not answer" in said and "hunter22" not in said and "Traceback" not in said
 
 
+def test_a_search_path_naming_no_schema_is_one_line_not_a_traceback(tmp_path):
+    url = "postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3Dno_such_schema_here"
+    missing = _run(tmp_path, "status", MEMORY_DATABASE_URL=url)
+    said = " ".join(missing.stderr.split())
+    assert missing.returncode == 1 and "Traceback" not in said, missing.stderr
+    assert "cannot be migrated: no schema has been selected to create in" in said
+    assert said.endswith("(does the schema its search_path names exist?)"), said
+
+
 def test_a_database_url_that_is_none_is_one_line_naming_the_variable(tmp_path):
     bad = _run(tmp_path, "status", MEMORY_DATABASE_URL="garbage")
     assert bad.returncode == 2, bad.stderr
