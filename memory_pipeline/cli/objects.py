@@ -58,7 +58,8 @@ def organize(
     ),
 ) -> None:
     """memory_organize(mode, scope, retry_blocked): prints the enqueue receipt at once."""
-    from memory_pipeline.objects import worker
+    from memory_pipeline.lib.store.requests import RequestConflict
+    from memory_pipeline.objects import logic, worker
 
     octx = _octx()
     known_world(world, octx.store)
@@ -71,8 +72,8 @@ def organize(
             _print(worker.organize_now(octx, world, scope, token, retry_blocked, mode))
         else:
             _print(worker.enqueue(octx, world, mode, scope, retry_blocked, token))
-    except worker.RequestError as exc:
-        refuse(str(exc))
+    except (worker.RequestError, RequestConflict, logic.SubmissionError) as exc:
+        refuse(str(exc).replace("field 'request_id'", "--token"))
 
 
 @app.command("run")

@@ -447,7 +447,9 @@ def request(
         )
         return {"trigger": str(trigger), "requested_at": now.isoformat()}
 
-    return requests.once(store, world, REQUEST, request_id, write)
+    return requests.once(
+        store, world, REQUEST, request_id, write, {"conversation": conversation_id, "trigger": trigger}
+    )
 
 
 def set_profile(store: Store, world_id: str, key: str, value: str, conversation_id: str | None = None) -> None:
@@ -545,7 +547,9 @@ def correct_request(
         )
         return {"version": int(prev["version"]) + 1}
 
-    return requests.once(store, prev["world_id"], CORRECTION, request_id, write)
+    return requests.once(
+        store, prev["world_id"], CORRECTION, request_id, write, {"conversation": conversation_id, "arc": arc}
+    )
 
 
 def latest(store: Store, conversation_id: str) -> dict[str, Any] | None:
@@ -601,7 +605,8 @@ def confirm_request(
         )
         return {"version": row["version"], "changed": True}
 
-    return requests.once(store, newest["world_id"], CONFIRMATION, request_id, write)
+    arguments = {"conversation": conversation_id, "version": version}
+    return requests.once(store, newest["world_id"], CONFIRMATION, request_id, write, arguments)
 
 
 def retry(store: Store, conversation_id: str) -> Backoff:

@@ -721,7 +721,7 @@ def approve_request(
         )
         return {"object_id": object_id, "status": "active", "revision": revision}
 
-    return requests.once(octx.store, world, APPROVAL, request_id, write)
+    return requests.once(octx.store, world, APPROVAL, request_id, write, {"object_id": object_id})
 
 
 def ensure_daily(conn: Connection, world: str, now: datetime) -> None:

@@ -25,6 +25,7 @@ from memory_pipeline.lib import ids
 from memory_pipeline.lib.llm import LLMRequest, LLMResult
 from memory_pipeline.lib.llm.client import LLMHardFailure, LLMProviderDown
 from memory_pipeline.lib.store import leases, upsert
+from memory_pipeline.lib.store.requests import RequestConflict
 from memory_pipeline.lib.store.tables import conversations, messages, partition_leases
 from memory_pipeline.lib.store.tables import worlds as worlds_table
 from memory_pipeline.lib.text import short_hash
@@ -120,8 +121,16 @@ def enqueue(
         if old is not None:
             if old["world_id"] != world:  # tokens are unique across worlds: never another world's receipt
                 raise logic.SubmissionError("token", "already used by another world's request; use a new token")
+            _same_request(old, token, jmode, scope, retry_blocked)
             return _job_receipt(old, replayed=True, released_blocked=0)
         return _create_job(conn, octx, world, jmode, scope, retry_blocked, token, origin, local_day)
+
+
+def _same_request(old: Any, token: Any, mode: JobMode, scope: str, retry_blocked: bool) -> None:
+    """A replayed token repeats its request; the same token with another mode, scope or
+    retry_blocked is another request under a reused id: refused, never the first one's receipt."""
+    if (old["mode"], old["scope"] or "", bool(old["retry_blocked"])) != (str(mode), scope, retry_blocked):
+        raise RequestConflict(str(token))
 
 
 def _by_token(conn: Any, token: str | None) -> Any:
@@ -251,6 +260,7 @@ def organize_now(
             old, first = _by_token(conn, token), _by_token(conn, compact_token)
         if old is None:
             return None  # (a token first used by a plain request has no compact job: its receipt alone)
+        _same_request(old, token, then, scope, retry_blocked)
         return [_job_receipt(r, replayed=True, released_blocked=0) for r in (first, old) if r is not None]
 
     if (again := replay()) is not None:

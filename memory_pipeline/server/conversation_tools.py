@@ -33,7 +33,7 @@ TOOL_NAMES = ("conversation/summary", "conversation/check", "conversation/confir
 WORLD_DOC = " `world`: one of the token's worlds."
 REQUEST_DOC = (
     " `request_id`: the caller's id of this write (the id alphabet): a repeated call with it writes "
-    "nothing and returns the first answer (`replayed` true)."
+    "nothing and returns the first answer (`replayed` true); the id with other arguments is refused."
 )
 
 

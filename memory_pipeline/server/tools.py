@@ -20,6 +20,7 @@ import anyio
 
 from memory_pipeline.access.logic import AccessError
 from memory_pipeline.lib.ids import validate_id
+from memory_pipeline.lib.store.requests import RequestConflict
 from memory_pipeline.recall.search import SearchError
 from memory_pipeline.server.auth import caller
 from memory_pipeline.server.limits import CallGuard, CallTimeout, Outcome, RateLimited
@@ -28,7 +29,7 @@ from memory_pipeline.tower.logic import TowerInputError
 log = logging.getLogger(__name__)
 
 # Raised by a tool for bad input or a refused call: the client gets the message as it is.
-INPUT_ERRORS: tuple[type[Exception], ...] = (TowerInputError, SearchError, AccessError)
+INPUT_ERRORS: tuple[type[Exception], ...] = (TowerInputError, SearchError, AccessError, RequestConflict)
 
 
 class Access(StrEnum):

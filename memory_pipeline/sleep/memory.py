@@ -311,7 +311,8 @@ def remember_request(
         write_changes(conn, changes, Provenance(Stage.REMEMBER, written_on))
         return {"memory_id": changes[0].memory.id}
 
-    result, replayed = requests.once(store, world_id, REMEMBER, request_id, write)
+    arguments = {"session_id": session_id, "content": content, "type": type}
+    result, replayed = requests.once(store, world_id, REMEMBER, request_id, write, arguments)
     return str(result["memory_id"]), replayed
 
 

@@ -235,6 +235,33 @@ def test_the_organize_claim_reads_the_queue_index_instead_of_sorting_the_backlog
             assert "ix_objects_event_state_queue" in plan and "Sort" not in plan, plan
 
 
+def test_request_ids_recorded_before_their_fingerprint_replay_as_before(empty_url):
+    """0034: an id recorded before has no fingerprint and replays its first result whatever the
+    arguments; an id recorded after refuses other arguments."""
+    from memory_pipeline.lib.store import requests
+
+    store = Store(empty_url)
+    upgrade(store, LOCATIONS, "0033_objects_queue_index")
+    with store.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO request_ids (world_id, kind, request_id, result, created_at)"
+                " VALUES ('w1', 'k', 'old-1', '{\"n\": 1}', :at)"
+            ),
+            {"at": datetime(2026, 1, 5, tzinfo=UTC)},
+        )
+    upgrade(store, LOCATIONS)
+
+    def write(conn) -> dict:
+        return {"n": 2}
+
+    assert requests.once(store, "w1", "k", "old-1", write, {"any": "arguments"}) == ({"n": 1}, True)
+    assert requests.once(store, "w1", "k", "new-1", write, {"a": 1}) == ({"n": 2}, False)
+    assert requests.once(store, "w1", "k", "new-1", write, {"a": 1}) == ({"n": 2}, True)
+    with pytest.raises(requests.RequestConflict, match="'new-1' was used for another request"):
+        requests.once(store, "w1", "k", "new-1", write, {"a": 2})
+
+
 def test_the_history_is_one_line_across_the_platform_and_the_domains():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
@@ -276,6 +303,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0031_tower_entry_id_per_group",
         "0032_recall_fts_per_world",
         "0033_objects_queue_index",
+        "0034_request_fingerprint",
     ]
     assert head(LOCATIONS) == chain[-1]
 

@@ -16,6 +16,7 @@ from sqlalchemy import func, select, update
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.llm.client import LLMHardFailure
 from memory_pipeline.lib.store import leases
+from memory_pipeline.lib.store.requests import RequestConflict
 from memory_pipeline.lib.store.tables import llm_ledger, messages, partition_leases
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.objects import graph, logic, offline_rules, projection, recall, reports, timeline, worker
@@ -895,7 +896,10 @@ def test_enabling_on_an_existing_store_is_idempotent_and_reports_counts_and_inte
 def test_a_request_token_never_replays_another_worlds_receipt(store, ingest):
     octx, _ = ready(store, ingest, ["the garden"])
     first = worker.enqueue(octx, W, "organize", scope="w1's secret plans", token="req-shared-1")
-    assert worker.enqueue(octx, W, "organize", token="req-shared-1")["job_id"] == first["job_id"]
+    again = worker.enqueue(octx, W, "organize", scope="w1's secret plans", token="req-shared-1")
+    assert again["job_id"] == first["job_id"] and again["replayed"]
+    with pytest.raises(RequestConflict, match="'req-shared-1' was used for another request"):
+        worker.enqueue(octx, W, "organize", token="req-shared-1")  # another scope: not a retry
     with pytest.raises(SubmissionError, match="token: already used by another world's request") as refused:
         worker.enqueue(octx, "w2", "organize", token="req-shared-1")
     assert "secret" not in str(refused.value) and W not in str(refused.value)

@@ -41,17 +41,19 @@ def _count(store, table, *where) -> int:
 
 def test_remember_writes_once_per_request_id_and_world(served):
     store = served["store"]
-    again = {**REMEMBER_A, "content": "the retry carries other text"}
-    (e1, first), (e2, repeat), (e3, other) = _run(
+    reused = {**REMEMBER_A, "content": "another memory under the same id"}
+    (e1, first), (e2, repeat), (e3, other), (e5, refused) = _run(
         served,
         "a",
         [
             ("sleep/remember", REMEMBER_A),
-            ("sleep/remember", again),
+            ("sleep/remember", REMEMBER_A),
             ("sleep/remember", {**REMEMBER_A, "request_id": "r2"}),
+            ("sleep/remember", reused),  # its content would have been dropped, the first answer given
         ],
     )
     assert not (e1 or e2 or e3), (first, repeat, other)
+    assert e5 and f"field 'request_id': {REMEMBER_A['request_id']!r} was used for another request" in refused
     assert first["replayed"] is False and repeat == {**first, "replayed": True}
     assert other["memory_id"] != first["memory_id"] and other["replayed"] is False
     with store.connect() as conn:
@@ -145,8 +147,13 @@ def test_organize_queues_one_job_per_request_id_and_calls_no_model(served):
     store = served["store"]
     ledger = _count(store, llm_ledger)
     args = {"world": "wa", "request_id": "org-1", "mode": "deep", "scope": "the zoo"}
-    (e1, first), (e2, repeat) = _run(served, "a", [("objects/organize", args), ("objects/organize", args)])
+    (e1, first), (e2, repeat), (e5, refused) = _run(
+        served,
+        "a",
+        [("objects/organize", args), ("objects/organize", args), ("objects/organize", {**args, "scope": "other"})],
+    )
     assert not e1 and not e2, (first, repeat)
+    assert e5 and "field 'request_id': " in refused and "was used for another request" in refused, refused
     assert (first["world_id"], first["mode"], first["scope"], first["status"]) == ("wa", "deep", "the zoo", "queued")
     assert first["objects_enabled"] is True
     assert first["replayed"] is False and repeat == {**first, "replayed": True}

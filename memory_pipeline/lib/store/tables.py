@@ -195,4 +195,5 @@ request_ids = Table(
     Column("request_id", ID, primary_key=True),
     Column("result", JSON, nullable=False),
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
+    Column("fingerprint", String(64)),  # of the request's arguments (migration 0034; null: recorded before)
 )
