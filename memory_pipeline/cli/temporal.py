@@ -37,7 +37,9 @@ def _materialize(
 ) -> OperationReport:
     """One operation (a run per contiguous range), with a progress bar and its report printed."""
     from memory_pipeline import operations
+    from memory_pipeline.temporal import config as temporal_config
 
+    temporal_config.load()  # a bad setting is one line now (ConfigError), not a run that fails on it
     try:
         as_of, worlds = operations.check_as_of(as_of), operations.check_worlds(worlds)  # before any run
         if worlds:  # a run limited to a world never ingested would do nothing and say ok

@@ -46,6 +46,16 @@ def test_a_store_that_does_not_answer_is_one_line_naming_the_variable_without_it
     assert "did not answer" in said and "hunter22" not in said and "Traceback" not in said
 
 
+def test_a_bad_temporal_setting_is_refused_before_any_run(tmp_path):
+    """It used to launch the run, which failed on the setting and was recorded as a failed run."""
+    cfg = tmp_path / "memory.yaml"
+    cfg.write_text('memory:\n  temporal_summary:\n    enabled: "no"\n')
+    bad = _run(tmp_path, "regenerate", "day", "2025-12-02", MEMORY_CONFIG_FILE=str(cfg))
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert _lines(bad.stderr) == [f"{cfg}: memory.temporal_summary.enabled: expected bool, got str 'no'"]
+    assert "run " not in bad.stdout and not (tmp_path / "dagster_home").exists()
+
+
 def test_a_search_path_naming_no_schema_is_one_line_not_a_traceback(tmp_path):
     url = "postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3Dno_such_schema_here"
     missing = _run(tmp_path, "status", MEMORY_DATABASE_URL=url)
