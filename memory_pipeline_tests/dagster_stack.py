@@ -136,9 +136,10 @@ def tail(path: Path, lines: int = 60) -> str:
     return "\n".join(content[-lines:])
 
 
-def spawn_logged(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+def spawn_logged(cmd: list[str], env: dict[str, str], log_path: Path, **popen: Any) -> subprocess.Popen:
     """``cmd`` from the checkout, its output to ``log_path``, in a session of its own: its process
-    group (code servers, run workers, a Celery worker's children) is ended as one."""
+    group (code servers, run workers, a Celery worker's children) is ended as one. ``popen``: any
+    other Popen argument (a ``preexec_fn``)."""
     with open(log_path, "wb") as log:
         return subprocess.Popen(
             cmd,
@@ -148,6 +149,7 @@ def spawn_logged(cmd: list[str], env: dict[str, str], log_path: Path) -> subproc
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            **popen,
         )
 
 

@@ -21,6 +21,7 @@ from dagster import DagsterInstance, execute_job, reconstructable
 from memory_pipeline.lib.settings import REPO_ROOT
 from memory_pipeline_tests.celery_probe import celery_probe
 from memory_pipeline_tests.conftest import REDIS_URL
+from memory_pipeline_tests.dagster_stack import spawn_logged
 
 BIN = Path(sys.executable).parent
 WARNING = 'celery queue "dagster": no consumer'
@@ -88,16 +89,9 @@ def test_a_queue_without_consumer_is_named_at_launch_and_the_worker_keeps_the_br
 
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
         log = tmp_path / "worker.log"
-        with open(log, "wb") as out:
-            worker = subprocess.Popen(
-                [str(BIN / "memory-pipeline"), "celery-worker", "-n", "probe-1", "--concurrency", "1"],
-                cwd=REPO_ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        worker = spawn_logged(
+            [str(BIN / "memory-pipeline"), "celery-worker", "-n", "probe-1", "--concurrency", "1"], env, log
+        )
         thread.join(timeout=240)
         assert not thread.is_alive(), log.read_text(errors="replace")[-3000:]
         assert box == {"success": True, "run_id": run_id}

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from memory_pipeline.lib.processes import ProcessInfo, processes
 from memory_pipeline.lib.settings import REPO_ROOT
-from memory_pipeline_tests.dagster_stack import WORKSPACE, StackError, free_port, tail
+from memory_pipeline_tests.dagster_stack import WORKSPACE, StackError, free_port, spawn_logged, tail
 
 pytestmark = pytest.mark.e2e
 
@@ -59,17 +58,8 @@ def test_make_ui_starts_without_warnings_and_one_sigterm_stops_every_process(tmp
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONUNBUFFERED="1")
     command = ["make", "--no-print-directory", "-o", venv_stamp(), "ui"]
     command += [f"UI_PORT={port}", f"MEMORY_DATA_DIR={tmp_path / 'data'}"]
-    with open(log, "wb") as out:
-        make = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its session id is make's pid: every process it starts
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `make ui &` in a script
-        )
+    # its session id is make's pid: every process it starts; SIGINT ignored as `make ui &` in a script
+    make = spawn_logged(command, env, log, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + 300
         while True:
