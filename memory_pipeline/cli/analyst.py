@@ -132,10 +132,12 @@ def export(
     marts: Dagster runs, as the automation would. Without --to, the one day --from."""
     from memory_pipeline import operations
 
+    # Without --to the range is the --from day alone: a message about its end names --from.
+    labels = ("--from", "--to" if end else "--from")
     end = end or start
     files = analytics_files()  # a bad memory.analyst setting is refused before any run, not after the first
     try:
-        keys, _ = operations.partition_keys("exports", start, end)  # refuse a bad range before any run
+        keys, _ = operations.partition_keys("exports", start, end, labels)  # refuse a bad range before any run
         steps = export_steps(start, end, marts)
         console.print(f"export {start}..{end}: {len(keys)} day(s), {len(steps)} run(s)")
         with progress_bar() as progress:

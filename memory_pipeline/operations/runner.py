@@ -123,7 +123,7 @@ def partition_keys(
             except Exception:  # noqa: BLE001 - re-raised with the expected format
                 canonical = None
             if canonical != value:  # keys compare as strings: 2026-1-5 must be written 2026-01-05
-                raise RangeError(f"{label} {value!r} is not a {window} partition key (one such as {keys[-1]!r})")
+                raise RangeError(f"{label} {value!r} is not a partition key of {window} (one such as {keys[-1]!r})")
     lo = start or keys[0]
     hi = end or keys[-1]
     if hi < keys[0]:

@@ -110,3 +110,18 @@ def test_an_llm_failure_is_one_line_on_the_console(env, monkeypatch):
     assert "openai/fake-model failed for day after 2 attempt(s)" in flat and "scripted 500" in flat
     assert "DagsterExecutionStepExecutionError" not in flat  # the cause, not Dagster's wrapper
     assert len(result.output.splitlines()) <= 8, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--from", "2021-12-31"], "--from 2021-12-31 is before the first partition 2022-01-01"),  # no --to given
+        (["--from", "2021-12-30", "--to", "2021-12-31"], "--to 2021-12-31 is before the first partition 2022-01-01"),
+        (["--from", "2026-7-17"], "--from '2026-7-17' is not a partition key of exports (one such as '"),
+    ],
+)
+def test_a_bad_export_range_names_the_option_given(env, args, message):
+    result = runner.invoke(app, ["export", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output.replace("\n", " "), result.output
+    assert not (env / "out" / "analytics.duckdb").exists()  # refused before any run

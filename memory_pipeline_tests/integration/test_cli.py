@@ -74,7 +74,7 @@ def test_operate_and_read_from_the_command_line(env):
     assert "already materialized and skipped" in result.output and "0 partition(s) requested" in result.output
     assert runner.invoke(app, ["regenerate", "day", "2026-07-17"]).exit_code == 0
     bad_key = runner.invoke(app, ["regenerate", "month", "2026-13"])
-    assert bad_key.exit_code == 2 and "is not a month partition key" in bad_key.output
+    assert bad_key.exit_code == 2 and "is not a partition key of month" in bad_key.output
     open_month = runner.invoke(app, ["regenerate", "day", "2099-01-01"])  # never a future partition
     assert open_month.exit_code == 2 and "empty range: partition 2099-01-01 is after the last day partition" in (
         " ".join(open_month.output.split())
@@ -160,7 +160,7 @@ def test_bad_options_are_refused_before_anything_runs(env):
             "(nothing is partitioned before MEMORY_PARTITION_START)",
         ),
         (["regenerate", "year", "2019"], "empty range: partition 2019 is before the first partition 2022"),
-        (["regenerate", "day", "2026-02-30"], "partition '2026-02-30' is not a day partition key (one such as '"),
+        (["regenerate", "day", "2026-02-30"], "partition '2026-02-30' is not a partition key of day (one such as '"),
     ]
     for args, message in cases:
         result = runner.invoke(app, args)
