@@ -182,6 +182,12 @@ def parse_timestamp(value: Any) -> datetime:
 Problems = list[tuple[str, str]]
 
 
+# Conversations the project writes itself: an objects "organize now" request is recorded in the
+# world's ``memory-requests#...`` conversation, never organized (debug). Ingest refuses these ids, so
+# no file can put another world's messages there or take the conversation before its world does.
+RESERVED_CONVERSATION_PREFIX = "memory-requests#"
+
+
 def _check_ids(obj: Event) -> Problems:
     out = []
     for name in ID_FIELDS:
@@ -189,6 +195,14 @@ def _check_ids(obj: Event) -> Problems:
         problem = "missing" if value in (None, "") else validate_id(value)
         if problem:
             out.append((name, problem))
+    cid = obj.get("conversation_id")
+    if isinstance(cid, str) and cid.startswith(RESERVED_CONVERSATION_PREFIX):
+        out.append(
+            (
+                "conversation_id",
+                f"{shown(cid)}: ids starting {RESERVED_CONVERSATION_PREFIX!r} are reserved for the requests the project records",
+            )
+        )
     return out
 
 
@@ -427,6 +441,8 @@ def _fast_row(obj: Any, pos: int, source: str, latest: datetime) -> staging.Row 
     if not (type(mid) is str and type(wid) is str and type(cid) is str and type(role) is str):
         return None
     if role not in ROLES or not (_ID_FULL(mid) and _ID_FULL(wid) and _ID_FULL(cid)):
+        return None
+    if cid.startswith(RESERVED_CONVERSATION_PREFIX):
         return None
     if get("tool_calls") is not None:
         return None

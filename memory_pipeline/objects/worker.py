@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, case, delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 
+from memory_pipeline.events.ingest import RESERVED_CONVERSATION_PREFIX
 from memory_pipeline.lib import ids
 from memory_pipeline.lib.llm import LLMRequest, LLMResult
 from memory_pipeline.lib.llm.client import LLMHardFailure, LLMProviderDown
@@ -190,8 +191,8 @@ REQUEST_SOURCE = "memory_organize"
 
 
 def request_conversation_id(world: str) -> str:
-    cid = f"memory-requests#{world}"
-    return cid if len(cid) <= ids.MAX_ID_CHARS else f"memory-requests#{short_hash([world], 32)}"
+    cid = f"{RESERVED_CONVERSATION_PREFIX}{world}"
+    return cid if len(cid) <= ids.MAX_ID_CHARS else f"{RESERVED_CONVERSATION_PREFIX}{short_hash([world], 32)}"
 
 
 def _record_request(conn: Any, octx: ObjectsContext, world: str, arguments: dict[str, Any], jobs: list[int]) -> str:
@@ -220,6 +221,18 @@ def _record_request(conn: Any, octx: ObjectsContext, world: str, arguments: dict
         keys=["conversation_id"],
         update=["updated_at"],  # a new message in it: what recall's index watches (recall.search)
     )
+    # Ingest refuses the reserved ids; a row stored before it did may belong to another world or
+    # be organized (not debug): the request would then be that world's memory material.
+    owner = conn.execute(
+        select(conversations.c.world_id, conversations.c.platform, conversations.c.debug).where(
+            conversations.c.conversation_id == cid
+        )
+    ).one()
+    if tuple(owner) != (world, REQUEST_PLATFORM, True):
+        raise RequestError(
+            f"world: the request conversation {cid!r} is stored with (world, platform, debug) {tuple(owner)}, "
+            f"not ({world!r}, {REQUEST_PLATFORM!r}, True): nothing recorded"
+        )
     event_id = f"memory-request#{uuid.uuid4().hex}"
     said = ", then ".join(f"{m}" for m in arguments["modes"])
     conn.execute(

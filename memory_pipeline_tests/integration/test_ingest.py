@@ -80,6 +80,12 @@ BAD_CASES = [
     ),
     ("role", _with(role="narrator"), "role", "unknown role 'narrator' (expected one of assistant, system, tool, user)"),
     ("role type", _with(role=["user"]), "role", "must be a string, got array"),
+    (  # the objects domain records a world's "organize now" requests there (debug, never organized)
+        "reserved conversation",
+        _with(conversation_id="memory-requests#w2"),
+        "conversation_id",
+        "'memory-requests#w2': ids starting 'memory-requests#' are reserved for the requests the project records",
+    ),
     ("empty timestamp", _with(timestamp=""), "timestamp", "empty (leave it out, or null, when the time is unknown)"),
     (
         "bad timestamp",

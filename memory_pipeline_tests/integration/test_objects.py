@@ -17,7 +17,7 @@ from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.llm.client import LLMHardFailure
 from memory_pipeline.lib.store import leases
 from memory_pipeline.lib.store.requests import RequestConflict
-from memory_pipeline.lib.store.tables import llm_ledger, messages, partition_leases
+from memory_pipeline.lib.store.tables import conversations, llm_ledger, messages, partition_leases
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.objects import graph, logic, offline_rules, projection, recall, reports, timeline, worker
 from memory_pipeline.objects.config import ObjectsConfig
@@ -709,8 +709,6 @@ def test_compact_gets_only_its_nodes_and_one_submit_tool(store, ingest, monkeypa
 
 
 def test_organize_now_records_the_request_compacts_first_then_organizes(store, ingest):
-    from memory_pipeline.lib.store.tables import conversations
-
     octx = octx_for(store, compact_threshold_tokens=100_000)
     ids = add(ingest, [f"greenhouse tomatoes note {i}" for i in range(20)])  # not yet in the hot timeline
     raw_before = count(store, messages)
@@ -753,6 +751,27 @@ def test_organize_now_records_the_request_compacts_first_then_organizes(store, i
     assert [r["replayed"] for r in again] == [True, True]
     assert [r["job_id"] for r in again] == [r["job_id"] for r in receipts]
     assert count(store, messages) == raw_before + 1
+
+
+def test_a_request_conversation_another_world_holds_is_refused_and_nothing_is_recorded(store, ingest):
+    """Ingest refuses the reserved ids; a conversation stored before it did, held by another world (or
+    not debug), would make the request that world's memory material: refused, no job, no message."""
+    octx = octx_for(store)
+    add(ingest, ["greenhouse tomatoes"])
+    add(ingest, ["harbor invoice"], world="w2", conv="c2")
+    with store.begin() as conn:  # as an ingest before the reservation stored it
+        conn.execute(
+            conversations.insert().values(
+                conversation_id=worker.request_conversation_id(W), world_id="w2", platform="discord", debug=False
+            )
+        )
+    raw_before = count(store, messages)
+    with pytest.raises(worker.RequestError) as refused:
+        worker.organize_now(octx, W, "the garden", token="now-00002")
+    assert f"'memory-requests#{W}' is stored with (world, platform, debug) ('w2', 'discord', False)" in str(
+        refused.value
+    )
+    assert count(store, messages) == raw_before and count(store, objects_jobs) == 0
 
 
 def test_an_explicit_organize_waits_for_the_explicit_compact_before_it(store, ingest):
