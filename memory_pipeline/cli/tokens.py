@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from memory_pipeline.cli.console import console, err, open_store, refuse
+from memory_pipeline.lib.ids import validate_id
 
 app = typer.Typer(no_args_is_help=True, help="Bearer tokens of the memory server: create, list, revoke.")
 
@@ -27,6 +28,9 @@ def create(
 
     if all_worlds and world:
         refuse("--all-worlds or --world, not both")
+    for w in world:  # '*' is how the store writes --all-worlds, never a world a --world may name
+        if problem := validate_id(w):
+            refuse(f"--world {w!r}: {problem}; --all-worlds grants every world")
     worlds = [ALL_WORLDS] if all_worlds else world
     try:
         made, token = tokens.create(open_store(), worlds, read_only=read_only, name=name)

@@ -83,6 +83,7 @@ def test_revoke_refuses_the_token_and_keeps_its_name(env, store):
         (["--world", "a:b"], "world 'a:b'"),
         (["--world", "w1", "--name", "has space"], "name 'has space'"),
         (["--world", "w1", "--all-worlds"], "not both"),
+        (["--world", "*"], "--world '*': character '*' at position 0 is not allowed"),  # --all-worlds grants that
     ],
 )
 def test_bad_input_exits_2_and_writes_nothing(env, store, args, problem):
