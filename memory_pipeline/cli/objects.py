@@ -402,8 +402,12 @@ def inspect_object(
     world: str = typer.Option(..., "--world"),
 ) -> None:
     """One object's dossier with relations and sources paged (next_offset continues)."""
-    from memory_pipeline.objects import recall
+    from memory_pipeline.objects import logic, recall
 
+    try:
+        logic.parse_object_id(object_id, "ID")
+    except logic.SubmissionError as exc:
+        refuse(str(exc))
     store = open_store()
     doc = recall.object_view(store, known_world(world, store), object_id, _offset(offset))
     if doc is None:

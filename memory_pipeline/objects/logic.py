@@ -361,7 +361,9 @@ def fit_result(result: Mapping[str, Any], left: int, budget: int, offset: int = 
 
 
 # --- objects, relations, graph writes ------------------------------------------------------------
-_KEY = re.compile(r"^[^\s:/\\#?*\[\]\x00-\x1f]{1,96}$")
+# fullmatch: "$" alone matches before a final newline. Control characters (C0, DEL, C1) and lone
+# surrogates (which no UTF-8 store or JSON answer can carry) are never part of a key.
+_KEY = re.compile(r"[^\s:/\\#?*\[\]\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,96}")
 # Secrets look like provider keys, tokens, private keys or password assignments, or a long
 # unbroken run of letters and digits mixing classes (entropy). A reference names where the secret
 # lives ("1Password: GitHub deploy key"), never the secret itself. A placeholder ("password:
@@ -404,9 +406,11 @@ def parse_object_id(value: Any, where: str) -> tuple[ObjectType, str]:
         otype = ObjectType(kind)
     except ValueError:
         raise SubmissionError(where, f"unknown type {kind!r} (types: {', '.join(ObjectType)})") from None
-    if not _KEY.match(key):
+    if not _KEY.fullmatch(key):
         raise SubmissionError(
-            where, f"key {_shown(key)} must be 1-96 characters without spaces, ':', '/', '#', '?', '*', brackets"
+            where,
+            f"key {_shown(key)} must be 1-96 characters without spaces, control characters, "
+            "':', '/', '#', '?', '*', brackets",
         )
     return otype, key
 

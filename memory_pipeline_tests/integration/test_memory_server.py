@@ -626,6 +626,8 @@ INVALID = [
     ("objects/evidence", "a", {"world": "wa", "id": "person:zebra", "cursor": "bm9wZQ"}, "field 'cursor': not a"),
     ("objects/evidence", "a", {"world": "wa", "id": "person:zebra", "limit": 101}, "field 'limit': must be 1-100"),
     ("objects/evidence", "a", {"world": "wa", "id": "place:"}, "field 'id'"),
+    ("objects/evidence", "a", {"world": "wa", "id": "person:zebra\n"}, "field 'id': key 'zebra\\n' must be"),
+    ("objects/read", "a", {"world": "wa", "id": "person:zeb\x7fra"}, "field 'id': key 'zeb\\x7fra' must be"),
     ("objects/status", "a", {}, "field 'world': is required"),
     ("objects/status", "a", {"world": "wa", "verbose": True}, "field 'verbose': unknown argument"),
     ("objects/organize", "a", {"world": "wa"}, "field 'request_id': is required"),

@@ -148,6 +148,10 @@ def test_the_cli_refuses_bad_input_naming_the_argument(store, ingest, monkeypatc
         (["objects", "inspect", "events", "2026-01-01T00:00:00+08:00", "2026-01-02"], "TO '2026-01-02'"),
         (["objects", "inspect", "object", "person:x", "abc", "--world", "w1"], "OFFSET"),
         (["objects", "read", "w1", "nocolon"], "memory_read.id"),
+        # a byte the shell passed undecoded (argv's surrogate escape) was a traceback from the store
+        (["objects", "read", "w1", "knowledge:gar\udcff"], "memory_read.id: key 'gar\\udcff' must be"),
+        (["objects", "evidence", "w1", "knowledge:gar\udcff"], "memory_evidence.id: key 'gar\\udcff'"),
+        (["objects", "inspect", "object", "knowledge:gar\udcff", "--world", "w1"], "ID: key 'gar\\udcff'"),
         (["objects", "find", "w1", " "], "memory_find.query"),
         (["objects", "organize", "w1", "--now", "--mode", "compact"], "mode"),
         (["objects", "organize", "w1", "--now", "--token", "x y"], "token"),

@@ -35,6 +35,18 @@ def obj(oid="person:qhy", **kw):
     return {"id": oid, "name": "QHY", **kw}
 
 
+@pytest.mark.parametrize(
+    "key", ["garden\n", "gar\nden", "a\x7f", "a\x85", "\ud800", "gar\udcffden", "a b", "a/b", "k" * 97]
+)
+def test_an_object_key_with_a_control_character_or_lone_surrogate_is_refused(key):
+    """A trailing newline made a near-duplicate object; a lone surrogate reached the store (an
+    internal error) and the answer (which could not be serialized)."""
+    with pytest.raises(SubmissionError) as refused:
+        logic.parse_object_id(f"knowledge:{key}", "id")
+    assert "must be 1-96 characters without spaces, control characters" in str(refused.value)
+    assert logic.parse_object_id("knowledge:番茄-garden.v2", "id")[1] == "番茄-garden.v2"
+
+
 def test_the_seed_numbers():
     assert (logic.EVENT_MAX_CHARS, logic.SLICE_MAX_CHARS, logic.COMPACT_BATCH_MAX) == (32_000, 2_000, 8)
     assert (logic.PAGE_MAX_CHARS, logic.PAGE_MIN_CHARS) == (8_000, 256)
