@@ -57,7 +57,8 @@ def locomo(
         )
     if report.failed_runs:
         for r in report.failed_runs:
-            err.print(f"[red]run failed: {escape(r.name)} {r.run_id[:8]}: {escape(r.error)}[/]")
+            how = "degraded" if r.success else "failed"
+            err.print(f"[red]run {how}: {escape(r.name)} {r.run_id[:8]}: {escape(r.error)}[/]")
         err.print("[red]the table measures memory that some runs did not build[/]")
         raise typer.Exit(1)
 
@@ -77,7 +78,8 @@ def print_report(report: EvalReport) -> None:
     console.print(
         f"{report.questions} questions over {report.worlds} world(s), {report.days} candidate days; left out: {left}\n"
         f"LLM: {report.llm_calls} calls, {report.tokens_in:,} tokens in, {report.tokens_out:,} out, cost {cost}\n"
-        f"{len(report.runs)} Dagster runs ({len(report.failed_runs)} failed) in {report.directory / 'dagster_home'}; "
+        f"{len(report.runs)} Dagster runs ({sum(not r.success for r in report.runs)} failed, "
+        f"{sum(r.success and r.degraded for r in report.runs)} degraded) in {report.directory / 'dagster_home'}; "
         f"store {escape(report.store_url)}\n"
         f"wall time {report.wall_seconds:.0f} s; run id {report.run_id}"
     )

@@ -69,6 +69,7 @@ class DagsterRun:
     success: bool
     seconds: float
     error: str = ""
+    degraded: bool = False  # it succeeded, but some of its work failed (its metadata says which)
 
 
 @dataclass
@@ -95,7 +96,8 @@ class EvalReport:
 
     @property
     def failed_runs(self) -> list[DagsterRun]:
-        return [r for r in self.runs if not r.success]
+        """The runs that failed, and those that succeeded degraded: either built less memory."""
+        return [r for r in self.runs if not r.success or r.degraded]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -155,6 +157,7 @@ def run_locomo(
     twice = sorted({s for s in stems if stems.count(s) > 1})
     if twice:
         raise EvalError(f"two files would make the same world {twice[0]!r} (file names must differ)")
+    _check_domains_on()
     tz = ZoneInfo(settings.timezone_name())
     checked = _checked_files(files, tz)  # every file read before anything is written
     model = model or settings.env(settings.ENV_LLM_MODEL) or settings.OFFLINE_MODEL
@@ -174,6 +177,27 @@ def run_locomo(
         except SQLAlchemyError as exc:  # the measurement stands in the run's store; say where it is not
             report.not_recorded = f"{masked(project_url)}: {type(exc).__name__}: {exc}"
     return report
+
+
+def _check_domains_on() -> None:
+    """EvalError when the configuration turns a measured domain off: its index would hold no memory
+    and score as the random order, recorded as if measured."""
+    from memory_pipeline.conversation import config as conversation_config
+    from memory_pipeline.objects import config as objects_config
+    from memory_pipeline.sleep import config as sleep_config
+    from memory_pipeline.temporal import config as temporal_config
+
+    for section, cfg in (
+        ("temporal_summary", temporal_config.load()),
+        ("sleep", sleep_config.load()),
+        ("objects", objects_config.load()),
+        ("conversation", conversation_config.load()),
+    ):
+        if not cfg.enabled:
+            raise EvalError(
+                f"memory.{section}.enabled is false in the configuration: the eval measures every domain's "
+                "memory (turn it on for the eval)"
+            )
 
 
 @contextmanager
@@ -297,6 +321,12 @@ def _checked_files(files: list[Path], tz: ZoneInfo) -> list[tuple[Path, list[dic
         except QuestionError as exc:
             raise EvalError(str(exc)) from exc
         out.append((path, events))
+    # The questions the build will measure, from the turns it will import: none is no measurement.
+    days = {e["message_id"]: e["at"].astimezone(tz).date() for _, events in out for e in events if e["at"]}
+    left_out: Counter[str] = Counter()
+    if not sum(len(questions(path, days, left_out)) for path, _ in out):
+        why = ", ".join(f"{n} {reason}" for reason, n in left_out.items()) or "no question in the files"
+        raise EvalError(f"no question to measure recall with (left out: {why})")
     return out
 
 
@@ -359,11 +389,19 @@ def _run_domains(
         result = defs.resolve_job_def(name).execute_in_process(
             instance=instance, run_config={**(config or {}), **QUIET}, raise_on_error=False
         )
-        error = ""
+        error, degraded = "", False
         if not result.success:
             failures = [e for e in result.all_events if e.is_step_failure]
             error = error_line(failures[0].step_failure_data.error) if failures else "run failed"
-        report.runs.append(DagsterRun(name, result.run_id, result.success, time.monotonic() - t0, error))
+        for ev in result.get_asset_materialization_events():
+            meta = {k: v.value for k, v in ev.step_materialization_data.materialization.metadata.items()}
+            if meta.get("degraded") is True:  # the objects worker's: failed claims, jobs or blocked events
+                degraded = True
+                error = error or (
+                    f"degraded: {meta.get('failed_claims')} failed claim(s), {meta.get('jobs_failed')} job(s) "
+                    f"failed, {meta.get('blocked_events')} event(s) blocked"
+                )
+        report.runs.append(DagsterRun(name, result.run_id, result.success, time.monotonic() - t0, error, degraded))
         return result.success
 
     say("objects: compaction and organize")

@@ -20,6 +20,7 @@ from typing import Any
 from memory_pipeline.events.ingest import source_label
 from memory_pipeline.events.locomo import load_document
 from memory_pipeline.recall.metric import Question
+from memory_pipeline.recall.search import QUERY_MAX_CHARS
 
 ADVERSARIAL = 5
 _DIA = re.compile(r"D(\d+):(\d+)")
@@ -48,6 +49,14 @@ def read_qa(path: Path) -> list[dict[str, Any]]:
     for i, item in enumerate(qa):
         if not isinstance(item, dict) or not isinstance(item.get("question"), str):
             raise QuestionError(f"{source}:$.qa[{i}].question: expected a string")
+        if not item["question"].strip() or len(item["question"]) > QUERY_MAX_CHARS:
+            raise QuestionError(
+                f"{source}:$.qa[{i}].question: expected 1 to {QUERY_MAX_CHARS:,} characters, not blank "
+                f"(it is a memory_search query), got {len(item['question'])}"
+            )
+        category = item.get("category")
+        if category is not None and (isinstance(category, bool) or not isinstance(category, int)):
+            raise QuestionError(f"{source}:$.qa[{i}].category: expected an integer, got {_shown(category)}")
         evidence = item.get("evidence", [])
         if not isinstance(evidence, list):
             raise QuestionError(

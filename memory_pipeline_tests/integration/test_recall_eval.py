@@ -218,6 +218,46 @@ def test_evidence_that_is_not_a_list_of_dia_ids_is_refused_before_any_domain_is_
         assert conn.execute(select(recall_eval_runs)).first() is None  # nothing recorded either
 
 
+def test_nothing_to_measure_is_refused_before_any_domain_is_built(project, tmp_path, monkeypatch):
+    """An eval that cannot measure says so up front: no question left to ask (all adversarial, or
+    evidence naming no turn), or a domain the configuration turns off (its index would hold no
+    memory and score as the random order, recorded as a measurement)."""
+    doc = _doc()
+    doc["qa"] = [q for q in doc["qa"] if q["category"] == 5] + [{"question": "Who?", "evidence": ["D9:9"]}]
+    with pytest.raises(
+        EvalError,
+        match=r"no question to measure recall with \(left out: 1 category 5 \(adversarial\), "
+        r"1 evidence names no imported turn\)",
+    ):
+        run_locomo([write_locomo(tmp_path, doc, "26.json")], directory=tmp_path / "run")
+    good = write_locomo(tmp_path, _doc(), "30.json")
+    config = tmp_path / "off.yaml"
+    config.write_text("memory:\n  objects:\n    enabled: false\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    with pytest.raises(EvalError, match=r"memory\.objects\.enabled is false in the configuration"):
+        run_locomo([good], directory=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with project.connect() as conn:
+        assert conn.execute(select(recall_eval_runs)).first() is None
+
+
+def test_a_run_that_succeeded_degraded_counts_against_the_measurement(project, tmp_path, monkeypatch):
+    """The objects worker's run stands when its batches fail (the failed ones are retried later) but
+    says so (``degraded``): the eval counts it with the failed runs, never as clean memory."""
+    monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
+    config = tmp_path / "small.yaml"  # the few turns are over the threshold: compaction calls the model
+    config.write_text("memory:\n  objects:\n    compact_threshold_tokens: 20\n    retry_backoff_seconds: 0\n")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    report = run_locomo([write_locomo(tmp_path, _doc(), "26.json")], model="nowhere/no-model", directory=tmp_path / "r")
+    degraded = [r for r in report.runs if r.success and r.degraded]
+    assert degraded and {r.name for r in degraded} <= {"objects_compaction_job", "objects_organize_job"}
+    assert all(r.error.startswith("degraded: ") and "failed claim(s)" in r.error for r in degraded)
+    assert set(map(id, degraded)) <= set(map(id, report.failed_runs))
+    with project.connect() as conn:
+        (failed,) = conn.execute(select(recall_eval_runs.c.failed_runs)).one()
+    assert any(": degraded: " in line for line in failed)
+
+
 def test_a_store_that_cannot_be_opened_is_refused_by_name(project, tmp_path):
     path = write_locomo(tmp_path, _doc(), "26.json")
     url = "postgresql+psycopg2://nobody:secret@127.0.0.1:1/none"

@@ -154,3 +154,13 @@ def test_a_file_without_questions_is_refused_by_name(tmp_path):
     bad = _locomo(tmp_path, [{"question": 3}], "41.json")
     with pytest.raises(QuestionError, match=r"41.json:\$\.qa\[0\]\.question: expected a string"):
         questions(bad, {})
+    # a question is a memory_search query: blank or too long failed that search after the whole build
+    for text in ("", "  ", "x" * 2001):
+        bad = _locomo(tmp_path, [{"question": "ok?", "evidence": ["D1:1"]}, {"question": text}], "42.json")
+        with pytest.raises(QuestionError, match=r"42.json:\$\.qa\[1\]\.question: expected 1 to 2,000 characters"):
+            questions(bad, {})
+    # a category that is not an integer: "5" was measured as if it were not the adversarial 5
+    for category in ("5", 5.0, True):
+        bad = _locomo(tmp_path, [{"question": "ok?", "evidence": ["D1:1"], "category": category}], "43.json")
+        with pytest.raises(QuestionError, match=r"43.json:\$\.qa\[0\]\.category: expected an integer"):
+            questions(bad, {})
