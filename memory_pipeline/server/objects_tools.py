@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memory_pipeline.lib.store.requests import RequestConflict
 from memory_pipeline.objects import logic, recall, reports
 from memory_pipeline.server import paging
 from memory_pipeline.server.auth import require_text, require_world
@@ -156,6 +157,8 @@ def register_writes(reg: ToolRegistry, tower: Tower) -> None:
         except worker.RequestError as exc:
             field, _, problem = str(exc).partition(": ")
             raise TowerInputError(field, problem) from None
+        except RequestConflict:
+            raise RequestConflict(request_id) from None  # the caller's id, not the domain's token
         # Off, the job stays queued until memory.objects.enabled is true (as `objects organize` warns).
         return {"world": world, **receipt, "objects_enabled": octx.cfg.enabled}
 

@@ -153,7 +153,8 @@ def test_organize_queues_one_job_per_request_id_and_calls_no_model(served):
         [("objects/organize", args), ("objects/organize", args), ("objects/organize", {**args, "scope": "other"})],
     )
     assert not e1 and not e2, (first, repeat)
-    assert e5 and "field 'request_id': " in refused and "was used for another request" in refused, refused
+    # the caller's id, not the domain's per-world token for it
+    assert e5 and "field 'request_id': 'org-1' was used for another request" in refused, refused
     assert (first["world_id"], first["mode"], first["scope"], first["status"]) == ("wa", "deep", "the zoo", "queued")
     assert first["objects_enabled"] is True
     assert first["replayed"] is False and repeat == {**first, "replayed": True}
