@@ -6,7 +6,6 @@ import sys
 import warnings
 
 import typer
-from rich.markup import escape
 
 from memory_pipeline.cli import (
     analyst,
@@ -23,7 +22,7 @@ from memory_pipeline.cli import (
     tower,
     workers,
 )
-from memory_pipeline.cli.console import console, err
+from memory_pipeline.cli.console import console, err, escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(events.app)

@@ -9,10 +9,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, progress_bar, refuse
+from memory_pipeline.cli.console import console, err, escape, progress_bar, refuse
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance

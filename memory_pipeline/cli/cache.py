@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, open_store
+from memory_pipeline.cli.console import console, err, escape, open_store
 
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store

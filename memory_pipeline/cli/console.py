@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:  # the CLI imports the domains lazily: a command loads only what it runs
@@ -16,6 +16,16 @@ if TYPE_CHECKING:  # the CLI imports the domains lazily: a command loads only wh
     from memory_pipeline.lib.store import Store
 
 T = TypeVar("T")
+
+# Control characters other than newline and tab, shown as \xNN: text an agent or a file stored (an
+# ESC sequence, a carriage return) is printed, never allowed to drive the operator's terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))}
+
+
+def escape(value: str) -> str:
+    """``value`` for rich's markup: its '[' escaped and its control characters shown as \\xNN."""
+    return markup_escape(value.translate(_CONTROLS))
+
 
 # Off a terminal (pipes, CI, files) rich would wrap at 80 columns; keep lines whole there.
 _WIDTH = None if os.isatty(1) else 200

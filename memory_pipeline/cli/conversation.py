@@ -9,10 +9,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, open_store, refuse
+from memory_pipeline.cli.console import console, err, escape, open_store, refuse
 
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store

@@ -222,8 +222,7 @@ def _sleep_step(console: Console, instance: DagsterInstance, store: Store) -> bo
 
 
 def _print_sleep_results(console: Console, store: Store) -> None:
-    from rich.markup import escape
-
+    from memory_pipeline.cli.console import escape
     from memory_pipeline.cli.conversation import print_conversation_status
     from memory_pipeline.cli.sleep import print_sleep_status
     from memory_pipeline.conversation.config import ConversationConfig
@@ -350,9 +349,8 @@ def _tower_step(console: Console, store: Store, instance: DagsterInstance) -> bo
     """Seed 004 on the sample: a work log of the sample's last two weeks (one entry per world as a
     project per day), then the structural windows of every day (the activity type is fed from the
     conversation messages), the week windows, and the worklog's day and week summaries, as runs."""
-    from rich.markup import escape
-
     from memory_pipeline import operations
+    from memory_pipeline.cli.console import escape
     from memory_pipeline.tower.api import Tower
     from memory_pipeline.tower.logic import Granularity, WindowQuery
 

@@ -10,10 +10,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, known_world, open_store, refuse
+from memory_pipeline.cli.console import console, err, escape, known_world, open_store, refuse
 
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store

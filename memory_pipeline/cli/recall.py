@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, refuse
+from memory_pipeline.cli.console import console, err, escape, refuse
 
 if TYPE_CHECKING:
     from memory_pipeline.operations.recall_eval import EvalReport

@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from memory_pipeline.cli.cache import note_pending_cache
-from memory_pipeline.cli.console import console, err, open_store, progress_bar, refuse
+from memory_pipeline.cli.console import console, err, escape, open_store, progress_bar, refuse
 from memory_pipeline.lib.store import world_ingested
 from memory_pipeline.lib.text import shown
 
@@ -312,7 +311,7 @@ def _no_redis() -> str:
 
 def print_view(view: TemporalView, timeline: list[dict[str, Any]], backend: str) -> None:
     console.rule(f"system prompt segment for {view.world_id} at {view.at.isoformat()} (cache: {backend})")
-    console.print(view.system_block or "(no roll cached: the block is skipped)", markup=False)
+    console.print(escape(view.system_block or "(no roll cached: the block is skipped)"))
     if view.system_truncated:
         console.print("[yellow]truncated to system_prompt_max_chars; Inbox warning written[/]")
     console.rule(f"timeline of {view.viewer_conversation_id or '(no viewer)'} with peer insertions")

@@ -4,10 +4,9 @@ server (`memory-pipeline serve`) accepts a request only with a token in force.""
 from __future__ import annotations
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, open_store, refuse
+from memory_pipeline.cli.console import console, err, escape, open_store, refuse
 from memory_pipeline.lib.ids import validate_id
 
 app = typer.Typer(no_args_is_help=True, help="Bearer tokens of the memory server: create, list, revoke.")

@@ -1,0 +1,32 @@
+"""What the command line prints of stored text: an agent's or a file's text (an ESC sequence, a
+carriage return, a bell) is shown, never sent to the operator's terminal as a control."""
+
+from __future__ import annotations
+
+import importlib
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+cli_console = importlib.import_module("memory_pipeline.cli.console")  # the package exports its Console as `console`
+
+CLI = Path(cli_console.__file__).resolve().parent
+
+
+def test_escape_shows_control_characters_and_keeps_newlines_and_tabs():
+    text = "ok\x07\x1b[31m red\r over\x7f\x9b2J [b]x[/b]\n\tnext"
+    shown = cli_console.escape(text)
+    out = io.StringIO()
+    Console(file=out, force_terminal=False, width=200).print(shown)
+    printed = out.getvalue()
+    assert not any(ord(c) < 0x20 and c not in "\n\t" or 0x7F <= ord(c) < 0xA0 for c in printed), repr(printed)
+    first, second = printed.splitlines()  # the newline kept (rich expands the tab)
+    assert first == "ok\\x07\\x1b[31m red\\x0d over\\x7f\\x9b2J [b]x[/b]"  # markup printed as text
+    assert second.strip() == "next"
+
+
+def test_every_command_escapes_through_the_console_module():
+    for path in CLI.glob("*.py"):
+        if path.name != "console.py":
+            assert "rich.markup" not in path.read_text(encoding="utf-8"), f"{path.name}: use cli.console.escape"
