@@ -95,15 +95,17 @@ def search(
     raw event ids it came from. Full-text ranking by the store's engine; never calls an LLM."""
     from zoneinfo import ZoneInfo
 
-    from memory_pipeline.cli.console import open_store
+    from memory_pipeline.cli.console import known_world, open_store
     from memory_pipeline.lib import settings
     from memory_pipeline.recall.search import SearchError, memory_search
     from memory_pipeline.tower import config as tower_config
 
     tz = ZoneInfo(settings.timezone_name())
 
+    store = open_store()
+    world = known_world(world, store, "WORLD")  # as every command naming a world refuses a mistyped one
     try:
-        hits = memory_search(open_store(), world, query, k, tz=tz, activity_type=tower_config.load().activity_type)
+        hits = memory_search(store, world, query, k, tz=tz, activity_type=tower_config.load().activity_type)
     except SearchError as exc:
         refuse(str(exc))
     if as_json:

@@ -47,10 +47,11 @@ from sqlalchemy.sql.elements import BindParameter, ColumnClause
 
 from memory_pipeline.conversation.tables import conversation_summaries
 from memory_pipeline.lib import settings
+from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store, watch, world_ingested
 from memory_pipeline.lib.store.db import insert_missing
 from memory_pipeline.lib.store.tables import conversations, messages
-from memory_pipeline.lib.text import COMMON_ZIPF, short_hash, zipf
+from memory_pipeline.lib.text import COMMON_ZIPF, short_hash, shown, zipf
 from memory_pipeline.lib.timeutil import day_start, local_date, utcnow
 from memory_pipeline.objects.tables import objects_attachments, objects_objects
 from memory_pipeline.recall.documents import Document, MemoryKind, world_documents
@@ -304,6 +305,8 @@ def search_page(
     documents match in all (the memory server's pages; 0 when ``count`` is false)."""
     if tz is None:
         tz = ZoneInfo(settings.timezone_name())
+    if problem := validate_id(world):  # before any query: a NUL was the driver's ValueError
+        raise SearchError(f"world {shown(world)}: {problem}")
     if not isinstance(query, str) or not query.strip():
         raise SearchError("query: must be a non-empty string")
     if len(query) > QUERY_MAX_CHARS:

@@ -298,6 +298,9 @@ def test_bad_input_is_refused_by_name(engine_store, tmp_path):
             _search(engine_store, "a", query, k)
     with pytest.raises(SearchError, match="world 'nobody': no such world"):
         _search(engine_store, "nobody", "pottery")
+    for bad in ("a\x00b", "bad world!", ""):  # a NUL was the PostgreSQL driver's bare ValueError
+        with pytest.raises(SearchError, match=r"world .*(not allowed|must not be empty)"):
+            _search(engine_store, bad, "pottery")
 
 
 def test_the_command_searches_one_world(store, tmp_path, monkeypatch):
@@ -313,6 +316,11 @@ def test_the_command_searches_one_world(store, tmp_path, monkeypatch):
     assert hits and all(set(h) == {"kind", "ref", "text", "start", "end", "event_ids", "score"} for h in hits)
     result = runner.invoke(app, ["search", "a", "marathon", "-k", "0"])
     assert result.exit_code == 2 and "k: must be an integer from 1 to 100" in result.output
+    # a world is refused as every command refuses it: a bad id names the rule (2), an unknown one 1
+    result = runner.invoke(app, ["search", "bad world!", "marathon"])
+    assert result.exit_code == 2 and "WORLD 'bad world!': character ' ' at position 3" in result.output
+    result = runner.invoke(app, ["search", "nope", "marathon"])
+    assert result.exit_code == 1 and "no such world 'nope': nothing has been ingested for it" in result.output
 
 
 def test_a_rolling_summary_covers_the_entries_the_conversation_domain_numbers(store, tmp_path):
