@@ -71,6 +71,11 @@ def _may_change_type(tower: Tower, grant: Grant, name: Any) -> None:
         return
     if t.builtin:
         raise AccessError(f"type {t.name!r}: built in, shared by every world: only an --all-worlds token changes it")
+    # Whose type it is decides first: the refusal of another's type never depends on who wrote to it.
+    if t.owner_worlds is None or not all(grant.holds(w) for w in t.owner_worlds):
+        raise AccessError(
+            f"type {t.name!r}: not created by this token's worlds: only its creator or an --all-worlds token changes it"
+        )
     if any(not grant.holds(g) for g in entries_io.groups_of(tower.store, t.name)):
         raise AccessError(f"type {t.name!r}: holds memory of a world this token does not hold")
 
@@ -131,8 +136,10 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         retention: str | None = None,
         summary_cap: str | None = None,
     ) -> dict[str, Any]:
+        grant = caller()
         return tower.create_type(
             name,
+            owner_worlds=None if grant.all_worlds else sorted(grant.worlds),
             description=description,
             chain=chain,
             summaries=summaries,

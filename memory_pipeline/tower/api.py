@@ -69,11 +69,13 @@ class Tower:
 
     # ---- types ------------------------------------------------------------------------------------
 
-    def create_type(self, name: Any, **fields: Any) -> dict[str, Any]:
+    def create_type(self, name: Any, owner_worlds: list[str] | None = None, **fields: Any) -> dict[str, Any]:
+        """``owner_worlds``: the server's, for a type a token of some worlds creates (only a token
+        holding them all changes it); None, the operator's."""
         allowed = {"description", "chain", "summaries", "group_field", "retention", "summary_cap"}
         if unknown := sorted(set(fields) - allowed):
             raise TowerInputError(unknown[0], f"unknown field (allowed: {', '.join(sorted(allowed))})")
-        return types_io.create(self.store, name, **fields).as_dict()
+        return types_io.create(self.store, name, owner_worlds=owner_worlds, **fields).as_dict()
 
     def list_types(self, include_archived: Any = False) -> list[dict[str, Any]]:
         if not isinstance(include_archived, bool):

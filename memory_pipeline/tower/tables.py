@@ -38,6 +38,9 @@ tower_types = Table(
     Column("group_field", String(64)),
     Column("retention", String(64)),  # declared, stored and shown; nothing deletes because of it
     Column("builtin", Boolean, nullable=False, default=False),
+    # The worlds of the scoped token that created it through the server: only a token holding them
+    # all changes or archives it. NULL: the operator's (an --all-worlds token, the CLI, the API).
+    Column("owner_worlds", JSON),
     Column("archived_at", UTCDateTime),  # delete archives: appends refused, recall still works
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc),

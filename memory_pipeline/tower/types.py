@@ -45,6 +45,7 @@ class MemoryType:
     archived_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    owner_worlds: tuple[str, ...] | None = None  # never shown: it would name other worlds
 
     @property
     def archived(self) -> bool:
@@ -82,6 +83,7 @@ def _row(r: Any) -> MemoryType:
         archived_at=r["archived_at"],
         created_at=r["created_at"],
         updated_at=r["updated_at"],
+        owner_worlds=tuple(r["owner_worlds"]) if r["owner_worlds"] is not None else None,
     )
 
 
@@ -205,8 +207,10 @@ def create(
     group_field: object = None,
     retention: object = None,
     summary_cap: object = None,
+    owner_worlds: list[str] | None = None,
 ) -> MemoryType:
-    """A new type; summaries are off unless asked (seed: 任意新建类型默认关闭)."""
+    """A new type; summaries are off unless asked (seed: 任意新建类型默认关闭). ``owner_worlds``: the
+    creating token's worlds (the server's), None for the operator's."""
     name = check_name(name)
     desc = _text_field(description if description is not None else "", "description", 2000) or ""
     ch = check_chain(list(DEFAULT_CHAIN) if chain is None else chain)
@@ -224,6 +228,7 @@ def create(
         "group_field": _group_field(group_field),
         "retention": _text_field(retention, "retention", RETENTION_MAX),
         "builtin": False,
+        "owner_worlds": sorted(owner_worlds) if owner_worlds is not None else None,
         "created_at": now,
         "updated_at": now,
     }

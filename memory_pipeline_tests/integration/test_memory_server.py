@@ -313,8 +313,8 @@ CROSS_WORLD = {
     "mem/create_type": ({"name": "wa/new", "group_field": "world"}, None),
     "mem/list_types": ({}, None),
     "mem/get_type": ({"name": "b/notes"}, None),
-    "mem/update_type": ({"name": "b/notes", "changes": {"retention": "1y"}}, "holds memory of a world"),
-    "mem/delete_type": ({"name": "b/notes"}, "holds memory of a world"),
+    "mem/update_type": ({"name": "b/notes", "changes": {"retention": "1y"}}, "not created by this token's worlds"),
+    "mem/delete_type": ({"name": "b/notes"}, "not created by this token's worlds"),
     "mem/append": ({"type": NOTES, "entries": [{"content": "x", "group": "wb"}]}, "world 'wb'"),
     "mem/windows": ({"type": NOTES, "granularity": "day", "group": "wb"}, "world 'wb'"),
     "mem/recall": ({"type": NOTES, "granularity": "day", "anchor": DAY, "group": "wb"}, "world 'wb'"),
@@ -738,6 +738,36 @@ def test_a_token_changes_only_types_holding_its_worlds_alone(served):
     )
     assert [e for e, _ in results] == [False, False, True, True, False], results
     assert "built in" in results[2][1] and "built in" in results[3][1]
+
+
+def test_a_type_a_world_created_is_changed_only_by_its_worlds_whoever_wrote_to_it(served):
+    """The type's creator decides, not who wrote to it: another world's token is refused with the
+    same line whether the type holds memory or not (the refusal told it before), and a type the
+    operator made is changed by an --all-worlds token only."""
+    b = tokens.create(served["store"], ["wb"], name="b")[1]
+    made = {"name": "wa/own", "group_field": "world"}
+    _, results = asyncio.run(_calls(served["url"], served["bearer"]["a"], [("mem/create_type", made)]))
+    assert not results[0][0], results
+    theirs = [
+        ("mem/update_type", {"name": "wa/own", "changes": {"retention": "1y"}}),
+        ("mem/delete_type", {"name": "wa/own"}),
+        ("mem/update_type", {"name": NOTES, "changes": {"retention": "1y"}}),  # made by the operator
+    ]
+    _, empty = asyncio.run(_calls(served["url"], b, theirs))
+    _, wrote = asyncio.run(  # wa writes to its type: b's refusals stay the same
+        _calls(
+            served["url"],
+            served["bearer"]["a"],
+            [("mem/append", {"type": "wa/own", "entries": [{"content": "x", "group": "wa"}]})],
+        )
+    )
+    assert not wrote[0][0], wrote
+    _, written = asyncio.run(_calls(served["url"], b, theirs))
+    assert [e for e, _ in empty] == [True, True, True] and empty == written, (empty, written)
+    assert all("not created by this token's worlds" in text for _, text in empty), empty
+    _, ops = asyncio.run(_calls(served["url"], served["bearer"]["ops"], theirs[:1]))
+    _, own = asyncio.run(_calls(served["url"], served["bearer"]["a"], [("mem/delete_type", {"name": "wa/own"})]))
+    assert not ops[0][0] and not own[0][0], (ops, own)
 
 
 # ---- starting ------------------------------------------------------------------------------------------

@@ -304,6 +304,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0032_recall_fts_per_world",
         "0033_objects_queue_index",
         "0034_request_fingerprint",
+        "0035_tower_type_owner",
     ]
     assert head(LOCATIONS) == chain[-1]
 
