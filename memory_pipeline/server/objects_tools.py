@@ -58,10 +58,11 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def find(world: str, query: str, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
         require_world(tower.store, world)
+        require_text("query", query)  # a lone surrogate, as the command line's memory_find refuses it
         if not query.strip():
             raise TowerInputError("query", "must not be empty")
-        if len(query) > QUERY_MAX_CHARS or "\x00" in query:
-            raise TowerInputError("query", f"at most {QUERY_MAX_CHARS} characters, no NUL")
+        if len(query) > QUERY_MAX_CHARS:
+            raise TowerInputError("query", f"at most {QUERY_MAX_CHARS} characters")
         p = _page("objects/find", {"world": world, "query": query}, limit, cursor)
         items, total = recall.find_page(store, world, query, p.offset, p.limit)
         return {"world": world, "items": items, **p.answer(total, len(items))}

@@ -477,6 +477,10 @@ BAD_TEXT = [
         "arc",
     ),
     ("objects/organize", {"world": "wa", "request_id": "r-t3", "scope": "\ud800"}, "scope"),
+    ("objects/find", {"world": "wa", "query": "zebra\ud800"}, "query"),
+    ("objects/read", {"world": "wa", "id": "knowledge:\ud800"}, "id"),  # an internal UnicodeEncodeError
+    ("objects/evidence", {"world": "wa", "id": "knowledge:\ud800"}, "id"),
+    ("objects/approve", {"world": "wa", "id": "project:\ud800", "request_id": "r-t4"}, "id"),  # a -32603
     *[(tool, {**args, "world": "a\x00"}, "world") for tool, args in sorted(UNKNOWN_WORLD.items())],
 ]
 
