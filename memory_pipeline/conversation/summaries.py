@@ -30,7 +30,7 @@ from memory_pipeline.conversation.tables import (
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMProviderDown, LLMRequest, offline, offline_tools
 from memory_pipeline.lib.store import Store, requests, upsert, world_ingested
-from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.store.tables import conversations, counted_conversations, messages
 from memory_pipeline.lib.timeutil import local_date, utcnow
 
 PROMPT_VERSION = "conversation-summary-v2"  # v2: dates allowed as timeline key points
@@ -119,7 +119,7 @@ def _counts(conn: Any) -> dict[str, tuple[str, int]]:
         select(conversations.c.conversation_id, conversations.c.world_id, func.count(messages.c.message_id))
         .join(messages, messages.c.conversation_id == conversations.c.conversation_id)
         .where(messages.c.role.in_(RECALLABLE), messages.c.content != "")
-        .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
+        .where(counted_conversations())
         .group_by(conversations.c.conversation_id, conversations.c.world_id)
     )
     return {c: (w, n) for c, w, n in conn.execute(q)}

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# Seed 000: conversations on the cron platform are not counted (nor by seeds 002 and 003, which
+# read the same conversations); compared case-insensitively.
+CRON_PLATFORM = "cron"
+
 
 class Window(StrEnum):
     """Calendar windows of summary rows and partitions."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.store.tables import conversations, counted_conversations, messages
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.sleep import prompts
@@ -75,7 +75,7 @@ def day_sessions(conn: Any, day: date, ctx: SleepContext) -> dict[str, list[Sess
         )
         .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
         .where(messages.c.at >= start, messages.c.at < end, messages.c.role.in_(RECALLABLE_ROLES))
-        .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
+        .where(counted_conversations())
         .order_by(conversations.c.world_id, messages.c.conversation_id, messages.c.at, messages.c.message_id)
     )
     grouped: dict[str, dict[str, list[Any]]] = defaultdict(dict)
@@ -256,7 +256,7 @@ def late_days(store: Any, tz: Any) -> dict[date, Any]:
             select(messages.c.at, messages.c.ingested_at)
             .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
             .where(messages.c.ingested_at > min(done.values()), messages.c.role.in_(RECALLABLE_ROLES))
-            .where(conversations.c.debug.is_(False), conversations.c.platform != "cron", messages.c.content != "")
+            .where(counted_conversations(), messages.c.content != "")
         )
         out: dict[date, Any] = {}
         for at, ingested in conn.execute(q):

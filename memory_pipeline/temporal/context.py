@@ -14,7 +14,7 @@ from sqlalchemy import Connection, RowMapping, select
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm import LLMClient, LLMRequest
 from memory_pipeline.lib.store import Store
-from memory_pipeline.lib.store.tables import conversations, messages, worlds
+from memory_pipeline.lib.store.tables import conversations, counted_conversations, messages, worlds
 from memory_pipeline.lib.text import truncate
 from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.temporal import prompts
@@ -108,7 +108,7 @@ def messages_between(
         )
         .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
         .where(messages.c.at >= start, messages.c.at < end)
-        .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
+        .where(counted_conversations())
         .order_by(messages.c.at, messages.c.message_id)
     )
     if world_ids is not None:

@@ -9,7 +9,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
-from memory_pipeline.lib.kinds import Window
+from memory_pipeline.lib.kinds import CRON_PLATFORM, Window
 from memory_pipeline.lib.text import hard_cap, short_hash, truncate
 from memory_pipeline.lib.timeutil import (
     bucket_end,
@@ -88,8 +88,9 @@ PEER_MESSAGE_NAME = "temporal_summary_peers"
 
 
 def is_eligible_conversation(platform: str, debug: bool) -> bool:
-    """Counted: every non-debug conversation not on the cron platform (local, remote:*, discord...)."""
-    return not debug and platform != "cron"
+    """Counted: every non-debug conversation not on the cron platform (local, remote:*, discord...);
+    as ``counted_conversations`` in SQL, "CRON" is the cron platform too."""
+    return not debug and platform.lower() != CRON_PLATFORM
 
 
 def is_material(role: str, content: str | None, tool_calls: object = None) -> bool:

@@ -42,7 +42,7 @@ from sqlalchemy import (
 
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.store import Store
-from memory_pipeline.lib.store.tables import UTCDateTime, conversations, messages, worlds
+from memory_pipeline.lib.store.tables import UTCDateTime, conversations, counted_conversations, messages, worlds
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import local_date, next_month, period_bounds, utcnow
 from memory_pipeline.temporal import logic
@@ -186,7 +186,7 @@ def _late(r: CTE, aggregate: ColumnElement[Any]) -> ScalarSelect[Any]:
         .select_from(messages)
         .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
         .where(messages.c.at >= r.c.lo, messages.c.at < r.c.hi, messages.c.ingested_at > r.c.materialized_at)
-        .where(conversations.c.debug.is_(False), conversations.c.platform != "cron")
+        .where(counted_conversations())
         .scalar_subquery()
     )
 

@@ -50,6 +50,7 @@ def worlds_day(ingest):
         ]
         + conversation("w_excluded", "x-debug", cst(2026, 7, 18, 11), ["debug dump", "state ok"], debug=True)
         + conversation("w_excluded", "x-cron", cst(2026, 7, 18, 12), ["nightly report", "sent"], platform="cron")
+        + conversation("w_excluded", "x-cron2", cst(2026, 7, 18, 13), ["backup", "done"], platform="CRON")  # cron too
         + conversation("w_quiet", "q-1", cst(2026, 7, 17, 12), ["yesterday only", "indeed"])
         + conversation("w_late", "l-1", cst(2026, 7, 19, 8), ["starts after the day", "fine"])
     )

@@ -3,9 +3,9 @@ select
     world_id,
     platform,
     debug,
-    platform = 'cron' as is_cron,
-    -- seed 000: counted are non-debug conversations not on the cron platform
-    not debug and platform <> 'cron' as is_eligible,
+    -- seed 000: counted are non-debug conversations not on the cron platform (whatever its case)
+    lower(platform) = 'cron' as is_cron,
+    not debug and lower(platform) <> 'cron' as is_eligible,
     title,
     created_at,
     updated_at

@@ -21,9 +21,14 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
+    func,
 )
 from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeDecorator
+
+from memory_pipeline.lib.kinds import CRON_PLATFORM
 
 metadata = MetaData()
 
@@ -79,6 +84,12 @@ conversations = Table(
     # updates this table at all (seed: writing temporal_day must not bump updated_at).
     Column("updated_at", UTCDateTime, nullable=False, default=now_utc, onupdate=now_utc),
 )
+
+
+def counted_conversations() -> ColumnElement[bool]:
+    """Seed 000's counted conversations (计入): debug = false and platform ≠ cron, whatever its case."""
+    return and_(conversations.c.debug.is_(False), func.lower(conversations.c.platform) != CRON_PLATFORM)
+
 
 messages = Table(
     "messages",
