@@ -84,6 +84,10 @@ class Claim:
     # The commit gives the job back (``queued`` unless it ended) in its update of the job's
     # counters; the worker's ``finish`` then leaves the job alone.
     give_back: bool = False
+    # Whether the claimed event had any attachment when the page was claimed (the worker reads it
+    # with the page; None: the commit reads it). Only a commit under the world's lease attaches to
+    # an event, and this commit checks that lease first, so the claim's answer still holds here.
+    had_target: bool | None = None
 
 
 class LeaseLost(SubmissionError):
@@ -302,7 +306,12 @@ def _commit_new(
     had_target = False
     page = claim.page
     if page is not None:
-        had_target = conn.execute(_ATTACHED_ANY, {"world": claim.world_id, "event": page.event_id}).first() is not None
+        if claim.had_target is not None:
+            had_target = claim.had_target
+        else:
+            had_target = (
+                conn.execute(_ATTACHED_ANY, {"world": claim.world_id, "event": page.event_id}).first() is not None
+            )
         logic.check_outcome(
             write,
             page_start=page.start,

@@ -586,8 +586,19 @@ _TAKE_JOB = (
 )
 # The next event picked from the queue's own rows first, then joined to its text: ordering the
 # join instead read every queued event's text to keep one (2 ms a claim at 500 queued events).
+# With it, the ids of the objects attached to the event, one string (an id holds no newline):
+# the related objects start with them, and the commit's outcome rule asks whether there is one.
+_A = objects_attachments.c
 _NEXT_PAGE = (
-    select(objects_event_state, messages.c.content, _W.graph_revision)
+    select(
+        objects_event_state,
+        messages.c.content,
+        _W.graph_revision,
+        select(func.aggregate_strings(_A.object_id, "\n"))
+        .where(_A.world_id == _S.world_id, _A.event_id == _S.event_id)
+        .scalar_subquery()
+        .label("attached_ids"),
+    )
     .join(messages, messages.c.message_id == _S.event_id)
     .join(objects_worlds, _W.world_id == _S.world_id)
     .where(
@@ -1187,6 +1198,7 @@ class ClaimedPage:
     related: list[dict[str, Any]]
     core: list[dict[str, Any]] = field(default_factory=list)  # the core documents, read before written
     core_read: dict[str, int | None] = field(default_factory=dict)
+    attached: set[str] = field(default_factory=set)  # the objects the event was attached to
 
     @property
     def text(self) -> str:
@@ -1201,6 +1213,7 @@ def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any]) -> 
     if row is None:
         return None
     ev = dict(row)
+    attached = set((ev.pop("attached_ids") or "").split("\n")) - {""}
     text = ev["content"] or ""
     budget = octx.cfg.transfer_budget_bytes
     start = ev["page_cursor"]
@@ -1208,8 +1221,8 @@ def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any]) -> 
     left = budget - len(text[start:stop].encode())
     core, core_read = graph.core_for_batch(conn, world, left)
     left -= logic.json_bytes(core)
-    related = _related(conn, world, ev["event_id"], text[start:stop], left)
-    return ClaimedPage(ev, start, stop, int(ev["graph_revision"]), related, core, core_read)
+    related = _related(conn, world, attached, text[start:stop], left)
+    return ClaimedPage(ev, start, stop, int(ev["graph_revision"]), related, core, core_read, attached)
 
 
 def object_doc(r: Any) -> dict[str, Any]:
@@ -1223,33 +1236,26 @@ def object_doc(r: Any) -> dict[str, Any]:
 def related_objects(octx: ObjectsContext, world: str, event_id: str, text: str, budget: int) -> list[dict[str, Any]]:
     """Objects already attached to the event, then objects the page names (name or alias), then
     ``project:daily``, within ``budget`` bytes."""
+    a = objects_attachments.c
     with octx.store.connect() as conn:
-        return _related(conn, world, event_id, text, budget)
+        attached = set(conn.execute(select(a.object_id).where(a.world_id == world, a.event_id == event_id)).scalars())
+        return _related(conn, world, attached, text, budget)
 
 
-# The world's object names, each with whether it is attached to the event.
-_NAMES = select(
-    objects_objects.c.object_id,
-    objects_objects.c.name,
-    objects_objects.c.aliases,
-    select(objects_attachments.c.object_id)
-    .where(
-        objects_attachments.c.world_id == bindparam("world"),
-        objects_attachments.c.event_id == bindparam("event"),
-        objects_attachments.c.object_id == objects_objects.c.object_id,
-    )
-    .exists(),
-).where(objects_objects.c.world_id == bindparam("world"))
+# The world's object names.
+_NAMES = select(objects_objects.c.object_id, objects_objects.c.name, objects_objects.c.aliases).where(
+    objects_objects.c.world_id == bindparam("world")
+)
 
 
-def _related(conn: Connection, world: str, event_id: str, text: str, budget: int) -> list[dict[str, Any]]:
-    """``related_objects`` on a connection: two queries (the world's names with whether each is
-    attached to the event, then the wanted objects' rows)."""
+def _related(conn: Connection, world: str, attached: set[str], text: str, budget: int) -> list[dict[str, Any]]:
+    """``related_objects`` on a connection, the event's attached objects already read: two queries
+    (the world's names, then the wanted objects' rows)."""
     low = text.lower()
-    names = conn.execute(_NAMES, {"world": world, "event": event_id}).all()
-    wanted = sorted(oid for oid, _, _, attached in names if attached)
-    for oid, name, aliases, attached in names:
-        if not attached and any(n and n.lower() in low for n in [name, *(aliases or [])]):
+    names = conn.execute(_NAMES, {"world": world}).all()
+    wanted = sorted(oid for oid, _, _ in names if oid in attached)
+    for oid, name, aliases in names:
+        if oid not in attached and any(n and n.lower() in low for n in [name, *(aliases or [])]):
             wanted.append(oid)
     if logic.BUILTIN_DAILY not in wanted:
         wanted.append(logic.BUILTIN_DAILY)
@@ -1286,6 +1292,7 @@ def _organize_batch(
         give_back=True,
         batch=f"{job['job_id']}.{job['claims']}",
         core_read=dict(claimed.core_read),
+        had_target=bool(claimed.attached),
     )
     budget = octx.cfg.transfer_budget_bytes
     sent = len(page_text.encode()) + logic.json_bytes(claimed.core) + sum(logic.json_bytes(o) for o in related)
