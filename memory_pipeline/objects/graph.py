@@ -123,7 +123,7 @@ _REVISION_BUMP = (
 _ATTACHED_ANY = (
     select(_A.object_id).where(_A.world_id == bindparam("world"), _A.event_id == bindparam("event")).limit(1)
 )
-_CORE_ROWS = select(objects_core.c.name, objects_core.c.content, objects_core.c.revision, objects_core.c.version).where(
+CORE_ROWS = select(objects_core.c.name, objects_core.c.content, objects_core.c.revision, objects_core.c.version).where(
     objects_core.c.world_id == bindparam("world")
 )
 
@@ -536,7 +536,7 @@ def core_for_batch(
     replaced), within ``budget_bytes`` of the claim's transfer budget; and what it read (name ->
     revision, None for an absent document). A document over the budget is named but not
     delivered, and so cannot be written in this batch."""
-    rows = {r.name: r for r in conn.execute(_CORE_ROWS, {"world": world}).all()}
+    rows = {r.name: r for r in conn.execute(CORE_ROWS, {"world": world}).all()}
     return core_documents(rows, budget_bytes)
 
 

@@ -37,6 +37,7 @@ from memory_pipeline.objects.logic import EventState, JobMode, JobOrigin, JobSta
 from memory_pipeline.objects.tables import (
     QUEUE_PREDICATE,
     objects_attachments,
+    objects_core,
     objects_event_state,
     objects_failures,
     objects_jobs,
@@ -677,8 +678,9 @@ def _advance(
     """Batches of ``world`` until none is runnable: how it ended ('stopped', 'idle', 'lease_busy',
     'limit') and how many batches ran."""
     ran = 0
+    known = WorldObjects()  # the world's objects, read again only where they changed
     while report.batches < limit:
-        turn = _turn(octx, report, world, modes=modes, runner=runner)
+        turn = _turn(octx, report, world, modes=modes, runner=runner, known=known)
         if turn.result in ("stopped", "lease_busy"):
             return turn.result, ran
         if turn.result == "idle":
@@ -874,6 +876,7 @@ def _turn(
     modes: Sequence[JobMode] | None = None,
     job_id: int | None = None,
     runner: str | None = None,
+    known: WorldObjects | None = None,
 ) -> Turn:
     """One turn of ``world``: in one transaction its flags, the next job by rotation (or
     ``job_id``), the lease, the claim and, for organize, the page and related objects; then the
@@ -915,7 +918,7 @@ def _turn(
             )
             job = _take_job(octx, conn, job_id, seen)
             mode = JobMode(job["mode"])
-            page = _claim_page(octx, conn, job) if mode is JobMode.ORGANIZE else None
+            page = _claim_page(octx, conn, job, known or WorldObjects()) if mode is JobMode.ORGANIZE else None
         report.batches += 1
         try:
             if mode is JobMode.COMPACT:
@@ -1205,9 +1208,10 @@ class ClaimedPage:
         return str(self.event["content"] or "")[self.start : self.stop]
 
 
-def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any]) -> ClaimedPage | None:
+def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any], known: WorldObjects) -> ClaimedPage | None:
     """The next page of the next queued event (explicit first, then by occurrence) and what goes
-    with it: three reads in the claim's transaction."""
+    with it, in the claim's transaction: the page with the event's attachments, then what changed
+    in the world's objects since ``known`` last read them (and its core documents when they did)."""
     world = job["world_id"]
     row = conn.execute(_NEXT_PAGE, {"world": world}).mappings().first()
     if row is None:
@@ -1219,9 +1223,10 @@ def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any]) -> 
     start = ev["page_cursor"]
     stop = min(len(text), start + logic.page_chars(budget, job["consecutive_failures"]))
     left = budget - len(text[start:stop].encode())
-    core, core_read = graph.core_for_batch(conn, world, left)
+    known.refresh(conn, world)
+    core, core_read = graph.core_documents(known.core, left)
     left -= logic.json_bytes(core)
-    related = _related(conn, world, attached, text[start:stop], left)
+    related = known.related(attached, text[start:stop], left)
     return ClaimedPage(ev, start, stop, int(ev["graph_revision"]), related, core, core_read, attached)
 
 
@@ -1237,30 +1242,75 @@ def related_objects(octx: ObjectsContext, world: str, event_id: str, text: str, 
     """Objects already attached to the event, then objects the page names (name or alias), then
     ``project:daily``, within ``budget`` bytes."""
     a = objects_attachments.c
+    known = WorldObjects()
     with octx.store.connect() as conn:
         attached = set(conn.execute(select(a.object_id).where(a.world_id == world, a.event_id == event_id)).scalars())
-        return _related(conn, world, attached, text, budget)
+        known.refresh(conn, world)
+    return known.related(attached, text, budget)
 
 
-# The world's object names.
-_NAMES = select(objects_objects.c.object_id, objects_objects.c.name, objects_objects.c.aliases).where(
-    objects_objects.c.world_id == bindparam("world")
+# What changed in a world's objects since a graph revision, with the world's revision and its core
+# documents' count and highest revision (one row, the world's, when nothing changed).
+_C = objects_core.c
+_OBJECTS_SINCE = (
+    select(
+        _W.graph_revision.label("world_revision"),
+        select(func.count()).where(_C.world_id == _W.world_id).scalar_subquery().label("core_count"),
+        select(func.max(_C.revision)).where(_C.world_id == _W.world_id).scalar_subquery().label("core_revision"),
+        objects_objects,
+    )
+    .select_from(
+        objects_worlds.outerjoin(
+            objects_objects,
+            (objects_objects.c.world_id == _W.world_id) & (objects_objects.c.revision > bindparam("since")),
+        )
+    )
+    .where(_W.world_id == bindparam("world"))
 )
 
 
-def _related(conn: Connection, world: str, attached: set[str], text: str, budget: int) -> list[dict[str, Any]]:
-    """``related_objects`` on a connection, the event's attached objects already read: two queries
-    (the world's names, then the wanted objects' rows)."""
-    low = text.lower()
-    names = conn.execute(_NAMES, {"world": world}).all()
-    wanted = sorted(oid for oid, _, _ in names if oid in attached)
-    for oid, name, aliases in names:
-        if oid not in attached and any(n and n.lower() in low for n in [name, *(aliases or [])]):
-            wanted.append(oid)
-    if logic.BUILTIN_DAILY not in wanted:
-        wanted.append(logic.BUILTIN_DAILY)
-    by_id = {r["object_id"]: object_doc(r) for r in graph.objects_by_id(conn, world, wanted)}
-    return [dict(x) for x in logic.fit_objects([by_id[i] for i in wanted if i in by_id], budget)]
+@dataclass
+class WorldObjects:
+    """A world's objects as a worker run last read them: every row by id (in the order first read)
+    as of graph revision ``revision``, each one's names and aliases lowercased, and the core
+    documents. Every write of an object or a core document advances the world's graph revision and
+    stamps the row with it (``graph.commit``, ``approve_project``, ``import_core_text``), and none is
+    ever deleted: so a claim reads only the rows stamped after ``revision``, and the core documents
+    only when their count or highest revision moved. (A claim read the world's every name, then the
+    wanted objects' rows and the core documents: three statements, and the names grow with the
+    world.)"""
+
+    revision: int = -1
+    rows: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, list[str]] = field(default_factory=dict)
+    core: dict[str, Any] = field(default_factory=dict)
+    core_mark: tuple[int, int | None] | None = None
+
+    def refresh(self, conn: Connection, world: str) -> None:
+        rows = conn.execute(_OBJECTS_SINCE, {"world": world, "since": self.revision}).mappings().all()
+        for r in rows:
+            if r["object_id"] is not None:
+                self.rows[r["object_id"]] = r
+                self.labels[r["object_id"]] = [n.lower() for n in [r["name"], *(r["aliases"] or [])] if n]
+        mark = (int(rows[0]["core_count"]), rows[0]["core_revision"]) if rows else None
+        if rows:
+            self.revision = int(rows[0]["world_revision"])
+        if mark is None or mark != self.core_mark:
+            self.core = {r.name: r for r in conn.execute(graph.CORE_ROWS, {"world": world}).all()}
+            self.core_mark = mark
+
+    def related(self, attached: set[str], text: str, budget: int) -> list[dict[str, Any]]:
+        """The objects attached to the event, then those the page names (name or alias), then
+        ``project:daily``, within ``budget`` bytes."""
+        low = text.lower()
+        wanted = sorted(oid for oid in attached if oid in self.rows)
+        for oid, labels in self.labels.items():
+            if oid not in attached and any(n in low for n in labels):
+                wanted.append(oid)
+        if logic.BUILTIN_DAILY not in wanted:
+            wanted.append(logic.BUILTIN_DAILY)
+        docs = [object_doc(self.rows[i]) for i in wanted if i in self.rows]
+        return [dict(x) for x in logic.fit_objects(docs, budget)]
 
 
 def _organize_batch(
