@@ -88,6 +88,9 @@ class Claim:
     # with the page; None: the commit reads it). Only a commit under the world's lease attaches to
     # an event, and this commit checks that lease first, so the claim's answer still holds here.
     had_target: bool | None = None
+    # The commit gives the world's lease up in the statement that checks it (the worker's batch
+    # ends with its commit; its ``finish`` then leaves the lease alone): one statement less.
+    release_lease: bool = False
 
 
 class LeaseLost(SubmissionError):
@@ -109,6 +112,14 @@ _LEASE_CHECK = (
 )
 _LEASE_RELEASE = delete(partition_leases).where(
     _L.asset == LEASE_ASSET, _L.partition == bindparam("world"), _L.holder == bindparam("b_holder")
+)
+# The check that also gives the lease up (``Claim.release_lease``): the DELETE locks the valid row
+# as the UPDATE does, and a refused commit rolls it back with the rest.
+_LEASE_CHECK_RELEASE = delete(partition_leases).where(
+    _L.asset == LEASE_ASSET,
+    _L.partition == bindparam("world"),
+    _L.holder == bindparam("b_holder"),
+    _L.expires_at > bindparam("now"),
 )
 _OBJECTS_BY_ID = select(objects_objects).where(
     _O.world_id == bindparam("world"), _O.object_id.in_(bindparam("ids", expanding=True))
@@ -157,12 +168,14 @@ _DISPOSE = (
 )
 
 
-def lease_checker(world: str, holder: str, now: datetime) -> Callable[[Connection], None]:
+def lease_checker(world: str, holder: str, now: datetime, *, release: bool = False) -> Callable[[Connection], None]:
     """Inside the commit's transaction: the lease is still this batch's and not expired (the
-    UPDATE locks the row on PostgreSQL, so no takeover slips in before the commit)."""
+    UPDATE locks the row on PostgreSQL, so no takeover slips in before the commit). With
+    ``release``, the same statement gives it up when the commit commits."""
+    stmt = _LEASE_CHECK_RELEASE if release else _LEASE_CHECK
 
     def check(conn: Connection) -> None:
-        ok = conn.execute(_LEASE_CHECK, {"world": world, "b_holder": holder, "now": now}).rowcount
+        ok = conn.execute(stmt, {"world": world, "b_holder": holder, "now": now}).rowcount
         if not ok:
             raise LeaseLost("lease", "expired or taken over: this batch's claim is no longer valid")
 
@@ -269,7 +282,7 @@ def _commit_new(
     deep = claim.mode is logic.JobMode.DEEP
     now = octx.now()
     write = logic.check_graph_write(raw, deep=deep, size_bytes=size_bytes)
-    lease_checker(claim.world_id, claim.holder, now)(conn)
+    lease_checker(claim.world_id, claim.holder, now, release=claim.release_lease)(conn)
     # The revision advances first, only from the one the write was made against (a refusal
     # below rolls it back with everything else): one statement checks and takes it.
     w = objects_worlds.c

@@ -834,15 +834,20 @@ class BatchLease:
     deadline: float | None = None
     job_id: int | None = None  # the job this batch took (given back queued with the lease)
 
-    def finish(self, octx: ObjectsContext, *, given_back: bool = False) -> Callable[[Connection], None]:
+    def finish(
+        self, octx: ObjectsContext, *, given_back: bool = False, released: bool = False
+    ) -> Callable[[Connection], None]:
         """The commit's last step: the batch's ledger rows, the lease given up and the job given
-        back (``given_back``: the commit's own update of the job's counters already did, one
-        statement less)."""
+        back (``given_back``: the commit's own update of the job's counters already did;
+        ``released``: the commit's lease check already gave the lease up; each one statement less)."""
         release = graph.lease_releaser(self.world, self.holder)
 
         def run(conn: Connection) -> None:
             octx.llm.write_pending(conn)
-            self.give_up(conn, release, job=not given_back)
+            if not released:
+                self.give_up(conn, release, job=not given_back)
+            elif not given_back and self.job_id is not None:
+                _give_back(conn, self.job_id)
 
         return run
 
@@ -1338,8 +1343,9 @@ def _organize_batch(
         revision,
         {x["id"] for x in related},
         page=page,
-        finish=lease.finish(octx, given_back=True),
+        finish=lease.finish(octx, given_back=True, released=True),
         give_back=True,
+        release_lease=True,
         batch=f"{job['job_id']}.{job['claims']}",
         core_read=dict(claimed.core_read),
         had_target=bool(claimed.attached),
@@ -1518,8 +1524,9 @@ def _deep_batch(octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, re
         revision,
         set(present),
         deep_ids=batch_ids,
-        finish=lease.finish(octx, given_back=True),
+        finish=lease.finish(octx, given_back=True, released=True),
         give_back=True,
+        release_lease=True,
         batch=f"{job['job_id']}.{job['claims']}",
         core_read=core_read,
     )
