@@ -91,6 +91,17 @@ class Claim:
     # The commit gives the world's lease up in the statement that checks it (the worker's batch
     # ends with its commit; its ``finish`` then leaves the lease alone): one statement less.
     release_lease: bool = False
+    # What the last commit of this claim wrote, set in its transaction (read once it committed):
+    # the graph revision it made, each object row it wrote as written, whether it wrote a core
+    # document. The worker keeps its copy of the world's objects current with them.
+    wrote: Wrote | None = None
+
+
+@dataclass
+class Wrote:
+    revision: int
+    objects: dict[str, dict[str, Any]]
+    core: bool
 
 
 class LeaseLost(SubmissionError):
@@ -281,6 +292,7 @@ def _commit_new(
     """``commit`` of a submission whose token is not committed yet, in the caller's transaction."""
     deep = claim.mode is logic.JobMode.DEEP
     now = octx.now()
+    claim.wrote = None
     write = logic.check_graph_write(raw, deep=deep, size_bytes=size_bytes)
     lease_checker(claim.world_id, claim.holder, now, release=claim.release_lease)(conn)
     # The revision advances first, only from the one the write was made against (a refusal
@@ -333,7 +345,8 @@ def _commit_new(
             changed=changed,
             had_target=had_target,
         )
-    _write_objects(conn, claim.world_id, new_objects, changed_objects, stored, revision, write.token, now)
+    rows = _write_objects(conn, claim.world_id, new_objects, changed_objects, stored, revision, write.token, now)
+    claim.wrote = Wrote(revision, rows, bool(core_changes))
     for src, label, dst in write.archive_relations:
         rc = objects_relations.c
         done = conn.execute(
@@ -586,8 +599,10 @@ def _write_objects(
     revision: int,
     token: str,
     now: datetime,
-) -> None:
+) -> dict[str, dict[str, Any]]:
+    """The new and changed objects written with their version rows; returns each row as written."""
     versions = []
+    written: dict[str, dict[str, Any]] = {}
     if new:
         rows = []
         for o in new:
@@ -604,6 +619,7 @@ def _write_objects(
                 "updated_at": now,
             }
             rows.append(row)
+            written[o.object_id] = row
             versions.append(
                 {
                     "world_id": world,
@@ -634,6 +650,14 @@ def _write_objects(
                     "updated_at": now,
                 }
             )
+            written[o.object_id] = {
+                **old,
+                **o.content(),
+                "status": changed_status,
+                "version": version,
+                "revision": revision,
+                "updated_at": now,
+            }
             versions.append(
                 {
                     "world_id": world,
@@ -667,6 +691,7 @@ def _write_objects(
         )
     if versions:
         conn.execute(objects_versions.insert(), versions)
+    return written
 
 
 def _dispose_event(conn: Connection, page: EventPage, write: GraphWrite, now: datetime) -> None:

@@ -923,13 +923,14 @@ def _turn(
             )
             job = _take_job(octx, conn, job_id, seen)
             mode = JobMode(job["mode"])
-            page = _claim_page(octx, conn, job, known or WorldObjects()) if mode is JobMode.ORGANIZE else None
+            known = known or WorldObjects()
+            page = _claim_page(octx, conn, job, known) if mode is JobMode.ORGANIZE else None
         report.batches += 1
         try:
             if mode is JobMode.COMPACT:
                 end = _compact_batch(octx, job, lease, report)
             elif mode is JobMode.ORGANIZE:
-                end = "done" if page is None else _organize_batch(octx, job, lease, report, page)
+                end = "done" if page is None else _organize_batch(octx, job, lease, report, page, known)
             else:
                 end = _deep_batch(octx, job, lease, report)
         except LLMProviderDown:
@@ -1228,7 +1229,8 @@ def _claim_page(octx: ObjectsContext, conn: Connection, job: dict[str, Any], kno
     start = ev["page_cursor"]
     stop = min(len(text), start + logic.page_chars(budget, job["consecutive_failures"]))
     left = budget - len(text[start:stop].encode())
-    known.refresh(conn, world)
+    if int(ev["graph_revision"]) != known.revision:  # else nothing changed since it was read
+        known.refresh(conn, world)
     core, core_read = graph.core_documents(known.core, left)
     left -= logic.json_bytes(core)
     related = known.related(attached, text[start:stop], left)
@@ -1281,9 +1283,10 @@ class WorldObjects:
     documents. Every write of an object or a core document advances the world's graph revision and
     stamps the row with it (``graph.commit``, ``approve_project``, ``import_core_text``), and none is
     ever deleted: so a claim reads only the rows stamped after ``revision``, and the core documents
-    only when their count or highest revision moved. (A claim read the world's every name, then the
-    wanted objects' rows and the core documents: three statements, and the names grow with the
-    world.)"""
+    only when their count or highest revision moved; nothing at all when the page's revision is
+    ``revision``, as after this run's own commit, whose rows it keeps as written (``committed``).
+    (A claim read the world's every name, then the wanted objects' rows and the core documents:
+    three statements, and the names grow with the world.)"""
 
     revision: int = -1
     rows: dict[str, Any] = field(default_factory=dict)
@@ -1304,6 +1307,17 @@ class WorldObjects:
             self.core = {r.name: r for r in conn.execute(graph.CORE_ROWS, {"world": world}).all()}
             self.core_mark = mark
 
+    def committed(self, wrote: graph.Wrote | None) -> None:
+        """This run's commit made revision ``wrote.revision`` from the one these rows are at: its
+        rows are the world's objects at that revision, with no read. (A commit that wrote a core
+        document, or one from another revision, leaves them to the next claim's read.)"""
+        if wrote is None or wrote.core or wrote.revision != self.revision + 1:
+            return
+        for oid, r in wrote.objects.items():
+            self.rows[oid] = r
+            self.labels[oid] = [n.lower() for n in [r["name"], *(r["aliases"] or [])] if n]
+        self.revision = wrote.revision
+
     def related(self, attached: set[str], text: str, budget: int) -> list[dict[str, Any]]:
         """The objects attached to the event, then those the page names (name or alias), then
         ``project:daily``, within ``budget`` bytes."""
@@ -1319,7 +1333,12 @@ class WorldObjects:
 
 
 def _organize_batch(
-    octx: ObjectsContext, job: dict[str, Any], lease: BatchLease, report: WorkerReport, claimed: ClaimedPage
+    octx: ObjectsContext,
+    job: dict[str, Any],
+    lease: BatchLease,
+    report: WorkerReport,
+    claimed: ClaimedPage,
+    known: WorldObjects,
 ) -> str:
     world = job["world_id"]
     ev = claimed.event
@@ -1388,7 +1407,9 @@ def _organize_batch(
         tools=[*prompts.READ_TOOLS, prompts.SUBMIT_GRAPH_TOOL],
         offline_answer=answer,
     )
-    return _rounds(octx, claim, lease, report, request, talk)
+    end = _rounds(octx, claim, lease, report, request, talk)
+    known.committed(claim.wrote)
+    return end
 
 
 @dataclass
