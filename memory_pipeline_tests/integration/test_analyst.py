@@ -450,6 +450,27 @@ def test_every_table_is_exported_with_exactly_the_stores_rows(sample):
     assert (root / "worlds" / "worlds.parquet").exists()
 
 
+def test_each_day_partition_of_a_range_export_shows_its_own_rows(sample):
+    """One result for a range run put the range's row count on every day partition (107 x the
+    messages in the UI's sum): each partition has its day's count, the run's total is run_rows."""
+    records = sample.instance.fetch_materializations(AssetKey("analyst_messages"), limit=1000).records
+    first_run = min(records, key=lambda r: r.timestamp).run_id  # the range run of the sample
+    meta = {
+        r.asset_materialization.partition: {k: v.value for k, v in r.asset_materialization.metadata.items()}
+        for r in records
+        if r.run_id == first_run
+    }
+    assert sorted(meta) == [d.isoformat() for d in (D1, D2, D3, D4)]
+    ran_at = datetime.fromtimestamp(min(r.timestamp for r in records if r.run_id == first_run), UTC)
+    with sample.store.connect() as conn:
+        ats = conn.execute(select(messages.c.at).where(messages.c.ingested_at <= ran_at)).scalars().all()
+    per_day = Counter(a.astimezone(CST).date().isoformat() for a in ats)
+    assert {day: m["rows"] for day, m in meta.items()} == {day: per_day[day] for day in meta}
+    assert all(m["run_rows"] == sum(per_day[d] for d in meta) and m["run_days"] == 4 for m in meta.values())
+    assert all((m["days"], m["days_with_rows"]) == (1, int(per_day[day] > 0)) for day, m in meta.items())
+    assert len({m["rows"] for m in meta.values()}) > 1  # the days differ: not the range's count four times
+
+
 def test_a_week_window_that_began_before_the_range_is_exported_with_it(sample):
     from memory_pipeline.tower.tables import tower_windows
 

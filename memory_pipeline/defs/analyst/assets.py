@@ -20,6 +20,7 @@ from dagster import (
     BackfillPolicy,
     MaterializeResult,
     MetadataValue,
+    TimeWindowPartitionsDefinition,
     asset,
     multi_asset,
 )
@@ -195,7 +196,13 @@ def _window(context: AssetExecutionContext) -> DayWindow:
     return DayWindow(local_date(span.start, tz), local_date(span.end, tz) - timedelta(days=1))
 
 
-def _results(report: core.ExportReport) -> Iterator[MaterializeResult[None]]:
+def _results(
+    report: core.ExportReport, context: AssetExecutionContext | None = None
+) -> Iterator[MaterializeResult[None]]:
+    """One result per table. A range run's result would put the whole range's counts on each of its
+    partitions: each partition gets its own ``rows``, ``days`` and ``days_with_rows`` (``context``),
+    the run's totals are ``run_rows`` and ``run_days``."""
+    days_of = _partition_days(context) if context is not None and report.window is not None else {}
     for t in report.tables:
         metadata: dict[str, Any] = {
             "rows": t.rows,
@@ -204,9 +211,26 @@ def _results(report: core.ExportReport) -> Iterator[MaterializeResult[None]]:
             "file_bytes": report.file_bytes,
             "export_seconds": round(report.seconds, 2),
         }
-        if report.window is not None and t.days:
-            metadata |= {"days": t.days, "days_with_rows": len(t.rows_by_day), "window": str(report.window)}
+        if context is not None and report.window is not None and t.days:
+            metadata |= {"run_rows": t.rows, "run_days": t.days, "window": str(report.window)}
+            for key, days in days_of.items():  # each overrides the run's "rows"
+                counts = [t.rows_by_day[d] for d in days if d in t.rows_by_day]
+                own = {"rows": sum(counts), "days": len(days), "days_with_rows": len(counts)}
+                context.add_asset_metadata(own, asset_key=export_key(t.table), partition_key=key)
         yield MaterializeResult(asset_key=export_key(t.table), metadata=metadata)
+
+
+def _partition_days(context: AssetExecutionContext) -> dict[str, list[str]]:
+    """The CST days (ISO) of each partition of the run."""
+    defn = context.assets_def.partitions_def
+    assert isinstance(defn, TimeWindowPartitionsDefinition)  # every export's partitions are by time
+    tz = ZoneInfo(defn.timezone)
+    out = {}
+    for key in context.partition_keys:
+        span = defn.time_window_for_partition_key(key)
+        window = DayWindow(local_date(span.start, tz), local_date(span.end, tz) - timedelta(days=1))
+        out[key] = [d.isoformat() for d in window.days()]
+    return out
 
 
 def _period_exports(grain: Window) -> AssetsDefinition:
@@ -228,7 +252,7 @@ def _period_exports(grain: Window) -> AssetsDefinition:
             analyst.store(), analyst.files(), _selected(context, exports), window, analyst.tz, context.log.warning
         )
         context.log.info(f"exported {len(report.tables)} table(s) for {window} in {report.seconds:.1f}s")
-        yield from _results(report)
+        yield from _results(report, context)
 
     return _exports
 
