@@ -183,6 +183,19 @@ def print_sleep_status(store: Store) -> None:
     for stage, days in sorted(s["failed_attempts"].items()):
         table.add_row(f"{stage} done days whose last attempt failed (newest {days[-1]}; outputs kept)", str(len(days)))
     console.print(table)
+    if s["late_days"]:
+        late = s["late_days"]
+        from memory_pipeline.sleep.logic import Stage
+        from memory_pipeline.sleep.order import RunStatus
+
+        done = [st["newest"] for st in s["stages"] if (st["stage"], st["status"]) == (Stage.LIGHT, RunStatus.DONE)]
+        through = max([late[-1]["day"], *done])
+        console.print(
+            f"[yellow]late data: {len(late)} day(s) whose light sleep ran before some of their messages were "
+            f"ingested ({', '.join(str(x['day']) for x in late[:10])}{' ...' if len(late) > 10 else ''}): "
+            f"`memory-pipeline sleep backfill --from {late[0]['day']} --to {through}` runs them again (the worlds "
+            "whose material changed; sleep_late_data_sensor does the same)[/]"
+        )
     if s["refused"]:
         refused = Table(title="Worlds refused (nothing written for them that day)")
         for c in ("stage", "day", "world", "why"):

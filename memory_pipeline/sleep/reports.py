@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select
 
+from memory_pipeline.lib import settings
 from memory_pipeline.lib.store import Store
 from memory_pipeline.sleep.logic import Stage
 from memory_pipeline.sleep.order import DAY_ROW, Position, RunStatus
@@ -93,8 +95,13 @@ def stale_positions(store: Store, since: date) -> list[Position]:
     return sorted(p for p, s in statuses.items() if s == RunStatus.STALE)
 
 
-def status(store: Store) -> dict[str, Any]:
-    """Counts for `memory-pipeline status` and `sleep status`."""
+def status(store: Store, tz: ZoneInfo | None = None) -> dict[str, Any]:
+    """Counts for `memory-pipeline status` and `sleep status`; ``late_days``: the days whose light
+    sleep ran before some of their messages were ingested (what ``sleep_late_data_sensor`` redoes),
+    with the newest such ingest, as `status`'s pending repairs list the temporal days."""
+    from memory_pipeline.sleep.light import late_days
+
+    late = late_days(store, tz or ZoneInfo(settings.timezone_name()))
     with store.connect() as conn:
         by_status: dict[str, int] = dict(
             conn.execute(select(semantic_memories.c.status, func.count()).group_by(semantic_memories.c.status))
@@ -147,4 +154,5 @@ def status(store: Store) -> dict[str, Any]:
             for s, d, w, detail in refused
         ],
         "failed_attempts": {s: sorted(days) for s, days in failed_attempts.items()},
+        "late_days": [{"day": d, "newest_ingest": late[d]} for d in sorted(late)],
     }

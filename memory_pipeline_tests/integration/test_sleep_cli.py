@@ -89,6 +89,16 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
         and "Sleep (seed 003)" in status.output
         and "Rolling conversation summaries" in status.output
     )
+    assert "late data" not in runner.invoke(app, ["sleep", "status"]).output
+    # A message of 03-02 ingested after its light sleep ran: `status` listed it as late, `sleep
+    # status` said nothing. It names the day and the backfill that runs it again.
+    (env / "late").mkdir()
+    _ingest(env / "late", [event("w1", "s-1", "user", "其实我也喜欢甜的", cst(2026, 3, 2, 21), mid="late-1")])
+    late = " ".join(runner.invoke(app, ["sleep", "status"]).output.split())
+    assert "late data: 1 day(s) whose light sleep ran before some of their messages were ingested (2026-03-02)" in late
+    assert "`memory-pipeline sleep backfill --from 2026-03-02 --to 2026-03-03` runs them again" in late
+    assert runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-03"]).exit_code == 0
+    assert "late data" not in runner.invoke(app, ["sleep", "status"]).output
 
 
 def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url):  # noqa: F811
