@@ -315,7 +315,7 @@ def print_objects_status(store: Store, world: str | None = None) -> None:
             f"not organized (over {logic.EVENT_MAX_CHARS:,} characters; raw kept, `objects inspect event ID` reads it): "
             + ", ".join(f"{escape(r['event_id'])} ({r['chars']:,} characters)" for r in st["not_organized"])
         )
-    counts = recall.object_counts(store)
+    counts = recall.object_counts(store, world)
     table = Table(title="Objects per world and type")
     for col in ("world", "objects by type", "graph revision", "worker error"):
         table.add_column(col, overflow="fold")

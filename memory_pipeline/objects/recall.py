@@ -470,11 +470,15 @@ def events_between(
     return {"items": items, "cursor": nxt}
 
 
-def object_counts(store: Store) -> dict[str, dict[str, int]]:
+def object_counts(store: Store, world: str | None = None) -> dict[str, dict[str, int]]:
+    """Objects per world and type (``world``: that world's alone)."""
     o = objects_objects.c
     out: dict[str, dict[str, int]] = {}
+    q = select(o.world_id, o.type, func.count()).group_by(o.world_id, o.type)
+    if world is not None:
+        q = q.where(o.world_id == world)
     with store.connect() as conn:
-        for w, t, n in conn.execute(select(o.world_id, o.type, func.count()).group_by(o.world_id, o.type)).all():
+        for w, t, n in conn.execute(q).all():
             out.setdefault(w, {})[t] = int(n)
     return out
 

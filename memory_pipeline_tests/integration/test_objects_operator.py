@@ -90,6 +90,19 @@ def test_an_oversized_event_is_never_organized_never_complete_and_readable_by_ti
     assert ev["reason"] == "longer than 32,000 characters"
 
 
+def test_status_of_one_world_shows_that_worlds_objects_alone(audit_world, tmp_path):
+    """`objects status --world W` filtered its first lines to W, then listed every world's objects."""
+    other = {"message_id": "o1", "world_id": "w-other", "conversation_id": "co", "role": "user"}
+    (tmp_path / "other.jsonl").write_text(
+        json.dumps({**other, "content": "harbor invoice", "timestamp": "2026-10-05T09:00:00+08:00"}) + "\n"
+    )
+    audit_world("ingest", str(tmp_path / "other.jsonl"))
+    audit_world("objects", "organize", "w-other", "--now")
+    audit_world("objects", "run")
+    assert "w-other" in audit_world("objects", "status")
+    assert "w-other" not in audit_world("objects", "status", "--world", W)
+
+
 def test_an_explicit_compact_builds_a_tree_that_expands_to_every_raw_slice(audit_world, store):
     resident = json.loads(audit_world("objects", "resident", W))
     levels = [n["level"] for n in resident["hot_timeline"]]
