@@ -209,6 +209,28 @@ def print_pending(stale: Staleness) -> None:
         console.print(f"system rolls to rebuild after the repair: {', '.join(stale.system_rolls)}")
 
 
+def print_never_materialized(missing: dict[str, list[date]]) -> None:
+    """Closed periods with messages that no run ever materialized: reconcile cannot see them (it
+    compares materialized periods with their input), so they are named here with their backfill."""
+    from memory_pipeline.temporal.logic import period_key
+    from memory_pipeline.temporal.reconcile import spans
+
+    if not missing:
+        console.print("Never materialized — none: every closed day, month and year with messages has rows")
+        return
+    table = Table(title="Never materialized (closed, with messages; no row, no run)")
+    for col in ("window", "periods", "count", "backfill"):
+        table.add_column(col, overflow="fold")
+    for window, starts in missing.items():
+        for first, last in spans(window, starts):
+            a, b = period_key(window, first), period_key(window, last)
+            n = sum(first <= d <= last for d in starts)
+            table.add_row(
+                window, a if a == b else f"{a} .. {b}", str(n), f"memory-pipeline backfill {window} --from {a} --to {b}"
+            )
+    console.print(table)
+
+
 @app.command("system-rolls")
 def system_rolls(
     as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now"),
@@ -380,6 +402,7 @@ def print_status(store: Store) -> None:
     from memory_pipeline.temporal import reconcile
 
     print_pending(reconcile.stale_periods(store, _zone()))
+    print_never_materialized(reconcile.never_materialized(store, _zone()))
     print_pending_cache(store)
     totals = ledger_totals(store)
     models = sorted({r["model"] for r in totals})

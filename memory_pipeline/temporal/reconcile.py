@@ -40,11 +40,12 @@ from sqlalchemy import (
     values,
 )
 
+from memory_pipeline.lib import settings
 from memory_pipeline.lib.kinds import Window
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import UTCDateTime, conversations, counted_conversations, messages, worlds
 from memory_pipeline.lib.text import short_hash
-from memory_pipeline.lib.timeutil import local_date, next_month, period_bounds, utcnow
+from memory_pipeline.lib.timeutil import expected_periods, local_date, next_month, period_bounds, utcnow
 from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.tables import temporal_period_runs, temporal_summaries
 
@@ -330,6 +331,41 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
         ):
             rolls.append(str(kind))
     return Staleness(periods, tuple(rolls), today)
+
+
+def never_materialized(store: Store, tz: ZoneInfo, now: datetime | None = None) -> dict[str, list[date]]:
+    """Closed days, months and years (from MEMORY_PARTITION_START) that hold counted messages and
+    no summary row nor run record: nothing was ever materialized for them, so nothing reads them as
+    stale either. One indexed probe of the messages per such period, only for periods without rows."""
+    now = min(now or utcnow(), utcnow())
+    today = local_date(now, tz)
+    first_day = date.fromisoformat(settings.partition_start())
+    ts = temporal_summaries.c
+    with store.connect() as conn:
+        first_at = conn.execute(select(func.min(messages.c.at))).scalar()
+        if first_at is None:
+            return {}
+        first = max(local_date(first_at, tz), first_day)
+        done = {(str(w), p) for w, p in conn.execute(select(ts.window, ts.period_start).distinct())}
+        done |= {
+            (str(w), p)
+            for w, p in conn.execute(select(temporal_period_runs.c.window, temporal_period_runs.c.period_start))
+        }
+        out: dict[str, list[date]] = {}
+        for window in (Window.DAY, Window.MONTH, Window.YEAR):
+            for start in expected_periods(window, first, today, today):
+                if (str(window), start) in done:
+                    continue
+                lo, hi = period_bounds(window, start, tz)
+                probe = (
+                    select(messages.c.message_id)
+                    .join(conversations, conversations.c.conversation_id == messages.c.conversation_id)
+                    .where(messages.c.at >= lo, messages.c.at < hi, counted_conversations())
+                    .limit(1)
+                )
+                if conn.execute(probe).first() is not None:
+                    out.setdefault(str(window), []).append(start)
+    return out
 
 
 def changed_periods(

@@ -328,6 +328,24 @@ def test_reconcile_and_status_from_the_command_line(env, store):
     assert "none: every materialized" in runner.invoke(app, ["status"]).output
     nothing = runner.invoke(app, ["reconcile"])
     assert nothing.exit_code == 0 and "none: every materialized" in nothing.output and "run " not in nothing.output
+    assert "Never materialized — none" in runner.invoke(app, ["status"]).output
+
+    # Closed days and a month with messages that no run materialized: reconcile compares materialized
+    # periods with their input and cannot see them; status named nothing, as if all were done.
+    _ingest_cli(
+        env / "unrun.jsonl",
+        conversation("w1", "u", cst(2026, 1, 3, 9), ["kayak rental", "kayak returned"])
+        + conversation("w1", "v", cst(2026, 1, 4, 9), ["kiln fired", "kiln cooled"])
+        + conversation("w1", "x", cst(2026, 1, 9, 9), ["ferry late", "ferry on time"], debug=True),  # not counted
+    )
+    flat = " ".join(runner.invoke(app, ["status"]).output.replace("│", " ").split())
+    assert "Never materialized (closed, with messages; no row, no run)" in flat
+    assert "day 2026-01-03 .. 2026-01-04 2 memory-pipeline backfill day --from 2026-01-03 --to 2026-01-04" in flat
+    assert "month 2026-01 1 memory-pipeline backfill month --from 2026-01 --to 2026-01" in flat
+    assert "2026-01-09" not in flat and "year 2026" not in flat  # a debug day; the open year
+    assert runner.invoke(app, ["backfill", "day", "--from", "2026-01-03", "--to", "2026-01-04"]).exit_code == 0
+    flat = " ".join(runner.invoke(app, ["status"]).output.replace("│", " ").split())
+    assert "backfill day" not in flat and "memory-pipeline backfill month --from 2026-01 --to 2026-01" in flat
 
 
 def _ok_calls_after(store, call_id: int) -> list[tuple[str, str, str]]:
