@@ -137,6 +137,11 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         summary_cap: str | None = None,
     ) -> dict[str, Any]:
         grant = caller()
+        if not grant.all_worlds and group_field in (None, ""):  # it could never append to it
+            raise AccessError(
+                "group_field: required: this token appends only to its worlds' groups (an --all-worlds token "
+                "creates a type grouped by no world)"
+            )
         return tower.create_type(
             name,
             owner_worlds=None if grant.all_worlds else sorted(grant.worlds),

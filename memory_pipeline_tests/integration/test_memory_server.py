@@ -749,6 +749,9 @@ def test_a_type_a_world_created_is_changed_only_by_its_worlds_whoever_wrote_to_i
     same line whether the type holds memory or not (the refusal told it before), and a type the
     operator made is changed by an --all-worlds token only."""
     b = tokens.create(served["store"], ["wb"], name="b")[1]
+    for ungrouped in ({"name": "wa/flat"}, {"name": "wa/flat", "group_field": ""}):  # it could never append
+        _, refused = asyncio.run(_calls(served["url"], served["bearer"]["a"], [("mem/create_type", ungrouped)]))
+        assert refused[0][0] and "group_field: required" in refused[0][1], refused
     made = {"name": "wa/own", "group_field": "world"}
     _, results = asyncio.run(_calls(served["url"], served["bearer"]["a"], [("mem/create_type", made)]))
     assert not results[0][0], results
