@@ -263,8 +263,10 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     @tool(
         name="mem/get_summary",
         description="Semantic recall: the stored summary (state found), or "
-        "missing / empty; a range wider than the cap returns the cap-level summaries of the windows "
-        "overlapping it and the gaps (stretches with no summary, with their entry counts). With "
+        "missing / empty, or open (a window not closed yet, summarized once it closes); a range wider than "
+        "the cap returns the cap-level summaries of the windows overlapping it and the gaps (stretches of "
+        "closed windows with no summary, with their entry counts; the window now is a gap with open: true, "
+        "later ones are none). With "
         "summarize_on_miss a summarize job starts for the page's missing groups (never for an empty window; "
         "a writable token only)." + PAGE_DOC + WINDOW_DOC + GROUP_DOC,
         access=Access.READ,

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, bindparam, func, select
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import conversations, messages
-from memory_pipeline.lib.timeutil import EARLIEST, LATEST, instant_problem
+from memory_pipeline.lib.timeutil import EARLIEST, LATEST, instant_problem, utcnow
 from memory_pipeline.tower.entries import entries_by_pk
 from memory_pipeline.tower.logic import (
     RANGE,
@@ -446,6 +446,8 @@ def get_summary(
     n_found = sum(1 for _, rec in slots if rec is not None)
     n_missing = len(slots) - n_found
     state = "empty" if not slots else ("found" if not n_missing else ("missing" if not n_found else "partial"))
+    if state == "missing" and spec.end > utcnow():
+        state = "open"  # not closed yet: no summary can exist, so none is missing (seed: 只总结已关闭窗口)
     nxt = offset + len(page)
     return {
         "type": t.name,
@@ -481,11 +483,22 @@ def _cap_level(
     by_start: dict[datetime, list[Any]] = defaultdict(list)
     for (start, _), rec in sorted(latest.items(), key=lambda kv: kv[0]):
         by_start[start].append(rec)
-    items: list[tuple[str, Any]] = []  # ("summary", record) or ("gap", the run of windows without one)
+    # ("summary", record), ("gap", the run of closed windows without one) or ("open", [the open
+    # window]): a window not closed yet has no summary by rule, and a future one is no gap at all.
+    items: list[tuple[str, Any]] = []
     run: list[tuple[datetime, datetime]] = []
+    now = utcnow()
     for start, end in windows_between(cap, spec.start, spec.end, tz):
+        if start > now:
+            break
         if start not in by_start:
-            run.append((start, end))
+            if end > now:
+                if run:
+                    items.append(("gap", run))
+                run = []
+                items.append(("open", [(start, end)]))
+            else:
+                run.append((start, end))
             continue
         if run:
             items.append(("gap", run))
@@ -508,6 +521,7 @@ def _cap_level(
                     "end": end.astimezone(tz).isoformat(),
                     "windows": len(item),
                     "entries": _count_now(conn, t, start, end, grp, fed),
+                    "open": kind == "open",  # the window now: summarized once it closes
                 }
             )
     nxt = offset + len(page)
@@ -520,7 +534,7 @@ def _cap_level(
         + f": the {cap} summaries of the windows overlapping it, "
         f"and the gaps (stretches of {cap} windows with no summary)",
         "total_summaries": len(latest),
-        "total_gaps": sum(1 for kind, _ in items if kind == "gap"),
+        "total_gaps": sum(1 for kind, _ in items if kind in ("gap", "open")),
         "total_chars": sum(rec.chars for rec in latest.values()),
         "returned": len(page),
         "next_cursor": encode_cursor(nxt) if nxt < len(items) else None,

@@ -712,6 +712,26 @@ def test_semantic_recall_cap_level_from_to_and_summarize_on_miss(tower, store):
     assert tower.job_status(statuses[0]["job_id"])["job_id"] == statuses[0]["job_id"]
 
 
+def test_the_open_window_is_said_open_and_a_future_one_is_no_gap(tower, store):
+    """Seed 004 summarizes closed windows only: the open day read as "missing" (its summary can
+    never exist yet), and a range reaching past now listed the future weeks as gaps."""
+    tower.create_type("r/now", chain=["day", "week"], summaries=True)
+    now = utcnow().astimezone(CST)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    at = max(now - timedelta(seconds=5), midnight)  # today, so in this week too, whatever the clock says
+    tower.append("r/now", {"content": "today's note", "at": at.isoformat()})
+    today = tower.get_summary("r/now", WindowQuery.parse("day", now.date().isoformat()))
+    assert today["state"] == "open" and today["missing_groups"] == [""]
+    lo, hi = (now - timedelta(days=21)).date().isoformat(), (now + timedelta(days=40)).date().isoformat()
+    wide = tower.get_summary("r/now", WindowQuery.parse(from_=lo, to=hi))
+    assert wide["state"] == "cap_level" and wide["summaries"] == []
+    *closed, current = wide["gaps"]
+    assert [g["open"] for g in closed] == [False] * len(closed) and closed and current["open"] is True
+    assert current["windows"] == 1 and current["entries"] == 1  # this week, holding today's entry
+    assert current["start"] <= now.isoformat() < current["end"]  # and nothing after it: the future is no gap
+    assert wide["total_gaps"] == len(wide["gaps"]) and calls(store) == 0
+
+
 def test_a_type_with_summaries_off_is_never_summarized_not_even_when_asked(tower, store):
     """Seed 004: semantic summaries are opt-in per type (new types off). summarize, recompute and
     summarize_on_miss over such a type are refused naming it: no job, no call, no record."""
