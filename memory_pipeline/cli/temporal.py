@@ -265,7 +265,7 @@ def read(
     from memory_pipeline.temporal.read import temporal_view, viewer_timeline
 
     tz = ZoneInfo(settings.timezone_name())
-    when = _instant_option("--at", at) if at else utcnow()
+    when = _instant_option("--at", at) if at else utcnow().astimezone(tz)  # shown in CST, as the windows
     _id_option("--world", world)
     if conversation is not None:
         _id_option("--conversation", conversation)

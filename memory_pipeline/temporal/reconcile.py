@@ -284,7 +284,7 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
         if p in late:
             n, newest = late[p]
             reasons.append(
-                f"{n} message(s) ingested after the day was materialized (newest {newest:%Y-%m-%d %H:%M} UTC)"
+                f"{n} message(s) ingested after the day was materialized (newest {newest.astimezone(tz):%Y-%m-%d %H:%M %z})"
             )
         if p in missing:
             n, first_id, last_id = missing[p]
@@ -309,7 +309,7 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
             if n_changed:
                 reasons.append(
                     f"{n_changed} {child} row(s) written after the {window} was materialized "
-                    f"(newest {newest_child:%Y-%m-%d %H:%M} UTC)"
+                    f"(newest {newest_child.astimezone(tz):%Y-%m-%d %H:%M %z})"
                 )
             waits = tuple(below.get(p, ()))
             if waits:

@@ -3,6 +3,7 @@ query, the reconcile sensor and the `reconcile` / `status` commands, on the real
 Redis with an ephemeral Dagster instance."""
 
 import json
+import re
 from datetime import date, datetime, timedelta
 
 import pytest
@@ -305,6 +306,7 @@ def test_reconcile_and_status_from_the_command_line(env, store):
     assert status.exit_code == 0, status.output
     assert "Pending repairs" in status.output
     assert "2025-12-31" in status.output and "message(s) ingested after the day was materialized" in status.output
+    assert re.search(r"\(newest \d{4}-\d\d-\d\d \d\d:\d\d \+0800\)", status.output)  # CST, as the days
 
     dry = runner.invoke(app, ["reconcile", "--dry-run"])
     assert dry.exit_code == 0, dry.output
