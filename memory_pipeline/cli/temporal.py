@@ -40,7 +40,7 @@ def _materialize(
 
     temporal_config.load()  # a bad setting is one line now (ConfigError), not a run that fails on it
     try:
-        as_of, worlds = operations.check_as_of(as_of), operations.check_worlds(worlds)  # before any run
+        as_of, worlds = _as_of(as_of), operations.check_worlds(worlds)  # before any run
         if worlds:  # a run limited to a world never ingested would do nothing and say ok
             store = open_store()
             for world in worlds:
@@ -240,7 +240,7 @@ def system_rolls(
     from memory_pipeline import operations
 
     try:
-        r = operations.run_system_rolls(operations.check_as_of(as_of), force)
+        r = operations.run_system_rolls(_as_of(as_of), force)
     except operations.RangeError as exc:
         refuse(str(exc))
     console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else r.error}")
@@ -291,6 +291,18 @@ def read(
         )
         return
     print_view(view, timeline, cache.backend)
+
+
+def _as_of(value: str) -> str:
+    """``--as-of`` checked (RangeError) and normalized; a future instant is said to be capped at now,
+    as the runs cap it (a future partition is never generated), not taken silently."""
+    from memory_pipeline import operations
+    from memory_pipeline.lib.timeutil import parse_instant, utcnow
+
+    as_of = operations.check_as_of(value)
+    if as_of and parse_instant(as_of) > utcnow():
+        err.print(f"[yellow]--as-of {escape(as_of)} is in the future: the runs take now instead[/]")
+    return as_of
 
 
 def _instant_option(name: str, value: str) -> datetime:

@@ -306,7 +306,7 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
         for p in sorted({p for w, p in records if w == window} & (set(below) | {p for w, p in changed if w == window})):
             rec, reasons = records[(window, p)], []
             n_changed, newest_child = changed.get((window, p), (0, None))
-            if n_changed:
+            if n_changed and newest_child is not None:
                 reasons.append(
                     f"{n_changed} {child} row(s) written after the {window} was materialized "
                     f"(newest {newest_child.astimezone(tz):%Y-%m-%d %H:%M %z})"

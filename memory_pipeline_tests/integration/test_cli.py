@@ -88,6 +88,9 @@ def test_operate_and_read_from_the_command_line(env):
         == 0
     )
     assert runner.invoke(app, ["system-rolls", "--as-of", "2026-07-18T07:00:00+08:00"]).exit_code == 0
+    future = runner.invoke(app, ["system-rolls", "--as-of", "2099-01-01T00:00:00+08:00"])  # capped, said so
+    assert future.exit_code == 0 and "is in the future: the runs take now instead" in future.output, future.output
+    assert runner.invoke(app, ["system-rolls", "--as-of", "2026-07-18T07:00:00+08:00"]).exit_code == 0
     out = runner.invoke(
         app, ["read", "--world", "w1", "--conversation", "v", "--at", "2026-07-18T07:00:00+08:00", "--json"]
     )
