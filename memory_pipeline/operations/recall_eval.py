@@ -187,15 +187,10 @@ def _check_domains_on() -> None:
     from memory_pipeline.sleep import config as sleep_config
     from memory_pipeline.temporal import config as temporal_config
 
-    for section, cfg in (
-        ("temporal_summary", temporal_config.load()),
-        ("sleep", sleep_config.load()),
-        ("objects", objects_config.load()),
-        ("conversation", conversation_config.load()),
-    ):
-        if not cfg.enabled:
+    for config in (temporal_config, sleep_config, objects_config, conversation_config):
+        if not config.load().enabled:
             raise EvalError(
-                f"memory.{section}.enabled is false in the configuration: the eval measures every domain's "
+                f"memory.{config.SECTION}.enabled is false in the configuration: the eval measures every domain's "
                 "memory (turn it on for the eval)"
             )
 
