@@ -137,15 +137,25 @@ def confirm(
 
 @app.command()
 def correct(
-    conversation: str = typer.Argument(...), arc: str = typer.Argument(..., help="The user's own account")
+    conversation: str = typer.Argument(...),
+    arc: str = typer.Argument(..., help="The user's own account"),
+    request_id: str | None = typer.Option(
+        None, "--request-id", help="Retry-safe: the same id again writes nothing and answers the first version"
+    ),
 ) -> None:
     """The user denied the check line: a new verified version with their emotional arc."""
-    from memory_pipeline.conversation.summaries import correct as do_correct
+    from memory_pipeline.conversation.summaries import correct_request
     from memory_pipeline.lib import settings
+    from memory_pipeline.lib.store.requests import RequestConflict
     from memory_pipeline.lib.timeutil import zone
 
-    version = _guard(do_correct, open_store(), conversation, arc, zone(settings.timezone_name()))
-    console.print(f"version {version} written (verified)")
+    tz = zone(settings.timezone_name())
+    try:
+        answer, replayed = _guard(correct_request, open_store(), conversation, arc, tz, None, request_id)
+    except RequestConflict as exc:
+        refuse(str(exc).replace("field 'request_id': ", "--request-id "))
+    how = "already written by this request id" if replayed else "written"
+    console.print(f"version {answer['version']} {how} (verified)")
 
 
 @app.command()

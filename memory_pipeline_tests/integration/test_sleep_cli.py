@@ -147,6 +147,13 @@ def test_conversation_commands(env, pg_url):  # noqa: F811
     assert fixed.exit_code == 0 and "version 2" in fixed.output
     shown = runner.invoke(app, ["conversation", "show", "c1"])
     assert "version 2, verified" in shown.output and "大致对吗" not in shown.output
+    # A retried correction with its request id writes nothing more; another arc under it is refused.
+    once = ["conversation", "correct", "c1", "用户在为搬家和新工作发愁。", "--request-id", "fix-1"]
+    first, again = runner.invoke(app, once), runner.invoke(app, once)
+    assert first.exit_code == 0 and "version 3 written (verified)" in first.output, first.output
+    assert again.exit_code == 0 and "version 3 already written by this request id" in again.output, again.output
+    other = runner.invoke(app, [*once[:3], "另一条主线。", *once[4:]])
+    assert other.exit_code == 2 and "--request-id 'fix-1' was used for another request" in other.output, other.output
     # The user's yes to a check line: an older version is refused, the newest is verified (once).
     stale = runner.invoke(app, ["conversation", "confirm", "c1", "--version", "1"])
     assert stale.exit_code == 2 and "1 is not the newest version" in stale.output
