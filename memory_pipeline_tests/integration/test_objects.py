@@ -774,6 +774,40 @@ def test_a_request_conversation_another_world_holds_is_refused_and_nothing_is_re
     assert count(store, messages) == raw_before and count(store, objects_jobs) == 0
 
 
+def test_a_worker_runs_copy_of_the_worlds_objects_follows_every_writer(store, ingest):
+    """A worker run keeps the world's objects and reads only the rows stamped after the revision it
+    last read (and the core documents when their mark moved): after other runs organized more and a
+    human imported a core document, its copy equals a fresh read, row for row."""
+
+    def fresh() -> worker.WorldObjects:
+        known = worker.WorldObjects()
+        with store.connect() as conn:
+            known.refresh(conn, W)
+        return known
+
+    def same(a: worker.WorldObjects, b: worker.WorldObjects) -> None:
+        assert {i: worker.object_doc(r) for i, r in a.rows.items()} == {
+            i: worker.object_doc(r) for i, r in b.rows.items()
+        }
+        assert {n: tuple(r) for n, r in a.core.items()} == {n: tuple(r) for n, r in b.core.items()}
+        assert a.revision == b.revision
+
+    octx = octx_for(store, compact_threshold_tokens=100_000)
+    add(ingest, [f"Alice and the greenhouse tomatoes, note {i}" for i in range(6)])
+    worker.organize_now(octx, W, "", token="copy-0001")
+    worker.run_worker(octx)
+    kept = fresh()
+    assert len(kept.rows) > 1  # project:daily and what the organize wrote
+    add(ingest, [f"Bob at the harbor about invoice {i}" for i in range(6)], conv="c2")
+    worker.organize_now(octx, W, "", token="copy-0002")
+    worker.run_worker(octx)  # another run: new and changed objects, the revision moved on
+    graph.import_core(octx, W, "USER.md", "# User\n\nGrows tomatoes.\n")  # a human edit: the core's mark moves
+    with store.connect() as conn:
+        kept.refresh(conn, W)
+    same(kept, fresh())
+    assert "USER.md" in kept.core
+
+
 def test_an_explicit_organize_waits_for_the_explicit_compact_before_it(store, ingest):
     octx = octx_for(store, compact_threshold_tokens=100_000)
     ids = add(ingest, [f"harbor invoice {i}" for i in range(12)])
