@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from memory_pipeline.lib.store import Store, insert_missing
 from memory_pipeline.lib.text import json_type, text_problem
@@ -233,6 +233,12 @@ def create(
         "updated_at": now,
     }
     with store.begin() as conn:
+        # Names differing only in case read as one type to a person ("Worklog" beside "worklog").
+        twin = conn.execute(
+            select(tower_types.c.name).where(func.lower(tower_types.c.name) == name.lower(), tower_types.c.name != name)
+        ).scalar()
+        if twin is not None:
+            raise TowerInputError("name", f"{name!r} differs from the memory type {twin!r} only in case")
         if not insert_missing(conn, tower_types, [row], "name"):
             existing = load(conn, name)
             state = "archived, its name stays reserved" if existing and existing.archived else "exists"

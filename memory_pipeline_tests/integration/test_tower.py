@@ -92,6 +92,11 @@ def test_types_crud_archive_and_builtins(tower, store):
             tower.create_type(bad)
     with pytest.raises(TowerInputError, match="field 'chain"):
         tower.create_type("bad/chain", chain=["day", "1h"])
+    for twin, of in (("Worklog", "worklog"), ("Proj/Decisions", "proj/decisions")):  # one type to a reader
+        with pytest.raises(
+            TowerInputError, match=f"field 'name': '{twin}' differs from the memory type '{of}' only in case"
+        ):
+            tower.create_type(twin)
 
     week_of_entries(tower)
     build(store, cst(2026, 1, 5).date())
