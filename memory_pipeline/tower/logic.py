@@ -394,11 +394,18 @@ def validate_entry(raw: Any, *, group_field: str | None, now: datetime, where: s
             at = parse_instant(raw["at"])
         except ValueError as exc:
             raise TowerInputError("at", str(exc), where) from None
+        # The store keeps microseconds: finer digits were cut without a word, so a retry whose at
+        # differed below a microsecond counted as the same entry, not as the conflict it is.
+        if isinstance(raw["at"], str) and (frac := _SUBSECOND.search(raw["at"])) and len(frac.group(1)) > 6:
+            raise TowerInputError("at", "is more precise than a microsecond (at most 6 fractional digits)", where)
     if at > now + FUTURE_TOLERANCE:
         raise TowerInputError("at", "is in the future (entries record what happened)", where)
     group = _entry_group(raw.get("group"), content, group_field, where)
     chars = len(content) if isinstance(content, str) else len(json.dumps(content, ensure_ascii=False))
     return EntryIn(entry_id, at, group, content, chars, at_given)
+
+
+_SUBSECOND = re.compile(r"\d\d:\d\d:\d\d[.,](\d+)")
 
 
 def _entry_group(given: Any, content: Any, group_field: str | None, where: str) -> str:

@@ -133,6 +133,18 @@ def test_arbitrary_entries_are_accepted_or_refused_by_field_never_a_traceback(ra
         assert entry.at <= NOW + timedelta(minutes=1)
 
 
+def test_an_entry_time_finer_than_a_microsecond_is_refused_not_cut():
+    """The store keeps microseconds: nanoseconds were cut without a word, so a retry whose at
+    differed below a microsecond was taken as the same entry instead of the conflict it is."""
+    for at in ("2026-01-05T10:00:00.123456789+08:00", "2026-01-05 10:00:00,1234567Z"):
+        with pytest.raises(TowerInputError, match="field 'at': is more precise than a microsecond"):
+            validate_entry({"content": "x", "at": at}, group_field=None, now=NOW, where="line 1")
+    kept = validate_entry(
+        {"content": "x", "at": "2026-01-05T10:00:00.123456+08:00"}, group_field=None, now=NOW, where="l"
+    )
+    assert kept.at.microsecond == 123456
+
+
 def test_the_offline_aggregate_names_its_period_fits_the_hard_cut_and_says_nothing_without_words():
     from memory_pipeline.lib.text import hard_cap
     from memory_pipeline.tower.summaries import _offline_aggregate
