@@ -153,7 +153,7 @@ def correct(
     try:
         answer, replayed = _guard(correct_request, open_store(), conversation, arc, tz, None, request_id)
     except RequestConflict as exc:
-        refuse(str(exc).replace("field 'request_id': ", "--request-id "))
+        refuse(exc.naming("--request-id"))
     how = "already written by this request id" if replayed else "written"
     console.print(f"version {answer['version']} {how} (verified)")
 

@@ -71,8 +71,10 @@ def organize(
             _print(worker.organize_now(octx, world, scope, token, retry_blocked, mode))
         else:
             _print(worker.enqueue(octx, world, mode, scope, retry_blocked, token))
-    except (worker.RequestError, RequestConflict, logic.SubmissionError) as exc:
-        refuse(str(exc).replace("field 'request_id'", "--token"))
+    except RequestConflict as exc:
+        refuse(exc.naming("--token"))
+    except (worker.RequestError, logic.SubmissionError) as exc:
+        refuse(str(exc))
 
 
 @app.command("run")

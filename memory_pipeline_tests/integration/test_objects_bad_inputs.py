@@ -260,6 +260,10 @@ def test_the_cli_organize_now_records_the_request_and_prints_both_receipts(store
             select(objects_event_state.c.state).where(objects_event_state.c.event_id == ids[0])
         ).scalar()
     assert content == "memory_organize: compact, then organize now (scope: greenhouse)" and state == "hot"
+    other = CliRunner().invoke(
+        app, ["objects", "organize", "w1", "--now", "--scope", "harbor", "--token", "cli-now-01"]
+    )
+    assert other.exit_code == 2 and "--token 'cli-now-01' was used for another request" in other.output, other.output
 
 
 def test_integers_past_the_integer_column_are_refused_by_name_before_the_database(store, ingest, monkeypatch, tmp_path):

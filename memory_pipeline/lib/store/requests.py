@@ -26,11 +26,16 @@ from memory_pipeline.lib.timeutil import utcnow
 class RequestConflict(ValueError):
     """A request id already used with other arguments (one line naming the field)."""
 
-    def __init__(self, request_id: str):
+    def __init__(self, request_id: str, name: str = "field 'request_id':"):
+        self.request_id = request_id
         super().__init__(
-            f"field 'request_id': {request_id!r} was used for another request (other arguments): a retry "
+            f"{name} {request_id!r} was used for another request (other arguments): a retry "
             "repeats its request as it was; a new request needs a new id"
         )
+
+    def naming(self, option: str) -> str:
+        """The same refusal naming a command line's option (``--token``) instead of the field."""
+        return str(RequestConflict(self.request_id, option))
 
 
 def problem(request_id: object) -> str | None:
