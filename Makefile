@@ -66,11 +66,30 @@ TEST_WORKERS ?= 6
 # compileall: the package's and the tests' bytecode, written before the run (0.5 s; nothing to do when
 # it is current). Where PYTHONDONTWRITEBYTECODE is set, as on this machine, each of the ~160 processes
 # of the suite that import the package (workers, CLI, code servers, run workers) compiled it again.
-test: $(STAMP) $(DBT_MANIFEST) chromium  ## strict type check, then the test suite against PostgreSQL and Redis on 127.0.0.1
-	$(BIN)/mypy
+#
+# mypy runs beside the tests, not before them: on a fresh clone (no mypy cache) it checks for about
+# 100 s on one core, and the other core was idle meanwhile. Its report follows the tests' and either
+# failing fails `make test`. While it starts, one collection writes pytest's rewritten test modules
+# (the asserts' bytecode), which PYTHONDONTWRITEBYTECODE left every worker to rewrite for itself
+# (about 6.5 s of CPU each); it runs again only when a test file or the environment is newer than
+# its stamp. Its exit status is not the point: syrupy ends a collect-only run with 1 (snapshots it
+# did not use), and a module that fails to collect fails the real run right after, with its error.
+# (No recursive $(MAKE) here: `make -n test` would then run the whole recipe.)
+REWRITTEN := memory_pipeline_tests/__pycache__/.rewritten
+
+test: $(STAMP) $(DBT_MANIFEST) chromium  ## strict type check and the test suite against PostgreSQL and Redis on 127.0.0.1
 	$(BIN)/python -m compileall -q memory_pipeline memory_pipeline_tests
+	@types_log=$$(mktemp); \
+	$(BIN)/mypy >"$$types_log" 2>&1 & types=$$!; \
+	if [ ! -f $(REWRITTEN) ] || [ $(STAMP) -nt $(REWRITTEN) ] || \
+	   [ -n "$$(find memory_pipeline_tests -name '*.py' -newer $(REWRITTEN) | head -n 1)" ]; then \
+	  env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --collect-only -q -p no:cacheprovider >/dev/null 2>&1; \
+	  touch $(REWRITTEN); \
+	fi; \
 	LITELLM_LOCAL_MODEL_COST_MAP=True DBT_SEND_ANONYMOUS_USAGE_STATS=false \
-	  $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	  $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup; tests=$$?; \
+	wait $$types; typed=$$?; echo "mypy --strict (run beside the tests):"; cat "$$types_log"; rm -f "$$types_log"; \
+	test $$tests -eq 0 && test $$typed -eq 0
 
 chromium:  ## Debian's chromium for the browser tests (Playwright drives it; no browser download)
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
