@@ -1,5 +1,5 @@
 # Each target creates the virtual environment it needs from requirements.lock: every package pinned
-# with its sha256, installed with --require-hashes (a file that differs from the locked one fails the
+# with its sha256, installed with hashes required (a file that differs from the locked one fails the
 # install). requirements.in holds the direct dependencies; `make lock` re-resolves it into the lock.
 VENV  := .venv
 BIN   := $(VENV)/bin
@@ -23,12 +23,16 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --custom-compi
 
 venv: $(STAMP)  ## the virtual environment alone, installed from the lock with --require-hashes
 
-# --no-deps: the lock lists every package, so pip installs exactly it and resolves nothing more;
-# pip check then proves the set consistent. The project itself is installed editable (no hash to
-# check) with the lock's setuptools, not one fetched unchecked for an isolated build.
+# The lock is installed by the pinned uv (requirements-tools.lock, itself hash-checked by pip): the
+# same files with the same hash check, and their bytecode, in 62 s against pip's 159-185 s measured
+# alternating on this 2-core machine. --no-deps: the lock lists every package, so exactly it is
+# installed and nothing more resolved; pip check then proves the set consistent. The project itself
+# is installed editable (no hash to check) with the lock's setuptools, not one fetched unchecked for
+# an isolated build.
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-tools.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --require-hashes --no-deps --compile-bytecode -r requirements.lock
 	$(BIN)/pip check
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
