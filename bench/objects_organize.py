@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -57,6 +58,33 @@ def generate(path: Path, n: int, worlds: int) -> None:
             fh.write(json.dumps(event_line(f"b{i:06d}", w, f"{w}-c{i // 50}", "user", body, at)) + "\n")
 
 
+def _postgres_cpu_seconds() -> float | None:
+    """User + system CPU of every PostgreSQL process on this machine (its backends and its writers),
+    from /proc; None when they cannot be read (another machine, another user)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, found = 0, False
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if not name.startswith("postgres"):
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        found = True
+    return total / tick if found else None
+
+
+def _client_cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def measure(events: int = 10_000, worlds: int = 10, floor: bool = True, say: Any = print) -> dict[str, Any]:
     """The organize measurement (``bench/run.py``'s objects stage calls it too): the keys of
     latest.json (``objects_organize_*``). With ``floor``, the set-based floor
@@ -90,15 +118,34 @@ def measure(events: int = 10_000, worlds: int = 10, floor: bool = True, say: Any
         if floor:
             objects_floor.clone(admin, schema, copy)
         statements = [0]
+        trips = {"checkouts": 0, "commits": 0, "rollbacks": 0}
 
         def count(*_args: Any) -> None:
             statements[0] += 1
 
-        event.listen(store.engine, "before_cursor_execute", count)
+        def counter(key: str) -> Any:
+            def one(*_args: Any) -> None:
+                trips[key] += 1
+
+            return one
+
+        hooks = [
+            (store.engine, "before_cursor_execute", count),
+            (store.engine.pool, "checkout", counter("checkouts")),  # each one a liveness ping (pool_pre_ping)
+            (store.engine, "commit", counter("commits")),
+            (store.engine, "rollback", counter("rollbacks")),
+        ]
+        for target, name, fn in hooks:
+            event.listen(target, name, fn)
+        pg_cpu, client_cpu = _postgres_cpu_seconds(), _client_cpu_seconds()
         t = time.perf_counter()
         rep = worker.run_worker(octx)
         secs = time.perf_counter() - t
-        event.remove(store.engine, "before_cursor_execute", count)
+        client_cpu = _client_cpu_seconds() - client_cpu
+        pg_after = _postgres_cpu_seconds()
+        pg_cpu = pg_after - pg_cpu if pg_cpu is not None and pg_after is not None else None
+        for target, name, fn in hooks:
+            event.remove(target, name, fn)
         with store.connect() as conn:
             continues = conn.execute(select(func.count()).where(objects_receipts.c.outcome == "continue")).scalar()
         say(
@@ -108,13 +155,25 @@ def measure(events: int = 10_000, worlds: int = 10, floor: bool = True, say: Any
             f"outcomes {rep.outcomes}; continue {continues}; batches without progress {rep.zero_progress_batches} "
             f"(failed claims {rep.failures}, corrections {rep.corrections})"
         )
+        per = max(1, rep.batches)
+        say(
+            f"per batch: {statements[0] / per:.1f} statements, {trips['commits'] / per:.2f} commits, "
+            f"{trips['checkouts'] / per:.2f} pool checkouts (pings), {trips['rollbacks'] / per:.2f} rollbacks; "
+            f"CPU per event: client {1000 * client_cpu / max(1, pending):.2f} ms, PostgreSQL "
+            + (f"{1000 * pg_cpu / max(1, pending):.2f} ms" if pg_cpu is not None else "unread")
+        )
         out.update(
             objects_organize_events_per_s=round(pending / secs, 1),
             objects_organize_seconds=round(secs, 2),
             objects_organize_calls_per_event=round(rep.model_calls / max(1, pending), 3),
             objects_organize_statements_per_batch=round(statements[0] / max(1, rep.batches), 1),
             objects_organize_zero_progress_batches=rep.zero_progress_batches,
+            objects_organize_commits_per_batch=round(trips["commits"] / per, 2),
+            objects_organize_checkouts_per_batch=round(trips["checkouts"] / per, 2),
+            objects_organize_client_cpu_ms_per_event=round(1000 * client_cpu / max(1, pending), 2),
         )
+        if pg_cpu is not None:
+            out["objects_organize_postgres_cpu_ms_per_event"] = round(1000 * pg_cpu / max(1, pending), 2)
         if floor:
             fstore = Store(f"{PG}?options=-csearch_path%3D{copy}")
             fctx = ObjectsContext(fstore, LLMClient(fstore, asset="bench"), ObjectsConfig(retry_backoff_seconds=0))
