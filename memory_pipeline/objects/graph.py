@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, case, delete, select, update
@@ -95,6 +95,13 @@ class Claim:
     # the graph revision it made, each object row it wrote as written, whether it wrote a core
     # document. The worker keeps its copy of the world's objects current with them.
     wrote: Wrote | None = None
+    # The worker's claim of its job's next batch in the commit's transaction (``worker._claim_next``):
+    # the commit's lease check passes the world's lease on to ``pass_lease_to`` (the next batch's
+    # holder, renewed for a full lease) instead of giving it up, then ``claim_next`` runs in place of
+    # the job's update and says whether it updated the job (claimed again) itself; when it did not,
+    # it gave the passed lease up and the commit's update gives the job back as usual.
+    pass_lease_to: str | None = None
+    claim_next: Callable[[Connection], bool] | None = None
 
 
 @dataclass
@@ -131,6 +138,18 @@ _LEASE_CHECK_RELEASE = delete(partition_leases).where(
     _L.partition == bindparam("world"),
     _L.holder == bindparam("b_holder"),
     _L.expires_at > bindparam("now"),
+)
+# The check that passes the lease on to the batch the commit claims next (``Claim.pass_lease_to``):
+# the same row locked, now the next batch's, for a full lease from the commit.
+_LEASE_CHECK_PASS = (
+    update(partition_leases)
+    .where(
+        _L.asset == LEASE_ASSET,
+        _L.partition == bindparam("world"),
+        _L.holder == bindparam("b_holder"),
+        _L.expires_at > bindparam("now"),
+    )
+    .values(holder=bindparam("to_holder"), acquired_at=bindparam("now"), expires_at=bindparam("until"))
 )
 _OBJECTS_BY_ID = select(objects_objects).where(
     _O.world_id == bindparam("world"), _O.object_id.in_(bindparam("ids", expanding=True))
@@ -179,14 +198,26 @@ _DISPOSE = (
 )
 
 
-def lease_checker(world: str, holder: str, now: datetime, *, release: bool = False) -> Callable[[Connection], None]:
+def lease_checker(
+    world: str,
+    holder: str,
+    now: datetime,
+    *,
+    release: bool = False,
+    pass_to: str | None = None,
+    until: datetime | None = None,
+) -> Callable[[Connection], None]:
     """Inside the commit's transaction: the lease is still this batch's and not expired (the
     UPDATE locks the row on PostgreSQL, so no takeover slips in before the commit). With
-    ``release``, the same statement gives it up when the commit commits."""
-    stmt = _LEASE_CHECK_RELEASE if release else _LEASE_CHECK
+    ``release``, the same statement gives it up when the commit commits; with ``pass_to``, it
+    becomes ``pass_to``'s (the next batch's) until ``until``."""
+    stmt = _LEASE_CHECK_PASS if pass_to is not None else _LEASE_CHECK_RELEASE if release else _LEASE_CHECK
+    params: dict[str, Any] = {"world": world, "b_holder": holder, "now": now}
+    if pass_to is not None:
+        params.update(to_holder=pass_to, until=until)
 
     def check(conn: Connection) -> None:
-        ok = conn.execute(stmt, {"world": world, "b_holder": holder, "now": now}).rowcount
+        ok = conn.execute(stmt, params).rowcount
         if not ok:
             raise LeaseLost("lease", "expired or taken over: this batch's claim is no longer valid")
 
@@ -294,7 +325,10 @@ def _commit_new(
     now = octx.now()
     claim.wrote = None
     write = logic.check_graph_write(raw, deep=deep, size_bytes=size_bytes)
-    lease_checker(claim.world_id, claim.holder, now, release=claim.release_lease)(conn)
+    until = now + timedelta(seconds=octx.cfg.lease_seconds)
+    lease_checker(
+        claim.world_id, claim.holder, now, release=claim.release_lease, pass_to=claim.pass_lease_to, until=until
+    )(conn)
     # The revision advances first, only from the one the write was made against (a refusal
     # below rolls it back with everything else): one statement checks and takes it.
     w = objects_worlds.c
@@ -418,7 +452,8 @@ def _commit_new(
     if claim.job_id is not None:
         # deep: the reviewed objects leave the inventory with this commit, never before
         advance = len(claim.deep_ids) if deep else 0
-        conn.execute(_BATCH_DONE[claim.give_back], {"job": claim.job_id, "advance": advance})
+        if claim.claim_next is None or not claim.claim_next(conn):
+            conn.execute(_BATCH_DONE[claim.give_back], {"job": claim.job_id, "advance": advance})
     if claim.finish is not None:
         claim.finish(conn)
     return {

@@ -679,20 +679,24 @@ def _advance(
     'limit') and how many batches ran."""
     ran = 0
     known = WorldObjects()  # the world's objects, read again only where they changed
-    while report.batches < limit:
-        turn = _turn(octx, report, world, modes=modes, runner=runner, known=known)
-        if turn.result in ("stopped", "lease_busy"):
-            return turn.result, ran
-        if turn.result == "idle":
-            if turn.later is None:
-                return "idle", ran
-            wait = (turn.later - octx.now()).total_seconds()
-            if wait > max_wait:
-                return "idle", ran
-            (octx.sleep or time.sleep)(max(0.0, wait))
-            continue
-        ran += 1
-    return "limit", ran
+    chain = NextClaim(runner, modes, limit)
+    try:
+        while report.batches < limit:
+            turn = _turn(octx, report, world, modes=modes, runner=runner, known=known, chain=chain)
+            if turn.result in ("stopped", "lease_busy"):
+                return turn.result, ran
+            if turn.result == "idle":
+                if turn.later is None:
+                    return "idle", ran
+                wait = (turn.later - octx.now()).total_seconds()
+                if wait > max_wait:
+                    return "idle", ran
+                (octx.sleep or time.sleep)(max(0.0, wait))
+                continue
+            ran += 1
+        return "limit", ran
+    finally:
+        chain.hand_back(octx)  # a batch claimed by the last commit and never run (the run stops)
 
 
 def _yields(
@@ -756,6 +760,117 @@ class Turn:
 
     result: str
     later: datetime | None = None
+
+
+def _holder(job_id: int) -> str:
+    """A batch's own holder of the world's lease: each batch its own, so a commit of an earlier
+    batch of the same job never passes the lease check of a later one."""
+    return f"job{job_id}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class Claimed:
+    """An organize batch claimed by the commit of the batch before it (``_claim_next``): its lease
+    (already the world's, renewed), its job row as claimed (``running``, with ``_before``), its
+    page, and the world's objects as of that commit."""
+
+    lease: BatchLease
+    job: dict[str, Any]
+    page: ClaimedPage
+    known: WorldObjects
+
+
+@dataclass
+class NextClaim:
+    """What a run's commit may claim next in its transaction, and the batch it claimed, not yet
+    run (``claimed``): given back (``hand_back``) when the run stops before running it."""
+
+    runner: str
+    modes: Sequence[JobMode] | None
+    limit: int  # the run's batches: no claim past the last
+    claimed: Claimed | None = None
+
+    def hand_back(self, octx: ObjectsContext) -> None:
+        """The claimed batch never ran: its lease given up and its job put back as before the
+        claim (``_hand_back``: queued, its claim count and rotation place), in one transaction."""
+        claimed, self.claimed = self.claimed, None
+        if claimed is None:
+            return
+        with octx.store.begin() as conn:
+            graph.lease_releaser(claimed.lease.world, claimed.lease.holder)(conn)
+            _hand_back(conn, claimed.job)
+
+
+# The commit's update of the job's counters (``graph._BATCH_DONE``) when it also claims the job's
+# next batch: counted, failures reset, and claimed again (``_TAKE_JOB``), ``running`` throughout.
+_KEEP_JOB = (
+    update(objects_jobs)
+    .where(_J.job_id == bindparam("job"), _J.status == JobStatus.RUNNING)
+    .values(
+        consecutive_failures=0,
+        batches_done=_J.batches_done + 1,
+        not_before=None,
+        error=None,
+        last_claimed_at=bindparam("now"),
+        claims=_J.claims + 1,
+    )
+    .returning(*objects_jobs.c)
+)
+
+
+def _claim_next(
+    octx: ObjectsContext,
+    claim: graph.Claim,
+    job: dict[str, Any],
+    known: WorldObjects,
+    chain: NextClaim,
+    taken: list[Claimed],
+) -> Callable[[Connection], bool]:
+    """In the commit's transaction, after its writes (``graph.Claim.claim_next``): the claim a new
+    turn of this run would make, made now. The world's flags, its next-turn reservation and its
+    jobs are read again; when the agent is neither busy nor stopped, the rotation puts this job
+    first among the run's modes, no other run has reserved the world's next turn, and the event
+    queue has a next page, the job stays ``running`` (counted and claimed again in one UPDATE) and
+    the lease, which the commit's check passed to the next batch's holder, stays taken. Otherwise
+    that lease is given up and the commit gives the job back as usual (False)."""
+    world, job_id = job["world_id"], int(job["job_id"])
+
+    def claim_next(conn: Connection) -> bool:
+        taken.clear()  # (an earlier attempt of this batch's commit rolled back)
+        assert claim.pass_lease_to is not None
+        holder, now = claim.pass_lease_to, octx.now()
+        view = _claim_view(octx, conn, world, chain.modes)
+        mine = (
+            view is not None
+            and not view.busy
+            and not view.stopped
+            and bool(view.order)
+            and view.order[0].job_id == job_id
+            and (view.reserved is None or view.reserved.endswith(f"@{chain.runner}"))
+        )
+        page = None
+        objects = known.copy()
+        if mine:
+            objects.committed(claim.wrote)
+            page = _claim_page(octx, conn, {**job, "consecutive_failures": 0}, objects)
+        row = conn.execute(_KEEP_JOB, {"job": job_id, "now": now}).mappings().first() if page else None
+        if row is None:
+            graph.lease_releaser(world, holder)(conn)
+            return False
+        claimed = dict(row)
+        before = {f: claimed[f] for f in _CLAIM_FIELDS}
+        claimed["_before"] = before | {
+            "status": JobStatus.QUEUED,
+            "claims": claimed["claims"] - 1,
+            "last_claimed_at": job["last_claimed_at"],
+        }
+        assert page is not None
+        deadline = time.monotonic() + octx.cfg.worker_timeout_seconds
+        lease = BatchLease(world, holder, deadline=deadline, job_id=job_id)
+        taken.append(Claimed(lease, claimed, page, objects))
+        return True
+
+    return claim_next
 
 
 # What a claim (and its batch's first steps) change on the job row before any model call: put back
@@ -882,6 +997,7 @@ def _turn(
     job_id: int | None = None,
     runner: str | None = None,
     known: WorldObjects | None = None,
+    chain: NextClaim | None = None,
 ) -> Turn:
     """One turn of ``world``: in one transaction its flags, the next job by rotation (or
     ``job_id``), the lease, the claim and, for organize, the page and related objects; then the
@@ -889,48 +1005,62 @@ def _turn(
     wait for that transaction: it is free, so nothing is lost that costs anything to redo. Any
     error inside the batch ends it as a failed claim (counted, backed off): a job is never left
     ``running`` by a batch that went wrong, nor by one that committed or was interrupted (the job
-    is given back ``queued`` with the lease)."""
+    is given back ``queued`` with the lease). ``chain``: this run's claims made by a commit
+    (``_claim_next``): the batch the previous commit claimed (``chain.claimed``) runs without a
+    claim of its own, and this batch's commit may claim the job's next one."""
     lease = BatchLease(world, "", released=True)  # nothing taken yet
     buffering, octx.llm.buffering = octx.llm.buffering, True
+    claimed = chain.claimed if chain is not None else None
+    page: ClaimedPage | None = None
     try:
-        with octx.store.begin() as conn:
-            seen: logic.JobView | None = None
-            if job_id is None:
-                view = _claim_view(octx, conn, world, modes)
-                apart = view is None
-                if view is None:  # no world row (jobs are created with one): read the three apart
-                    busy, stopped = _flags(conn, world)
-                    order, later, rotation = _order(octx, conn, world, modes)
-                    view = ClaimView(busy, stopped, None, order, later, rotation)
-                if view.busy or view.stopped:
-                    return Turn("stopped")
-                if not view.order:
-                    return Turn("idle", view.later)
-                seen = view.order[0]
-                job_id = seen.job_id
-                if runner and _yields(octx, conn, world, view.rotation, job_id, runner, view.reserved, read=apart):
+        if claimed is not None:
+            assert chain is not None
+            chain.claimed = None  # this turn's now: its lease is given up below if the batch does not commit
+            lease, job, page, known = claimed.lease, claimed.job, claimed.page, claimed.known
+            job_id, mode = int(job["job_id"]), JobMode.ORGANIZE
+        else:
+            with octx.store.begin() as conn:
+                seen: logic.JobView | None = None
+                if job_id is None:
+                    view = _claim_view(octx, conn, world, modes)
+                    apart = view is None
+                    if view is None:  # no world row (jobs are created with one): read the three apart
+                        busy, stopped = _flags(conn, world)
+                        order, later, rotation = _order(octx, conn, world, modes)
+                        view = ClaimView(busy, stopped, None, order, later, rotation)
+                    if view.busy or view.stopped:
+                        return Turn("stopped")
+                    if not view.order:
+                        return Turn("idle", view.later)
+                    seen = view.order[0]
+                    job_id = seen.job_id
+                    if runner and _yields(octx, conn, world, view.rotation, job_id, runner, view.reserved, read=apart):
+                        return Turn("lease_busy")
+                holder = _holder(job_id)
+                ttl = timedelta(seconds=octx.cfg.lease_seconds)
+                if (
+                    leases.try_acquire(octx.store, LEASE_ASSET, world, holder, ttl, now=octx.now(), conn=conn)
+                    is not None
+                ):
+                    if runner:
+                        _reserve(octx, conn, world, job_id, runner)
                     return Turn("lease_busy")
-            holder = f"job{job_id}-{uuid.uuid4().hex[:12]}"
-            ttl = timedelta(seconds=octx.cfg.lease_seconds)
-            if leases.try_acquire(octx.store, LEASE_ASSET, world, holder, ttl, now=octx.now(), conn=conn) is not None:
-                if runner:
-                    _reserve(octx, conn, world, job_id, runner)
-                return Turn("lease_busy")
-            if runner and (runner, world) in _reserved:
-                _unreserve(octx, runner, world, conn)
-            lease = BatchLease(
-                world, holder, deadline=time.monotonic() + octx.cfg.worker_timeout_seconds, job_id=job_id
-            )
-            job = _take_job(octx, conn, job_id, seen)
-            mode = JobMode(job["mode"])
-            known = known or WorldObjects()
-            page = _claim_page(octx, conn, job, known) if mode is JobMode.ORGANIZE else None
+                if runner and (runner, world) in _reserved:
+                    _unreserve(octx, runner, world, conn)
+                lease = BatchLease(
+                    world, holder, deadline=time.monotonic() + octx.cfg.worker_timeout_seconds, job_id=job_id
+                )
+                job = _take_job(octx, conn, job_id, seen)
+                mode = JobMode(job["mode"])
+                known = known or WorldObjects()
+                page = _claim_page(octx, conn, job, known) if mode is JobMode.ORGANIZE else None
         report.batches += 1
         try:
             if mode is JobMode.COMPACT:
                 end = _compact_batch(octx, job, lease, report)
             elif mode is JobMode.ORGANIZE:
-                end = "done" if page is None else _organize_batch(octx, job, lease, report, page, known)
+                next_claim = chain if chain is not None and report.batches < chain.limit else None
+                end = "done" if page is None else _organize_batch(octx, job, lease, report, page, known, next_claim)
             else:
                 end = _deep_batch(octx, job, lease, report)
         except LLMProviderDown:
@@ -1307,6 +1437,15 @@ class WorldObjects:
             self.core = {r.name: r for r in conn.execute(graph.CORE_ROWS, {"world": world}).all()}
             self.core_mark = mark
 
+    def copy(self) -> WorldObjects:
+        """A copy to bring forward inside a transaction that may still roll back (``adopt`` it once
+        committed)."""
+        return replace(self, rows=dict(self.rows), labels=dict(self.labels), core=dict(self.core))
+
+    def adopt(self, other: WorldObjects) -> None:
+        self.revision, self.rows, self.labels = other.revision, other.rows, other.labels
+        self.core, self.core_mark = other.core, other.core_mark
+
     def committed(self, wrote: graph.Wrote | None) -> None:
         """This run's commit made revision ``wrote.revision`` from the one these rows are at: its
         rows are the world's objects at that revision, with no read. (A commit that wrote a core
@@ -1339,7 +1478,11 @@ def _organize_batch(
     report: WorkerReport,
     claimed: ClaimedPage,
     known: WorldObjects,
+    chain: NextClaim | None = None,
 ) -> str:
+    """One organize batch: the page's model rounds until a submission commits. With ``chain``,
+    the commit claims the job's next batch in its transaction when the rotation still gives this
+    run the job (``_claim_next``); the claim is left in ``chain.claimed`` once committed."""
     world = job["world_id"]
     ev = claimed.event
     job["_event"] = ev["event_id"]
@@ -1369,6 +1512,10 @@ def _organize_batch(
         core_read=dict(claimed.core_read),
         had_target=bool(claimed.attached),
     )
+    taken: list[Claimed] = []  # the next batch the commit claimed (set by its last attempt)
+    if chain is not None:
+        claim.pass_lease_to = _holder(job["job_id"])
+        claim.claim_next = _claim_next(octx, claim, job, known, chain, taken)
     budget = octx.cfg.transfer_budget_bytes
     sent = len(page_text.encode()) + logic.json_bytes(claimed.core) + sum(logic.json_bytes(o) for o in related)
     talk = BatchTalk(budget, budget - sent)
@@ -1408,7 +1555,12 @@ def _organize_batch(
         offline_answer=answer,
     )
     end = _rounds(octx, claim, lease, report, request, talk)
-    known.committed(claim.wrote)
+    if taken:  # the commit claimed the next batch, with the world's objects as of the commit
+        assert chain is not None
+        known.adopt(taken[0].known)
+        chain.claimed = replace(taken[0], known=known)
+    else:
+        known.committed(claim.wrote)
     return end
 
 
