@@ -13,7 +13,8 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -25,7 +26,7 @@ from memory_pipeline.events.ingest import RESERVED_CONVERSATION_PREFIX
 from memory_pipeline.lib import ids
 from memory_pipeline.lib.llm import LLMRequest, LLMResult
 from memory_pipeline.lib.llm.client import LLMHardFailure, LLMProviderDown
-from memory_pipeline.lib.store import leases, upsert
+from memory_pipeline.lib.store import Store, leases, upsert
 from memory_pipeline.lib.store.requests import RequestConflict
 from memory_pipeline.lib.store.tables import conversations, messages, partition_leases
 from memory_pipeline.lib.store.tables import worlds as worlds_table
@@ -666,6 +667,52 @@ def run_worker(
     return report
 
 
+# A run's connection between the transactions of one world's batches: taken again from the pool
+# (the pool's liveness ping) only after a longer pause, as around a provider's model call.
+CONNECTION_IDLE_SECONDS = 1.0
+
+
+class RunStore(Store):
+    """The store of one world's batches in a run: ``begin`` runs each transaction on one held
+    connection, while it has been idle at most ``CONNECTION_IDLE_SECONDS`` (the pool pings a
+    connection it hands out: one round trip a transaction, half a batch's round trips but for the
+    statements); after a longer pause, an invalidated connection or inside another transaction of
+    it, a connection from the pool as before. Everything else is the store's. ``close`` gives the
+    held connection back."""
+
+    def __init__(self, store: Store):
+        super().__init__(store.url)
+        self._held: Connection | None = None
+        self._idle_since = 0.0
+
+    @contextmanager
+    def _on_held(self) -> Iterator[Connection]:
+        conn = self._held
+        if conn is not None and (
+            conn.closed or conn.invalidated or time.monotonic() - self._idle_since > CONNECTION_IDLE_SECONDS
+        ):
+            conn.close()
+            conn = self._held = None
+        if conn is None:
+            conn = self._held = super().connect()
+        try:
+            with conn.begin():
+                yield conn
+        finally:
+            self._idle_since = time.monotonic()
+
+    def begin(self) -> AbstractContextManager[Connection]:
+        held = self._held
+        if held is not None and not held.closed and held.in_transaction():
+            return super().begin()  # a transaction opened inside one of the held connection's
+        return self._on_held()
+
+    def close(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+
+
 def _advance(
     octx: ObjectsContext,
     report: WorkerReport,
@@ -680,6 +727,8 @@ def _advance(
     ran = 0
     known = WorldObjects()  # the world's objects, read again only where they changed
     chain = NextClaim(runner, modes, limit)
+    held = RunStore(octx.store)
+    octx = replace(octx, store=held)
     try:
         while report.batches < limit:
             turn = _turn(octx, report, world, modes=modes, runner=runner, known=known, chain=chain)
@@ -696,7 +745,10 @@ def _advance(
             ran += 1
         return "limit", ran
     finally:
-        chain.hand_back(octx)  # a batch claimed by the last commit and never run (the run stops)
+        try:
+            chain.hand_back(octx)  # a batch claimed by the last commit and never run (the run stops)
+        finally:
+            held.close()
 
 
 def _yields(

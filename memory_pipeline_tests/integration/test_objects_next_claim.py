@@ -114,3 +114,32 @@ def test_a_claimed_batch_the_run_never_runs_is_handed_back_as_never_claimed(stor
     assert row["status"] == "queued" and row["claims"] == 1 == after_first["claims"]
     assert row["last_claimed_at"] == after_first["last_claimed_at"] and row["batches_done"] == 1
     assert states(store) == {e1: "linked", e2: "pending"}
+
+
+def test_a_worlds_batches_share_one_connection_given_back_at_the_end_and_taken_again_after_a_pause(
+    store, ingest, monkeypatch
+):
+    """``worker.RunStore``: the transactions of a world's batches run on one held connection (no
+    pool checkout, so no liveness ping, a batch); a pause longer than CONNECTION_IDLE_SECONDS (a
+    provider's model call) takes a connection from the pool again (pinged); none is left
+    checked out when the run ends."""
+    octx, ids = ready(store, ingest, [f"garden visit {i}" for i in range(4)])
+    worker.enqueue(octx, W, "organize")
+    checkouts = [0]
+    event.listen(store.engine.pool, "checkout", lambda *_a: checkouts.__setitem__(0, checkouts[0] + 1))
+    seen = []
+    real = offline_rules.organize
+
+    def model(**kw):
+        seen.append(checkouts[0])
+        return real(**kw)
+
+    monkeypatch.setattr(offline_rules, "organize", model)
+    rep = worker.run_worker(octx, max_batches=2)
+    assert rep.committed == 2 and seen[1] == seen[0]  # the second batch took no connection from the pool
+    assert store.engine.pool.checkedout() == 0
+    monkeypatch.setattr(worker, "CONNECTION_IDLE_SECONDS", -1.0)  # every transaction after a "pause"
+    seen.clear()
+    rep = worker.run_worker(octx)
+    assert rep.committed == 2 and {states(store)[i] for i in ids} == {"linked"}
+    assert seen[1] > seen[0] and store.engine.pool.checkedout() == 0
