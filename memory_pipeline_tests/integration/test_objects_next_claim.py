@@ -1,17 +1,24 @@
 """Seed 001 §3, §5 on PostgreSQL: an organize commit that claims its job's next page in its own
-transaction (``worker._claim_next``). Each batch still holds its own lease (a holder of its own,
-the world's one valid lease) with its job ``running``; the claim is the one a new turn would make
-(the rotation, the agent's flags and the next-turn reservation read again in that transaction),
-and a claimed batch the run never runs is handed back as if it had never been claimed."""
+transaction (``worker._claim_next``), a world's batches on one held connection
+(``worker.RunStore``), and the commit's lease check and revision advance in one statement. Each
+batch still holds its own lease (a holder of its own, the world's one valid lease) with its job
+``running``; the claim is the one a new turn would make (the rotation, the agent's flags and the
+next-turn reservation read again in that transaction), and a claimed batch the run never runs is
+handed back as if it had never been claimed."""
 
 from __future__ import annotations
 
-from sqlalchemy import event, select
+from datetime import timedelta
+
+from sqlalchemy import event, select, update
 
 from memory_pipeline.lib.store import leases
+from memory_pipeline.lib.store.tables import partition_leases
+from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.objects import graph, offline_rules, worker
-from memory_pipeline.objects.tables import objects_jobs
-from memory_pipeline_tests.integration.test_objects import W, ready, states
+from memory_pipeline.objects.logic import SubmissionError
+from memory_pipeline.objects.tables import objects_jobs, objects_worlds
+from memory_pipeline_tests.integration.test_objects import W, claim_for, ready, states, sub
 from memory_pipeline_tests.integration.test_objects_reliability import _leases_now
 
 
@@ -143,3 +150,41 @@ def test_a_worlds_batches_share_one_connection_given_back_at_the_end_and_taken_a
     rep = worker.run_worker(octx)
     assert rep.committed == 2 and {states(store)[i] for i in ids} == {"linked"}
     assert seen[1] > seen[0] and store.engine.pool.checkedout() == 0
+
+
+def test_a_refused_commit_passes_no_lease_and_the_lease_is_refused_before_the_revision(store, ingest):
+    """The lease's check (here passing it on to a next batch) and the revision's advance are one
+    statement on PostgreSQL: a stale write leaves the lease with its batch and the revision where
+    it was; a write both stale and under an expired lease is refused for the lease."""
+    octx, (e1,) = ready(store, ingest, ["about the garden"])
+    worker.enqueue(octx, W, "organize")  # creates project:daily
+    claim = claim_for(octx, e1)
+    claim.pass_lease_to = "job-next"
+
+    def revision():
+        with store.connect() as conn:
+            return conn.execute(select(objects_worlds.c.graph_revision)).scalar_one()
+
+    at = revision()
+    stale = sub(claim, graph_revision=claim.graph_revision - 1, attach=["project:daily"])
+    try:
+        graph.commit(octx, claim, stale)
+    except SubmissionError as exc:
+        assert "stale" in str(exc)
+    else:
+        raise AssertionError("a stale write was committed")
+    assert [r.holder for r in _leases_now(store)] == ["h-test"] and revision() == at
+    with store.begin() as conn:
+        conn.execute(update(partition_leases).values(expires_at=utcnow() - timedelta(seconds=1)))
+    try:
+        graph.commit(octx, claim, {**stale, "token": f"{stale['token']}-2"})
+    except SubmissionError as exc:
+        assert "lease" in str(exc) and "stale" not in str(exc)
+    else:
+        raise AssertionError("a write under an expired lease was committed")
+    assert revision() == at
+    claim.pass_lease_to = None  # the lease renewed: the same write at the current revision commits
+    with store.begin() as conn:
+        conn.execute(update(partition_leases).values(expires_at=utcnow() + timedelta(seconds=60)))
+    receipt = graph.commit(octx, claim, {**stale, "token": f"{stale['token']}-3", "graph_revision": at})
+    assert receipt["revision"] == at + 1 == revision()
