@@ -681,7 +681,8 @@ class RunStore(Store):
     held connection back."""
 
     def __init__(self, store: Store):
-        super().__init__(store.url)
+        # the store's own engine and pool (Store(url) would make another for a URL spelled otherwise)
+        self.url, self.engine = store.url, store.engine
         self._held: Connection | None = None
         self._idle_since = 0.0
 
