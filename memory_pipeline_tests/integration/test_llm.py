@@ -325,6 +325,40 @@ def test_the_breaker_opens_after_n_failed_calls_and_refuses_without_a_request(st
         assert _client(store, healthy, breaker_failures=3).complete(REQ).text
 
 
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_a_refused_key_or_an_unknown_model_opens_the_breaker_too(store, server, status):
+    """Not retried, but the same for every call: a backfill with a bad key or model stops after N
+    calls instead of paying every partition's."""
+    for _ in range(10):
+        server.push("status", status)
+    client = _client(store, server, max_retries=3, breaker_failures=3)
+    for i in range(3):
+        with pytest.raises(LLMHardFailure):
+            client.complete(replace(REQ, user=f"day {i}"))
+    assert len(server.requests) == 3  # not retried
+    with pytest.raises(LLMProviderDown) as refused:
+        client.complete(replace(REQ, user="day 3"))
+    assert refused.value.args[0].endswith("(3 consecutive failures)")
+    assert len(server.requests) == 3
+
+
+def test_a_model_naming_no_provider_opens_the_breaker_and_a_request_specific_refusal_does_not(store, server):
+    unknown = LLMClient(store, model="notaprovider/xyz", asset="test", max_retries=0, breaker_failures=2)
+    for i in range(2):
+        with pytest.raises(LLMHardFailure):
+            unknown.complete(replace(REQ, user=f"day {i}"))
+    with pytest.raises(LLMProviderDown):
+        unknown.complete(replace(REQ, user="day 2"))
+    # 400 is the request's own fault (too long, refused content): the next call may pass.
+    for _ in range(4):
+        server.push("status", 400)
+    client = _client(store, server, max_retries=0, breaker_failures=2)
+    for i in range(4):
+        with pytest.raises(LLMHardFailure):
+            client.complete(replace(REQ, user=f"bad {i}"))
+    assert len(server.requests) == 4
+
+
 def test_a_success_resets_the_count_and_a_trial_after_the_cooldown_closes_it(store, server):
     client = _client(store, server, max_retries=0, breaker_failures=3, breaker_cooldown_seconds=3600)
     for step in ("status", "status", "ok", "status", "status", "ok"):

@@ -167,6 +167,26 @@ def _is_retryable(exc: Exception) -> bool:
     return isinstance(exc, retryable)
 
 
+def _is_provider_fault(exc: Exception) -> bool:
+    """A failure of the provider or of its configuration, the same for every call (counted by the
+    breaker): the retryable ones, a key refused (401, 403), a model or endpoint not found (404),
+    a model naming no provider litellm knows. A request-specific refusal (400: context too long,
+    content policy) is not: the next call may pass."""
+    import litellm
+
+    if _is_retryable(exc):
+        return True
+    configuration: tuple[type[Exception], ...] = (
+        litellm.AuthenticationError,  # type: ignore[attr-defined]
+        litellm.PermissionDeniedError,  # type: ignore[attr-defined]
+        litellm.NotFoundError,  # type: ignore[attr-defined]
+    )
+    if isinstance(exc, configuration) or getattr(exc, "status_code", None) in (401, 403, 404):
+        return True  # (litellm reports some providers' 403 as a bare APIError with its status)
+    # litellm's own refusal of a model string naming no provider, raised before any request
+    return "LLM Provider NOT provided" in str(exc)
+
+
 class LLMClient:
     def __init__(
         self,
@@ -318,6 +338,9 @@ class LLMClient:
 
         self._refuse_if_open(req, key)
         self._refuse_if_unrecorded(req)
+        if not self.is_offline:
+            # a process's first import of litellm takes seconds: not the provider's latency
+            import litellm  # noqa: F401
         started = time.monotonic()
         attempts = 0
         while True:
@@ -338,7 +361,7 @@ class LLMClient:
                 latency = int((time.monotonic() - started) * 1000)
                 self.stats.failures += 1
                 self._ledger(req, key, LedgerOutcome.ERROR, 0, 0, latency, attempts, f"{type(exc).__name__}: {said}")
-                if not self.is_offline and _is_retryable(exc):  # the provider failing, not the request
+                if not self.is_offline and _is_provider_fault(exc):  # the provider failing, not the request
                     self._failed(f"{type(exc).__name__}: {said}")
                 # Not chained: the provider's exception (and any traceback printing it) may carry
                 # the key; its type and redacted text are all that is kept.
