@@ -1126,7 +1126,10 @@ def _turn(
             lease.released = True
             raise
         except (BatchFailed, SubmissionError, LLMHardFailure) as exc:
-            _failed(octx, job, str(exc), report)
+            # the provider failing (after the client's retries) is a failed claim that never ends
+            # the job: an outage must not block events; the breaker bounds the retries instead
+            outage = isinstance(exc, LLMHardFailure) and exc.provider_fault and octx.llm.breaker_failures > 0
+            _failed(octx, job, str(exc), report, outage=outage)
             return Turn("failed")
         except Exception as exc:  # noqa: BLE001 - any other error: a failed claim, never a job left running
             log.exception("objects %s batch %s of job %s failed", mode, job.get("_batch", ""), job_id)
@@ -1149,22 +1152,31 @@ def _turn(
                 lease.give_up(conn)
 
 
-def _failed(octx: ObjectsContext, job: dict[str, Any], error: str, report: WorkerReport) -> None:
+def _failed(
+    octx: ObjectsContext, job: dict[str, Any], error: str, report: WorkerReport, *, outage: bool = False
+) -> None:
     """A failed claim: counted (a batch without progress), with backoff; the 5th consecutive
     failure of the same batch ends the job, blocking only that batch's events (originals and
-    checkpoints kept). A threshold job that ends so suppresses automatic creation for an hour."""
+    checkpoints kept), unless the provider failed it (``outage``: backing off, never ended). A
+    threshold job that ends so suppresses automatic creation for an hour."""
     report.failures += 1
     report.zero_progress_batches += 1
     batch = f" batch {job['_batch']}" if job.get("_batch") else ""
     report.errors.append(f"{job['world_id']} {job['mode']} job {job['job_id']}{batch}: {error}")
     with octx.store.begin() as conn:
         octx.llm.write_pending(conn)  # the failed batch's calls are accounted with its failure
-        _record_failure(octx, conn, job, error, report)
+        _record_failure(octx, conn, job, error, report, outage=outage)
     octx.llm.clear_pending()
 
 
 def _record_failure(
-    octx: ObjectsContext, conn: Connection, job: dict[str, Any], error: str, report: WorkerReport
+    octx: ObjectsContext,
+    conn: Connection,
+    job: dict[str, Any],
+    error: str,
+    report: WorkerReport,
+    *,
+    outage: bool = False,
 ) -> None:
     now = octx.now()
     n = job["consecutive_failures"] + 1
@@ -1185,8 +1197,8 @@ def _record_failure(
         .where(w.world_id == job["world_id"])
         .values(worker_error=error[:4000], worker_error_at=now)
     )
-    if n < logic.MAX_CONSECUTIVE_FAILURES:
-        wait = logic.backoff_seconds(octx.cfg.retry_backoff_seconds, n)
+    if n < logic.MAX_CONSECUTIVE_FAILURES or outage:
+        wait = logic.backoff_seconds(octx.cfg.retry_backoff_seconds, min(n, logic.MAX_CONSECUTIVE_FAILURES))
         conn.execute(
             update(objects_jobs)
             .where(j.job_id == job["job_id"])

@@ -53,7 +53,7 @@ def test_objects_run_exits_1_naming_the_failed_claims_job_and_blocked_event(cli,
     _, (e1, e2) = ready(store, ingest, ["hello Alice", "second event, the compost"])  # both pending
     with FakeOpenAI() as fake:
         for _ in range(logic.MAX_CONSECUTIVE_FAILURES):
-            fake.push("status", 500)
+            fake.push("status", 400)  # the request's own fault (a provider's 5xx never blocks)
         _provider(monkeypatch, fake)
         out = cli("objects", "run", code=1)
     # 5 failed claims of e1's first page end the hourly job and block only e1

@@ -229,7 +229,7 @@ def test_a_run_whose_batches_failed_says_it_is_degraded(pg_url, redis_url, insta
     ingest(conversation("w1", "a", cst(2026, 1, 10, 9), ["garden tomatoes planted today"] * 8))
     with FakeOpenAI() as server:
         for _ in range(10):
-            server.push("status", 500)
+            server.push("status", 400)  # the request's own fault: failed claims that end the job
         defs = build_defs(
             {
                 "memory_store": MemoryStoreResource(database_url=pg_url),

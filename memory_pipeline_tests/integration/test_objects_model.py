@@ -16,6 +16,7 @@ from memory_pipeline.lib.store.tables import llm_ledger
 from memory_pipeline.objects import logic, offline_rules, worker
 from memory_pipeline.objects.config import ObjectsConfig
 from memory_pipeline.objects.context import ObjectsContext
+from memory_pipeline.objects.tables import objects_failures, objects_jobs
 from memory_pipeline_tests.fake_openai import FakeOpenAI
 from memory_pipeline_tests.integration.test_objects import W, ready, states
 
@@ -178,3 +179,58 @@ def test_provider_tokens_and_estimates_are_kept_apart_in_the_ledger(store, inges
     else:  # estimated from the prompt and the answer, and said to be an estimate
         assert row["tokens_source"] == "estimated" and row["tokens_in"] > 100 and row["tokens_out"] > 20
     assert states(store)[e1] == "linked"
+
+
+def test_a_provider_outage_never_blocks_the_event_and_the_breaker_stops_the_run(store, ingest):
+    """Seed 001: the 5th consecutive failed claim of a batch ends its job and blocks its events.
+    The provider failing (5xx after the client's retries) is a failed claim too, counted and backed
+    off, but it never ends the job: with one world, an outage of 5 calls blocked the event while the
+    same 5th failure opened the breaker. The next run after the outage links it."""
+    octx, (e1,) = ready(store, ingest, ["we plan a greenhouse next spring"])
+    with FakeOpenAI() as server:
+        server.answer = _submission
+        for _ in range(10):
+            server.push("status", 500)
+        llm = LLMClient(
+            store, model="openai/fake-model", api_base=server.api_base, api_key="test", max_retries=0,
+            asset="objects_test", breaker_failures=5, breaker_cooldown_seconds=3600,
+        )  # fmt: skip
+        octx = ObjectsContext(store, llm, ObjectsConfig(retry_backoff_seconds=0))
+        job = worker.enqueue(octx, W, "organize")
+        with pytest.raises(worker.ProviderStopped) as stopped:
+            worker.run_worker(octx)
+        assert len(server.requests) == 5  # the breaker's 5, then the 6th claim's call refused
+        rep = stopped.value.report
+        assert rep.failures == 5 and rep.blocked_events == 0 and rep.jobs_failed == 0
+        assert states(store)[e1] == "pending"
+        with store.connect() as conn:
+            assert len(conn.execute(select(objects_failures)).all()) == 5  # each failed claim recorded
+            status, failures = conn.execute(
+                select(objects_jobs.c.status, objects_jobs.c.consecutive_failures).where(
+                    objects_jobs.c.job_id == job["job_id"]
+                )
+            ).one()
+        assert (status, failures) == ("queued", 5)
+        assert [r["outcome"] for r in _ledger(store)] == ["error"] * 5 + ["breaker_open"]
+
+        server.script.clear()  # the provider is back; past the cooldown the next run's trial links it
+        llm.breaker_cooldown_seconds = 0
+        rep = worker.run_worker(octx)
+    assert states(store)[e1] == "linked" and rep.failures == 0
+
+
+def test_without_a_breaker_provider_faults_count_as_failed_claims(store, ingest):
+    """The breaker turned off (0) bounds nothing: the seed's five failed claims do."""
+    octx, (e1,) = ready(store, ingest, ["we plan a greenhouse next spring"])
+    with FakeOpenAI() as server:
+        for _ in range(10):
+            server.push("status", 500)
+        llm = LLMClient(
+            store, model="openai/fake-model", api_base=server.api_base, api_key="test", max_retries=0,
+            asset="objects_test", breaker_failures=0,
+        )  # fmt: skip
+        octx = ObjectsContext(store, llm, ObjectsConfig(retry_backoff_seconds=0))
+        worker.enqueue(octx, W, "organize")
+        rep = worker.run_worker(octx)
+    assert len(server.requests) == logic.MAX_CONSECUTIVE_FAILURES == 5
+    assert rep.failures == 5 and states(store)[e1] == "blocked"

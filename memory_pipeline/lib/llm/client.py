@@ -16,7 +16,7 @@ which (``tokens_source``), so estimates are never taken for billing.
 
 Circuit breaker: the clients of one process share a breaker per provider endpoint (model and
 api_base). After ``breaker_failures`` consecutive calls failed after their retries (429, 5xx,
-timeouts, connection errors), every further call is refused at once, without a request, with one
+timeouts, connection errors, a key refused, a model unknown), every further call is refused at once, without a request, with one
 line naming the provider and its last error (LLMProviderDown, ledger outcome ``breaker_open``):
 the run stops instead of paying each call's retries across a whole range. After
 ``breaker_cooldown_seconds`` one call may try again; a success closes the breaker."""
@@ -53,7 +53,12 @@ PAID_WRITE_ATTEMPTS = 5  # a paid answer's ledger and cache rows: backoff 0.5, 1
 
 
 class LLMHardFailure(RuntimeError):
-    """The model could not answer after retries (or the error is not retryable)."""
+    """The model could not answer after retries (or the error is not retryable). ``provider_fault``:
+    the provider or its configuration failed (counted by the breaker), not this request."""
+
+    def __init__(self, message: str, *, provider_fault: bool = False):
+        super().__init__(message)
+        self.provider_fault = provider_fault
 
 
 class LLMProviderDown(RuntimeError):
@@ -361,12 +366,14 @@ class LLMClient:
                 latency = int((time.monotonic() - started) * 1000)
                 self.stats.failures += 1
                 self._ledger(req, key, LedgerOutcome.ERROR, 0, 0, latency, attempts, f"{type(exc).__name__}: {said}")
-                if not self.is_offline and _is_provider_fault(exc):  # the provider failing, not the request
+                fault = not self.is_offline and _is_provider_fault(exc)  # the provider failing, not the request
+                if fault:
                     self._failed(f"{type(exc).__name__}: {said}")
                 # Not chained: the provider's exception (and any traceback printing it) may carry
                 # the key; its type and redacted text are all that is kept.
                 raise LLMHardFailure(
-                    f"{self.model} failed for {req.task} after {attempts} attempt(s): {type(exc).__name__}: {said}"
+                    f"{self.model} failed for {req.task} after {attempts} attempt(s): {type(exc).__name__}: {said}",
+                    provider_fault=fault,
                 ) from None
 
         if req.max_chars:
