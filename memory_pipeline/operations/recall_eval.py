@@ -361,7 +361,7 @@ def _run_domains(
     from memory_pipeline.definitions import build_defs
     from memory_pipeline.objects import reports as object_reports
     from memory_pipeline.objects.logic import EventState
-    from memory_pipeline.operations.runner import QUIET, error_line
+    from memory_pipeline.operations.runner import QUIET, failure_line
 
     all_days = sorted({d for days in candidates.values() for d in days})
     if not all_days:
@@ -386,8 +386,7 @@ def _run_domains(
         )
         error, degraded = "", False
         if not result.success:
-            failures = [e for e in result.all_events if e.is_step_failure]
-            error = error_line(failures[0].step_failure_data.error) if failures else "run failed"
+            error = failure_line(result)
         for ev in result.get_asset_materialization_events():
             meta = {k: v.value for k, v in ev.step_materialization_data.materialization.metadata.items()}
             if meta.get("degraded") is True:  # the objects worker's: failed claims, jobs or blocked events

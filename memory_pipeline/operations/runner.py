@@ -16,6 +16,7 @@ from dagster import (
     AssetKey,
     DagsterInstance,
     Definitions,
+    ExecuteInProcessResult,
     Field,
     InitLoggerContext,
     JobDefinition,
@@ -271,6 +272,12 @@ def error_line(error: SerializableErrorInfo | None) -> str:
     return error.message.strip() or (error.cls_name or "error")
 
 
+def failure_line(result: ExecuteInProcessResult) -> str:
+    """A failed run's line: its first failed step's cause (``error_line``)."""
+    failures = [e for e in result.all_events if e.is_step_failure]
+    return error_line(failures[0].step_failure_data.error) if failures else "run failed"
+
+
 def _defs(defs: Definitions | None) -> Definitions:
     if defs is not None:
         return defs
@@ -306,10 +313,7 @@ def run_range(
         tags=tags,
         asset_selection=selection,
     )
-    error = ""
-    if not result.success:
-        failures = [e for e in result.all_events if e.is_step_failure]
-        error = error_line(failures[0].step_failure_data.error) if failures else "run failed"
+    error = "" if result.success else failure_line(result)
     n = len(target.partitions.get_partition_keys_in_range(PartitionKeyRange(first, last)))
     seconds = (datetime.now() - started).total_seconds()
     return RunSummary(window, first, last, n, result.run_id, result.success, error, seconds, target.job)
@@ -378,7 +382,7 @@ def run_system_rolls(
         tags=process_tags(),
         run_config={"ops": {"temporal_system_rolls": {"config": {"as_of": as_of, "force_llm": force}}}, **QUIET},
     )
-    error = "" if result.success else "system rolls run failed"
+    error = "" if result.success else failure_line(result)
     return RunSummary(
         "system_rolls",
         as_of or "now",
