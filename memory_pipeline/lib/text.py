@@ -227,3 +227,13 @@ def porter_stems(words: Iterable[str]) -> list[str]:
     """Each word as SQLite FTS5's ``porter unicode61`` tokenizer indexes it ("greyhounds" ->
     "greyhound", "painting" -> "paint", "Café" -> "cafe")."""
     return _STEMMER.stems(words)
+
+
+def unfenced(text: str | None) -> str:
+    """A model's answer without the Markdown code fence real models often wrap JSON in
+    (```json ... ```): the fence's first line (with its language tag) and its closing backticks
+    removed. Any other answer is returned stripped, as it was."""
+    text = (text or "").strip()
+    if not text.startswith("```"):
+        return text
+    return text.strip("`").split("\n", 1)[-1].strip()

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memory_pipeline.lib.text import unfenced
 from memory_pipeline.objects import logic
 
 COMPACT_VERSION = "objects-compact-v2"
@@ -216,9 +217,7 @@ def parse_tool_calls(result_text: str, tool_calls: Sequence[Mapping[str, Any]]) 
                 raw = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, default=str)
             out.append(ToolCall(call.get("id"), str(call.get("name", "")), args, raw))
         return out
-    text = (result_text or "").strip()
-    if text.startswith("```"):
-        text = text.strip("`").split("\n", 1)[-1]
+    text = unfenced(result_text)
     try:
         doc = json.loads(text)
     except ValueError:

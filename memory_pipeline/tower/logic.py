@@ -17,7 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from memory_pipeline.lib.ids import validate_id
-from memory_pipeline.lib.text import json_type, text_problem
+from memory_pipeline.lib.text import json_type, text_problem, unfenced
 from memory_pipeline.lib.timeutil import instant_problem, next_month, parse_instant
 
 
@@ -538,10 +538,11 @@ def empty_sections() -> dict[str, list[str]]:
 
 def parse_sections(answer: str) -> dict[str, list[str]]:
     """The model's answer as the five fixed sections (always present, fixed order, empty when
-    none). A JSON object with those keys is taken as it is; any other answer (the offline model's
-    headline of content words) is keywords and one conclusion, so nothing the model said is lost."""
+    none). A JSON object with those keys, bare or in a Markdown code fence, is taken as it is; any
+    other answer (the offline model's headline of content words) is keywords and one conclusion, so
+    nothing the model said is lost."""
     out = empty_sections()
-    text = (answer or "").strip()
+    text = unfenced(answer)
     try:
         doc = json.loads(text) if text.startswith("{") else None
     except json.JSONDecodeError:

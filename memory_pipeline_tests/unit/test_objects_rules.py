@@ -424,6 +424,8 @@ def test_every_tool_call_of_an_answer_is_parsed_in_order():
     (text,) = prompts.parse_tool_calls('{"tool": "memory_find", "arguments": {"query": "x"}}', [])
     assert (text.call_id, text.name, text.arguments) == (None, "memory_find", {"query": "x"})
     assert prompts.parse_tool_calls("I think the garden matters.", []) == []
+    (fenced,) = prompts.parse_tool_calls('```json\n{"tool": "memory_find", "arguments": {"query": "x"}}\n```', [])
+    assert (fenced.name, fenced.arguments) == ("memory_find", {"query": "x"})
 
 
 def test_a_read_result_is_cut_to_the_items_that_fit_or_refused():

@@ -96,6 +96,15 @@ def test_sections_are_fixed_keys_in_fixed_order():
     assert keyword_overlap(parsed, parsed) == 1.0
 
 
+def test_json_in_a_markdown_code_fence_is_read_as_its_sections():
+    """Real models wrap JSON in a fence; read as text it became one conclusion of JSON fragments."""
+    for fence in ("```json\n", "```\n", "```JSON\n  "):
+        parsed = parse_sections(fence + '{"decisions": ["use postgres"], "todos": []}\n```')
+        assert parsed["decisions"] == ["use postgres"] and parsed["conclusions"] == [], fence
+    plain = parse_sections("the ``` fence inside a sentence")
+    assert plain["conclusions"] == ["the ``` fence inside a sentence"]
+
+
 def test_cursor_and_limit():
     assert decode_cursor(encode_cursor(300)) == 300
     assert decode_cursor(None) == 0
