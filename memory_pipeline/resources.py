@@ -94,6 +94,9 @@ def _env(name: str) -> Any:
 def default_resources() -> dict[str, Any]:
     """Resources from the environment; nothing set means the embedded default."""
     model = settings.env(settings.ENV_LLM_MODEL)
+    # read by each LLM client when a run starts: refused here, before any run, as the others are
+    settings.llm_breaker_failures()
+    settings.llm_breaker_cooldown_seconds()
     return {
         "memory_store": MemoryStoreResource(database_url=_env(settings.ENV_DATABASE_URL)),
         "kv_cache": CacheResource(redis_url=_env(settings.ENV_REDIS_URL)),

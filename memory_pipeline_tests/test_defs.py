@@ -187,6 +187,15 @@ def test_deployment_settings_are_refused_by_name(monkeypatch):
     monkeypatch.setenv("MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN", "-2")
     with pytest.raises(ConfigError, match="MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN: must not be negative"):
         build_defs()
+    monkeypatch.setenv("MEMORY_BACKFILL_MAX_PARTITIONS_PER_RUN", "2")
+    # the LLM client's settings, read only when a run starts, are refused before any run too
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "-3")
+    with pytest.raises(ConfigError, match="MEMORY_LLM_BREAKER_FAILURES: must not be negative"):
+        build_defs()
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "5")
+    monkeypatch.setenv("MEMORY_LLM_TIMEOUT_SECONDS", "0")
+    with pytest.raises(ConfigError, match="MEMORY_LLM_TIMEOUT_SECONDS: must be greater than 0"):
+        build_defs()
 
 
 def test_the_celery_broker_is_shown_by_variable_name(distributed_env):

@@ -151,7 +151,11 @@ def partition_start() -> str:
 
 
 def llm_timeout_seconds() -> float:
-    return float(_number("MEMORY_LLM_TIMEOUT_SECONDS", "60", float))
+    """Seconds one model call may take (0 would time every call out at once)."""
+    value = float(_number("MEMORY_LLM_TIMEOUT_SECONDS", "60", float))
+    if value == 0:
+        raise ConfigError("MEMORY_LLM_TIMEOUT_SECONDS: must be greater than 0 (the seconds a model call may take)")
+    return value
 
 
 def llm_max_retries() -> int:
