@@ -220,6 +220,11 @@ def test_max_tokens_is_sent_a_truncated_answer_says_length_and_is_not_reused(sto
     # a request without max_tokens sends none (the provider's default) and keeps its old cache key
     client.complete(REQ)
     assert "max_tokens" not in server.requests[-1]
+    # cut at the provider's own limit: not reused either
+    other = replace(REQ, user="other material")
+    server.push("length", "cut by the provider")
+    assert client.complete(other).truncated
+    assert not client.complete(other).cached and len(server.requests) == 5
 
 
 def test_provider_usage_is_provider_tokens_a_missing_usage_is_estimated(store, server):

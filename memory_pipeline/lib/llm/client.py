@@ -384,9 +384,9 @@ class LLMClient:
         self.stats.tokens_in += tin
         self.stats.tokens_out += tout
         self._ledger(req, key, LedgerOutcome.OK, tin, tout, latency, attempts, None, cost, finish, source)
-        # An answer truncated at the max_tokens its caller asked for is not kept: a cached answer
-        # carries no finish reason, so the caller could not tell it was cut and ask for more.
-        keep = not (finish == FINISH_LENGTH and req.max_tokens is not None)
+        # A truncated answer (at the caller's max_tokens or the provider's own limit) is not kept:
+        # a cached answer carries no finish reason, so no caller could tell it was cut and ask again.
+        keep = finish != FINISH_LENGTH
         if self.use_cache and not req.tools and keep:
             row = {
                 "cache_key": key,
