@@ -350,8 +350,9 @@ def test_a_refused_key_or_an_unknown_model_opens_the_breaker_too(store, server, 
 def test_a_model_naming_no_provider_opens_the_breaker_and_a_request_specific_refusal_does_not(store, server):
     unknown = LLMClient(store, model="notaprovider/xyz", asset="test", max_retries=0, breaker_failures=2)
     for i in range(2):
-        with pytest.raises(LLMHardFailure):
+        with pytest.raises(LLMHardFailure) as failed:
             unknown.complete(replace(REQ, user=f"day {i}"))
+        assert "\n" not in str(failed.value)  # litellm's several lines ("Pass model as E.g. ..."), as one
     with pytest.raises(LLMProviderDown):
         unknown.complete(replace(REQ, user="day 2"))
     # 400 is the request's own fault (too long, refused content): the next call may pass.

@@ -371,8 +371,9 @@ class LLMClient:
                     self._failed(f"{type(exc).__name__}: {said}")
                 # Not chained: the provider's exception (and any traceback printing it) may carry
                 # the key; its type and redacted text are all that is kept.
-                raise LLMHardFailure(
-                    f"{self.model} failed for {req.task} after {attempts} attempt(s): {type(exc).__name__}: {said}",
+                raise LLMHardFailure(  # one line: litellm's texts run over several
+                    f"{self.model} failed for {req.task} after {attempts} attempt(s): {type(exc).__name__}: "
+                    + " ".join(said.split()),
                     provider_fault=fault,
                 ) from None
 
