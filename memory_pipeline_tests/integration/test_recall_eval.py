@@ -245,6 +245,9 @@ def test_a_run_that_succeeded_degraded_counts_against_the_measurement(project, t
     """The objects worker's run stands when its batches fail (the failed ones are retried later) but
     says so (``degraded``): the eval counts it with the failed runs, never as clean memory."""
     monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
+    # the breaker off: a model naming no provider then fails claims until the job ends (with it on,
+    # the breaker stops the run, which fails outright)
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "0")
     config = tmp_path / "small.yaml"  # the few turns are over the threshold: compaction calls the model
     config.write_text("memory:\n  objects:\n    compact_threshold_tokens: 20\n    retry_backoff_seconds: 0\n")
     monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
