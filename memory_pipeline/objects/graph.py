@@ -118,37 +118,25 @@ class LeaseLost(SubmissionError):
 # A batch's statements of fixed shape, built once with bound parameters: organize is one event a
 # batch, ~17 statements, and SQLAlchemy built and keyed each again every batch (0.1–0.4 ms each).
 _L, _O, _A = partition_leases.c, objects_objects.c, objects_attachments.c
-_LEASE_CHECK = (
-    update(partition_leases)
-    .where(
-        _L.asset == LEASE_ASSET,
-        _L.partition == bindparam("world"),
-        _L.holder == bindparam("b_holder"),
-        _L.expires_at > bindparam("now"),
-    )
-    .values(holder=bindparam("b_holder"))
-)
-_LEASE_RELEASE = delete(partition_leases).where(
-    _L.asset == LEASE_ASSET, _L.partition == bindparam("world"), _L.holder == bindparam("b_holder")
-)
-# The check that also gives the lease up (``Claim.release_lease``): the DELETE locks the valid row
-# as the UPDATE does, and a refused commit rolls it back with the rest.
-_LEASE_CHECK_RELEASE = delete(partition_leases).where(
+# The world's lease, still this batch's holder's and not expired: what every commit's check finds.
+_BATCH_LEASE = (
     _L.asset == LEASE_ASSET,
     _L.partition == bindparam("world"),
     _L.holder == bindparam("b_holder"),
     _L.expires_at > bindparam("now"),
 )
+_LEASE_CHECK = update(partition_leases).where(*_BATCH_LEASE).values(holder=bindparam("b_holder"))
+_LEASE_RELEASE = delete(partition_leases).where(
+    _L.asset == LEASE_ASSET, _L.partition == bindparam("world"), _L.holder == bindparam("b_holder")
+)
+# The check that also gives the lease up (``Claim.release_lease``): the DELETE locks the valid row
+# as the UPDATE does, and a refused commit rolls it back with the rest.
+_LEASE_CHECK_RELEASE = delete(partition_leases).where(*_BATCH_LEASE)
 # The check that passes the lease on to the batch the commit claims next (``Claim.pass_lease_to``):
 # the same row locked, now the next batch's, for a full lease from the commit.
 _LEASE_CHECK_PASS = (
     update(partition_leases)
-    .where(
-        _L.asset == LEASE_ASSET,
-        _L.partition == bindparam("world"),
-        _L.holder == bindparam("b_holder"),
-        _L.expires_at > bindparam("now"),
-    )
+    .where(*_BATCH_LEASE)
     .values(holder=bindparam("to_holder"), acquired_at=bindparam("now"), expires_at=bindparam("until"))
 )
 _OBJECTS_BY_ID = select(objects_objects).where(
