@@ -17,6 +17,7 @@ from dagster import (
     DagsterInstance,
     Definitions,
     ExecuteInProcessResult,
+    Failure,
     Field,
     InitLoggerContext,
     JobDefinition,
@@ -264,12 +265,17 @@ def operator_job(job: JobDefinition) -> JobDefinition:
 def error_line(error: SerializableErrorInfo | None) -> str:
     """A step's failure naming its cause: Dagster wraps an exception raised in an asset in "Error
     occurred while executing op ...", and the cause (e.g. ``OSError: [Errno 28] No space left on
-    device``) is the chained error; a deliberate ``Failure`` is its own message, kept whole."""
+    device``) is the chained error; a deliberate ``Failure`` is its own message, kept whole without
+    the class path Dagster puts before it (``dagster._core.definitions.events.Failure: ``): the
+    operator reads what the asset said, the UI keeps Dagster's form."""
     if error is None:
         return "run failed"
     while error.cause is not None and error.cls_name == DagsterExecutionStepExecutionError.__name__:
         error = error.cause
-    return error.message.strip() or (error.cls_name or "error")
+    message = error.message.strip()
+    if error.cls_name == Failure.__name__:
+        message = message.removeprefix(f"{Failure.__module__}.{Failure.__name__}:").strip()
+    return message or (error.cls_name or "error")
 
 
 def failure_line(result: ExecuteInProcessResult) -> str:

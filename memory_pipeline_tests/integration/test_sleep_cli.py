@@ -334,7 +334,7 @@ def test_conversation_summarize_stops_at_the_breaker_with_its_one_line(store, in
         assert len(fake.requests) == 5
         assert "FAILED: 7 due, 0 written, 5 failed, 2 not done" in down.stdout
         assert down.stderr.splitlines()[-1] == (
-            f"dagster._core.definitions.events.Failure: LLM provider openai/fake-model at {fake.api_base} is failing: "
+            f"LLM provider openai/fake-model at {fake.api_base} is failing: "
             "InternalServerError: litellm.InternalServerError: InternalServerError: OpenAIException - scripted 500 "
             "(5 consecutive failures); stopping: the conversations not done stay due for the next run"
         ), said

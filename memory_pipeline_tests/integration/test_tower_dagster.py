@@ -289,7 +289,7 @@ def test_a_provider_outage_stops_a_summary_run_with_the_breakers_line(
         assert not week.success and len(fake.requests) == 1
         line = week.runs[0].error.splitlines()[0]
         assert line == (
-            f"dagster._core.definitions.events.Failure: LLM provider openai/fake at {fake.api_base} is failing: "
+            f"LLM provider openai/fake at {fake.api_base} is failing: "
             "InternalServerError: litellm.InternalServerError: InternalServerError: OpenAIException - scripted 500 "
             "(1 consecutive failures); stopping: the partitions not done are left for the next run"
         )
