@@ -22,6 +22,7 @@ from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open
 from memory_pipeline.defs.temporal import assets
 from memory_pipeline.lib.store.tables import llm_ledger, partition_leases
 from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.temporal import summaries
 from memory_pipeline.temporal.tables import temporal_summaries, warmup_requests
 from memory_pipeline_tests.conftest import CST, conversation, cst
 from memory_pipeline_tests.fake_openai import FakeOpenAI
@@ -67,6 +68,12 @@ def _materializations(instance, asset) -> dict:
         m = r.asset_materialization
         out[m.partition] = {k: v.value for k, v in m.metadata.items()}
     return out
+
+
+def _recorded(instance, asset, run_id) -> list[str]:
+    """The partitions run ``run_id`` recorded a materialization of, once per event."""
+    records = instance.fetch_materializations(asset.key, limit=1000).records
+    return sorted(r.asset_materialization.partition for r in records if r.run_id == run_id)
 
 
 def _check_results(instance, run_id) -> list[bool]:
@@ -405,6 +412,8 @@ def test_a_dead_runs_lease_is_taken_over_and_a_live_one_is_left_to_its_run(defs,
     with store.connect() as conn:
         days = {r[0] for r in conn.execute(select(temporal_summaries.c.period_start))}
     assert days == {date(2025, 12, 30), date(2026, 1, 1)}  # the dead run's day was taken over and done
+    # The failed run materializes the days it wrote; the one left to the live run is not its to record.
+    assert _recorded(instance, assets.temporal_day_summaries, run.run_id) == ["2025-12-30", "2026-01-01"]
     assert leases.current(store, asset, "2025-12-31").holder == "live-run"  # the live lease is untouched
     waited = [e.user_message for e in instance.all_logs(run.run_id) if "is working on this partition" in e.user_message]
     assert len(waited) == 1 and "run live-run" in waited[0]
@@ -492,6 +501,78 @@ def test_a_provider_outage_stops_a_range_at_the_breaker_and_the_next_run_does_th
     assert len(rows) == 4 + 15
 
 
+def test_a_range_that_fails_one_partition_materializes_the_partitions_it_wrote(
+    pg_url, redis_url, instance, store, new_year
+):
+    """The range's first call (w1's 2025-12-30) is a hard failure: the run fails with the same first
+    line, and each partition it wrote is materialized by that run with its own metadata; the failed
+    one is not, so backfilling the missing partitions launches it alone."""
+    with FakeOpenAI() as server:
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        server.push("status", 500)
+        report = operations.materialize("day", "2025-12-30", "2026-01-01", instance=instance, defs=defs)
+        (run,) = report.runs
+        assert not run.success
+        assert run.error.splitlines()[0].startswith(
+            f"{FAILURE}1 of 3 day partition(s) failed; rows of the others are written: day 2025-12-30: "
+        )
+        assert _recorded(instance, assets.temporal_day_summaries, run.run_id) == ["2025-12-31", "2026-01-01"]
+        meta = _materializations(instance, assets.temporal_day_summaries)
+        assert meta["2025-12-31"]["rows_written"] == 2 and meta["2025-12-31"]["llm_calls"] == 2
+        assert meta["2026-01-01"]["rows_written"] == 2 and meta["2026-01-01"]["placeholders"] == {"no_sessions": 2}
+        with store.connect() as conn:
+            periods = {r[0] for r in conn.execute(select(temporal_summaries.c.period_start))}
+        assert periods == {date(2025, 12, 31), date(2026, 1, 1)}
+        missing = operations.materialize(
+            "day", "2025-12-30", "2026-01-01", mode="missing", instance=instance, defs=defs
+        )
+        assert missing.success and [(r.first, r.last) for r in missing.runs] == [("2025-12-30", "2025-12-30")]
+        # A run that succeeds records its partitions once, as before.
+        assert _recorded(instance, assets.temporal_day_summaries, missing.runs[0].run_id) == ["2025-12-30"]
+    assert operations.materialized(instance, "day") == {"2025-12-30", "2025-12-31", "2026-01-01"}
+
+
+def test_a_range_stopped_by_the_breaker_materializes_only_the_batches_written_before_it(
+    pg_url, redis_url, instance, store, new_year, monkeypatch
+):
+    """Batches of two days. 2025-12-29..30 is written (one call). In 2025-12-31..2026-01-01 the first
+    call fails and opens the breaker, the next is refused: that batch is one transaction, rolled
+    back, so neither of its days is materialized (2026-01-01 needed no call, yet it was not written)."""
+    monkeypatch.setitem(summaries.BATCH, "day", 2)
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "1")
+    with FakeOpenAI() as server:
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        server.push("ok", "tomatoes planted and watered")
+        for _ in range(10):
+            server.push("status", 500)
+        report = operations.materialize("day", "2025-12-29", "2026-01-01", instance=instance, defs=defs)
+    (run,) = report.runs
+    assert not run.success
+    assert run.error.splitlines()[0].endswith("stopping: the partitions not done are left for the next run")
+    assert _recorded(instance, assets.temporal_day_summaries, run.run_id) == ["2025-12-29", "2025-12-30"]
+    meta = _materializations(instance, assets.temporal_day_summaries)
+    assert meta["2025-12-30"]["rows_written"] == 1 and meta["2025-12-30"]["llm_calls"] == 1
+    assert meta["2025-12-29"]["rows_written"] == 0  # no world yet: done, nothing to write
+    with store.connect() as conn:
+        periods = {r[0] for r in conn.execute(select(temporal_summaries.c.period_start))}
+    assert periods == {date(2025, 12, 30)}
+
+
+def test_a_chunk_day_with_a_failed_conversation_is_not_materialized(pg_url, redis_url, instance, new_year):
+    """The range's first chunk call (conversation a, 2025-12-30) is a hard failure: that day keeps
+    a conversation to chunk, so it is not done; 2025-12-31 is, and the failed run materializes it."""
+    with FakeOpenAI() as server:
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        server.push("status", 500)
+        report = operations.materialize(
+            "chunks", "2025-12-30", "2025-12-31", as_of="2026-01-02T10:00:00+08:00", instance=instance, defs=defs
+        )
+    (run,) = report.runs
+    assert not run.success and "chunk summaries failed for 1 conversation(s)" in run.error.splitlines()[0]
+    assert _recorded(instance, assets.temporal_day_chunks, run.run_id) == ["2025-12-31"]
+    assert _materializations(instance, assets.temporal_day_chunks)["2025-12-31"]["chunks_written"] == 2
+
+
 MISSING_DECEMBER = (
     "month 2025-12: 3 child row(s) missing: w1 2025-12-30, w1 2025-12-31, w2 2025-12-31; "
     "run those day partitions first (or select them in the same launch)"
@@ -519,7 +600,8 @@ def test_a_month_with_missing_days_fails_at_once_naming_them(defs, instance, new
     ranged = operations.materialize("month", "2025-11", "2025-12", instance=instance, defs=defs)
     error = ranged.runs[0].error.splitlines()[0]
     assert error == f"1 of 2 month partition(s) failed; rows of the others are written: {MISSING_DECEMBER}"
-    assert operations.materialized(instance, "month") == set()  # a failed step materializes nothing
+    # November (no child missing: no world yet) is written, so materialized; December is not.
+    assert operations.materialized(instance, "month") == {"2025-11"}
 
 
 def test_only_the_nightly_cascade_waits_for_its_children(defs, instance, new_year):

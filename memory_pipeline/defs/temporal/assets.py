@@ -29,6 +29,7 @@ from memory_pipeline.defs._shared.leases import under_leases, under_leases_batch
 from memory_pipeline.defs._shared.metadata import cache_metadata, llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs._shared.run_config import RangeError, check_as_of, check_worlds
+from memory_pipeline.defs._shared.written import Written
 from memory_pipeline.defs.temporal.resources import TemporalResource
 from memory_pipeline.lib.llm import LLMProviderDown
 from memory_pipeline.lib.store import StoreUnavailable
@@ -111,8 +112,9 @@ def _store_failure(
 ) -> Failure:
     """A database that stayed unreachable through the retries: the run stops (the next partitions
     would only meet the same outage) and says which partition and why in the first line; the
-    partitions before it are written, and a re-run reuses their rows without model calls. A
-    set-based batch is one transaction: none of its partitions was written."""
+    partitions before it are written (the run materializes them: Written), and a re-run reuses
+    their rows without model calls. A set-based batch is one transaction: none of its partitions
+    was written."""
     others = f" Also failed: {' | '.join(list(failures.values())[:3])}" if failures else ""
     together = (
         f" Its batch {batch[0]}..{batch[-1]} ({len(batch)} partitions) is one transaction: none of them was written."
@@ -140,12 +142,13 @@ def _materialize_periods(
     failures: dict[str, str] = {}
     finished = [0]
     batch: list[str] = []
-    try:
-        return _periods(window, context, config, temporal, failures, finished, batch)
-    except StoreUnavailable as exc:
-        raise _store_failure(exc, window, finished[0], len(context.partition_keys), failures, batch) from None
-    except LLMProviderDown as exc:
-        raise _provider_down(exc, finished[0], len(context.partition_keys)) from None
+    with Written(context) as written:
+        try:
+            return _periods(window, context, config, temporal, written, failures, finished, batch)
+        except StoreUnavailable as exc:
+            raise _store_failure(exc, window, finished[0], len(context.partition_keys), failures, batch) from None
+        except LLMProviderDown as exc:
+            raise _provider_down(exc, finished[0], len(context.partition_keys)) from None
 
 
 def _periods(
@@ -153,6 +156,7 @@ def _periods(
     context: AssetExecutionContext,
     config: TemporalRunConfig,
     temporal: TemporalResource,
+    written: Written,
     failures: dict[str, str],
     finished: list[int],
     batch: list[str],
@@ -189,7 +193,7 @@ def _periods(
             skip_unchanged=not (config.force_llm or config.rebuild),
         )
         for key, period in items:
-            _report(context, window, key, results[period], failures, totals)
+            _report(context, written, window, key, results[period], failures, totals)
         finished[0] += len(items)
 
     todo = [(key, period) for key, period in periods if key not in failures]
@@ -217,6 +221,7 @@ def _periods(
 
 def _report(
     context: AssetExecutionContext,
+    written: Written,
     window: str,
     key: str,
     result: summaries.PeriodResult,
@@ -241,7 +246,8 @@ def _report(
         skipped_unchanged=1 if result.skipped else 0,
     )
     totals.update({f"placeholder_{r}": n for r, n in result.placeholders.items()})
-    context.add_asset_metadata(
+    written.add(
+        key,
         {
             "worlds": result.worlds,
             "rows_written": result.written,
@@ -262,7 +268,6 @@ def _report(
             **llm_metadata(result.llm),
             "preview": md_table(("world", "period", "summary"), result.preview),
         },
-        partition_key=key,
     )
 
 
@@ -298,44 +303,47 @@ def temporal_day_chunks(
     totals: Counter[str] = Counter()
     dates = partition_dates(context)
     finished = [0]
+    written = Written(context)
 
     def work(key: str, day: date) -> None:
         tctx = _tctx(context, config, temporal, key)
         result = chunks.run_tick(tctx, day, now)
         finished[0] += 1
         failures.update(result.failures)
-        context.add_asset_metadata(
-            {
-                "conversations": result.conversations,
-                "chunks_written": result.chunks_written,
-                "late_messages": result.late_messages,
-                "failed_conversations": len(result.failures),
-                "disabled": not tctx.cfg.enabled,
-                "db_retries": result.db_retries,
-                # The chunk check audits coverage as this tick saw it: buckets closed at tick_now,
-                # messages ingested by read_at.
-                "tick_now": result.now.isoformat() if result.now else "",
-                "read_at": result.read_at.isoformat() if result.read_at else "",
-                **llm_metadata(tctx.llm.stats),
-            },
-            partition_key=key,
-        )
+        metadata = {
+            "conversations": result.conversations,
+            "chunks_written": result.chunks_written,
+            "late_messages": result.late_messages,
+            "failed_conversations": len(result.failures),
+            "disabled": not tctx.cfg.enabled,
+            "db_retries": result.db_retries,
+            # The chunk check audits coverage as this tick saw it: buckets closed at tick_now,
+            # messages ingested by read_at.
+            "tick_now": result.now.isoformat() if result.now else "",
+            "read_at": result.read_at.isoformat() if result.read_at else "",
+            **llm_metadata(tctx.llm.stats),
+        }
+        if result.failures:  # a day with a conversation left to chunk is not done
+            context.add_asset_metadata(metadata, partition_key=key)
+        else:
+            written.add(key, metadata)
         totals.update(chunks_written=result.chunks_written, late_messages=result.late_messages)
 
-    try:
-        undone = _leased(context, config, temporal, dates, work)
-    except StoreUnavailable as exc:
-        raise _store_failure(exc, "chunk", finished[0], len(dates), failures) from None
-    except LLMProviderDown as exc:
-        raise _provider_down(exc, finished[0], len(dates)) from None
-    context.log.info(f"chunks: {dict(totals)}")
-    if failures or undone:
-        parts = [f"chunk summaries failed for {len(failures)} conversation(s)"] if failures else []
-        parts += [f"{len(undone)} day(s) left to the run working on them"] if undone else []
-        raise Failure(
-            description="; ".join(parts) + ": " + " | ".join([*failures.values(), *undone.values()][:3]),
-            metadata={"left_to_other_runs": MetadataValue.json(sorted(undone))},
-        )
+    with written:
+        try:
+            undone = _leased(context, config, temporal, dates, work)
+        except StoreUnavailable as exc:
+            raise _store_failure(exc, "chunk", finished[0], len(dates), failures) from None
+        except LLMProviderDown as exc:
+            raise _provider_down(exc, finished[0], len(dates)) from None
+        context.log.info(f"chunks: {dict(totals)}")
+        if failures or undone:
+            parts = [f"chunk summaries failed for {len(failures)} conversation(s)"] if failures else []
+            parts += [f"{len(undone)} day(s) left to the run working on them"] if undone else []
+            raise Failure(
+                description="; ".join(parts) + ": " + " | ".join([*failures.values(), *undone.values()][:3]),
+                metadata={"left_to_other_runs": MetadataValue.json(sorted(undone))},
+            )
     return MaterializeResult()
 
 
@@ -357,12 +365,14 @@ def temporal_peer_rolls(
     now = _now(config)
     dates = partition_dates(context)
     finished = [0]
+    written = Written(context)
 
     def work(key: str, day: date) -> None:
         tctx = _tctx(context, config, temporal, key)
         result = rolls.warm_peer_rolls(tctx, day, now)
         finished[0] += 1
-        context.add_asset_metadata(
+        written.add(
+            key,
             {
                 "buckets": result.buckets,
                 "warmed": result.warmed,
@@ -373,21 +383,21 @@ def temporal_peer_rolls(
                 **cache_metadata(context, tctx.cache, f"peer rolls {key}"),
                 **llm_metadata(tctx.llm.stats),
             },
-            partition_key=key,
         )
 
-    try:
-        undone = _leased(context, config, temporal, dates, work)
-    except StoreUnavailable as exc:
-        raise _store_failure(exc, "peer roll", finished[0], len(dates), {}) from None
-    except LLMProviderDown as exc:
-        raise _provider_down(exc, finished[0], len(dates)) from None
-    if undone:
-        raise Failure(
-            description=f"{len(undone)} day(s) left to the run working on them: "
-            + " | ".join(list(undone.values())[:3]),
-            metadata={"left_to_other_runs": MetadataValue.json(sorted(undone))},
-        )
+    with written:
+        try:
+            undone = _leased(context, config, temporal, dates, work)
+        except StoreUnavailable as exc:
+            raise _store_failure(exc, "peer roll", finished[0], len(dates), {}) from None
+        except LLMProviderDown as exc:
+            raise _provider_down(exc, finished[0], len(dates)) from None
+        if undone:
+            raise Failure(
+                description=f"{len(undone)} day(s) left to the run working on them: "
+                + " | ".join(list(undone.values())[:3]),
+                metadata={"left_to_other_runs": MetadataValue.json(sorted(undone))},
+            )
     return MaterializeResult()
 
 
