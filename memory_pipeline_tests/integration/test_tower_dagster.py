@@ -299,6 +299,34 @@ def test_a_provider_outage_stops_a_summary_run_with_the_breakers_line(
     ]
 
 
+def test_a_summary_range_stopped_by_the_breaker_materializes_the_days_before_it(
+    pg_url, redis_url, instance, store, worklog, monkeypatch
+):
+    """Days 5..7: day 5's two calls are answered, day 6's first fails and opens the breaker. The run
+    fails with the breaker's line; day 5 is materialized by it with its metadata, days 6 and 7 are not."""
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "1")
+    with FakeOpenAI() as fake:
+        for project in ("alpha", "beta"):
+            fake.push("ok", json.dumps({"conclusions": [f"{project} day 5"]}))
+        for _ in range(10):
+            fake.push("status", 500)
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
+        day = operations.materialize("tower_day_summaries", "2026-01-05", "2026-01-07", instance=instance, defs=defs)
+    (run,) = day.runs
+    assert not run.success
+    assert run.error.splitlines()[0].endswith("stopping: the partitions not done are left for the next run")
+    records = instance.fetch_materializations(tower_assets.tower_day_summaries.key, limit=10).records
+    assert [(r.asset_materialization.partition, r.run_id) for r in records] == [("2026-01-05", run.run_id)]
+    meta = {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+    assert (meta["summaries_written"], meta["failed"], meta["llm_answered"]) == (2, 0, 2)
+    assert sorted(_ledger(store, "tower_day_summaries")) == [
+        ("2026-01-05", "ok"),
+        ("2026-01-05", "ok"),
+        ("2026-01-06", "breaker_open"),
+        ("2026-01-06", "error"),
+    ]
+
+
 def test_llm_calls_in_a_summary_runs_metadata_are_its_ledger_rows(pg_url, redis_url, instance, store, worklog):
     """The week of 2026-01-05 bottom-up, two projects of three days each: alpha's first child is
     answered after a retry, its second fails (alpha's week fails); beta's three children and its

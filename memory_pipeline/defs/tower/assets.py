@@ -22,6 +22,7 @@ from memory_pipeline.defs._shared.failures import provider_down
 from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_week
+from memory_pipeline.defs._shared.written import Written
 from memory_pipeline.defs.tower.resources import TowerResource
 from memory_pipeline.lib.llm.client import CallStats, LLMProviderDown
 from memory_pipeline.lib.timeutil import utcnow
@@ -74,22 +75,23 @@ def _round_metadata(result: summaries.RoundResult) -> dict[str, Any]:
 def tower_day_windows(context: AssetExecutionContext, tower: TowerResource) -> MaterializeResult[Any]:
     store, tz, cfg = tower.store(), tower.tz(), tower.cfg()
     totals: Counter[str] = Counter()
-    for key, day in partition_dates(context):
-        result = windows.build_day(store, day, tz, activity_type=cfg.activity_type)
-        totals.update(windows=result.windows, entries=result.entries, activity_fed=result.activity_fed)
-        context.add_asset_metadata(
-            {
-                "windows_written": result.windows,
-                "entries": result.entries,
-                "activity_entries_fed": result.activity_fed,
-                "activity_feed": f"{cfg.activity_type} archived: no message fed"
-                if result.activity_archived
-                else f"into {cfg.activity_type}",
-                "by_level": dict(result.by_level),
-                "llm_calls": 0,
-            },
-            partition_key=key,
-        )
+    with Written(context) as written:
+        for key, day in partition_dates(context):
+            result = windows.build_day(store, day, tz, activity_type=cfg.activity_type)
+            totals.update(windows=result.windows, entries=result.entries, activity_fed=result.activity_fed)
+            written.add(
+                key,
+                {
+                    "windows_written": result.windows,
+                    "entries": result.entries,
+                    "activity_entries_fed": result.activity_fed,
+                    "activity_feed": f"{cfg.activity_type} archived: no message fed"
+                    if result.activity_archived
+                    else f"into {cfg.activity_type}",
+                    "by_level": dict(result.by_level),
+                    "llm_calls": 0,
+                },
+            )
     context.log.info(f"tower day windows: {dict(totals)}")
     return MaterializeResult()
 
@@ -108,11 +110,10 @@ def _coarse_windows(
     )
     def _asset(context: AssetExecutionContext, tower: TowerResource) -> MaterializeResult[Any]:
         store, tz = tower.store(), tower.tz()
-        for key, period in partition_dates(context):
-            result = windows.build_coarse(store, g, period, tz)
-            context.add_asset_metadata(
-                {"windows_written": result.windows, "entries": result.entries, "llm_calls": 0}, partition_key=key
-            )
+        with Written(context) as written:
+            for key, period in partition_dates(context):
+                result = windows.build_coarse(store, g, period, tz)
+                written.add(key, {"windows_written": result.windows, "entries": result.entries, "llm_calls": 0})
         return MaterializeResult()
 
     return _asset
@@ -154,17 +155,16 @@ def _summary_asset(
     )
     def _asset(context: AssetExecutionContext, config: TowerRunConfig, tower: TowerResource) -> MaterializeResult[Any]:
         now = utcnow()
-        for key, period in partition_dates(context):
-            sctx = tower.summary_context(name, key, config.force_llm)
-            try:
-                result = summaries.summarize_period(sctx, g, period, now)
-            except LLMProviderDown as exc:  # the provider's breaker opened: the run stops with its one line
-                raise provider_down(exc, failed_partition=key) from None
-            context.add_asset_metadata(
-                {**_round_metadata(result), **tower_llm_metadata(sctx.llm.stats)}, partition_key=key
-            )
-            if result.failed or result.given_up:
-                context.log.warning(f"{name} {key}: " + " | ".join(result.reasons[:3]))
+        with Written(context) as written:
+            for key, period in partition_dates(context):
+                sctx = tower.summary_context(name, key, config.force_llm)
+                try:
+                    result = summaries.summarize_period(sctx, g, period, now)
+                except LLMProviderDown as exc:  # the provider's breaker opened: the run stops with its one line
+                    raise provider_down(exc, failed_partition=key) from None
+                written.add(key, {**_round_metadata(result), **tower_llm_metadata(sctx.llm.stats)})
+                if result.failed or result.given_up:
+                    context.log.warning(f"{name} {key}: " + " | ".join(result.reasons[:3]))
         return MaterializeResult()
 
     return _asset
