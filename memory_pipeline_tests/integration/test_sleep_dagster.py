@@ -124,6 +124,20 @@ def test_a_stage_out_of_order_fails_naming_the_place_it_waits_for(defs, instance
     }
 
 
+def test_a_range_failing_on_its_second_day_materializes_the_first_days_stage(defs, instance, two_days):
+    """Light sleep of both days: day 1's is written, day 2's fails (it waits for day 1's
+    autobiography). The failed run materializes day 1's light sleep with its metadata, nothing else."""
+    report = operations.materialize("light_sleep", DAYS[0], DAYS[1], instance=instance, defs=defs)
+    (run,) = report.runs
+    assert not run.success and "light sleep 2026-03-03: autobiography of 2026-03-02 has not run" in run.error
+    records = instance.fetch_materializations(AssetKey("sleep_light_sleep"), limit=10).records
+    assert [(r.asset_materialization.partition, r.run_id) for r in records] == [(DAYS[0], run.run_id)]
+    meta = _materializations(instance, "sleep_light_sleep")[DAYS[0]]
+    assert meta["worlds"] == 1 and meta["memories_created"] >= 2
+    for key in ("sleep_deep_sleep", "sleep_autobiography"):
+        assert instance.fetch_materializations(AssetKey(key), limit=10).records == []
+
+
 def test_deep_sleep_without_its_light_sleep_fails_with_the_reason(defs, instance, two_days):
     report = operations.materialize("deep_sleep", DAYS[0], DAYS[0], instance=instance, defs=defs)
     assert not report.success and "light sleep of 2026-03-02 has not run" in report.runs[0].error

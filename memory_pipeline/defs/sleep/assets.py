@@ -32,6 +32,7 @@ from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
 from memory_pipeline.defs._shared.partitions import cst_day
 from memory_pipeline.defs._shared.run_config import RangeError, check_worlds
+from memory_pipeline.defs._shared.written import Written
 from memory_pipeline.defs.sleep.resources import SleepResource
 from memory_pipeline.lib.llm import LLMProviderDown
 from memory_pipeline.sleep.autobiography import run_autobiography
@@ -213,32 +214,33 @@ def sleep_stages(
     else:
         stale: set[date] = set()
         carry = ActiveCarry()  # each world's active set, from one place of the run to the next
-        for key, day in partition_dates(context):
-            done: list[str] = []  # one log line per day (every event is a write to the instance)
-            try:
-                for stage in stages:
-                    asset = KEYS[stage].to_user_string()
-                    ctx = sleep.context(asset, key, force=config.force_llm)
-                    ctx.carry = carry
-                    run, describe = _stage_fn(stage)
-                    try:
-                        result = run(ctx, day, worlds)
-                    except StageFailure as exc:
-                        raise Failure(
-                            description=str(exc), metadata={"failed_partition": key}, allow_retries=False
-                        ) from None
-                    except LLMProviderDown as exc:  # the provider's breaker opened: its one line
-                        raise provider_down(exc, failed_partition=key) from None
-                    stale |= set(result.stale_days)
-                    made = [d.isoformat() for d in result.stale_days]
-                    meta = {**describe(result), "later_days_marked_stale": made, **llm_metadata(ctx.llm.stats)}
-                    context.add_asset_metadata(meta, asset_key=KEYS[stage], partition_key=key)
-                    done.append(f"{asset} {key}: {meta}")
-                    for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
-                        context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")
-            finally:
-                if done:
-                    context.log.info("\n".join(done))
+        with Written(context) as written:
+            for key, day in partition_dates(context):
+                done: list[str] = []  # one log line per day (every event is a write to the instance)
+                try:
+                    for stage in stages:
+                        asset = KEYS[stage].to_user_string()
+                        ctx = sleep.context(asset, key, force=config.force_llm)
+                        ctx.carry = carry
+                        run, describe = _stage_fn(stage)
+                        try:
+                            result = run(ctx, day, worlds)
+                        except StageFailure as exc:
+                            raise Failure(
+                                description=str(exc), metadata={"failed_partition": key}, allow_retries=False
+                            ) from None
+                        except LLMProviderDown as exc:  # the provider's breaker opened: its one line
+                            raise provider_down(exc, failed_partition=key) from None
+                        stale |= set(result.stale_days)
+                        made = [d.isoformat() for d in result.stale_days]
+                        meta = {**describe(result), "later_days_marked_stale": made, **llm_metadata(ctx.llm.stats)}
+                        written.add(key, meta, asset_key=KEYS[stage])
+                        done.append(f"{asset} {key}: {meta}")
+                        for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
+                            context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")
+                finally:
+                    if done:
+                        context.log.info("\n".join(done))
         if carry.hits or carry.misses:
             context.log.info(
                 f"sleep: active sets taken from the previous place {carry.hits} times (checked against the "
