@@ -5,7 +5,7 @@ deep, autobiography of each day before the next day)."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING
 
 import typer
@@ -16,6 +16,7 @@ from memory_pipeline.cli.console import console, err, escape, known_world, open_
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store
     from memory_pipeline.sleep.logic import Stage
+    from memory_pipeline.sleep.snapshots import StaleSnapshot
 
 app = typer.Typer(no_args_is_help=True, help=__doc__)
 
@@ -212,7 +213,8 @@ def diff(
     after: str = typer.Argument(..., help="Snapshot day (YYYY-MM-DD)"),
 ) -> None:
     """What changed in a world's semantic memory between two days' snapshots (exit 1 when a day has
-    no snapshot or the world is unknown)."""
+    no snapshot or the world is unknown; exit 1 too, the diff shown and marked stale, when a side's
+    snapshot is one a rebuild has undone: its deep sleep stale or failed since)."""
     from memory_pipeline.sleep.snapshots import SnapshotMissing
     from memory_pipeline.sleep.snapshots import diff as snapshot_diff
 
@@ -222,11 +224,44 @@ def diff(
         d = snapshot_diff(open_store(), world, _day("before", before), _day("after", after))
     except SnapshotMissing as exc:
         refuse(str(exc), code=1)
-    console.print(f"{escape(world)} {before} -> {after}")
+    for side in d.stale:
+        err.print(f"[red]{escape(_stale_note(side))}[/]", soft_wrap=True)
+    stale = ", ".join(f"{s.day} {s.status}" for s in d.stale)
+    console.print(
+        f"{escape(world)} {before} -> {after}"
+        + (f" [red](STALE snapshot: {stale}; the last successful run's, not semantic memory now)[/]" if stale else "")
+    )
     console.print(f"  created:    {', '.join(d.created) or '-'}")
     console.print(f"  deprecated: {', '.join(d.deprecated) or '-'}")
     console.print(f"  merged:     {', '.join(f'{a}->{b}' for a, b in d.merged.items()) or '-'}")
     console.print(f"  modified:   {', '.join(d.modified) or '-'}")
+    if d.stale:  # a script reading the diff must not take it for the current one
+        raise typer.Exit(1)
+
+
+def _stale_note(side: StaleSnapshot) -> str:
+    from memory_pipeline.sleep.order import LABELS
+
+    def at(t: datetime | None) -> str:
+        return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if t is not None else "(time not recorded)"
+
+    day = side.day.isoformat()
+    restored = f" at {at(side.restored_at)}" if side.restored_at is not None else ""
+    f = side.failure
+    if f is not None:
+        label = next((LABELS[s] for s in LABELS if s == f.stage), f.stage)
+        why = (
+            f"the last rebuild failed: it restored semantic memory{restored}, then {label} of {f.day} for "
+            f"{side.world_id} failed at {at(f.at)} ({f.error})"
+        )
+    else:
+        why = f"the last rebuild restored semantic memory{restored} and deep sleep of {day} has not run since"
+    written = f" (written {at(side.written_at)})" if side.written_at is not None else ""
+    return (
+        f"world {side.world_id}: the snapshot of {day} is stale (deep sleep {side.status}): {why}. The diff "
+        f"shows the snapshot of the last successful run{written}, not semantic memory as it is now; "
+        f"`memory-pipeline sleep backfill --from {day} --to {day}` runs the day again (`sleep status` says what waits)"
+    )
 
 
 @app.command()

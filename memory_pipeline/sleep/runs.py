@@ -32,6 +32,7 @@ from memory_pipeline.sleep.rebuild import (
     plan_restore,
     write_restore,
 )
+from memory_pipeline.sleep.snapshots import LAST_DONE_AT
 from memory_pipeline.sleep.tables import sleep_runs
 
 KEYS = ["stage", "day", "world_id"]
@@ -233,7 +234,14 @@ class StageRun:
             if prev is not None and prev["status"] == RunStatus.DONE:
                 row = prev | {"detail": {**(prev["detail"] or {}), "failed_attempt": attempt}}
             else:
-                row = self.record(world, detail={"failed_attempt": attempt}) | {"status": str(RunStatus.FAILED)}
+                failed: dict[str, Any] = {"failed_attempt": attempt}
+                # A stale record's done run still has outputs in the store (deep sleep: the day's
+                # snapshot); when it finished is kept, so a reader can say what it is reading.
+                if prev is not None and prev["status"] == RunStatus.STALE:
+                    failed[LAST_DONE_AT] = prev["finished_at"].isoformat()
+                elif prev is not None and LAST_DONE_AT in (prev["detail"] or {}):
+                    failed[LAST_DONE_AT] = prev["detail"][LAST_DONE_AT]
+                row = self.record(world, detail=failed) | {"status": str(RunStatus.FAILED)}
             upsert(conn, sleep_runs, [row], keys=KEYS)
             day_row = (
                 conn.execute(

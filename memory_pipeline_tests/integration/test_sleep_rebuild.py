@@ -289,3 +289,71 @@ def test_a_rebuild_of_a_day_that_cannot_run_next_is_refused_before_anything_is_w
     with pytest.raises(StageFailure, match="rebuild of 2026-03-04 refused: light sleep 2026-03-04: autobiography"):
         restore(store, D3)
     assert state() == before
+
+
+def test_a_diff_after_a_failed_rebuild_says_its_snapshot_is_stale(env, pg_url, monkeypatch):  # noqa: F811
+    """Days 1-3 done; a rebuild of day 2 restores semantic memory, then its deep sleep fails for w1.
+    Day 2's snapshot is still the undone run's: `sleep diff` shows it marked stale, names the world,
+    the failure and its time, and exits 1; once the day is run again the diff is current (exit 0)."""
+    import json
+    from datetime import datetime
+
+    from memory_pipeline.sleep.snapshots import diff
+
+    path = env / "e.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in three_days()), encoding="utf-8")
+    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
+    built = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-04"])
+    assert built.exit_code == 0, built.output
+    store = Store(pg_url)
+    good = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
+    assert good.exit_code == 0 and "stale" not in good.output.lower()
+    created = diff(store, "w1", D1, D2).created
+    assert created
+
+    def down(*args, **kwargs):
+        raise RuntimeError("provider went away")
+
+    with monkeypatch.context() as m:
+        m.setattr("memory_pipeline.sleep.deep._run_batch", down)
+        failed = runner.invoke(app, ["sleep", "rebuild", "2026-03-03"])
+    assert failed.exit_code == 1, failed.output
+    with store.connect() as conn:
+        r = sleep_runs.c
+        status, detail = conn.execute(
+            select(r.status, r.detail).where(r.stage == str(Stage.DEEP), r.day == D2, r.world_id == "w1")
+        ).one()
+    assert status == "failed"
+    # The restore undid day 2's run: its snapshot's new memories are no longer active.
+    assert not set(created) & {m.id for m in _active(store, "w1")}
+
+    shown = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
+    assert shown.exit_code == 1, shown.output
+    text = " ".join(shown.output.split())
+    when = datetime.fromisoformat(detail["failed_attempt"]["at"]).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert "world w1: the snapshot of 2026-03-03 is stale (deep sleep failed)" in text
+    assert "the last rebuild failed: it restored semantic memory at" in text
+    assert f"then deep sleep of 2026-03-03 for w1 failed at {when} (RuntimeError: provider went away)" in text
+    assert "the diff shows the snapshot of the last successful run" in text.lower()
+    assert all(mid in text for mid in created)  # the diff is still shown, marked
+    stale = diff(store, "w1", D1, D2)
+    assert stale.created == created  # still the snapshot's content ...
+    ((side,),) = [stale.stale]  # ... flagged: day 2's, its deep sleep failed, when, why
+    assert (side.world_id, side.day, side.status) == ("w1", D2, "failed")
+    assert side.failure is not None and side.failure.stage == str(Stage.DEEP) and side.failure.day == D2
+    assert side.failure.at.isoformat() == detail["failed_attempt"]["at"]
+    assert side.written_at is not None and side.written_at < side.failure.at
+    assert side.restored_at is not None and side.written_at < side.restored_at <= side.failure.at
+
+    # w2 never ran again (w1 failed first): stale, not failed, and says so.
+    other = runner.invoke(app, ["sleep", "diff", "w2", "2026-03-02", "2026-03-03"])
+    text = " ".join(other.output.split())
+    assert other.exit_code == 1 and "world w2: the snapshot of 2026-03-03 is stale (deep sleep stale)" in text
+    assert "deep sleep of 2026-03-03 has not run since" in text
+
+    # What the note says to run makes the diff current again.
+    again = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-03", "--to", "2026-03-03"])
+    assert again.exit_code == 0, again.output
+    current = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
+    assert current.exit_code == 0 and "stale" not in current.output.lower()
+    assert not diff(store, "w1", D1, D2).stale
