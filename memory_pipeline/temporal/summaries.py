@@ -76,6 +76,9 @@ class PeriodResult:
     failures: dict[str, str] = field(default_factory=dict)
     disabled: bool = False
     preview: list[tuple[str, str, str]] = field(default_factory=list)  # (world, period, content or reason)
+    # Worlds whose row was written from an answer the provider cut (finish_reason length): the
+    # row is kept (the seed has no status for it) but not vouched for, so the next run asks again.
+    truncated: list[str] = field(default_factory=list)
     db_retries: int = 0  # attempts redone whole after a transient database error
     llm: CallStats = field(default_factory=CallStats)  # this partition's calls (all attempts)
     # Why the partition's input was not read at all (skip_unchanged and its record says nothing
@@ -103,11 +106,12 @@ def _run_record(
 ) -> RunRecord | None:
     """The ``temporal_period_runs`` row of a completed run, or None when the run does not vouch for
     the whole period: a ``world_ids`` subset read only some worlds' input (recording it would hide
-    the other worlds' late messages), and a run with hard failures left some worlds without a row.
+    the other worlds' late messages), a run with hard failures left some worlds without a row, and
+    one with a truncated answer wrote a row that must be asked for again (skip_unchanged would not).
     ``materialized_at`` is when the run started reading, so input committed while it ran counts as
     newer than the record (at worst one more, model-free, re-run) instead of being missed. Model,
     prompt version and settings let a later run tell that nothing changed (skip_unchanged)."""
-    if world_ids is not None or result.failures:
+    if world_ids is not None or result.failures or result.truncated:
         return None
     return {
         "window": result.window,
@@ -252,14 +256,22 @@ def _summarize_or_placeholder(
     if prev is not None and _reusable(ctx, prev, fp):
         result.reused += 1
         return row(prev["content"], prev["empty_reason"], prev["source_ids"], prev["source_count"], prev["model"])
+    cut_before = ctx.llm.stats.truncated
     try:
         text = produce()
     except LLMHardFailure as exc:
         result.failures[world_id] = str(exc)  # no placeholder for a hard failure
         return None
     if not text:
-        return row("", EmptyReason.EMPTY_SUMMARY, [], 0, ctx.llm.model)
-    return row(text, None, source_ids, source_count, ctx.llm.model)
+        out = row("", EmptyReason.EMPTY_SUMMARY, [], 0, ctx.llm.model)
+    else:
+        out = row(text, None, source_ids, source_count, ctx.llm.model)
+    if ctx.llm.stats.truncated == cut_before:
+        return out
+    # An answer it was built from was cut: written, but with no fingerprint, so no run reuses it as
+    # whole (the answer was not cached either: the next run asks again).
+    result.truncated.append(world_id)
+    return out | {"material_fp": None}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The Dagster layer on an ephemeral instance with the real PostgreSQL and Redis: every asset,
 ranges as one run, backfill missing vs rebuild, checks, metadata, schedules and sensors."""
 
+import logging
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -881,3 +882,43 @@ def test_a_run_launched_with_bad_config_fails_with_the_reason_first(defs, instan
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     first_line = failure.event_specific_data.error.message.strip().splitlines()[0]
     assert message in first_line
+
+
+def test_a_day_row_from_an_answer_the_provider_cut_is_reported_and_asked_again(
+    pg_url, redis_url, instance, store, new_year
+):
+    """The provider stops w1's day answer at its output limit (finish_reason length). The row is
+    written with the text as cut (seed 000 has no status for it: empty_reason stays for
+    placeholders), but the partition's metadata counts it and names the world, the run's log warns,
+    and the row is not vouched for: the next run asks the model again for w1 (only), and a whole
+    answer then replaces it."""
+    day = date(2025, 12, 31)
+
+    def row(world):
+        with store.connect() as conn:
+            t = temporal_summaries.c
+            q = select(t.content, t.material_fp).where(t.window == "day", t.period_start == day, t.world_id == world)
+            return conn.execute(q).one()
+
+    with FakeOpenAI() as server:
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
+        server.push("length", "Compost turned and")  # w1's call comes first (worlds in id order)
+        first = operations.materialize("day", "2025-12-31", "2025-12-31", instance=instance, defs=defs)
+        assert first.success and len(server.requests) == 2
+        meta = _materializations(instance, assets.temporal_day_summaries)["2025-12-31"]
+        assert meta["llm_truncated_answers"] == 1 and meta["worlds_truncated"] == ["w1"]
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(first.runs[0].run_id)
+            if e.level == logging.WARNING and "cut at the output limit" in e.user_message
+        ]
+        assert warnings and any("2025-12-31" in w and "w1" in w for w in warnings), warnings
+        assert row("w1") == ("Compost turned and", None)  # written as cut, never reused as whole
+        assert row("w2")[1] is not None
+
+        again = operations.materialize("day", "2025-12-31", "2025-12-31", instance=instance, defs=defs)
+        assert again.success and len(server.requests) == 3  # w1 asked again, w2's row reused
+        content, fp = row("w1")
+        assert content == server.default_text and fp is not None
+        meta = _materializations(instance, assets.temporal_day_summaries)["2025-12-31"]
+        assert meta["llm_truncated_answers"] == 0 and meta["worlds_truncated"] == []

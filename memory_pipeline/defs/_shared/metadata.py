@@ -21,7 +21,21 @@ def llm_metadata(stats: CallStats) -> dict[str, Any]:
         "llm_tokens_in": stats.tokens_in,
         "llm_tokens_out": stats.tokens_out,
         "llm_failures": stats.failures,
+        # Answers the provider cut at the output limit (finish_reason length).
+        "llm_truncated_answers": stats.truncated,
     }
+
+
+def warn_truncated(context: AssetExecutionContext, stats: CallStats, what: str, written: str = "") -> None:
+    """A warning in the run's log when answers were cut at the output limit (finish_reason
+    length): what they went into (``written``, e.g. which rows) was written from the cut text (the
+    ledger rows' finish_reason say which calls). Every domain that writes model text says it so."""
+    if stats.truncated:
+        context.log.warning(
+            f"{what}: {stats.truncated} model answer(s) cut at the output limit (finish_reason length); "
+            f"{written or 'what they went into'} written from the cut text; the ledger rows with "
+            "finish_reason 'length' name the calls"
+        )
 
 
 def cache_metadata(context: AssetExecutionContext, cache: KVCache, what: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from memory_pipeline.conversation import summaries
 from memory_pipeline.conversation.logic import FailingState
 from memory_pipeline.defs._shared.failures import provider_down
 from memory_pipeline.defs._shared.keys import RAW_EVENTS
-from memory_pipeline.defs._shared.metadata import llm_metadata
+from memory_pipeline.defs._shared.metadata import llm_metadata, warn_truncated
 from memory_pipeline.defs.conversation.resources import ConversationResource
 from memory_pipeline.sleep.memory import self_block_of
 
@@ -81,6 +81,7 @@ def conversation_rolling_summaries(
             f"held after {cfg.max_consecutive_failures} failures in a row (`memory-pipeline conversation retry "
             f"CONV` retries): {', '.join(result.held)}"
         )
+    warn_truncated(context, llm.stats, "conversation_rolling_summaries", "the summaries' tool calls")
     waiting = summaries.failing(store, cfg)
     return MaterializeResult(
         metadata={

@@ -29,7 +29,7 @@ from pydantic import Field
 
 from memory_pipeline.defs._shared.failures import provider_down
 from memory_pipeline.defs._shared.keys import RAW_EVENTS
-from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
+from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates, warn_truncated
 from memory_pipeline.defs._shared.partitions import cst_day
 from memory_pipeline.defs._shared.run_config import RangeError, check_worlds
 from memory_pipeline.defs._shared.written import Written
@@ -235,6 +235,7 @@ def sleep_stages(
                         made = [d.isoformat() for d in result.stale_days]
                         meta = {**describe(result), "later_days_marked_stale": made, **llm_metadata(ctx.llm.stats)}
                         written.add(key, meta, asset_key=KEYS[stage])
+                        warn_truncated(context, ctx.llm.stats, f"{asset} {key}", "the tool calls and replies")
                         done.append(f"{asset} {key}: {meta}")
                         for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
                             context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")

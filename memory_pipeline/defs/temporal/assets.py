@@ -26,7 +26,13 @@ from pydantic import Field
 from memory_pipeline.defs._shared.failures import provider_down
 from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.leases import under_leases, under_leases_batched
-from memory_pipeline.defs._shared.metadata import cache_metadata, llm_metadata, md_table, partition_dates
+from memory_pipeline.defs._shared.metadata import (
+    cache_metadata,
+    llm_metadata,
+    md_table,
+    partition_dates,
+    warn_truncated,
+)
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_year
 from memory_pipeline.defs._shared.run_config import RangeError, check_as_of, check_worlds
 from memory_pipeline.defs._shared.written import Written
@@ -236,6 +242,9 @@ def _report(
         return
     if result.db_retries:
         context.log.warning(f"{window} {key}: redone {result.db_retries} time(s) after a transient database error")
+    worlds = ", ".join(result.truncated)
+    rows = f"the {window} rows of {worlds} (not reused: the next run asks the model again)" if worlds else ""
+    warn_truncated(context, result.llm, f"{window} {key}", rows)
     if result.disabled:
         context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
     totals.update(
@@ -265,6 +274,9 @@ def _report(
             "skipped_unchanged": bool(result.skipped),
             "skip_reason": result.skipped,
             "db_retries": result.db_retries,
+            # Worlds whose row was written from an answer the provider cut (how many answers:
+            # llm_truncated_answers): never reused, the next run asks again.
+            "worlds_truncated": result.truncated,
             **llm_metadata(result.llm),
             "preview": md_table(("world", "period", "summary"), result.preview),
         },

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from memory_pipeline.defs._shared.failures import provider_down
 from memory_pipeline.defs._shared.keys import RAW_EVENTS
-from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates
+from memory_pipeline.defs._shared.metadata import llm_metadata, md_table, partition_dates, warn_truncated
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_week
 from memory_pipeline.defs._shared.written import Written
 from memory_pipeline.defs.tower.resources import TowerResource
@@ -163,6 +163,7 @@ def _summary_asset(
                 except LLMProviderDown as exc:  # the provider's breaker opened: the run stops with its one line
                     raise provider_down(exc, failed_partition=key) from None
                 written.add(key, {**_round_metadata(result), **tower_llm_metadata(sctx.llm.stats)})
+                warn_truncated(context, sctx.llm.stats, f"{name} {key}", "the summary records appended")
                 if result.failed or result.given_up:
                     context.log.warning(f"{name} {key}: " + " | ".join(result.reasons[:3]))
         return MaterializeResult()
@@ -212,6 +213,7 @@ def tower_semantic_tick(
 ) -> MaterializeResult[Any]:
     sctx = tower.summary_context("tower_semantic_tick", None, config.force_llm)
     result = summaries.semantic_tick(sctx, utcnow())
+    warn_truncated(context, sctx.llm.stats, "tower_semantic_tick", "the summary records appended")
     return MaterializeResult(
         metadata={
             **_round_metadata(result),

@@ -151,6 +151,9 @@ class CallStats:
     tokens_out: int = 0
     failures: int = 0
     refused: int = 0  # by the open breaker, without a request
+    # Answers the provider cut (finish_reason length): the caller got the text as cut. Never cached,
+    # so a caller that writes one must say so (and not reuse what it wrote as if it were whole).
+    truncated: int = 0
 
     @property
     def ledger_rows(self) -> int:
@@ -385,6 +388,18 @@ class LLMClient:
         self.stats.tokens_in += tin
         self.stats.tokens_out += tout
         self._ledger(req, key, LedgerOutcome.OK, tin, tout, latency, attempts, None, cost, finish, source)
+        if finish == FINISH_LENGTH:
+            self.stats.truncated += 1
+            log.warning(
+                "%s: answer for %s cut at the output limit (finish_reason length, %s output tokens%s): %s %s%s",
+                self.model,
+                req.task,
+                tout,
+                f" of max_tokens {req.max_tokens}" if req.max_tokens else "",
+                self.asset,
+                self.partition or "(no partition)",
+                f", world {req.world_id}" if req.world_id else "",
+            )
         # A truncated answer (at the caller's max_tokens or the provider's own limit) is not kept:
         # a cached answer carries no finish reason, so no caller could tell it was cut and ask again.
         keep = finish != FINISH_LENGTH
