@@ -211,6 +211,7 @@ class Made:
     chunks: int
     input_tokens: int
     clipped: int
+    cut: bool = False  # an answer it was made from was cut at the output limit (finish_reason length)
 
 
 def _offline_aggregate(period: str, material: str, max_chars: int) -> str:
@@ -247,6 +248,7 @@ def _ask(sctx: SummaryContext, task: str, header: str, items: list[str], period:
 
 def _make(sctx: SummaryContext, task: str, header: str, items: list[str], period: str | None = None) -> Made:
     """Within the token budget one direct call; over it one call per chunk, then one to merge."""
+    cut_before = sctx.llm.stats.truncated
     plan = plan_chunks([approx_tokens(x) for x in items], sctx.cfg.input_budget_tokens, sctx.cfg.max_chunks)
     if not plan.chunks:  # an empty record would pass for a summary
         raise SummaryRefused(
@@ -265,7 +267,8 @@ def _make(sctx: SummaryContext, task: str, header: str, items: list[str], period
     sections = parse_sections(answer)
     if not any(sections.values()):  # an empty record would pass for a summary of the window
         raise SummaryRefused("the model's summary is empty (no section has an item): nothing appended")
-    return Made(sections, plan.strategy, len(plan.chunks), plan.input_tokens, plan.clipped)
+    cut = sctx.llm.stats.truncated > cut_before
+    return Made(sections, plan.strategy, len(plan.chunks), plan.input_tokens, plan.clipped, cut)
 
 
 def _insert(
@@ -298,7 +301,9 @@ def _insert(
         "chunks": made.chunks,
         "input_tokens": made.input_tokens,
         "clipped_entries": made.clipped,
-        "material_fp": fp,
+        # A record made from a cut answer is appended (and reported) but never reused as whole: its
+        # fingerprint is one no run computes, so the next run asks again (the answer was not cached).
+        "material_fp": short_hash([fp, "cut"], length=64) if made.cut else fp,
         "created_at": utcnow(),
     }
     inserted = conn.execute(tower_summaries.insert().values(row)).inserted_primary_key

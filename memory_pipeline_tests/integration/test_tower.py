@@ -1046,3 +1046,25 @@ def test_a_wide_read_on_a_short_chain_returns_its_top_level_summaries_and_the_ga
         gaps = [(g["start"][:10], g["end"][:10], g["windows"], g["entries"]) for g in wide["gaps"]]
         assert gaps == [("2026-01-01", "2026-01-05", 4, 0), ("2026-01-07", "2026-02-01", 25, 1)]  # the 20th
         assert "the chain's top summarized level is day" in wide["note"]
+
+
+def test_a_summary_made_from_an_answer_the_provider_cut_is_not_reused(store):
+    """The provider stops the day's answer at its output limit (finish_reason length): the record is
+    appended and counted (the client's truncated answers), but the next summarize of the window
+    asks again instead of reusing it; a whole answer is then reused as usual."""
+    with FakeOpenAI() as fake:
+        fake.default_text = json.dumps({"decisions": ["use postgres"], "keywords": ["postgres"]})
+        fake.push("length", json.dumps({"decisions": ["use post"], "keywords": ["post"]}))
+        tower = make_tower(store, model="openai/fake", api_base=fake.api_base, api_key="k")
+        tower.create_type("proj/log", chain=["day"], summaries=True)
+        tower.append("proj/log", {"content": "chose postgres", "at": cst(2026, 1, 5, 9).isoformat()})
+        day = WindowQuery.parse("day", "2026-01-05")
+        assert tower.summarize("proj/log", day)["jobs"][0]["state"] == "succeeded"
+        assert len(fake.requests) == 1
+        tower.summarize("proj/log", day)
+        assert len(fake.requests) == 2  # the cut record was not taken for the window's summary
+        tower.summarize("proj/log", day)
+        assert len(fake.requests) == 2  # the whole one is
+    with store.connect() as conn:
+        texts = conn.execute(select(tower_summaries.c.text).order_by(tower_summaries.c.record_id)).scalars().all()
+    assert len(texts) == 2 and "use post" in texts[0] and "use postgres" in texts[1]
