@@ -399,7 +399,12 @@ def _missing_child(sctx: SummaryContext, ckey: WindowKey, rows: list[Any]) -> tu
             rec = newest(conn, ckey)
         if rec is not None:
             return rec, False  # made by whoever held the lease before us
-        _from_raw(sctx, ckey, rows)
+        # The child's calls are its own unit of work: the ledger names its window, not the parent's.
+        parent, sctx.llm.partition = sctx.llm.partition, ckey.label(sctx.tz)
+        try:
+            _from_raw(sctx, ckey, rows)
+        finally:
+            sctx.llm.partition = parent
         with sctx.store.begin() as conn:
             _clear_attempts(conn, ckey)
             return newest(conn, ckey), True

@@ -1068,3 +1068,25 @@ def test_a_summary_made_from_an_answer_the_provider_cut_is_not_reused(store):
     with store.connect() as conn:
         texts = conn.execute(select(tower_summaries.c.text).order_by(tower_summaries.c.record_id)).scalars().all()
     assert len(texts) == 2 and "use post" in texts[0] and "use postgres" in texts[1]
+
+
+def test_a_child_window_made_bottom_up_is_in_the_ledger_under_its_own_window(tower, store):
+    """A week summarized bottom-up makes its missing day summaries first: each day's call is logged
+    under that day's window, the aggregating call under the week's."""
+    tower.create_type("proj/log", chain=["day", "week"], summaries=True)
+    tower.append(
+        "proj/log",
+        [
+            {"content": "wrote the report", "at": cst(2026, 1, 5, 9).isoformat()},
+            {"content": "fixed the build", "at": cst(2026, 1, 6, 9).isoformat()},
+        ],
+    )
+    job = tower.summarize("proj/log", WindowQuery.parse("week", "2026-01-05"))["jobs"][0]
+    assert job["state"] == "succeeded", job
+    with store.connect() as conn:
+        rows = conn.execute(select(llm_ledger.c.task, llm_ledger.c.partition).order_by(llm_ledger.c.call_id)).all()
+    assert sorted(rows) == [
+        ("tower_aggregate", "proj/log week 2026-01-05"),
+        ("tower_raw", "proj/log day 2026-01-05"),
+        ("tower_raw", "proj/log day 2026-01-06"),
+    ]

@@ -348,7 +348,15 @@ def test_llm_calls_in_a_summary_runs_metadata_are_its_ledger_rows(pg_url, redis_
         # 7 for the summaries (the retried call went out twice), 1 for the drift check's recompute.
         assert week.success and len(fake.requests) == 8
     rows = _ledger(store, "tower_week_summaries")
-    assert sorted(rows) == sorted([("2026-01-05", "ok")] * 5 + [("2026-01-05", "error")])
+    # The week's own call under the partition; each child day made bottom-up under its own window.
+    assert sorted(rows) == [
+        ("2026-01-05", "ok"),
+        ("worklog day 2026-01-05 [alpha]", "ok"),
+        ("worklog day 2026-01-05 [beta]", "ok"),
+        ("worklog day 2026-01-06 [alpha]", "error"),
+        ("worklog day 2026-01-06 [beta]", "ok"),
+        ("worklog day 2026-01-07 [beta]", "ok"),
+    ]
     (mat,) = instance.fetch_materializations(tower_assets.tower_week_summaries.key, limit=10).records
     meta = {k: v.value for k, v in mat.asset_materialization.metadata.items()}
     assert meta["llm_calls"] == len(rows) == 6  # 3 + 1 beta, alpha's day 5 (retried) and day 6 (failed)
