@@ -384,7 +384,12 @@ def _ask(
         tools=[TOOL_SCHEMA],
         conversation=tuple(msgs),
     )
-    answer = llm.complete(req, force=True)  # a failed answer is never reused
+    # The unit of work is this conversation's next summary: its ledger row names the conversation.
+    partition, llm.partition = llm.partition, d.conversation_id
+    try:
+        answer = llm.complete(req, force=True)  # a failed answer is never reused
+    finally:
+        llm.partition = partition
     calls = [c for c in answer.tool_calls if c.get("name") == logic.TOOL]
     if not calls:
         raise FormatError("the model answered without write_conversation_summary (format error)")

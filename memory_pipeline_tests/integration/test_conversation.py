@@ -552,3 +552,23 @@ def test_a_provider_outage_stops_the_summary_run_at_the_breaker_and_leaves_the_r
         assert again.success and len(server.requests) == 5 + 2
     assert provider_outcomes(store) == {"error": 5, "breaker_open": 1, "ok": 2}
     assert [r["conversation_id"] for r in rows(store)] == ["c6", "c7"]
+
+
+def test_each_summary_call_is_in_the_ledger_under_its_conversation(store, ingest):
+    """Two conversations due in one run: each one's call names its conversation as the ledger
+    row's partition (the unit of work), not an empty one; the client's own partition is kept."""
+    from memory_pipeline.lib.store.tables import llm_ledger
+
+    ingest(
+        conversation("w1", "c1", cst(2026, 3, 2, 9), texts(31))
+        + conversation("w2", "c2", cst(2026, 3, 2, 9), texts(31))
+    )
+    for c in ("c1", "c2"):
+        summaries.set_init_status(store, c, "done")
+    llm = LLMClient(store, asset="conversation_rolling_summaries")
+    result = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG), now=cst(2026, 3, 3, 8))
+    assert sorted(result.written) == ["c1", "c2"]
+    with store.connect() as conn:
+        named = conn.execute(select(llm_ledger.c.world_id, llm_ledger.c.partition)).all()
+    assert sorted(named) == [("w1", "c1"), ("w2", "c2")]
+    assert llm.partition is None
