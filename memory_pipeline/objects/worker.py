@@ -1063,6 +1063,7 @@ def _turn(
     claim of its own, and this batch's commit may claim the job's next one."""
     lease = BatchLease(world, "", released=True)  # nothing taken yet
     buffering, octx.llm.buffering = octx.llm.buffering, True
+    partition = octx.llm.partition
     claimed = chain.claimed if chain is not None else None
     page: ClaimedPage | None = None
     try:
@@ -1107,6 +1108,9 @@ def _turn(
                 mode = JobMode(job["mode"])
                 known = known or WorldObjects()
                 page = _claim_page(octx, conn, job, known) if mode is JobMode.ORGANIZE else None
+        # The unit of work is the job's batch: its calls' ledger rows name the job (the world is
+        # their world_id), in a CLI run as in an asset's.
+        octx.llm.partition = f"job {job_id}"
         report.batches += 1
         try:
             if mode is JobMode.COMPACT:
@@ -1147,6 +1151,7 @@ def _turn(
             with octx.store.begin() as conn:
                 octx.llm.write_pending(conn)
             octx.llm.clear_pending()
+        octx.llm.partition = partition
         if not lease.released:  # no commit gave it up (job done or failed, or the run interrupted)
             with octx.store.begin() as conn:
                 lease.give_up(conn)

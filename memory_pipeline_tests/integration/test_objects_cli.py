@@ -181,3 +181,20 @@ def test_objects_run_stops_at_the_breaker_with_its_one_line_and_the_next_run_doe
         assert len(fake.requests) == 5 + 1
     assert breaker_state(store)["ledger"] == {"error": 5, "breaker_open": 1, "ok": 1}
     assert states(store)[events["w6"]] == "linked"
+
+
+def test_objects_runs_calls_are_in_the_ledger_under_their_job(cli, store, ingest):
+    """`objects run` with the offline model: every call of a batch is a ledger row naming the job
+    it worked for (its world in world_id), never an empty partition."""
+    from sqlalchemy import select
+
+    from memory_pipeline.lib.store.tables import llm_ledger
+    from memory_pipeline.objects.tables import objects_jobs
+
+    ready(store, ingest, ["hello Alice", "second event, the compost"])
+    cli("objects", "run")
+    with store.connect() as conn:
+        calls = conn.execute(select(llm_ledger.c.asset, llm_ledger.c.world_id, llm_ledger.c.partition)).all()
+        jobs = {f"job {j}": w for j, w in conn.execute(select(objects_jobs.c.job_id, objects_jobs.c.world_id))}
+    assert any(asset == "objects_cli" for asset, _, _ in calls)  # ``ready`` ran a batch of its own first
+    assert all(partition in jobs and jobs[partition] == world for _, world, partition in calls), calls
