@@ -417,14 +417,22 @@ def print_status(store: Store) -> None:
     print_never_materialized(reconcile.never_materialized(store, _zone()))
     print_pending_cache(store)
     totals = ledger_totals(store)
-    models = sorted({r["model"] for r in totals})
-    ledger = Table(title=f"LLM ledger (model: {', '.join(models) or 'none yet'})")
+    ledger = Table(title="LLM ledger (one row per asset, model and outcome)")
     # The ledger's asset is what made the call: an asset (objects_archive is what the organize job
     # materializes) or an asset check that asks the model (tower_week_summaries_drift).
-    for col in ("asset or check", "outcome", "calls", "tokens in", "tokens out"):
-        ledger.add_column(col, overflow="fold", justify="left" if col in ("asset or check", "outcome") else "right")
+    for col in ("asset or check", "model", "outcome", "calls", "tokens in", "tokens out", "cost (USD)"):
+        left = col in ("asset or check", "model", "outcome")
+        ledger.add_column(col, overflow="fold", justify="left" if left else "right")
     for r in totals:
-        ledger.add_row(str(r["asset"]), r["outcome"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]))
+        ledger.add_row(
+            str(r["asset"]),
+            escape(str(r["model"])),
+            r["outcome"],
+            str(r["calls"]),
+            str(r["tokens_in"]),
+            str(r["tokens_out"]),
+            _cost(r["cost_usd"], r["priced"], r["calls"]),
+        )
     console.print(ledger)
     from memory_pipeline.cli.tower import print_status as print_tower_status
 
@@ -432,6 +440,14 @@ def print_status(store: Store) -> None:
     from memory_pipeline.cli.objects import print_objects_status
 
     print_objects_status(store)
+
+
+def _cost(usd: float | None, priced: int, calls: int) -> str:
+    """What litellm priced, never a made-up 0: "—" when no call had a price (the offline model, a
+    model litellm has no price for, cache hits, failures), and how many were not priced beside a sum."""
+    if usd is None:
+        return "—"
+    return f"{usd:.6f}" + (f" ({calls - priced} unpriced)" if priced < calls else "")
 
 
 rolls_app = typer.Typer(no_args_is_help=True, help="System-roll slots in the cache (list, regenerate one).")

@@ -405,3 +405,40 @@ def test_a_failed_trial_keeps_it_open_and_zero_turns_it_off(store, server):
         with pytest.raises(LLMHardFailure):
             off.complete(replace(REQ, user=f"off {i}"))
     assert len(server.requests) == 7
+
+
+def test_status_shows_the_ledger_per_model_with_what_litellm_priced(store, server, monkeypatch, redis_url, tmp_path):
+    """One asset, three models: one litellm has a price for, one it has none for, the offline
+    model. `memory-pipeline status` gives each its own row, the priced one's cost summed from the
+    ledger, the others "—" (no price reported), never a 0 that would read as free."""
+    from typer.testing import CliRunner
+
+    from memory_pipeline.cli import app
+
+    for model in ("openai/gpt-4o-mini", "openai/fake-model"):
+        client = LLMClient(store, model=model, api_base=server.api_base, api_key="k", asset="a_test", partition="p")
+        client.complete(REQ)
+        client.complete(replace(REQ, user="other material"))
+    LLMClient(store, asset="a_test", partition="p").complete(REQ)
+    with store.connect() as conn:
+        priced = [
+            r.cost_usd
+            for r in conn.execute(select(llm_ledger.c.cost_usd).where(llm_ledger.c.model == "openai/gpt-4o-mini"))
+        ]
+    assert len(priced) == 2 and all(c and c > 0 for c in priced)
+
+    monkeypatch.setenv("MEMORY_DATABASE_URL", store.url)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    out = CliRunner().invoke(app, ["status"])
+    assert out.exit_code == 0, out.output
+    rows = {
+        tuple(cell.strip() for cell in line.split("│")[1:3]): [cell.strip() for cell in line.split("│")[3:-1]]
+        for line in out.output.splitlines()
+        if line.count("│") >= 8 and "a_test" in line
+    }
+    offline_model = LLMClient(store).model
+    assert set(rows) == {("a_test", "openai/gpt-4o-mini"), ("a_test", "openai/fake-model"), ("a_test", offline_model)}
+    assert rows[("a_test", "openai/gpt-4o-mini")][:2] == ["ok", "2"]
+    assert float(rows[("a_test", "openai/gpt-4o-mini")][-1]) == pytest.approx(sum(priced), abs=1e-6)
+    assert rows[("a_test", "openai/fake-model")][-1] == "—" and rows[("a_test", offline_model)][-1] == "—"
