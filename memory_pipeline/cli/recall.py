@@ -76,12 +76,20 @@ def print_report(report: EvalReport) -> None:
     cost = "unknown (no price for this model)" if report.cost_usd is None else f"${report.cost_usd:.4f}"
     console.print(
         f"{report.questions} questions over {report.worlds} world(s), {report.days} candidate days; left out: {left}\n"
-        f"LLM: {report.llm_calls} calls, {report.tokens_in:,} tokens in, {report.tokens_out:,} out, cost {cost}\n"
+        f"LLM: {_calls(report)}, {report.tokens_in:,} tokens in, {report.tokens_out:,} out, cost {cost}\n"
         f"{len(report.runs)} Dagster runs ({sum(not r.success for r in report.runs)} failed, "
         f"{sum(r.success and r.degraded for r in report.runs)} degraded) in {report.directory / 'dagster_home'}; "
         f"store {escape(report.store_url)}\n"
         f"wall time {report.wall_seconds:.0f} s; run id {report.run_id}"
     )
+
+
+def _calls(report: EvalReport) -> str:
+    """The calls, the failed ones said as such (a failed call has no tokens: "3 calls, 0 tokens"
+    alone would read as answers that cost nothing), and the breaker's refusals apart (no request)."""
+    failed = f" ({report.llm_failed} failed)" if report.llm_failed else ""
+    refused = f" + {report.llm_refused} refused by the open breaker (no request)" if report.llm_refused else ""
+    return f"{report.llm_calls} calls{failed}{refused}"
 
 
 def search(

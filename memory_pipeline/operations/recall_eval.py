@@ -30,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from memory_pipeline import domains
 from memory_pipeline.lib import settings
+from memory_pipeline.lib.kinds import LedgerOutcome
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import conversations, llm_ledger, messages
@@ -85,7 +86,9 @@ class EvalReport:
     left_out: dict[str, int] = field(default_factory=dict)
     scores: list[Score] = field(default_factory=list)
     runs: list[DagsterRun] = field(default_factory=list)
-    llm_calls: int = 0
+    llm_calls: int = 0  # model calls (a request was made): answered or failed, cache hits not
+    llm_failed: int = 0  # of those, the calls that failed (after their retries): no answer, no tokens
+    llm_refused: int = 0  # refused by the open breaker without a request (not calls)
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float | None = None
@@ -122,6 +125,8 @@ class EvalReport:
             ],
             "llm": {
                 "calls": self.llm_calls,
+                "failed": self.llm_failed,
+                "refused_by_breaker": self.llm_refused,
                 "tokens_in": self.tokens_in,
                 "tokens_out": self.tokens_out,
                 "cost_usd": self.cost_usd,
@@ -444,7 +449,10 @@ def _ledger(store: Store, report: EvalReport) -> None:
         rows = conn.execute(
             select(lc.task, lc.prompt_version, lc.tokens_in, lc.tokens_out, lc.cost_usd, lc.outcome)
         ).all()
-    report.llm_calls = sum(1 for r in rows if r.outcome != "cache_hit")
+    # A failed call is a call (its request went out) but no answer; a breaker refusal is neither.
+    report.llm_calls = sum(1 for r in rows if r.outcome in (LedgerOutcome.OK, LedgerOutcome.ERROR))
+    report.llm_failed = sum(1 for r in rows if r.outcome == LedgerOutcome.ERROR)
+    report.llm_refused = sum(1 for r in rows if r.outcome == LedgerOutcome.BREAKER_OPEN)
     report.tokens_in = sum(r.tokens_in or 0 for r in rows)
     report.tokens_out = sum(r.tokens_out or 0 for r in rows)
     costs = [float(r.cost_usd) for r in rows if isinstance(r.cost_usd, int | float)]

@@ -313,3 +313,39 @@ def test_only_the_runs_own_sqlite_files_skip_fsync_and_only_while_it_builds(tmp_
         assert synchronous(run) == 0  # OFF: the run's store and Dagster instance are scratch
         assert synchronous(elsewhere) == 2  # FULL, SQLite's default: the project's store is not
     assert synchronous(run) == 2  # the listener is gone with the run
+
+
+def test_the_output_says_failed_calls_failed_and_breaker_refusals_are_no_calls(store, tmp_path, capsys):
+    """Three calls the provider failed (no answer, no tokens) and two the open breaker refused
+    without a request: the eval's LLM line says "3 calls (3 failed)", never "5 calls, 0 tokens"
+    as if they were answers that cost nothing; its JSON counts them apart."""
+    from memory_pipeline.cli.recall import print_report
+    from memory_pipeline.lib.llm import LLMClient, LLMHardFailure, LLMProviderDown, LLMRequest
+    from memory_pipeline.operations.recall_eval import EvalReport, _ledger
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as fake:
+        for _ in range(3):
+            fake.push("status", 500)
+        llm = LLMClient(
+            store, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0, breaker_failures=3
+        )
+        for i in range(5):
+            req = LLMRequest(task="day", system="s", user=f"material {i}", prompt_version="t")
+            with pytest.raises(LLMProviderDown if i >= 3 else LLMHardFailure):
+                llm.complete(req)
+    report = EvalReport("r1", ["26.json"], "openai/fake", store.url, tmp_path)
+    _ledger(store, report)
+    print_report(report)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("LLM: "))
+    assert line.startswith("LLM: 3 calls (3 failed) + 2 refused by the open breaker (no request), 0 tokens in"), line
+    assert (report.llm_calls, report.llm_failed, report.llm_refused) == (3, 3, 2)
+    assert report.as_json()["llm"] | {"prompt_versions": {}} == {
+        "calls": 3,
+        "failed": 3,
+        "refused_by_breaker": 2,
+        "tokens_in": 0,
+        "tokens_out": 0,
+        "cost_usd": None,
+        "prompt_versions": {},
+    }
