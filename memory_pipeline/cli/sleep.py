@@ -257,10 +257,11 @@ def _stale_note(side: StaleSnapshot) -> str:
     else:
         why = f"the last rebuild restored semantic memory{restored} and deep sleep of {day} has not run since"
     written = f" (written {at(side.written_at)})" if side.written_at is not None else ""
+    first = min(f.day, side.day).isoformat() if f is not None else day  # from where the re-run stopped
     return (
         f"world {side.world_id}: the snapshot of {day} is stale (deep sleep {side.status}): {why}. The diff "
         f"shows the snapshot of the last successful run{written}, not semantic memory as it is now; "
-        f"`memory-pipeline sleep backfill --from {day} --to {day}` runs the day again (`sleep status` says what waits)"
+        f"`memory-pipeline sleep backfill --from {first} --to {day}` runs it again (`sleep status` says what waits)"
     )
 
 
