@@ -73,6 +73,10 @@ class SummaryContext:
     # a bottom-up summary makes from raw included); ``appended`` labels what this context wrote.
     commit_limit: int | None = None
     appended: list[str] = field(default_factory=list)
+    # The ledger's partition is a Dagster partition key (an asset run: "2026-01-05", "2026-01"), not
+    # a window's label (a job: "proj/log week 2026-01-05"); a child window made bottom-up is named
+    # the same way, so analysts' marts read its data day.
+    partition_keys: bool = False
 
     def make_room(self) -> None:
         """Called before each model call that would append a record: past the limit, the round is full."""
@@ -98,6 +102,16 @@ class WindowKey:
     def label(self, tz: ZoneInfo) -> str:
         grp = f" [{self.group}]" if self.group else ""
         return f"{self.type_name} {window_label(self.granularity, self.start, tz, self.end)}{grp}"
+
+    def partition_key(self, tz: ZoneInfo) -> str:
+        """The key a Dagster partition of this window has (day and week: the first day, month:
+        YYYY-MM); a window of another length has none, so its label."""
+        local = self.start.astimezone(tz)
+        if self.granularity in (Granularity.DAY, Granularity.WEEK):
+            return local.date().isoformat()
+        if self.granularity == Granularity.MONTH:
+            return f"{local:%Y-%m}"
+        return self.label(tz)
 
     def where(self) -> list[Any]:
         s = tower_summaries.c
@@ -400,7 +414,8 @@ def _missing_child(sctx: SummaryContext, ckey: WindowKey, rows: list[Any]) -> tu
         if rec is not None:
             return rec, False  # made by whoever held the lease before us
         # The child's calls are its own unit of work: the ledger names its window, not the parent's.
-        parent, sctx.llm.partition = sctx.llm.partition, ckey.label(sctx.tz)
+        child = ckey.partition_key(sctx.tz) if sctx.partition_keys else ckey.label(sctx.tz)
+        parent, sctx.llm.partition = sctx.llm.partition, child
         try:
             _from_raw(sctx, ckey, rows)
         finally:

@@ -348,14 +348,15 @@ def test_llm_calls_in_a_summary_runs_metadata_are_its_ledger_rows(pg_url, redis_
         # 7 for the summaries (the retried call went out twice), 1 for the drift check's recompute.
         assert week.success and len(fake.requests) == 8
     rows = _ledger(store, "tower_week_summaries")
-    # The week's own call under the partition; each child day made bottom-up under its own window.
+    # The week's own call under its partition; each child day made bottom-up under that day's key
+    # (alpha and beta on 01-05 and the week itself share "2026-01-05").
     assert sorted(rows) == [
         ("2026-01-05", "ok"),
-        ("worklog day 2026-01-05 [alpha]", "ok"),
-        ("worklog day 2026-01-05 [beta]", "ok"),
-        ("worklog day 2026-01-06 [alpha]", "error"),
-        ("worklog day 2026-01-06 [beta]", "ok"),
-        ("worklog day 2026-01-07 [beta]", "ok"),
+        ("2026-01-05", "ok"),
+        ("2026-01-05", "ok"),
+        ("2026-01-06", "error"),
+        ("2026-01-06", "ok"),
+        ("2026-01-07", "ok"),
     ]
     (mat,) = instance.fetch_materializations(tower_assets.tower_week_summaries.key, limit=10).records
     meta = {k: v.value for k, v in mat.asset_materialization.metadata.items()}

@@ -5,7 +5,8 @@ select
     asset,
     -- The Dagster partition the call was made for (the data it worked on), as the run named it:
     -- a day 2025-10-01, a week by its Monday (the tower's week assets), a month 2025-10, a year
-    -- 2025; null for calls outside a partition (objects, rolling summaries, system rolls).
+    -- 2025; null for calls outside a partition (system rolls); another unit of work's name for the
+    -- rest (an objects batch's "job <id>", a rolling summary's conversation id, a tower job's window).
     "partition" as partition_key,
     case
         when "partition" is null then null

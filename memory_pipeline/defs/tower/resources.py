@@ -40,6 +40,7 @@ class TowerResource(ConfigurableResource[Any]):
             cfg=self.cfg(),
             tz=self.tz(),
             force_llm=force_llm,
+            partition_keys=True,
         )
 
 

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, literal_column, select
 
-from memory_pipeline.lib.kinds import LedgerOutcome
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import llm_ledger
+
+
+def _cost_number(dialect: str) -> ColumnElement[Any]:
+    """``cost_usd`` (JSON: a number, or JSON null where the model has no price) as a float or SQL
+    NULL, read in the database so the ledger is summed there, not fetched row by row."""
+    col = f"{llm_ledger.name}.cost_usd"
+    if dialect == "postgresql":
+        return literal_column(f"CASE WHEN json_typeof({col}) = 'number' THEN ({col} #>> '{{}}')::float8 END")
+    return literal_column(f"CASE WHEN json_type({col}) IN ('integer', 'real') THEN json_extract({col}, '$') END")
 
 
 def ledger_totals(store: Store) -> list[dict[str, Any]]:
@@ -16,6 +24,7 @@ def ledger_totals(store: Store) -> list[dict[str, Any]]:
     prices litellm reported (None when no call of the row had one: the offline model, a model
     without a known price, cache hits and failures), ``priced`` how many calls had one."""
     lc = llm_ledger.c
+    cost = _cost_number(store.dialect)
     q = (
         select(
             lc.asset,
@@ -24,19 +33,14 @@ def ledger_totals(store: Store) -> list[dict[str, Any]]:
             func.count().label("calls"),
             func.coalesce(func.sum(lc.tokens_in), 0).label("tokens_in"),
             func.coalesce(func.sum(lc.tokens_out), 0).label("tokens_out"),
+            func.sum(cost).label("cost_usd"),
+            func.count(cost).label("priced"),
         )
         .group_by(lc.asset, lc.model, lc.outcome)
         .order_by(lc.asset, lc.model, lc.outcome)
     )
-    # cost_usd is JSON (a number, or JSON null): summed here, the same on PostgreSQL and SQLite.
-    priced = select(lc.asset, lc.model, lc.outcome, lc.cost_usd).where(lc.outcome == str(LedgerOutcome.OK))
     with store.connect() as conn:
-        rows = [dict(r) | {"cost_usd": None, "priced": 0} for r in conn.execute(q).mappings()]
-        by_key = {(r["asset"], r["model"], r["outcome"]): r for r in rows}
-        for asset, model, outcome, cost in conn.execute(priced):
-            row = by_key.get((asset, model, outcome))
-            if row is None or not isinstance(cost, int | float):
-                continue
-            row["cost_usd"] = (row["cost_usd"] or 0.0) + float(cost)
-            row["priced"] += 1
+        rows = [dict(r) for r in conn.execute(q).mappings()]
+    for r in rows:
+        r["cost_usd"] = None if r["cost_usd"] is None else float(r["cost_usd"])
     return rows
