@@ -5,7 +5,7 @@ deep, autobiography of each day before the next day)."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING
 
 import typer
@@ -240,10 +240,14 @@ def diff(
 
 
 def _stale_note(side: StaleSnapshot) -> str:
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.timeutil import zone
     from memory_pipeline.sleep.order import LABELS
 
+    tz = zone(settings.timezone_name())  # as every other time the CLI shows
+
     def at(t: datetime | None) -> str:
-        return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if t is not None else "(time not recorded)"
+        return t.astimezone(tz).isoformat(sep=" ", timespec="seconds") if t is not None else "(time not recorded)"
 
     day = side.day.isoformat()
     restored = f" at {at(side.restored_at)}" if side.restored_at is not None else ""

@@ -330,7 +330,7 @@ def test_a_diff_after_a_failed_rebuild_says_its_snapshot_is_stale(env, pg_url, m
     shown = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
     assert shown.exit_code == 1, shown.output
     text = " ".join(shown.output.split())
-    when = datetime.fromisoformat(detail["failed_attempt"]["at"]).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = datetime.fromisoformat(detail["failed_attempt"]["at"]).astimezone(CST).isoformat(sep=" ", timespec="seconds")
     assert "world w1: the snapshot of 2026-03-03 is stale (deep sleep failed)" in text
     assert "the last rebuild failed: it restored semantic memory at" in text
     assert f"then deep sleep of 2026-03-03 for w1 failed at {when} (RuntimeError: provider went away)" in text
