@@ -71,8 +71,8 @@ TEST_WORKERS ?= 6
 # it is current). Where PYTHONDONTWRITEBYTECODE is set, as on this machine, each of the ~160 processes
 # of the suite that import the package (workers, CLI, code servers, run workers) compiled it again.
 #
-# mypy runs beside the tests, not before them: on a fresh clone (no mypy cache) it checks for about
-# 100 s on one core, and the other core was idle meanwhile. Its report follows the tests' and either
+# mypy runs beside the tests, not before them: on a fresh clone (no mypy cache) it checks for 40-100 s
+# on one core (the machine's speed), and the other core was idle meanwhile. Its report follows the tests' and either
 # failing fails `make test`. While it starts, one collection writes pytest's rewritten test modules
 # (the asserts' bytecode), which PYTHONDONTWRITEBYTECODE left every worker to rewrite for itself
 # (about 6.5 s of CPU each); it runs again only when a test file or the environment is newer than

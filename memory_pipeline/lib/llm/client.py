@@ -166,11 +166,11 @@ def _is_retryable(exc: Exception) -> bool:
     import litellm
 
     retryable: tuple[type[Exception], ...] = (
-        litellm.RateLimitError,  # type: ignore[attr-defined]
-        litellm.InternalServerError,  # type: ignore[attr-defined]
-        litellm.ServiceUnavailableError,  # type: ignore[attr-defined]
-        litellm.APIConnectionError,  # type: ignore[attr-defined]
-        litellm.Timeout,  # type: ignore[attr-defined]
+        litellm.RateLimitError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.APIConnectionError,
+        litellm.Timeout,
     )
     return isinstance(exc, retryable)
 
@@ -185,9 +185,9 @@ def _is_provider_fault(exc: Exception) -> bool:
     if _is_retryable(exc):
         return True
     configuration: tuple[type[Exception], ...] = (
-        litellm.AuthenticationError,  # type: ignore[attr-defined]
-        litellm.PermissionDeniedError,  # type: ignore[attr-defined]
-        litellm.NotFoundError,  # type: ignore[attr-defined]
+        litellm.AuthenticationError,
+        litellm.PermissionDeniedError,
+        litellm.NotFoundError,
     )
     if isinstance(exc, configuration) or getattr(exc, "status_code", None) in (401, 403, 404):
         return True  # (litellm reports some providers' 403 as a bare APIError with its status)
