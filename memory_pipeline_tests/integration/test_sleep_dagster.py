@@ -111,12 +111,32 @@ def test_a_stage_out_of_order_fails_naming_the_place_it_waits_for(defs, instance
     assert rebuilt.success
     meta = _materializations(instance, "sleep_deep_sleep")[DAYS[0]]
     assert meta["later_days_marked_stale"] == DAYS and meta["worlds_restored_first"] == 1
-    observed = {
+    assert _stale_observed(instance) == {
+        ("sleep_autobiography", DAYS[0]),
+        ("sleep_light_sleep", DAYS[1]),
+        ("sleep_deep_sleep", DAYS[1]),
+        ("sleep_autobiography", DAYS[1]),
+    }
+
+
+def _stale_observed(instance) -> set[tuple[str, str]]:
+    return {
         (r.asset_key.to_user_string(), r.event_log_entry.dagster_event.event_specific_data.asset_observation.partition)
         for key in ("sleep_light_sleep", "sleep_deep_sleep", "sleep_autobiography")
         for r in instance.fetch_observations(AssetKey(key), limit=10).records
     }
-    assert observed == {
+
+
+def test_a_run_that_fails_after_making_places_stale_still_observes_them(defs, instance, two_days):
+    """Deep sleep of both days asked again: day 1's rebuild makes day 1's autobiography and day 2
+    stale, then day 2's deep sleep fails (its light sleep is stale now). The failed run still puts
+    an observation on each place it left stale, as a successful one does, and materializes day 1."""
+    assert operations.materialize("sleep", DAYS[0], DAYS[1], instance=instance, defs=defs).success
+    report = operations.materialize("deep_sleep", DAYS[0], DAYS[1], instance=instance, defs=defs, force_llm=True)
+    (run,) = report.runs
+    assert not run.success and "deep sleep 2026-03-03" in run.error.splitlines()[0], run.error
+    assert _materializations(instance, "sleep_deep_sleep")[DAYS[0]]["later_days_marked_stale"] == DAYS
+    assert _stale_observed(instance) == {
         ("sleep_autobiography", DAYS[0]),
         ("sleep_light_sleep", DAYS[1]),
         ("sleep_deep_sleep", DAYS[1]),

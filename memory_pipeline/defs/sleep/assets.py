@@ -7,6 +7,7 @@ nightly schedules select one stage; catch-up, late data and backfills select all
 
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date
 from typing import Any
 
@@ -214,7 +215,7 @@ def sleep_stages(
     else:
         stale: set[date] = set()
         carry = ActiveCarry()  # each world's active set, from one place of the run to the next
-        with Written(context) as written:
+        with Written(context) as written, _stale_observed_on_failure(context, sleep, stale):
             for key, day in partition_dates(context):
                 done: list[str] = []  # one log line per day (every event is a write to the instance)
                 try:
@@ -251,6 +252,24 @@ def sleep_stages(
             _observe_stale(context, sleep, min(stale))
     for stage in stages:
         yield MaterializeResult(asset_key=KEYS[stage])
+
+
+@contextmanager
+def _stale_observed_on_failure(
+    context: AssetExecutionContext, sleep: SleepResource, stale: set[date]
+) -> Iterator[None]:
+    """A run that fails after it made places stale (an earlier place it redid) still says so: they
+    are stale whether or not the run went on. Recording them must not hide the failure (a store
+    that is down fails both): a warning then, and the run's own error goes on."""
+    try:
+        yield
+    except Exception:
+        if stale:
+            try:
+                _observe_stale(context, sleep, min(stale))
+            except Exception as exc:  # the run's own failure is the one to report
+                context.log.warning(f"sleep: could not record the places this run left stale: {exc}")
+        raise
 
 
 def _observe_stale(context: AssetExecutionContext, sleep: SleepResource, since: date) -> None:
