@@ -275,6 +275,12 @@ def error_line(error: SerializableErrorInfo | None) -> str:
     message = error.message.strip()
     if error.cls_name == Failure.__name__:
         message = message.removeprefix(f"{Failure.__module__}.{Failure.__name__}:").strip()
+    elif error.cls_name:
+        # Another exception keeps its class, not its module's path ("LLMHardFailure: ...", as
+        # "OSError: ..." already reads; "memory_pipeline.lib.llm.client.LLMHardFailure: ..." was noise).
+        module, found, rest = message.partition(f".{error.cls_name}: ")
+        if found and module and not any(c.isspace() for c in module):
+            message = f"{error.cls_name}: {rest}"
     return message or (error.cls_name or "error")
 
 

@@ -146,7 +146,8 @@ def _tick_once(ctx: TemporalContext, day: date, now: datetime, result: TickResul
         try:
             summary = summarize(ctx, "chunk", material, ctx.cfg.chunk_max_chars, world_id)
         except LLMHardFailure as exc:
-            result.failures[conv_id] = str(exc)
+            # the run's failure line names where: the conversation and its world (the day is the run's)
+            result.failures[conv_id] = f"conversation {conv_id} (world {world_id}): {exc}"
             continue
         out.append(
             {

@@ -2,6 +2,7 @@
 ranges as one run, backfill missing vs rebuild, checks, metadata, schedules and sensors."""
 
 import logging
+import re
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -569,7 +570,9 @@ def test_a_chunk_day_with_a_failed_conversation_is_not_materialized(pg_url, redi
             "chunks", "2025-12-30", "2025-12-31", as_of="2026-01-02T10:00:00+08:00", instance=instance, defs=defs
         )
     (run,) = report.runs
-    assert not run.success and "chunk summaries failed for 1 conversation(s)" in run.error.splitlines()[0]
+    line = run.error.splitlines()[0]
+    assert not run.success and "chunk summaries failed for 1 conversation(s)" in line
+    assert re.search(r": day 2025-12-30: conversation \S+ \(world w\d\): openai/fake failed for chunk", line), line
     assert _recorded(instance, assets.temporal_day_chunks, run.run_id) == ["2025-12-31"]
     assert _materializations(instance, assets.temporal_day_chunks)["2025-12-31"]["chunks_written"] == 2
 

@@ -321,7 +321,7 @@ def temporal_day_chunks(
         tctx = _tctx(context, config, temporal, key)
         result = chunks.run_tick(tctx, day, now)
         finished[0] += 1
-        failures.update(result.failures)
+        failures.update({f"{key} {conv}": f"day {key}: {why}" for conv, why in result.failures.items()})
         metadata = {
             "conversations": result.conversations,
             "chunks_written": result.chunks_written,
