@@ -242,7 +242,7 @@ def diff(
 def _stale_note(side: StaleSnapshot) -> str:
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.timeutil import zone
-    from memory_pipeline.sleep.order import LABELS
+    from memory_pipeline.sleep.order import DAY_ROW, LABELS
 
     tz = zone(settings.timezone_name())  # as every other time the CLI shows
 
@@ -254,9 +254,10 @@ def _stale_note(side: StaleSnapshot) -> str:
     f = side.failure
     if f is not None:
         label = next((LABELS[s] for s in LABELS if s == f.stage), f.stage)
+        whose = "the day (another world's run)" if f.world_id == DAY_ROW else f.world_id or side.world_id
         why = (
             f"the last rebuild failed: it restored semantic memory{restored}, then {label} of {f.day} for "
-            f"{side.world_id} failed at {at(f.at)} ({f.error})"
+            f"{whose} failed at {at(f.at)} ({f.error})"
         )
     else:
         why = f"the last rebuild restored semantic memory{restored} and deep sleep of {day} has not run since"

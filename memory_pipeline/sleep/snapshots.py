@@ -51,6 +51,7 @@ class FailedAttempt:
     day: date
     at: datetime
     error: str
+    world_id: str = ""  # the world whose run failed, or DAY_ROW (the day's record: another world's)
 
 
 @dataclass
@@ -161,17 +162,22 @@ def stale_sides(conn: Connection, world_id: str, days: Sequence[date]) -> list[S
 
 
 def _last_failure(conn: Connection, world_id: str, day: date, since: datetime | None) -> FailedAttempt | None:
-    """The newest failed attempt recorded for ``world_id`` at ``day`` or before (after ``since``)."""
+    """The newest failed attempt recorded for ``world_id`` at ``day`` or before (after ``since``), or
+    for the day's own record (``DAY_ROW``): a re-run that failed for another world stopped every
+    world's places after it too."""
     r = sleep_runs.c
-    q = select(r.stage, r.day, r.detail).where(r.world_id == world_id, r.status == str(RunStatus.FAILED), r.day <= day)
+    q = select(r.stage, r.day, r.detail, r.world_id).where(
+        r.world_id.in_([world_id, DAY_ROW]), r.status == str(RunStatus.FAILED), r.day <= day
+    )
     found: list[FailedAttempt] = []
-    for stage, at_day, detail in conn.execute(q):
+    for stage, at_day, detail, who in conn.execute(q):
         attempt = detail.get("failed_attempt") if isinstance(detail, dict) else None
         at = _instant(attempt.get("at")) if isinstance(attempt, dict) else None
         if attempt is None or at is None or (since is not None and at <= since):
             continue
-        found.append(FailedAttempt(stage, at_day, at, str(attempt.get("error") or "")))
-    return max(found, key=lambda f: f.at, default=None)
+        found.append(FailedAttempt(stage, at_day, at, str(attempt.get("error") or ""), who))
+    own = [f for f in found if f.world_id == world_id]  # the world's own failure says most
+    return max(own or found, key=lambda f: f.at, default=None)
 
 
 def diff(store: Store, world_id: str, before: date, after: date) -> SnapshotDiff:

@@ -345,11 +345,13 @@ def test_a_diff_after_a_failed_rebuild_says_its_snapshot_is_stale(env, pg_url, m
     assert side.written_at is not None and side.written_at < side.failure.at
     assert side.restored_at is not None and side.written_at < side.restored_at <= side.failure.at
 
-    # w2 never ran again (w1 failed first): stale, not failed, and says so.
+    # w2 never ran again (w1 failed first): stale, not failed; the rebuild's failure is the day's.
     other = runner.invoke(app, ["sleep", "diff", "w2", "2026-03-02", "2026-03-03"])
     text = " ".join(other.output.split())
     assert other.exit_code == 1 and "world w2: the snapshot of 2026-03-03 is stale (deep sleep stale)" in text
-    assert "deep sleep of 2026-03-03 has not run since" in text
+    assert "the last rebuild failed: it restored semantic memory at" in text
+    assert "then deep sleep of 2026-03-03 for the day (another world's run) failed at" in text
+    assert "`memory-pipeline sleep backfill --from 2026-03-03 --to 2026-03-03`" in text
 
     # What the note says to run makes the diff current again.
     again = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-03", "--to", "2026-03-03"])
