@@ -60,8 +60,9 @@ def _recover(keys: list[str], window: str, force: bool) -> None:
     for r in report.runs:
         state = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
         span = r.first if r.first == r.last else f"{r.first}..{r.last}"
-        console.print(
-            f"  {window} {span}: {r.partitions} day(s) in one run {r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {state}"
+        console.print(  # one line however long (a script reads the failure from it)
+            f"  {window} {span}: {r.partitions} day(s) in one run {r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {state}",
+            soft_wrap=True,
         )
     with open_store().connect() as conn:
         statuses = day_statuses(conn, date.fromisoformat(keys[0]))

@@ -88,9 +88,10 @@ def _print_report(window: str, report: OperationReport) -> None:
     if len(report.reasons) > 10:
         console.print(f"  (+{len(report.reasons) - 10} more re-run)")
     for r in report.runs:
-        status = "[green]ok[/]" if r.success else f"[red]failed[/] {r.error}"
-        console.print(
-            f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}"
+        status = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
+        console.print(  # one line however long (a script reads the failure from it)
+            f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}",
+            soft_wrap=True,
         )
 
 
@@ -170,7 +171,8 @@ def reconcile_command(
     for r in report.runs:
         status = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
         console.print(
-            f"  {r.window} run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}"
+            f"  {r.window} run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}",
+            soft_wrap=True,
         )
     if report.stopped:  # a month must not be built from a day that failed
         err.print(f"[red]reconcile stopped: {escape(report.stopped)}; fix it and run reconcile again[/]")
@@ -178,7 +180,8 @@ def reconcile_command(
     if report.system_rolls is not None:
         r = report.system_rolls
         console.print(
-            f"system rolls ({', '.join(stale.system_rolls)}) run {r.run_id[:8]}: {'ok' if r.success else r.error}"
+            f"system rolls ({', '.join(stale.system_rolls)}) run {r.run_id[:8]}: {'ok' if r.success else escape(r.error)}",
+            soft_wrap=True,
         )
         if not r.success:
             raise typer.Exit(1)
@@ -243,7 +246,7 @@ def system_rolls(
         r = operations.run_system_rolls(_as_of(as_of), force)
     except operations.RangeError as exc:
         refuse(str(exc))
-    console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else r.error}")
+    console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else escape(r.error)}", soft_wrap=True)
     note_pending_cache(open_store())
     if not r.success:
         raise typer.Exit(1)
@@ -447,7 +450,9 @@ def _cost(usd: float | None, priced: int, calls: int) -> str:
     model litellm has no price for, cache hits, failures), and how many were not priced beside a sum."""
     if usd is None:
         return "—"
-    return f"{usd:.6f}" + (f" ({calls - priced} unpriced)" if priced < calls else "")
+    # Six places, or two significant digits below a millionth: a priced sum never reads "0.000000".
+    shown = f"{usd:.6f}" if usd == 0 or abs(usd) >= 5e-7 else f"{usd:.1e}"
+    return shown + (f" ({calls - priced} unpriced)" if priced < calls else "")
 
 
 rolls_app = typer.Typer(no_args_is_help=True, help="System-roll slots in the cache (list, regenerate one).")

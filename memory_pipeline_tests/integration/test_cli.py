@@ -206,3 +206,17 @@ def test_read_without_redis_says_why_no_roll_is_there(monkeypatch, pg_url, tmp_p
     said = down.stderr.replace("\n", "")
     assert down.exit_code == 0 and "no REDIS_URL" not in said, down.output
     assert f"Redis at REDIS_URL=redis://127.0.0.1:{port}/4 did not answer: w1's rolls are cached in Redis" in said
+
+
+def test_a_failed_runs_line_is_one_line_however_long(env):
+    """A month whose days were never built fails naming them: the run's line is one line of the
+    output (not wrapped at the console's width), its text whole, so a script can read it."""
+    events = conversation("w1", "a", cst(2026, 7, 17, 9), ["tomatoes planted", "tomatoes watered"]) + conversation(
+        "w2", "b", cst(2026, 7, 18, 9), ["garden plan", "ok"]
+    )
+    assert runner.invoke(app, ["ingest", str(_jsonl(env / "e.jsonl", events))]).exit_code == 0
+    result = runner.invoke(app, ["regenerate", "month", "2026-07"])
+    assert result.exit_code != 0
+    (line,) = [x for x in result.output.splitlines() if " failed " in x]
+    assert len(line) > 120 and line.endswith("run those day partitions first (or select them in the same launch)")
+    assert "failed month 2026-07: 29 child row(s) missing in 15 day partition(s) 2026-07-17...2026-07-31: " in line

@@ -30,3 +30,13 @@ def test_every_command_escapes_through_the_console_module():
     for path in CLI.glob("*.py"):
         if path.name != "console.py":
             assert "rich.markup" not in path.read_text(encoding="utf-8"), f"{path.name}: use cli.console.escape"
+
+
+def test_a_priced_cost_never_reads_as_zero_and_an_unpriced_one_is_a_dash():
+    from memory_pipeline.cli.temporal import _cost
+
+    assert _cost(None, 0, 3) == "—"
+    assert _cost(0.000026, 3, 3) == "0.000026"
+    assert _cost(3e-8, 1, 1) == "3.0e-08"  # "0.000000" would read as free
+    assert _cost(0.0, 1, 1) == "0.000000"  # litellm's own 0 (a free model) is shown as it is
+    assert _cost(0.5, 2, 4) == "0.500000 (2 unpriced)"
