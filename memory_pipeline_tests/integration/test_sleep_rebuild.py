@@ -6,6 +6,7 @@ days stay stale and their audit says so."""
 from datetime import date
 
 import pytest
+from dagster import AssetKey
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -219,6 +220,16 @@ def test_rebuild_command_restores_runs_through_and_says_what_stays_stale(env, pg
     assert "2026-03-03  light done, deep done, autobiography done" in only.output
     assert "still stale: 2026-03-04 .. 2026-03-04" in only.output.replace("\n", " ")
     assert stage_audit(store, Stage.DEEP, D3).problems and memory_set(store) != clean
+    # The UI says so too: the rebuild's run observes each place left stale after it.
+    from memory_pipeline import operations
+
+    instance = operations.get_instance()
+    observed = {
+        (key, r.event_log_entry.dagster_event.event_specific_data.asset_observation.partition)
+        for key in ("sleep_light_sleep", "sleep_deep_sleep", "sleep_autobiography")
+        for r in instance.fetch_observations(AssetKey(key), limit=10).records
+    }
+    assert observed == {(k, "2026-03-04") for k in ("sleep_light_sleep", "sleep_deep_sleep", "sleep_autobiography")}
 
     through = runner.invoke(app, ["sleep", "rebuild", "2026-03-03", "--through", "2026-03-04"])
     assert through.exit_code == 0, through.output

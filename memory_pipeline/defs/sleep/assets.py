@@ -215,7 +215,10 @@ def sleep_stages(
     else:
         stale: set[date] = set()
         carry = ActiveCarry()  # each world's active set, from one place of the run to the next
-        with Written(context) as written, _stale_observed_on_failure(context, sleep, stale):
+        # What is stale from the run's first day on is observed at its end, whatever made it so:
+        # this run's redo of an earlier place, or a `sleep rebuild`'s restore before the run.
+        first = min(day for _, day in partition_dates(context))
+        with Written(context) as written, _stale_observed_on_failure(context, sleep, first):
             for key, day in partition_dates(context):
                 done: list[str] = []  # one log line per day (every event is a write to the instance)
                 try:
@@ -248,33 +251,31 @@ def sleep_stages(
                 f"sleep: active sets taken from the previous place {carry.hits} times (checked against the "
                 f"store), read from the store {carry.misses} times"
             )
-        if stale:
-            _observe_stale(context, sleep, min(stale))
+        _observe_stale(context, sleep, min(stale | {first}))
     for stage in stages:
         yield MaterializeResult(asset_key=KEYS[stage])
 
 
 @contextmanager
-def _stale_observed_on_failure(
-    context: AssetExecutionContext, sleep: SleepResource, stale: set[date]
-) -> Iterator[None]:
-    """A run that fails after it made places stale (an earlier place it redid) still says so: they
-    are stale whether or not the run went on. Recording them must not hide the failure (a store
-    that is down fails both): a warning then, and the run's own error goes on."""
+def _stale_observed_on_failure(context: AssetExecutionContext, sleep: SleepResource, since: date) -> Iterator[None]:
+    """A run that fails still observes the places stale from ``since`` on (an earlier place it
+    redid, a rebuild's restore before it): they are stale whether or not the run went on.
+    Recording them must not hide the failure (a store that is down fails both): a warning then,
+    and the run's own error goes on."""
     try:
         yield
     except Exception:
-        if stale:
-            try:
-                _observe_stale(context, sleep, min(stale))
-            except Exception as exc:  # the run's own failure is the one to report
-                context.log.warning(f"sleep: could not record the places this run left stale: {exc}")
+        try:
+            _observe_stale(context, sleep, since)
+        except Exception as exc:  # the run's own failure is the one to report
+            context.log.warning(f"sleep: could not record the places left stale: {exc}")
         raise
 
 
 def _observe_stale(context: AssetExecutionContext, sleep: SleepResource, since: date) -> None:
-    """What the run left stale (an earlier place ran again and nothing after it in this run redid
-    it): an observation on each such partition, so the UI says it is to be run again."""
+    """What is stale from ``since`` on when the run ends (an earlier place ran again, in this run or
+    a rebuild's restore before it, and nothing after it in this run redid it): an observation on
+    each such partition, so the UI says it is to be run again."""
     for position in stale_positions(sleep.memory_store.store(), since):
         context.log_event(
             AssetObservation(
@@ -282,8 +283,8 @@ def _observe_stale(context: AssetExecutionContext, sleep: SleepResource, since: 
                 partition=position.day.isoformat(),
                 metadata={
                     "stale": True,
-                    "why": f"an earlier place was run again in run {context.run.run_id}: {position} runs again at "
-                    "the next nightly tick (or `memory-pipeline sleep backfill`)",
+                    "why": f"an earlier place was run again (in run {context.run.run_id} or a rebuild's restore "
+                    f"before it): {position} runs again at the next nightly tick (or `memory-pipeline sleep backfill`)",
                 },
             )
         )
