@@ -393,7 +393,9 @@ def changed_periods(
     out = {}
     for p in periods:
         if p not in recs:
-            out[p] = "no record: never materialized over all worlds"
+            # A run records a period only when it vouches for every world's row: a hard failure or
+            # an answer the provider cut leaves none, as does a run over some worlds only.
+            out[p] = "no record: never completed over all worlds (not run, a failure, or an answer the provider cut)"
         elif recs[p] != tuple(built_with):
             out[p] = "built with another model, prompt version or settings"
         elif p in stale:
