@@ -255,7 +255,7 @@ def _stale_note(side: StaleSnapshot) -> str:
     f = side.failure
     if f is not None:
         label = next((LABELS[s] for s in LABELS if s == f.stage), f.stage)
-        whose = "the day (another world's run)" if f.world_id == DAY_ROW else f.world_id or side.world_id
+        whose = "another world" if f.world_id == DAY_ROW else f.world_id or side.world_id
         why = (
             f"the last rebuild failed: it restored semantic memory{restored}, then {label} of {f.day} for "
             f"{whose} failed at {at(f.at)} ({f.error})"

@@ -51,7 +51,7 @@ class FailedAttempt:
     day: date
     at: datetime
     error: str
-    world_id: str = ""  # the world whose run failed, or DAY_ROW (the day's record: another world's)
+    world_id: str = ""  # the world whose attempt failed (DAY_ROW: the day's record did not say)
 
 
 @dataclass
@@ -175,7 +175,9 @@ def _last_failure(conn: Connection, world_id: str, day: date, since: datetime | 
         at = _instant(attempt.get("at")) if isinstance(attempt, dict) else None
         if attempt is None or at is None or (since is not None and at <= since):
             continue
-        found.append(FailedAttempt(stage, at_day, at, str(attempt.get("error") or ""), who))
+        # the day record notes which world's attempt failed (StageRun.failed)
+        failed_world = str(attempt.get("world") or who) if who == DAY_ROW else who
+        found.append(FailedAttempt(stage, at_day, at, str(attempt.get("error") or ""), failed_world))
     own = [f for f in found if f.world_id == world_id]  # the world's own failure says most
     return max(own or found, key=lambda f: f.at, default=None)
 
