@@ -50,6 +50,18 @@ def three_days():
     )
 
 
+def _three_days_slept(folder, pg_url) -> Store:
+    """``three_days`` ingested and slept through (days 1-3) from the command line; the store."""
+    import json
+
+    path = folder / "e.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in three_days()), encoding="utf-8")
+    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
+    built = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-04"])
+    assert built.exit_code == 0, built.output
+    return Store(pg_url)
+
+
 def ctx_for(store, tmp_path, force=False):
     cfg = SleepConfig(log_dir=str(tmp_path / "logs")).validate()
     return SleepContext(store, LLMClient(store, asset="sleep_test", partition="p"), cfg, CST, force=force)
@@ -199,14 +211,8 @@ def test_a_forced_rerun_never_reuses_the_id_of_a_deprecated_memory(store, ingest
 
 
 def test_rebuild_command_restores_runs_through_and_says_what_stays_stale(env, pg_url):  # noqa: F811
-    import json
 
-    path = env / "e.jsonl"
-    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in three_days()), encoding="utf-8")
-    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
-    built = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-04"])
-    assert built.exit_code == 0, built.output
-    store = Store(pg_url)
+    store = _three_days_slept(env, pg_url)
     clean = memory_set(store)
     assert runner.invoke(app, ["sleep", "rebuild", "2026-03-03", "--through", "2026-03-01"]).exit_code == 2
     bad = runner.invoke(app, ["sleep", "rebuild", "2026-3-3"])
@@ -267,14 +273,8 @@ def test_a_rebuild_of_a_day_that_cannot_run_next_is_refused_before_anything_is_w
     autobiography and all of day 3 stale. A rebuild of day 3 could not run day 3 (day 2 comes first):
     it is refused naming what it waits for, exit 1, nothing restored (w1's day-3 contradiction stays
     resolved) and no record changed."""
-    import json
 
-    path = env / "e.jsonl"
-    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in three_days()), encoding="utf-8")
-    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
-    built = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-04"])
-    assert built.exit_code == 0, built.output
-    store = Store(pg_url)
+    store = _three_days_slept(env, pg_url)
     run_light_sleep(ctx_for(store, env, force=True), D2, ["w2"])
 
     def state():
@@ -306,17 +306,11 @@ def test_a_diff_after_a_failed_rebuild_says_its_snapshot_is_stale(env, pg_url, m
     """Days 1-3 done; a rebuild of day 2 restores semantic memory, then its deep sleep fails for w1.
     Day 2's snapshot is still the undone run's: `sleep diff` shows it marked stale, names the world,
     the failure and its time, and exits 1; once the day is run again the diff is current (exit 0)."""
-    import json
     from datetime import datetime
 
     from memory_pipeline.sleep.snapshots import diff
 
-    path = env / "e.jsonl"
-    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in three_days()), encoding="utf-8")
-    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
-    built = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-04"])
-    assert built.exit_code == 0, built.output
-    store = Store(pg_url)
+    store = _three_days_slept(env, pg_url)
     good = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
     assert good.exit_code == 0 and "stale" not in good.output.lower()
     created = diff(store, "w1", D1, D2).created
