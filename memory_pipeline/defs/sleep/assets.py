@@ -213,12 +213,11 @@ def sleep_stages(
             for stage in stages:
                 context.add_asset_metadata({"disabled": True}, asset_key=KEYS[stage], partition_key=key)
     else:
-        stale: set[date] = set()
         carry = ActiveCarry()  # each world's active set, from one place of the run to the next
         # What is stale from the run's first day on is observed at its end, whatever made it so:
         # this run's redo of an earlier place, or a `sleep rebuild`'s restore before the run.
         first = min(day for _, day in partition_dates(context))
-        with Written(context) as written, _stale_observed_on_failure(context, sleep, first):
+        with Written(context) as written, _stale_observed(context, sleep, first):
             for key, day in partition_dates(context):
                 done: list[str] = []  # one log line per day (every event is a write to the instance)
                 try:
@@ -235,7 +234,6 @@ def sleep_stages(
                             ) from None
                         except LLMProviderDown as exc:  # the provider's breaker opened: its one line
                             raise provider_down(exc, failed_partition=key) from None
-                        stale |= set(result.stale_days)
                         made = [d.isoformat() for d in result.stale_days]
                         meta = {**describe(result), "later_days_marked_stale": made, **llm_metadata(ctx.llm.stats)}
                         written.add(key, meta, asset_key=KEYS[stage])
@@ -251,17 +249,16 @@ def sleep_stages(
                 f"sleep: active sets taken from the previous place {carry.hits} times (checked against the "
                 f"store), read from the store {carry.misses} times"
             )
-        _observe_stale(context, sleep, min(stale | {first}))
     for stage in stages:
         yield MaterializeResult(asset_key=KEYS[stage])
 
 
 @contextmanager
-def _stale_observed_on_failure(context: AssetExecutionContext, sleep: SleepResource, since: date) -> Iterator[None]:
-    """A run that fails still observes the places stale from ``since`` on (an earlier place it
-    redid, a rebuild's restore before it): they are stale whether or not the run went on.
-    Recording them must not hide the failure (a store that is down fails both): a warning then,
-    and the run's own error goes on."""
+def _stale_observed(context: AssetExecutionContext, sleep: SleepResource, since: date) -> Iterator[None]:
+    """When the run ends, failed or not, the places stale from ``since`` on are observed (an earlier
+    place it redid, a rebuild's restore before it: a place a run marks stale is always after its
+    first day). On failure, recording them must not hide the run's error (a store that is down
+    fails both): a warning then, and the run's own error goes on."""
     try:
         yield
     except Exception:
@@ -270,6 +267,7 @@ def _stale_observed_on_failure(context: AssetExecutionContext, sleep: SleepResou
         except Exception as exc:  # the run's own failure is the one to report
             context.log.warning(f"sleep: could not record the places left stale: {exc}")
         raise
+    _observe_stale(context, sleep, since)
 
 
 def _observe_stale(context: AssetExecutionContext, sleep: SleepResource, since: date) -> None:
