@@ -135,13 +135,6 @@ STILL_ANY: dict[str, set[str]] = {
     "memory_pipeline.definitions": {
         "memory_pipeline.definitions.build_defs",
     },
-    "memory_pipeline.defs._shared": {
-        "memory_pipeline.defs._shared.deployment.with_deployment_backfill_policy",
-        "memory_pipeline.defs._shared.failures.provider_down",
-        "memory_pipeline.defs._shared.metadata.cache_metadata",
-        "memory_pipeline.defs._shared.metadata.llm_metadata",
-        "memory_pipeline.defs._shared.written.Written.add",
-    },
     "memory_pipeline.defs.analyst": {
         "memory_pipeline.defs.analyst.resources.analyst_resources",
     },

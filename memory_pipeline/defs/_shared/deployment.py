@@ -20,7 +20,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from dagster import AssetsDefinition, BackfillPolicy, ExecutorDefinition, OpDefinition, multi_or_in_process_executor
+from dagster import (
+    AssetsDefinition,
+    AssetSpec,
+    BackfillPolicy,
+    ExecutorDefinition,
+    OpDefinition,
+    SourceAsset,
+    multi_or_in_process_executor,
+)
+
+# Not exported by dagster, though Definitions(assets=...) names it.
+from dagster._core.definitions.assets.definition.cacheable_assets_definition import CacheableAssetsDefinition
 
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.kinds import ExecutorKind
@@ -31,6 +42,9 @@ LLM_POOL = "llm"
 
 # The module a step's forkserver imports before it forks any step: the code location.
 CODE_LOCATION_MODULE = "memory_pipeline.definitions"
+
+# One of what Definitions(assets=...) takes (dagster's TAssets, less its None).
+DefinitionsAsset = AssetsDefinition | AssetSpec | SourceAsset | CacheableAssetsDefinition
 
 
 def forkserver_unless_chosen(config: dict[str, Any]) -> dict[str, Any]:
@@ -78,13 +92,13 @@ def range_backfill_policy() -> BackfillPolicy:
     return BackfillPolicy.multi_run(max_partitions_per_run=n) if n else BackfillPolicy.single_run()
 
 
-def with_deployment_backfill_policy(assets: Iterable[Any]) -> list[Any]:
+def with_deployment_backfill_policy(assets: Iterable[DefinitionsAsset]) -> list[DefinitionsAsset]:
     """Assets of the `llm` pool declared one run per range (BackfillPolicy.single_run) get the
     deployment's policy. Others keep theirs: an export writes one DuckDB file under one lock, so
     splitting it gains nothing."""
     policy = range_backfill_policy()
     single = BackfillPolicy.single_run()
-    out = []
+    out: list[DefinitionsAsset] = []
     for asset in assets:
         if (
             policy != single

@@ -5,9 +5,8 @@ conversations). Not retried: a retry would only meet the same outage."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from dagster import Failure
+from dagster._core.definitions.metadata import RawMetadataValue  # what Failure(metadata=) takes; not public
 
 from memory_pipeline.lib.llm import LLMProviderDown
 
@@ -16,7 +15,7 @@ from memory_pipeline.lib.llm import LLMProviderDown
 PARTITIONS_LEFT = "the partitions not done are left for the next run"
 
 
-def provider_down(exc: LLMProviderDown, left: str = PARTITIONS_LEFT, **metadata: Any) -> Failure:
+def provider_down(exc: LLMProviderDown, left: str = PARTITIONS_LEFT, **metadata: RawMetadataValue) -> Failure:
     """The run's Failure: ``<provider> is failing: <error> (N consecutive failures); stopping:
     <left>``, with ``metadata`` (what was done, what was not) on the step's failure event."""
     return Failure(description=exc.stopping(left), metadata=metadata, allow_retries=False)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from dagster import AssetExecutionContext, MetadataValue, TimeWindowPartitionsDefinition
+from dagster._core.definitions.metadata import RawMetadataValue  # what MaterializeResult(metadata=) takes; not public
 
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.llm.client import CallStats
 from memory_pipeline.lib.timeutil import local_date
 
 
-def llm_metadata(stats: CallStats) -> dict[str, Any]:
+def llm_metadata(stats: CallStats) -> dict[str, RawMetadataValue]:
     return {
         "llm_calls": stats.calls,
         "llm_cache_hits": stats.cache_hits,
@@ -38,7 +38,7 @@ def warn_truncated(context: AssetExecutionContext, stats: CallStats, what: str, 
         )
 
 
-def cache_metadata(context: AssetExecutionContext, cache: KVCache, what: str) -> dict[str, Any]:
+def cache_metadata(context: AssetExecutionContext, cache: KVCache, what: str) -> dict[str, RawMetadataValue]:
     """Whether a configured Redis failed during the run, and how many writes wait in the store's
     write-behind for cache_writeback_sensor (the run still succeeds: nothing is lost)."""
     if cache.degraded:

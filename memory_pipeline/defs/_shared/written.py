@@ -7,11 +7,10 @@ step, and the partitions that failed or were not done get none."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
 
 from dagster import AssetExecutionContext, AssetKey, AssetMaterialization
+from dagster._core.definitions.metadata import RawMetadataMapping  # what AssetMaterialization takes; not public
 
 
 class Written:
@@ -22,9 +21,9 @@ class Written:
 
     def __init__(self, context: AssetExecutionContext) -> None:
         self._context = context
-        self._done: dict[tuple[AssetKey, str], Mapping[str, Any]] = {}
+        self._done: dict[tuple[AssetKey, str], RawMetadataMapping] = {}
 
-    def add(self, key: str, metadata: Mapping[str, Any], asset_key: AssetKey | None = None) -> None:
+    def add(self, key: str, metadata: RawMetadataMapping, asset_key: AssetKey | None = None) -> None:
         """Partition ``key`` (of ``asset_key``: a multi-asset names it) is written."""
         self._context.add_asset_metadata(metadata, asset_key=asset_key, partition_key=key)
         self._done[(asset_key or self._context.assets_def.key, key)] = metadata
