@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 from dagster import AssetSpec, Definitions
 from dagster._utils.warnings import PreviewWarning
@@ -15,7 +14,7 @@ from memory_pipeline.defs._shared import definitions as shared_domain
 from memory_pipeline.defs._shared import deployment
 from memory_pipeline.defs.access import definitions as access_domain
 from memory_pipeline.defs.analyst import definitions as analyst_domain
-from memory_pipeline.defs.analyst.resources import analyst_resources
+from memory_pipeline.defs.analyst.resources import AnalystShared, analyst_resources
 from memory_pipeline.defs.conversation import definitions as conversation_domain
 from memory_pipeline.defs.conversation.resources import conversation_resources
 from memory_pipeline.defs.events import definitions as events_domain
@@ -28,16 +27,16 @@ from memory_pipeline.defs.temporal import definitions as temporal_domain
 from memory_pipeline.defs.temporal.resources import temporal_resources
 from memory_pipeline.defs.tower import definitions as tower_domain
 from memory_pipeline.defs.tower.resources import tower_resources
-from memory_pipeline.resources import default_resources
+from memory_pipeline.resources import SharedResources, default_resources
 
 STORE_TAG = "memory_pipeline/store"
 
 
-def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
-    """Tests pass their own shared resources (a schema on PostgreSQL, Redis db 15); each domain's
-    resource is composed from the shared ones. The executor and the backfill split are deployment
+def build_defs(resources: AnalystShared | None = None) -> Definitions:
+    """Tests pass their own shared resources (a schema on PostgreSQL, Redis db 15), and may pass
+    their own ``analyst``; each domain's resource is composed from the shared ones. The executor and the backfill split are deployment
     settings (defs/_shared/deployment.py), read here at each build."""
-    shared = dict(resources if resources is not None else default_resources())
+    shared: SharedResources = resources if resources is not None else default_resources()
     store_kind = shared["memory_store"].kind
 
     def with_store_kind(spec: AssetSpec) -> AssetSpec:
@@ -72,7 +71,7 @@ def build_defs(resources: dict[str, Any] | None = None) -> Definitions:
             **sleep_resources(shared),
             **conversation_resources(shared),
             **objects_resources(shared),
-            **analyst_resources(shared),
+            **analyst_resources(shared, resources.get("analyst") if resources is not None else None),
         },
         executor=deployment.executor(),
     )

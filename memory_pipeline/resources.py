@@ -5,7 +5,7 @@ value. An unset variable leaves the field empty, which means the embedded defaul
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
@@ -91,7 +91,16 @@ def _env(name: str) -> Any:
     return EnvVar(name) if settings.env(name) else ""
 
 
-def default_resources() -> dict[str, Any]:
+class SharedResources(TypedDict):
+    """The resources every domain's own is composed from (``definitions.build_defs``)."""
+
+    memory_store: MemoryStoreResource
+    kv_cache: CacheResource
+    llm: LLMResource
+    memory_config: MemoryConfigResource
+
+
+def default_resources() -> SharedResources:
     """Resources from the environment; nothing set means the embedded default."""
     model = settings.env(settings.ENV_LLM_MODEL)
     # read by each LLM client when a run starts: refused here, before any run, as the others are

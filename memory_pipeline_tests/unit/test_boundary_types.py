@@ -132,27 +132,6 @@ STILL_ANY: dict[str, set[str]] = {
         "memory_pipeline.conversation.summaries.request",
         "memory_pipeline.conversation.summaries.status",
     },
-    "memory_pipeline.definitions": {
-        "memory_pipeline.definitions.build_defs",
-    },
-    "memory_pipeline.defs.analyst": {
-        "memory_pipeline.defs.analyst.resources.analyst_resources",
-    },
-    "memory_pipeline.defs.conversation": {
-        "memory_pipeline.defs.conversation.resources.conversation_resources",
-    },
-    "memory_pipeline.defs.objects": {
-        "memory_pipeline.defs.objects.resources.objects_resources",
-    },
-    "memory_pipeline.defs.sleep": {
-        "memory_pipeline.defs.sleep.resources.sleep_resources",
-    },
-    "memory_pipeline.defs.temporal": {
-        "memory_pipeline.defs.temporal.resources.temporal_resources",
-    },
-    "memory_pipeline.defs.tower": {
-        "memory_pipeline.defs.tower.resources.tower_resources",
-    },
     "memory_pipeline.events": {
         "memory_pipeline.events.locomo.load_document",
     },
@@ -200,9 +179,6 @@ STILL_ANY: dict[str, set[str]] = {
     },
     "memory_pipeline.recall": {
         "memory_pipeline.recall.questions.read_qa",
-    },
-    "memory_pipeline.resources": {
-        "memory_pipeline.resources.default_resources",
     },
     "memory_pipeline.server": {
         "memory_pipeline.server.app.make_uvicorn",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import cached_property
 from importlib.metadata import version as installed_version
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource, EnvVar
@@ -20,7 +20,7 @@ from memory_pipeline.analyst.files import AnalyticsFiles
 from memory_pipeline.defs.analyst.project import analytics_dbt, dbt_executable
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.store import Store
-from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource, SharedResources
 from memory_pipeline.temporal import config as temporal_config
 
 
@@ -74,10 +74,22 @@ class AnalystDbtCliResource(DbtCliResource):
         return None
 
 
-def analyst_resources(shared: dict[str, Any]) -> dict[str, Any]:
+class AnalystShared(SharedResources, total=False):
+    """The shared resources, and a test's own analyst resource (a DuckDB file of its own)."""
+
+    analyst: AnalystResource
+
+
+class AnalystResources(TypedDict):
+    analyst: AnalystResource
+    dbt: AnalystDbtCliResource
+
+
+def analyst_resources(shared: SharedResources, analyst: AnalystResource | None = None) -> AnalystResources:
     """The analyst resource over the shared store and config (a test passes its own as
-    ``shared["analyst"]``, with a DuckDB file of its own), and dbt on the project."""
-    analyst = shared.get("analyst") or AnalystResource(
+    ``shared["analyst"]``, with a DuckDB file of its own: build_defs hands it on as ``analyst``),
+    and dbt on the project."""
+    analyst = analyst or AnalystResource(
         memory_store=shared["memory_store"],
         memory_config=shared["memory_config"],
         duckdb_path=EnvVar(settings.ENV_DUCKDB_PATH) if settings.env(settings.ENV_DUCKDB_PATH) else "",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource
@@ -11,7 +11,7 @@ from memory_pipeline.conversation import config as conversation_config
 from memory_pipeline.conversation.config import ConversationConfig
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store import Store
-from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource, SharedResources
 
 
 class ConversationResource(ConfigurableResource[Any]):
@@ -32,7 +32,11 @@ class ConversationResource(ConfigurableResource[Any]):
         return ZoneInfo(self.memory_config.timezone)
 
 
-def conversation_resources(shared: dict[str, Any]) -> dict[str, Any]:
+class ConversationResources(TypedDict):
+    conversation: ConversationResource
+
+
+def conversation_resources(shared: SharedResources) -> ConversationResources:
     return {
         "conversation": ConversationResource(
             memory_store=shared["memory_store"], llm=shared["llm"], memory_config=shared["memory_config"]

@@ -4,7 +4,7 @@ ObjectsContext per asset and partition (ledger rows name both)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource
@@ -13,7 +13,7 @@ from memory_pipeline.objects import config as objects_config
 from memory_pipeline.objects import projection
 from memory_pipeline.objects.config import ObjectsConfig
 from memory_pipeline.objects.context import ObjectsContext
-from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource, SharedResources
 
 
 class ObjectsResource(ConfigurableResource[Any]):
@@ -37,7 +37,11 @@ class ObjectsResource(ConfigurableResource[Any]):
         return projection.root_of(self.cfg())
 
 
-def objects_resources(shared: dict[str, Any]) -> dict[str, Any]:
+class ObjectsResources(TypedDict):
+    objects: ObjectsResource
+
+
+def objects_resources(shared: SharedResources) -> ObjectsResources:
     return {
         "objects": ObjectsResource(
             memory_store=shared["memory_store"], llm=shared["llm"], memory_config=shared["memory_config"]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource
 
-from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource, SharedResources
 from memory_pipeline.sleep import config as sleep_config
 from memory_pipeline.sleep.config import SleepConfig
 from memory_pipeline.sleep.context import SleepContext
@@ -32,7 +32,11 @@ class SleepResource(ConfigurableResource[Any]):
         )
 
 
-def sleep_resources(shared: dict[str, Any]) -> dict[str, Any]:
+class SleepResources(TypedDict):
+    sleep: SleepResource
+
+
+def sleep_resources(shared: SharedResources) -> SleepResources:
     return {
         "sleep": SleepResource(
             memory_store=shared["memory_store"], llm=shared["llm"], memory_config=shared["memory_config"]

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource
 
-from memory_pipeline.resources import CacheResource, LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.resources import (
+    CacheResource,
+    LLMResource,
+    MemoryConfigResource,
+    MemoryStoreResource,
+    SharedResources,
+)
 from memory_pipeline.temporal import config as temporal_config
 from memory_pipeline.temporal.config import TemporalSummaryConfig
 from memory_pipeline.temporal.context import TemporalContext
@@ -38,7 +44,11 @@ class TemporalResource(ConfigurableResource[Any]):
         )
 
 
-def temporal_resources(shared: dict[str, Any]) -> dict[str, Any]:
+class TemporalResources(TypedDict):
+    temporal: TemporalResource
+
+
+def temporal_resources(shared: SharedResources) -> TemporalResources:
     return {
         "temporal": TemporalResource(
             memory_store=shared["memory_store"],

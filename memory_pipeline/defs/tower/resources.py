@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource
 
 from memory_pipeline.lib.store import Store
-from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource
+from memory_pipeline.resources import LLMResource, MemoryConfigResource, MemoryStoreResource, SharedResources
 from memory_pipeline.tower import config as tower_config
 from memory_pipeline.tower import types as types_io
 from memory_pipeline.tower.config import TowerConfig
@@ -44,7 +44,11 @@ class TowerResource(ConfigurableResource[Any]):
         )
 
 
-def tower_resources(shared: dict[str, Any]) -> dict[str, Any]:
+class TowerResources(TypedDict):
+    tower: TowerResource
+
+
+def tower_resources(shared: SharedResources) -> TowerResources:
     return {
         "tower": TowerResource(
             memory_store=shared["memory_store"], llm=shared["llm"], memory_config=shared["memory_config"]
