@@ -15,6 +15,8 @@ from rich.table import Table
 from memory_pipeline.cli.console import console, err, escape, known_world, open_store, refuse
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from memory_pipeline.lib.store import Store
     from memory_pipeline.objects.context import ObjectsContext
 
@@ -323,7 +325,7 @@ def print_objects_status(store: Store, world: str | None = None) -> None:
         table.add_column(col, overflow="fold")
     errors = {w["world_id"]: w for w in st["worlds"]}
     for w in sorted(set(counts) | set(errors)):
-        info = errors.get(w, {})
+        info: Mapping[str, object] = errors.get(w, {})
         table.add_row(
             w,
             ", ".join(f"{t} {n}" for t, n in sorted(counts.get(w, {}).items())),

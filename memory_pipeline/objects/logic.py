@@ -397,7 +397,7 @@ def looks_like_secret(value: str, *, strict: bool = True) -> bool:
     return False
 
 
-def parse_object_id(value: Any, where: str) -> tuple[ObjectType, str]:
+def parse_object_id(value: object, where: str) -> tuple[ObjectType, str]:
     """``<type>:<key>``, the stable id (seed 001 §1)."""
     if not isinstance(value, str) or ":" not in value:
         raise SubmissionError(where, f"must be '<type>:<key>', got {_shown(value)}")

@@ -163,7 +163,7 @@ def _behind(store: Store, limit: int | None) -> list[tuple[str, str, int]]:
         return [(w, oid, max(r, s or 0, rel or 0)) for w, oid, r, s, rel in conn.execute(q).all()]
 
 
-def _dossier(doc: dict[str, Any]) -> logic.Dossier:
+def _dossier(doc: recall.Dossier) -> logic.Dossier:
     return logic.Dossier(
         object_id=doc["id"],
         type=doc["type"],

@@ -12,11 +12,13 @@ import re
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
-from sqlalchemy import Connection, and_, bindparam, func, or_, select
+from sqlalchemy import Connection, RowMapping, and_, bindparam, func, or_, select
 
+from memory_pipeline.lib.jsontypes import JSONObject, JSONValue
 from memory_pipeline.lib.store import Store, watch
 from memory_pipeline.lib.store.tables import messages
 from memory_pipeline.objects import logic
@@ -31,12 +33,80 @@ class RecallError(ValueError):
     """Bad input to a read (names the argument)."""
 
 
+class ObjectDoc(TypedDict):
+    """One object as recall answers it (a credential adds its purpose and reference)."""
+
+    id: str
+    type: str
+    name: str
+    aliases: list[str]
+    summary: str
+    body: str
+    cues: list[str]
+    status: str
+    version: int
+    updated_at: str
+    purpose: NotRequired[str | None]
+    reference: NotRequired[str | None]
+
+
+class FoundDoc(ObjectDoc):
+    """One answer of find: the object and its score (a member of a matched project: a MemberDoc)."""
+
+    score: int
+
+
+class MemberDoc(FoundDoc):
+    """A member of a matched project in find's answer: ``via`` names the project."""
+
+    via: str
+
+
+class RelationDoc(TypedDict):
+    src: str
+    label: str
+    dst: str
+    legacy: bool
+    status: str
+
+
+class SourceDoc(TypedDict):
+    event_id: str
+    occurred_at: str | None
+
+
+class Dossier(ObjectDoc):
+    """read: the object with its relations both ways and its sources."""
+
+    relations: list[RelationDoc]
+    sources: list[SourceDoc]
+
+
+class DossierPage(Dossier):
+    """inspect object: the dossier with relations and sources paged."""
+
+    next_offset: int | None
+
+
+class EvidenceItem(TypedDict):
+    event_id: str
+    occurred_at: str
+    role: str
+    text: str
+
+
+class EvidencePage(TypedDict):
+    object_id: str
+    items: list[EvidenceItem]
+    next_offset: int | None
+
+
 def _terms(text: str) -> set[str]:
     return {t.lower() for t in _TERM.findall(text or "") if len(t) > 1}
 
 
-def _doc(r: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
+def _doc(r: RowMapping | Mapping[str, Any]) -> ObjectDoc:
+    doc: ObjectDoc = {
         "id": r["object_id"],
         "type": r["type"],
         "name": r["name"],
@@ -49,7 +119,7 @@ def _doc(r: Any) -> dict[str, Any]:
         "updated_at": r["updated_at"].isoformat(),
     }
     if r["type"] == "credential":
-        doc.update(purpose=r["purpose"], reference=r["reference"])
+        doc["purpose"], doc["reference"] = r["purpose"], r["reference"]
     return doc
 
 
@@ -161,12 +231,15 @@ class WorldIndex:
         keyed = sorted((archived[i], -s, order[i], i) for i in look if (s := _score(objects[i], q, terms)))
         return [(-s, i) for _, s, _, i in keyed]
 
-    def answer(self, i: int, score: int, member_of: str = "") -> dict[str, Any]:
+    def answer(self, i: int, score: int, member_of: str = "") -> FoundDoc:
         """Object ``i``'s document in one answer, with its score and, for a member of a matched
         project, ``via`` (its own dict and lists: a caller may change them)."""
         doc = self.docs[i]
-        extra: dict[str, Any] = {"score": score, "via": f"member_of {member_of}"} if member_of else {"score": score}
-        return doc | {"aliases": list(doc["aliases"]), "cues": list(doc["cues"])} | extra
+        found: FoundDoc = {**doc, "aliases": list(doc["aliases"]), "cues": list(doc["cues"]), "score": score}
+        if member_of:
+            member: MemberDoc = {**found, "via": f"member_of {member_of}"}
+            return member
+        return found
 
 
 # (store url, world) -> (the world's objects' signature, its index, the store's stamp when the
@@ -262,7 +335,7 @@ def _found(store: Store, world: str, query: str, full_scan: bool) -> tuple[World
     return index, found
 
 
-def find(store: Store, world: str, query: str, limit: int = PAGE, *, full_scan: bool = False) -> list[dict[str, Any]]:
+def find(store: Store, world: str, query: str, limit: int = PAGE, *, full_scan: bool = False) -> list[FoundDoc]:
     """Objects whose name, alias, cue or words match the query, best first, then the members of
     any matched project (its direct relations): the first ``limit`` of :func:`find_all`."""
     return find_page(store, world, query, 0, limit, full_scan=full_scan)[0]
@@ -270,21 +343,21 @@ def find(store: Store, world: str, query: str, limit: int = PAGE, *, full_scan: 
 
 def find_page(
     store: Store, world: str, query: str, offset: int, limit: int, *, full_scan: bool = False
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[FoundDoc], int]:
     """``limit`` items of :func:`find_all` from ``offset``, and how many it holds; only the page's
     documents are built."""
     index, found = _found(store, world, query, full_scan)
     return [index.answer(*f) for f in found[offset : offset + limit]], len(found)
 
 
-def find_all(store: Store, world: str, query: str, *, full_scan: bool = False) -> list[dict[str, Any]]:
+def find_all(store: Store, world: str, query: str, *, full_scan: bool = False) -> list[FoundDoc]:
     """Every object :func:`find` pages through. ``full_scan`` scores every object of the world
     rather than the index's candidates: the same answer, slower (the reference for tests and bench)."""
     index, found = _found(store, world, query, full_scan)
     return [index.answer(*f) for f in found]
 
 
-def read(store: Store, world: str, object_id: str) -> dict[str, Any] | None:
+def read(store: Store, world: str, object_id: str) -> Dossier | None:
     """The whole dossier: fields, relations both ways, sources (attachment ids and times)."""
     o, rc, a, s = objects_objects.c, objects_relations.c, objects_attachments.c, objects_event_state.c
     with store.connect() as conn:
@@ -306,12 +379,13 @@ def read(store: Store, world: str, object_id: str) -> dict[str, Any] | None:
             .where(a.world_id == world, a.object_id == object_id)
             .order_by(s.occurred_at, a.event_id)
         ).all()
-    doc = _doc(r)
-    doc["relations"] = [
-        {"src": x.src, "label": x.label, "dst": x.dst, "legacy": x.legacy, "status": x.status} for x in rels
-    ]
-    doc["sources"] = [{"event_id": e, "occurred_at": at.isoformat() if at else None} for e, at in sources]
-    return doc
+    return {
+        **_doc(r),
+        "relations": [
+            {"src": x.src, "label": x.label, "dst": x.dst, "legacy": x.legacy, "status": x.status} for x in rels
+        ],
+        "sources": [{"event_id": e, "occurred_at": at.isoformat() if at else None} for e, at in sources],
+    }
 
 
 def _check_offset(offset: int) -> None:
@@ -321,7 +395,7 @@ def _check_offset(offset: int) -> None:
         raise RecallError(f"offset: {problem}")
 
 
-def evidence(store: Store, world: str, object_id: str, offset: int = 0, limit: int = PAGE) -> dict[str, Any] | None:
+def evidence(store: Store, world: str, object_id: str, offset: int = 0, limit: int = PAGE) -> EvidencePage | None:
     """The object's attachments expanded to the raw event text, oldest first, paged; None when the
     world has no such object (a mistyped id is not an object without evidence)."""
     _check_offset(offset)
@@ -339,7 +413,7 @@ def evidence(store: Store, world: str, object_id: str, offset: int = 0, limit: i
             .offset(offset)
             .limit(limit + 1)
         ).all()
-    items = [
+    items: list[EvidenceItem] = [
         {"event_id": r.message_id, "occurred_at": r.at.isoformat(), "role": r.role, "text": r.content}
         for r in rows[:limit]
     ]
@@ -358,7 +432,7 @@ def evidence_count(store: Store, world: str, object_id: str) -> int:
         return int(conn.execute(q).scalar_one())
 
 
-def list_objects(store: Store, world: str, otype: str, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:
+def list_objects(store: Store, world: str, otype: str, offset: int = 0, limit: int = PAGE) -> JSONObject:
     try:
         logic.ObjectType(otype)
     except ValueError:
@@ -373,26 +447,31 @@ def list_objects(store: Store, world: str, otype: str, offset: int = 0, limit: i
             .offset(offset)
             .limit(limit + 1)
         ).all()
-    items = [{"id": r.object_id, "name": r.name, "status": r.status, "summary": r.summary} for r in rows[:limit]]
+    items: list[JSONValue] = [
+        {"id": r.object_id, "name": r.name, "status": r.status, "summary": r.summary} for r in rows[:limit]
+    ]
     return {"items": items, "next_offset": offset + limit if len(rows) > limit else None}
 
 
 def object_view(
     store: Store, world: str, object_id: str, offset: int = 0, limit: int = logic.PROJECTION_PAGE
-) -> dict[str, Any] | None:
+) -> DossierPage | None:
     """inspect object: the dossier with relations and sources paged from ``offset``."""
     _check_offset(offset)
     doc = read(store, world, object_id)
     if doc is None:
         return None
     rels, srcs = doc["relations"], doc["sources"]
-    doc["relations"], doc["sources"] = rels[offset : offset + limit], srcs[offset : offset + limit]
     more = max(len(rels), len(srcs)) > offset + limit
-    doc["next_offset"] = offset + limit if more else None
-    return doc
+    return {
+        **doc,
+        "relations": rels[offset : offset + limit],
+        "sources": srcs[offset : offset + limit],
+        "next_offset": offset + limit if more else None,
+    }
 
 
-def event_view(store: Store, event_id: str, offset: int = 0, limit: int = EVENT_PAGE_CHARS) -> dict[str, Any] | None:
+def event_view(store: Store, event_id: str, offset: int = 0, limit: int = EVENT_PAGE_CHARS) -> JSONObject | None:
     """inspect event: its state, outcome, attached objects and its text from ``offset``."""
     _check_offset(offset)
     s, m, a = objects_event_state.c, messages.c, objects_attachments.c
@@ -436,7 +515,7 @@ def _uncursor(cursor: str) -> tuple[datetime, str]:
 
 def events_between(
     store: Store, start: datetime, end: datetime, cursor: str | None = None, limit: int = PAGE, world: str | None = None
-) -> dict[str, Any]:
+) -> JSONObject:
     """inspect events FROM TO: events by occurrence time in [start, end), ``cursor`` to continue."""
     if start.tzinfo is None or end.tzinfo is None:
         raise RecallError("FROM/TO: ISO 8601 with an offset")
@@ -455,7 +534,7 @@ def events_between(
         q = q.where(or_(m.at > at, and_(m.at == at, m.message_id > eid)))
     with store.connect() as conn:
         rows = conn.execute(q.order_by(m.at, m.message_id).limit(limit + 1)).all()
-    items = [
+    items: list[JSONValue] = [
         {
             "event_id": r.message_id,
             "world_id": r.world_id,
@@ -486,7 +565,7 @@ def object_counts(store: Store, world: str | None = None) -> dict[str, dict[str,
 DIRECTORY_MAX = 50
 
 
-def resident(store: Store, world: str, hot_view_bytes: int = logic.HOT_VIEW_MAX_BYTES) -> dict[str, Any]:
+def resident(store: Store, world: str, hot_view_bytes: int = logic.HOT_VIEW_MAX_BYTES) -> JSONObject:
     """What an agent holds every turn: the core documents (any may be absent), a bounded directory
     of object names (never the dossiers themselves: recall is on demand) and the hot timeline
     within its byte cap, which says explicitly when nodes were left out."""
@@ -494,7 +573,9 @@ def resident(store: Store, world: str, hot_view_bytes: int = logic.HOT_VIEW_MAX_
 
     c, o, n = objects_core.c, objects_objects.c, objects_hot_nodes.c
     with store.connect() as conn:
-        core: dict[str, str] = dict(conn.execute(select(c.name, c.content).where(c.world_id == world)).tuples().all())
+        core: dict[str, JSONValue] = dict(
+            conn.execute(select(c.name, c.content).where(c.world_id == world)).tuples().all()
+        )
         directory = conn.execute(
             select(o.object_id, o.name)
             .where(o.world_id == world, o.status != "archived")
@@ -504,7 +585,8 @@ def resident(store: Store, world: str, hot_view_bytes: int = logic.HOT_VIEW_MAX_
         nodes = conn.execute(
             select(n.node_id, n.level, n.text).where(n.world_id == world, n.active.is_(True)).order_by(n.seq.desc())
         ).all()
-    kept, used = [], 0
+    kept: list[JSONValue] = []
+    used = 0
     for node in nodes:
         size = len(node.text.encode()) + 64
         if used + size > hot_view_bytes:

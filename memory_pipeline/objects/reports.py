@@ -5,10 +5,10 @@ never complete). Read-only, grouped queries."""
 
 from __future__ import annotations
 
-from datetime import date
-from typing import Any
+from datetime import date, datetime
+from typing import TypedDict, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.objects import logic
@@ -29,6 +29,83 @@ UNFINISHED = [
     logic.EventState.BLOCKED,
 ]
 NOT_ORGANIZED = list(logic.NOT_ORGANIZED_STATES)
+
+
+class RangeStatus(TypedDict):
+    """Whether every day of a range is complete, and each day's status (by ISO date)."""
+
+    status: str
+    days: dict[str, str]
+
+
+class UnfinishedEvent(TypedDict):
+    event_id: str
+    world_id: str
+    state: str
+    occurred_at: datetime
+    page_cursor: int
+    chars: int
+    progress: str
+
+
+class NotOrganizedEvent(TypedDict):
+    event_id: str
+    world_id: str
+    state: str
+    occurred_at: datetime
+    chars: int
+    reason: str
+
+
+class JobCount(TypedDict):
+    mode: str
+    status: str
+    count: int
+
+
+class Failure(TypedDict):
+    world_id: str
+    job_id: int
+    mode: str
+    batch: str
+    error: str
+    at: datetime
+
+
+class WorldState(TypedDict):
+    world_id: str
+    graph_revision: int
+    worker_error: str | None
+    worker_error_at: datetime | None
+    auto_suppressed_until: datetime | None
+    busy: bool
+    stopped: bool
+
+
+class ProjectionError(TypedDict):
+    world_id: str
+    object_id: str
+    error: str
+
+
+class ProjectionLag(TypedDict):
+    behind: int
+    missing: int
+    differing: int
+    errors: list[ProjectionError]
+
+
+class Status(TypedDict):
+    """memory_status (datetimes as they are: a printer serializes them)."""
+
+    states: dict[str, int]
+    earliest_unfinished: list[UnfinishedEvent]
+    not_organized: list[NotOrganizedEvent]
+    jobs: list[JobCount]
+    failures: list[Failure]
+    worlds: list[WorldState]
+    projection: ProjectionLag
+    complete: bool
 
 
 def state_counts(store: Store, world: str | None = None) -> dict[str, int]:
@@ -56,7 +133,7 @@ def day_counts(store: Store, first: date, last: date, world: str | None = None) 
     return out
 
 
-def range_status(store: Store, first: date, last: date, today: date, world: str | None = None) -> dict[str, Any]:
+def range_status(store: Store, first: date, last: date, today: date, world: str | None = None) -> RangeStatus:
     """complete only when every event of every day in the range is linked/archive_only."""
     days = day_counts(store, first, last, world)
     per_day = {d.isoformat(): str(logic.day_status(c, open_day=d >= today)) for d, c in sorted(days.items())}
@@ -69,7 +146,7 @@ def range_status(store: Store, first: date, last: date, today: date, world: str 
     return {"status": str(overall), "days": per_day}
 
 
-def status(store: Store, world: str | None = None) -> dict[str, Any]:
+def status(store: Store, world: str | None = None) -> Status:
     s, j, f, w = objects_event_state.c, objects_jobs.c, objects_failures.c, objects_worlds.c
     with store.connect() as conn:
         q = (
@@ -100,11 +177,12 @@ def status(store: Store, world: str | None = None) -> dict[str, Any]:
                 x.where(c == world)
                 for x, c in ((q, s.world_id), (nq, s.world_id), (jq, j.world_id), (fq, f.world_id), (wq, w.world_id))
             )
-        earliest = [dict(r._mapping) for r in conn.execute(q).all()]
-        not_organized = [dict(r._mapping) for r in conn.execute(nq).all()]
-        jobs = [{"mode": m, "status": st, "count": int(n)} for m, st, n in conn.execute(jq).all()]
-        failures = [dict(r._mapping) for r in conn.execute(fq).all()]
-        worlds = [dict(r._mapping) for r in conn.execute(wq).all()]
+        # The rows hold the columns each query selects (SQLAlchemy's rows are untyped).
+        earliest = [cast(UnfinishedEvent, dict(r._mapping)) for r in conn.execute(q).all()]
+        not_organized = [cast(NotOrganizedEvent, dict(r._mapping)) for r in conn.execute(nq).all()]
+        jobs: list[JobCount] = [{"mode": m, "status": st, "count": int(n)} for m, st, n in conn.execute(jq).all()]
+        failures = [cast(Failure, dict(r._mapping)) for r in conn.execute(fq).all()]
+        worlds = [cast(WorldState, dict(r._mapping)) for r in conn.execute(wq).all()]
         lag = _projection_lag(conn, world)
     counts = state_counts(store, world)
     return {
@@ -119,7 +197,7 @@ def status(store: Store, world: str | None = None) -> dict[str, Any]:
     }
 
 
-def _projection_lag(conn: Any, world: str | None) -> dict[str, Any]:
+def _projection_lag(conn: Connection, world: str | None) -> ProjectionLag:
     """Objects whose files are being (re)written (``behind``: never projected, older than the
     store, missing or edited on disk, or failed), of them the files the last check found
     ``missing`` or ``differing``, and the errors (objects and core documents)."""
@@ -135,11 +213,11 @@ def _projection_lag(conn: Any, world: str | None) -> dict[str, Any]:
         "behind": int(conn.execute(q).scalar() or 0),
         "missing": drift.get("missing", 0),
         "differing": drift.get("differs", 0),
-        "errors": [dict(r._mapping) for r in conn.execute(eq).all()],
+        "errors": [cast(ProjectionError, dict(r._mapping)) for r in conn.execute(eq).all()],  # an untyped row
     }
 
 
-def day_changes(store: Store) -> dict[date, Any]:
+def day_changes(store: Store) -> dict[date, datetime]:
     """The newest change of each CST day's events (intake, queueing, outcome): a day partition
     materialized before it is stale (late data reaches the day's outcomes without a rebuild)."""
     s = objects_event_state.c

@@ -6,9 +6,10 @@ one is refused with ToolError naming it; nothing is written then. Reading never 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 from memory_pipeline.lib import ids
+from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.objects import graph, logic, recall, reports, worker
 from memory_pipeline.objects.context import ObjectsContext
 
@@ -25,6 +26,17 @@ TOOLS = tuple(_AGENT_ARGS)
 
 class ToolError(ValueError):
     """A refused tool call: the message names the tool and the argument."""
+
+
+class Found(TypedDict):
+    """memory_find's answer."""
+
+    items: list[recall.FoundDoc]
+
+
+# What a tool answers: memory_status, memory_find, memory_read, memory_evidence, memory_organize's
+# receipt, memory_approve's answer (JSON).
+Answer: TypeAlias = reports.Status | Found | recall.Dossier | recall.EvidencePage | JSONObject
 
 
 def _arg(args: Mapping[str, Any], tool: str, name: str, kind: type, default: Any = ...) -> Any:
@@ -73,7 +85,7 @@ def _object_id(args: Mapping[str, Any], tool: str) -> str:
     return str(oid)
 
 
-def _dossier(octx: ObjectsContext, world: str, oid: str, tool: str) -> dict[str, Any]:
+def _dossier(octx: ObjectsContext, world: str, oid: str, tool: str) -> recall.Dossier:
     doc = recall.read(octx.store, world, oid)
     if doc is None:
         raise ToolError(f"{tool}.id: no object {oid} in world {world}")
@@ -82,26 +94,27 @@ def _dossier(octx: ObjectsContext, world: str, oid: str, tool: str) -> dict[str,
 
 def _evidence(
     octx: ObjectsContext, world: str, oid: str, tool: str, offset: int, limit: int = recall.PAGE
-) -> dict[str, Any]:
+) -> recall.EvidencePage:
     found = recall.evidence(octx.store, world, oid, offset, limit)
     if found is None:
         raise ToolError(f"{tool}.id: no object {oid} in world {world}")
     return found
 
 
-def _checked(tool: Any, args: Any, allowed: Mapping[str, set[str]]) -> tuple[str, Mapping[str, Any]]:
+def _checked(tool: object, args: object, allowed: Mapping[str, set[str]]) -> tuple[str, Mapping[str, Any]]:
     if tool not in allowed:
         raise ToolError(f"tool: {str(tool)[:40]!r} is not one of {', '.join(allowed)}")
+    name = str(tool)  # one of allowed's names
     if not isinstance(args, Mapping):
-        raise ToolError(f"{tool}: arguments must be an object")
-    extra = sorted(str(k) for k in args if k not in allowed[tool])
+        raise ToolError(f"{name}: arguments must be an object")
+    extra = sorted(str(k) for k in args if k not in allowed[name])
     if extra:
-        names = ", ".join(sorted(allowed[tool])) or "none"
-        raise ToolError(f"{tool}.{extra[0][:40]}: unknown argument (arguments: {names})")
-    return str(tool), args
+        names = ", ".join(sorted(allowed[name])) or "none"
+        raise ToolError(f"{name}.{extra[0][:40]}: unknown argument (arguments: {names})")
+    return name, args
 
 
-def call(octx: ObjectsContext, tool: Any, args: Any) -> dict[str, Any]:
+def call(octx: ObjectsContext, tool: object, args: object) -> Answer:
     tool, args = _checked(tool, args, _AGENT_ARGS)
     store = octx.store
     if tool == "memory_status":
@@ -152,7 +165,7 @@ BATCH_TOOL_ARGS = {
 }
 
 
-def batch_read(octx: ObjectsContext, world: str, tool: Any, args: Any) -> dict[str, Any]:
+def batch_read(octx: ObjectsContext, world: str, tool: object, args: object) -> Mapping[str, Any]:
     """A read tool called by the model of a batch of ``world``: its result, or ToolError naming the
     argument (the model's to correct). memory_find lists ids, names and summaries; memory_read
     gives the whole dossier (and only a read allows rewriting an object)."""
@@ -167,7 +180,12 @@ def batch_read(octx: ObjectsContext, world: str, tool: Any, args: Any) -> dict[s
         return recall.list_objects(octx.store, world, otype, offset)
     if tool == "memory_find":
         hits = recall.find(octx.store, world, _query(args, tool))
-        return {"items": [{k: h[k] for k in ("id", "type", "name", "status", "summary")} for h in hits]}
+        return {
+            "items": [
+                {"id": h["id"], "type": h["type"], "name": h["name"], "status": h["status"], "summary": h["summary"]}
+                for h in hits
+            ]
+        }
     oid = _object_id(args, tool)
     if tool == "memory_read":
         return _dossier(octx, world, oid, tool)

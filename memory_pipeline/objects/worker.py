@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
@@ -1649,7 +1649,7 @@ class BatchTalk:
     def reply(self, call: prompts.ToolCall, content: dict[str, Any]) -> None:
         self.messages.append(prompts.tool_result(call, content))
 
-    def send(self, call: prompts.ToolCall, result: dict[str, Any], offset: int) -> bool:
+    def send(self, call: prompts.ToolCall, result: Mapping[str, Any], offset: int) -> bool:
         """A read result within the bytes left (cut or refused when it does not fit): sent whole?"""
         fitted, size = logic.fit_result(result, self.left, self.budget, offset)
         self.left = max(0, self.left - size)

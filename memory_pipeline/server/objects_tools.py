@@ -80,7 +80,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         doc = recall.read(store, world, id)
         if doc is None:
             raise TowerInputError("id", f"no object {id} in world {world}")
-        return doc
+        return dict(doc)  # the tool's answer as it declares it (its output schema)
 
     @reg.tool(
         name="objects/evidence",
