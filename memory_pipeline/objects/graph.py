@@ -15,11 +15,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from sqlalchemy import Connection, bindparam, case, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.store import Store, requests, upsert
 from memory_pipeline.lib.store.tables import partition_leases
 from memory_pipeline.objects import logic
@@ -780,7 +781,7 @@ def _dispose_event(conn: Connection, page: EventPage, write: GraphWrite, now: da
 APPROVAL = "objects_approve"  # the kind of its request ids (lib.store.requests)
 
 
-def approve_project(octx: ObjectsContext, world: str, object_id: str) -> dict[str, Any]:
+def approve_project(octx: ObjectsContext, world: str, object_id: str) -> JSONObject:
     """The user's explicit approval: a candidate project becomes active (a version row, a new
     graph revision). Refused for anything but an existing candidate project."""
     return approve_request(octx, world, object_id)[0]
@@ -788,7 +789,7 @@ def approve_project(octx: ObjectsContext, world: str, object_id: str) -> dict[st
 
 def approve_request(
     octx: ObjectsContext, world: str, object_id: str, request_id: str | None = None
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[JSONObject, bool]:
     """``approve_project`` once per caller-given ``request_id`` (per world): its answer and False,
     or for a repeated id the first approval's answer and True, nothing written."""
     otype, _ = logic.parse_object_id(object_id, "object_id")
@@ -798,7 +799,7 @@ def approve_request(
         raise SubmissionError("request_id", problem)
     now = octx.now()
 
-    def write(conn: Connection) -> dict[str, Any]:
+    def write(conn: Connection) -> JSONObject:
         stored = _stored_objects(conn, world, {object_id}).get(object_id)
         if stored is None:
             raise SubmissionError("object_id", f"{object_id} does not exist in world {world}")
@@ -856,12 +857,21 @@ def ensure_daily(conn: Connection, world: str, now: datetime) -> None:
     upsert(conn, objects_objects, [row], keys=["world_id", "object_id"], update=[])
 
 
-def import_core(octx: ObjectsContext, world: str, name: str, content: str) -> dict[str, Any]:
+class CoreImport(TypedDict):
+    """A core document imported: ``changed`` false when it was the stored text (nothing written)."""
+
+    name: str
+    changed: bool
+    revision: NotRequired[int]
+    version: NotRequired[int]
+
+
+def import_core(octx: ObjectsContext, world: str, name: str, content: str) -> CoreImport:
     """A human edit of a core document (AGENTS.md, SOUL.md, USER.md) imported into the store."""
     return import_core_text(octx.store, world, name, content, octx.now())
 
 
-def import_core_text(store: Store, world: str, name: str, content: str, now: datetime) -> dict[str, Any]:
+def import_core_text(store: Store, world: str, name: str, content: str, now: datetime) -> CoreImport:
     """A human edit of a core document imported: a new version written by ``human`` (the prior
     one kept in the history) and one graph revision, so a batch that read the old version can no
     longer overwrite it; an unchanged document is not rewritten."""

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Connection, bindparam, case, func, select, update
 
@@ -467,7 +467,23 @@ def _recorded_sources(octx: ObjectsContext) -> int:
     return len(rows)
 
 
-def enable(octx: ObjectsContext) -> dict[str, Any]:
+class EnableReport(TypedDict):
+    """enable: the store's counts and the events' states before and after, what entered, and the
+    integrity check ("ok" or its problems)."""
+
+    before: dict[str, int]
+    after: dict[str, int]
+    states_before: dict[str, int]
+    states_after: dict[str, int]
+    entered: int
+    queued_as_compacted: int
+    entered_hot: int
+    oversized: int
+    sources_added: int
+    integrity: list[str] | str
+
+
+def enable(octx: ObjectsContext) -> EnableReport:
     """Turning the domain on for an existing store (seed 001 §7): every raw event gets its record.
     In a world this domain has never seen, the events older than what a threshold compaction
     would leave in the hot timeline count as already compacted: they are queued for archiving

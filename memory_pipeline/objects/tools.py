@@ -36,7 +36,7 @@ class Found(TypedDict):
 
 # What a tool answers: memory_status, memory_find, memory_read, memory_evidence, memory_organize's
 # receipt, memory_approve's answer (JSON).
-Answer: TypeAlias = reports.Status | Found | recall.Dossier | recall.EvidencePage | JSONObject
+Answer: TypeAlias = reports.Status | Found | recall.Dossier | recall.EvidencePage | worker.Receipt | JSONObject
 
 
 def _arg(args: Mapping[str, Any], tool: str, name: str, kind: type, default: Any = ...) -> Any:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from sqlalchemy import Connection, bindparam, case, delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -71,7 +71,31 @@ class ProviderStopped(LLMProviderDown):
 
 
 # --- enqueue (memory_organize) ---------------------------------------------------------------------
-def _job_receipt(row: Any, **extra: Any) -> dict[str, Any]:
+class Receipt(TypedDict):
+    """An enqueue receipt: the job as created (or as first created, ``replayed``) and how many
+    blocked events the request released; an organize-now receipt names its request event."""
+
+    job_id: int
+    world_id: str
+    mode: str
+    origin: str
+    scope: str
+    retry_blocked: bool
+    status: str
+    created_at: str
+    replayed: bool
+    released_blocked: int
+    request_event_id: NotRequired[str]
+
+
+class Rebuild(TypedDict):
+    """requeue_days: the worlds whose events went back to the queue, and their jobs' receipts."""
+
+    worlds: list[str]
+    jobs: list[Receipt]
+
+
+def _job_receipt(row: Mapping[str, Any], *, replayed: bool, released_blocked: int) -> Receipt:
     return {
         "job_id": row["job_id"],
         "world_id": row["world_id"],
@@ -81,20 +105,20 @@ def _job_receipt(row: Any, **extra: Any) -> dict[str, Any]:
         "retry_blocked": row["retry_blocked"],
         "status": row["status"],
         "created_at": row["created_at"].isoformat(),
-        **extra,
+        "replayed": replayed,
+        "released_blocked": released_blocked,
     }
 
 
 def check_request(
-    world: Any, mode: Any, scope: Any, retry_blocked: Any, token: Any
+    world: object, mode: object, scope: object, retry_blocked: object, token: object
 ) -> tuple[str, JobMode, str, bool, str | None]:
     problem = ids.validate_id(world)
     if problem:
         raise RequestError(f"world: {problem}")
-    try:
-        jmode = JobMode(mode)
-    except ValueError:
-        raise RequestError(f"mode: {mode!r} is not a mode ({', '.join(JobMode)})") from None
+    if not isinstance(mode, str) or mode not in set(JobMode):
+        raise RequestError(f"mode: {mode!r} is not a mode ({', '.join(JobMode)})")
+    jmode = JobMode(mode)
     if not isinstance(scope, str) or len(scope) > logic.PROGRESS_MAX_CHARS or "\x00" in scope:
         raise RequestError(f"scope: must be a string of at most {logic.PROGRESS_MAX_CHARS:,} characters")
     if not isinstance(retry_blocked, bool):
@@ -106,15 +130,15 @@ def check_request(
 
 def enqueue(
     octx: ObjectsContext,
-    world: Any,
-    mode: Any,
-    scope: Any = "",
-    retry_blocked: Any = False,
-    token: Any = None,
+    world: object,
+    mode: object,
+    scope: object = "",
+    retry_blocked: object = False,
+    token: object = None,
     *,
     origin: JobOrigin = JobOrigin.EXPLICIT,
     local_day: date | None = None,
-) -> dict[str, Any]:
+) -> Receipt:
     """memory_organize(mode, scope, retry_blocked): an enqueue receipt at once. ``scope`` is a goal
     and search hint for the model, never a filter. A replayed token returns the original receipt
     and does nothing (in particular it never releases blocked events again)."""
@@ -152,7 +176,7 @@ def _create_job(
     token: str | None,
     origin: JobOrigin,
     local_day: date | None = None,
-) -> dict[str, Any]:
+) -> Receipt:
     now = octx.now()
     j = objects_jobs.c
     timeline.ensure_worlds(conn, [world])
@@ -254,12 +278,12 @@ def _record_request(conn: Any, octx: ObjectsContext, world: str, arguments: dict
 
 def organize_now(
     octx: ObjectsContext,
-    world: Any,
-    scope: Any = "",
-    token: Any = None,
-    retry_blocked: Any = False,
-    mode: Any = JobMode.ORGANIZE,
-) -> list[dict[str, Any]]:
+    world: object,
+    scope: object = "",
+    token: object = None,
+    retry_blocked: object = False,
+    mode: object = JobMode.ORGANIZE,
+) -> list[Receipt]:
     """ "Organize now": compact first, then organize (or deep review: ``mode``). The world's raw
     events not yet in the hot timeline enter it, then two explicit jobs are created with the
     request event in one transaction; the second waits for the compact job
@@ -270,7 +294,7 @@ def organize_now(
         raise RequestError("mode: organize now compacts first, then organizes or reviews: organize | deep")
     compact_token = f"compact.{short_hash([token], 40)}" if token else None
 
-    def replay() -> list[dict[str, Any]] | None:
+    def replay() -> list[Receipt] | None:
         with octx.store.connect() as conn:
             old, first = _by_token(conn, token), _by_token(conn, compact_token)
         if old is None:
@@ -299,7 +323,7 @@ def _organize_now_jobs(
     token: str | None,
     compact_token: str | None,
     retry_blocked: bool,
-) -> list[dict[str, Any]]:
+) -> list[Receipt]:
     with octx.store.begin() as conn:
         compact = _create_job(conn, octx, world, JobMode.COMPACT, scope, False, compact_token, JobOrigin.EXPLICIT)
         organize = _create_job(conn, octx, world, then, scope, retry_blocked, token, JobOrigin.EXPLICIT)
@@ -351,7 +375,7 @@ def threshold_worlds(octx: ObjectsContext, include_unseen: bool = False) -> list
     return sorted(w for w in over if w not in skip)
 
 
-def enqueue_threshold(octx: ObjectsContext) -> list[dict[str, Any]]:
+def enqueue_threshold(octx: ObjectsContext) -> list[Receipt]:
     return [enqueue(octx, w, JobMode.COMPACT, origin=JobOrigin.THRESHOLD) for w in threshold_worlds(octx)]
 
 
@@ -370,7 +394,7 @@ def hourly_worlds(octx: ObjectsContext) -> list[str]:
     return sorted(w for w, n in pending_counts(octx).items() if n and w not in skip)
 
 
-def enqueue_hourly(octx: ObjectsContext) -> list[dict[str, Any]]:
+def enqueue_hourly(octx: ObjectsContext) -> list[Receipt]:
     return [enqueue(octx, w, JobMode.ORGANIZE, origin=JobOrigin.HOURLY) for w in hourly_worlds(octx)]
 
 
@@ -420,7 +444,7 @@ def deep_worlds(octx: ObjectsContext) -> list[tuple[str, date]]:
     return sorted(_deep_due(octx) + deep_queued(octx))  # disjoint: a due world has no deep job in flight
 
 
-def enqueue_deep(octx: ObjectsContext) -> list[dict[str, Any]]:
+def enqueue_deep(octx: ObjectsContext) -> list[Receipt]:
     out = []
     for world, day in _deep_due(octx):
         with octx.store.begin() as conn:
@@ -1815,7 +1839,7 @@ def _fit_deep_batch(
     return ids[:taken], [by_id[i] for i in ids[:taken] if i in by_id], core, core_read
 
 
-def requeue_days(octx: ObjectsContext, days: Sequence[date], worlds: Sequence[str] | None = None) -> dict[str, Any]:
+def requeue_days(octx: ObjectsContext, days: Sequence[date], worlds: Sequence[str] | None = None) -> Rebuild:
     """Rebuild of CST days: their archived events go back to the queue as an explicit request
     that moves objects forward (attachments, objects and commits stay; a linked event keeps its
     target, so it can never turn archive_only). Hot and blocked events are left as they are."""

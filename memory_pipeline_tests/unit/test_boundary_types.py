@@ -148,18 +148,6 @@ STILL_ANY: dict[str, set[str]] = {
         "memory_pipeline.lib.text.shown",
         "memory_pipeline.lib.text.text_problem",
     },
-    "memory_pipeline.objects": {
-        "memory_pipeline.objects.graph.approve_project",
-        "memory_pipeline.objects.graph.approve_request",
-        "memory_pipeline.objects.graph.import_core",
-        "memory_pipeline.objects.timeline.enable",
-        "memory_pipeline.objects.worker.enqueue",
-        "memory_pipeline.objects.worker.enqueue_deep",
-        "memory_pipeline.objects.worker.enqueue_hourly",
-        "memory_pipeline.objects.worker.enqueue_threshold",
-        "memory_pipeline.objects.worker.organize_now",
-        "memory_pipeline.objects.worker.requeue_days",
-    },
     "memory_pipeline.operations": {
         "memory_pipeline.operations.recall_eval.EvalReport.as_json",
     },
