@@ -426,15 +426,15 @@ def print_status(store: Store) -> None:
     for col in ("asset or check", "model", "outcome", "calls", "tokens in", "tokens out", "cost (USD)"):
         left = col in ("asset or check", "model", "outcome")
         ledger.add_column(col, overflow="fold", justify="left" if left else "right")
-    for r in totals:
+    for t in totals:
         ledger.add_row(
-            str(r["asset"]),
-            escape(str(r["model"])),
-            r["outcome"],
-            str(r["calls"]),
-            str(r["tokens_in"]),
-            str(r["tokens_out"]),
-            _cost(r["cost_usd"], r["priced"], r["calls"]),
+            str(t["asset"]),
+            escape(str(t["model"])),
+            t["outcome"],
+            str(t["calls"]),
+            str(t["tokens_in"]),
+            str(t["tokens_out"]),
+            _cost(t["cost_usd"], t["priced"], t["calls"]),
         )
     console.print(ledger)
     from memory_pipeline.cli.tower import print_status as print_tower_status

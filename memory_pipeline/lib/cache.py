@@ -15,9 +15,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
+from memory_pipeline.lib.jsontypes import JSONMapping, JSONObject
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store import pending as pending_store
 from memory_pipeline.lib.store.tables import now_utc
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 _RETRY_AFTER_SECONDS = 30.0
 
 
-def dumps(value: dict[str, Any]) -> str:
+def dumps(value: JSONMapping) -> str:
     """The one serialization of a cached value (so a written-back value is byte-identical)."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
@@ -74,6 +75,12 @@ class InProcessCache:
 
 
 _PROCESS_CACHE = InProcessCache()
+
+
+def _loads(raw: str | None) -> JSONObject | None:
+    """A cached value back (None for a missing key)."""
+    # json.loads is untyped; what it reads here is what dumps wrote: a JSON object.
+    return cast(JSONObject, json.loads(raw)) if raw else None
 
 
 class KVCache:
@@ -128,7 +135,7 @@ class KVCache:
         self.backend = "memory"
         self.degraded = True
 
-    def get_json(self, key: str) -> dict[str, Any] | None:
+    def get_json(self, key: str) -> JSONObject | None:
         raw = None
         client = self._redis()
         if client is not None:
@@ -140,9 +147,9 @@ class KVCache:
                 raw = self.fallback.get(key)
         else:
             raw = self.fallback.get(key)
-        return json.loads(raw) if raw else None
+        return _loads(raw)
 
-    def get_many_json(self, keys: list[str]) -> dict[str, dict[str, Any] | None]:
+    def get_many_json(self, keys: list[str]) -> dict[str, JSONObject | None]:
         """``get_json`` of every key in one Redis round trip (MGET); the in-process fallback and
         the failure handling are ``get_json``'s."""
         keys = list(dict.fromkeys(keys))
@@ -159,9 +166,9 @@ class KVCache:
                 raws = [self.fallback.get(k) for k in keys]
         else:
             raws = [self.fallback.get(k) for k in keys]
-        return {k: json.loads(raw) if raw else None for k, raw in zip(keys, raws, strict=True)}
+        return {k: _loads(raw) for k, raw in zip(keys, raws, strict=True)}
 
-    def set_json(self, key: str, value: dict[str, Any], ttl_seconds: int) -> None:
+    def set_json(self, key: str, value: JSONMapping, ttl_seconds: int) -> None:
         raw = dumps(value)
         client = self._redis()
         if client is not None:
@@ -176,7 +183,7 @@ class KVCache:
         if self._client is not None:
             self._keep_for_redis(key, value, ttl_seconds)
 
-    def _keep_for_redis(self, key: str, value: dict[str, Any], ttl_seconds: int) -> None:
+    def _keep_for_redis(self, key: str, value: JSONMapping, ttl_seconds: int) -> None:
         """Redis is configured but did not take this write: keep it for the write-back."""
         if self.store is None:
             self.unsaved_writes += 1
@@ -197,7 +204,7 @@ class KVCache:
         if self._pending_may_exist:
             pending_store.discard(self.store, key)
 
-    def write_through(self, key: str, value: dict[str, Any], ttl_ms: int) -> bool:
+    def write_through(self, key: str, value: JSONMapping, ttl_ms: int) -> bool:
         """SET in Redis only (no fallback, no write-behind), expiring in ``ttl_ms``; False when
         Redis is not configured or did not answer (``last_error`` says why)."""
         client = self._redis()

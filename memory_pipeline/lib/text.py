@@ -33,7 +33,7 @@ def truncate(text: str, limit: int, marker: str = "…") -> str:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def json_type(value: Any) -> str:
+def json_type(value: object) -> str:
     """The JSON name of a parsed value's type (for messages: "got array", never the value)."""
     if value is None:
         return "null"
@@ -45,7 +45,7 @@ def json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def shown(value: Any, limit: int = 40) -> str:
+def shown(value: object, limit: int = 40) -> str:
     """A short repr for messages (ids, names, timestamps; never a message body)."""
     if not isinstance(value, str):
         return json_type(value)
@@ -53,7 +53,7 @@ def shown(value: Any, limit: int = 40) -> str:
     return text if len(value) <= limit else text + "…"
 
 
-def text_problem(value: Any, max_chars: int, *, controls: bool = False) -> str | None:
+def text_problem(value: object, max_chars: int, *, controls: bool = False) -> str | None:
     """Why ``value`` cannot be stored as UTF-8 text on PostgreSQL, or None: not a string, longer
     than ``max_chars``, a NUL, a lone surrogate, or (unless ``controls``) any control character.
     Names positions, never the text."""
@@ -73,7 +73,7 @@ def text_problem(value: Any, max_chars: int, *, controls: bool = False) -> str |
     return None
 
 
-def short_hash(parts: Iterable[Any], length: int = 16) -> str:
+def short_hash(parts: Iterable[object], length: int = 16) -> str:
     """Stable short hash over JSON-serialisable parts (order matters: sort before calling)."""
     payload = json.dumps(list(parts), ensure_ascii=False, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:length]

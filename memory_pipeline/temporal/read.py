@@ -58,7 +58,8 @@ def system_block(
     rolls: dict[str, str | None] = {}
     for kind, key in keys.items():
         value = cached.get(key)
-        rolls[kind] = value.get("summary") if value else None
+        summary = value.get("summary") if value else None
+        rolls[kind] = summary if isinstance(summary, str) else None  # a roll's summary is text or None
     block = logic.assemble_system_block(rolls, cfg.system_prompt_max_chars)
     if block.truncated and record:
         ref = logic.truncation_source_ref(today)

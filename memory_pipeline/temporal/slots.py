@@ -11,6 +11,7 @@ from datetime import date, datetime
 from sqlalchemy import select
 
 from memory_pipeline.lib.cache import KVCache
+from memory_pipeline.lib.jsontypes import JSONValue
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import worlds
 from memory_pipeline.lib.timeutil import utcnow
@@ -18,6 +19,11 @@ from memory_pipeline.temporal import logic
 from memory_pipeline.temporal.config import TemporalSummaryConfig
 from memory_pipeline.temporal.context import TemporalContext
 from memory_pipeline.temporal.rolls import RollResult, regenerate_system_rolls, roll_sources, roll_sources_fp
+
+
+def _text(value: JSONValue) -> str | None:
+    """A cached roll's text field (written as a string or null)."""
+    return value if isinstance(value, str) else None
 
 
 class SlotState:
@@ -65,8 +71,8 @@ def list_slots(
             key = logic.sys_roll_key(cfg.redis_key_prefix, world_id, kind, today)
             cached = cache.get_json(key)
             age = None
-            if cached and cached.get("created_at"):
-                age = int((now - datetime.fromisoformat(cached["created_at"])).total_seconds())
+            if cached and isinstance(created := cached.get("created_at"), str) and created:
+                age = int((now - datetime.fromisoformat(created)).total_seconds())
             if cached:
                 state = SlotState.FRESH if cached.get("sources_fp") == fp else SlotState.STALE
             else:
@@ -79,10 +85,10 @@ def list_slots(
                     state,
                     len(rows),
                     fp,
-                    cached.get("sources_fp") if cached else None,
+                    _text(cached.get("sources_fp")) if cached else None,
                     age,
                     cache.ttl(key) if cached else None,
-                    cached.get("summary") if cached else None,
+                    _text(cached.get("summary")) if cached else None,
                 )
             )
     return out

@@ -135,19 +135,6 @@ STILL_ANY: dict[str, set[str]] = {
     "memory_pipeline.events": {
         "memory_pipeline.events.locomo.load_document",
     },
-    "memory_pipeline.lib": {
-        "memory_pipeline.lib.cache.KVCache.get_json",
-        "memory_pipeline.lib.cache.KVCache.get_many_json",
-        "memory_pipeline.lib.cache.KVCache.set_json",
-        "memory_pipeline.lib.cache.KVCache.write_through",
-        "memory_pipeline.lib.llm.reports.ledger_totals",
-        "memory_pipeline.lib.store.db.insert_missing",
-        "memory_pipeline.lib.store.requests.once",
-        "memory_pipeline.lib.text.json_type",
-        "memory_pipeline.lib.text.short_hash",
-        "memory_pipeline.lib.text.shown",
-        "memory_pipeline.lib.text.text_problem",
-    },
     "memory_pipeline.operations": {
         "memory_pipeline.operations.recall_eval.EvalReport.as_json",
     },

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from sqlalchemy import ColumnElement, func, literal_column, select
 
@@ -19,7 +19,20 @@ def _cost_number(dialect: str) -> ColumnElement[Any]:
     return literal_column(f"CASE WHEN json_type({col}) IN ('integer', 'real') THEN json_extract({col}, '$') END")
 
 
-def ledger_totals(store: Store) -> list[dict[str, Any]]:
+class LedgerTotal(TypedDict):
+    """One row of ``ledger_totals``: an asset's calls to one model with one outcome."""
+
+    asset: str
+    model: str
+    outcome: str
+    calls: int
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float | None
+    priced: int
+
+
+def ledger_totals(store: Store) -> list[LedgerTotal]:
     """Calls and tokens per asset, model and outcome, with their cost: ``cost_usd`` the sum of the
     prices litellm reported (None when no call of the row had one: the offline model, a model
     without a known price, cache hits and failures), ``priced`` how many calls had one."""
@@ -43,4 +56,4 @@ def ledger_totals(store: Store) -> list[dict[str, Any]]:
         rows = [dict(r) for r in conn.execute(q).mappings()]
     for r in rows:
         r["cost_usd"] = None if r["cost_usd"] is None else float(r["cost_usd"])
-    return rows
+    return cast(list[LedgerTotal], rows)  # DB rows: the columns selected above, cost_usd made a float

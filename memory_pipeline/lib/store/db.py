@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import date, datetime
 from decimal import Decimal
@@ -143,7 +143,7 @@ def cached_insert(conn: Connection, table: Table, shape: tuple[Any, ...], build:
     return cast(T, stmt)
 
 
-def insert_missing(conn: Connection, table: Table, rows: Sequence[dict[str, Any]], key: str) -> list[Any]:
+def insert_missing(conn: Connection, table: Table, rows: Sequence[Mapping[str, object]], key: str) -> list[object]:
     """INSERT .. ON CONFLICT (key) DO NOTHING RETURNING key: the keys of the rows this statement
     inserted. A row whose key exists, or that a concurrent transaction inserts and commits first
     (the statement waits for it), is skipped, never an error: the caller re-reads the skipped

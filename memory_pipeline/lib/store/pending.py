@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import case, delete, func, select
 
+from memory_pipeline.lib.jsontypes import JSONMapping
 from memory_pipeline.lib.store.db import Store, upsert
 from memory_pipeline.lib.store.tables import now_utc, pending_cache_writes
 
@@ -35,7 +36,7 @@ class PendingSummary:
 
 
 def record(
-    store: Store, key: str, value: dict[str, Any], ttl_seconds: int, reason: str, now: datetime | None = None
+    store: Store, key: str, value: JSONMapping, ttl_seconds: int, reason: str, now: datetime | None = None
 ) -> None:
     """Keep a write for Redis: it expires ``ttl_seconds`` after now, as it would have in Redis."""
     now = now or now_utc()

@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TypeVar, cast
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from memory_pipeline.lib.ids import validate_id
+from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.store.db import Store
 from memory_pipeline.lib.store.tables import request_ids
 from memory_pipeline.lib.timeutil import utcnow
@@ -43,13 +44,13 @@ def problem(request_id: object) -> str | None:
     return validate_id(request_id)
 
 
-def fingerprint(arguments: Mapping[str, Any]) -> str:
+def fingerprint(arguments: Mapping[str, object]) -> str:
     """The arguments of a request, as a retry repeats them (key order aside)."""
     text = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _first(conn: Connection, world: str, kind: str, request_id: str, mark: str | None) -> dict[str, Any] | None:
+def _first(conn: Connection, world: str, kind: str, request_id: str, mark: str | None) -> JSONObject | None:
     r = request_ids.c
     q = select(r.result, r.fingerprint).where(r.world_id == world, r.kind == kind, r.request_id == request_id)
     row = conn.execute(q).first()
@@ -60,14 +61,17 @@ def _first(conn: Connection, world: str, kind: str, request_id: str, mark: str |
     return dict(row.result)
 
 
+R = TypeVar("R", bound=Mapping[str, object])  # what a write answers: stored as JSON, answered again
+
+
 def once(
     store: Store,
     world: str,
     kind: str,
     request_id: str | None,
-    write: Callable[[Connection], dict[str, Any]],
-    arguments: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], bool]:
+    write: Callable[[Connection], R],
+    arguments: Mapping[str, object] | None = None,
+) -> tuple[R, bool]:
     """``write(conn)``'s result and False, or, for a request id seen before in this world and kind
     with the same ``arguments``, the first result and True (``write`` is not called); with other
     arguments, RequestConflict. No request id: ``write`` alone."""
@@ -78,7 +82,7 @@ def once(
     try:
         with store.begin() as conn:
             if (first := _first(conn, world, kind, request_id, mark)) is not None:
-                return first, True
+                return cast(R, first), True  # the JSON column holds what this kind's write returned
             result = write(conn)
             conn.execute(
                 request_ids.insert().values(
@@ -96,4 +100,4 @@ def once(
             first = _first(conn, world, kind, request_id, mark)
         if first is None:
             raise
-        return first, True
+        return cast(R, first), True  # the JSON column holds what this kind's write returned
