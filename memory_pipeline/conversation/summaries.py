@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, cast
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import delete, func, select, update
@@ -90,6 +90,96 @@ def _conv_id(value: Any, name: str = "conversation_id") -> str:
     return str(value)
 
 
+class StoredSections(TypedDict):
+    """A summary version's four sections as its ``sections`` column holds them."""
+
+    arc: str
+    preferences: list[str]
+    key_points: list[list[str]]  # [topic, 投入 / 回避 / 波动]
+    hooks: list[str]
+
+
+class SummaryRow(TypedDict):
+    """One summary version (a ``conversation_summaries`` row)."""
+
+    conversation_id: str
+    version: int
+    world_id: str
+    content: str
+    covered_start: int
+    covered_end: int
+    last_updated: datetime
+    verified: bool
+    verified_at: datetime | None
+    check_line: str | None
+    trigger: str
+    model: str | None
+    sections: StoredSections
+    created_at: datetime
+
+
+class HistoryEntry(TypedDict):
+    """A recallable history entry, numbered L1..Ln (``n``) in its conversation."""
+
+    n: int
+    message_id: str
+    role: str
+    content: str
+    at: datetime
+
+
+class InjectedHistory(TypedDict):
+    """What the agent gets as context (``injected_history``)."""
+
+    long_arc: str | None
+    summary: str | None
+    entries: list[HistoryEntry]
+
+
+class RequestAnswer(TypedDict):
+    """``request``'s answer: the trigger recorded and when."""
+
+    trigger: str
+    requested_at: str
+
+
+class CorrectionAnswer(TypedDict):
+    """``correct_request``'s answer: the new version."""
+
+    version: int
+
+
+class ConfirmationAnswer(TypedDict):
+    """``confirm_request``'s answer: the newest version, and whether it was verified just now."""
+
+    version: int
+    changed: bool
+
+
+class Failing(TypedDict):
+    """A conversation whose last attempts failed (``failing``)."""
+
+    conversation_id: str
+    consecutive_failures: int
+    state: FailingState
+    next_attempt: datetime | None
+    last_error: str
+
+
+class ConversationStatus(TypedDict):
+    """``status``'s counts."""
+
+    conversations_summarized: int
+    summary_versions: int
+    unverified: int
+    failures_logged: int
+    backing_off: int
+    retry_due: int
+    held: int
+    open_requests: int
+    initialization_done: int
+
+
 @dataclass
 class Due:
     conversation_id: str
@@ -99,7 +189,7 @@ class Due:
     covered_end: int
 
 
-def _latest(conn: Any, ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+def _latest(conn: Any, ids: Sequence[str] | None = None) -> dict[str, SummaryRow]:
     newest = select(
         conversation_summaries.c.conversation_id, func.max(conversation_summaries.c.version).label("v")
     ).group_by(conversation_summaries.c.conversation_id)
@@ -111,7 +201,8 @@ def _latest(conn: Any, ids: Sequence[str] | None = None) -> dict[str, dict[str, 
         (sub.c.conversation_id == conversation_summaries.c.conversation_id)
         & (sub.c.v == conversation_summaries.c.version),
     )
-    return {r["conversation_id"]: dict(r) for r in conn.execute(q).mappings()}
+    # DB rows: conversation_summaries' columns, as SummaryRow names them.
+    return {r["conversation_id"]: cast(SummaryRow, dict(r)) for r in conn.execute(q).mappings()}
 
 
 def _counts(conn: Any) -> dict[str, tuple[str, int]]:
@@ -172,14 +263,14 @@ def due_conversations(store: Store, cfg: ConversationConfig, now: datetime | Non
     return out
 
 
-def history(conn: Any, ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+def history(conn: Any, ids: Sequence[str]) -> dict[str, list[HistoryEntry]]:
     """Recallable entries by conversation, numbered L1..Ln, in one query."""
     q = (
         select(messages.c.conversation_id, messages.c.message_id, messages.c.role, messages.c.content, messages.c.at)
         .where(messages.c.conversation_id.in_(list(ids)), messages.c.role.in_(RECALLABLE), messages.c.content != "")
         .order_by(messages.c.conversation_id, messages.c.at, messages.c.message_id)
     )
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    out: dict[str, list[HistoryEntry]] = defaultdict(list)
     for conv, mid, role, content, at in conn.execute(q):
         out[conv].append({"n": len(out[conv]) + 1, "message_id": mid, "role": role, "content": content, "at": at})
     return out
@@ -216,7 +307,7 @@ def _profile(conn: Any, worlds: Sequence[str]) -> dict[str, list[tuple[str, str]
     return out
 
 
-def _line(e: dict[str, Any], tz: ZoneInfo, limit: int) -> str:
+def _line(e: HistoryEntry, tz: ZoneInfo, limit: int) -> str:
     text = " ".join(str(e["content"]).split())[:limit]
     return f"L{e['n']} **{e['role']}** {text}"
 
@@ -359,8 +450,8 @@ def _ask(
     cfg: ConversationConfig,
     tz: ZoneInfo,
     d: Due,
-    entries: list[dict[str, Any]],
-    prev: dict[str, Any] | None,
+    entries: list[HistoryEntry],
+    prev: SummaryRow | None,
     long_arc: str = "",
 ) -> Sections:
     """The model's four sections, parsed and checked (layout, sentences, the author's view) against
@@ -431,7 +522,7 @@ REQUEST = "conversation_request"  # the kind of its request ids (lib.store.reque
 
 def request(
     store: Store, conversation_id: str, trigger: str, request_id: str | None = None
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[RequestAnswer, bool]:
     """The user's memory check (user_check) or a preference override of a stored conversation:
     served at the sensor's next tick. With a caller-given ``request_id`` (per world) a repeated
     request answers the first one's answer and True, and records nothing."""
@@ -444,7 +535,7 @@ def request(
         world = _world_of(conn, conversation_id)
     now = utcnow()
 
-    def write(conn: Any) -> dict[str, Any]:
+    def write(conn: Any) -> RequestAnswer:
         conn.execute(
             conversation_summary_requests.insert().values(
                 conversation_id=conversation_id, trigger=trigger, requested_at=now
@@ -504,7 +595,7 @@ def correct_request(
     tz: ZoneInfo,
     now: datetime | None = None,
     request_id: str | None = None,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[CorrectionAnswer, bool]:
     """``correct`` once per caller-given ``request_id`` (per world): ``{"version": n}`` and False, or
     for a repeated id the first correction's answer and True, nothing written."""
     conversation_id = _conv_id(conversation_id)
@@ -531,7 +622,7 @@ def correct_request(
     until = datetime.fromisoformat(m.group(1)).date() if m else local_date(now, tz)
     text = logic.render(sections, until, now.astimezone(tz), prev["covered_start"], prev["covered_end"])
 
-    def write(conn: Any) -> dict[str, Any]:
+    def write(conn: Any) -> CorrectionAnswer:
         conn.execute(
             conversation_summaries.insert().values(
                 conversation_id=conversation_id,
@@ -557,7 +648,7 @@ def correct_request(
     )
 
 
-def latest(store: Store, conversation_id: str) -> dict[str, Any] | None:
+def latest(store: Store, conversation_id: str) -> SummaryRow | None:
     """The newest summary version of a conversation (its row), or None."""
     conversation_id = _conv_id(conversation_id)
     with store.connect() as conn:
@@ -580,7 +671,7 @@ def confirm_request(
     version: int | None = None,
     now: datetime | None = None,
     request_id: str | None = None,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[ConfirmationAnswer, bool]:
     """``confirm`` once per caller-given ``request_id`` (per world): ``{"version", "changed"}`` and
     False, or for a repeated id the first confirmation's answer and True, nothing written."""
     conversation_id = _conv_id(conversation_id)
@@ -591,7 +682,7 @@ def confirm_request(
     if newest is None:
         raise InputError(f"field 'conversation_id': {conversation_id!r} has no summary to confirm")
 
-    def write(conn: Any) -> dict[str, Any]:
+    def write(conn: Any) -> ConfirmationAnswer:
         row = _latest(conn, [conversation_id])[conversation_id]  # versions are never removed
         if version is not None and version != row["version"]:
             raise InputError(
@@ -632,7 +723,7 @@ def retry(store: Store, conversation_id: str) -> Backoff:
 
 def injected_history(
     store: Store, conversation_id: str, cfg: ConversationConfig, long_arcs: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+) -> InjectedHistory:
     """What the agent gets as context (seed Step 4), in this order: the world's long_arc (it wins
     on emotional tone), then with trimming on the summary plus the last 20 entries, off the last 49.
     Raw events are never deleted either way. No LLM call."""
@@ -736,14 +827,14 @@ def layout_audit(store: Store) -> tuple[int, list[str]]:
     return len(latest), problems
 
 
-def failing(store: Store, cfg: ConversationConfig, now: datetime | None = None) -> list[dict[str, Any]]:
+def failing(store: Store, cfg: ConversationConfig, now: datetime | None = None) -> list[Failing]:
     """Conversations whose last attempts failed: held (waits for `conversation retry`), backing off
     until ``next_attempt``, or due again at the next trigger once it has passed; with the last
     error. Reads only."""
     now = now or utcnow()
     with store.connect() as conn:
         states = backoffs(conn)
-    out = []
+    out: list[Failing] = []
     for conv, b in sorted(states.items()):
         state = b.state(now, cfg.retry_backoff_minutes, cfg.max_consecutive_failures)
         out.append(
@@ -758,7 +849,7 @@ def failing(store: Store, cfg: ConversationConfig, now: datetime | None = None) 
     return out
 
 
-def status(store: Store, cfg: ConversationConfig | None = None, now: datetime | None = None) -> dict[str, Any]:
+def status(store: Store, cfg: ConversationConfig | None = None, now: datetime | None = None) -> ConversationStatus:
     cfg = cfg or ConversationConfig()
     with store.connect() as conn:
         versions = conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one()

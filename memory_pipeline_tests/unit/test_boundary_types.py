@@ -123,15 +123,6 @@ STILL_ANY: dict[str, set[str]] = {
     "memory_pipeline.analyst": {
         "memory_pipeline.analyst.files.AnalyticsFiles.duckdb_config",
     },
-    "memory_pipeline.conversation": {
-        "memory_pipeline.conversation.summaries.confirm_request",
-        "memory_pipeline.conversation.summaries.correct_request",
-        "memory_pipeline.conversation.summaries.failing",
-        "memory_pipeline.conversation.summaries.injected_history",
-        "memory_pipeline.conversation.summaries.latest",
-        "memory_pipeline.conversation.summaries.request",
-        "memory_pipeline.conversation.summaries.status",
-    },
     "memory_pipeline.events": {
         "memory_pipeline.events.locomo.load_document",
     },
