@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from memory_pipeline.lib.store import upsert
+from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds, utcnow
 from memory_pipeline.sleep import prompts
@@ -283,7 +283,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
     return out
 
 
-def narratives(store: Any, world_id: str, include_deprecated: bool = False) -> list[Narrative]:
+def narratives(store: Store, world_id: str, include_deprecated: bool = False) -> list[Narrative]:
     """Recall's read of a world's autobiographical memory (no model call), oldest first."""
     q = select(autobiographical_memories).where(autobiographical_memories.c.world_id == world_id)
     if not include_deprecated:

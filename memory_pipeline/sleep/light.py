@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
-from datetime import date
+from datetime import date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 
+from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import conversations, counted_conversations, messages
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds
@@ -238,17 +240,19 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
     return out
 
 
-def late_days(store: Any, tz: Any) -> dict[date, Any]:
+def late_days(store: Store, tz: ZoneInfo) -> dict[date, datetime]:
     """Days whose light sleep ran before some of their recallable messages were ingested (late
     data), with the newest such ingest: two queries, whatever the history's length. Re-running
     light sleep for such a day asks the model only for the worlds whose material changed."""
     with store.connect() as conn:
-        done = dict(
+        done: dict[date, datetime] = dict(
             conn.execute(
                 select(sleep_runs.c.day, sleep_runs.c.finished_at).where(
                     sleep_runs.c.stage == str(Stage.LIGHT), sleep_runs.c.world_id == DAY_ROW
                 )
-            ).all()
+            )
+            .tuples()
+            .all()
         )
         if not done:
             return {}
@@ -258,7 +262,7 @@ def late_days(store: Any, tz: Any) -> dict[date, Any]:
             .where(messages.c.ingested_at > min(done.values()), messages.c.role.in_(RECALLABLE_ROLES))
             .where(counted_conversations(), messages.c.content != "")
         )
-        out: dict[date, Any] = {}
+        out: dict[date, datetime] = {}
         for at, ingested in conn.execute(q):
             day = at.astimezone(tz).date()
             if day in done and ingested > done[day]:

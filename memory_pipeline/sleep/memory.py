@@ -204,7 +204,7 @@ class InputError(ValueError):
     """Bad input at an entry point (CLI, Python API): names the field; nothing is written."""
 
 
-def check_world(world_id: Any) -> str:
+def check_world(world_id: object) -> str:
     problem = validate_id(world_id) if isinstance(world_id, str) else "expected a string"
     if problem:
         raise InputError(f"field 'world_id': {problem}")

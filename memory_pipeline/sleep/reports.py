@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date
-from typing import Any
+from datetime import date, datetime
+from typing import TypedDict
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select
@@ -95,7 +95,46 @@ def stale_positions(store: Store, since: date) -> list[Position]:
     return sorted(p for p, s in statuses.items() if s == RunStatus.STALE)
 
 
-def status(store: Store, tz: ZoneInfo | None = None) -> dict[str, Any]:
+class StageDays(TypedDict):
+    """A stage's days in one status, with the newest."""
+
+    stage: str
+    status: str
+    days: int
+    newest: date
+
+
+class RefusedWorld(TypedDict):
+    """A world a stage refused on a day, and why."""
+
+    stage: str
+    day: date
+    world_id: str
+    reason: str
+
+
+class LateDay(TypedDict):
+    """A day whose light sleep ran before some of its messages were ingested, and the newest one."""
+
+    day: date
+    newest_ingest: datetime
+
+
+class SleepStatus(TypedDict):
+    """``status``'s counts and lists."""
+
+    memories: dict[str, int]
+    active_by_type: dict[str, int]
+    versions: int
+    narratives: int
+    snapshot_days: int
+    stages: list[StageDays]
+    refused: list[RefusedWorld]
+    failed_attempts: dict[str, list[date]]
+    late_days: list[LateDay]
+
+
+def status(store: Store, tz: ZoneInfo | None = None) -> SleepStatus:
     """Counts for `memory-pipeline status` and `sleep status`; ``late_days``: the days whose light
     sleep ran before some of their messages were ingested (what ``sleep_late_data_sensor`` redoes),
     with the newest such ingest, as `status`'s pending repairs list the temporal days."""

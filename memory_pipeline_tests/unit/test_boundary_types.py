@@ -135,12 +135,6 @@ STILL_ANY: dict[str, set[str]] = {
     "memory_pipeline.server": {
         "memory_pipeline.server.app.make_uvicorn",
     },
-    "memory_pipeline.sleep": {
-        "memory_pipeline.sleep.autobiography.narratives",
-        "memory_pipeline.sleep.light.late_days",
-        "memory_pipeline.sleep.memory.check_world",
-        "memory_pipeline.sleep.reports.status",
-    },
     "memory_pipeline.temporal": {
         "memory_pipeline.temporal.read.viewer_timeline",
         "memory_pipeline.temporal.reports.rows_per_world",
