@@ -389,7 +389,10 @@ def _tower_step(console: Console, store: Store, instance: DagsterInstance) -> bo
                 f"{r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
             )
     week = tower.get_summary("worklog", WindowQuery(Granularity.WEEK, last - timedelta(days=7), group="bolt"))
-    for s in week["summaries"]:
+    summaries = week["summaries"]
+    assert isinstance(summaries, list)
+    for s in summaries:
+        assert isinstance(s, dict) and isinstance(s["window"], dict) and isinstance(s["window"]["start"], str)
         line = f"   worklog week {s['window']['start'][:10]} [bolt] ({s['source']}, {s['provenance']}): {s['text']}"
         console.print(escape(line))  # ids and text may hold '[': not markup
     return ok

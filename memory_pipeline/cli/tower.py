@@ -4,7 +4,7 @@ summary, summarize, recompute, jobs, status); the MCP endpoint is `memory-pipeli
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -72,7 +72,7 @@ def _json(value: Any) -> None:
     console.print_json(json.dumps(value, ensure_ascii=False, default=str))
 
 
-def _jobs_json(answer: dict[str, Any]) -> None:
+def _jobs_json(answer: Mapping[str, Any]) -> None:
     """Print the answer; exit 1 when a job it ran failed or was given up (the CLI runs them inline)."""
     _json(answer)
     failed = [j for j in answer.get("jobs", []) if j["state"] in ("failed", "given_up")]
@@ -309,10 +309,10 @@ def print_status(store: Store) -> None:
     )
     for g in reports.given_up(store, tz):
         err.print(f"[yellow]given up[/] {escape(g['window'])} after {g['failures']} failures: {escape(g['reason'])}")
-    for r in reports.retrying(store, tz):
+    for w in reports.retrying(store, tz):
         err.print(
-            f"[yellow]retrying[/] {escape(r['window'])}: failure {r['failures']} of {cfg.give_up_after}, next attempt "
-            f"from {r['next_attempt_at']} by {r['retried_by']}: {escape(r['reason'])}"
+            f"[yellow]retrying[/] {escape(w['window'])}: failure {w['failures']} of {cfg.give_up_after}, next attempt "
+            f"from {w['next_attempt_at']} by {w['retried_by']}: {escape(w['reason'])}"
         )
     stale = reports.stale_days(store, tz, cfg.activity_type)
     if stale:

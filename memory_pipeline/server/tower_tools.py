@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from memory_pipeline.access.logic import AccessError, Grant
+from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.server import paging
 from memory_pipeline.server.auth import caller
@@ -111,6 +112,16 @@ def _paged(p: paging.Page, answer: dict[str, Any], total: int) -> dict[str, Any]
     return {**answer, **p.answer(total, answer["returned"])}
 
 
+def _total(answer: JSONObject, *counts: str) -> int:
+    """The sum of the answer's counts (ints the tower sets; a count the answer's shape has not is 0)."""
+    total = 0
+    for name in counts:
+        n = answer.get(name, 0)
+        assert isinstance(n, int)
+        total += n
+    return total
+
+
 def _at(p: paging.Page) -> str | None:
     """The tower's own cursor for the page's offset."""
     return encode_cursor(p.offset) if p.offset else None
@@ -142,15 +153,17 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
                 "group_field: required: this token appends only to its worlds' groups (an --all-worlds token "
                 "creates a type grouped by no world)"
             )
-        return tower.create_type(
-            name,
-            owner_worlds=None if grant.all_worlds else sorted(grant.worlds),
-            description=description,
-            chain=chain,
-            summaries=summaries,
-            group_field=group_field,
-            retention=retention,
-            summary_cap=summary_cap,
+        return dict(
+            tower.create_type(
+                name,
+                owner_worlds=None if grant.all_worlds else sorted(grant.worlds),
+                description=description,
+                chain=chain,
+                summaries=summaries,
+                group_field=group_field,
+                retention=retention,
+                summary_cap=summary_cap,
+            )
         )
 
     @tool(
@@ -172,7 +185,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.READ,
     )
     def get_type(name: str) -> dict[str, Any]:
-        return tower.get_type(name)
+        return dict(tower.get_type(name))
 
     @tool(
         name="mem/update_type",
@@ -182,7 +195,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def update_type(name: str, changes: dict[str, Any]) -> dict[str, Any]:
         _may_change_type(tower, caller(), name)
-        return tower.update_type(name, changes)
+        return dict(tower.update_type(name, changes))
 
     @tool(
         name="mem/delete_type",
@@ -192,7 +205,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def delete_type(name: str) -> dict[str, Any]:
         _may_change_type(tower, caller(), name)
-        return tower.delete_type(name)
+        return dict(tower.delete_type(name))
 
     @tool(
         name="mem/append",
@@ -205,9 +218,9 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     def append(type: str, entries: list[Any]) -> dict[str, Any]:
         grant = caller()
         if grant.all_worlds:
-            return tower.append(type, entries, source="mcp")
+            return dict(tower.append(type, entries, source="mcp"))
         _may_append(tower, grant, type, entries)
-        answer = tower.append(type, entries, source="mcp")
+        answer = dict(tower.append(type, entries, source="mcp"))
         # The refreshed days rebuild every group's windows: their count would say how many the other
         # worlds have. The days are the caller's own entries'.
         answer.pop("late_windows_refreshed")
@@ -234,7 +247,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         p = _tower_page(tower, "mem/windows", query, limit, cursor)
         window = WindowQuery.parse(granularity, anchor, group=group)
         answer = tower.windows(type, window, limit=p.limit, cursor=_at(p))
-        return _paged(p, answer, answer["total_windows"])
+        return _paged(p, answer, _total(answer, "total_windows"))
 
     @tool(
         name="mem/recall",
@@ -258,7 +271,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         p = _tower_page(tower, "mem/recall", query, limit, cursor)
         window = WindowQuery.parse(granularity, anchor, from_, to, group)
         answer = tower.recall(type, window, limit=p.limit, cursor=_at(p))
-        return _paged(p, answer, answer["total_entries"])
+        return _paged(p, answer, _total(answer, "total_entries"))
 
     @tool(
         name="mem/get_summary",
@@ -291,8 +304,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         window = WindowQuery.parse(granularity, anchor, from_, to, group)
         answer = tower.get_summary(type, window, summarize_on_miss=summarize_on_miss, limit=p.limit, cursor=_at(p))
         # One window: its groups, each found or missing; wider than the cap: summaries and gaps.
-        total = answer["total_summaries"] + answer.get("total_missing_groups", 0) + answer.get("total_gaps", 0)
-        return _paged(p, answer, total)
+        return _paged(p, answer, _total(answer, "total_summaries", "total_missing_groups", "total_gaps"))
 
     @tool(
         name="mem/summarize",
@@ -311,7 +323,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         group: str | None = None,
     ) -> dict[str, Any]:
         scoped_group(caller(), group)
-        return tower.summarize(type, WindowQuery.parse(granularity, anchor, from_, to, group))
+        return dict(tower.summarize(type, WindowQuery.parse(granularity, anchor, from_, to, group)))
 
     @tool(
         name="mem/recompute",
@@ -328,7 +340,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         group: str | None = None,
     ) -> dict[str, Any]:
         scoped_group(caller(), group)
-        return tower.recompute(type, WindowQuery.parse(granularity, anchor, from_, to, group))
+        return dict(tower.recompute(type, WindowQuery.parse(granularity, anchor, from_, to, group)))
 
     @tool(
         name="mem/job_status",
@@ -341,7 +353,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         # Another world's job is answered as no job at all: neither its world nor that it exists.
         if not caller().holds(answer["group"]):
             raise TowerInputError("job_id", f"no job {job_id!r}")
-        return answer
+        return dict(answer)
 
     @tool(
         name="mem/list_jobs",

@@ -10,10 +10,11 @@ from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 from zoneinfo import ZoneInfo
 
 from memory_pipeline.lib import settings
+from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.text import json_type
@@ -25,6 +26,8 @@ from memory_pipeline.tower import recall as recall_io
 from memory_pipeline.tower import types as types_io
 from memory_pipeline.tower import windows as windows_io
 from memory_pipeline.tower.config import TowerConfig
+from memory_pipeline.tower.entries import AppendCounts
+from memory_pipeline.tower.jobs import JobView
 from memory_pipeline.tower.logic import (
     RANGE,
     JobKind,
@@ -36,8 +39,22 @@ from memory_pipeline.tower.logic import (
     check_name,
 )
 from memory_pipeline.tower.summaries import SummaryContext, WindowKey, check_level, refuse_unsettled, summarize
+from memory_pipeline.tower.types import TypeView
 
 JOB_ASSET = "tower_summarize_job"
+
+
+class AppendAnswer(AppendCounts):
+    """append's answer: the counts, and the windows and days the late entries refreshed."""
+
+    late_windows_refreshed: int
+    late_days_refreshed: list[str]
+
+
+class StartedJobs(TypedDict):
+    """summarize's and recompute's answer: the jobs started, one per group."""
+
+    jobs: list[JobView]
 
 
 class Tower:
@@ -69,7 +86,7 @@ class Tower:
 
     # ---- types ------------------------------------------------------------------------------------
 
-    def create_type(self, name: Any, owner_worlds: list[str] | None = None, **fields: Any) -> dict[str, Any]:
+    def create_type(self, name: object, owner_worlds: list[str] | None = None, **fields: object) -> TypeView:
         """``owner_worlds``: the server's, for a type a token of some worlds creates (only a token
         holding them all changes it); None, the operator's."""
         allowed = {"description", "chain", "summaries", "group_field", "retention", "summary_cap"}
@@ -77,23 +94,23 @@ class Tower:
             raise TowerInputError(unknown[0], f"unknown field (allowed: {', '.join(sorted(allowed))})")
         return types_io.create(self.store, name, owner_worlds=owner_worlds, **fields).as_dict()
 
-    def list_types(self, include_archived: Any = False) -> list[dict[str, Any]]:
+    def list_types(self, include_archived: object = False) -> list[TypeView]:
         if not isinstance(include_archived, bool):
             raise TowerInputError("include_archived", f"expected true or false, got {json_type(include_archived)}")
         return [t.as_dict() for t in types_io.list_types(self.store, include_archived)]
 
-    def get_type(self, name: Any) -> dict[str, Any]:
+    def get_type(self, name: object) -> TypeView:
         return types_io.get(self.store, name).as_dict()
 
-    def update_type(self, name: Any, changes: Any) -> dict[str, Any]:
+    def update_type(self, name: object, changes: object) -> TypeView:
         return types_io.update_type(self.store, name, changes).as_dict()
 
-    def delete_type(self, name: Any) -> dict[str, Any]:
+    def delete_type(self, name: object) -> TypeView:
         return types_io.archive(self.store, name).as_dict()
 
     # ---- append -----------------------------------------------------------------------------------
 
-    def append(self, type_name: Any, entries: Any, source: str = "api") -> dict[str, Any]:
+    def append(self, type_name: object, entries: object, source: str = "api") -> AppendAnswer:
         """``entries``: one entry or a list of them, each {content, at?, id?, group?}."""
         if isinstance(entries, dict):
             entries = [entries]
@@ -103,10 +120,10 @@ class Tower:
             raise TowerInputError("entries", f"at most 10000 per call, got {len(entries)}")
         return self._append(type_name, ((f"entries[{i}]", e) for i, e in enumerate(entries)), source)
 
-    def append_file(self, type_name: Any, path: Path) -> dict[str, Any]:
+    def append_file(self, type_name: object, path: Path) -> AppendAnswer:
         return self._append(type_name, entries_io.read_jsonl(Path(path)), f"file:{Path(path).name}")
 
-    def _append(self, type_name: Any, items: Iterable[tuple[str, Any]], source: str) -> dict[str, Any]:
+    def _append(self, type_name: object, items: Iterable[tuple[str, object]], source: str) -> AppendAnswer:
         report = entries_io.append(
             self.store, type_name, list(items), self.tz, source=source, fed=self.cfg.activity_type
         )
@@ -124,7 +141,7 @@ class Tower:
 
     # ---- recall -----------------------------------------------------------------------------------
 
-    def _limit(self, limit: Any) -> int:
+    def _limit(self, limit: object) -> int:
         return check_limit(limit, self.cfg.recall_default_limit, self.cfg.recall_max_limit)
 
     def _fed(self, t: types_io.MemoryType) -> bool:
@@ -133,15 +150,17 @@ class Tower:
         return t.name == self.cfg.activity_type and not t.archived
 
     def windows(
-        self, type_name: Any, window: WindowQuery = WindowQuery(), *, limit: Any = None, cursor: Any = None
-    ) -> dict[str, Any]:
+        self, type_name: object, window: WindowQuery = WindowQuery(), *, limit: object = None, cursor: object = None
+    ) -> JSONObject:
         """``window``: a level (default the chain's coarsest), and with ``anchor`` that window's children."""
         t = types_io.get(self.store, type_name)
         return recall_io.browse(
             self.store, t, self.tz, window, limit=self._limit(limit), cursor=cursor, fed=self._fed(t)
         )
 
-    def recall(self, type_name: Any, window: WindowQuery, *, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
+    def recall(
+        self, type_name: object, window: WindowQuery, *, limit: object = None, cursor: object = None
+    ) -> JSONObject:
         t = types_io.get(self.store, type_name)
         spec = recall_io.resolve(t, self.tz, window)
         return recall_io.recall(
@@ -150,13 +169,13 @@ class Tower:
 
     def get_summary(
         self,
-        type_name: Any,
+        type_name: object,
         window: WindowQuery,
         *,
-        summarize_on_miss: Any = False,
-        limit: Any = None,
-        cursor: Any = None,
-    ) -> dict[str, Any]:
+        summarize_on_miss: object = False,
+        limit: object = None,
+        cursor: object = None,
+    ) -> JSONObject:
         """The stored summary; `missing` says so. With ``summarize_on_miss`` a job per missing group of
         the page is started (the stated exception to "reading never calls an LLM"); an empty window
         makes none. ``limit`` and ``cursor`` page the answer as they page exact recall."""
@@ -176,7 +195,7 @@ class Tower:
 
     # ---- summarize / recompute as jobs ---------------------------------------------------------------
 
-    def _keys(self, type_name: Any, window: WindowQuery) -> tuple[Any, list[WindowKey]]:
+    def _keys(self, type_name: object, window: WindowQuery) -> tuple[types_io.MemoryType, list[WindowKey]]:
         t = types_io.get(self.store, type_name)
         spec = recall_io.resolve(t, self.tz, window)
         if window.group is None:
@@ -186,7 +205,7 @@ class Tower:
             groups = [window.group]
         return t, [WindowKey(t.name, spec.granularity, spec.start, spec.end, g) for g in groups]
 
-    def _check_summarizable(self, t: Any, key: WindowKey, source: Source) -> None:
+    def _check_summarizable(self, t: types_io.MemoryType, key: WindowKey, source: Source) -> None:
         if not t.summaries_enabled:  # seed 004: summaries are opt-in per type, explicit calls included
             raise TowerInputError(
                 "type",
@@ -203,21 +222,21 @@ class Tower:
             )
         refuse_unsettled(key, utcnow(), self.cfg, self.tz)
 
-    def summarize(self, type_name: Any, window: WindowQuery) -> dict[str, Any]:
+    def summarize(self, type_name: object, window: WindowQuery) -> StartedJobs:
         """Bottom-up over the chain (a from/to is summarized from raw). Returns the job ids at once."""
         t, keys = self._keys(type_name, window)
         for k in keys:
             self._check_summarizable(t, k, Source.CHAIN)
         return {"jobs": [self._start(JobKind.SUMMARIZE, k, Source.CHAIN) for k in keys]}
 
-    def recompute(self, type_name: Any, window: WindowQuery) -> dict[str, Any]:
+    def recompute(self, type_name: object, window: WindowQuery) -> StartedJobs:
         """From the raw entries, bypassing the chain (seed: recompute 绕过链条)."""
         t, keys = self._keys(type_name, window)
         for k in keys:
             self._check_summarizable(t, k, Source.RAW)
         return {"jobs": [self._start(JobKind.RECOMPUTE, k, Source.RAW) for k in keys]}
 
-    def _start(self, kind: JobKind, key: WindowKey, source: Source) -> dict[str, Any]:
+    def _start(self, kind: JobKind, key: WindowKey, source: Source) -> JobView:
         job_id = jobs_io.submit(self.store, kind, key)
         if self.run_jobs == "inline":
             self._run(job_id, key, source)
@@ -247,7 +266,7 @@ class Tower:
             calls = llm.stats.ledger_rows if llm is not None else 0
             jobs_io.set_state(self.store, job_id, JobState.FAILED, calls=calls, error=f"{type(exc).__name__}: {exc}")
 
-    def job_status(self, job_id: Any) -> dict[str, Any]:
+    def job_status(self, job_id: object) -> JobView:
         if not isinstance(job_id, str) or not job_id.isalnum() or len(job_id) > 36:
             raise TowerInputError("job_id", "not a job id returned by summarize, recompute or get_summary")
         row = jobs_io.load(self.store, job_id)
@@ -257,12 +276,12 @@ class Tower:
 
     def list_jobs(
         self,
-        type_name: Any = None,
-        state: Any = None,
-        limit: Any = None,
+        type_name: object = None,
+        state: object = None,
+        limit: object = None,
         groups: Collection[str] | None = None,
         offset: int = 0,
-    ) -> list[dict[str, Any]]:
+    ) -> list[JobView]:
         """Newest first from ``offset``; ``groups`` keeps the jobs of those groups only (the MCP
         server's world scope)."""
         name, state = self._job_filter(type_name, state)
@@ -271,14 +290,14 @@ class Tower:
         )
         return [jobs_io.view(r, self.tz) for r in rows]
 
-    def count_jobs(self, type_name: Any = None, state: Any = None, groups: Collection[str] | None = None) -> int:
+    def count_jobs(self, type_name: object = None, state: object = None, groups: Collection[str] | None = None) -> int:
         """How many jobs ``list_jobs`` pages through."""
         name, state = self._job_filter(type_name, state)
         return jobs_io.count_jobs(self.store, type_name=name, state=state, groups=groups)
 
-    def _job_filter(self, type_name: Any, state: Any) -> tuple[str | None, str | None]:
+    def _job_filter(self, type_name: object, state: object) -> tuple[str | None, str | None]:
         name = check_name(type_name, "type") if type_name is not None else None
-        if state is not None and state not in {str(s) for s in JobState}:
+        if state is not None and (not isinstance(state, str) or state not in {str(s) for s in JobState}):
             raise TowerInputError("state", f"one of {', '.join(JobState)}")
         return name, state
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, bindparam, select
@@ -32,6 +32,16 @@ BATCH = 5000
 MAX_LINE_BYTES = 1_048_576
 
 
+class AppendCounts(TypedDict):
+    """What an append did: entries received, inserted, already present (their ids, at most 1000)."""
+
+    type: str
+    received: int
+    inserted: int
+    duplicates: int
+    entry_ids: list[str]
+
+
 @dataclass
 class AppendReport:
     type_name: str
@@ -41,7 +51,7 @@ class AppendReport:
     entry_ids: list[str] = field(default_factory=list)
     days: set[date] = field(default_factory=set)  # CST days that got new entries
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> AppendCounts:
         return {
             "type": self.type_name,
             "received": self.received,

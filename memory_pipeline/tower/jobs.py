@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select, update
@@ -57,6 +57,28 @@ def set_state(
         )
 
 
+class JobWindow(TypedDict):
+    granularity: str
+    start: str
+    end: str
+
+
+class JobView(TypedDict):
+    """A job as the API shows it (job_status, list_jobs, the jobs a call started)."""
+
+    job_id: str
+    kind: str
+    type: str
+    window: JobWindow
+    group: str
+    state: str
+    record_id: int | None
+    llm_calls: int
+    error: str | None
+    created_at: str
+    updated_at: str
+
+
 def key_of(row: Any) -> WindowKey:
     return WindowKey(row["type_name"], row["granularity"], row["start"], row["end"], row["group_value"])
 
@@ -66,7 +88,7 @@ def load(store: Store, job_id: str) -> Any | None:
         return conn.execute(select(tower_jobs).where(tower_jobs.c.job_id == job_id)).mappings().first()
 
 
-def view(row: Any, tz: ZoneInfo) -> dict[str, Any]:
+def view(row: Any, tz: ZoneInfo) -> JobView:
     return {
         "job_id": row["job_id"],
         "kind": row["kind"],

@@ -367,7 +367,7 @@ class EntryIn:
     at_given: bool = True
 
 
-def validate_entry(raw: Any, *, group_field: str | None, now: datetime, where: str = "") -> EntryIn:
+def validate_entry(raw: object, *, group_field: str | None, now: datetime, where: str = "") -> EntryIn:
     """``raw`` is ``{"content": <any JSON or text>, "at"?: ISO, "id"?: str, "group"?: str}``. The
     group falls back to ``content[group_field]`` when the content is an object that holds it; that
     field must then be a string, and an explicit ``group`` must agree with it."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select
@@ -14,7 +14,21 @@ from memory_pipeline.tower import summaries, windows
 from memory_pipeline.tower.tables import tower_entries, tower_jobs, tower_summaries, tower_types, tower_windows
 
 
-def per_type(store: Store) -> list[dict[str, Any]]:
+class TypeStatus(TypedDict):
+    """One memory type's row of the status report."""
+
+    name: str
+    chain: list[str]
+    summaries: bool
+    cap: str
+    archived: bool
+    entries: int
+    windows: int
+    summaries_count: int
+    jobs: int
+
+
+def per_type(store: Store) -> list[TypeStatus]:
     def counts(table: Any) -> dict[str, int]:
         with store.connect() as conn:
             q = select(table.c.type_name, func.count()).group_by(table.c.type_name)
@@ -39,11 +53,11 @@ def per_type(store: Store) -> list[dict[str, Any]]:
     ]
 
 
-def given_up(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+def given_up(store: Store, tz: ZoneInfo) -> list[summaries.FailedWindow]:
     return summaries.given_up(store, tz)
 
 
-def retrying(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+def retrying(store: Store, tz: ZoneInfo) -> list[summaries.FailedWindow]:
     return summaries.retrying(store, tz)
 
 

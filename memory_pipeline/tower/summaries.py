@@ -15,7 +15,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, delete, select
@@ -642,16 +642,26 @@ def summarize_period(sctx: SummaryContext, g: Granularity, period: date, now: da
     return result
 
 
-def given_up(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+class FailedWindow(TypedDict):
+    """A window whose summary failed: given up, or still retried."""
+
+    window: str
+    failures: int
+    reason: str
+    next_attempt_at: str
+    retried_by: str
+
+
+def given_up(store: Store, tz: ZoneInfo) -> list[FailedWindow]:
     return _ledger(store, tz, given_up=True)
 
 
-def retrying(store: Store, tz: ZoneInfo) -> list[dict[str, Any]]:
+def retrying(store: Store, tz: ZoneInfo) -> list[FailedWindow]:
     """Windows with failures not given up yet: when the next attempt may come, and who makes it."""
     return _ledger(store, tz, given_up=False)
 
 
-def _ledger(store: Store, tz: ZoneInfo, *, given_up: bool) -> list[dict[str, Any]]:
+def _ledger(store: Store, tz: ZoneInfo, *, given_up: bool) -> list[FailedWindow]:
     a = tower_summary_attempts.c
     q = select(tower_summary_attempts).where(a.given_up_at.is_not(None) if given_up else a.given_up_at.is_(None))
     with store.connect() as conn:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
@@ -31,6 +31,24 @@ GROUP_FIELD_MAX = 64
 RETENTION_MAX = 64
 
 
+class TypeView(TypedDict):
+    """A memory type as the API shows it."""
+
+    name: str
+    description: str
+    chain: list[str]
+    summary_cap: str
+    summaries: bool
+    group_field: str | None
+    retention: str | None
+    retention_enforced: bool
+    builtin: bool
+    archived: bool
+    series: list[str]
+    created_at: str
+    updated_at: str
+
+
 @dataclass(frozen=True)
 class MemoryType:
     name: str
@@ -51,7 +69,7 @@ class MemoryType:
     def archived(self) -> bool:
         return self.archived_at is not None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> TypeView:
         return {
             "name": self.name,
             "description": self.description,
@@ -249,7 +267,7 @@ def create(
 UPDATABLE = ("description", "chain", "summaries", "group_field", "retention", "summary_cap")
 
 
-def update_type(store: Store, name: object, changes: dict[str, Any]) -> MemoryType:
+def update_type(store: Store, name: object, changes: object) -> MemoryType:
     """Change anything but the name. A chain change takes effect at the next materialization of
     the windows (they are a regenerable view); switching summaries on summarizes from then on."""
     current = get(store, name)

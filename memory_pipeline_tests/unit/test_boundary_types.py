@@ -139,27 +139,6 @@ STILL_ANY: dict[str, set[str]] = {
         "memory_pipeline.temporal.read.viewer_timeline",
         "memory_pipeline.temporal.reports.rows_per_world",
     },
-    "memory_pipeline.tower": {
-        "memory_pipeline.tower.api.Tower.append",
-        "memory_pipeline.tower.api.Tower.append_file",
-        "memory_pipeline.tower.api.Tower.count_jobs",
-        "memory_pipeline.tower.api.Tower.create_type",
-        "memory_pipeline.tower.api.Tower.delete_type",
-        "memory_pipeline.tower.api.Tower.get_summary",
-        "memory_pipeline.tower.api.Tower.get_type",
-        "memory_pipeline.tower.api.Tower.job_status",
-        "memory_pipeline.tower.api.Tower.list_jobs",
-        "memory_pipeline.tower.api.Tower.list_types",
-        "memory_pipeline.tower.api.Tower.recall",
-        "memory_pipeline.tower.api.Tower.recompute",
-        "memory_pipeline.tower.api.Tower.summarize",
-        "memory_pipeline.tower.api.Tower.update_type",
-        "memory_pipeline.tower.api.Tower.windows",
-        "memory_pipeline.tower.logic.validate_entry",
-        "memory_pipeline.tower.reports.given_up",
-        "memory_pipeline.tower.reports.per_type",
-        "memory_pipeline.tower.reports.retrying",
-    },
 }
 
 
