@@ -73,10 +73,10 @@ class AnalyticsFiles:
     def parquet_tmp(self) -> Path | None:
         return None if self.parquet is None else self.parquet / ".tmp"
 
-    def duckdb_config(self) -> dict[str, Any]:
+    def duckdb_config(self) -> dict[str, str | bool | int | float | list[str]]:
         """No extension is ever installed or loaded on demand: the ones used (parquet, json, icu)
-        are built into the duckdb wheel."""
-        config: dict[str, Any] = {
+        are built into the duckdb wheel. (The type is ``duckdb.connect``'s ``config``.)"""
+        config: dict[str, str | bool | int | float | list[str]] = {
             "threads": self.threads,
             "autoinstall_known_extensions": False,
             "autoload_known_extensions": False,

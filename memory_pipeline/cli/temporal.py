@@ -396,15 +396,15 @@ def print_status(store: Store) -> None:
     table = Table(title="Temporal summary rows per world")
     for col in ("world", "window", "rows", "non-empty", "placeholders", "first", "last"):
         table.add_column(col, justify="right" if col in ("rows", "non-empty", "placeholders") else "left")
-    for r in reports.rows_per_world(store):
+    for world in reports.rows_per_world(store):
         table.add_row(
-            r["world_id"],
-            r["window"],
-            str(r["rows"]),
-            str(r["non_empty"]),
-            str(r["rows"] - r["non_empty"]),
-            str(r["first"]),
-            str(r["last"]),
+            world["world_id"],
+            world["window"],
+            str(world["rows"]),
+            str(world["non_empty"]),
+            str(world["rows"] - world["non_empty"]),
+            str(world["first"]),
+            str(world["last"]),
         )
     console.print(table)
     reasons = Table(title="Empty placeholders by empty_reason")

@@ -34,6 +34,7 @@ from memory_pipeline.events.ingest import (
     source_label,
 )
 from memory_pipeline.lib.ids import validate_id
+from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.text import json_type, shown, text_problem
 from memory_pipeline.lib.timeutil import instant_problem
@@ -53,7 +54,7 @@ def parse_session_time(text: str, tz: ZoneInfo) -> datetime:
     return naive.replace(tzinfo=tz)
 
 
-def load_document(path: Path, source: str) -> tuple[Any, list[LineError]]:
+def load_document(path: Path, source: str) -> tuple[JSONObject | None, list[LineError]]:
     """The parsed file (BOM tolerated), or the one refusal of it."""
 
     def refuse(where: int | str, problem: str) -> tuple[None, list[LineError]]:
@@ -249,7 +250,7 @@ def locomo_events(
     path = Path(path)
     source = source_label(path)
     doc, errors = load_document(path, source)
-    if errors:
+    if doc is None:
         return [], errors
     reader = _Reader(source, doc, f"{world_prefix}-{path.stem}", tz, now or datetime.now(UTC))
     reader.read()

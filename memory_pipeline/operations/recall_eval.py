@@ -30,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from memory_pipeline import domains
 from memory_pipeline.lib import settings
+from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.kinds import LedgerOutcome
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.migrate import ensure_schema
@@ -102,17 +103,17 @@ class EvalReport:
         """The runs that failed, and those that succeeded degraded: either built less memory."""
         return [r for r in self.runs if not r.success or r.degraded]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSONObject:
         return {
             "run_id": self.run_id,
-            "files": self.files,
+            "files": [*self.files],  # copies: JSON values (a list[str] is not a list[JSONValue] to mypy)
             "model": self.model,
             "store": masked(self.store_url),
             "directory": str(self.directory),
             "worlds": self.worlds,
             "days": self.days,
             "questions": self.questions,
-            "questions_left_out": self.left_out,
+            "questions_left_out": {**self.left_out},
             "indexes": [
                 {
                     "index": s.index.value,
@@ -130,7 +131,7 @@ class EvalReport:
                 "tokens_in": self.tokens_in,
                 "tokens_out": self.tokens_out,
                 "cost_usd": self.cost_usd,
-                "prompt_versions": self.prompt_versions,
+                "prompt_versions": {**self.prompt_versions},
             },
             "dagster_runs": [r.__dict__ for r in self.runs],
             "wall_seconds": round(self.wall_seconds, 1),

@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from memory_pipeline.events.ingest import source_label
 from memory_pipeline.events.locomo import load_document
@@ -34,25 +34,36 @@ def world_of(path: Path, prefix: str = "locomo") -> str:
     return f"{prefix}-{path.stem}"  # as the importer names it
 
 
-def read_qa(path: Path) -> list[dict[str, Any]]:
+class QA(TypedDict):
+    """One checked question of a file's ``qa`` list (its other fields are not read)."""
+
+    question: str
+    category: int | None
+    evidence: list[str]
+
+
+def read_qa(path: Path) -> list[QA]:
     """The ``qa`` list of a LoCoMo file; QuestionError naming the file and JSON path when it is not one."""
     source = source_label(path)
     doc, errors = load_document(path, source)
-    if errors:
+    if doc is None:
         raise QuestionError(str(errors[0]))
-    conv = doc.get("conversation", doc) if isinstance(doc.get("conversation"), dict) else doc
+    nested = doc.get("conversation")
+    conv = nested if isinstance(nested, dict) else doc
     qa = doc.get("qa", conv.get("qa"))
     if qa is None:
         raise QuestionError(f"{source}:$.qa: missing (no questions to measure recall with)")
     if not isinstance(qa, list):
         raise QuestionError(f"{source}:$.qa: expected an array of questions")
+    out: list[QA] = []
     for i, item in enumerate(qa):
-        if not isinstance(item, dict) or not isinstance(item.get("question"), str):
+        question = item.get("question") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or not isinstance(question, str):
             raise QuestionError(f"{source}:$.qa[{i}].question: expected a string")
-        if not item["question"].strip() or len(item["question"]) > QUERY_MAX_CHARS:
+        if not question.strip() or len(question) > QUERY_MAX_CHARS:
             raise QuestionError(
                 f"{source}:$.qa[{i}].question: expected 1 to {QUERY_MAX_CHARS:,} characters, not blank "
-                f"(it is a memory_search query), got {len(item['question'])}"
+                f"(it is a memory_search query), got {len(question)}"
             )
         category = item.get("category")
         if category is not None and (isinstance(category, bool) or not isinstance(category, int)):
@@ -67,7 +78,8 @@ def read_qa(path: Path) -> list[dict[str, Any]]:
                 raise QuestionError(
                     f'{source}:$.qa[{i}].evidence[{j}]: expected a dia id string (like "D1:3"), got {_shown(entry)}'
                 )
-    return qa
+        out.append(QA(question=question, category=category, evidence=[str(e) for e in evidence]))
+    return out
 
 
 def _shown(value: Any) -> str:
@@ -82,10 +94,10 @@ def questions(path: Path, event_days: dict[str, date], left_out: Counter[str] | 
     left_out = left_out if left_out is not None else Counter()
     out = []
     for item in read_qa(path):
-        if item.get("category") == ADVERSARIAL:
+        if item["category"] == ADVERSARIAL:
             left_out["category 5 (adversarial)"] += 1
             continue
-        ids = [f"{world}.D{s}.{t}" for e in item.get("evidence", []) for s, t in _DIA.findall(e)]
+        ids = [f"{world}.D{s}.{t}" for e in item["evidence"] for s, t in _DIA.findall(e)]
         if not ids:
             left_out["no evidence"] += 1
             continue
@@ -93,6 +105,5 @@ def questions(path: Path, event_days: dict[str, date], left_out: Counter[str] | 
         if not days:
             left_out["evidence names no imported turn"] += 1
             continue
-        category = item.get("category")
-        out.append(Question(world, item["question"], days, category if isinstance(category, int) else None))
+        out.append(Question(world, item["question"], days, item["category"]))
     return out

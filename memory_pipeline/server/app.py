@@ -14,7 +14,7 @@ import ipaddress
 import logging
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory_pipeline.access import tokens
 from memory_pipeline.lib.store import Store
@@ -30,6 +30,9 @@ from memory_pipeline.server.auth import ALL_WORLDS_SCOPE, StoreTokenVerifier
 from memory_pipeline.server.limits import BodyCheck, CallGuard, Limits
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.tower.api import Tower
+
+if TYPE_CHECKING:
+    import uvicorn
 
 TOOL_NAMES = (
     *tower_tools.TOOL_NAMES,
@@ -180,7 +183,7 @@ def asgi_app(server: Any, guard: CallGuard | None = None) -> Any:
 
 def make_uvicorn(
     tower: Tower, host: str, port: int, on_ready: Callable[[], None] | None = None, limits: Limits | None = None
-) -> Any:
+) -> uvicorn.Server:
     """The server, to ``run()`` (blocking); ``on_ready`` is called once it accepts connections."""
     import uvicorn
 

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Row, select
 
 from memory_pipeline.lib.cache import KVCache
+from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.store.tables import conversations, inbox, messages
 from memory_pipeline.lib.timeutil import bucket_end, bucket_label, day_bounds, local_date, require_aware, utcnow
@@ -222,11 +223,11 @@ def temporal_view(
     return TemporalView(world_id, viewer_conversation_id, at, block.text, block.truncated, rolls, peers, warmups)
 
 
-def viewer_timeline(store: Store, view: TemporalView, tz: ZoneInfo) -> list[dict[str, Any]]:
+def viewer_timeline(store: Store, view: TemporalView, tz: ZoneInfo) -> list[JSONObject]:
     """The viewer's messages of today up to ``at`` with the peer insertions merged at bucket_end."""
     today = local_date(view.at, tz)
     start, _ = day_bounds(today, tz)
-    items: list[dict[str, Any]] = []
+    items: list[JSONObject] = []
     if view.viewer_conversation_id:
         with store.connect() as conn:
             rows = (
@@ -254,4 +255,4 @@ def viewer_timeline(store: Store, view: TemporalView, tz: ZoneInfo) -> list[dict
         ]
     items.extend(view.peer_messages)
     # A peer block at bucket_end sorts before a viewer message at the same instant.
-    return sorted(items, key=lambda m: (datetime.fromisoformat(m["at"]), 0 if m.get("name") else 1))
+    return sorted(items, key=lambda m: (datetime.fromisoformat(str(m["at"])), 0 if m.get("name") else 1))

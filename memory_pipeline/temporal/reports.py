@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from datetime import date
+from typing import TypedDict
 
 from sqlalchemy import case, func, select
 
@@ -11,7 +12,18 @@ from memory_pipeline.lib.store import Store
 from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_summaries
 
 
-def rows_per_world(store: Store) -> list[dict[str, Any]]:
+class WorldRows(TypedDict):
+    """One world's summary rows of one window."""
+
+    world_id: str
+    window: str
+    rows: int
+    non_empty: int
+    first: date
+    last: date
+
+
+def rows_per_world(store: Store) -> list[WorldRows]:
     """Per world and window: rows, non-empty rows, placeholders, first and last period."""
     t = temporal_summaries.c
     q = (
@@ -27,7 +39,17 @@ def rows_per_world(store: Store) -> list[dict[str, Any]]:
         .order_by(t.world_id, t.window)
     )
     with store.connect() as conn:
-        return [dict(r) for r in conn.execute(q).mappings()]
+        return [
+            WorldRows(
+                world_id=r["world_id"],
+                window=r["window"],
+                rows=r["rows"],
+                non_empty=r["non_empty"],
+                first=r["first"],
+                last=r["last"],
+            )
+            for r in conn.execute(q).mappings()
+        ]
 
 
 def placeholders_by_reason(store: Store) -> dict[str, dict[str, int]]:
