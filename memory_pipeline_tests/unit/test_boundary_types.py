@@ -118,21 +118,12 @@ def _crossings() -> dict[str, dict[str, str]]:
     return out
 
 
-# What still crosses with Any, by owner (issue 21: this list goes to empty; it may only shrink).
-STILL_ANY: dict[str, set[str]] = {
-}
-
-
 OWNERS = sorted({_owner(m) for m in _trees()})
 
 
 @pytest.mark.parametrize("owner", OWNERS)
 def test_no_any_crosses_a_packages_boundary(owner):
-    """A new crossing fails; so does a listed one that is gone (the list only shrinks)."""
-    found = _crossings().get(owner, {})
-    listed = STILL_ANY.get(owner, set())
-    assert {k: v for k, v in found.items() if k not in listed} == {}, "Any crosses the boundary here"
-    assert listed - set(found) == set(), "typed now: take it off STILL_ANY"
+    assert _crossings().get(owner, {}) == {}, "Any crosses the boundary here"
 
 
 def test_the_check_sees_a_crossing():
