@@ -102,9 +102,9 @@ def _evidence(
 
 
 def _checked(tool: object, args: object, allowed: Mapping[str, set[str]]) -> tuple[str, Mapping[str, Any]]:
-    if tool not in allowed:
+    if not isinstance(tool, str) or tool not in allowed:  # a list or an object names no tool either
         raise ToolError(f"tool: {str(tool)[:40]!r} is not one of {', '.join(allowed)}")
-    name = str(tool)  # one of allowed's names
+    name = tool
     if not isinstance(args, Mapping):
         raise ToolError(f"{name}: arguments must be an object")
     extra = sorted(str(k) for k in args if k not in allowed[name])

@@ -52,7 +52,7 @@ def _counts(store):
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    tool=st.sampled_from([*tools.TOOLS, "memory_delete", ""]) | st.text(max_size=10),
+    tool=st.sampled_from([*tools.TOOLS, "memory_delete", ""]) | st.text(max_size=10) | json_values,
     args=st.dictionaries(
         st.sampled_from(FIELD_NAMES),
         json_values | st.sampled_from(["w1", "person:qhy", "organize", "deep"]),
