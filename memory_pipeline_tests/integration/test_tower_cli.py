@@ -126,6 +126,10 @@ def test_a_failed_summarize_job_exits_non_zero_and_status_lists_the_window_as_re
         assert missed.exit_code == 1 and '"state": "failed"' in missed.output
     status = _flat(runner.invoke(app, ["status"]).output)
     assert "retrying worklog day 2026-01-05 [a]: failure 2 of 5, next attempt from" in status
+    # A time an operator reads: whole seconds in the configured zone (never microseconds).
+    import re
+
+    assert re.search(r"next attempt from \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00 by", status), status
     assert "by the next explicit call" in status
     for name in ("MEMORY_LLM_MODEL", "MEMORY_LLM_API_BASE", "MEMORY_LLM_API_KEY"):
         monkeypatch.delenv(name)
