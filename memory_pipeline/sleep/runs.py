@@ -227,6 +227,9 @@ class StageRun:
                     self._ledger(conn)
                 self._written()
             return
+        # The exception goes on to the run's failure line, which names neither world nor day: a
+        # note (PEP 678) does, in the CLI's line and the UI alike.
+        exc.add_note(f"{self.position.stage} of world {world}, day {self.day}: nothing of this attempt was written")
         error = f"{type(exc).__name__}: {exc}"[:2000]
         attempt = {"at": utcnow().isoformat(), "error": error, "model": self.ctx.llm.model, **(detail or {})}
         prev = self.previous.get(world)

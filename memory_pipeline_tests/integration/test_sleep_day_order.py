@@ -264,8 +264,10 @@ def test_a_model_failure_mid_tool_loop_writes_nothing_and_leaves_its_round_log(s
         server.push("tools", [("deprecate_semantic_memory", {"id": target, "reason": "x"})]).push("ok", "done")
         server.push("status", 500)  # round 2's first call: the provider fails
         llm = LLMClient(store, model="openai/stub", api_base=server.api_base, api_key="k", max_retries=0)
-        with pytest.raises(LLMHardFailure):
+        with pytest.raises(LLMHardFailure) as raised:
             run_deep_sleep(ctx_for(store, tmp_path, llm, force=True), D2)
+    # Where it failed goes with the error to the run's failure line (str(exc) stays the provider's).
+    assert raised.value.__notes__ == ["deep_sleep of world r, day 2026-03-02: nothing of this attempt was written"]
     # Nothing of the attempt: round 1's deprecation, the restore it started from, the stale marks.
     assert NOT_SPICY in active(store) and NOT_SPICY in snap(store, D2)
     with store.connect() as conn:
@@ -295,8 +297,9 @@ def test_a_first_run_that_fails_is_recorded_failed_and_the_next_one_runs(store, 
         )
         server.push("status", 500)
         llm = LLMClient(store, model="openai/stub", api_base=server.api_base, api_key="k", max_retries=0)
-        with pytest.raises(LLMHardFailure):
+        with pytest.raises(LLMHardFailure) as raised:
             run_light_sleep(ctx_for(store, tmp_path, llm), D1)
+    assert raised.value.__notes__ == [f"light_sleep of world r, day {D1}: nothing of this attempt was written"]
     assert active(store) == set()
     assert statuses(store) == {("light_sleep", D1): "failed"} and statuses(store, "r") == {
         ("light_sleep", D1): "failed"

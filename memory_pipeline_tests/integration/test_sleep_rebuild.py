@@ -323,6 +323,7 @@ def test_a_diff_after_a_failed_rebuild_says_its_snapshot_is_stale(env, pg_url, m
         m.setattr("memory_pipeline.sleep.deep._run_batch", down)
         failed = runner.invoke(app, ["sleep", "rebuild", "2026-03-03"])
     assert failed.exit_code == 1, failed.output
+    assert f"deep_sleep of world w1, day {D2}: nothing of this attempt was written" in failed.output, failed.output
     with store.connect() as conn:
         r = sleep_runs.c
         status, detail = conn.execute(
