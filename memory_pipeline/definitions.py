@@ -34,8 +34,9 @@ STORE_TAG = "memory_pipeline/store"
 
 def build_defs(resources: AnalystShared | None = None) -> Definitions:
     """Tests pass their own shared resources (a schema on PostgreSQL, Redis db 15), and may pass
-    their own ``analyst``; each domain's resource is composed from the shared ones. The executor and the backfill split are deployment
-    settings (defs/_shared/deployment.py), read here at each build."""
+    their own ``analyst``; each domain's resource is composed from the shared ones. The executor
+    and the backfill split are deployment settings (defs/_shared/deployment.py), read here at each
+    build."""
     shared: SharedResources = resources if resources is not None else default_resources()
     store_kind = shared["memory_store"].kind
 
