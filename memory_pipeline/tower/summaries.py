@@ -661,11 +661,6 @@ def retrying(store: Store, tz: ZoneInfo) -> list[FailedWindow]:
     return _ledger(store, tz, given_up=False)
 
 
-def _whole_seconds_up(at: datetime) -> datetime:
-    """An operator's time: whole seconds, rounded up so that "from" it is never early."""
-    return at + timedelta(microseconds=-at.microsecond % 1_000_000) if at.microsecond else at
-
-
 def _ledger(store: Store, tz: ZoneInfo, *, given_up: bool) -> list[FailedWindow]:
     a = tower_summary_attempts.c
     q = select(tower_summary_attempts).where(a.given_up_at.is_not(None) if given_up else a.given_up_at.is_(None))
@@ -676,7 +671,7 @@ def _ledger(store: Store, tz: ZoneInfo, *, given_up: bool) -> list[FailedWindow]
             "window": WindowKey(r["type_name"], r["granularity"], r["start"], r["end"], r["group_value"]).label(tz),
             "failures": r["failures"],
             "reason": r["last_error"],
-            "next_attempt_at": _whole_seconds_up(r["next_attempt_at"]).astimezone(tz).isoformat(),
+            "next_attempt_at": r["next_attempt_at"].astimezone(tz).isoformat(timespec="seconds"),
             "retried_by": "the semantic tick" if r["scheduled"] else "the next explicit call",
         }
         for r in rows
