@@ -46,6 +46,7 @@ def _materialize(
             for world in worlds:
                 if not world_ingested(store, world):
                     refuse(f"--world {shown(world)}: no such world, nothing has been ingested for it")
+        operations.partition_keys(window, start, end)  # a wrong window or range is refused before the bar
         with progress_bar() as progress:
             task = progress.add_task(f"{mode} {window}", total=None)
             report = operations.materialize(

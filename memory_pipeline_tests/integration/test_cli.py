@@ -164,11 +164,14 @@ def test_bad_options_are_refused_before_anything_runs(env):
         ),
         (["regenerate", "year", "2019"], "empty range: partition 2019 is before the first partition 2022"),
         (["regenerate", "day", "2026-02-30"], "partition '2026-02-30' is not a partition key of day (one such as '"),
+        (["backfill", "foo"], "unknown window 'foo' (one of "),
+        (["backfill", "day", "--from", "2026-1-5"], "--from '2026-1-5' is not a partition key of day (one such as '"),
     ]
     for args, message in cases:
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and message in _out(result), (args, result.output)
         assert "run(s)" not in result.output and "Traceback" not in result.output
+        assert "━" not in result.output, (args, result.output)  # refused before a progress bar is drawn
     assert not (env / "dagster_home").exists()  # no Dagster instance was even opened
     unknown = runner.invoke(app, ["read", "--world", "nobody", "--at", "2026-07-18T07:00:00+08:00"])
     assert unknown.exit_code == 1 and "no such world 'nobody': nothing has been ingested for it" in _out(unknown)
