@@ -421,10 +421,23 @@ def print_status(store: Store) -> None:
     print_never_materialized(reconcile.never_materialized(store, _zone()))
     print_pending_cache(store)
     totals = ledger_totals(store)
-    ledger = Table(title="LLM ledger (one row per asset, model and outcome)")
+    ledger = Table(
+        title="LLM ledger (one row per asset, model and outcome)",
+        caption="ledger rows: calls recorded; requests: sent to the model, retries included "
+        "(cache_hit: answered from the cache, breaker_open: refused by the open breaker, neither sends one)",
+    )
     # The ledger's asset is what made the call: an asset (objects_archive is what the organize job
     # materializes) or an asset check that asks the model (tower_week_summaries_drift).
-    for col in ("asset or check", "model", "outcome", "calls", "tokens in", "tokens out", "cost (USD)"):
+    for col in (
+        "asset or check",
+        "model",
+        "outcome",
+        "ledger rows",
+        "requests",
+        "tokens in",
+        "tokens out",
+        "cost (USD)",
+    ):
         left = col in ("asset or check", "model", "outcome")
         ledger.add_column(col, overflow="fold", justify="left" if left else "right")
     for t in totals:
@@ -433,6 +446,7 @@ def print_status(store: Store) -> None:
             escape(str(t["model"])),
             t["outcome"],
             str(t["calls"]),
+            str(t["requests"]),
             str(t["tokens_in"]),
             str(t["tokens_out"]),
             _cost(t["cost_usd"], t["priced"], t["calls"]),

@@ -223,3 +223,30 @@ def test_a_failed_runs_line_is_one_line_however_long(env):
     (line,) = [x for x in result.output.splitlines() if " failed " in x]
     assert len(line) > 120 and line.endswith("run those day partitions first (or select them in the same launch)")
     assert "failed month 2026-07: 29 child row(s) missing in 15 day partition(s) 2026-07-17...2026-07-31: " in line
+
+
+def test_status_counts_requests_apart_from_ledger_rows(env, store):
+    from datetime import UTC, datetime
+
+    from memory_pipeline.lib.store.tables import llm_ledger
+
+    def row(outcome: str, attempts: int) -> dict:
+        return dict(
+            at=datetime.now(UTC), asset="temporal_day_summaries", task="day", model="m1", prompt_version="v1",
+            tokens_in=0, tokens_out=0, latency_ms=0, attempts=attempts, outcome=outcome, cache_key="k",
+        )  # fmt: skip
+
+    rows = [row("ok", 1), row("ok", 3), row("error", 4), row("cache_hit", 0), row("cache_hit", 0)]
+    rows += [row("breaker_open", 0)] * 3
+    with store.begin() as conn:
+        conn.execute(llm_ledger.insert(), rows)
+    status = runner.invoke(app, ["status"])
+    assert status.exit_code == 0, status.output
+    table = {
+        cells[2]: cells[3:5]
+        for line in status.output.splitlines()
+        if (cells := [c.strip() for c in line.strip("│┃ ").split("│")])[0] == "temporal_day_summaries"
+    }
+    # (ledger rows, requests): retries count as requests; a cache hit or a refusal of the open breaker sends none
+    assert table == {"ok": ["2", "4"], "error": ["1", "4"], "cache_hit": ["2", "0"], "breaker_open": ["3", "0"]}
+    assert "requests: sent to the model, retries included" in " ".join(status.output.split())

@@ -20,12 +20,15 @@ def _cost_number(dialect: str) -> ColumnElement[Any]:
 
 
 class LedgerTotal(TypedDict):
-    """One row of ``ledger_totals``: an asset's calls to one model with one outcome."""
+    """One row of ``ledger_totals``: an asset's calls to one model with one outcome. ``calls`` counts
+    ledger rows; ``requests`` what was sent to the model, retries included (a cache hit and a call
+    the open breaker refused send none)."""
 
     asset: str
     model: str
     outcome: str
     calls: int
+    requests: int
     tokens_in: int
     tokens_out: int
     cost_usd: float | None
@@ -44,6 +47,7 @@ def ledger_totals(store: Store) -> list[LedgerTotal]:
             lc.model,
             lc.outcome,
             func.count().label("calls"),
+            func.coalesce(func.sum(lc.attempts), 0).label("requests"),
             func.coalesce(func.sum(lc.tokens_in), 0).label("tokens_in"),
             func.coalesce(func.sum(lc.tokens_out), 0).label("tokens_out"),
             func.sum(cost).label("cost_usd"),
