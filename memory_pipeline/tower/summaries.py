@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any, TypedDict
@@ -625,14 +626,23 @@ def _due_retries(store: Store, types: dict[str, MemoryType], now: datetime) -> l
     ]
 
 
+def _period_types(store: Store, g: Granularity) -> list[MemoryType]:
+    """The types a summary partition of ``g`` summarizes: summaries on and a cap reaching ``g``."""
+    return [
+        t for t in types_io.list_types(store) if t.summaries_enabled and g in summary_levels(t.chain, t.summary_cap)
+    ]
+
+
+def _period_start(g: Granularity, period: date, tz: ZoneInfo) -> datetime:
+    return window_start(g, datetime(period.year, period.month, period.day, tzinfo=tz), tz)
+
+
 def summarize_period(sctx: SummaryContext, g: Granularity, period: date, now: datetime) -> RoundResult:
     """A summary partition (a closed CST day, week or month): each type with summaries on whose cap
     reaches ``g``, each group with entries, bottom-up. Unsettled windows are left (and said)."""
     result = RoundResult()
-    for t in types_io.list_types(sctx.store):
-        if not t.summaries_enabled or g not in summary_levels(t.chain, t.summary_cap):
-            continue
-        start = window_start(g, datetime(period.year, period.month, period.day, tzinfo=sctx.tz), sctx.tz)
+    for t in _period_types(sctx.store, g):
+        start = _period_start(g, period, sctx.tz)
         end = window_end(g, start, sctx.tz)
         if not is_settled(end, now, sctx.cfg.settle):
             result.reasons.append(f"{t.name} {window_label(g, start, sctx.tz)}: not settled yet, left for later")
@@ -666,16 +676,44 @@ def _ledger(store: Store, tz: ZoneInfo, *, given_up: bool) -> list[FailedWindow]
     q = select(tower_summary_attempts).where(a.given_up_at.is_not(None) if given_up else a.given_up_at.is_(None))
     with store.connect() as conn:
         rows = conn.execute(q.order_by(a.start, a.type_name, a.granularity, a.group_value)).mappings().all()
-    return [
-        {
-            "window": WindowKey(r["type_name"], r["granularity"], r["start"], r["end"], r["group_value"]).label(tz),
-            "failures": r["failures"],
-            "reason": r["last_error"],
-            "next_attempt_at": r["next_attempt_at"].astimezone(tz).isoformat(timespec="seconds"),
-            "retried_by": "the semantic tick" if r["scheduled"] else "the next explicit call",
-        }
-        for r in rows
-    ]
+    return [_failed_view(r, tz) for r in rows]
+
+
+def _failed_view(r: Any, tz: ZoneInfo) -> FailedWindow:
+    return {
+        "window": WindowKey(r["type_name"], r["granularity"], r["start"], r["end"], r["group_value"]).label(tz),
+        "failures": r["failures"],
+        "reason": r["last_error"],
+        "next_attempt_at": r["next_attempt_at"].astimezone(tz).isoformat(timespec="seconds"),
+        "retried_by": "the semantic tick" if r["scheduled"] else "the next explicit call",
+    }
+
+
+class LeftFailed(TypedDict):
+    """A window of a summary partition whose last summary attempt failed (no newer record)."""
+
+    window: FailedWindow
+    type: str
+    given_up: bool  # a run of the partition does not retry it: only ``recompute`` rebuilds it
+
+
+def left_failed(store: Store, g: Granularity, periods: Sequence[date], tz: ZoneInfo) -> dict[date, list[LeftFailed]]:
+    """For each summary partition of ``g`` starting at one of ``periods`` (closed CST days, weeks or
+    months): its windows that the retry ledger holds as failed, backing off or given up, for the
+    types a run of the partition summarizes. Read from the ledger in one query: no call. A run that
+    succeeds with such a window still materializes the partition, so this says it is not complete."""
+    starts = {_period_start(g, p, tz): p for p in periods}
+    names = [t.name for t in _period_types(store, g)]
+    a = tower_summary_attempts.c
+    q = select(tower_summary_attempts).where(a.granularity == str(g), a.start.in_(list(starts)), a.type_name.in_(names))
+    with store.connect() as conn:
+        rows = conn.execute(q.order_by(a.start, a.type_name, a.group_value)).mappings().all()
+    out: dict[date, list[LeftFailed]] = {p: [] for p in periods}
+    for r in rows:
+        out[starts[r["start"]]].append(
+            {"window": _failed_view(r, tz), "type": r["type_name"], "given_up": r["given_up_at"] is not None}
+        )
+    return out
 
 
 # ---- drift (beyond the seed) ---------------------------------------------------------------------------

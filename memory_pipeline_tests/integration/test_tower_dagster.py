@@ -3,6 +3,7 @@ with one check result per partition, the structural job outside the `llm` pool, 
 schedulers (sensors), late data requested by its sensor, and the semantic tick as a run."""
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -363,3 +364,89 @@ def test_llm_calls_in_a_summary_runs_metadata_are_its_ledger_rows(pg_url, redis_
     assert meta["llm_calls"] == len(rows) == 6  # 3 + 1 beta, alpha's day 5 (retried) and day 6 (failed)
     assert (meta["llm_answered"], meta["llm_failures"], meta["llm_cache_hits"]) == (5, 1, 0)
     assert (meta["summaries_written"], meta["failed"]) == (5, 1)  # alpha's day 5, beta's 3 days and week
+    # The run succeeded, the week partition is materialized, and its check says alpha's week failed
+    # (no call of its own: the 8 requests above are the summaries' and the drift check's).
+    complete = _complete_results(instance, mat.run_id)["2026-01-05"]
+    assert not complete.passed and complete.metadata["failed_windows"].value == 1
+    assert "worklog week 2026-01-05 [alpha]" in complete.metadata["first_failed"].value
+
+
+def _complete_results(instance, run_id) -> dict:
+    logs = instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    results = [e.dagster_event.event_specific_data for e in logs]
+    return {r.partition: r for r in results if r.check_name == "tower_summaries_complete"}
+
+
+def _days_with_alphas_day_5_failing(fake, pg_url, redis_url, instance):
+    """Days 5..7, alpha and beta each: alpha's day 5 call (the first) fails alone (a 400; the breaker
+    stays closed), the others are answered. The run succeeds: a window failing alone backs off."""
+    answers = iter(range(100))
+    fake.answer = lambda body: json.dumps({"conclusions": [f"summary number {next(answers)}"]})
+    fake.push("status", 400)
+    defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=fake.api_base, api_key="k", max_retries=0)
+    day = operations.materialize("tower_day_summaries", "2026-01-05", "2026-01-07", instance=instance, defs=defs)
+    (run,) = day.runs
+    assert run.success and run.partitions == 3
+    return defs, run
+
+
+def test_a_summary_window_that_fails_alone_fails_its_partitions_completeness_check_until_redone(
+    pg_url, redis_url, instance, store, worklog
+):
+    """The partition is materialized (the run succeeds, by design), and its check says the truth:
+    failed, WARN, naming the window, its type, the reason and the next attempt (configured zone,
+    whole seconds). Once the tower's own retry (an explicit call) redoes the window, the check run
+    alone passes: it reads the retry ledger, never the model."""
+    from dagster import AssetCheckSeverity, AssetSelection, Definitions, define_asset_job
+
+    with FakeOpenAI() as fake:
+        defs, run = _days_with_alphas_day_5_failing(fake, pg_url, redis_url, instance)
+    results = _complete_results(instance, run.run_id)
+    assert {k: r.passed for k, r in results.items()} == {"2026-01-05": False, "2026-01-06": True, "2026-01-07": True}
+    failed = results["2026-01-05"]
+    assert failed.severity == AssetCheckSeverity.WARN and failed.metadata["failed_windows"].value == 1
+    table = failed.metadata["first_failed"].value
+    assert "worklog day 2026-01-05 [alpha]" in table and "| worklog |" in table and "scripted 400" in table
+    assert re.search(r"\| \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00 \|", table), table
+    assert results["2026-01-06"].metadata["failed_windows"].value == 0
+
+    redone = worklog.summarize("worklog", WindowQuery.parse("day", "2026-01-05", group="alpha"))
+    assert redone["jobs"][0]["state"] == "succeeded"
+    check_only = Definitions.merge(
+        defs,
+        Definitions(
+            jobs=[
+                define_asset_job(
+                    "tower_complete_check_only",
+                    selection=AssetSelection.checks_for_assets(tower_assets.tower_day_summaries),
+                )
+            ]
+        ),
+    ).resolve_job_def("tower_complete_check_only")
+    again = check_only.execute_in_process(instance=instance, tags={"dagster/partition": "2026-01-05"})
+    assert again.success and not again.get_asset_materialization_events()
+    (passed,) = _complete_results(instance, again.run_id).values()
+    assert passed.partition == "2026-01-05" and passed.passed and passed.metadata["failed_windows"].value == 0
+
+
+def test_backfill_re_runs_a_summary_partition_left_with_a_failed_window_and_not_the_clean_ones(
+    pg_url, redis_url, instance, store, worklog
+):
+    """`memory-pipeline backfill` (mode "changed") over days 5..7 after alpha's day 5 failed alone:
+    one run of day 5 only, with the reason; its check passes; a second backfill launches nothing."""
+    with FakeOpenAI() as fake:
+        defs, _ = _days_with_alphas_day_5_failing(fake, pg_url, redis_url, instance)
+        calls = len(fake.requests)
+        report = operations.materialize(
+            "tower_day_summaries", "2026-01-05", "2026-01-07", mode="changed", instance=instance, defs=defs
+        )
+        assert report.reasons == {"2026-01-05": "1 window failed (worklog day 2026-01-05 [alpha])"}
+        assert [(r.first, r.last, r.success) for r in report.runs] == [("2026-01-05", "2026-01-05", True)]
+        assert report.skipped_existing == 2 and len(fake.requests) == calls + 1  # alpha's day 5 only
+        assert {k: r.passed for k, r in _complete_results(instance, report.runs[0].run_id).items()} == {
+            "2026-01-05": True
+        }
+        clean = operations.materialize(
+            "tower_day_summaries", "2026-01-05", "2026-01-07", mode="changed", instance=instance, defs=defs
+        )
+        assert clean.runs == [] and clean.reasons == {} and clean.skipped_existing == 3

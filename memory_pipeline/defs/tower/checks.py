@@ -1,7 +1,8 @@
 """Tower asset checks, one result per partition (AssetCheckEvaluation per key, then one Output):
 refs cover exactly the raw entries (no gap, no duplicate) and every summary's refs resolve; the
-freshness of the structural view (entries past the materialization); the drift of chained week
-summaries against a recompute from raw."""
+freshness of the structural view (entries past the materialization); the summaries' completeness
+(no window left failed, read from the retry ledger); the drift of chained week summaries against a
+recompute from raw."""
 
 from collections.abc import Iterator
 from datetime import date
@@ -25,7 +26,8 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from memory_pipeline.defs._shared.partitions import cst_day_open, cst_month, cst_week
+from memory_pipeline.defs._shared.metadata import md_table
+from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_week
 from memory_pipeline.defs.tower import assets
 from memory_pipeline.defs.tower.resources import TowerResource
 from memory_pipeline.lib.timeutil import local_date
@@ -39,6 +41,7 @@ CheckEvents = Iterator[AssetCheckEvaluation | Output[None]]
 COVER_CHECK = "tower_windows_cover_entries"
 FRESH_CHECK = "tower_windows_fresh"
 DRIFT_CHECK = "tower_week_summaries_drift"
+COMPLETE_CHECK = "tower_summaries_complete"
 
 
 def _evaluation(
@@ -162,6 +165,57 @@ def _coarse_check(
     return _check
 
 
+def _complete_check(
+    asset_def: AssetsDefinition, g: Granularity, defn: TimeWindowPartitionsDefinition
+) -> AssetChecksDefinition:
+    @asset_check(  # type: ignore[arg-type]
+        asset=asset_def,
+        partitions_def=defn,
+        name=COMPLETE_CHECK,
+        description=f"Warns when a {g} window of the partition has no summary because its call failed (backing "
+        "off or given up, as the retry ledger holds it): a window failing alone does not fail the run, so the "
+        "partition shows materialized. Reads the ledger, never calls a model. One result per partition.",
+    )
+    def _check(context: AssetCheckExecutionContext, tower: TowerResource) -> CheckEvents:
+        keys = _keys(context, defn)
+        by_period = summaries.left_failed(tower.store(), g, [period for _, period in keys], tower.tz())
+        for key, period in keys:
+            failed = by_period[period]
+            rows = [
+                (
+                    f["window"]["window"],
+                    f["type"],
+                    f["window"]["reason"],
+                    "none: given up (recompute rebuilds it)" if f["given_up"] else f["window"]["next_attempt_at"],
+                )
+                for f in failed[:20]
+            ]
+            yield _evaluation(
+                context,
+                asset_def.key,
+                key,
+                not failed,
+                {
+                    "failed_windows": len(failed),
+                    "given_up": sum(f["given_up"] for f in failed),
+                    "first_failed": md_table(("window", "type", "reason", "next attempt"), rows)
+                    if rows
+                    else MetadataValue.md("none"),
+                },
+                AssetCheckSeverity.WARN,
+            )
+        yield Output(None)
+
+    return _check
+
+
+tower_summary_checks = [
+    _complete_check(assets.tower_day_summaries, Granularity.DAY, cst_day),
+    _complete_check(assets.tower_week_summaries, Granularity.WEEK, cst_week),
+    _complete_check(assets.tower_month_summaries, Granularity.MONTH, cst_month),
+]
+
+
 @asset_check(  # type: ignore[arg-type]
     asset=assets.tower_week_summaries,
     partitions_def=cst_week,
@@ -197,5 +251,6 @@ tower_checks = [
     day_windows_fresh,
     _coarse_check(assets.tower_week_windows, Granularity.WEEK, cst_week),
     _coarse_check(assets.tower_month_windows, Granularity.MONTH, cst_month),
+    *tower_summary_checks,
     week_summaries_drift,
 ]

@@ -1,15 +1,23 @@
 """Seed 004 in Dagster: the tower domain's one Definitions (resources injected by the root)."""
 
-from dagster import Definitions
+from functools import partial
+from zoneinfo import ZoneInfo
+
+from dagster import DagsterInstance, Definitions, TimeWindowPartitionsDefinition
 
 from memory_pipeline.defs._shared.partitions import cst_day, cst_day_open, cst_month, cst_week
 from memory_pipeline.defs._shared.registry import Target, register
+from memory_pipeline.defs._shared.resources import initialized
 from memory_pipeline.defs.tower import assets
 from memory_pipeline.defs.tower.assets import tower_assets
 from memory_pipeline.defs.tower.checks import tower_checks
 from memory_pipeline.defs.tower.jobs import tower_jobs
+from memory_pipeline.defs.tower.resources import TowerResource
 from memory_pipeline.defs.tower.schedules import tower_schedules
 from memory_pipeline.defs.tower.sensors import tower_sensors
+from memory_pipeline.lib.timeutil import local_date
+from memory_pipeline.tower import summaries
+from memory_pipeline.tower.logic import Granularity
 
 defs = Definitions(
     assets=tower_assets,
@@ -19,6 +27,34 @@ defs = Definitions(
     sensors=tower_sensors,
 )
 
+
+def summaries_left_failed(
+    g: Granularity,
+    defn: TimeWindowPartitionsDefinition,
+    defs: Definitions,
+    keys: list[str],
+    as_of: str,
+    instance: DagsterInstance,
+) -> dict[str, str]:
+    """Mode "changed" of the summary partitions: one with a window left failed and backing off (the
+    run succeeded, so it shows materialized) is re-run; a run of the partition is an explicit call,
+    which retries it whatever its backoff. A given-up window alone re-runs nothing: a run does not
+    retry it (only recompute does)."""
+    resource = (defs.resources or {})["tower"]
+    assert isinstance(resource, TowerResource)
+    with initialized(resource, instance) as tower:  # environment variables resolved
+        store, tz = tower.store(), tower.tz()
+    key_tz = ZoneInfo(defn.timezone)
+    periods = {local_date(defn.time_window_for_partition_key(k).start, key_tz): k for k in keys}
+    out = {}
+    for period, found in summaries.left_failed(store, g, list(periods), tz).items():
+        failed = [f["window"]["window"] for f in found if not f["given_up"]]
+        if failed:
+            more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+            out[periods[period]] = f"{len(failed)} window{'s' if len(failed) > 1 else ''} failed ({failed[0]}{more})"
+    return out
+
+
 for _name, _target in {
     "tower_windows": Target("tower_structural_job", cst_day_open, assets.tower_day_windows.key, configurable=False),
     "tower_week_windows": Target("tower_week_windows_job", cst_week, assets.tower_week_windows.key, configurable=False),
@@ -26,10 +62,18 @@ for _name, _target in {
         "tower_month_windows_job", cst_month, assets.tower_month_windows.key, configurable=False
     ),
     "tower_day_summaries": Target(
-        "tower_day_summaries_job", cst_day, assets.tower_day_summaries.key, configurable=False
+        "tower_day_summaries_job",
+        cst_day,
+        assets.tower_day_summaries.key,
+        configurable=False,
+        changed=partial(summaries_left_failed, Granularity.DAY, cst_day),
     ),
     "tower_week_summaries": Target(
-        "tower_week_summaries_job", cst_week, assets.tower_week_summaries.key, configurable=False
+        "tower_week_summaries_job",
+        cst_week,
+        assets.tower_week_summaries.key,
+        configurable=False,
+        changed=partial(summaries_left_failed, Granularity.WEEK, cst_week),
     ),
 }.items():
     register(_name, _target)
