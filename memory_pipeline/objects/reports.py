@@ -63,7 +63,9 @@ class JobCount(TypedDict):
     count: int
 
 
-class Failure(TypedDict):
+class FailureRecord(TypedDict):
+    """One row of the failure history (`objects_failures`), newest first in a status."""
+
     world_id: str
     job_id: int
     mode: str
@@ -102,7 +104,7 @@ class Status(TypedDict):
     earliest_unfinished: list[UnfinishedEvent]
     not_organized: list[NotOrganizedEvent]
     jobs: list[JobCount]
-    failures: list[Failure]
+    failures: list[FailureRecord]
     worlds: list[WorldState]
     projection: ProjectionLag
     complete: bool
@@ -181,7 +183,7 @@ def status(store: Store, world: str | None = None) -> Status:
         earliest = [cast(UnfinishedEvent, dict(r._mapping)) for r in conn.execute(q).all()]
         not_organized = [cast(NotOrganizedEvent, dict(r._mapping)) for r in conn.execute(nq).all()]
         jobs: list[JobCount] = [{"mode": m, "status": st, "count": int(n)} for m, st, n in conn.execute(jq).all()]
-        failures = [cast(Failure, dict(r._mapping)) for r in conn.execute(fq).all()]
+        failures = [cast(FailureRecord, dict(r._mapping)) for r in conn.execute(fq).all()]
         worlds = [cast(WorldState, dict(r._mapping)) for r in conn.execute(wq).all()]
         lag = _projection_lag(conn, world)
     counts = state_counts(store, world)
