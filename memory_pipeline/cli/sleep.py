@@ -198,6 +198,18 @@ def print_sleep_status(store: Store) -> None:
             f"`memory-pipeline sleep backfill --from {late[0]['day']} --to {through}` runs them again (the worlds "
             "whose material changed; sleep_late_data_sensor does the same)[/]"
         )
+    if s["cut"]:
+        cut = s["cut"]
+        days = sorted({record["day"] for record in cut})
+        cuts = Table(
+            title="Records from answers cut at the output limit (asked again at the next run of their place: "
+            f"`memory-pipeline sleep backfill --from {days[0]} --to {days[-1]}`)"
+        )
+        for name in ("stage", "day", "world", "answers cut"):
+            cuts.add_column(name)
+        for record in cut:
+            cuts.add_row(record["stage"], str(record["day"]), escape(record["world_id"]), str(record["answers_cut"]))
+        console.print(cuts)
     if s["refused"]:
         refused = Table(title="Worlds refused (nothing written for them that day)")
         for c in ("stage", "day", "world", "why"):

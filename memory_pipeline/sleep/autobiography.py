@@ -29,7 +29,7 @@ from memory_pipeline.sleep.memory import load_self_layer
 from memory_pipeline.sleep.narrative import Narrative, NarrativeChange, NarrativeState, summary
 from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.rebuild import SUMMARY_BEFORE, SUMMARY_BLOCK
-from memory_pipeline.sleep.runs import StageRun
+from memory_pipeline.sleep.runs import ANSWERS_CUT, StageRun
 from memory_pipeline.sleep.tables import autobiographical_memories, self_blocks, semantic_memories
 
 AUTO_TYPES = ("experience", "imprint")
@@ -47,6 +47,8 @@ class AutoResult:
     restored: int = 0  # worlds put back to before this day's autobiography first (later places were done)
     stale_days: list[date] = field(default_factory=list)  # days whose later records those restores made stale
     per_world: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Worlds whose record was built from an answer the provider cut (the next run asks them again).
+    worlds_truncated: list[str] = field(default_factory=list)
 
 
 def narrative_from_row(row: Any) -> Narrative:
@@ -248,9 +250,11 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
             "deprecated": deprecated,
             "rejected": rejected,
         }
+        if loop.cut:
+            out.worlds_truncated.append(world)
         record = run.record(
             world,
-            input_fp=fp,
+            input_fp=None if loop.cut else fp,  # from a cut answer: no fingerprint (asked again)
             input_chars=len(m1),
             llm_calls=loop.llm_calls,
             tool_calls=loop.tool_calls,
@@ -262,6 +266,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
                 "reply": loop.text[:500],
                 "rejected_calls": loop.rejected,  # each refused call and its error, as light and deep record them
                 SUMMARY_BEFORE: before or None,
+                **({ANSWERS_CUT: loop.cut} if loop.cut else {}),
             },
         )
         row = {

@@ -49,6 +49,9 @@ class LoopResult:
     changes: list[Change] = field(default_factory=list)
     rejected: list[dict[str, Any]] = field(default_factory=list)  # {"call", "error"}
     skipped: list[dict[str, Any]] = field(default_factory=list)  # duplicates the program refused to create
+    # Answers the provider cut at the output limit (finish_reason length): what the loop kept of
+    # them is written, but the stage's record says so and is never reused as whole (sleep/runs.py).
+    cut: int = 0
 
 
 # A hook that may answer a call instead of applying it (light sleep's duplicate guard): the result
@@ -108,6 +111,7 @@ def tool_loop(
         result.llm_calls += 1  # counted before: a call that fails is one of the run's calls too
         answer = ctx.llm.complete(req, force=True)
         result.text = answer.text
+        result.cut += answer.truncated
         if not answer.tool_calls:
             break
         result.tool_calls += len(answer.tool_calls)

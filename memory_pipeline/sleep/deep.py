@@ -41,7 +41,7 @@ from memory_pipeline.sleep.logic import (
 )
 from memory_pipeline.sleep.memory import Provenance, load_self_layer, write_changes
 from memory_pipeline.sleep.order import DAY_ROW
-from memory_pipeline.sleep.runs import StageRun
+from memory_pipeline.sleep.runs import ANSWERS_CUT, StageRun
 from memory_pipeline.sleep.tables import semantic_memories, semantic_memory_snapshots, sleep_runs
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ class RoundRecord:
     message_one_sha: str
     input_chars: int
     error: str | None = None  # the round a failure interrupted: what failed (nothing of the attempt is written)
+    cut: int = 0  # answers the provider cut at the output limit (finish_reason length)
 
 
 @dataclass
@@ -82,6 +83,8 @@ class DeepResult:
     log_files: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)  # world -> why (over the 300k limit)
     empty: list[str] = field(default_factory=list)  # worlds with no memory as of the day: no call
+    # Worlds whose record was built from an answer the provider cut (the next run asks them again).
+    worlds_truncated: list[str] = field(default_factory=list)
 
 
 def _batches(memories: Sequence[Memory], band: SizeBand) -> list[tuple[str | None, list[Memory]]]:
@@ -185,7 +188,13 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         out.llm_calls += sum(r.llm_calls for r in world_records)
         out.changes += sum(r.applied for r in world_records)
         out.rejected += sum(len(r.rejected) for r in world_records)
-        out_fp = short_hash([prompts.PROMPT_VERSION, ctx.llm.model, message_one(state.active(), ctx.tz)], length=32)
+        cut = sum(r.cut for r in world_records)
+        if cut:
+            out.worlds_truncated.append(world)
+        # From a cut answer: no output fingerprint, so the next day's deep sleep does not take this
+        # set as consolidated already (and this record is asked again: StageRun.reusable).
+        whole = short_hash([prompts.PROMPT_VERSION, ctx.llm.model, message_one(state.active(), ctx.tz)], length=32)
+        out_fp = None if cut else whole
         _commit(run, state, day, fp, out_fp, world_records, writes)
         out.log_files += write_round_logs(ctx.cfg.logs(), day, world, world_records)
     refused = {w: {"refused": r} for w, r in out.refused.items()}
@@ -200,7 +209,7 @@ def _commit(
     state: MemoryState,
     day: date,
     fp: str,
-    out_fp: str,
+    out_fp: str | None,
     records: list[RoundRecord],
     writes: list[tuple[Provenance, list[Change]]],
     reused: bool = False,
@@ -209,6 +218,7 @@ def _commit(
     transaction (with the world's restore, when later places were done)."""
     active = state.active()
     written = 0
+    cut = sum(r.cut for r in records)
 
     def write(conn: Any) -> None:
         nonlocal written
@@ -224,7 +234,12 @@ def _commit(
         tool_calls=sum(r.tool_calls for r in records),
         applied=sum(r.applied for r in records),
         rejected=sum(len(r.rejected) for r in records),
-        detail={"output_fp": out_fp, "reused": reused, "rounds": len(records)},
+        detail={
+            "output_fp": out_fp,
+            "reused": reused,
+            "rounds": len(records),
+            **({ANSWERS_CUT: cut} if cut else {}),
+        },
     )
     run.commit(state.world_id, record, write, active=active, taken=state.taken)
     run.snapshot_rows += written
@@ -321,6 +336,7 @@ def _run_batch(
                     message_one_sha=short_hash([one], length=64),
                     input_chars=len(system) + sum(len(m["content"]) for m in msgs),
                     error=error,
+                    cut=loop.cut,
                 )
             )
         writes.append((Provenance(Stage.DEEP, day, str(round_)), list(loop.changes)))

@@ -27,7 +27,7 @@ from memory_pipeline.sleep.logic import LIGHT_TOOLS, Change, MemoryState, Rules,
 from memory_pipeline.sleep.memory import Provenance, load_self_layer, write_changes
 from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.prompts import SessionMaterial
-from memory_pipeline.sleep.runs import StageRun
+from memory_pipeline.sleep.runs import ANSWERS_CUT, StageRun
 from memory_pipeline.sleep.tables import sleep_runs
 
 RECALLABLE_ROLES = ("user", "assistant")
@@ -59,6 +59,8 @@ class LightResult:
     restored: int = 0  # worlds put back to before this day's light sleep first (later places were done)
     stale_days: list[date] = field(default_factory=list)  # days whose later records those restores made stale
     per_world: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Worlds whose record was built from an answer the provider cut (the next run asks them again).
+    worlds_truncated: list[str] = field(default_factory=list)
 
 
 def day_sessions(conn: Any, day: date, ctx: SleepContext) -> dict[str, list[SessionMaterial]]:
@@ -149,6 +151,7 @@ def record_fields(prompt: LightPrompt, loop: LoopResult, stats: dict[str, int]) 
             "reply": loop.text[:500],
             "rejected_calls": [r["error"] for r in loop.rejected],
             "skipped_calls": [s["result"] for s in loop.skipped],
+            **({ANSWERS_CUT: loop.cut} if loop.cut else {}),
         },
     }
 
@@ -229,7 +232,10 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
         out.llm_calls += loop.llm_calls
         out.restored += world in run.ahead
         out.per_world[world] = {"sessions": len(prompt.sessions), "truncated": prompt.truncated, **stats}
-        record = run.record(world, input_fp=fps[world], **record_fields(prompt, loop, stats))
+        if loop.cut:
+            out.worlds_truncated.append(world)
+        # From a cut answer: no fingerprint, so no run takes the day as extracted already.
+        record = run.record(world, input_fp=None if loop.cut else fps[world], **record_fields(prompt, loop, stats))
 
         def write(conn: Any, changes: list[Change] = loop.changes) -> None:
             write_changes(conn, changes, Provenance(Stage.LIGHT, day))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TypedDict
@@ -13,7 +14,7 @@ from memory_pipeline.lib import settings
 from memory_pipeline.lib.store import Store
 from memory_pipeline.sleep.logic import Stage
 from memory_pipeline.sleep.order import DAY_ROW, Position, RunStatus
-from memory_pipeline.sleep.runs import day_statuses
+from memory_pipeline.sleep.runs import ANSWERS_CUT, answers_cut, day_statuses
 from memory_pipeline.sleep.tables import (
     autobiographical_memories,
     self_blocks,
@@ -113,6 +114,38 @@ class RefusedWorld(TypedDict):
     reason: str
 
 
+class CutRecord(TypedDict):
+    """A world's done stage record built from answers the provider cut at the output limit: the
+    next run of its place asks the model again."""
+
+    stage: str
+    day: date
+    world_id: str
+    answers_cut: int
+
+
+def cut_records(store: Store, days: Sequence[date] | None = None, limit: int | None = None) -> list[CutRecord]:
+    """The done world records (of ``days``, default every day) built from cut answers, newest day
+    first. Reads only."""
+    r = sleep_runs.c
+    q = select(r.stage, r.day, r.world_id, r.detail).where(
+        r.world_id != DAY_ROW, r.status == RunStatus.DONE, r.detail[ANSWERS_CUT].as_string().is_not(None)
+    )
+    if days is not None:
+        q = q.where(r.day.in_(list(days)))
+    q = q.order_by(r.day.desc(), r.stage, r.world_id)
+    if limit is not None:
+        q = q.limit(limit)
+    with store.connect() as conn:
+        rows = conn.execute(q).mappings().all()
+    out: list[CutRecord] = []
+    for x in rows:
+        n = answers_cut(dict(x))
+        if n:
+            out.append({"stage": x["stage"], "day": x["day"], "world_id": x["world_id"], "answers_cut": n})
+    return out
+
+
 class LateDay(TypedDict):
     """A day whose light sleep ran before some of its messages were ingested, and the newest one."""
 
@@ -132,6 +165,7 @@ class SleepStatus(TypedDict):
     refused: list[RefusedWorld]
     failed_attempts: dict[str, list[date]]
     late_days: list[LateDay]
+    cut: list[CutRecord]  # records from answers cut at the output limit (newest 50)
 
 
 def status(store: Store, tz: ZoneInfo | None = None) -> SleepStatus:
@@ -194,4 +228,5 @@ def status(store: Store, tz: ZoneInfo | None = None) -> SleepStatus:
         ],
         "failed_attempts": {s: sorted(days) for s, days in failed_attempts.items()},
         "late_days": [{"day": d, "newest_ingest": late[d]} for d in sorted(late)],
+        "cut": cut_records(store, limit=50),
     }

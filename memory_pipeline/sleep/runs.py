@@ -7,7 +7,7 @@ record. A model failure mid-run therefore leaves nothing half-written."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -36,6 +36,17 @@ from memory_pipeline.sleep.snapshots import LAST_DONE_AT
 from memory_pipeline.sleep.tables import sleep_runs
 
 KEYS = ["stage", "day", "world_id"]
+# A world's record (its ``detail``) built from answers the provider cut at the output limit
+# (finish_reason length): how many. Its fingerprint is left empty and it is never reused as whole,
+# so the next run of the place asks again (as temporal does with such a row).
+ANSWERS_CUT = "answers_cut"
+CUT_REASON = "answer cut at the output limit"
+
+
+def answers_cut(record: Mapping[str, Any] | None) -> int:
+    """How many of the answers a world's stage record was built from the provider cut (0: none)."""
+    detail = (record or {}).get("detail") or {}
+    return int(detail.get(ANSWERS_CUT) or 0) if isinstance(detail, dict) else 0
 
 
 def day_statuses(
@@ -120,7 +131,8 @@ class StageRun:
 
     def reusable(self, world: str, fp: str | None = None) -> bool:
         """Done before with the same model and prompt version (and input fingerprint, when the input
-        can change without an earlier place running again: light sleep's late messages)."""
+        can change without an earlier place running again: light sleep's late messages), from whole
+        answers (a record built from a cut one is asked again)."""
         prev = self.previous.get(world)
         return (
             not self.ctx.force
@@ -128,6 +140,7 @@ class StageRun:
             and prev["status"] == RunStatus.DONE
             and (prev["model"], prev["prompt_version"]) == (self.ctx.llm.model, PROMPT_VERSION)
             and (fp is None or prev["input_fp"] == fp)
+            and not answers_cut(prev)
         )
 
     def prepare(self, conn: Connection, worlds: Sequence[str]) -> dict[str, list[Memory]]:

@@ -384,3 +384,126 @@ def test_the_rolling_summary_sensor_does_not_ask_again_during_the_backoff(defs, 
         conn.execute(conversation_summary_backoff.update().values(last_failure_at=failed_at - timedelta(minutes=10)))
     (again,) = tick().run_requests
     assert again.run_key != first.run_key and again.run_config == first.run_config
+
+
+def _records(store, stage, day):
+    """Each world's (input_fp, detail) of the stage's record of ``day``."""
+    from datetime import date
+
+    from memory_pipeline.sleep.tables import sleep_runs
+
+    r = sleep_runs.c
+    q = select(r.world_id, r.input_fp, r.detail).where(
+        r.stage == stage, r.day == date.fromisoformat(day), r.world_id != "*"
+    )
+    with store.connect() as conn:
+        return {w: (fp, detail) for w, fp, detail in conn.execute(q)}
+
+
+def test_a_light_sleep_record_from_an_answer_the_provider_cut_is_marked_and_asked_again(
+    pg_url, redis_url, instance, store, ingest, capsys
+):
+    """The provider stops w1's light-sleep answer at its output limit (finish_reason length). The
+    day is materialized, but w1's record says so (``answers_cut``, no input fingerprint), the
+    metadata names w1 (``worlds_truncated``), `sleep status` lists it, and mode "changed" re-runs
+    the day for that reason: w1 is asked again (one more call), w2's whole answer is reused. Then
+    nothing is left to re-run."""
+    from memory_pipeline.sleep.reports import status
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    day = DAYS[0]
+    ingest(
+        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["garden tomatoes tomatoes", "ok"])
+        + conversation("w2", "s-2", cst(2026, 3, 2, 10), ["marathon marathon pacing", "ok"])
+    )
+    with FakeOpenAI() as server:
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
+        server.push("length", "我先记下今天的")  # w1's call comes first (worlds in id order)
+        first = operations.materialize("light_sleep", day, day, instance=instance, defs=defs)
+        assert first.success and len(server.requests) == 2
+        meta = _materializations(instance, "sleep_light_sleep")[day]
+        assert meta["llm_truncated_answers"] == 1 and meta["worlds_truncated"] == ["w1"]
+        records = _records(store, "light_sleep", day)
+        assert records["w1"][0] is None and records["w1"][1]["answers_cut"] == 1
+        assert records["w2"][0] is not None and "answers_cut" not in records["w2"][1]
+        (cut,) = status(store)["cut"]
+        assert (cut["stage"], str(cut["day"]), cut["world_id"], cut["answers_cut"]) == ("light_sleep", day, "w1", 1)
+        from memory_pipeline.cli.sleep import print_sleep_status
+
+        capsys.readouterr()
+        print_sleep_status(store)
+        shown = capsys.readouterr().out
+        assert "Records from answers cut at the output limit" in " ".join(shown.split())
+        rows = [[c.strip() for c in line.split("│")[1:-1]] for line in shown.splitlines() if line.startswith("│")]
+        assert ["light_sleep", day, "w1", "1"] in rows
+
+        again = operations.materialize("light_sleep", day, day, mode="changed", instance=instance, defs=defs)
+        assert again.success and len(again.runs) == 1
+        assert again.reasons == {day: "answer cut at the output limit (light sleep of w1)"}
+        assert len(server.requests) == 3  # w1 asked again, w2's record reused
+        meta = _materializations(instance, "sleep_light_sleep")[day]
+        assert meta["llm_truncated_answers"] == 0 and meta["worlds_truncated"] == []
+        records = _records(store, "light_sleep", day)
+        assert records["w1"][0] is not None and "answers_cut" not in records["w1"][1]
+        assert status(store)["cut"] == []
+
+        quiet = operations.materialize("light_sleep", day, day, mode="changed", instance=instance, defs=defs)
+        assert quiet.runs == [] and quiet.reasons == {} and quiet.skipped_existing == 1
+        rerun = operations.materialize("light_sleep", day, day, instance=instance, defs=defs)
+        assert rerun.success and len(server.requests) == 3  # whole answers: reused, no call
+
+
+def test_deep_sleep_and_autobiography_records_from_cut_answers_are_asked_again_by_a_changed_backfill(
+    pg_url, redis_url, instance, store, ingest
+):
+    """w1's first deep-sleep round and its autobiography are cut at the output limit: both records
+    say so (deep sleep leaves no output fingerprint, so the next day would not take the set as
+    consolidated either), both runs' metadata name w1, and a "changed" backfill of the nights re-asks
+    w1's deep sleep (3 rounds) and autobiography (1 call) only; w2's and the light sleep are reused."""
+    from memory_pipeline.lib.store.tables import llm_ledger
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    day = DAYS[0]
+    ingest(
+        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["garden tomatoes tomatoes", "ok"])
+        + conversation("w2", "s-2", cst(2026, 3, 2, 10), ["marathon marathon pacing", "ok"])
+    )
+
+    def ledger_rows():
+        with store.connect() as conn:
+            return conn.execute(select(func.count()).select_from(llm_ledger)).scalar_one()
+
+    with FakeOpenAI() as server:
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
+        for session, fact in (("s-1", "在菜园里种了番茄"), ("s-2", "跑了十公里")):  # w1, then w2
+            create = {"type": "experience", "content": fact, "source_sessions": [session]}
+            server.push("tools", [("create_semantic_memory", create)]).push("ok", "done")
+        assert operations.materialize("light_sleep", day, day, instance=instance, defs=defs).success
+        server.push("length", "第一轮：我先看看")  # w1's first deep-sleep round
+        assert operations.materialize("deep_sleep", day, day, instance=instance, defs=defs).success
+        assert len(server.requests) == 4 + 6  # two light calls per world, three rounds per world
+        meta = _materializations(instance, "sleep_deep_sleep")[day]
+        assert meta["llm_truncated_answers"] == 1 and meta["worlds_truncated"] == ["w1"]
+        deep = _records(store, "deep_sleep", day)
+        assert deep["w1"][1]["answers_cut"] == 1 and deep["w1"][1]["output_fp"] is None
+        assert "answers_cut" not in deep["w2"][1] and deep["w2"][1]["output_fp"] is not None
+        server.push("length", "这周最值得记下的是")  # w1's autobiography
+        assert operations.materialize("autobiography", day, day, instance=instance, defs=defs).success
+        assert len(server.requests) == 10 + 2
+        meta = _materializations(instance, "sleep_autobiography")[day]
+        assert meta["llm_truncated_answers"] == 1 and meta["worlds_truncated"] == ["w1"]
+        auto = _records(store, "autobiography_cron", day)
+        assert auto["w1"] == (None, auto["w1"][1]) and auto["w1"][1]["answers_cut"] == 1
+        assert auto["w2"][0] is not None
+
+        before = ledger_rows()
+        again = operations.materialize("sleep", day, day, mode="changed", instance=instance, defs=defs)
+        assert again.success, again.runs[0].error
+        assert again.reasons == {day: "answer cut at the output limit (deep sleep of w1, autobiography of w1)"}
+        assert len(server.requests) == 12 + 4 and ledger_rows() == before + 4  # w1: 3 rounds, 1 autobiography
+        assert _materializations(instance, "sleep_deep_sleep")[day]["worlds_truncated"] == []
+        assert _materializations(instance, "sleep_autobiography")[day]["worlds_truncated"] == []
+        for stage in ("deep_sleep", "autobiography_cron"):
+            assert all("answers_cut" not in d for _, d in _records(store, stage, day).values())
+        quiet = operations.materialize("sleep", day, day, mode="changed", instance=instance, defs=defs)
+        assert quiet.runs == [] and len(server.requests) == 16

@@ -90,6 +90,7 @@ def _light_meta(r: Any) -> dict[str, Any]:
         "tool_calls_rejected": r.rejected,
         "duplicates_skipped": r.duplicates_skipped,
         "worlds_restored_first": r.restored,
+        "worlds_truncated": r.worlds_truncated,  # records from a cut answer: asked again at the next run
         "per_world": md_table(
             ("world", "sessions", "truncated", "created", "updated", "deprecated", "rejected"),
             [
@@ -122,6 +123,7 @@ def _deep_meta(r: Any) -> dict[str, Any]:
         "worlds_batched_100k": r.batched,
         "worlds_refused_300k": MetadataValue.json(r.refused),  # world -> why; nothing written for them
         "worlds_empty": r.empty,  # no memory as of the day: not asked
+        "worlds_truncated": r.worlds_truncated,  # records from a cut answer: asked again at the next run
         "changes": r.changes,
         "tool_calls_rejected": r.rejected,
         "snapshot_rows": r.snapshot_rows,
@@ -139,6 +141,7 @@ def _auto_meta(r: Any) -> dict[str, Any]:
         "tool_calls_rejected": r.rejected,
         "summaries_written": r.summaries_written,
         "worlds_restored_first": r.restored,
+        "worlds_truncated": r.worlds_truncated,  # records from a cut answer: asked again at the next run
         "per_world": MetadataValue.json(r.per_world),
     }
 
@@ -237,7 +240,13 @@ def sleep_stages(
                         made = [d.isoformat() for d in result.stale_days]
                         meta = {**describe(result), "later_days_marked_stale": made, **llm_metadata(ctx.llm.stats)}
                         written.add(key, meta, asset_key=KEYS[stage])
-                        warn_truncated(context, ctx.llm.stats, f"{asset} {key}", "the tool calls and replies")
+                        cut = ", ".join(result.worlds_truncated)
+                        warn_truncated(
+                            context,
+                            ctx.llm.stats,
+                            f"{asset} {key}",
+                            f"the records of world(s) {cut} (marked, asked again at the next run of the day)",
+                        )
                         done.append(f"{asset} {key}: {meta}")
                         for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
                             context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")
