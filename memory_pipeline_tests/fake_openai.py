@@ -3,7 +3,7 @@
 Responses are scripted: each request pops the next step, or gets the default answer (tool calls
 ``tool_answer(body)`` when set, else the text ``answer(body)`` when set, else ``default_text``). Tool
 calls are (name, arguments) pairs; arguments given as a string are sent exactly as they are. ``length`` answers a text cut short (finish_reason "length", as a
-provider stopping at max_tokens); ``usage = None`` leaves the usage report out of every answer. ``hold(marker)`` keeps every request whose messages contain
+provider stopping at max_tokens), ``tools_length`` tool calls with that finish reason; ``usage = None`` leaves the usage report out of every answer. ``hold(marker)`` keeps every request whose messages contain
 ``marker`` unanswered until ``release()``: a call in flight, for a fault injected at that moment."""
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ class FakeOpenAI:
                     self._raw(200, b"this is not json {")
                 elif kind == "tools":
                     self._send(200, server._completion(None, arg))
+                elif kind == "tools_length":
+                    self._send(200, server._completion(None, arg, finish="length"))
                 elif kind == "length":
                     self._send(200, server._completion(arg, None, finish="length"))
                 else:

@@ -51,6 +51,14 @@ class AuthorViewError(FormatError):
     kind = "author_view"
 
 
+class TruncatedAnswer(FormatError):
+    """The provider cut the answer at its output limit (finish_reason length), whatever its tool call
+    held: an incomplete generation is a failed one (seed 002 失败降级: nothing written, retried at a
+    later trigger), never a version."""
+
+    kind = "truncated"
+
+
 class FailureKind(StrEnum):
     """What the failure log's ``error`` starts with: ``<kind>: <what went wrong>``."""
 
@@ -58,6 +66,7 @@ class FailureKind(StrEnum):
     AUTHOR_VIEW = "author_view"  # quoted lines, a running log, dates, writing long_arc
     MODEL = "model"  # timeout or provider failure
     HAIKU_CLASS = "haiku_class"  # refused before any call
+    TRUNCATED = "truncated"  # the answer was cut at the output limit (finish_reason length)
 
 
 def gate(status: str | None, entries: int, min_entries: int = 30) -> bool:

@@ -283,6 +283,8 @@ class RunResult:
     skipped: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)  # failed too many times in a row: waits for an operator
     not_done: list[str] = field(default_factory=list)  # not reached: the provider's breaker stopped the run
+    # Failed because the answer was cut at the output limit (also in ``failed``): nothing written.
+    truncated: list[str] = field(default_factory=list)
 
 
 class ProviderStopped(LLMProviderDown):
@@ -384,6 +386,8 @@ def run(
             sections = _ask(llm, cfg, tz, d, entries, prev, arcs.get(d.world_id, ""))
         except FormatError as exc:
             fail(d, FailureKind(exc.kind), str(exc))
+            if isinstance(exc, logic.TruncatedAnswer):
+                out.truncated.append(d.conversation_id)
             continue
         except LLMHardFailure as exc:
             fail(d, FailureKind.MODEL, str(exc))
@@ -455,7 +459,8 @@ def _ask(
     long_arc: str = "",
 ) -> Sections:
     """The model's four sections, parsed and checked (layout, sentences, the author's view) against
-    exactly the lines it was shown; FormatError / AuthorViewError otherwise."""
+    exactly the lines it was shown; FormatError / AuthorViewError otherwise (TruncatedAnswer for an
+    answer cut at the output limit)."""
     previous = prev["content"] if prev else "（尚无摘要）"
     new_from = (prev["covered_end"] + 1) if prev else 1
     lines = "\n".join(_line(e, tz, cfg.entry_max_chars) for e in entries)
@@ -481,6 +486,11 @@ def _ask(
         answer = llm.complete(req, force=True)  # a failed answer is never reused
     finally:
         llm.partition = partition
+    if answer.truncated:  # before its tool call is read: a cut answer is never a version
+        raise logic.TruncatedAnswer(
+            f"answer cut at the output limit (finish_reason length, {answer.tokens_out} output tokens): "
+            "nothing written, asked again at a later trigger"
+        )
     calls = [c for c in answer.tool_calls if c.get("name") == logic.TOOL]
     if not calls:
         raise FormatError("the model answered without write_conversation_summary (format error)")

@@ -161,6 +161,38 @@ def test_a_failure_writes_nothing_logs_an_event_and_retries_next_trigger(store, 
     assert [(c["backing_off"], c["retry_due"], c["held"]) for c in counts] == [(1, 0, 0), (0, 1, 0)]
 
 
+def test_an_answer_cut_at_the_output_limit_is_a_failure_and_asked_again(store, ingest):
+    """The provider stops the summary's answer at its output limit (finish_reason length) with a tool
+    call that would pass every check: a cut answer is a failed generation (seed 002: 不更新, 下次触发
+    重试), so no version is written from it, the failure log says `truncated:`, the run names the
+    conversation, `conversation status` lists it, and once the backoff is over the next trigger asks
+    again (one more ledger row) and writes the whole answer."""
+    from memory_pipeline.lib.store.tables import llm_ledger
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(30)))
+    summaries.set_init_status(store, "c1", "done")
+    kind, calls = summary_call()
+    with FakeOpenAI() as server:
+        server.push("tools_length", calls).push(kind, calls)
+        llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        first = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG))
+        assert first.written == [] and first.truncated == ["c1"]
+        assert first.failed["c1"].startswith("truncated: answer cut at the output limit")
+        assert rows(store) == []  # nothing written from the cut answer
+        (failure,) = rows(store, conversation_summary_failures)
+        assert failure["error"].startswith("truncated: answer cut at the output limit (finish_reason length")
+        (state,) = summaries.failing(store, CFG)
+        assert state["conversation_id"] == "c1" and state["last_error"] == failure["error"]
+        later = failure["at"] + timedelta(minutes=10)
+        second = summaries.run(store, llm, CFG, CST, summaries.due_conversations(store, CFG, later), now=later)
+        assert second.written == ["c1"] and second.truncated == [] and len(server.requests) == 2
+    with store.connect() as conn:
+        ledger = conn.execute(select(llm_ledger.c.finish_reason).order_by(llm_ledger.c.call_id)).scalars().all()
+    assert ledger == ["length", "tool_calls"]
+    (v1,) = rows(store)
+    assert v1["sections"]["arc"] == GOOD_ARC and summaries.failing(store, CFG) == []
+
+
 def test_a_haiku_class_model_is_refused_before_any_call(store, ingest):
     ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(30)))
     summaries.set_init_status(store, "c1", "done")

@@ -507,3 +507,26 @@ def test_deep_sleep_and_autobiography_records_from_cut_answers_are_asked_again_b
             assert all("answers_cut" not in d for _, d in _records(store, stage, day).values())
         quiet = operations.materialize("sleep", day, day, mode="changed", instance=instance, defs=defs)
         assert quiet.runs == [] and len(server.requests) == 16
+
+
+def test_a_rolling_summary_answer_cut_at_the_output_limit_is_named_by_the_runs_metadata(
+    pg_url, redis_url, instance, store, ingest
+):
+    """The asset's metadata names the conversation whose answer was cut (``conversations_truncated``,
+    also under ``failures`` with its `truncated:` error) and counts the cut answer; nothing is written."""
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
+    summaries.set_init_status(store, "c1", "done")
+    arc = "这段时间用户一直在为周末爬山做准备。用户在这件事上很投入。整体情绪平稳。"
+    args = {"emotional_arc": arc, "preferences": [], "emotional_key_points": [], "unresolved_hooks": []}
+    with FakeOpenAI() as server:
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
+        server.push("tools_length", [("write_conversation_summary", args)])
+        job = defs.resolve_job_def("conversation_rolling_summary_job")
+        assert job.execute_in_process(instance=instance, raise_on_error=False).success
+    meta = _materializations(instance, "conversation_rolling_summaries")[None]
+    assert meta["conversations_truncated"] == ["c1"] and meta["llm_truncated_answers"] == 1
+    assert meta["failures"]["c1"].startswith("truncated: answer cut at the output limit") and meta["written"] == 0
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(conversation_summaries)).scalar_one() == 0

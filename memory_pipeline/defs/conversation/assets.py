@@ -11,7 +11,7 @@ from memory_pipeline.conversation import summaries
 from memory_pipeline.conversation.logic import FailingState
 from memory_pipeline.defs._shared.failures import provider_down
 from memory_pipeline.defs._shared.keys import RAW_EVENTS
-from memory_pipeline.defs._shared.metadata import llm_metadata, warn_truncated
+from memory_pipeline.defs._shared.metadata import llm_metadata
 from memory_pipeline.defs.conversation.resources import ConversationResource
 from memory_pipeline.sleep.memory import self_block_of
 
@@ -81,7 +81,11 @@ def conversation_rolling_summaries(
             f"held after {cfg.max_consecutive_failures} failures in a row (`memory-pipeline conversation retry "
             f"CONV` retries): {', '.join(result.held)}"
         )
-    warn_truncated(context, llm.stats, "conversation_rolling_summaries", "the summaries' tool calls")
+    if result.truncated:
+        context.log.warning(
+            f"answer cut at the output limit (finish_reason length) for {', '.join(result.truncated)}: a failure, "
+            "nothing written (seed 002: 生成失败 → 不更新), asked again after the backoff"
+        )
     waiting = summaries.failing(store, cfg)
     return MaterializeResult(
         metadata={
@@ -97,6 +101,8 @@ def conversation_rolling_summaries(
                 [f["conversation_id"] for f in waiting if f["state"] == FailingState.RETRY_DUE]
             ),
             "conversations": MetadataValue.json(result.written),
+            # Failed on an answer cut at the output limit (also in failures): nothing written from it.
+            "conversations_truncated": MetadataValue.json(result.truncated),
             **llm_metadata(llm.stats),
         }
     )
