@@ -833,7 +833,7 @@ def test_a_late_file_appends_chunks_and_a_busy_day_is_covered_with_true_metadata
         conversation("w1", "a", cst(2026, 1, 2, 9, 5), ["tomatoes planted", "tomatoes watered"])
         + conversation("w1", "a", cst(2026, 1, 2, 11, 0), ["after the tick", "not yet closed then"])
     )
-    as_of = "2026-01-02T10:00:00+08:00"
+    as_of = "2026-01-02T02:00:00Z"  # 10:00 CST
 
     def tick():
         report = operations.materialize("chunks", "2026-01-02", "2026-01-02", as_of=as_of, instance=instance, defs=defs)
@@ -841,7 +841,9 @@ def test_a_late_file_appends_chunks_and_a_busy_day_is_covered_with_true_metadata
         return _materializations(instance, assets.temporal_day_chunks)["2026-01-02"]
 
     first = tick()
-    assert (first["chunks_written"], first["late_messages"], first["tick_now"]) == (1, 0, as_of)
+    assert (first["chunks_written"], first["late_messages"], first["tick_now"]) == (1, 0, "2026-01-02T10:00:00+08:00")
+    # the operator's times: whole seconds in the configured zone, whatever zone they came in
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00", first["read_at"]), first["read_at"]
     # A second file brings a message for the 09:00 bucket, chunked already, and one at 09:40.
     ingest(
         [

@@ -330,9 +330,10 @@ def temporal_day_chunks(
             "disabled": not tctx.cfg.enabled,
             "db_retries": result.db_retries,
             # The chunk check audits coverage as this tick saw it: buckets closed at tick_now,
-            # messages ingested by read_at.
-            "tick_now": result.now.isoformat() if result.now else "",
-            "read_at": result.read_at.isoformat() if result.read_at else "",
+            # messages ingested by read_at. Whole seconds in the configured zone, as every operator
+            # time; cut down, so both stay true of the tick (bucket ends are whole minutes).
+            "tick_now": result.now.astimezone(tctx.tz).isoformat(timespec="seconds") if result.now else "",
+            "read_at": result.read_at.astimezone(tctx.tz).isoformat(timespec="seconds") if result.read_at else "",
             **llm_metadata(tctx.llm.stats),
         }
         if result.failures:  # a day with a conversation left to chunk is not done
