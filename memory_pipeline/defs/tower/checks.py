@@ -121,6 +121,7 @@ def day_windows_fresh(context: AssetCheckExecutionContext, tower: TowerResource)
     for key, day in _keys(context, cst_day_open):
         audit = windows.audit_day(store, day, tz, activity_type=activity_type)
         materialized = windows.window_run(store, "day", day)
+        at = materialized.astimezone(tz).isoformat(timespec="seconds") if materialized else "never"  # as operator times
         yield _evaluation(
             context,
             assets.tower_day_windows.key,
@@ -128,7 +129,7 @@ def day_windows_fresh(context: AssetCheckExecutionContext, tower: TowerResource)
             audit.stale_entries == 0,
             {
                 "entries_not_in_view": audit.stale_entries,
-                "materialized_at": materialized.isoformat() if materialized else "never",
+                "materialized_at": at,
             },
             AssetCheckSeverity.WARN,
         )
