@@ -18,20 +18,23 @@ app = typer.Typer()
 def print_pending_cache(store: Store) -> int:
     """The "Pending cache writes" table of `status`: writes runs kept in the store while Redis was
     unreachable. Returns how many there are."""
+    from memory_pipeline.lib import settings
     from memory_pipeline.lib.store import pending
+    from memory_pipeline.lib.timeutil import zone
 
     s = pending.summary(store)
     if not s.count:
         console.print("Pending cache writes (Redis write-back) — none")
         return 0
+    tz = zone(settings.timezone_name())  # as every other time the CLI shows
     table = Table(title="Pending cache writes (Redis write-back)")
     for col in ("pending", "expired", "oldest", "newest", "last reason"):
         table.add_column(col, overflow="fold", no_wrap=col != "last reason")
     table.add_row(
         str(s.count),
         str(s.expired),
-        s.oldest.isoformat(timespec="seconds") if s.oldest else "-",
-        s.newest.isoformat(timespec="seconds") if s.newest else "-",
+        s.oldest.astimezone(tz).isoformat(timespec="seconds") if s.oldest else "-",
+        s.newest.astimezone(tz).isoformat(timespec="seconds") if s.newest else "-",
         escape(s.last_reason or ""),
     )
     console.print(table)

@@ -12,7 +12,7 @@ import shutil
 import socket
 import subprocess
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis as redis_lib
@@ -248,3 +248,15 @@ def test_write_behind_core(store, redis_url, redis_client, monkeypatch, tmp_path
     down.set_json("k:four", {"summary": "four"}, 600)
     result = runner.invoke(app, ["cache-writeback"])
     assert result.exit_code == 1 and "1 pending" in result.output
+
+
+def test_the_status_table_shows_the_pending_writes_times_in_the_configured_zone(store, capsys):
+    """An operator's times: whole seconds in the configured zone (the table printed UTC)."""
+    from memory_pipeline.cli.cache import print_pending_cache
+
+    at = datetime(2026, 1, 5, 2, 0, 7, 250_000, tzinfo=UTC)
+    pending.record(store, "k:old", {"summary": "old"}, 600, "test", now=at)
+    pending.record(store, "k:new", {"summary": "new"}, 600, "test", now=at + timedelta(minutes=1))
+    assert print_pending_cache(store) == 2
+    out = capsys.readouterr().out
+    assert "2026-01-05T10:00:07+08:00" in out and "2026-01-05T10:01:07+08:00" in out, out
