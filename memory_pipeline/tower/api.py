@@ -92,21 +92,21 @@ class Tower:
         allowed = {"description", "chain", "summaries", "group_field", "retention", "summary_cap"}
         if unknown := sorted(set(fields) - allowed):
             raise TowerInputError(unknown[0], f"unknown field (allowed: {', '.join(sorted(allowed))})")
-        return types_io.create(self.store, name, owner_worlds=owner_worlds, **fields).as_dict()
+        return types_io.create(self.store, name, owner_worlds=owner_worlds, **fields).as_dict(self.tz)
 
     def list_types(self, include_archived: object = False) -> list[TypeView]:
         if not isinstance(include_archived, bool):
             raise TowerInputError("include_archived", f"expected true or false, got {json_type(include_archived)}")
-        return [t.as_dict() for t in types_io.list_types(self.store, include_archived)]
+        return [t.as_dict(self.tz) for t in types_io.list_types(self.store, include_archived)]
 
     def get_type(self, name: object) -> TypeView:
-        return types_io.get(self.store, name).as_dict()
+        return types_io.get(self.store, name).as_dict(self.tz)
 
     def update_type(self, name: object, changes: object) -> TypeView:
-        return types_io.update_type(self.store, name, changes).as_dict()
+        return types_io.update_type(self.store, name, changes).as_dict(self.tz)
 
     def delete_type(self, name: object) -> TypeView:
-        return types_io.archive(self.store, name).as_dict()
+        return types_io.archive(self.store, name).as_dict(self.tz)
 
     # ---- append -----------------------------------------------------------------------------------
 

@@ -103,8 +103,8 @@ def view(row: Any, tz: ZoneInfo) -> JobView:
         "record_id": row["record_id"],
         "llm_calls": row["llm_calls"],
         "error": row["error"],
-        "created_at": row["created_at"].isoformat(),
-        "updated_at": row["updated_at"].isoformat(),
+        "created_at": row["created_at"].astimezone(tz).isoformat(timespec="seconds"),
+        "updated_at": row["updated_at"].astimezone(tz).isoformat(timespec="seconds"),
     }
 
 

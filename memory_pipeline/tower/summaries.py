@@ -179,7 +179,7 @@ def record_view(r: Any, tz: ZoneInfo, current_entries: int | None = None) -> dic
         "refs": {"kind": r["ref_kind"], "ids": list(r["refs"])},
         "source": r["source"],
         "model": r["model"],
-        "created_at": r["created_at"].isoformat(),
+        "created_at": r["created_at"].astimezone(tz).isoformat(timespec="seconds"),
         "provenance": provenance(r["strategy"], r["chunks"], r["input_tokens"], r["clipped_entries"]),
         "entry_count": r["entry_count"],
         # A late entry updates the refs at once but never re-summarizes: the record says what it misses.

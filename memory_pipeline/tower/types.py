@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
@@ -69,7 +70,8 @@ class MemoryType:
     def archived(self) -> bool:
         return self.archived_at is not None
 
-    def as_dict(self) -> TypeView:
+    def as_dict(self, tz: ZoneInfo) -> TypeView:
+        """The type as answers show it; its times in ``tz`` to the second, as every time a reader meets."""
         return {
             "name": self.name,
             "description": self.description,
@@ -82,8 +84,8 @@ class MemoryType:
             "builtin": self.builtin,
             "archived": self.archived,
             "series": [self.name, f"{self.name}.summary"],
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
+            "created_at": self.created_at.astimezone(tz).isoformat(timespec="seconds"),
+            "updated_at": self.updated_at.astimezone(tz).isoformat(timespec="seconds"),
         }
 
 

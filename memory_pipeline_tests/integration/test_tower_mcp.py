@@ -4,6 +4,7 @@ driven by the SDK's own client over streamable HTTP, at the seed's address and a
 import asyncio
 import json
 import logging
+import re
 import socket
 import threading
 import time
@@ -168,6 +169,10 @@ def test_every_tool_over_http_at_the_seed_address(server):
     assert out["recompute"]["jobs"][0]["kind"] == "recompute"
     assert {j["kind"] for j in out["jobs"]["jobs"]} == {"summarize", "recompute"}
     assert out["delete"]["archived"] is True
+    # every time an agent reads is in the configured zone, to the second (they were UTC, microseconds)
+    times = [out["create"]["created_at"], out["delete"]["updated_at"], found["created_at"], out["status"]["updated_at"]]
+    times += [t for j in out["jobs"]["jobs"] for t in (j["created_at"], j["updated_at"])]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00", t) for t in times), times
 
 
 def test_the_endpoint_also_answers_at_mcp(server):
