@@ -255,7 +255,7 @@ def recall(
             }
             for r in entries
         ],
-        **_staleness(materialized, not_in_view, bool(rows)),
+        **_staleness(materialized, not_in_view, bool(rows), tz),
         **unknown,
     }
 
@@ -272,11 +272,11 @@ def _unknown_group(conn: Connection, t: MemoryType, grp: str | None, fed: bool) 
     return {"group_note": f"no entry of {t.name} is in group {grp!r}, in this window or any other"}
 
 
-def _staleness(materialized: list[datetime], not_in_view: int, any_rows: bool) -> dict[str, Any]:
+def _staleness(materialized: list[datetime], not_in_view: int, any_rows: bool, tz: ZoneInfo) -> dict[str, Any]:
     """Seed: a coarse view reflects the records up to its last materialization and returns a stale
     but consistent window with no error signal; here it always says so."""
     return {
-        "materialized_at": max(materialized).isoformat() if materialized else None,
+        "materialized_at": max(materialized).astimezone(tz).isoformat(timespec="seconds") if materialized else None,
         "materialized": any_rows,
         "stale": not_in_view > 0,
         "entries_not_in_view": not_in_view,
@@ -344,7 +344,7 @@ def browse(
                 "group": r["group_value"],
                 "entry_count": r["entry_count"],
                 "chars": r["chars"],
-                "materialized_at": r["materialized_at"].isoformat(),
+                "materialized_at": r["materialized_at"].astimezone(tz).isoformat(timespec="seconds"),
                 "stale": now_n > r["entry_count"],
                 "entries_not_in_view": max(0, now_n - r["entry_count"]),
             }

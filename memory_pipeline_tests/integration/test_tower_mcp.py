@@ -172,6 +172,7 @@ def test_every_tool_over_http_at_the_seed_address(server):
     # every time an agent reads is in the configured zone, to the second (they were UTC, microseconds)
     times = [out["create"]["created_at"], out["delete"]["updated_at"], found["created_at"], out["status"]["updated_at"]]
     times += [t for j in out["jobs"]["jobs"] for t in (j["created_at"], j["updated_at"])]
+    times += [out["recall"]["materialized_at"], *(w["materialized_at"] for w in out["windows"]["windows"])]
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00", t) for t in times), times
 
 
