@@ -505,7 +505,8 @@ def _summarize(
                 JobState.GIVEN_UP, reason=f"given up after {ledger['failures']} failures: {ledger['last_error']}"
             )
         if ledger is not None and scheduled and ledger["next_attempt_at"] > now:
-            return Outcome(JobState.FAILED, reason=f"backing off until {ledger['next_attempt_at'].isoformat()}")
+            until = ledger["next_attempt_at"].astimezone(sctx.tz).isoformat(timespec="seconds")
+            return Outcome(JobState.FAILED, reason=f"backing off until {until}")
         if not rows:
             return Outcome(JobState.SKIPPED_EMPTY)  # guardrail 3: no call, no record
         if ledger is not None and not sctx.force_llm:
