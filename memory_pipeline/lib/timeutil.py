@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -39,6 +40,11 @@ def instant_problem(dt: datetime) -> str | None:
     return None
 
 
+_OFFSET = re.compile(r"[+-][\d:.,]+$")  # the offset that ends an aware datetime's text
+_ISO_OFFSET = re.compile(r"[+-]\d\d(:?\d\d)?")
+_NOT_ISO = "is not an ISO 8601 datetime (want e.g. 2026-01-15T10:00:00+08:00)"
+
+
 def parse_instant(text: object) -> datetime:
     """An aware datetime from ISO 8601 text with an offset (``Z`` allowed), within the supported
     range. The ValueError says what is wrong ("is ..." / "has ...") without echoing the text."""
@@ -49,7 +55,11 @@ def parse_instant(text: object) -> datetime:
     try:
         dt = datetime.fromisoformat(value)
     except ValueError:
-        raise ValueError("is not an ISO 8601 datetime (want e.g. 2026-01-15T10:00:00+08:00)") from None
+        raise ValueError(_NOT_ISO) from None
+    # Python also reads an offset with seconds (+08:00:30); ISO 8601's are ±HH:MM (±HHMM, ±HH).
+    offset = _OFFSET.search(value) if dt.tzinfo is not None else None
+    if offset and not _ISO_OFFSET.fullmatch(offset.group()):
+        raise ValueError(_NOT_ISO)
     problem = instant_problem(dt)
     if problem:
         raise ValueError(problem)

@@ -269,6 +269,10 @@ def test_a_bad_memory_timezone_is_a_config_error(monkeypatch, name):
     "text,problem",
     [
         ("garbage", "is not an ISO 8601 datetime"),
+        # Python reads an offset with seconds; ISO 8601's are ±HH:MM
+        ("2026-01-15T10:00:00+08:00:30", "is not an ISO 8601 datetime"),
+        ("2026-01-15T10:00:00-080030", "is not an ISO 8601 datetime"),
+        ("2026-01-15T10:00:00+08:00:00.5", "is not an ISO 8601 datetime"),
         ("2026-01-15T10:00", "has no time zone offset"),
         ("0001-01-01T00:00+08:00", "is out of range"),
         ("9999-12-31T23:00-08:00", "is out of range"),

@@ -53,6 +53,8 @@ def test_parse_keeps_dates_and_instants_apart_and_types_the_level():
         ({"granularity": "day", "anchor": "0001-01-01T00:00:00+00:00"}, "anchor"),  # out of range
         ({"granularity": "day", "anchor": 20260105}, "anchor"),
         ({"from_": "yesterday", "to": LATER}, "from"),
+        ({"from_": AT, "to": "2026-01-05T12:00:00+08:00:30"}, "to"),  # an offset with seconds
+        ({"granularity": "day", "anchor": "2026-01-05T10:00:00+08:00:30"}, "anchor"),
         ({"from_": AT, "to": ["2026-01-06"]}, "to"),
         ({"granularity": "day", "anchor": "2026-01-05", "group": "../x"}, "group"),
         ({"granularity": "day", "anchor": "2026-01-05", "group": 7}, "group"),
@@ -60,6 +62,19 @@ def test_parse_keeps_dates_and_instants_apart_and_types_the_level():
 )
 def test_each_bad_shape_or_value_is_refused_naming_its_field(raw, field):
     assert _field(**raw) == field
+
+
+def test_an_offset_with_seconds_is_refused_as_any_bad_time_naming_the_argument():
+    """Python's fromisoformat reads +08:00:30; ISO 8601 offsets, the ones to send, are ±HH:MM."""
+    with pytest.raises(TowerInputError) as caught:
+        WindowQuery.parse(from_="2026-01-05T10:00:00+08:00:30", to=LATER)
+    with pytest.raises(TowerInputError) as garbage:
+        WindowQuery.parse(from_="yesterday", to=LATER)
+    assert str(caught.value) == str(garbage.value)
+    assert str(caught.value) == "field 'from': is not an ISO 8601 datetime (want e.g. 2026-01-15T10:00:00+08:00)"
+    assert WindowQuery.parse(from_="2026-01-05T10:00+0800", to="2026-01-05T12:00+08").from_ == datetime(
+        2026, 1, 5, 2, tzinfo=UTC
+    )  # ±HHMM and ±HH are ISO 8601 too
 
 
 def test_building_one_directly_checks_the_same_rules():
