@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Any
 
@@ -54,6 +55,19 @@ class ToolRegistry:
             return fn
 
         return register
+
+
+# The worlds a running call wrote to, when no one argument names its world (see note_worlds). The
+# call's worker thread runs in a copy of the context: it extends this list, the same object.
+_NOTED: ContextVar[list[str]] = ContextVar("call_worlds")
+
+
+def note_worlds(worlds: Iterable[str]) -> None:
+    """For the call's log line: the worlds a tool writes to when no argument names one (mem/append:
+    the groups of its entries, given or read from the type's group field)."""
+    noted = _NOTED.get(None)
+    if noted is not None:
+        noted.extend(worlds)
 
 
 # The window's start is ``from`` on the wire; ``from`` is a Python keyword, so the functions say ``from_``.
@@ -119,6 +133,8 @@ def _strict_classes() -> tuple[Any, Any]:
         ) -> Any:
             start = time.perf_counter()
             token, outcome = "-", Outcome.ERROR
+            noted: list[str] = []
+            noting = _NOTED.set(noted)
             try:
                 token = caller().name
                 self.guard.admit(token)  # before the arguments are read
@@ -130,7 +146,8 @@ def _strict_classes() -> tuple[Any, Any]:
                 outcome = _outcome(exc)
                 raise
             finally:
-                world = _world(arguments_to_validate)
+                _NOTED.reset(noting)
+                world = _world(arguments_to_validate, noted)
                 self.guard.record(token, self.tool_name, world, time.perf_counter() - start, outcome)
 
         def convert_result(self, result: Any) -> Any:
@@ -181,10 +198,14 @@ def _outcome(exc: BaseException) -> Outcome:
     return Outcome.ERROR
 
 
-def _world(arguments: dict[str, Any]) -> str:
-    """The world a call names (``world``, or a tower tool's ``group``) for the log: an id or "-"."""
+def _world(arguments: dict[str, Any], noted: list[str]) -> str:
+    """The world a call names (``world``, or a tower tool's ``group``), else the worlds it noted
+    (ids: no comma), for the log: ids or "-"."""
     world = arguments.get("world", arguments.get("group"))
-    return world if isinstance(world, str) and validate_id(world) is None else "-"
+    if isinstance(world, str) and validate_id(world) is None:
+        return world
+    worlds = sorted({w for w in noted if validate_id(w) is None})
+    return ",".join(worlds) if worlds else "-"
 
 
 def _argument_error(exc: Any, model: Any) -> TowerInputError:

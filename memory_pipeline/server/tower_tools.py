@@ -16,6 +16,7 @@ A type with no group field holds the memory of no world: only an --all-worlds to
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from memory_pipeline.access.logic import AccessError, Grant
@@ -23,7 +24,7 @@ from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.server import paging
 from memory_pipeline.server.auth import caller
-from memory_pipeline.server.tools import Access, ToolRegistry
+from memory_pipeline.server.tools import Access, ToolRegistry, note_worlds
 from memory_pipeline.tower import entries as entries_io
 from memory_pipeline.tower import types as types_io
 from memory_pipeline.tower.api import Tower
@@ -90,6 +91,7 @@ def _may_append(tower: Tower, grant: Grant, type_name: Any, entries: list[Any]) 
         where = f"entries[{i}]"
         group = validate_entry(raw, group_field=t.group_field, now=now, where=where).group
         if group != "":
+            note_worlds([group])  # the call's log names it, refused or not, as another tool's world
             grant.require_world(group)
         elif t.group_field is None:
             raise AccessError(f"type {t.name!r}: groups by no world: only an --all-worlds token appends to it")
@@ -99,6 +101,20 @@ def _may_append(tower: Tower, grant: Grant, type_name: Any, entries: list[Any]) 
                 "missing: the type groups by it, and this token appends only to its worlds",
                 where,
             )
+
+
+def _append_groups(tower: Tower, type_name: Any, entries: list[Any]) -> set[str]:
+    """The groups an --all-worlds token's append names, for the call's log: the tower refuses a bad
+    type or entry itself, in its own order."""
+    try:
+        t = types_io.get(tower.store, type_name)
+    except TowerInputError:
+        return set()
+    now, groups = utcnow(), set[str]()
+    for raw in entries if isinstance(entries, list) else [entries]:
+        with contextlib.suppress(TowerInputError):
+            groups.add(validate_entry(raw, group_field=t.group_field, now=now).group)
+    return groups
 
 
 def _tower_page(tower: Tower, tool: str, query: dict[str, Any], limit: int | None, cursor: str | None) -> paging.Page:
@@ -218,6 +234,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     def append(type: str, entries: list[Any]) -> dict[str, Any]:
         grant = caller()
         if grant.all_worlds:
+            note_worlds(_append_groups(tower, type, entries))  # its worlds are its entries' groups
             return dict(tower.append(type, entries, source="mcp"))
         _may_append(tower, grant, type, entries)
         answer = dict(tower.append(type, entries, source="mcp"))

@@ -396,6 +396,27 @@ def test_every_call_is_one_log_line_and_counted_without_the_token_or_any_content
     assert _sample(served, "memory_server_call_seconds_count", tool="memory/search") == 3
 
 
+def test_an_append_logs_the_worlds_it_wrote_to(limited):
+    """mem/append names no world argument: its worlds are its entries' groups, given or read from
+    the type's group field (it logged world=-)."""
+    served = limited()
+    by_field = {"type": NOTES, "entries": [{"content": {"world": "wa", "note": SECRET}}]}
+    given = {"type": NOTES, "entries": [{"content": "x", "group": "wa"}]}
+    two = {"type": NOTES, "entries": [{"content": "y", "group": "wb"}, {"content": {"world": "wa"}}]}
+    _, mine = _run(_calls(served["url"], served["bearer"]["a"], [("mem/append", by_field), ("mem/append", given)]))
+    _, ops = _run(_calls(served["url"], served["bearer"]["ops"], [("mem/append", two)]))
+    refused = {"type": NOTES, "entries": [{"content": "z", "group": "wb"}]}
+    _, theirs = _run(_calls(served["url"], served["bearer"]["a"], [("mem/append", refused)]))
+    assert [e for e, _ in mine + ops + theirs] == [False, False, False, True], (mine, ops, theirs)
+    calls = [c for c in served["log"].calls() if "tool=mem/append" in c]
+    pattern = r"call token={} tool=mem/append world={} ms=\d+ outcome={}"
+    assert re.fullmatch(pattern.format("a", "wa", "ok"), calls[0]), calls
+    assert re.fullmatch(pattern.format("a", "wa", "ok"), calls[1]), calls
+    assert re.fullmatch(pattern.format("ops", "wa,wb", "ok"), calls[2]), calls
+    assert re.fullmatch(pattern.format("a", "wb", "refused"), calls[3]), calls  # as memory/search names it
+    assert SECRET not in "\n".join(calls)
+
+
 def test_serve_takes_the_limits_and_refuses_a_bad_one_in_one_line():
     runner = CliRunner()
     for cmd in ("serve", "mcp"):
