@@ -85,6 +85,10 @@ def _may_change_type(tower: Tower, grant: Grant, name: Any) -> None:
 def _may_append(tower: Tower, grant: Grant, type_name: Any, entries: list[Any]) -> None:
     """Each entry's group must be one of the token's worlds (a bad entry: the tower's own refusal)."""
     t = types_io.get(tower.store, type_name)
+    if t.group_field is None:
+        # Before the entries: with a group or without, this token never appends here (an entry's
+        # group drew "this type has no group field", as if leaving it out would do).
+        raise AccessError(f"type {t.name!r}: groups by no world: only an --all-worlds token appends to it")
     now = utcnow()
     items = entries if isinstance(entries, list) else [entries]
     for i, raw in enumerate(items):
@@ -93,8 +97,6 @@ def _may_append(tower: Tower, grant: Grant, type_name: Any, entries: list[Any]) 
         if group != "":
             note_worlds([group])  # the call's log names it, refused or not, as another tool's world
             grant.require_world(group)
-        elif t.group_field is None:
-            raise AccessError(f"type {t.name!r}: groups by no world: only an --all-worlds token appends to it")
         else:  # the entry names no group: it would land in the empty one, which is no world's
             raise TowerInputError(
                 f"content.{t.group_field}",

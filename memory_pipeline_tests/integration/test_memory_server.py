@@ -50,7 +50,7 @@ from memory_pipeline.temporal.tables import temporal_day_chunks, temporal_summar
 from memory_pipeline.tower import windows
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.config import TowerConfig
-from memory_pipeline.tower.logic import WindowQuery
+from memory_pipeline.tower.logic import TowerInputError, WindowQuery
 from memory_pipeline.tower.tables import tower_entries, tower_jobs, tower_types
 from memory_pipeline_tests.conftest import CST, REDIS_URL, event, forget_schemas, fresh_schema
 from memory_pipeline_tests.mcp_client import mcp_streams
@@ -775,6 +775,33 @@ def test_a_type_a_world_created_is_changed_only_by_its_worlds_whoever_wrote_to_i
     _, ops = asyncio.run(_calls(served["url"], served["bearer"]["ops"], theirs[:1]))
     _, own = asyncio.run(_calls(served["url"], served["bearer"]["a"], [("mem/delete_type", {"name": "wa/own"})]))
     assert not ops[0][0] and not own[0][0], (ops, own)
+
+
+def test_a_worlds_append_to_an_ungrouped_type_is_refused_in_one_wording_with_a_group_or_without(served):
+    """A type with no group field holds no world's memory: a world's token is refused the same line
+    whether its entry names a group or not (with one, it was told the type has no group field, as if
+    leaving the group out would do). The Python API and an --all-worlds token append there without a
+    group; with one they keep the tower's own refusal, the same at both."""
+    served["tower"].create_type("ops/flat")
+    with_group = {"type": "ops/flat", "entries": [{"content": "x", "group": "wa"}]}
+    without = {"type": "ops/flat", "entries": [{"content": "x"}]}
+    _, world = asyncio.run(
+        _calls(served["url"], served["bearer"]["a"], [("mem/append", with_group), ("mem/append", without)])
+    )
+    line = (
+        "Error executing tool mem/append: type 'ops/flat': groups by no world: only an --all-worlds token appends to it"
+    )
+    assert world == [(True, line), (True, line)], world
+    _, ops = asyncio.run(
+        _calls(served["url"], served["bearer"]["ops"], [("mem/append", with_group), ("mem/append", without)])
+    )
+    with pytest.raises(TowerInputError) as api:
+        served["tower"].append("ops/flat", with_group["entries"])
+    assert ops[0] == (
+        True,
+        f"Error executing tool mem/append: {api.value}",
+    ) and "field 'group': this type has no group field" in str(api.value)
+    assert not ops[1][0], ops
 
 
 # ---- starting ------------------------------------------------------------------------------------------
