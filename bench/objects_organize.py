@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import resource
@@ -85,7 +86,46 @@ def _client_cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def measure(events: int = 10_000, worlds: int = 10, floor: bool = True, say: Any = print) -> dict[str, Any]:
+def _concurrent_worker(url: str, start: Any, done: Any, end: Any) -> None:
+    """One of ``--workers`` processes: its own store and client, ready before the start, then
+    ``run_worker`` over every pending event (the worlds' leases share them out, as between runs)."""
+    store = Store(url)
+    octx = ObjectsContext(store, LLMClient(store, asset="bench"), ObjectsConfig(retry_backoff_seconds=0))
+    with store.connect():  # a connection open before the clock starts
+        pass
+    cpu = _client_cpu_seconds()
+    start.wait()
+    rep = worker.run_worker(octx)
+    done.put((rep.batches, rep.model_calls, rep.zero_progress_batches, _client_cpu_seconds() - cpu))
+    end.wait()  # the backends' CPU is read while they are alive (it is lost when they exit)
+    store.engine.dispose()
+
+
+def _run_concurrently(url: str, workers: int) -> tuple[float, int, int, int, float, float | None]:
+    """``workers`` processes organizing at once: (seconds from the start to the last one done,
+    batches, model calls, batches without progress, the processes' CPU seconds, PostgreSQL's)."""
+    mp = multiprocessing.get_context("spawn")  # each imports afresh: no engine or lock inherited
+    start, end, done = mp.Barrier(workers + 1), mp.Barrier(workers + 1), mp.Queue()
+    procs = [mp.Process(target=_concurrent_worker, args=(url, start, done, end)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    start.wait()
+    pg_before = _postgres_cpu_seconds()
+    t = time.perf_counter()
+    results = [done.get(timeout=3600) for _ in procs]
+    secs = time.perf_counter() - t
+    pg_after = _postgres_cpu_seconds()
+    end.wait()
+    for p in procs:
+        p.join()
+    pg = pg_after - pg_before if pg_before is not None and pg_after is not None else None
+    batches, calls, zero, cpu = (sum(r[i] for r in results) for i in range(4))
+    return secs, int(batches), int(calls), int(zero), float(cpu), pg
+
+
+def measure(
+    events: int = 10_000, worlds: int = 10, floor: bool = True, say: Any = print, workers: int = 1
+) -> dict[str, Any]:
     """The organize measurement (``bench/run.py``'s objects stage calls it too): the keys of
     latest.json (``objects_organize_*``). With ``floor``, the set-based floor
     (``bench/objects_floor.py``) runs on a copy of the store taken before the real run, and its
@@ -135,6 +175,25 @@ def measure(events: int = 10_000, worlds: int = 10, floor: bool = True, say: Any
             (store.engine, "commit", counter("commits")),
             (store.engine, "rollback", counter("rollbacks")),
         ]
+        if workers > 1:
+            secs, batches, calls, zero, cpu, pg_cpu = _run_concurrently(
+                f"{PG}?options=-csearch_path%3D{schema}", workers
+            )
+            pg = f"{1000 * pg_cpu / pending:.2f} ms" if pg_cpu is not None else "unread"
+            say(
+                f"organize, {workers} worker processes at once: {pending} events in {secs:.1f}s = "
+                f"{pending / secs:,.1f} events/s; {calls / pending:.3f} model calls per event; {batches} batches, "
+                f"{zero} without progress; CPU per event: workers {1000 * cpu / pending:.2f} ms, PostgreSQL {pg}"
+            )
+            out.update(
+                objects_organize_workers=workers,
+                objects_organize_events_per_s=round(pending / secs, 1),
+                objects_organize_seconds=round(secs, 2),
+                objects_organize_calls_per_event=round(calls / pending, 3),
+                objects_organize_zero_progress_batches=zero,
+            )
+            store.engine.dispose()
+            return out
         for target, name, fn in hooks:
             event.listen(target, name, fn)
         pg_cpu, client_cpu = _postgres_cpu_seconds(), _client_cpu_seconds()
@@ -208,8 +267,15 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--worlds", type=int, default=10)
     parser.add_argument("--no-floor", action="store_true", help="the real run alone (no set-based floor)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="organize in this many processes at once, as that many runs of the `llm` pool would (no floor)",
+    )
     args = parser.parse_args()
-    print(json.dumps(measure(args.events, args.worlds, floor=not args.no_floor), indent=2))
+    floor = not args.no_floor and args.workers == 1
+    print(json.dumps(measure(args.events, args.worlds, floor=floor, workers=args.workers), indent=2))
 
 
 if __name__ == "__main__":
