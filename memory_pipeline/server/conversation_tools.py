@@ -90,9 +90,12 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
                 "sections": row["sections"],
                 "covered_start": row["covered_start"],
                 "covered_end": row["covered_end"],
-                "last_updated": row["last_updated"].isoformat(),
+                # In the configured zone to the second, as every time an agent reads (stored in UTC).
+                "last_updated": row["last_updated"].astimezone(tower.tz).isoformat(timespec="seconds"),
                 "verified": row["verified"],
-                "verified_at": row["verified_at"].isoformat() if row["verified_at"] else None,
+                "verified_at": row["verified_at"].astimezone(tower.tz).isoformat(timespec="seconds")
+                if row["verified_at"]
+                else None,
                 "check_line": None if row["verified"] else row["check_line"],
                 "trigger": row["trigger"],
             }

@@ -69,7 +69,7 @@ def prompt_block_answer(
     return {
         "world": world,
         "viewer": viewer,
-        "at": view.at.isoformat(),
+        "at": view.at.astimezone(tz).isoformat(),  # the configured zone, whatever offset the caller wrote
         "system_block": view.system_block,
         "truncated": view.system_truncated,
         "rolls": view.rolls,

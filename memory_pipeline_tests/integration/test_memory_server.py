@@ -539,14 +539,16 @@ def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
                 ("objects/read", {"world": "wa", "id": "person:zebra"}),
                 ("objects/evidence", {"world": "wa", "id": "person:zebra", "limit": 1}),
                 ("objects/status", {"world": "wa"}),
+                ("temporal/prompt_block", {"world": "wa", "at": "2026-01-05T04:00:00Z"}),  # AT, written in UTC
             ],
         )
     )
     assert not any(e for e, _ in results), results
     assert all(SECRET_B not in text for _, text in results), results
-    block, viewed, found, dossier, evidence, status = (json.loads(t) for _, t in results)
+    block, viewed, found, dossier, evidence, status, in_utc = (json.loads(t) for _, t in results)
     assert SECRET_A in block["system_block"] and "<temporal_summary>" in block["system_block"], block
     assert block["at"] == AT and not block["truncated"] and block["peer_messages"] == []
+    assert in_utc["at"] == AT and in_utc["system_block"] == block["system_block"]  # told in the configured zone
     assert SECRET_A in block["rolls"]["past_days"] and block["rolls"]["past_months"] is None
     assert viewed["system_block"] == block["system_block"] and viewed["viewer"] == "wa.s1"
     assert [h["id"] for h in found["items"]] == ["person:zebra"] and SECRET_A in found["items"][0]["summary"]

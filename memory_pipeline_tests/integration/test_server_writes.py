@@ -7,6 +7,7 @@ a read-only token reads and writes nothing, and no call reaches a model."""
 
 import asyncio
 import json
+import re
 import threading
 
 from sqlalchemy import func, select
@@ -111,6 +112,8 @@ def test_the_summary_shows_the_check_line_and_a_correction_writes_one_verified_v
     assert after["summary"]["version"] == 2 and after["summary"]["verified"] and after["summary"]["check_line"] is None
     assert after["summary"]["sections"]["arc"] == CORRECT_A["arc"] and CORRECT_A["arc"] in after["summary"]["content"]
     assert after["summary"]["trigger"] == "correction"
+    for when in (after["summary"]["last_updated"], after["summary"]["verified_at"]):  # the configured zone
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00", when), when
     assert _count(store, conversation_summaries, conversation_summaries.c.conversation_id == "wa.s1") == 2
 
 
