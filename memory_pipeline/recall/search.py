@@ -391,8 +391,8 @@ def search_page(
             MemoryKind(r.kind),
             r.ref,
             r.text,
-            r.start_at,
-            r.end_at,
+            r.start_at.astimezone(tz) if r.start_at else None,  # in the zone, as every time a reader meets
+            r.end_at.astimezone(tz) if r.end_at else None,
             by_relevance(ids, events, wanted, tz, periods) if len(ids) > 1 else ids,
             float(r.score),
         )

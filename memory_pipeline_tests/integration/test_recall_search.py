@@ -314,6 +314,8 @@ def test_the_command_searches_one_world(store, tmp_path, monkeypatch):
 
     hits = json.loads(result.output)
     assert hits and all(set(h) == {"kind", "ref", "text", "start", "end", "event_ids", "score"} for h in hits)
+    spans = [t for h in hits for t in (h["start"], h["end"]) if t]
+    assert spans and all(t.endswith("+08:00") for t in spans), spans  # the configured zone, not UTC
     result = runner.invoke(app, ["search", "a", "marathon", "-k", "0"])
     assert result.exit_code == 2 and "k: must be an integer from 1 to 100" in result.output
     # a world is refused as every command refuses it: a bad id names the rule (2), an unknown one 1
