@@ -451,3 +451,24 @@ def test_backfill_re_runs_a_summary_partition_left_with_a_failed_window_and_not_
             "tower_day_summaries", "2026-01-05", "2026-01-07", mode="changed", instance=instance, defs=defs
         )
         assert clean.runs == [] and clean.reasons == {} and clean.skipped_existing == 3
+
+
+def test_month_summaries_are_an_operator_target_for_a_type_whose_cap_reaches_month(store, worklog, instance, defs):
+    worklog.create_type("garden/log", chain=["day", "month"], summaries=True, summary_cap="month")
+    worklog.append(
+        "garden/log",
+        [{"content": f"tomatoes watered on day {d}", "at": cst(2026, 1, d, 9).isoformat()} for d in (5, 6)],
+    )
+    assert operations.materialize("tower_windows", "2026-01-05", "2026-01-07", instance=instance, defs=defs).success
+    assert operations.materialize("tower_month_windows", "2026-01", "2026-01", instance=instance, defs=defs).success
+    month = operations.materialize(
+        "tower_month_summaries", "2026-01", "2026-01", mode="changed", instance=instance, defs=defs
+    )
+    assert month.success and month.requested == 1, month
+    assert ("2026-01", "ok") in _ledger(store, "tower_month_summaries")
+    complete = [r for r in _checks(instance, month.runs[0].run_id) if r[0] == "tower_summaries_complete"]
+    assert complete == [("tower_summaries_complete", "2026-01", True)]
+    again = operations.materialize(
+        "tower_month_summaries", "2026-01", "2026-01", mode="changed", instance=instance, defs=defs
+    )
+    assert again.requested == 0 and again.skipped_existing == 1 and not again.runs

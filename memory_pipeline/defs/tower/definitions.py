@@ -75,5 +75,13 @@ for _name, _target in {
         configurable=False,
         changed=partial(summaries_left_failed, Granularity.WEEK, cst_week),
     ),
+    # Only types that raised their summary cap to `month` have these; the schedule runs them too.
+    "tower_month_summaries": Target(
+        "tower_month_summaries_job",
+        cst_month,
+        assets.tower_month_summaries.key,
+        configurable=False,
+        changed=partial(summaries_left_failed, Granularity.MONTH, cst_month),
+    ),
 }.items():
     register(_name, _target)
