@@ -61,27 +61,18 @@ for _name, _target in {
     "tower_month_windows": Target(
         "tower_month_windows_job", cst_month, assets.tower_month_windows.key, configurable=False
     ),
-    "tower_day_summaries": Target(
-        "tower_day_summaries_job",
-        cst_day,
-        assets.tower_day_summaries.key,
-        configurable=False,
-        changed=partial(summaries_left_failed, Granularity.DAY, cst_day),
-    ),
-    "tower_week_summaries": Target(
-        "tower_week_summaries_job",
-        cst_week,
-        assets.tower_week_summaries.key,
-        configurable=False,
-        changed=partial(summaries_left_failed, Granularity.WEEK, cst_week),
-    ),
-    # Only types that raised their summary cap to `month` have these; the schedule runs them too.
-    "tower_month_summaries": Target(
-        "tower_month_summaries_job",
-        cst_month,
-        assets.tower_month_summaries.key,
-        configurable=False,
-        changed=partial(summaries_left_failed, Granularity.MONTH, cst_month),
-    ),
 }.items():
     register(_name, _target)
+
+# The summaries (month: only types that raised their summary cap to `month` have them); a partition
+# left with a failed window is re-run by backfill's mode "changed".
+for _asset, _g, _defn in (
+    (assets.tower_day_summaries, Granularity.DAY, cst_day),
+    (assets.tower_week_summaries, Granularity.WEEK, cst_week),
+    (assets.tower_month_summaries, Granularity.MONTH, cst_month),
+):
+    _key = _asset.key.to_user_string()
+    register(
+        _key,
+        Target(f"{_key}_job", _defn, _asset.key, configurable=False, changed=partial(summaries_left_failed, _g, _defn)),
+    )
