@@ -98,3 +98,18 @@ def test_make_ui_starts_without_warnings_and_one_sigterm_stops_every_process(tmp
             except ProcessLookupError:
                 pass
         make.wait(timeout=10)
+
+
+def test_the_code_location_loads_under_dagster_dev_without_the_environment_on_path():
+    """`memory-pipeline ui` (not `make ui`) runs without `.venv/bin` on PATH: under dagster dev the
+    dbt project is parsed again on load, with this environment's dbt, not one looked up on PATH."""
+    import subprocess
+    import sys
+
+    path = os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if not (Path(p) / "dbt").exists())
+    env = {**os.environ, "PATH": path, "DAGSTER_IS_DEV_CLI": "1", "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    code = "import memory_pipeline.defs.analyst.dbt as d; print(d.MANIFEST.exists())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr[-2000:]

@@ -50,15 +50,18 @@ DAILY_TAG = "cst_day"
 
 
 def prepared_manifest() -> Path:
-    """``dagster dev`` re-parses on every load (prepare_if_dev); elsewhere the manifest comes from
+    """``dagster dev`` re-parses on every load, as dagster-dbt's own preparer does there, but with
+    this environment's dbt (its preparer runs the ``dbt`` on PATH, and `memory-pipeline ui` runs
+    without `.venv/bin` on it: the code location failed to load); elsewhere the manifest comes from
     ``make`` (dagster-dbt project prepare-and-package), and one that is missing or older than a
-    file of the project (a fresh clone under a bare ``pytest``, an edited model) is parsed here."""
-    analytics_dbt.prepare_if_dev()
+    file of the project (a fresh clone under a bare ``pytest``, an edited model) is parsed here.
+    The project has no packages (no ``dbt deps``)."""
     manifest = analytics_dbt.manifest_path
     root = analytics_dbt.project_dir
     sources = [root / "dbt_project.yml", root / "profiles.yml"]
     sources += [p for folder in ("models", "macros", "tests") for p in (root / folder).rglob("*") if p.is_file()]
-    if not manifest.exists() or any(p.stat().st_mtime > manifest.stat().st_mtime for p in sources):
+    dev = analytics_dbt.preparer.using_dagster_dev()
+    if dev or not manifest.exists() or any(p.stat().st_mtime > manifest.stat().st_mtime for p in sources):
         dbt = DbtCliResource(project_dir=analytics_dbt, dbt_executable=dbt_executable())
         # As dagster-dbt's own preparer: processes loading at once parse once, the others wait.
 
