@@ -286,8 +286,11 @@ def _stale_note(side: StaleSnapshot) -> str:
 @app.command()
 def memories(world: str = typer.Argument(...)) -> None:
     """A world's active semantic memories (reading memory never calls a model)."""
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.timeutil import zone
     from memory_pipeline.sleep.memory import load_active
 
+    tz = zone(settings.timezone_name())
     store = open_store()
     known_world(world, store, "WORLD")
     with store.connect() as conn:
@@ -296,7 +299,8 @@ def memories(world: str = typer.Argument(...)) -> None:
     for c in ("id", "type", "content", "sessions", "observed"):
         table.add_column(c)
     for m in rows:
-        table.add_row(m.id, m.type, escape(m.content), ",".join(m.source_sessions), m.observed_at.isoformat())
+        observed = m.observed_at.astimezone(tz).isoformat(timespec="seconds")  # the zone, as every operator time
+        table.add_row(m.id, m.type, escape(m.content), ",".join(m.source_sessions), observed)
     console.print(table)
 
 

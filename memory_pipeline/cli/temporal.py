@@ -348,7 +348,8 @@ def _no_redis() -> str:
 
 
 def print_view(view: TemporalView, timeline: list[dict[str, Any]], backend: str) -> None:
-    console.rule(f"system prompt segment for {view.world_id} at {view.at.isoformat()} (cache: {backend})")
+    at = view.at.astimezone(_zone()).isoformat(timespec="seconds")
+    console.rule(f"system prompt segment for {view.world_id} at {at} (cache: {backend})")
     console.print(escape(view.system_block or "(no roll cached: the block is skipped)"))
     if view.system_truncated:
         console.print("[yellow]truncated to system_prompt_max_chars; Inbox warning written[/]")

@@ -48,8 +48,11 @@ def list_(json_out: bool = typer.Option(False, "--json", help="One JSON object p
     import json
 
     from memory_pipeline.access import tokens
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.timeutil import zone
 
     infos = tokens.list_tokens(open_store())
+    tz = zone(settings.timezone_name())
     if json_out:
         for info in infos:
             print(json.dumps(info.as_dict()))
@@ -62,8 +65,8 @@ def list_(json_out: bool = typer.Option(False, "--json", help="One JSON object p
             escape(i.name),
             escape(", ".join(i.worlds)),
             "yes" if i.read_only else "no",
-            i.created_at.isoformat(timespec="seconds"),
-            i.revoked_at.isoformat(timespec="seconds") if i.revoked_at else "",
+            i.created_at.astimezone(tz).isoformat(timespec="seconds"),  # the zone, as every operator time
+            i.revoked_at.astimezone(tz).isoformat(timespec="seconds") if i.revoked_at else "",
         )
     console.print(table)
 

@@ -54,6 +54,11 @@ KEY_FORMAT = logic.KEY_FORMAT
 period_key = logic.period_key
 
 
+def _shown_at(at: datetime, tz: ZoneInfo) -> str:
+    """An instant in a reason an operator reads: the zone, to the second, as every operator time."""
+    return at.astimezone(tz).isoformat(timespec="seconds")
+
+
 def next_period(window: str, period_start: date) -> date:
     if window == Window.DAY:
         return period_start + timedelta(days=1)
@@ -283,9 +288,7 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
         rec, reasons = records[(Window.DAY, p)], []
         if p in late:
             n, newest = late[p]
-            reasons.append(
-                f"{n} message(s) ingested after the day was materialized (newest {newest.astimezone(tz):%Y-%m-%d %H:%M %z})"
-            )
+            reasons.append(f"{n} message(s) ingested after the day was materialized (newest {_shown_at(newest, tz)})")
         if p in missing:
             n, first_id, last_id = missing[p]
             names = first_id if n == 1 else f"{first_id} .. {last_id}"
@@ -309,7 +312,7 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
             if n_changed and newest_child is not None:
                 reasons.append(
                     f"{n_changed} {child} row(s) written after the {window} was materialized "
-                    f"(newest {newest_child.astimezone(tz):%Y-%m-%d %H:%M %z})"
+                    f"(newest {_shown_at(newest_child, tz)})"
                 )
             waits = tuple(below.get(p, ()))
             if waits:

@@ -100,6 +100,8 @@ def test_operate_and_read_from_the_command_line(env):
     peers = [m for m in view["timeline"] if m.get("name") == "temporal_summary_peers"]
     assert [m["at"] for m in peers] == ["2026-07-18T06:30:00+08:00"]
     assert runner.invoke(app, ["read", "--world", "w1", "--at", "2026-07-18T07:00"]).exit_code == 2
+    shown = runner.invoke(app, ["read", "--world", "w1", "--at", "2026-07-17T23:00:00.5Z"])  # the same instant
+    assert "system prompt segment for w1 at 2026-07-18T07:00:00+08:00 " in shown.output, shown.output
     status = runner.invoke(app, ["status"])
     assert "no_sessions" in status.output and "temporal_day_s" in status.output
 

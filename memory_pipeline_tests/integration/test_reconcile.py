@@ -306,7 +306,7 @@ def test_reconcile_and_status_from_the_command_line(env, store):
     assert status.exit_code == 0, status.output
     assert "Pending repairs" in status.output
     assert "2025-12-31" in status.output and "message(s) ingested after the day was materialized" in status.output
-    assert re.search(r"\(newest \d{4}-\d\d-\d\d \d\d:\d\d \+0800\)", status.output)  # CST, as the days
+    assert re.search(r"\(newest \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00\)", status.output)  # CST, as every operator time
 
     dry = runner.invoke(app, ["reconcile", "--dry-run"])
     assert dry.exit_code == 0, dry.output

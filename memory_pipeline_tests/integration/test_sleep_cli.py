@@ -2,6 +2,7 @@
 and their refusals (exit 2, the field named, nothing written), status, the conversation commands."""
 
 import json
+import re
 
 from sqlalchemy import func, select
 from typer.testing import CliRunner
@@ -53,6 +54,9 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
     ]
     diff = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
     assert diff.exit_code == 0 and "deprecated:" in diff.output and "created:" in diff.output
+    active = runner.invoke(app, ["sleep", "memories", "w1"], terminal_width=300)
+    assert active.exit_code == 0 and "2026-03-03T09:0" in active.output, active.output  # observed: CST, not UTC
+    assert re.search(r"2026-03-03T09:0\d:\d\d\+08:00", active.output), active.output
     # A side with no snapshot is refused by name, never reported as "everything deprecated".
     missing = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2099-01-01"])
     assert missing.exit_code == 1 and "no snapshot of 2099-01-01" in missing.output

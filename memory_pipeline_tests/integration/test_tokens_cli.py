@@ -4,6 +4,7 @@ token; revoke refuses it from then on; bad input exits 2 and writes nothing."""
 
 import hashlib
 import json
+import re
 
 import pytest
 from sqlalchemy import select
@@ -56,6 +57,7 @@ def test_create_prints_the_token_once_and_stores_only_its_hash(env, store):
     assert rows[1]["name"].startswith("token-")
     table = runner.invoke(app, ["tokens", "list"])
     assert table.exit_code == 0 and "bot" in table.output and "w1, w2" in table.output and token not in table.output
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00", table.output), table.output  # created: CST
 
 
 def test_revoke_refuses_the_token_and_keeps_its_name(env, store):
