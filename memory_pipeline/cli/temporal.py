@@ -214,15 +214,18 @@ def print_pending(stale: Staleness) -> None:
 
 
 def print_never_materialized(missing: dict[str, list[date]]) -> None:
-    """Closed periods with messages that no run ever materialized: reconcile cannot see them (it
-    compares materialized periods with their input), so they are named here with their backfill."""
+    """Closed periods with messages, and those a closed month or year with messages reads, that no
+    run ever materialized: reconcile cannot see them (it compares materialized periods with their
+    input), so they are named here with their backfill, days before months before years."""
     from memory_pipeline.temporal.logic import period_key
     from memory_pipeline.temporal.reconcile import spans
 
     if not missing:
-        console.print("Never materialized — none: every closed day, month and year with messages has rows")
+        console.print("Never materialized — none: every closed period with messages, and every one it reads, has rows")
         return
-    table = Table(title="Never materialized (closed, with messages; no row, no run)")
+    table = Table(
+        title="Never materialized (closed; with messages, or read by a month or year with them; no row, no run)"
+    )
     for col in ("window", "periods", "count", "backfill"):
         table.add_column(col, overflow="fold")
     for window, starts in missing.items():

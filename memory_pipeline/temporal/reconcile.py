@@ -337,9 +337,12 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
 
 
 def never_materialized(store: Store, tz: ZoneInfo, now: datetime | None = None) -> dict[str, list[date]]:
-    """Closed days, months and years (from MEMORY_PARTITION_START) that hold counted messages and
-    no summary row nor run record: nothing was ever materialized for them, so nothing reads them as
-    stale either. One indexed probe of the messages per such period, only for periods without rows."""
+    """Closed days, months and years (from MEMORY_PARTITION_START) with no summary row nor run
+    record, that hold counted messages or lie in a closed month or year that does: nothing was ever
+    materialized for them, so nothing reads them as stale either. A month's run reads every day of
+    it from the first event on, and a year's every month (placeholders included), so those are
+    listed too: the backfills named, run in order, build the month. One indexed probe of the
+    messages per period without rows (and per closed month and year above one)."""
     now = min(now or utcnow(), utcnow())
     today = local_date(now, tz)
     first_day = date.fromisoformat(settings.partition_start())
@@ -348,17 +351,19 @@ def never_materialized(store: Store, tz: ZoneInfo, now: datetime | None = None) 
         first_at = conn.execute(select(func.min(messages.c.at))).scalar()
         if first_at is None:
             return {}
+        # A month's run needs the rows of its days from the first event on (none before it), a year's
+        # those of its months.
         first = max(local_date(first_at, tz), first_day)
         done = {(str(w), p) for w, p in conn.execute(select(ts.window, ts.period_start).distinct())}
         done |= {
             (str(w), p)
             for w, p in conn.execute(select(temporal_period_runs.c.window, temporal_period_runs.c.period_start))
         }
-        out: dict[str, list[date]] = {}
-        for window in (Window.DAY, Window.MONTH, Window.YEAR):
-            for start in expected_periods(window, first, today, today):
-                if (str(window), start) in done:
-                    continue
+        closed = {w: set(expected_periods(str(w), first, today, today)) for w in (Window.MONTH, Window.YEAR)}
+        held: dict[tuple[Window, date], bool] = {}
+
+        def holds(window: Window, start: date) -> bool:
+            if (window, start) not in held:
                 lo, hi = period_bounds(window, start, tz)
                 probe = (
                     select(messages.c.message_id)
@@ -366,7 +371,21 @@ def never_materialized(store: Store, tz: ZoneInfo, now: datetime | None = None) 
                     .where(messages.c.at >= lo, messages.c.at < hi, counted_conversations())
                     .limit(1)
                 )
-                if conn.execute(probe).first() is not None:
+                held[(window, start)] = conn.execute(probe).first() is not None
+            return held[(window, start)]
+
+        def needed(window: Window, start: date) -> bool:
+            above = [(Window.YEAR, start.replace(month=1, day=1))]
+            if window == Window.DAY:
+                above.insert(0, (Window.MONTH, start.replace(day=1)))
+            if window == Window.YEAR:
+                above = []
+            return holds(window, start) or any(p in closed[w] and holds(w, p) for w, p in above)
+
+        out: dict[str, list[date]] = {}
+        for window in (Window.DAY, Window.MONTH, Window.YEAR):
+            for start in expected_periods(str(window), first, today, today):
+                if (str(window), start) not in done and needed(window, start):
                     out.setdefault(str(window), []).append(start)
     return out
 

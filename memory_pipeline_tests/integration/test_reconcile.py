@@ -341,13 +341,18 @@ def test_reconcile_and_status_from_the_command_line(env, store):
         + conversation("w1", "x", cst(2026, 1, 9, 9), ["ferry late", "ferry on time"], debug=True),  # not counted
     )
     flat = " ".join(runner.invoke(app, ["status"]).output.replace("│", " ").split())
-    assert "Never materialized (closed, with messages; no row, no run)" in flat
-    assert "day 2026-01-03 .. 2026-01-04 2 memory-pipeline backfill day --from 2026-01-03 --to 2026-01-04" in flat
+    assert "Never materialized (closed; with messages, or read by a month or year with them; no row, no run)" in flat
     assert "month 2026-01 1 memory-pipeline backfill month --from 2026-01 --to 2026-01" in flat
-    assert "2026-01-09" not in flat and "year 2026" not in flat  # a debug day; the open year
+    assert "year 2026" not in flat  # the open year
+    # The month's run reads every day of it (a debug day and the days without messages get
+    # placeholders), so every one of them is named: the commands, run in order, build the month.
+    assert "day 2026-01-01 .. 2026-01-31 31 memory-pipeline backfill day --from 2026-01-01 --to 2026-01-31" in flat
     assert runner.invoke(app, ["backfill", "day", "--from", "2026-01-03", "--to", "2026-01-04"]).exit_code == 0
     flat = " ".join(runner.invoke(app, ["status"]).output.replace("│", " ").split())
-    assert "backfill day" not in flat and "memory-pipeline backfill month --from 2026-01 --to 2026-01" in flat
+    assert "day 2026-01-05 .. 2026-01-31 27 memory-pipeline backfill day --from 2026-01-05 --to 2026-01-31" in flat
+    for command in re.findall(r"memory-pipeline (backfill \w+ --from \S+ --to \S+)", flat):
+        assert runner.invoke(app, command.split()).exit_code == 0, command
+    assert "Never materialized — none" in runner.invoke(app, ["status"]).output
 
 
 def _ok_calls_after(store, call_id: int) -> list[tuple[str, str, str]]:
