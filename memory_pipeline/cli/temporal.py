@@ -80,9 +80,7 @@ def _print_report(window: str, report: OperationReport) -> None:
     for note in report.notes:
         err.print(f"[yellow]{escape(note)}[/]")
     console.print(
-        f"{window}: {report.requested} partition(s) requested, {report.skipped_existing} already "
-        f"materialized and skipped{' (unchanged per their record)' if report.mode == 'changed' else ''}, "
-        f"{len(report.runs)} run(s)"
+        f"{window}: {report.requested} partition(s) requested{_skipped(window, report)}, {len(report.runs)} run(s)"
     )
     for key, why in list(report.reasons.items())[:10]:
         console.print(f"  {key}: re-run, {escape(why)}")
@@ -94,6 +92,21 @@ def _print_report(window: str, report: OperationReport) -> None:
             f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}",
             soft_wrap=True,
         )
+
+
+def _skipped(window: str, report: OperationReport) -> str:
+    """What the report's line says of the partitions not re-run: true of the mode and the target."""
+    if report.mode == "rebuild":  # nothing is skipped
+        return " (run whether materialized or not)"
+    said = f", {report.skipped_existing} already materialized and skipped"
+    if report.mode == "missing":
+        return said
+    if report.keeps_record:
+        return f"{said} (unchanged per their record)"
+    return (
+        f"{said} ({window} keeps no record of what changed since: `memory-pipeline rebuild {window} "
+        "--from .. --to ..` re-runs them)"
+    )
 
 
 WINDOW_HELP = "chunks | peer_rolls | day | month | year, or another domain's target (a wrong name lists them all)"

@@ -190,6 +190,9 @@ class OperationReport:
     notes: list[str] = field(default_factory=list)
     # mode "changed": why each materialized partition is re-run (stale per its record, ...)
     reasons: dict[str, str] = field(default_factory=dict)
+    # mode "changed": the target keeps a record of what changed (its ``changed`` function); without
+    # one, a materialized partition is skipped as in mode "missing", whatever changed since
+    keeps_record: bool = False
 
     @property
     def partitions(self) -> int:
@@ -365,6 +368,7 @@ def materialize(
         done = materialized(instance, window)
         changed_fn = targets()[window].changed
         if mode == "changed" and changed_fn is not None:
+            report.keeps_record = True
             defs = _defs(defs)
             report.reasons = {k: why for k, why in changed_fn(defs, keys, as_of, instance).items() if k in done}
             done -= set(report.reasons)

@@ -70,8 +70,12 @@ def test_operate_and_read_from_the_command_line(env):
     result = runner.invoke(app, ["rebuild", "day", "--from", "2026-07-01", "--to", "2099-12-31"])
     assert result.exit_code == 0, result.output
     assert "capped at" in result.output and "1 run(s)" in result.output
+    said = " ".join(result.output.split())
+    assert "partition(s) requested (run whether materialized or not), 1 run(s)" in said, said  # none skipped
+    assert "skipped" not in said
     result = runner.invoke(app, ["backfill", "day", "--from", "2026-07-01", "--to", "2026-07-20"])
-    assert "already materialized and skipped" in result.output and "0 partition(s) requested" in result.output
+    said = " ".join(result.output.split())
+    assert "0 partition(s) requested, 20 already materialized and skipped (unchanged per their record)" in said
     assert runner.invoke(app, ["regenerate", "day", "2026-07-17"]).exit_code == 0
     bad_key = runner.invoke(app, ["regenerate", "month", "2026-13"])
     assert bad_key.exit_code == 2 and "is not a partition key of month" in bad_key.output
@@ -86,6 +90,14 @@ def test_operate_and_read_from_the_command_line(env):
             ["rebuild", "chunks", "--from", "2026-07-18", "--to", "2026-07-18", "--as-of", "2026-07-18T07:00:00+08:00"],
         ).exit_code
         == 0
+    )
+    # chunks keep no record of what changed since: the line does not say the skipped are unchanged
+    again = runner.invoke(app, ["backfill", "chunks", "--from", "2026-07-18", "--to", "2026-07-18"])
+    said = " ".join(again.output.split())
+    assert again.exit_code == 0 and "unchanged per their record" not in said, said
+    assert (
+        "chunks: 0 partition(s) requested, 1 already materialized and skipped (chunks keeps no record of what "
+        "changed since: `memory-pipeline rebuild chunks --from .. --to ..` re-runs them), 0 run(s)" in said
     )
     assert runner.invoke(app, ["system-rolls", "--as-of", "2026-07-18T07:00:00+08:00"]).exit_code == 0
     future = runner.invoke(app, ["system-rolls", "--as-of", "2099-01-01T00:00:00+08:00"])  # capped, said so
