@@ -33,8 +33,10 @@ def _materialize(
     force_llm: bool = False,
     worlds: list[str] | None = None,
     as_of: str = "",
+    command: str = "",
 ) -> OperationReport:
-    """One operation (a run per contiguous range), with a progress bar and its report printed."""
+    """One operation (a run per contiguous range), with a progress bar labelled with the ``command``
+    (backfill, rebuild, regenerate) and its report printed; the range's notes come before the bar."""
     from memory_pipeline import operations
     from memory_pipeline.temporal import config as temporal_config
 
@@ -46,9 +48,13 @@ def _materialize(
             for world in worlds:
                 if not world_ingested(store, world):
                     refuse(f"--world {shown(world)}: no such world, nothing has been ingested for it")
-        operations.partition_keys(window, start, end)  # a wrong window or range is refused before the bar
+        # a wrong window or range is refused before the bar, and a capped one said before it
+        _, range_notes = operations.partition_keys(window, start, end)
+        for note in range_notes:
+            err.print(f"[yellow]{escape(note)}[/]")
+        label = f"{command or mode} {window}{' (missing only)' if mode == 'missing' else ''}"
         with progress_bar() as progress:
-            task = progress.add_task(f"{mode} {window}", total=None)
+            task = progress.add_task(label, total=None)
             report = operations.materialize(
                 window,
                 start,
@@ -62,22 +68,32 @@ def _materialize(
             )
     except operations.RangeError as exc:
         refuse(str(exc))
-    _print_report(window, report)
+    _print_report(window, report, said=range_notes)
     return report
 
 
 def _run_operation(
-    window: str, start: str | None, end: str | None, mode: str, force_llm: bool, worlds: list[str], as_of: str
+    command: str,
+    window: str,
+    start: str | None,
+    end: str | None,
+    mode: str,
+    force_llm: bool,
+    worlds: list[str],
+    as_of: str,
 ) -> None:
-    report = _materialize(window, start, end, mode, force_llm, worlds, as_of)
+    report = _materialize(window, start, end, mode, force_llm, worlds, as_of, command)
     if window == "peer_rolls":
         note_pending_cache(open_store())
     if not report.success:
         raise typer.Exit(1)
 
 
-def _print_report(window: str, report: OperationReport) -> None:
+def _print_report(window: str, report: OperationReport, said: list[str] | None = None) -> None:
+    """The report; ``said``: notes already printed (the range's, before the progress bar)."""
     for note in report.notes:
+        if note in (said or []):
+            continue
         err.print(f"[yellow]{escape(note)}[/]")
     console.print(
         f"{window}: {report.requested} partition(s) requested{_skipped(window, report)}, {len(report.runs)} run(s)"
@@ -126,13 +142,15 @@ def regenerate(
         operations.partition_keys(window, partition, partition, labels=("partition", "partition"))
     except operations.RangeError as exc:
         refuse(str(exc))
-    _run_operation(window, partition, partition, "rebuild", force_llm, world, "")
+    _run_operation("regenerate", window, partition, partition, "rebuild", force_llm, world, "")
 
 
 @app.command()
 def backfill(
     window: str = typer.Argument(..., help=WINDOW_HELP),
-    start: str | None = typer.Option(None, "--from", help="First partition key (default: the first partition)"),
+    start: str | None = typer.Option(
+        None, "--from", help="First partition key (default: the first partition, MEMORY_PARTITION_START)"
+    ),
     end: str | None = typer.Option(
         None, "--to", help="Last partition key (default, and cap: the last closed window; CST today for chunks)"
     ),
@@ -143,13 +161,15 @@ def backfill(
     """Backfill, incrementally: partitions never materialized, and (day, month, year) those whose
     record shows them stale (late messages, a new world, child rows written since, another model,
     prompt version or settings). Unchanged partitions, placeholders included, are not re-run."""
-    _run_operation(window, start, end, "missing" if missing_only else "changed", False, [], "")
+    _run_operation("backfill", window, start, end, "missing" if missing_only else "changed", False, [], "")
 
 
 @app.command()
 def rebuild(
     window: str = typer.Argument(..., help=WINDOW_HELP),
-    start: str | None = typer.Option(None, "--from", help="First partition key (default: the first partition)"),
+    start: str | None = typer.Option(
+        None, "--from", help="First partition key (default: the first partition, MEMORY_PARTITION_START)"
+    ),
     end: str | None = typer.Option(
         None, "--to", help="Last partition key (default, and cap: the last closed window; CST today for chunks)"
     ),
@@ -157,7 +177,7 @@ def rebuild(
     as_of: str = typer.Option("", "--as-of", help="ISO datetime standing for now (chunks, peer rolls)"),
 ) -> None:
     """Rebuild a range (force): every partition in it, one run for the whole range."""
-    _run_operation(window, start, end, "rebuild", force_llm, [], as_of)
+    _run_operation("rebuild", window, start, end, "rebuild", force_llm, [], as_of)
 
 
 @app.command("reconcile")

@@ -73,10 +73,20 @@ def test_operate_and_read_from_the_command_line(env):
     said = " ".join(result.output.split())
     assert "partition(s) requested (run whether materialized or not), 1 run(s)" in said, said  # none skipped
     assert "skipped" not in said
+    # the range's note comes before the progress bar, which is labelled with the command
+    assert said.index("--to 2099-12-31 capped at") < said.index("rebuild day ━"), said
     result = runner.invoke(app, ["backfill", "day", "--from", "2026-07-01", "--to", "2026-07-20"])
     said = " ".join(result.output.split())
     assert "0 partition(s) requested, 20 already materialized and skipped (unchanged per their record)" in said
-    assert runner.invoke(app, ["regenerate", "day", "2026-07-17"]).exit_code == 0
+    assert "backfill day ━" in said and "changed day" not in said, said
+    missing = runner.invoke(app, ["backfill", "day", "--from", "2026-07-01", "--to", "2026-07-20", "--missing-only"])
+    assert "backfill day (missing only) ━" in " ".join(missing.output.split()), missing.output
+    regenerated = runner.invoke(app, ["regenerate", "day", "2026-07-17"])
+    assert regenerated.exit_code == 0 and "regenerate day ━" in regenerated.output, regenerated.output
+    for command in ("backfill", "rebuild"):  # what the default --from is: years before the data, maybe
+        assert "(default: the first partition, MEMORY_PARTITION_START)" in " ".join(
+            runner.invoke(app, [command, "--help"]).output.replace("│", " ").split()
+        )
     bad_key = runner.invoke(app, ["regenerate", "month", "2026-13"])
     assert bad_key.exit_code == 2 and "is not a partition key of month" in bad_key.output
     open_month = runner.invoke(app, ["regenerate", "day", "2099-01-01"])  # never a future partition
