@@ -103,7 +103,7 @@ def _print_report(window: str, report: OperationReport, said: list[str] | None =
     if len(report.reasons) > 10:
         console.print(f"  (+{len(report.reasons) - 10} more re-run)")
     for r in report.runs:
-        status = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
+        status = "[green]ok[/]" if r.success else f"[red]failed:[/] {escape(r.error)}"
         console.print(  # one line however long (a script reads the failure from it)
             f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}",
             soft_wrap=True,
@@ -203,7 +203,7 @@ def reconcile_command(
         task = progress.add_task("reconcile", total=None)
         report = operations.repair(progress=lambda d, t: progress.update(task, completed=d, total=t))
     for r in report.runs:
-        status = "[green]ok[/]" if r.success else f"[red]failed[/] {escape(r.error)}"
+        status = "[green]ok[/]" if r.success else f"[red]failed:[/] {escape(r.error)}"
         console.print(
             f"  {r.window} run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}",
             soft_wrap=True,

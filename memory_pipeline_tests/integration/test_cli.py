@@ -244,9 +244,16 @@ def test_a_failed_runs_line_is_one_line_however_long(env):
     assert runner.invoke(app, ["ingest", str(_jsonl(env / "e.jsonl", events))]).exit_code == 0
     result = runner.invoke(app, ["regenerate", "month", "2026-07"])
     assert result.exit_code != 0
-    (line,) = [x for x in result.output.splitlines() if " failed " in x]
+    (line,) = [x for x in result.output.splitlines() if " failed: " in x]
     assert len(line) > 120 and line.endswith("run those day partitions first (or select them in the same launch)")
-    assert "failed month 2026-07: 29 child row(s) missing in 15 day partition(s) 2026-07-17...2026-07-31: " in line
+    assert "failed: month 2026-07: 29 child row(s) missing in 15 day partition(s) 2026-07-17...2026-07-31: " in line
+    ranged = runner.invoke(app, ["rebuild", "month", "--from", "2026-06", "--to", "2026-07"])
+    (line,) = [x for x in ranged.output.splitlines() if " failed: " in x]
+    assert ranged.exit_code == 1 and line.count("failed") == 1, line  # it read "failed 1 of 2 ... failed; ..."
+    assert (
+        "(2 partition(s), " in line
+        and "s) failed: 1 of 2 month partition(s); rows of the others are written: month 2026-07: " in line
+    )
 
 
 def test_status_counts_requests_apart_from_ledger_rows(env, store):

@@ -284,13 +284,14 @@ def _report(
 
 
 def _failure_line(window: str, n: int, failures: dict[str, str]) -> str:
-    """One line: how many partitions failed, whether other rows were written, the first reasons."""
+    """One line: how many partitions failed, whether other rows were written, the first reasons. It
+    does not say "failed": it is a failure's text, and the CLI's run line puts "failed:" before it."""
     shown = " | ".join(list(failures.values())[:5])
     more = f" | (+{len(failures) - 5} more)" if len(failures) > 5 else ""
     if n == 1:
         return shown
     others = "rows of the others are written" if len(failures) < n else "no row written"
-    return f"{len(failures)} of {n} {window} partition(s) failed; {others}: {shown}{more}"
+    return f"{len(failures)} of {n} {window} partition(s); {others}: {shown}{more}"
 
 
 @asset(
