@@ -101,6 +101,14 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
     late = " ".join(runner.invoke(app, ["sleep", "status"]).output.split())
     assert "late data: 1 day(s) whose light sleep ran before some of their messages were ingested (2026-03-02)" in late
     assert "`memory-pipeline sleep backfill --from 2026-03-02 --to 2026-03-03` runs them again" in late
+    # the operator's backfill of the nights runs them again too (it said both unchanged per their record)
+    said = " ".join(
+        runner.invoke(app, ["backfill", "sleep", "--from", "2026-03-02", "--to", "2026-03-03"]).output.split()
+    )
+    assert "sleep: 2 partition(s) requested, 0 already materialized and skipped" in said, said
+    assert "2026-03-02: re-run, late data: messages ingested after its light sleep ran" in said
+    assert "2026-03-03: re-run, after 2026-03-02: a re-run of a day turns the days after it stale" in said
+    assert "late data" not in runner.invoke(app, ["sleep", "status"]).output
     assert runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-03"]).exit_code == 0
     assert "late data" not in runner.invoke(app, ["sleep", "status"]).output
 
@@ -229,6 +237,13 @@ def test_a_late_message_backfilled_is_a_rebuild_of_its_day_and_the_command_says_
     assert "still stale: 2026-03-01 .. 2026-03-02" in light.output.replace("\n", " ")
     status = runner.invoke(app, ["sleep", "status"])
     assert "deep_sleep days stale" in status.output.replace("\n", " ")
+    # the operator's backfill of the nights runs the stale days (it said them unchanged per their record)
+    said = " ".join(
+        runner.invoke(app, ["backfill", "sleep", "--from", "2026-03-01", "--to", "2026-03-02"]).output.split()
+    )
+    assert "sleep: 2 partition(s) requested, 0 already materialized and skipped" in said, said
+    assert "2026-03-01: re-run, deep sleep, autobiography stale (an earlier place was run again)" in said
+    assert "deep_sleep days stale" not in " ".join(runner.invoke(app, ["sleep", "status"]).output.split())
     again = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-01", "--to", "2026-03-02"])
     assert again.exit_code == 0 and "still stale" not in again.output
     assert "我不喜欢吃辣" in _active(pg_url) and "我喜欢吃辣" not in _active(pg_url)

@@ -15,10 +15,11 @@ from memory_pipeline.defs.sleep.resources import SleepResource
 from memory_pipeline.defs.sleep.schedules import sleep_schedules
 from memory_pipeline.defs.sleep.sensors import sleep_late_data_sensor
 from memory_pipeline.lib.timeutil import local_date
+from memory_pipeline.sleep.light import late_days
 from memory_pipeline.sleep.logic import Stage
-from memory_pipeline.sleep.order import LABELS, STAGES
+from memory_pipeline.sleep.order import LABELS, STAGES, RunStatus
 from memory_pipeline.sleep.reports import cut_records
-from memory_pipeline.sleep.runs import CUT_REASON
+from memory_pipeline.sleep.runs import CUT_REASON, day_statuses
 
 defs = Definitions(
     assets=assets.sleep_assets,
@@ -29,40 +30,64 @@ defs = Definitions(
 )
 
 
-def cut_days(
+def changed_days(
     stages: tuple[Stage, ...], defs: Definitions, keys: list[str], as_of: str, instance: DagsterInstance
 ) -> dict[str, str]:
-    """Mode "changed" of the sleep targets: the days where a world's record of one of ``stages`` was
-    built from an answer the provider cut at the output limit. A run of the day asks those worlds
-    again (their records are never reused as whole); every other world's record is reused."""
+    """Mode "changed" of the sleep targets: what `memory-pipeline sleep backfill` runs again there.
+    The days where a world's record of one of ``stages`` was built from an answer the provider cut
+    at the output limit (those worlds are asked again; every other world's record is reused), a day
+    whose light sleep ran before some of its messages were ingested (late data, as `sleep status`
+    and ``sleep_late_data_sensor`` find it), a day whose record is stale (an earlier day re-run);
+    for the whole nights (``sleep``), every later day too, as a re-run of a day turns them stale."""
     resource = (defs.resources or {})["sleep"]
     assert isinstance(resource, SleepResource)
     with initialized(resource, instance) as sleep:  # environment variables resolved
         store = sleep.memory_store.store()
+        tz = ZoneInfo(sleep.memory_config.timezone)
     key_tz = ZoneInfo(cst_day.timezone)
     days = {local_date(cst_day.time_window_for_partition_key(k).start, key_tz): k for k in keys}
+    if not days:
+        return {}
     found: dict[str, list[str]] = {}
     for c in reversed(cut_records(store, list(days))):
         if c["stage"] in stages:
             found.setdefault(days[c["day"]], []).append(f"{LABELS[Stage(c['stage'])]} of {c['world_id']}")
-    return {key: f"{CUT_REASON} ({', '.join(what)})" for key, what in found.items()}
+    why = {key: [f"{CUT_REASON} ({', '.join(what)})"] for key, what in found.items()}
+    if Stage.LIGHT in stages:
+        for day in sorted(late_days(store, tz)):
+            if day in days:
+                why.setdefault(days[day], []).append("late data: messages ingested after its light sleep ran")
+    with store.connect() as conn:
+        statuses = day_statuses(conn, min(days))
+    stale: dict[str, list[str]] = {}
+    for p in sorted(p for p, status in statuses.items() if status == RunStatus.STALE and p.stage in stages):
+        if p.day in days:
+            stale.setdefault(days[p.day], []).append(LABELS[p.stage])
+    for key, what in stale.items():
+        why.setdefault(key, []).append(f"{', '.join(what)} stale (an earlier place was run again)")
+    if stages == STAGES and why:
+        first = min(why)
+        for key in keys:
+            if key > first and key not in why:
+                why[key] = [f"after {first}: a re-run of a day turns the days after it stale"]
+    return {key: "; ".join(reasons) for key, reasons in sorted(why.items())}
 
 
 for _name, _target in {
     "light_sleep": Target(
-        "sleep_light_job", cst_day, assets.LIGHT_KEY, op=assets.OP, changed=partial(cut_days, (Stage.LIGHT,))
+        "sleep_light_job", cst_day, assets.LIGHT_KEY, op=assets.OP, changed=partial(changed_days, (Stage.LIGHT,))
     ),
     "deep_sleep": Target(
-        "sleep_deep_job", cst_day, assets.DEEP_KEY, op=assets.OP, changed=partial(cut_days, (Stage.DEEP,))
+        "sleep_deep_job", cst_day, assets.DEEP_KEY, op=assets.OP, changed=partial(changed_days, (Stage.DEEP,))
     ),
     "autobiography": Target(
         "sleep_autobiography_job",
         cst_day,
         assets.AUTO_KEY,
         op=assets.OP,
-        changed=partial(cut_days, (Stage.AUTOBIOGRAPHY,)),
+        changed=partial(changed_days, (Stage.AUTOBIOGRAPHY,)),
     ),
     # The three stages, day by day (a range is one run; each day's stages before the next day's).
-    "sleep": Target("sleep_nights_job", cst_day, assets.AUTO_KEY, op=assets.OP, changed=partial(cut_days, STAGES)),
+    "sleep": Target("sleep_nights_job", cst_day, assets.AUTO_KEY, op=assets.OP, changed=partial(changed_days, STAGES)),
 }.items():
     register(_name, _target)
