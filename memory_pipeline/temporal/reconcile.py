@@ -54,11 +54,6 @@ KEY_FORMAT = logic.KEY_FORMAT
 period_key = logic.period_key
 
 
-def _shown_at(at: datetime, tz: ZoneInfo) -> str:
-    """An instant in a reason an operator reads: the zone, to the second, as every operator time."""
-    return at.astimezone(tz).isoformat(timespec="seconds")
-
-
 def next_period(window: str, period_start: date) -> date:
     if window == Window.DAY:
         return period_start + timedelta(days=1)
@@ -288,7 +283,8 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
         rec, reasons = records[(Window.DAY, p)], []
         if p in late:
             n, newest = late[p]
-            reasons.append(f"{n} message(s) ingested after the day was materialized (newest {_shown_at(newest, tz)})")
+            at = newest.astimezone(tz).isoformat(timespec="seconds")
+            reasons.append(f"{n} message(s) ingested after the day was materialized (newest {at})")
         if p in missing:
             n, first_id, last_id = missing[p]
             names = first_id if n == 1 else f"{first_id} .. {last_id}"
@@ -312,7 +308,7 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
             if n_changed and newest_child is not None:
                 reasons.append(
                     f"{n_changed} {child} row(s) written after the {window} was materialized "
-                    f"(newest {_shown_at(newest_child, tz)})"
+                    f"(newest {newest_child.astimezone(tz).isoformat(timespec='seconds')})"
                 )
             waits = tuple(below.get(p, ()))
             if waits:
@@ -375,11 +371,8 @@ def never_materialized(store: Store, tz: ZoneInfo, now: datetime | None = None) 
             return held[(window, start)]
 
         def needed(window: Window, start: date) -> bool:
-            above = [(Window.YEAR, start.replace(month=1, day=1))]
-            if window == Window.DAY:
-                above.insert(0, (Window.MONTH, start.replace(day=1)))
-            if window == Window.YEAR:
-                above = []
+            month, year = (Window.MONTH, start.replace(day=1)), (Window.YEAR, start.replace(month=1, day=1))
+            above = {Window.DAY: [month, year], Window.MONTH: [year], Window.YEAR: []}[window]
             return holds(window, start) or any(p in closed[w] and holds(w, p) for w, p in above)
 
         out: dict[str, list[date]] = {}
