@@ -207,7 +207,7 @@ def _tool(name: str, args: dict[str, Any]) -> None:
     octx = _octx()
     known_world(args["world"], octx.store)
     try:
-        _print(tools.call(octx, name, args))
+        _print(tools.call(octx, name, args, tz=octx.tz))  # times in the configured zone, to the second
     except tools.ToolError as exc:
         refuse(str(exc))
 

@@ -2,7 +2,12 @@
 
 memory_find (names, aliases, terms, cues, direct project relations), memory_read (the whole
 dossier), memory_evidence (attachments expanded to the raw event text), and the inspect views
-(list / object / event with next_offset, events FROM TO with cursor)."""
+(list / object / event with next_offset, events FROM TO with cursor).
+
+find, read and evidence take ``tz``: their times (``updated_at``, ``occurred_at``) in that zone, to
+the second, as operators and agents read every time (the memory server, the command line); None
+keeps them as stored (UTC, microseconds and all), what the organize model's tools, the Markdown
+projection and find's index hold."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, NotRequired, TypedDict
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, RowMapping, and_, bindparam, func, or_, select
 
@@ -105,7 +111,8 @@ def _terms(text: str) -> set[str]:
     return {t.lower() for t in _TERM.findall(text or "") if len(t) > 1}
 
 
-def _doc(r: RowMapping | Mapping[str, Any]) -> ObjectDoc:
+def _doc(r: RowMapping | Mapping[str, Any], tz: ZoneInfo | None = None) -> ObjectDoc:
+    at: datetime = r["updated_at"]
     doc: ObjectDoc = {
         "id": r["object_id"],
         "type": r["type"],
@@ -116,7 +123,7 @@ def _doc(r: RowMapping | Mapping[str, Any]) -> ObjectDoc:
         "cues": list(r["cues"] or []),
         "status": r["status"],
         "version": r["version"],
-        "updated_at": r["updated_at"].isoformat(),
+        "updated_at": at.isoformat() if tz is None else at.astimezone(tz).isoformat(timespec="seconds"),
     }
     if r["type"] == "credential":
         doc["purpose"], doc["reference"] = r["purpose"], r["reference"]
@@ -231,11 +238,15 @@ class WorldIndex:
         keyed = sorted((archived[i], -s, order[i], i) for i in look if (s := _score(objects[i], q, terms)))
         return [(-s, i) for _, s, _, i in keyed]
 
-    def answer(self, i: int, score: int, member_of: str = "") -> FoundDoc:
+    def answer(self, i: int, score: int, member_of: str = "", tz: ZoneInfo | None = None) -> FoundDoc:
         """Object ``i``'s document in one answer, with its score and, for a member of a matched
-        project, ``via`` (its own dict and lists: a caller may change them)."""
+        project, ``via`` (its own dict and lists: a caller may change them); ``tz``: its
+        ``updated_at`` in that zone, here in the answer (the index keeps the stored form)."""
         doc = self.docs[i]
         found: FoundDoc = {**doc, "aliases": list(doc["aliases"]), "cues": list(doc["cues"]), "score": score}
+        if tz is not None:
+            at: datetime = self.objects[i].row["updated_at"]
+            found["updated_at"] = at.astimezone(tz).isoformat(timespec="seconds")
         if member_of:
             member: MemberDoc = {**found, "via": f"member_of {member_of}"}
             return member
@@ -335,29 +346,40 @@ def _found(store: Store, world: str, query: str, full_scan: bool) -> tuple[World
     return index, found
 
 
-def find(store: Store, world: str, query: str, limit: int = PAGE, *, full_scan: bool = False) -> list[FoundDoc]:
+def find(
+    store: Store, world: str, query: str, limit: int = PAGE, *, full_scan: bool = False, tz: ZoneInfo | None = None
+) -> list[FoundDoc]:
     """Objects whose name, alias, cue or words match the query, best first, then the members of
     any matched project (its direct relations): the first ``limit`` of :func:`find_all`."""
-    return find_page(store, world, query, 0, limit, full_scan=full_scan)[0]
+    return find_page(store, world, query, 0, limit, full_scan=full_scan, tz=tz)[0]
 
 
 def find_page(
-    store: Store, world: str, query: str, offset: int, limit: int, *, full_scan: bool = False
+    store: Store,
+    world: str,
+    query: str,
+    offset: int,
+    limit: int,
+    *,
+    full_scan: bool = False,
+    tz: ZoneInfo | None = None,
 ) -> tuple[list[FoundDoc], int]:
     """``limit`` items of :func:`find_all` from ``offset``, and how many it holds; only the page's
     documents are built."""
     index, found = _found(store, world, query, full_scan)
-    return [index.answer(*f) for f in found[offset : offset + limit]], len(found)
+    return [index.answer(i, s, via, tz) for i, s, via in found[offset : offset + limit]], len(found)
 
 
-def find_all(store: Store, world: str, query: str, *, full_scan: bool = False) -> list[FoundDoc]:
+def find_all(
+    store: Store, world: str, query: str, *, full_scan: bool = False, tz: ZoneInfo | None = None
+) -> list[FoundDoc]:
     """Every object :func:`find` pages through. ``full_scan`` scores every object of the world
     rather than the index's candidates: the same answer, slower (the reference for tests and bench)."""
     index, found = _found(store, world, query, full_scan)
-    return [index.answer(*f) for f in found]
+    return [index.answer(i, s, via, tz) for i, s, via in found]
 
 
-def read(store: Store, world: str, object_id: str) -> Dossier | None:
+def read(store: Store, world: str, object_id: str, *, tz: ZoneInfo | None = None) -> Dossier | None:
     """The whole dossier: fields, relations both ways, sources (attachment ids and times)."""
     o, rc, a, s = objects_objects.c, objects_relations.c, objects_attachments.c, objects_event_state.c
     with store.connect() as conn:
@@ -380,11 +402,19 @@ def read(store: Store, world: str, object_id: str) -> Dossier | None:
             .order_by(s.occurred_at, a.event_id)
         ).all()
     return {
-        **_doc(r),
+        **_doc(r, tz),
         "relations": [
             {"src": x.src, "label": x.label, "dst": x.dst, "legacy": x.legacy, "status": x.status} for x in rels
         ],
-        "sources": [{"event_id": e, "occurred_at": at.isoformat() if at else None} for e, at in sources],
+        "sources": [
+            {
+                "event_id": e,
+                "occurred_at": (at.isoformat() if tz is None else at.astimezone(tz).isoformat(timespec="seconds"))
+                if at
+                else None,
+            }
+            for e, at in sources
+        ],
     }
 
 
@@ -395,7 +425,9 @@ def _check_offset(offset: int) -> None:
         raise RecallError(f"offset: {problem}")
 
 
-def evidence(store: Store, world: str, object_id: str, offset: int = 0, limit: int = PAGE) -> EvidencePage | None:
+def evidence(
+    store: Store, world: str, object_id: str, offset: int = 0, limit: int = PAGE, *, tz: ZoneInfo | None = None
+) -> EvidencePage | None:
     """The object's attachments expanded to the raw event text, oldest first, paged; None when the
     world has no such object (a mistyped id is not an object without evidence)."""
     _check_offset(offset)
@@ -414,7 +446,12 @@ def evidence(store: Store, world: str, object_id: str, offset: int = 0, limit: i
             .limit(limit + 1)
         ).all()
     items: list[EvidenceItem] = [
-        {"event_id": r.message_id, "occurred_at": r.at.isoformat(), "role": r.role, "text": r.content}
+        {
+            "event_id": r.message_id,
+            "occurred_at": r.at.isoformat() if tz is None else r.at.astimezone(tz).isoformat(timespec="seconds"),
+            "role": r.role,
+            "text": r.content,
+        }
         for r in rows[:limit]
     ]
     return {"object_id": object_id, "items": items, "next_offset": offset + limit if len(rows) > limit else None}

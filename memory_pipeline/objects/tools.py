@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, TypeAlias, TypedDict
+from zoneinfo import ZoneInfo
 
 from memory_pipeline.lib import ids
 from memory_pipeline.lib.jsontypes import JSONObject
@@ -85,17 +86,23 @@ def _object_id(args: Mapping[str, Any], tool: str) -> str:
     return str(oid)
 
 
-def _dossier(octx: ObjectsContext, world: str, oid: str, tool: str) -> recall.Dossier:
-    doc = recall.read(octx.store, world, oid)
+def _dossier(octx: ObjectsContext, world: str, oid: str, tool: str, tz: ZoneInfo | None = None) -> recall.Dossier:
+    doc = recall.read(octx.store, world, oid, tz=tz)
     if doc is None:
         raise ToolError(f"{tool}.id: no object {oid} in world {world}")
     return doc
 
 
 def _evidence(
-    octx: ObjectsContext, world: str, oid: str, tool: str, offset: int, limit: int = recall.PAGE
+    octx: ObjectsContext,
+    world: str,
+    oid: str,
+    tool: str,
+    offset: int,
+    limit: int = recall.PAGE,
+    tz: ZoneInfo | None = None,
 ) -> recall.EvidencePage:
-    found = recall.evidence(octx.store, world, oid, offset, limit)
+    found = recall.evidence(octx.store, world, oid, offset, limit, tz=tz)
     if found is None:
         raise ToolError(f"{tool}.id: no object {oid} in world {world}")
     return found
@@ -114,7 +121,10 @@ def _checked(tool: object, args: object, allowed: Mapping[str, set[str]]) -> tup
     return name, args
 
 
-def call(octx: ObjectsContext, tool: object, args: object) -> Answer:
+def call(octx: ObjectsContext, tool: object, args: object, *, tz: ZoneInfo | None = None) -> Answer:
+    """One of the agent's tool calls. ``tz``: memory_find's, memory_read's and memory_evidence's
+    times in that zone, to the second (the command line passes the configured zone); None: as
+    stored (recall's ``tz``)."""
     tool, args = _checked(tool, args, _AGENT_ARGS)
     store = octx.store
     if tool == "memory_status":
@@ -125,7 +135,7 @@ def call(octx: ObjectsContext, tool: object, args: object) -> Answer:
         limit = _arg(args, tool, "limit", int, recall.PAGE)
         if not 1 <= limit <= 100:
             raise ToolError(f"{tool}.limit: 1-100")
-        return {"items": recall.find(store, world, _query(args, tool), limit)}
+        return {"items": recall.find(store, world, _query(args, tool), limit, tz=tz)}
     if tool == "memory_approve":
         # The user's approval, relayed by the agent after asking: a candidate project becomes active.
         pid = _arg(args, tool, "id", str)
@@ -134,14 +144,14 @@ def call(octx: ObjectsContext, tool: object, args: object) -> Answer:
         except logic.SubmissionError as exc:
             raise ToolError(f"{tool}.id: {exc.problem}") from None
     if tool == "memory_read":
-        return _dossier(octx, world, _object_id(args, tool), tool)
+        return _dossier(octx, world, _object_id(args, tool), tool, tz)
     if tool == "memory_evidence":
         oid = _object_id(args, tool)
         offset = _arg(args, tool, "offset", int, 0)
         limit = _arg(args, tool, "limit", int, recall.PAGE)
         if offset < 0 or not 1 <= limit <= 100:
             raise ToolError(f"{tool}.offset/limit: offset >= 0, limit 1-100")
-        return _evidence(octx, world, oid, tool, offset, limit)
+        return _evidence(octx, world, oid, tool, offset, limit, tz)
     try:
         return worker.enqueue(
             octx,
@@ -168,7 +178,8 @@ BATCH_TOOL_ARGS = {
 def batch_read(octx: ObjectsContext, world: str, tool: object, args: object) -> Mapping[str, Any]:
     """A read tool called by the model of a batch of ``world``: its result, or ToolError naming the
     argument (the model's to correct). memory_find lists ids, names and summaries; memory_read
-    gives the whole dossier (and only a read allows rewriting an object)."""
+    gives the whole dossier (and only a read allows rewriting an object). Times as stored: what
+    the model's prompts have always held."""
     tool, args = _checked(tool, args, BATCH_TOOL_ARGS)
     offset = _arg(args, tool, "offset", int, 0)
     if offset < 0:

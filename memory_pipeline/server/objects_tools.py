@@ -64,7 +64,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         if len(query) > QUERY_MAX_CHARS:
             raise TowerInputError("query", f"at most {QUERY_MAX_CHARS} characters")
         p = _page("objects/find", {"world": world, "query": query}, limit, cursor)
-        items, total = recall.find_page(store, world, query, p.offset, p.limit)
+        items, total = recall.find_page(store, world, query, p.offset, p.limit, tz=tower.tz)
         return {"world": world, "items": items, **p.answer(total, len(items))}
 
     @reg.tool(
@@ -77,7 +77,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     def read(world: str, id: str) -> dict[str, Any]:
         require_world(tower.store, world)
         _object_id(id)
-        doc = recall.read(store, world, id)
+        doc = recall.read(store, world, id, tz=tower.tz)
         if doc is None:
             raise TowerInputError("id", f"no object {id} in world {world}")
         return dict(doc)  # the tool's answer as it declares it (its output schema)
@@ -92,7 +92,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         require_world(tower.store, world)
         _object_id(id)
         p = _page("objects/evidence", {"world": world, "id": id}, limit, cursor)
-        answer = recall.evidence(store, world, id, p.offset, p.limit)
+        answer = recall.evidence(store, world, id, p.offset, p.limit, tz=tower.tz)
         if answer is None:
             raise TowerInputError("id", f"no object {id} in world {world}")
         items = answer["items"]

@@ -12,12 +12,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 
 import httpx
 import pytest
 from mcp import ClientSession
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
 from memory_pipeline import domains
@@ -34,6 +34,7 @@ from memory_pipeline.lib.store.tables import metadata, request_ids
 from memory_pipeline.objects.tables import (
     objects_attachments,
     objects_core,
+    objects_event_state,
     objects_jobs,
     objects_objects,
     objects_versions,
@@ -557,6 +558,48 @@ def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
     assert evidence["total"] == 1 and evidence["next_cursor"] is None
     assert status["world"] == "wa" and [w["world_id"] for w in status["worlds"]] == ["wa"]
     assert SECRET_A in status["worlds"][0]["worker_error"]
+
+
+def test_object_times_are_answered_in_the_configured_zone_to_the_second(served, ingest):
+    """objects/find, objects/read and objects/evidence answer `updated_at` and `occurred_at` as every
+    other tool answers a time: in the configured zone (the server's, +08:00 here), to the second."""
+    store, at = served["store"], datetime(2026, 1, 5, 1, 2, 3, 456_000, tzinfo=UTC)
+    ingest([event("wa", "wa.s1", "user", f"{SECRET_A} zebra at dawn", at, mid="wa0")])
+    with store.begin() as conn:
+        conn.execute(
+            objects_attachments.insert().values(world_id="wa", object_id="person:zebra", event_id="wa0", revision=1)
+        )
+        conn.execute(
+            objects_event_state.insert().values(
+                event_id="wa0", world_id="wa", occurred_at=at, event_day=date(2026, 1, 5), chars=1, state="linked"
+            )
+        )
+        conn.execute(
+            update(objects_objects)
+            .where(objects_objects.c.world_id == "wa", objects_objects.c.object_id == "person:zebra")
+            .values(updated_at=at)
+        )
+    _, results = asyncio.run(
+        _calls(
+            served["url"],
+            served["bearer"]["a"],
+            [
+                ("objects/find", {"world": "wa", "query": "zebra"}),
+                ("objects/read", {"world": "wa", "id": "person:zebra"}),
+                ("objects/evidence", {"world": "wa", "id": "person:zebra"}),
+            ],
+        )
+    )
+    assert not any(e for e, _ in results), results
+    found, dossier, evidence = (json.loads(t) for _, t in results)
+    shown = "2026-01-05T09:02:03+08:00"
+    assert [(h["id"], h["updated_at"]) for h in found["items"]] == [("person:zebra", shown)]
+    assert dossier["updated_at"] == shown and {"event_id": "wa0", "occurred_at": shown} in dossier["sources"]
+    assert [(x["event_id"], x["occurred_at"]) for x in evidence["items"]] == [
+        ("wa0", shown),
+        ("wa1", "2026-01-05T10:00:00+08:00"),  # the seed's event, 10:00 in the configured zone
+    ]
+    assert all("+00:00" not in t for _, t in results), results
 
 
 def _row_counts(store) -> dict[str, int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import update
@@ -198,3 +198,65 @@ def test_objects_runs_calls_are_in_the_ledger_under_their_job(cli, store, ingest
         jobs = {f"job {j}": w for j, w in conn.execute(select(objects_jobs.c.job_id, objects_jobs.c.world_id))}
     assert any(asset == "objects_cli" for asset, _, _ in calls)  # ``ready`` ran a batch of its own first
     assert all(partition in jobs and jobs[partition] == world for _, world, partition in calls), calls
+
+
+AT = datetime(2026, 1, 5, 1, 2, 3, 456_000, tzinfo=UTC)
+SHOWN = "2026-01-05T09:02:03+08:00"  # AT in the configured zone (Asia/Shanghai), to the second
+STORED = "2026-01-05T01:02:03.456000+00:00"  # AT as stored and as the organize model reads it
+
+
+def _object_with_evidence(store, ingest, world: str, object_id: str, text: str) -> str:
+    """An object of ``world`` written at AT, attached to one event that occurred at AT: its id."""
+    from memory_pipeline.objects import timeline
+    from memory_pipeline.objects.tables import objects_attachments
+    from memory_pipeline_tests.integration.test_objects import add, octx_for
+
+    (eid,) = add(ingest, [text], start=AT, world=world)
+    timeline.intake(octx_for(store))  # the event's record: its occurrence time, a source's time in read
+    otype, _, key = object_id.partition(":")
+    with store.begin() as conn:
+        conn.execute(
+            objects_objects.insert().values(
+                world_id=world,
+                object_id=object_id,
+                type=otype,
+                name=key.title(),
+                aliases=[],
+                summary=text,
+                body="",
+                cues=[key],
+                status="active",
+                version=1,
+                revision=1,
+                updated_at=AT,
+            )
+        )
+        conn.execute(objects_attachments.insert().values(world_id=world, object_id=object_id, event_id=eid, revision=1))
+    return eid
+
+
+def test_find_read_and_evidence_show_times_in_the_configured_zone_and_the_models_tools_as_stored(
+    cli, store, ingest, monkeypatch
+):
+    """`objects find / read / evidence` print their times as every operator time: the configured
+    zone, to the second. The organize model's read tools keep the stored form (UTC, microseconds),
+    what its prompts have always held."""
+    from memory_pipeline.objects import tools
+    from memory_pipeline_tests.integration.test_objects import octx_for
+
+    monkeypatch.setenv("MEMORY_TIMEZONE", "Asia/Shanghai")
+    eid = _object_with_evidence(store, ingest, W, "person:zebra", "the zebra keeper")
+    found = cli("objects", "find", W, "zebra")
+    assert f'"updated_at": "{SHOWN}"' in found and "+00:00" not in found, found
+    read = cli("objects", "read", W, "person:zebra")
+    assert f'"updated_at": "{SHOWN}"' in read, read
+    assert f'"event_id": "{eid}", "occurred_at": "{SHOWN}"' in read and "+00:00" not in read, read
+    evidence = cli("objects", "evidence", W, "person:zebra")
+    assert f'"event_id": "{eid}", "occurred_at": "{SHOWN}"' in evidence and "+00:00" not in evidence, evidence
+
+    octx = octx_for(store)
+    dossier = tools.batch_read(octx, W, "memory_read", {"id": "person:zebra"})
+    assert dossier["updated_at"] == STORED and dossier["sources"] == [{"event_id": eid, "occurred_at": STORED}]
+    items = tools.batch_read(octx, W, "memory_evidence", {"id": "person:zebra"})["items"]
+    assert [(i["event_id"], i["occurred_at"]) for i in items] == [(eid, STORED)]
+    assert tools.call(octx, "memory_read", {"world": W, "id": "person:zebra"})["updated_at"] == STORED  # no tz
