@@ -17,6 +17,8 @@ from memory_pipeline.events import sample_data
 from memory_pipeline.lib import settings
 
 if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
     from dagster import DagsterInstance
 
     from memory_pipeline.lib.store import Store
@@ -149,7 +151,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     from memory_pipeline.cli.analyst import analytics_files, print_analytics
 
     print_analytics(analytics_files())
-    _print_objects(console, store)
+    _print_objects(console, store, tz)
     _server_token(console, store)
     console.print(f"\nThe runs are in {operations.dagster_home()}: `make ui` opens them in the Dagster UI.")
     return 0 if ok else 1
@@ -294,7 +296,7 @@ def _server_token(console: Console, store: Store) -> None:
     console.print(token, soft_wrap=True)
 
 
-def _print_objects(console: Console, store: Store) -> None:
+def _print_objects(console: Console, store: Store, tz: ZoneInfo) -> None:
     """What seed 001 produced: events by state per world, objects, a recall as the agent would do it."""
     from memory_pipeline.objects import recall, reports
 
@@ -304,12 +306,12 @@ def _print_objects(console: Console, store: Store) -> None:
     if hits:
         doc = recall.read(store, world, hits[0]["id"])
         assert doc is not None
-        ev = recall.evidence(store, world, doc["id"], limit=2)
+        ev = recall.evidence(store, world, doc["id"], limit=2, tz=tz)
         assert ev is not None  # the object just read
         console.print(
             f"recall in {world}: memory_find({topic!r}) -> {hits[0]['id']}; memory_read: {len(doc['sources'])} "
             f"source event(s), {len(doc['relations'])} relation(s); memory_evidence first: "
-            + "; ".join(f"{i['occurred_at'][:16]} {i['text'][:60]!r}" for i in ev["items"])
+            + "; ".join(f"{i['occurred_at']} {i['text'][:60]!r}" for i in ev["items"])
         )
     days = reports.range_status(store, sample_data.SAMPLE_START, sample_data.SAMPLE_END, sample_data.SAMPLE_END)
     console.print(

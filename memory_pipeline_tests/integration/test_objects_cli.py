@@ -260,3 +260,16 @@ def test_find_read_and_evidence_show_times_in_the_configured_zone_and_the_models
     items = tools.batch_read(octx, W, "memory_evidence", {"id": "person:zebra"})["items"]
     assert [(i["event_id"], i["occurred_at"]) for i in items] == [(eid, STORED)]
     assert tools.call(octx, "memory_read", {"world": W, "id": "person:zebra"})["updated_at"] == STORED  # no tz
+
+
+def test_the_demos_recall_line_shows_the_evidence_time_in_the_configured_zone(store, ingest):
+    from zoneinfo import ZoneInfo
+
+    from rich.console import Console
+
+    from memory_pipeline.cli.demo import _print_objects
+
+    _object_with_evidence(store, ingest, "aria", "knowledge:garden", "the garden at dawn")
+    console = Console(record=True, width=400)
+    _print_objects(console, store, ZoneInfo("Asia/Shanghai"))
+    assert f"memory_evidence first: {SHOWN} 'the garden at dawn'" in console.export_text()
