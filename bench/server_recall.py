@@ -435,7 +435,7 @@ def in_process(store: Any, tower: Any) -> dict[str, Callable[..., Any]]:
         return temporal_tools.prompt_block_answer(store, cache, world, viewer, at, TZ)
 
     def find(world: str, query: str, limit: int) -> Any:
-        return recall.find(store, world, query, limit)
+        return recall.find(store, world, query, limit, tz=TZ)  # as the tool answers: times in the zone
 
     def recall_page(type: str, granularity: str, anchor: str, group: str, limit: int) -> Any:
         return tower.recall(type, WindowQuery.parse(granularity, anchor, group=group), limit=limit)
