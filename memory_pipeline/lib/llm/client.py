@@ -23,13 +23,14 @@ the run stops instead of paying each call's retries across a whole range. After
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -155,6 +156,11 @@ class CallStats:
     # so a caller that writes one must say so (and not reuse what it wrote as if it were whole).
     truncated: int = 0
 
+    def add(self, other: CallStats) -> None:
+        """``other``'s counts added to these (a run's threads, each with a client of its own)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
     @property
     def ledger_rows(self) -> int:
         """Every call this client made, one ledger row each: answered (after its retries), served
@@ -252,6 +258,18 @@ class LLMClient:
             asset=asset,
             partition=partition,
         )
+
+    def fork(self) -> LLMClient:
+        """A client for another thread of the same run: the same endpoint, settings, ledger names
+        and breaker (one per endpoint in the process, locked), with its own batch buffers, read-ahead
+        and counts. A client is one thread's: ``buffering``, ``partition`` and the buffered rows
+        belong to the batch it is in. The fork's ``stats`` are its own; add them back
+        (``stats.add``) when its thread is done."""
+        twin = copy.copy(self)
+        twin.stats = CallStats()
+        twin.buffering = False
+        twin._known, twin._pending_ledger, twin._pending_cache = {}, [], {}
+        return twin
 
     @property
     def is_offline(self) -> bool:
