@@ -10,6 +10,9 @@ from memory_pipeline.lib.settings import ConfigError, load_section
 from memory_pipeline.objects import logic
 
 SECTION = "objects"
+# Each world a run advances at once holds a store connection; the store's pool keeps 5 and opens
+# up to 10 more.
+WORLDS_AT_ONCE_MAX = 8
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,10 @@ class ObjectsConfig:
     retry_backoff_seconds: float = 2.0  # doubled per consecutive failure of a batch
     hot_view_max_bytes: int = logic.HOT_VIEW_MAX_BYTES
     max_batches_per_run: int = 100_000
+    # Worlds a run advances at once, each in a thread of its own (seed 001: a worker per agent, one
+    # lease per world). A model's latency is waited out in parallel; on SQLite, whose writers wait
+    # for each other, a run takes one world at a time whatever this says.
+    worlds_at_once: int = 4
     projection_dir: str = ""  # empty: <data dir>/objects
 
     def validate(self) -> ObjectsConfig:
@@ -33,6 +40,10 @@ class ObjectsConfig:
                 raise ConfigError(f"memory.{SECTION}.{name}: must be a positive integer, got {value!r}")
             if value > logic.INT_MAX:
                 raise ConfigError(f"memory.{SECTION}.{name}: must be at most {logic.INT_MAX:,}, got {value!r}")
+        if not 1 <= self.worlds_at_once <= WORLDS_AT_ONCE_MAX:
+            raise ConfigError(
+                f"memory.{SECTION}.worlds_at_once: must be within 1-{WORLDS_AT_ONCE_MAX}, got {self.worlds_at_once!r}"
+            )
         if self.chars_per_token <= 0:
             raise ConfigError(f"memory.{SECTION}.chars_per_token: must be positive, got {self.chars_per_token!r}")
         if self.retry_backoff_seconds < 0:

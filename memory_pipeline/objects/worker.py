@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime, timedelta
 from typing import Any, NotRequired, TypedDict
 
@@ -476,6 +477,19 @@ class WorkerReport:
     errors: list[str] = field(default_factory=list)
     failed_jobs: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
+    worlds_at_once: int = 1  # the run's threads, each advancing one world at a time
+
+    def add(self, other: WorkerReport) -> None:
+        """``other``'s counts and lists added to these (a run's threads, each with a report of its own)."""
+        for f in fields(self):
+            if f.name == "worlds_at_once":  # the run's, not a thread's count
+                continue
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, dict):
+                for key, n in theirs.items():
+                    mine[key] = mine.get(key, 0) + n
+            else:
+                setattr(self, f.name, mine + theirs)
 
     @property
     def ok(self) -> bool:
@@ -655,7 +669,8 @@ def run_worker(
     is runnable (or ``max_batches``). A job backing off is waited for (at most ``max_wait`` s); so
     is a world whose lease another run holds (at most ``max_wait`` s without a turn, its next turn
     reserved meanwhile), other worlds going first. A world still busy then is reported in
-    ``lease_busy`` and its jobs stay queued for a later run."""
+    ``lease_busy`` and its jobs stay queued for a later run. Up to ``worlds_at_once`` worlds are
+    advanced at once (``_RunShare``), one on SQLite."""
     if max_batches is not None:
         problem = logic.int_problem(max_batches)
         if problem:
@@ -664,31 +679,144 @@ def run_worker(
     release_stale(octx)
     limit = max_batches if max_batches is not None else octx.cfg.max_batches_per_run
     runner = uuid.uuid4().hex[:12]
-    queue = deque(_worlds_with_jobs(octx, worlds, modes))
-    waiting: dict[str, datetime] = {}  # world -> since when this run has had no turn on it
+    share = _RunShare(deque(_worlds_with_jobs(octx, worlds, modes)), limit)
+    at_once = report.worlds_at_once = max(1, min(worlds_at_once(octx), len(share.queue)))
     try:
-        while queue and report.batches < limit:
-            world = queue.popleft()
-            try:
-                result, ran = _advance(octx, report, world, modes, limit, max_wait, runner)
-            except LLMProviderDown as exc:  # the breaker is open: every other world would be refused too
-                raise ProviderStopped(exc, report, world) from None
-            if result == "stopped":
-                report.not_claimed.append(world)
-            if result != "lease_busy":
-                waiting.pop(world, None)
-                continue
-            since = octx.now() if ran or world not in waiting else waiting[world]
-            waiting[world] = since
-            if (octx.now() - since).total_seconds() >= max_wait:
-                report.lease_busy.append(world)
-                continue
-            queue.append(world)
-            if all(w in waiting for w in queue):  # nothing else to do meanwhile
-                (octx.sleep or time.sleep)(LEASE_POLL_SECONDS)
+        if at_once <= 1:
+            _work(octx, share, report, modes, max_wait, runner)
+        else:
+            _work_at_once(octx, share, report, modes, max_wait, runner, at_once)
     finally:
         _unreserve(octx, runner)
     return report
+
+
+def worlds_at_once(octx: ObjectsContext) -> int:
+    """How many worlds a run advances at once: ``worlds_at_once``, or one on SQLite (a second
+    writer would only wait on the first's lock, or fail a read-then-write transaction on it)."""
+    return 1 if octx.store.dialect == "sqlite" else octx.cfg.worlds_at_once
+
+
+@dataclass
+class _RunShare:
+    """What a run's threads share: the worlds still to advance (``queue``; a world is in it or in one
+    thread's hands, never both, so one run never holds a world twice), since when each waits for a
+    turn another run holds, and the batches taken (a turn takes one before it runs and gives it back
+    when it ran none, so ``limit`` holds across threads). ``halted``: a thread stopped the run (the
+    provider's breaker, an error, an interruption); the others stop after their batch."""
+
+    queue: deque[str]
+    limit: int
+    taken: int = 0
+    waiting: dict[str, datetime] = field(default_factory=dict)
+    halted: bool = False
+    stop: BaseException | None = None  # the first thread's stop, raised once every thread is done
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self) -> bool:
+        with self.lock:
+            if self.taken >= self.limit or self.halted:
+                return False
+            self.taken += 1
+            return True
+
+    def give_back(self) -> None:
+        with self.lock:
+            self.taken -= 1
+
+    def room(self) -> bool:
+        """Another batch may be taken after the one running (for a commit's claim of the next)."""
+        return self.taken < self.limit and not self.halted
+
+    def halt(self, stop: BaseException | None = None) -> None:
+        with self.lock:
+            self.halted = True
+            self.stop = self.stop or stop
+
+
+def _work(
+    octx: ObjectsContext,
+    share: _RunShare,
+    report: WorkerReport,
+    modes: Sequence[JobMode] | None,
+    max_wait: float,
+    runner: str,
+) -> None:
+    """One thread of a run: the next world of the queue, advanced until it has nothing runnable (a
+    world whose lease another run holds goes back to the queue's end), until the queue is empty,
+    the run's batches are taken or the run is halted."""
+    while True:
+        with share.lock:
+            if not share.queue or share.taken >= share.limit or share.halted:
+                return
+            world = share.queue.popleft()
+        try:
+            result, ran = _advance(octx, report, world, modes, share, max_wait, runner)
+        except LLMProviderDown as exc:  # the breaker is open: every other world would be refused too
+            raise ProviderStopped(exc, report, world) from None
+        if result == "stopped":
+            report.not_claimed.append(world)
+        if result != "lease_busy":
+            with share.lock:
+                share.waiting.pop(world, None)
+            continue
+        with share.lock:
+            since = octx.now() if ran or world not in share.waiting else share.waiting[world]
+            share.waiting[world] = since
+            if (octx.now() - since).total_seconds() >= max_wait:
+                report.lease_busy.append(world)
+                continue
+            share.queue.append(world)
+            idle = all(w in share.waiting for w in share.queue)  # nothing else to do meanwhile
+        if idle:
+            (octx.sleep or time.sleep)(LEASE_POLL_SECONDS)
+
+
+def _work_at_once(
+    octx: ObjectsContext,
+    share: _RunShare,
+    report: WorkerReport,
+    modes: Sequence[JobMode] | None,
+    max_wait: float,
+    runner: str,
+    at_once: int,
+) -> None:
+    """``at_once`` threads of ``_work``: this one and ``at_once - 1`` more, each with a model client
+    of its own (``LLMClient.fork``) and a report of its own, added to ``report`` when all are done.
+    A thread's stop (the provider's breaker, an error) halts the others after their batch and is
+    raised here then, a provider stop with the whole run's report. An interruption of this thread
+    (a run terminated) ends its batch as a run of one world at a time does; the others finish
+    theirs and stop."""
+    others: list[tuple[threading.Thread, WorkerReport, ObjectsContext]] = []
+
+    def work(tctx: ObjectsContext, trep: WorkerReport) -> None:
+        try:
+            _work(tctx, share, trep, modes, max_wait, runner)
+        except Exception as exc:  # noqa: BLE001 - raised in the run's thread once the others are done
+            share.halt(exc)
+
+    for i in range(1, at_once):
+        tctx = replace(octx, llm=octx.llm.fork())
+        trep = WorkerReport()
+        thread = threading.Thread(target=work, args=(tctx, trep), name=f"objects-{runner}-{i}", daemon=True)
+        others.append((thread, trep, tctx))
+        thread.start()
+    mine = WorkerReport()
+    try:
+        work(octx, mine)
+    except BaseException:
+        share.halt()
+        raise
+    finally:
+        for thread, trep, tctx in others:
+            thread.join()
+            report.add(trep)
+            octx.llm.stats.add(tctx.llm.stats)
+        report.add(mine)
+    if isinstance(share.stop, ProviderStopped):
+        raise ProviderStopped(share.stop, report, share.stop.world)
+    if share.stop is not None:
+        raise share.stop
 
 
 # A run's connection between the transactions of one world's batches: taken again from the pool
@@ -743,7 +871,7 @@ def _advance(
     report: WorkerReport,
     world: str,
     modes: Sequence[JobMode] | None,
-    limit: int,
+    share: _RunShare,
     max_wait: float,
     runner: str,
 ) -> tuple[str, int]:
@@ -751,12 +879,17 @@ def _advance(
     'limit') and how many batches ran."""
     ran = 0
     known = WorldObjects()  # the world's objects, read again only where they changed
-    chain = NextClaim(runner, modes, limit)
+    chain = NextClaim(runner, modes, share.room)
     held = RunStore(octx.store)
     octx = replace(octx, store=held)
     try:
-        while report.batches < limit:
-            turn = _turn(octx, report, world, modes=modes, runner=runner, known=known, chain=chain)
+        while share.take():
+            before = report.batches
+            try:
+                turn = _turn(octx, report, world, modes=modes, runner=runner, known=known, chain=chain)
+            finally:
+                if report.batches == before:  # no batch ran
+                    share.give_back()
             if turn.result in ("stopped", "lease_busy"):
                 return turn.result, ran
             if turn.result == "idle":
@@ -864,7 +997,7 @@ class NextClaim:
 
     runner: str
     modes: Sequence[JobMode] | None
-    limit: int  # the run's batches: no claim past the last
+    room: Callable[[], bool]  # the run may take another batch: no claim past its last
     claimed: Claimed | None = None
 
     def hand_back(self, octx: ObjectsContext) -> None:
@@ -1140,7 +1273,7 @@ def _turn(
             if mode is JobMode.COMPACT:
                 end = _compact_batch(octx, job, lease, report)
             elif mode is JobMode.ORGANIZE:
-                next_claim = chain if chain is not None and report.batches < chain.limit else None
+                next_claim = chain if chain is not None and chain.room() else None
                 end = "done" if page is None else _organize_batch(octx, job, lease, report, page, known, next_claim)
             else:
                 end = _deep_batch(octx, job, lease, report)

@@ -140,7 +140,8 @@ def test_objects_run_stops_at_the_breaker_with_its_one_line_and_the_next_run_doe
 
     events = six_worlds_pending(store, ingest)
     config = tmp_path / "memory.yaml"
-    config.write_text("memory:\n  objects:\n    retry_backoff_seconds: 600\n", encoding="utf-8")
+    # one world at a time: the breaker's five failures, then the sixth world refused, in that order
+    config.write_text("memory:\n  objects:\n    retry_backoff_seconds: 600\n    worlds_at_once: 1\n", encoding="utf-8")
     command = [str(Path(sys.executable).parent / "memory-pipeline"), "objects", "run"]
     with FakeOpenAI() as fake:
         for _ in range(50):

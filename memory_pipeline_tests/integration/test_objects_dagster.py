@@ -84,6 +84,7 @@ def test_sensors_drive_compaction_and_organize_and_days_get_one_check_result_eac
         .asset_materialization.metadata
     )
     assert mat["zero_progress_batches"].value == 0 and mat["model_calls"].value > 0
+    assert mat["worlds_at_once"].value == 1  # one world with work: one thread, whatever the default 4
     assert (tmp_path / "objects" / "w1" / "README.md").exists()
 
     job = defs.get_job_def("objects_outcomes_job")
@@ -323,7 +324,12 @@ def test_a_provider_outage_stops_the_worker_at_the_breaker_and_hands_the_refused
 
     events = six_worlds_pending(store, ingest)
     cfg = tmp_path / "memory.yaml"
-    cfg.write_text(f"memory:\n  objects:\n    retry_backoff_seconds: 600\n    projection_dir: {tmp_path / 'objects'}\n")
+    # one world at a time: the breaker's five failures, then the sixth world refused, in that order
+    # (test_objects_worlds_at_once.py: the breaker with worlds at once)
+    cfg.write_text(
+        f"memory:\n  objects:\n    retry_backoff_seconds: 600\n    worlds_at_once: 1\n"
+        f"    projection_dir: {tmp_path / 'objects'}\n"
+    )
     monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "5")
     with FakeOpenAI() as server:
         for _ in range(50):

@@ -567,6 +567,16 @@ def test_enabling_keeps_hot_only_what_a_threshold_compaction_would_leave():
     assert logic.kept_hot_on_enable([], 4.0, 100) == 0
 
 
+def test_worlds_at_once_is_one_to_eight_and_refused_by_name_otherwise():
+    """Each world a run advances at once holds a store connection: 1-8, the default 4."""
+    assert ObjectsConfig().worlds_at_once == 4
+    for good in (1, 8):
+        assert ObjectsConfig(worlds_at_once=good).validate().worlds_at_once == good
+    for bad in (0, 9, -1):
+        with pytest.raises(ConfigError, match=rf"^memory.objects.worlds_at_once: must be within 1-8, got {bad}$"):
+            ObjectsConfig(worlds_at_once=bad).validate()
+
+
 def test_integers_past_the_integer_column_are_refused_by_name():
     """A revision or page end past 2,147,483,647 (a PostgreSQL INTEGER column) is refused naming
     the field, as is a configured count; the largest value itself is accepted."""

@@ -120,6 +120,7 @@ def _worker_metadata(context: AssetExecutionContext, rep: WorkerReport) -> dict[
         "truncated_answers": rep.truncated_answers,
         "outcomes": MetadataValue.json(rep.outcomes),
         "lease_busy_worlds": MetadataValue.json(rep.lease_busy),
+        "worlds_at_once": rep.worlds_at_once,
         "first_errors": MetadataValue.md("\n".join(f"- {e}" for e in rep.errors[:10]) or "none"),
     }
 
