@@ -11,6 +11,7 @@ outcomes occur."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
@@ -86,11 +87,12 @@ def _client_cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _concurrent_worker(url: str, start: Any, done: Any, end: Any) -> None:
+def _concurrent_worker(url: str, at_once: int, start: Any, done: Any, end: Any) -> None:
     """One of ``--workers`` processes: its own store and client, ready before the start, then
     ``run_worker`` over every pending event (the worlds' leases share them out, as between runs)."""
     store = Store(url)
-    octx = ObjectsContext(store, LLMClient(store, asset="bench"), ObjectsConfig(retry_backoff_seconds=0))
+    cfg = ObjectsConfig(retry_backoff_seconds=0, worlds_at_once=at_once)
+    octx = ObjectsContext(store, LLMClient(store, asset="bench"), cfg)
     with store.connect():  # a connection open before the clock starts
         pass
     cpu = _client_cpu_seconds()
@@ -101,12 +103,12 @@ def _concurrent_worker(url: str, start: Any, done: Any, end: Any) -> None:
     store.engine.dispose()
 
 
-def _run_concurrently(url: str, workers: int) -> tuple[float, int, int, int, float, float | None]:
+def _run_concurrently(url: str, workers: int, at_once: int) -> tuple[float, int, int, int, float, float | None]:
     """``workers`` processes organizing at once: (seconds from the start to the last one done,
     batches, model calls, batches without progress, the processes' CPU seconds, PostgreSQL's)."""
     mp = multiprocessing.get_context("spawn")  # each imports afresh: no engine or lock inherited
     start, end, done = mp.Barrier(workers + 1), mp.Barrier(workers + 1), mp.Queue()
-    procs = [mp.Process(target=_concurrent_worker, args=(url, start, done, end)) for _ in range(workers)]
+    procs = [mp.Process(target=_concurrent_worker, args=(url, at_once, start, done, end)) for _ in range(workers)]
     for p in procs:
         p.start()
     start.wait()
@@ -124,12 +126,17 @@ def _run_concurrently(url: str, workers: int) -> tuple[float, int, int, int, flo
 
 
 def measure(
-    events: int = 10_000, worlds: int = 10, floor: bool = True, say: Any = print, workers: int = 1
+    events: int = 10_000,
+    worlds: int = 10,
+    floor: bool = True,
+    say: Any = print,
+    workers: int = 1,
+    at_once: int = ObjectsConfig.worlds_at_once,
 ) -> dict[str, Any]:
     """The organize measurement (``bench/run.py``'s objects stage calls it too): the keys of
     latest.json (``objects_organize_*``). With ``floor``, the set-based floor
     (``bench/objects_floor.py``) runs on a copy of the store taken before the real run, and its
-    rows are compared with the real run's."""
+    rows are compared with the real run's. ``at_once``: the run's ``worlds_at_once``."""
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     copy = f"{schema}_floor"
     admin = create_engine(PG)
@@ -143,7 +150,9 @@ def measure(
             path = Path(tmp) / "events.jsonl"
             generate(path, events, worlds)
             ingest_file(store, path)
-        octx = ObjectsContext(store, LLMClient(store, asset="bench"), ObjectsConfig(retry_backoff_seconds=0))
+        octx = ObjectsContext(
+            store, LLMClient(store, asset="bench"), ObjectsConfig(retry_backoff_seconds=0, worlds_at_once=at_once)
+        )
         t = time.perf_counter()
         timeline.intake(octx)
         for w in range(worlds):
@@ -157,15 +166,16 @@ def measure(
         worker.enqueue_hourly(octx)
         if floor:
             objects_floor.clone(admin, schema, copy)
-        statements = [0]
-        trips = {"checkouts": 0, "commits": 0, "rollbacks": 0}
+        # itertools.count: a step is atomic, so the counts hold with the run's worlds in threads
+        statements = itertools.count()
+        trips = {"checkouts": itertools.count(), "commits": itertools.count(), "rollbacks": itertools.count()}
 
         def count(*_args: Any) -> None:
-            statements[0] += 1
+            next(statements)
 
         def counter(key: str) -> Any:
             def one(*_args: Any) -> None:
-                trips[key] += 1
+                next(trips[key])
 
             return one
 
@@ -177,13 +187,14 @@ def measure(
         ]
         if workers > 1:
             secs, batches, calls, zero, cpu, pg_cpu = _run_concurrently(
-                f"{PG}?options=-csearch_path%3D{schema}", workers
+                f"{PG}?options=-csearch_path%3D{schema}", workers, at_once
             )
             pg = f"{1000 * pg_cpu / pending:.2f} ms" if pg_cpu is not None else "unread"
             say(
-                f"organize, {workers} worker processes at once: {pending} events in {secs:.1f}s = "
-                f"{pending / secs:,.1f} events/s; {calls / pending:.3f} model calls per event; {batches} batches, "
-                f"{zero} without progress; CPU per event: workers {1000 * cpu / pending:.2f} ms, PostgreSQL {pg}"
+                f"organize, {workers} worker processes at once, {at_once} world(s) at once in each: {pending} events "
+                f"in {secs:.1f}s = {pending / secs:,.1f} events/s; {calls / pending:.3f} model calls per event; "
+                f"{batches} batches, {zero} without progress; "
+                f"CPU per event: workers {1000 * cpu / pending:.2f} ms, PostgreSQL {pg}"
             )
             out.update(
                 objects_organize_workers=workers,
@@ -205,30 +216,34 @@ def measure(
         pg_cpu = pg_after - pg_cpu if pg_cpu is not None and pg_after is not None else None
         for target, name, fn in hooks:
             event.remove(target, name, fn)
+        sent = next(statements)
+        made = {key: next(n) for key, n in trips.items()}
         with store.connect() as conn:
             continues = conn.execute(select(func.count()).where(objects_receipts.c.outcome == "continue")).scalar()
         say(
-            f"organize: {pending} events in {secs:.1f}s = {pending / secs:,.1f} events/s; "
+            f"organize, {rep.worlds_at_once} world(s) at once: {pending} events in {secs:.1f}s = "
+            f"{pending / secs:,.1f} events/s; "
             f"{rep.model_calls} model calls = {rep.model_calls / max(1, pending):.3f} per event; "
-            f"{statements[0] / max(1, rep.batches):.1f} statements per batch ({rep.batches} batches); "
+            f"{sent / max(1, rep.batches):.1f} statements per batch ({rep.batches} batches); "
             f"outcomes {rep.outcomes}; continue {continues}; batches without progress {rep.zero_progress_batches} "
             f"(failed claims {rep.failures}, corrections {rep.corrections})"
         )
         per = max(1, rep.batches)
         say(
-            f"per batch: {statements[0] / per:.1f} statements, {trips['commits'] / per:.2f} commits, "
-            f"{trips['checkouts'] / per:.2f} pool checkouts (pings), {trips['rollbacks'] / per:.2f} rollbacks; "
+            f"per batch: {sent / per:.1f} statements, {made['commits'] / per:.2f} commits, "
+            f"{made['checkouts'] / per:.2f} pool checkouts (pings), {made['rollbacks'] / per:.2f} rollbacks; "
             f"CPU per event: client {1000 * client_cpu / max(1, pending):.2f} ms, PostgreSQL "
             + (f"{1000 * pg_cpu / max(1, pending):.2f} ms" if pg_cpu is not None else "unread")
         )
         out.update(
+            objects_organize_worlds_at_once=rep.worlds_at_once,
             objects_organize_events_per_s=round(pending / secs, 1),
             objects_organize_seconds=round(secs, 2),
             objects_organize_calls_per_event=round(rep.model_calls / max(1, pending), 3),
-            objects_organize_statements_per_batch=round(statements[0] / max(1, rep.batches), 1),
+            objects_organize_statements_per_batch=round(sent / max(1, rep.batches), 1),
             objects_organize_zero_progress_batches=rep.zero_progress_batches,
-            objects_organize_commits_per_batch=round(trips["commits"] / per, 2),
-            objects_organize_checkouts_per_batch=round(trips["checkouts"] / per, 2),
+            objects_organize_commits_per_batch=round(made["commits"] / per, 2),
+            objects_organize_checkouts_per_batch=round(made["checkouts"] / per, 2),
             objects_organize_client_cpu_ms_per_event=round(1000 * client_cpu / max(1, pending), 2),
         )
         if pg_cpu is not None:
@@ -273,9 +288,16 @@ def main() -> None:
         default=1,
         help="organize in this many processes at once, as that many runs of the `llm` pool would (no floor)",
     )
+    parser.add_argument(
+        "--worlds-at-once",
+        type=int,
+        default=ObjectsConfig.worlds_at_once,
+        help="the run's memory.objects.worlds_at_once (threads of one run; default: the configured default)",
+    )
     args = parser.parse_args()
     floor = not args.no_floor and args.workers == 1
-    print(json.dumps(measure(args.events, args.worlds, floor=floor, workers=args.workers), indent=2))
+    out = measure(args.events, args.worlds, floor=floor, workers=args.workers, at_once=args.worlds_at_once)
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":
