@@ -125,6 +125,19 @@ def _run_concurrently(url: str, workers: int, at_once: int) -> tuple[float, int,
     return secs, int(batches), int(calls), int(zero), float(cpu), pg
 
 
+def _model_latency(ms: float) -> None:
+    """Every offline model call of this process waits ``ms`` first, as a provider's answer does (a
+    wait that holds no lock, as a request's): the offline model is otherwise instant, the worst case
+    for worlds at once."""
+    answer = LLMClient._call_offline
+
+    def slow(self: LLMClient, req: Any) -> Any:
+        time.sleep(ms / 1000)
+        return answer(self, req)
+
+    LLMClient._call_offline = slow  # type: ignore[method-assign]  # this benchmark's process only
+
+
 def measure(
     events: int = 10_000,
     worlds: int = 10,
@@ -132,11 +145,13 @@ def measure(
     say: Any = print,
     workers: int = 1,
     at_once: int = ObjectsConfig.worlds_at_once,
+    latency_ms: float = 0.0,
 ) -> dict[str, Any]:
     """The organize measurement (``bench/run.py``'s objects stage calls it too): the keys of
     latest.json (``objects_organize_*``). With ``floor``, the set-based floor
     (``bench/objects_floor.py``) runs on a copy of the store taken before the real run, and its
-    rows are compared with the real run's. ``at_once``: the run's ``worlds_at_once``."""
+    rows are compared with the real run's. ``at_once``: the run's ``worlds_at_once``; ``latency_ms``:
+    each organize call of the measured run (and the floor's) waits that long first."""
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     copy = f"{schema}_floor"
     admin = create_engine(PG)
@@ -205,6 +220,9 @@ def measure(
             )
             store.engine.dispose()
             return out
+        if latency_ms:
+            _model_latency(latency_ms)  # after the compaction: only organize's calls wait
+            out["objects_organize_model_latency_ms"] = latency_ms
         for target, name, fn in hooks:
             event.listen(target, name, fn)
         pg_cpu, client_cpu = _postgres_cpu_seconds(), _client_cpu_seconds()
@@ -294,9 +312,24 @@ def main() -> None:
         default=ObjectsConfig.worlds_at_once,
         help="the run's memory.objects.worlds_at_once (threads of one run; default: the configured default)",
     )
+    parser.add_argument(
+        "--model-latency-ms",
+        type=float,
+        default=0.0,
+        help="each organize call waits this long first, as a provider's answer would (one process only)",
+    )
     args = parser.parse_args()
+    if args.model_latency_ms and args.workers > 1:
+        parser.error("--model-latency-ms applies to one process: leave --workers at 1")
     floor = not args.no_floor and args.workers == 1
-    out = measure(args.events, args.worlds, floor=floor, workers=args.workers, at_once=args.worlds_at_once)
+    out = measure(
+        args.events,
+        args.worlds,
+        floor=floor,
+        workers=args.workers,
+        at_once=args.worlds_at_once,
+        latency_ms=args.model_latency_ms,
+    )
     print(json.dumps(out, indent=2))
 
 
