@@ -16,6 +16,7 @@ from memory_pipeline.cli.console import console, err, escape, known_world, open_
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from zoneinfo import ZoneInfo
 
     from memory_pipeline.lib.store import Store
     from memory_pipeline.objects.context import ObjectsContext
@@ -27,9 +28,16 @@ inspect_app = typer.Typer(
 app.add_typer(inspect_app, name="inspect")
 
 
-def _octx(asset: str = "objects_cli") -> ObjectsContext:
+def _zone() -> ZoneInfo:
+    """The configured zone: every time the commands show is in it, to the second."""
     from zoneinfo import ZoneInfo
 
+    from memory_pipeline.lib import settings
+
+    return ZoneInfo(settings.timezone_name())
+
+
+def _octx(asset: str = "objects_cli") -> ObjectsContext:
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.llm import LLMClient
     from memory_pipeline.objects import config as objects_config
@@ -40,7 +48,7 @@ def _octx(asset: str = "objects_cli") -> ObjectsContext:
         cfg = objects_config.load()
     except settings.ConfigError as exc:
         refuse(str(exc))
-    return ObjectsContext(store, LLMClient.from_settings(store, asset=asset), cfg, ZoneInfo(settings.timezone_name()))
+    return ObjectsContext(store, LLMClient.from_settings(store, asset=asset), cfg, _zone())
 
 
 def _print(doc: Any) -> None:
@@ -412,7 +420,7 @@ def inspect_object(
     except logic.SubmissionError as exc:
         refuse(str(exc))
     store = open_store()
-    doc = recall.object_view(store, known_world(world, store), object_id, _offset(offset))
+    doc = recall.object_view(store, known_world(world, store), object_id, _offset(offset), tz=_zone())
     if doc is None:
         refuse(f"ID: no object {object_id} in world {world}")
     _print(doc)
@@ -438,7 +446,8 @@ def inspect_events(
     lo, hi = bounds
     store = open_store()
     try:
-        _print(recall.events_between(store, lo, hi, cursor, world=known_world(world, store) if world else None))
+        shown = known_world(world, store) if world else None
+        _print(recall.events_between(store, lo, hi, cursor, world=shown, tz=_zone()))
     except recall.RecallError as exc:
         refuse(str(exc))
 
@@ -448,7 +457,7 @@ def inspect_event(event_id: str = typer.Argument(..., metavar="ID"), offset: str
     """One event: state, outcome, attached objects and its text from OFFSET (next_offset continues)."""
     from memory_pipeline.objects import recall
 
-    doc = recall.event_view(open_store(), event_id, _offset(offset))
+    doc = recall.event_view(open_store(), event_id, _offset(offset), tz=_zone())
     if doc is None:
         refuse(f"ID: no event {event_id}")
     _print(doc)

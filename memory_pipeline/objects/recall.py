@@ -491,11 +491,17 @@ def list_objects(store: Store, world: str, otype: str, offset: int = 0, limit: i
 
 
 def object_view(
-    store: Store, world: str, object_id: str, offset: int = 0, limit: int = logic.PROJECTION_PAGE
+    store: Store,
+    world: str,
+    object_id: str,
+    offset: int = 0,
+    limit: int = logic.PROJECTION_PAGE,
+    *,
+    tz: ZoneInfo | None = None,
 ) -> DossierPage | None:
-    """inspect object: the dossier with relations and sources paged from ``offset``."""
+    """inspect object: the dossier with relations and sources paged from ``offset`` (``tz``: as :func:`read`)."""
     _check_offset(offset)
-    doc = read(store, world, object_id)
+    doc = read(store, world, object_id, tz=tz)
     if doc is None:
         return None
     rels, srcs = doc["relations"], doc["sources"]
@@ -508,8 +514,11 @@ def object_view(
     }
 
 
-def event_view(store: Store, event_id: str, offset: int = 0, limit: int = EVENT_PAGE_CHARS) -> JSONObject | None:
-    """inspect event: its state, outcome, attached objects and its text from ``offset``."""
+def event_view(
+    store: Store, event_id: str, offset: int = 0, limit: int = EVENT_PAGE_CHARS, *, tz: ZoneInfo | None = None
+) -> JSONObject | None:
+    """inspect event: its state, outcome, attached objects and its text from ``offset``; ``tz``: its
+    time in that zone, to the second (None: as stored)."""
     _check_offset(offset)
     s, m, a = objects_event_state.c, messages.c, objects_attachments.c
     with store.connect() as conn:
@@ -525,7 +534,7 @@ def event_view(store: Store, event_id: str, offset: int = 0, limit: int = EVENT_
     return {
         "event_id": r.message_id,
         "world_id": r.world_id,
-        "occurred_at": r.at.isoformat(),
+        "occurred_at": r.at.isoformat() if tz is None else r.at.astimezone(tz).isoformat(timespec="seconds"),
         "role": r.role,
         "state": r.state or "not_seen",
         "page_cursor": r.page_cursor,
@@ -551,9 +560,18 @@ def _uncursor(cursor: str) -> tuple[datetime, str]:
 
 
 def events_between(
-    store: Store, start: datetime, end: datetime, cursor: str | None = None, limit: int = PAGE, world: str | None = None
+    store: Store,
+    start: datetime,
+    end: datetime,
+    cursor: str | None = None,
+    limit: int = PAGE,
+    world: str | None = None,
+    *,
+    tz: ZoneInfo | None = None,
 ) -> JSONObject:
-    """inspect events FROM TO: events by occurrence time in [start, end), ``cursor`` to continue."""
+    """inspect events FROM TO: events by occurrence time in [start, end), ``cursor`` to continue
+    (it keeps the stored time, to the microsecond); ``tz``: the times shown in that zone, to the
+    second (None: as stored)."""
     if start.tzinfo is None or end.tzinfo is None:
         raise RecallError("FROM/TO: ISO 8601 with an offset")
     if start > end:
@@ -575,7 +593,7 @@ def events_between(
         {
             "event_id": r.message_id,
             "world_id": r.world_id,
-            "occurred_at": r.at.isoformat(),
+            "occurred_at": r.at.isoformat() if tz is None else r.at.astimezone(tz).isoformat(timespec="seconds"),
             "role": r.role,
             "state": r.state,
             "preview": (r.content or "")[:120],

@@ -239,8 +239,8 @@ def _object_with_evidence(store, ingest, world: str, object_id: str, text: str) 
 def test_find_read_and_evidence_show_times_in_the_configured_zone_and_the_models_tools_as_stored(
     cli, store, ingest, monkeypatch
 ):
-    """`objects find / read / evidence` print their times as every operator time: the configured
-    zone, to the second. The organize model's read tools keep the stored form (UTC, microseconds),
+    """`objects find / read / evidence` and `objects inspect object / event / events` print their
+    times as every operator time: the configured zone, to the second. The organize model's read tools keep the stored form (UTC, microseconds),
     what its prompts have always held."""
     from memory_pipeline.objects import tools
     from memory_pipeline_tests.integration.test_objects import octx_for
@@ -254,6 +254,15 @@ def test_find_read_and_evidence_show_times_in_the_configured_zone_and_the_models
     assert f'"event_id": "{eid}", "occurred_at": "{SHOWN}"' in read and "+00:00" not in read, read
     evidence = cli("objects", "evidence", W, "person:zebra")
     assert f'"event_id": "{eid}", "occurred_at": "{SHOWN}"' in evidence and "+00:00" not in evidence, evidence
+    # the read-only inspect views too; the events' cursor keeps the stored time (it pages on it)
+    shown = cli("objects", "inspect", "object", "person:zebra", "--world", W)
+    assert f'"updated_at": "{SHOWN}"' in shown and f'"occurred_at": "{SHOWN}"' in shown, shown
+    assert "+00:00" not in shown, shown
+    event = cli("objects", "inspect", "event", eid)
+    assert f'"occurred_at": "{SHOWN}"' in event and "+00:00" not in event, event
+    listed = cli("objects", "inspect", "events", "2026-01-05T00:00:00+08:00", "2026-01-06T00:00:00+08:00")
+    assert f'"event_id": "{eid}",' in listed and f'"occurred_at": "{SHOWN}"' in listed, listed
+    assert "+00:00" not in listed, listed
 
     octx = octx_for(store)
     dossier = tools.batch_read(octx, W, "memory_read", {"id": "person:zebra"})
