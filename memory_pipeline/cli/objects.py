@@ -126,11 +126,14 @@ def run(
         err.print(f"[red]{escape(exc.stopping(worker.LEFT_FOR_NEXT_RUN))}[/]", soft_wrap=True)
         raise typer.Exit(1) from None
     rep, rep2 = done
+    sqlite = octx.store.dialect == "sqlite" and octx.cfg.worlds_at_once > 1
+    at_once = max(rep.worlds_at_once, rep2.worlds_at_once)
     console.print(
         f"hot timeline: {intake.events} new events ({intake.slices} slices, {intake.oversized} oversized); "
         f"compact batches {rep.committed}; organize/deep batches {rep2.committed}, outcomes {rep2.outcomes}, "
         f"failed claims {rep.failures + rep2.failures}, blocked events {rep2.blocked_events}, "
-        f"model calls {rep.model_calls + rep2.model_calls}"
+        f"model calls {rep.model_calls + rep2.model_calls}; worlds at once {at_once}"
+        + (f" (of worlds_at_once {octx.cfg.worlds_at_once}: one on SQLite)" if sqlite else "")
     )
     if not _say_what_failed([rep, rep2]):
         raise typer.Exit(1)
@@ -308,6 +311,9 @@ def project(passes: int = typer.Option(1, "--passes", help="Passes of at most 10
 @app.command("status")
 def status(world: str | None = typer.Option(None, "--world")) -> None:
     """memory_status: counts per state, earliest 20 unfinished records, worker error, failures."""
+    from memory_pipeline import domains
+
+    domains.check_config()  # before the first line: a bad setting is refused, not met half-way
     store = open_store()
     print_objects_status(store, known_world(world, store) if world else None)
 
@@ -347,7 +353,7 @@ def print_objects_status(store: Store, world: str | None = None) -> None:
         console.print(
             "earliest unfinished: "
             + ", ".join(
-                f"{escape(r['event_id'])} ({r['state']}, {r['page_cursor']}/{r['chars']})"
+                f"{escape(r['event_id'])} ({r['state']}, read {r['page_cursor']:,} of {r['chars']:,} characters)"
                 for r in st["earliest_unfinished"][:20]
             )
         )
@@ -358,7 +364,8 @@ def print_objects_status(store: Store, world: str | None = None) -> None:
     found = projection.check_files(store, projection.root_of(config.load())).items()
     disk = [kind for (w, _), kind in found if world is None or w == world]
     console.print(
-        f"markdown projection: {lag['behind']} object(s) behind (being rewritten); on disk now "
+        f"markdown projection: {lag['behind']} object(s) behind (the projection sensor's runs or "
+        f"`objects project` rewrite them, {logic.PROJECTION_PER_PASS} a pass); on disk now "
         f"{disk.count('missing')} file(s) missing, {disk.count('differs')} edited by hand (the next pass rewrites "
         f"them: object files are never imported); {len(lag['errors'])} error(s)"
         + "".join(f"\n  {escape(e['world_id'])} {escape(e['object_id'])}: {escape(e['error'])}" for e in lag["errors"])

@@ -411,9 +411,11 @@ def _tool_name(call: object) -> str:
 def status() -> None:
     """Rows per world and window, placeholders by empty_reason, pending repairs, the LLM ledger, then
     the sleep and conversation sections."""
+    from memory_pipeline import domains
     from memory_pipeline.cli.conversation import print_conversation_status
     from memory_pipeline.cli.sleep import print_sleep_status
 
+    domains.check_config()  # before the first line: a bad setting is refused, not met half-way
     store = open_store()
     print_status(store)
     print_sleep_status(store)

@@ -79,3 +79,19 @@ def test_a_bad_analyst_setting_refuses_the_export_before_any_run(tmp_path):
     assert _lines(bad.stderr) == [f"{config}: memory.analyst.duckdb_threads: expected int, got str 'two'"]
     # no run was started and no analyst file written
     assert not (tmp_path / "dagster_home").exists() and not list(tmp_path.glob("analytics*"))
+
+
+def test_the_status_reports_refuse_a_bad_setting_before_their_first_line(tmp_path):
+    """`status` printed its temporal, ledger, tower and objects tables, then the refusal of a bad
+    objects key, and never its sleep and conversation sections; `objects status` likewise. A
+    report checks every setting it reads first: nothing on stdout, the one line, exit 2."""
+    cfg = tmp_path / "memory.yaml"
+    cfg.write_text("memory:\n  objects:\n    worlds_at_once: 0\n")
+    for command in (["status"], ["objects", "status"]):
+        bad = _run(tmp_path, *command, MEMORY_CONFIG_FILE=str(cfg))
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        assert _lines(bad.stderr) == [f"{cfg}: memory.objects.worlds_at_once: must be within 1-8, got 0"]
+        assert bad.stdout == "", bad.stdout
+    late = _run(tmp_path, "status", MEMORY_PARTITION_START="2022-13-01")
+    assert late.returncode == 2 and late.stdout == "", late.stdout + late.stderr
+    assert _lines(late.stderr) == ["MEMORY_PARTITION_START: '2022-13-01' is not a date (YYYY-MM-DD)"]

@@ -128,6 +128,10 @@ def test_the_projection_repairs_a_deleted_file_and_says_what_it_found(audit_worl
     files[1].write_text("edited by hand", encoding="utf-8")
     before = audit_world("objects", "status", "--world", W)  # no pass yet: status looks at the disk itself
     assert "on disk now 1 file(s) missing, 1 edited by hand" in before
+    # what rewrites the objects behind (it read "being rewritten", with no daemon running)
+    assert "behind (the projection sensor's runs or `objects project` rewrite them, 10 a pass)" in " ".join(
+        before.split()
+    )
     out = audit_world("objects", "project")
     assert "found 1 file(s) missing" in out and files[0].exists()
     after = audit_world("objects", "status", "--world", W)

@@ -229,3 +229,35 @@ def test_an_interrupted_run_stops_every_world_and_leaves_no_lease_nor_running_jo
     monkeypatch.setattr(offline_rules, "organize", real)
     assert worker.run_worker(octx).failures == 0
     assert {_states(store)[e] for world in WORLDS for e in ids[world]} == {"linked"}
+
+
+@pytest.mark.parametrize("kind", ["postgres", "sqlite"])
+def test_objects_run_says_how_many_worlds_it_advanced_at_once(kind, store, tmp_path, monkeypatch):
+    """`objects run` says the worlds it advanced at once: three worlds with work, worlds_at_once 4,
+    three on PostgreSQL; on SQLite one, and it says why."""
+    from typer.testing import CliRunner
+
+    from memory_pipeline.cli import app
+
+    url = store.url if kind == "postgres" else f"sqlite:///{tmp_path / 'memory.sqlite'}"
+    cfg = tmp_path / "memory.yaml"
+    cfg.write_text("memory:\n  objects:\n    worlds_at_once: 4\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_DATABASE_URL", url)
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(cfg))
+    lines = [
+        event(world, f"c-{world}", "user", f"{world} plans a greenhouse", cst(2026, 1, 10, 9, 0)) for world in WORLDS
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines), encoding="utf-8")
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
+    for world in WORLDS:
+        assert runner.invoke(app, ["objects", "organize", world, "--now"]).exit_code == 0
+    ran = runner.invoke(app, ["objects", "run"])
+    assert ran.exit_code == 0, ran.output
+    said = " ".join(ran.output.split())
+    if kind == "postgres":
+        assert said.endswith("; worlds at once 3"), said
+    else:
+        assert said.endswith("; worlds at once 1 (of worlds_at_once 4: one on SQLite)"), said
