@@ -312,6 +312,8 @@ def read(
     store = open_store()
     if not world_ingested(store, world):
         refuse(f"no such world {world!r}: nothing has been ingested for it", code=1)
+    if conversation is not None:
+        _viewer_note(store, world, conversation)
     cache = KVCache(settings.redis_url())
     cfg = temporal_config.load()
     view = temporal_view(store, cache, cfg, world, conversation, when, tz)
@@ -360,6 +362,25 @@ def _id_option(name: str, value: str) -> None:
     problem = validate_id(value)
     if problem:
         refuse(f"{name} {shown(value)}: {problem}")
+
+
+def _viewer_note(store: Store, world: str, conversation: str) -> None:
+    """A viewing conversation with no events in ``world`` is read as a new one, as an agent's first
+    turn is; said on stderr, since a mistyped id or another world's conversation reads the same."""
+    from sqlalchemy import select
+
+    from memory_pipeline.lib.store.tables import conversations
+
+    c = conversations.c
+    with store.connect() as conn:
+        owner = conn.execute(select(c.world_id).where(c.conversation_id == conversation)).scalar()
+    if owner == world:
+        return
+    where = f"it belongs to world {owner!r}" if owner is not None else "none has been ingested"
+    err.print(
+        f"[yellow]--conversation {escape(conversation)}: no conversation of world {escape(world)} ({escape(where)}); "
+        "read as a new conversation of this world, as an agent's first turn is[/]"
+    )
 
 
 def _no_shared_cache_hint(backend: str, view: TemporalView, world: str) -> None:

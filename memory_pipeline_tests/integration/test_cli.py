@@ -281,3 +281,19 @@ def test_status_counts_requests_apart_from_ledger_rows(env, store):
     # (ledger rows, requests): retries count as requests; a cache hit or a refusal of the open breaker sends none
     assert table == {"ok": ["2", "4"], "error": ["1", "4"], "cache_hit": ["2", "0"], "breaker_open": ["3", "0"]}
     assert "requests: sent to the model, retries included" in " ".join(status.output.split())
+
+
+def test_read_says_when_the_viewing_conversation_is_none_of_the_worlds(env):
+    """A viewing conversation with no events in the world is read as a new one (an agent's first
+    turn), and said so on stderr: a mistyped id, or another world's conversation, read silently as
+    a view of that name. The world's own conversation reads with no note."""
+    events = GOOD + conversation("w2", "other", cst(2026, 7, 18, 6), ["elsewhere"])
+    assert runner.invoke(app, ["ingest", str(_jsonl(env / "e.jsonl", events))]).exit_code == 0
+    at = ["--at", "2026-07-18T07:00:00+08:00"]
+    own = runner.invoke(app, ["read", "--world", "w1", "--conversation", "c1", *at])
+    assert own.exit_code == 0 and "--conversation" not in own.stderr, own.stderr
+    for viewer, why in (("nope", "none has been ingested"), ("other", "it belongs to world 'w2'")):
+        out = runner.invoke(app, ["read", "--world", "w1", "--conversation", viewer, *at])
+        said = " ".join(out.stderr.split())
+        assert out.exit_code == 0, out.output
+        assert f"--conversation {viewer}: no conversation of world w1 ({why}); read as a new conversation" in said
