@@ -235,7 +235,12 @@ def read(world: str = typer.Argument(...), object_id: str = typer.Argument(...))
     _tool("memory_read", {"world": world, "id": object_id})
 
 
-@app.command("evidence")
+# OFFSET as the last argument: "-1" is read as that argument (and refused by name), not as an
+# unknown option "No such option: -1" would name.
+_OFFSET_LAST = {"ignore_unknown_options": True}
+
+
+@app.command("evidence", context_settings=_OFFSET_LAST)
 def evidence(
     world: str = typer.Argument(...), object_id: str = typer.Argument(...), offset: int = typer.Argument(0)
 ) -> None:
@@ -397,7 +402,7 @@ def inspect_status(world: str | None = typer.Option(None, "--world")) -> None:
     _print(reports.status(store, known_world(world, store) if world else None))
 
 
-@inspect_app.command("list")
+@inspect_app.command("list", context_settings=_OFFSET_LAST)
 def inspect_list(
     otype: str = typer.Argument(..., metavar="TYPE"),
     offset: str | None = typer.Argument(None),
@@ -413,7 +418,7 @@ def inspect_list(
         refuse(str(exc))
 
 
-@inspect_app.command("object")
+@inspect_app.command("object", context_settings=_OFFSET_LAST)
 def inspect_object(
     object_id: str = typer.Argument(..., metavar="ID"),
     offset: str | None = typer.Argument(None),
@@ -459,7 +464,7 @@ def inspect_events(
         refuse(str(exc))
 
 
-@inspect_app.command("event")
+@inspect_app.command("event", context_settings=_OFFSET_LAST)
 def inspect_event(event_id: str = typer.Argument(..., metavar="ID"), offset: str | None = typer.Argument(None)) -> None:
     """One event: state, outcome, attached objects and its text from OFFSET (next_offset continues)."""
     from memory_pipeline.objects import recall

@@ -147,6 +147,11 @@ def test_the_cli_refuses_bad_input_naming_the_argument(store, ingest, monkeypatc
         ),
         (["objects", "inspect", "events", "2026-01-01T00:00:00+08:00", "2026-01-02"], "TO '2026-01-02'"),
         (["objects", "inspect", "object", "person:x", "abc", "--world", "w1"], "OFFSET"),
+        # a negative OFFSET is that argument refused by name, not "No such option: -1"
+        (["objects", "inspect", "object", "person:x", "-1", "--world", "w1"], "OFFSET: must be >= 0"),
+        (["objects", "inspect", "event", "x", "-5"], "OFFSET: must be >= 0"),
+        (["objects", "inspect", "list", "person", "-2", "--world", "w1"], "OFFSET: must be >= 0"),
+        (["objects", "evidence", "w1", "knowledge:x", "-1"], "memory_evidence.offset/limit: offset >= 0"),
         (["objects", "read", "w1", "nocolon"], "memory_read.id"),
         # a byte the shell passed undecoded (argv's surrogate escape) was a traceback from the store
         (["objects", "read", "w1", "knowledge:gar\udcff"], "memory_read.id: key 'gar\\udcff' must be"),
