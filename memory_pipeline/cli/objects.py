@@ -399,7 +399,7 @@ def inspect_status(world: str | None = typer.Option(None, "--world")) -> None:
     from memory_pipeline.objects import reports
 
     store = open_store()
-    _print(reports.status(store, known_world(world, store) if world else None))
+    _print(reports.status(store, known_world(world, store) if world else None, tz=_zone()))
 
 
 @inspect_app.command("list", context_settings=_OFFSET_LAST)

@@ -1,14 +1,19 @@
 """Seed 001 §5 memory_status: counts per state, the earliest 20 unfinished records, the events
 never organized (oversized), the current worker error, the failure history, jobs, projection lag,
 and per-day completeness (a day with a blocked, unfinished or oversized event is ``partial``,
-never complete). Read-only, grouped queries."""
+never complete). Read-only, grouped queries.
+
+:func:`status` takes ``tz``: every time in it (``occurred_at``, a failure's ``at``,
+``worker_error_at``, ``auto_suppressed_until``) in that zone, to the second, ISO, as operators and
+agents read every time (the memory server, the command line); None keeps them as stored (datetimes)."""
 
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import TypedDict, cast
+from typing import Any, TypedDict, cast
+from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, RowMapping, func, select
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.objects import logic
@@ -42,7 +47,7 @@ class UnfinishedEvent(TypedDict):
     event_id: str
     world_id: str
     state: str
-    occurred_at: datetime
+    occurred_at: datetime | str
     page_cursor: int
     chars: int
     progress: str
@@ -52,7 +57,7 @@ class NotOrganizedEvent(TypedDict):
     event_id: str
     world_id: str
     state: str
-    occurred_at: datetime
+    occurred_at: datetime | str
     chars: int
     reason: str
 
@@ -71,15 +76,15 @@ class FailureRecord(TypedDict):
     mode: str
     batch: str
     error: str
-    at: datetime
+    at: datetime | str
 
 
 class WorldState(TypedDict):
     world_id: str
     graph_revision: int
     worker_error: str | None
-    worker_error_at: datetime | None
-    auto_suppressed_until: datetime | None
+    worker_error_at: datetime | str | None
+    auto_suppressed_until: datetime | str | None
     busy: bool
     stopped: bool
 
@@ -98,7 +103,7 @@ class ProjectionLag(TypedDict):
 
 
 class Status(TypedDict):
-    """memory_status (datetimes as they are: a printer serializes them)."""
+    """memory_status: its times as stored (datetimes), or with ``tz`` in that zone (ISO strings)."""
 
     states: dict[str, int]
     earliest_unfinished: list[UnfinishedEvent]
@@ -148,7 +153,15 @@ def range_status(store: Store, first: date, last: date, today: date, world: str 
     return {"status": str(overall), "days": per_day}
 
 
-def status(store: Store, world: str | None = None) -> Status:
+def _zoned(r: RowMapping, tz: ZoneInfo | None) -> dict[str, Any]:
+    """A row as a dict, its times in ``tz`` to the second (None: as stored)."""
+    if tz is None:
+        return dict(r)
+    return {k: v.astimezone(tz).isoformat(timespec="seconds") if isinstance(v, datetime) else v for k, v in r.items()}
+
+
+def status(store: Store, world: str | None = None, *, tz: ZoneInfo | None = None) -> Status:
+    """memory_status (of ``world``, or every world); ``tz``: its times in that zone, to the second."""
     s, j, f, w = objects_event_state.c, objects_jobs.c, objects_failures.c, objects_worlds.c
     with store.connect() as conn:
         q = (
@@ -180,11 +193,11 @@ def status(store: Store, world: str | None = None) -> Status:
                 for x, c in ((q, s.world_id), (nq, s.world_id), (jq, j.world_id), (fq, f.world_id), (wq, w.world_id))
             )
         # The rows hold the columns each query selects (SQLAlchemy's rows are untyped).
-        earliest = [cast(UnfinishedEvent, dict(r._mapping)) for r in conn.execute(q).all()]
-        not_organized = [cast(NotOrganizedEvent, dict(r._mapping)) for r in conn.execute(nq).all()]
+        earliest = [cast(UnfinishedEvent, _zoned(r._mapping, tz)) for r in conn.execute(q).all()]
+        not_organized = [cast(NotOrganizedEvent, _zoned(r._mapping, tz)) for r in conn.execute(nq).all()]
         jobs: list[JobCount] = [{"mode": m, "status": st, "count": int(n)} for m, st, n in conn.execute(jq).all()]
-        failures = [cast(FailureRecord, dict(r._mapping)) for r in conn.execute(fq).all()]
-        worlds = [cast(WorldState, dict(r._mapping)) for r in conn.execute(wq).all()]
+        failures = [cast(FailureRecord, _zoned(r._mapping, tz)) for r in conn.execute(fq).all()]
+        worlds = [cast(WorldState, _zoned(r._mapping, tz)) for r in conn.execute(wq).all()]
         lag = _projection_lag(conn, world)
     counts = state_counts(store, world)
     return {

@@ -122,14 +122,14 @@ def _checked(tool: object, args: object, allowed: Mapping[str, set[str]]) -> tup
 
 
 def call(octx: ObjectsContext, tool: object, args: object, *, tz: ZoneInfo | None = None) -> Answer:
-    """One of the agent's tool calls. ``tz``: memory_find's, memory_read's and memory_evidence's
-    times in that zone, to the second (the command line passes the configured zone); None: as
-    stored (recall's ``tz``)."""
+    """One of the agent's tool calls. ``tz``: memory_status's, memory_find's, memory_read's and
+    memory_evidence's times in that zone, to the second (the command line passes the configured
+    zone); None: as stored (recall's and reports.status's ``tz``)."""
     tool, args = _checked(tool, args, _AGENT_ARGS)
     store = octx.store
     if tool == "memory_status":
         world = _world(args, tool) if "world" in args else None
-        return reports.status(store, world)
+        return reports.status(store, world, tz=tz)
     world = _world(args, tool)
     if tool == "memory_find":
         limit = _arg(args, tool, "limit", int, recall.PAGE)

@@ -108,7 +108,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     )
     def status(world: str) -> dict[str, Any]:
         require_world(tower.store, world)
-        return {"world": world, **reports.status(store, world)}
+        return {"world": world, **reports.status(store, world, tz=tower.tz)}
 
     register_writes(reg, tower)
 

@@ -35,6 +35,7 @@ from memory_pipeline.objects.tables import (
     objects_attachments,
     objects_core,
     objects_event_state,
+    objects_failures,
     objects_jobs,
     objects_objects,
     objects_versions,
@@ -561,8 +562,9 @@ def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
 
 
 def test_object_times_are_answered_in_the_configured_zone_to_the_second(served, ingest):
-    """objects/find, objects/read and objects/evidence answer `updated_at` and `occurred_at` as every
-    other tool answers a time: in the configured zone (the server's, +08:00 here), to the second."""
+    """objects/find, objects/read, objects/evidence and objects/status answer their times as every
+    other tool answers a time: in the configured zone (the server's, +08:00 here), to the second
+    (objects/status answered a failure's time as `2026-01-05T01:02:03.456000Z`)."""
     store, at = served["store"], datetime(2026, 1, 5, 1, 2, 3, 456_000, tzinfo=UTC)
     ingest([event("wa", "wa.s1", "user", f"{SECRET_A} zebra at dawn", at, mid="wa0")])
     with store.begin() as conn:
@@ -579,6 +581,20 @@ def test_object_times_are_answered_in_the_configured_zone_to_the_second(served, 
             .where(objects_objects.c.world_id == "wa", objects_objects.c.object_id == "person:zebra")
             .values(updated_at=at)
         )
+        conn.execute(
+            objects_event_state.insert().values(
+                event_id="wa-pending",
+                world_id="wa",
+                occurred_at=at,
+                event_day=date(2026, 1, 5),
+                chars=1,
+                state="pending",
+            )
+        )
+        conn.execute(
+            objects_failures.insert().values(world_id="wa", job_id=1, mode="organize", batch="b", error="x", at=at)
+        )
+        conn.execute(update(objects_worlds).where(objects_worlds.c.world_id == "wa").values(worker_error_at=at))
     _, results = asyncio.run(
         _calls(
             served["url"],
@@ -587,11 +603,12 @@ def test_object_times_are_answered_in_the_configured_zone_to_the_second(served, 
                 ("objects/find", {"world": "wa", "query": "zebra"}),
                 ("objects/read", {"world": "wa", "id": "person:zebra"}),
                 ("objects/evidence", {"world": "wa", "id": "person:zebra"}),
+                ("objects/status", {"world": "wa"}),
             ],
         )
     )
     assert not any(e for e, _ in results), results
-    found, dossier, evidence = (json.loads(t) for _, t in results)
+    found, dossier, evidence, status = (json.loads(t) for _, t in results)
     shown = "2026-01-05T09:02:03+08:00"
     assert [(h["id"], h["updated_at"]) for h in found["items"]] == [("person:zebra", shown)]
     assert dossier["updated_at"] == shown and {"event_id": "wa0", "occurred_at": shown} in dossier["sources"]
@@ -599,7 +616,9 @@ def test_object_times_are_answered_in_the_configured_zone_to_the_second(served, 
         ("wa0", shown),
         ("wa1", "2026-01-05T10:00:00+08:00"),  # the seed's event, 10:00 in the configured zone
     ]
-    assert all("+00:00" not in t for _, t in results), results
+    assert [(x["event_id"], x["occurred_at"]) for x in status["earliest_unfinished"]] == [("wa-pending", shown)]
+    assert [f["at"] for f in status["failures"]] == [shown] and status["worlds"][0]["worker_error_at"] == shown
+    assert all("+00:00" not in t and ".456" not in t for _, t in results), results
 
 
 def _row_counts(store) -> dict[str, int]:

@@ -272,6 +272,38 @@ def test_find_read_and_evidence_show_times_in_the_configured_zone_and_the_models
     assert tools.call(octx, "memory_read", {"world": W, "id": "person:zebra"})["updated_at"] == STORED  # no tz
 
 
+def test_inspect_status_shows_its_times_in_the_configured_zone_as_the_agents_status_tool(
+    cli, store, ingest, monkeypatch
+):
+    """`objects inspect status` prints an unfinished event's `occurred_at`, a failure's `at` and a
+    world's `worker_error_at` and `auto_suppressed_until` in the configured zone, to the second (they
+    printed `2026-01-10 12:00:00+00:00`, UTC with a space); memory_status with the zone answers the
+    same, without it the stored times."""
+    from zoneinfo import ZoneInfo
+
+    from memory_pipeline.objects import timeline, tools
+    from memory_pipeline.objects.tables import objects_failures, objects_worlds
+    from memory_pipeline_tests.integration.test_objects import add, octx_for
+
+    monkeypatch.setenv("MEMORY_TIMEZONE", "Asia/Shanghai")
+    (eid,) = add(ingest, ["the zebra keeper"], start=AT)
+    octx = octx_for(store)
+    timeline.intake(octx)
+    with store.begin() as conn:
+        conn.execute(update(objects_worlds).values(worker_error="boom", worker_error_at=AT, auto_suppressed_until=AT))
+        conn.execute(
+            objects_failures.insert().values(world_id=W, job_id=1, mode="organize", batch="b", error="x", at=AT)
+        )
+    out = cli("objects", "inspect", "status", "--world", W)
+    assert "+00:00" not in out and ".456" not in out, out
+    st = json.loads(out)
+    assert [(r["event_id"], r["occurred_at"]) for r in st["earliest_unfinished"]] == [(eid, SHOWN)]
+    assert [f["at"] for f in st["failures"]] == [SHOWN]
+    assert [(w["worker_error_at"], w["auto_suppressed_until"]) for w in st["worlds"]] == [(SHOWN, SHOWN)]
+    assert json.loads(json.dumps(tools.call(octx, "memory_status", {"world": W}, tz=ZoneInfo("Asia/Shanghai")))) == st
+    assert tools.call(octx, "memory_status", {"world": W})["failures"][0]["at"] == AT  # no tz: as stored
+
+
 def test_the_demos_recall_line_shows_the_evidence_time_in_the_configured_zone(store, ingest):
     from zoneinfo import ZoneInfo
 
