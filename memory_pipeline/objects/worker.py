@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime, timedelta
 from typing import Any, NotRequired, TypedDict
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, bindparam, case, delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -74,7 +75,8 @@ class ProviderStopped(LLMProviderDown):
 # --- enqueue (memory_organize) ---------------------------------------------------------------------
 class Receipt(TypedDict):
     """An enqueue receipt: the job as created (or as first created, ``replayed``) and how many
-    blocked events the request released; an organize-now receipt names its request event."""
+    blocked events the request released; an organize-now receipt names its request event.
+    ``created_at``: in the context's zone, to the second (the first answer's form on a replay)."""
 
     job_id: int
     world_id: str
@@ -96,7 +98,9 @@ class Rebuild(TypedDict):
     jobs: list[Receipt]
 
 
-def _job_receipt(row: Mapping[str, Any], *, replayed: bool, released_blocked: int) -> Receipt:
+def _job_receipt(row: Mapping[str, Any], tz: ZoneInfo, *, replayed: bool, released_blocked: int) -> Receipt:
+    """The job's receipt, built from its row: a replay answers the first receipt's very form (its
+    ``created_at`` in ``tz``, the context's zone, to the second, as every operator and agent time)."""
     return {
         "job_id": row["job_id"],
         "world_id": row["world_id"],
@@ -105,7 +109,7 @@ def _job_receipt(row: Mapping[str, Any], *, replayed: bool, released_blocked: in
         "scope": row["scope"],
         "retry_blocked": row["retry_blocked"],
         "status": row["status"],
-        "created_at": row["created_at"].isoformat(),
+        "created_at": row["created_at"].astimezone(tz).isoformat(timespec="seconds"),
         "replayed": replayed,
         "released_blocked": released_blocked,
     }
@@ -150,7 +154,7 @@ def enqueue(
             if old["world_id"] != world:  # tokens are unique across worlds: never another world's receipt
                 raise logic.SubmissionError("token", "already used by another world's request; use a new token")
             _same_request(old, token, jmode, scope, retry_blocked)
-            return _job_receipt(old, replayed=True, released_blocked=0)
+            return _job_receipt(old, octx.tz, replayed=True, released_blocked=0)
         return _create_job(conn, octx, world, jmode, scope, retry_blocked, token, origin, local_day)
 
 
@@ -209,7 +213,7 @@ def _create_job(
         .returning(j.job_id)
     ).scalar_one()
     row = conn.execute(select(objects_jobs).where(j.job_id == job_id)).mappings().one()
-    return _job_receipt(row, replayed=False, released_blocked=released)
+    return _job_receipt(row, octx.tz, replayed=False, released_blocked=released)
 
 
 # The world's own memory requests are recorded in one conversation per world on this platform.
@@ -301,7 +305,7 @@ def organize_now(
         if old is None:
             return None  # (a token first used by a plain request has no compact job: its receipt alone)
         _same_request(old, token, then, scope, retry_blocked)
-        return [_job_receipt(r, replayed=True, released_blocked=0) for r in (first, old) if r is not None]
+        return [_job_receipt(r, octx.tz, replayed=True, released_blocked=0) for r in (first, old) if r is not None]
 
     if (again := replay()) is not None:
         return again

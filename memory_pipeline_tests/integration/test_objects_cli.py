@@ -304,6 +304,26 @@ def test_inspect_status_shows_its_times_in_the_configured_zone_as_the_agents_sta
     assert tools.call(octx, "memory_status", {"world": W})["failures"][0]["at"] == AT  # no tz: as stored
 
 
+def test_organize_receipts_and_their_replays_give_created_at_in_the_configured_zone(cli, store, ingest, monkeypatch):
+    """`objects organize` (with and without --now) prints the receipt's created_at in the configured
+    zone to the second (it printed 2026-12-07T07:14:48.121103+00:00); a replay of the token prints
+    the first answer's very created_at."""
+    import re
+
+    from memory_pipeline_tests.integration.test_objects import add
+
+    monkeypatch.setenv("MEMORY_TIMEZONE", "Asia/Shanghai")
+    add(ingest, ["the zebra keeper"], start=AT)
+    zoned = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00"
+    for argv in (("--token", "tok-now-1", "--now"), ("--mode", "compact", "--token", "tok-plain-1")):
+        first = json.loads(cli("objects", "organize", W, *argv))
+        again = json.loads(cli("objects", "organize", W, *argv))
+        firsts, agains = (x if isinstance(x, list) else [x] for x in (first, again))
+        assert [r["replayed"] for r in firsts + agains] == [False] * len(firsts) + [True] * len(agains)
+        assert [r["created_at"] for r in agains] == [r["created_at"] for r in firsts], (first, again)
+        assert all(re.fullmatch(zoned, r["created_at"]) for r in firsts), first
+
+
 def test_the_demos_recall_line_shows_the_evidence_time_in_the_configured_zone(store, ingest):
     from zoneinfo import ZoneInfo
 

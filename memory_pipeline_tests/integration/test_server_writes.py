@@ -17,6 +17,7 @@ from memory_pipeline.lib.store.tables import llm_ledger, request_ids
 from memory_pipeline.objects.tables import objects_jobs, objects_objects, objects_versions
 from memory_pipeline.sleep import memory
 from memory_pipeline.sleep.tables import semantic_memories
+from memory_pipeline_tests.conftest import CST
 from memory_pipeline_tests.integration import test_memory_server as server_test
 from memory_pipeline_tests.integration.test_memory_server import (
     CHECK_A,
@@ -162,8 +163,11 @@ def test_organize_queues_one_job_per_request_id_and_calls_no_model(served):
     assert first["objects_enabled"] is True
     assert first["replayed"] is False and repeat == {**first, "replayed": True}
     with store.connect() as conn:
-        jobs = conn.execute(select(objects_jobs.c.job_id, objects_jobs.c.world_id)).all()
-    assert [tuple(j) for j in jobs] == [(first["job_id"], "wa")]
+        jobs = conn.execute(select(objects_jobs.c.job_id, objects_jobs.c.world_id, objects_jobs.c.created_at)).all()
+    assert [tuple(j)[:2] for j in jobs] == [(first["job_id"], "wa")]
+    # created_at in the configured zone to the second, the replay's as the first's (it read 07:14:48.121103+00:00)
+    assert first["created_at"] == jobs[0].created_at.astimezone(CST).isoformat(timespec="seconds")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00", repeat["created_at"]), repeat
     ((e3, theirs),) = _run(served, "ops", [("objects/organize", {**args, "world": "wb"})])
     assert not e3 and theirs["world_id"] == "wb" and theirs["job_id"] != first["job_id"] and not theirs["replayed"]
     assert _count(store, llm_ledger) == ledger  # queued only: the job runs in Dagster
