@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -24,13 +25,14 @@ class TokenInfo:
     created_at: datetime
     revoked_at: datetime | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, tz: ZoneInfo) -> dict[str, Any]:
+        """The token as `tokens list --json` shows it; its times in ``tz`` to the second, as the table's."""
         return {
             "name": self.name,
             "worlds": list(self.worlds),
             "read_only": self.read_only,
-            "created_at": self.created_at.isoformat(),
-            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+            "created_at": self.created_at.astimezone(tz).isoformat(timespec="seconds"),
+            "revoked_at": self.revoked_at.astimezone(tz).isoformat(timespec="seconds") if self.revoked_at else None,
         }
 
 

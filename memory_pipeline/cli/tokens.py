@@ -55,7 +55,7 @@ def list_(json_out: bool = typer.Option(False, "--json", help="One JSON object p
     tz = zone(settings.timezone_name())
     if json_out:
         for info in infos:
-            print(json.dumps(info.as_dict()))
+            print(json.dumps(info.as_dict(tz)))  # the zone, to the second, as the table
         return
     table = Table(title=f"{len(infos)} token(s)")
     for col in ("name", "worlds", "read-only", "created", "revoked"):

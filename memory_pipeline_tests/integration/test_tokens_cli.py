@@ -55,6 +55,9 @@ def test_create_prints_the_token_once_and_stores_only_its_hash(env, store):
         (rows[1]["name"], ["w3"], True, None),
     ]
     assert rows[1]["name"].startswith("token-")
+    # the table's form: the zone, to the second (it read 2026-12-07T07:12:29.184180+00:00)
+    zoned = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00"
+    assert all(re.fullmatch(zoned, r["created_at"]) for r in rows), rows
     table = runner.invoke(app, ["tokens", "list"])
     assert table.exit_code == 0 and "bot" in table.output and "w1, w2" in table.output and token not in table.output
     assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00", table.output), table.output  # created: CST
@@ -75,7 +78,7 @@ def test_revoke_refuses_the_token_and_keeps_its_name(env, store):
     reused = runner.invoke(app, ["tokens", "create", "--world", "w1", "--name", "bot"])
     assert reused.exit_code == 2 and "exists already" in reused.output
     listed = json.loads(runner.invoke(app, ["tokens", "list", "--json"]).output)
-    assert listed["revoked_at"] is not None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00", listed["revoked_at"]), listed
 
 
 @pytest.mark.parametrize(
