@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import logging
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import typer
 
@@ -74,16 +76,28 @@ def serve(
         refuse(str(exc))
     if tokens.active_count(t.store) == 0:
         err.print("[yellow]no access token exists: every request is refused (memory-pipeline tokens create)[/]")
-    _log_calls()
+    _log_calls(t.tz)
     server.run()
     t.close()
 
 
-def _log_calls() -> None:
-    """The call log (one line per tool call) on stderr."""
+class _ZonedFormatter(logging.Formatter):
+    """A log line's time in ``tz``, ISO with its offset, to the millisecond
+    (``2026-12-07T15:22:41.331+08:00``), not the machine's local time in logging's own form."""
+
+    def __init__(self, fmt: str, tz: ZoneInfo) -> None:
+        super().__init__(fmt)
+        self.tz = tz
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return datetime.fromtimestamp(record.created, self.tz).isoformat(timespec="milliseconds")
+
+
+def _log_calls(tz: ZoneInfo) -> None:
+    """The call log (one line per tool call) on stderr, its times in ``tz`` (the configured zone)."""
     log = logging.getLogger("memory_pipeline.server")
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.setFormatter(_ZonedFormatter("%(asctime)s %(levelname)s %(name)s %(message)s", tz))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False

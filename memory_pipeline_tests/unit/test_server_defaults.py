@@ -7,6 +7,7 @@ under a temporary MEMORY_DATA_DIR, and the server is built but never started."""
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 import pytest
 import typer
@@ -32,6 +33,7 @@ def test_serve_without_options_builds_its_server_with_those_limits(monkeypatch, 
     for name in ("MEMORY_DATABASE_URL", "MEMORY_CONFIG_FILE", "REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MEMORY_TIMEZONE", "Asia/Shanghai")
     guards: list[server_app.CallGuard] = []
     sdk: dict = {}
     servers: list[uvicorn.Server] = []
@@ -63,3 +65,9 @@ def test_serve_without_options_builds_its_server_with_those_limits(monkeypatch, 
     assert (limits.max_body_bytes, limits.rate, limits.burst, limits.call_timeout) == (MIB, 50.0, 100, 10.0)
     assert (guard.buckets.rate, guard.buckets.burst) == (50.0, 100)  # the per-token buckets
     assert sdk["max_request_body_size"] == MIB  # the SDK answers 413 past it
+    # the call log's time: the configured zone (+08:00), ISO with T, to the millisecond (it was
+    # the machine's local time, `2026-12-07 07:22:41,331`)
+    (handler,) = server_log.handlers
+    record = logging.LogRecord("memory_pipeline.server", logging.INFO, __file__, 1, "call token=demo", None, None)
+    record.created = datetime(2026, 12, 7, 7, 22, 41, 331_000, tzinfo=UTC).timestamp()
+    assert handler.format(record) == "2026-12-07T15:22:41.331+08:00 INFO memory_pipeline.server call token=demo"
