@@ -323,10 +323,13 @@ def status(world: str | None = typer.Option(None, "--world")) -> None:
     print_objects_status(store, known_world(world, store) if world else None)
 
 
+FAILURES_SHOWN = 5  # of the failure history's newest 20 (inspect status lists all 20)
+
+
 def print_objects_status(store: Store, world: str | None = None) -> None:
     from memory_pipeline.objects import config, logic, projection, recall, reports
 
-    st = reports.status(store, world)
+    st = reports.status(store, world, tz=_zone())
     states = st["states"]
     console.print(
         "objects: events by state "
@@ -363,7 +366,18 @@ def print_objects_status(store: Store, world: str | None = None) -> None:
             )
         )
     if st["failures"]:
-        console.print(f"failure history (newest {len(st['failures'])}): " + escape(st["failures"][0]["error"][:200]))
+        shown = st["failures"][:FAILURES_SHOWN]
+        more = len(st["failures"]) - len(shown)
+        console.print(
+            "failure history, newest first" + (f" ({more} more in `objects inspect status`)" if more else "") + ":"
+        )
+        for f in shown:
+            console.print(
+                f"  {f['at']} {escape(f['world_id'])} {f['mode']} job {f['job_id']}"
+                + (f" batch {escape(str(f['batch']))}" if f["batch"] else "")
+                + f": {escape(f['error'][:200])}",
+                soft_wrap=True,
+            )
     lag = st["projection"]
     # The files as they are now (read-only), not only as the last pass found them.
     found = projection.check_files(store, projection.root_of(config.load())).items()

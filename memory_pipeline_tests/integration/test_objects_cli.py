@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -174,6 +175,17 @@ def test_objects_run_stops_at_the_breaker_with_its_one_line_and_the_next_run_doe
         assert state["ledger"] == {"error": 5, "breaker_open": 1}
         assert state["jobs"] == {**{f"w{i}": BACKING_OFF for i in range(1, 6)}, "w6": UNTOUCHED}
         assert state["failures"] == {f"w{i}": 1 for i in range(1, 6)} and state["leases"] == 0
+        # objects status lists the newest failures, each with its time (zone), world, mode and job; it
+        # printed one error's text under "failure history (newest 5)"
+        keep = ("MEMORY_DATABASE_URL", "MEMORY_DATA_DIR", "MEMORY_CONFIG_FILE")
+        shown = CliRunner().invoke(app, ["objects", "status"], env={k: env[k] for k in keep}, terminal_width=300)
+        assert shown.exit_code == 0, shown.output
+        listed = [line.strip() for line in shown.output.splitlines() if line.startswith("  ") and " job " in line]
+        assert shown.output.count("failure history, newest first:") == 1, shown.output
+        assert len(listed) == 5 and {line.split()[1] for line in listed} == {f"w{i}" for i in range(1, 6)}, listed
+        for line in listed:
+            assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00 w\d organize job \d+ batch \S+: ", line), line
+            assert "scripted 500" in line, line
 
         fake.script.clear()
         fake.tool_answer = lambda body: [_linked(body)]
