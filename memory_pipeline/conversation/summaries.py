@@ -755,6 +755,24 @@ def injected_history(
 
 
 _LIKES = re.compile(r"(?:喜欢|爱|\blike\b|\blove\b)\s*([^\s，。！？,.!?；;]+(?:\s+[A-Za-z]+)?)", re.IGNORECASE)
+# A like said negated ("I don't like", "never loved", "不喜欢", "没爱过"): the words just before it.
+_NEGATED = re.compile(
+    r"(?:\b(?:do|does|did|would|could)(?:n['’]?t|\s+not)|\bnever|\bnot|不|没有?)\s*(?:really\s+|真的|太)?$",
+    re.IGNORECASE,
+)
+
+
+def _stances(users: Sequence[str]) -> dict[str, bool]:
+    """What the user's lines say they like (True) or do not (False), oldest line first: a later
+    line about the same thing replaces the earlier one and moves it last (seed 002: 以最近为准)."""
+    stances: dict[str, bool] = {}
+    for line in users:
+        for m in _LIKES.finditer(line):
+            thing = _join(logic.tokens(m.group(1))[:4])
+            if thing:
+                stances.pop(thing, None)
+                stances[thing] = not _NEGATED.search(line[: m.start()])
+    return stances
 
 
 def _join(tokens: Sequence[str]) -> str:
@@ -784,7 +802,8 @@ def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tup
     """Deterministic, not a language model, and in the author's view: the arc is three fixed
     sentences around the first three words of the offline headline of the user's lines (plus one
     that refers to long_arc when the world has one); each thing a user line says it likes (喜欢 / 爱 / like / love
-    and at most the next four tokens) is a preference "用户喜欢…"; those three words are key points
+    and at most the next four tokens) is a preference "用户喜欢…", or "用户不喜欢…" when the line says it
+    negated ("don't like", "不喜欢"); the newest line about a thing wins, newest first; those three words are key points
     (投入); the words of the last user question make the unresolved hook. Whatever would still copy
     a line is left out (the arc falls back to one without the words)."""
     texts = [str(m.get("content") or "") for m in msgs if m.get("role") == "user"]
@@ -800,8 +819,8 @@ def offline_rule(msgs: Sequence[dict[str, Any]], offered: frozenset[str]) -> tup
         arc = "这段时间用户的话题比较集中。用户在这些话题上持续投入。整体情绪平稳，没有明显的回避。"
     if has_arc and words:
         arc += f"聊到{words[0]}时，让角色想起自己的长线心事。"
-    likes = [_join(logic.tokens(m.group(1))[:4]) for u in users for m in _LIKES.finditer(u)]
-    prefs = [p for p in (f"用户喜欢{x}" for x in dict.fromkeys(likes) if x) if _own_words(p, lines, "preferences")][:5]
+    stated = [f"用户{'喜欢' if likes else '不喜欢'}{x}" for x, likes in reversed(_stances(users).items())]
+    prefs = [p for p in stated if _own_words(p, lines, "preferences")][:5]  # the newest first
     questions = [u for u in users if u.rstrip().endswith(("?", "？"))]
     asked = (
         [w for w in offline.headline(questions[-1], 40).split(offline.HEADLINE_SEPARATOR) if w][:2] if questions else []

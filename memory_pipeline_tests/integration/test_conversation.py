@@ -280,6 +280,23 @@ def summary_call(**over):
     return ("tools", [("write_conversation_summary", {**args, **over})])
 
 
+def test_the_offline_model_keeps_the_users_newest_stance_and_reads_a_negated_like(store, ingest):
+    """Seed 002's preferences: 以最近为准. The user liked tomatoes, later said they do not: the summary
+    says 用户不喜欢 (it said 用户喜欢, the opposite of the newest line, since "don't like" holds
+    "like"); a thing liked once and never taken back stays liked; the newest stance comes first."""
+    lines = [f"line {i} about the garden beds" for i in range(31)]
+    lines[2] = "I like tomatoes straight from the greenhouse"
+    lines[4] = "我喜欢爬山"
+    lines[20] = "Honestly I don't like tomatoes straight from the greenhouse anymore"
+    lines[24] = "我不喜欢跑步"
+    ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), lines))
+    summaries.set_init_status(store, "c1", "done")
+    result = summaries.run(store, LLMClient(store), CFG, CST, summaries.due_conversations(store, CFG))
+    assert result.written == ["c1"], result.failed
+    (v1,) = rows(store)
+    assert v1["sections"]["preferences"] == ["用户不喜欢跑步", "用户不喜欢tomatoes straight", "用户喜欢爬山"]
+
+
 def test_the_offline_model_writes_in_the_authors_view_and_refers_to_long_arc(store, ingest):
     from memory_pipeline.sleep import memory as mem
     from memory_pipeline.sleep.config import SleepConfig
