@@ -237,8 +237,15 @@ def diff(
         d = snapshot_diff(open_store(), world, _day("before", before), _day("after", after))
     except SnapshotMissing as exc:
         refuse(str(exc), code=1)
-    for side in d.stale:
-        err.print(f"[red]{escape(_stale_note(side))}[/]", soft_wrap=True)
+    if d.stale:
+        from memory_pipeline.sleep.reports import stale_positions
+
+        # the backfill a note names starts at the first stale place (an earlier day's, too): a night
+        # runs only after the nights before it, so from the snapshot's own day it would fail
+        earliest = min(d.stale, key=lambda side: side.day).day
+        waiting = [p.day for p in stale_positions(open_store(), date(1970, 1, 1)) if p.day <= earliest]
+        for side in d.stale:
+            err.print(f"[red]{escape(_stale_note(side, min(waiting, default=side.day)))}[/]", soft_wrap=True)
     stale = ", ".join(f"{s.day} {s.status}" for s in d.stale)
     console.print(
         f"{escape(world)} {before} -> {after}"
@@ -252,7 +259,9 @@ def diff(
         raise typer.Exit(1)
 
 
-def _stale_note(side: StaleSnapshot) -> str:
+def _stale_note(side: StaleSnapshot, stale_from: date) -> str:
+    """Why ``side``'s snapshot is stale and the backfill that runs it again (from ``stale_from``, the
+    first stale place before it, or from where the failed re-run stopped)."""
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.timeutil import zone
     from memory_pipeline.sleep.order import DAY_ROW, LABELS
@@ -260,7 +269,7 @@ def _stale_note(side: StaleSnapshot) -> str:
     tz = zone(settings.timezone_name())  # as every other time the CLI shows
 
     def at(t: datetime | None) -> str:
-        return t.astimezone(tz).isoformat(sep=" ", timespec="seconds") if t is not None else "(time not recorded)"
+        return t.astimezone(tz).isoformat(timespec="seconds") if t is not None else "(time not recorded)"
 
     day = side.day.isoformat()
     restored = f" at {at(side.restored_at)}" if side.restored_at is not None else ""
@@ -275,7 +284,7 @@ def _stale_note(side: StaleSnapshot) -> str:
     else:
         why = f"the last rebuild restored semantic memory{restored} and deep sleep of {day} has not run since"
     written = f" (written {at(side.written_at)})" if side.written_at is not None else ""
-    first = min(f.day, side.day).isoformat() if f is not None else day  # from where the re-run stopped
+    first = min([stale_from, side.day] + ([f.day] if f is not None else [])).isoformat()
     return (
         f"world {side.world_id}: the snapshot of {day} is stale (deep sleep {side.status}): {why}. The diff "
         f"shows the snapshot of the last successful run{written}, not semantic memory as it is now; "

@@ -336,7 +336,7 @@ def test_a_diff_after_a_failed_rebuild_says_its_snapshot_is_stale(env, pg_url, m
     shown = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
     assert shown.exit_code == 1, shown.output
     text = " ".join(shown.output.split())
-    when = datetime.fromisoformat(detail["failed_attempt"]["at"]).astimezone(CST).isoformat(sep=" ", timespec="seconds")
+    when = datetime.fromisoformat(detail["failed_attempt"]["at"]).astimezone(CST).isoformat(timespec="seconds")
     assert "world w1: the snapshot of 2026-03-03 is stale (deep sleep failed)" in text
     assert "the last rebuild failed: it restored semantic memory at" in text
     assert f"then deep sleep of 2026-03-03 for w1 failed at {when} (RuntimeError: provider went away)" in text
@@ -365,3 +365,19 @@ def test_a_diff_after_a_failed_rebuild_says_its_snapshot_is_stale(env, pg_url, m
     current = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-03"])
     assert current.exit_code == 0 and "stale" not in current.output.lower()
     assert not diff(store, "w1", D1, D2).stale
+
+
+def test_a_stale_snapshots_note_names_the_backfill_from_the_first_stale_day(env, pg_url):  # noqa: F811
+    """A rebuild of day 1 leaves days 2 and 3 stale. `sleep diff` of days 1..3 marks day 3's snapshot
+    stale and names the backfill from day 2, the first stale night: from day 3 (what it named) the
+    run fails, as a night runs only after the nights before it. Run as named, the diff is current."""
+    _three_days_slept(env, pg_url)
+    assert runner.invoke(app, ["sleep", "rebuild", "2026-03-02"]).exit_code == 0
+    shown = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-04"])
+    text = " ".join(shown.output.split())
+    assert shown.exit_code == 1 and "world w1: the snapshot of 2026-03-04 is stale (deep sleep stale)" in text, text
+    assert "`memory-pipeline sleep backfill --from 2026-03-03 --to 2026-03-04` runs it again" in text, text
+    again = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-03", "--to", "2026-03-04"])
+    assert again.exit_code == 0, again.output
+    current = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-04"])
+    assert current.exit_code == 0 and "stale" not in current.output.lower(), current.output
