@@ -48,7 +48,8 @@ class CoverageCost:
     calls: list[int] = field(default_factory=list)  # model calls and cache hits, per data day
     tokens: list[int] = field(default_factory=list)
     # Calls that served no single day: week, month, year (or other) partitions -> calls and cache
-    # hits; "none" for calls outside any partition (objects, rolling summaries, system rolls).
+    # hits; "other" for the objects jobs' and the conversations' partitions, "none" for calls with no
+    # partition (the system rolls).
     calls_off_days: dict[str, int] = field(default_factory=dict)
     total_calls: int = 0
     total_tokens_in: int = 0
@@ -138,8 +139,8 @@ OFF_DAY_NAMES = {
     "week": "for weeks",
     "month": "for months",
     "year": "for years",
-    "other": "for other partitions",
-    "none": "outside any partition (objects, rolling summaries, system rolls)",
+    "other": "for other partitions (an objects job, a conversation)",
+    "none": "with no partition (the system rolls, for one)",
 }
 
 

@@ -466,7 +466,7 @@ def test_the_cost_panel_is_by_data_day_ticks_whole_days_and_scales_tokens_in_its
             notes = [t.get_text() for t in fig.texts if t.get_text() != fig.get_suptitle()]
             assert notes == [
                 "Calls that served no single day (not drawn): 18 for weeks; 9 for months; 3 for years; 2,005 "
-                "outside any partition (objects, rolling summaries, system rolls)."
+                "with no partition (the system rolls, for one)."
             ]
         finally:
             plt.close(fig)
