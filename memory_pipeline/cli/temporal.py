@@ -617,3 +617,8 @@ def rolls_regenerate(
         else "empty answer"
     )
     console.print(f"{world} {kind} for {today}: {state} (cache: {ctx.cache.backend})")
+    if result.regenerated and ctx.cache.backend == "memory" and not ctx.cache.pending_writes:
+        err.print(
+            f"[yellow]{_no_redis()}: the slot went to this process's in-process cache and is gone when it exits "
+            "(no reader sees it); set REDIS_URL to regenerate it where the read path and the server read it[/]"
+        )

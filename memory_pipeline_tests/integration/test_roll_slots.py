@@ -75,3 +75,11 @@ def test_rolls_from_the_command_line(ctx, store, ingest, redis_url, pg_url, monk
     assert re.fullmatch(r"\d+s", age) and int(age[:-1]) < 600 and re.fullmatch(r"\d+s", ttl), line
     bad = runner.invoke(app, ["rolls", "regenerate", "--world", "w1", "--kind", "past_weeks", *at])
     assert bad.exit_code == 2 and "is not a slot" in bad.output
+    assert "in-process cache" not in result.stderr  # with Redis, no note
+    # Without REDIS_URL the slot lives in this process alone: said so (it read as a plain success)
+    monkeypatch.delenv("REDIS_URL")
+    alone = runner.invoke(app, ["rolls", "regenerate", "--world", "w1", "--kind", "past_days", *at])
+    assert alone.exit_code == 0 and "regenerated (cache: memory)" in alone.stdout, alone.output
+    assert "no REDIS_URL: the slot went to this process's in-process cache and is gone when it exits" in " ".join(
+        alone.stderr.split()
+    )
