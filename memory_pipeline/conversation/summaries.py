@@ -722,6 +722,11 @@ def retry(store: Store, conversation_id: str) -> Backoff:
     with store.begin() as conn:
         state = backoffs(conn, [conversation_id]).get(conversation_id)
         if state is None:
+            known = conn.execute(
+                select(conversations.c.conversation_id).where(conversations.c.conversation_id == conversation_id)
+            ).first()
+            if known is None:  # a mistyped id is not a healthy conversation
+                raise InputError(f"field 'conversation_id': no conversation {conversation_id!r} has been ingested")
             raise InputError(f"field 'conversation_id': {conversation_id!r} has no failures to retry")
         conn.execute(
             delete(conversation_summary_backoff).where(

@@ -173,6 +173,11 @@ def test_conversation_commands(env, pg_url):  # noqa: F811
     assert again.exit_code == 0 and "already verified" in again.output
     nothing = runner.invoke(app, ["conversation", "retry", "c1"])
     assert nothing.exit_code == 2 and "no failures to retry" in nothing.output
+    # a mistyped id is said to be none, not a healthy conversation with nothing to retry
+    unknown = runner.invoke(app, ["conversation", "retry", "nosuch-conv"])
+    assert unknown.exit_code == 2 and "no conversation 'nosuch-conv' has been ingested" in unknown.output, (
+        unknown.output
+    )
 
 
 def test_the_user_confirms_a_summary_from_the_command_line(env, pg_url):  # noqa: F811
