@@ -180,9 +180,16 @@ def append(
         content = text if text is not None else _parse_json(json_content, "json")
         entry = {"content": content, "at": at, "id": entry_id, "group": group}
         report = _do(t.append, type_name, {k: v for k, v in entry.items() if v is not None or k == "content"}, "cli")
+    late = report["late_days_refreshed"]
     console.print(
         f"{escape(report['type'])}: {report['received']} received, [green]{report['inserted']} inserted[/], "
         f"{report['duplicates']} already present"
+        + (
+            f"; closed day(s) already materialized, their windows refreshed: {', '.join(late)} "
+            f"({report['late_windows_refreshed']} window(s))"
+            if late
+            else ""
+        )
     )
 
 

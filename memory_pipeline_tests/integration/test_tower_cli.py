@@ -195,3 +195,16 @@ def test_the_mcp_banner_is_printed_once_the_port_accepts_connections(env, pg_url
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_an_append_to_a_materialized_closed_day_says_its_windows_were_refreshed(env, store):
+    """docs/tower.md: an entry appended to an already materialized closed day updates its windows
+    at once and the answer lists the day. The command's line said only received / inserted."""
+    first = run("append", "worklog", "--text", "kiln fired", "--at", "2026-01-05T10:00:00+08:00", "--id", "k1")
+    assert first.exit_code == 0 and "refreshed" not in first.output, first.output  # nothing materialized yet
+    built = runner.invoke(app, ["backfill", "tower_windows", "--from", "2026-01-05", "--to", "2026-01-05"])
+    assert built.exit_code == 0, built.output
+    late = run("append", "worklog", "--text", "kiln cooled", "--at", "2026-01-05T16:00:00+08:00", "--id", "k2")
+    said = " ".join(late.output.split())
+    assert late.exit_code == 0 and "1 inserted" in said, said
+    assert "; closed day(s) already materialized, their windows refreshed: 2026-01-05 (" in said, said
