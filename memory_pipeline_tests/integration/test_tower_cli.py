@@ -208,3 +208,31 @@ def test_an_append_to_a_materialized_closed_day_says_its_windows_were_refreshed(
     said = " ".join(late.output.split())
     assert late.exit_code == 0 and "1 inserted" in said, said
     assert "; closed day(s) already materialized, their windows refreshed: 2026-01-05 (" in said, said
+
+
+def test_backfill_of_the_day_windows_reruns_a_day_whose_messages_came_late(env, store):
+    """A message of a closed day ingested after its windows were materialized (fed into the
+    activity type): backfill's mode "changed" re-runs that day, naming why, though it is long past
+    the late-data sensor's 31 days; a day with nothing late is skipped. It skipped every
+    materialized day ("tower_windows keeps no record"), though the sensor's record was there."""
+    from memory_pipeline_tests.conftest import conversation, cst, event
+
+    path = env / "e.jsonl"
+    path.write_text(
+        "".join(json.dumps(e) + "\n" for e in conversation("w1", "c1", cst(2026, 1, 5, 9), ["kiln day", "it fired"]))
+    )
+    assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
+    built = runner.invoke(app, ["backfill", "tower_windows", "--from", "2026-01-05", "--to", "2026-01-06"])
+    assert built.exit_code == 0, built.output
+    quiet = " ".join(
+        runner.invoke(app, ["backfill", "tower_windows", "--from", "2026-01-05", "--to", "2026-01-06"]).output.split()
+    )
+    assert "0 partition(s) requested, 2 already materialized and skipped" in quiet, quiet
+    late = env / "late.jsonl"
+    late.write_text(json.dumps(event("w1", "c1", "user", "the kiln cracked", cst(2026, 1, 5, 18))) + "\n")
+    assert runner.invoke(app, ["ingest", str(late)]).exit_code == 0
+    again = runner.invoke(app, ["backfill", "tower_windows", "--from", "2026-01-05", "--to", "2026-01-06"])
+    said = " ".join(again.output.split())
+    assert again.exit_code == 0, said
+    assert "1 partition(s) requested, 1 already materialized and skipped" in said, said
+    assert "2026-01-05: re-run, late data: 1 entry arrived after its windows were materialized" in said, said

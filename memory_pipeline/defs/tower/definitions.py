@@ -1,5 +1,6 @@
 """Seed 004 in Dagster: the tower domain's one Definitions (resources injected by the root)."""
 
+from datetime import date
 from functools import partial
 from zoneinfo import ZoneInfo
 
@@ -15,8 +16,8 @@ from memory_pipeline.defs.tower.jobs import tower_jobs
 from memory_pipeline.defs.tower.resources import TowerResource
 from memory_pipeline.defs.tower.schedules import tower_schedules
 from memory_pipeline.defs.tower.sensors import tower_sensors
-from memory_pipeline.lib.timeutil import local_date
-from memory_pipeline.tower import summaries
+from memory_pipeline.lib.timeutil import local_date, utcnow
+from memory_pipeline.tower import summaries, windows
 from memory_pipeline.tower.logic import Granularity
 
 defs = Definitions(
@@ -55,8 +56,31 @@ def summaries_left_failed(
     return out
 
 
+def windows_late(defs: Definitions, keys: list[str], as_of: str, instance: DagsterInstance) -> dict[str, str]:
+    """Mode "changed" of the day windows: a closed day whose entries, or messages fed into the
+    activity type, arrived after its windows were materialized (``tower_window_runs``, the late-data
+    sensor's record) is re-run. The sensor looks back 31 days; this looks back to the first day asked."""
+    if not keys:
+        return {}
+    resource = (defs.resources or {})["tower"]
+    assert isinstance(resource, TowerResource)
+    with initialized(resource, instance) as tower:  # environment variables resolved
+        store, tz, activity = tower.store(), tower.tz(), tower.cfg().activity_type
+    days = {date.fromisoformat(k): k for k in keys}
+    now = utcnow()
+    lookback = max(31, (local_date(now, tz) - min(days)).days + 1)
+    late = windows.stale_days(store, tz, now, activity_type=activity, lookback_days=lookback)
+    return {
+        days[d]: f"late data: {n} entr{'y' if n == 1 else 'ies'} arrived after its windows were materialized"
+        for d, n in sorted(late.items())
+        if d in days
+    }
+
+
 for _name, _target in {
-    "tower_windows": Target("tower_structural_job", cst_day_open, assets.tower_day_windows.key, configurable=False),
+    "tower_windows": Target(
+        "tower_structural_job", cst_day_open, assets.tower_day_windows.key, configurable=False, changed=windows_late
+    ),
     "tower_week_windows": Target("tower_week_windows_job", cst_week, assets.tower_week_windows.key, configurable=False),
     "tower_month_windows": Target(
         "tower_month_windows_job", cst_month, assets.tower_month_windows.key, configurable=False
