@@ -126,14 +126,14 @@ def run(
         err.print(f"[red]{escape(exc.stopping(worker.LEFT_FOR_NEXT_RUN))}[/]", soft_wrap=True)
         raise typer.Exit(1) from None
     rep, rep2 = done
-    sqlite = octx.store.dialect == "sqlite" and octx.cfg.worlds_at_once > 1
+    held_back = worker.worlds_at_once(octx) < octx.cfg.worlds_at_once  # SQLite takes one world at a time
     at_once = max(rep.worlds_at_once, rep2.worlds_at_once)
     console.print(
         f"hot timeline: {intake.events} new events ({intake.slices} slices, {intake.oversized} oversized); "
         f"compact batches {rep.committed}; organize/deep batches {rep2.committed}, outcomes {rep2.outcomes}, "
         f"failed claims {rep.failures + rep2.failures}, blocked events {rep2.blocked_events}, "
         f"model calls {rep.model_calls + rep2.model_calls}; worlds at once {at_once}"
-        + (f" (of worlds_at_once {octx.cfg.worlds_at_once}: one on SQLite)" if sqlite else "")
+        + (f" (of worlds_at_once {octx.cfg.worlds_at_once}: one on SQLite)" if held_back else "")
     )
     if not _say_what_failed([rep, rep2]):
         raise typer.Exit(1)

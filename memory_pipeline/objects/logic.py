@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from enum import StrEnum
 from typing import Any
+from zoneinfo import ZoneInfo
 
 # --- limits (seed 001 §1, §2, §5) -------------------------------------------------------------
 EVENT_MAX_CHARS = 32_000
@@ -67,6 +68,13 @@ def int_problem(value: int, minimum: int = 0) -> str | None:
     if value > INT_MAX:
         return f"must be at most {INT_MAX:,}, got {value}"
     return None
+
+
+def shown_at(at: datetime, tz: ZoneInfo | None) -> str:
+    """A time as an objects answer gives it: in ``tz`` to the second, as operators and agents read
+    every time (the memory server, the command line); with None as stored (UTC, to the
+    microsecond), what the organize model's prompts, the Markdown projection and find's index hold."""
+    return at.isoformat() if tz is None else at.astimezone(tz).isoformat(timespec="seconds")
 
 
 class ObjectType(StrEnum):

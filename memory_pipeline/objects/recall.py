@@ -112,7 +112,6 @@ def _terms(text: str) -> set[str]:
 
 
 def _doc(r: RowMapping | Mapping[str, Any], tz: ZoneInfo | None = None) -> ObjectDoc:
-    at: datetime = r["updated_at"]
     doc: ObjectDoc = {
         "id": r["object_id"],
         "type": r["type"],
@@ -123,7 +122,7 @@ def _doc(r: RowMapping | Mapping[str, Any], tz: ZoneInfo | None = None) -> Objec
         "cues": list(r["cues"] or []),
         "status": r["status"],
         "version": r["version"],
-        "updated_at": at.isoformat() if tz is None else at.astimezone(tz).isoformat(timespec="seconds"),
+        "updated_at": logic.shown_at(r["updated_at"], tz),
     }
     if r["type"] == "credential":
         doc["purpose"], doc["reference"] = r["purpose"], r["reference"]
@@ -245,8 +244,7 @@ class WorldIndex:
         doc = self.docs[i]
         found: FoundDoc = {**doc, "aliases": list(doc["aliases"]), "cues": list(doc["cues"]), "score": score}
         if tz is not None:
-            at: datetime = self.objects[i].row["updated_at"]
-            found["updated_at"] = at.astimezone(tz).isoformat(timespec="seconds")
+            found["updated_at"] = logic.shown_at(self.objects[i].row["updated_at"], tz)
         if member_of:
             member: MemberDoc = {**found, "via": f"member_of {member_of}"}
             return member
@@ -409,9 +407,7 @@ def read(store: Store, world: str, object_id: str, *, tz: ZoneInfo | None = None
         "sources": [
             {
                 "event_id": e,
-                "occurred_at": (at.isoformat() if tz is None else at.astimezone(tz).isoformat(timespec="seconds"))
-                if at
-                else None,
+                "occurred_at": logic.shown_at(at, tz) if at else None,
             }
             for e, at in sources
         ],
@@ -448,7 +444,7 @@ def evidence(
     items: list[EvidenceItem] = [
         {
             "event_id": r.message_id,
-            "occurred_at": r.at.isoformat() if tz is None else r.at.astimezone(tz).isoformat(timespec="seconds"),
+            "occurred_at": logic.shown_at(r.at, tz),
             "role": r.role,
             "text": r.content,
         }
@@ -534,7 +530,7 @@ def event_view(
     return {
         "event_id": r.message_id,
         "world_id": r.world_id,
-        "occurred_at": r.at.isoformat() if tz is None else r.at.astimezone(tz).isoformat(timespec="seconds"),
+        "occurred_at": logic.shown_at(r.at, tz),
         "role": r.role,
         "state": r.state or "not_seen",
         "page_cursor": r.page_cursor,
@@ -593,7 +589,7 @@ def events_between(
         {
             "event_id": r.message_id,
             "world_id": r.world_id,
-            "occurred_at": r.at.isoformat() if tz is None else r.at.astimezone(tz).isoformat(timespec="seconds"),
+            "occurred_at": logic.shown_at(r.at, tz),
             "role": r.role,
             "state": r.state,
             "preview": (r.content or "")[:120],

@@ -157,7 +157,7 @@ def _zoned(r: RowMapping, tz: ZoneInfo | None) -> dict[str, Any]:
     """A row as a dict, its times in ``tz`` to the second (None: as stored)."""
     if tz is None:
         return dict(r)
-    return {k: v.astimezone(tz).isoformat(timespec="seconds") if isinstance(v, datetime) else v for k, v in r.items()}
+    return {k: logic.shown_at(v, tz) if isinstance(v, datetime) else v for k, v in r.items()}
 
 
 def status(store: Store, world: str | None = None, *, tz: ZoneInfo | None = None) -> Status:

@@ -751,7 +751,7 @@ def _work(
     the run's batches are taken or the run is halted."""
     while True:
         with share.lock:
-            if not share.queue or share.taken >= share.limit or share.halted:
+            if not share.queue or not share.room():
                 return
             world = share.queue.popleft()
         try:
