@@ -219,6 +219,7 @@ def reconcile_command(
         )
         if not r.success:
             raise typer.Exit(1)
+        _note_rolls_not_kept()
     if report.left:  # e.g. messages ingested while the runs were going on
         console.print(f"[yellow]{report.left} period(s) stale again (new input meanwhile): run reconcile again[/]")
     else:
@@ -285,6 +286,8 @@ def system_rolls(
         refuse(str(exc))
     console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else escape(r.error)}", soft_wrap=True)
     note_pending_cache(open_store())
+    if r.success:
+        _note_rolls_not_kept()
     if not r.success:
         raise typer.Exit(1)
 
@@ -392,6 +395,18 @@ def _no_shared_cache_hint(backend: str, view: TemporalView, world: str) -> None:
             f"[yellow]{_no_redis()}: {world}'s rolls are cached in Redis, and this process's in-process "
             "cache starts empty (what the demo or a Dagster run built lived in its own process); run both "
             "with REDIS_URL set to read them here[/]"
+        )
+
+
+def _note_rolls_not_kept() -> None:
+    """A system-rolls run's ok without REDIS_URL: its rolls went to the in-process cache of the
+    process that ran it, gone when this command exits, so no read path or server sees them."""
+    from memory_pipeline.lib import settings
+
+    if not settings.redis_url():
+        err.print(
+            "[yellow]no REDIS_URL: the system rolls went to this run's in-process cache and are gone when it "
+            "exits (no reader sees them); set REDIS_URL to build them where the read path and the server read them[/]"
         )
 
 

@@ -275,10 +275,25 @@ def _record_request(conn: Any, octx: ObjectsContext, world: str, arguments: dict
             tool_calls=[{"name": REQUEST_SOURCE, "arguments": arguments}],
             at=now,
             ingested_at=now,
-            source=f"{REQUEST_SOURCE}: jobs {', '.join(str(j) for j in jobs)}",
+            source=_request_source(jobs),
         )
     )
     return event_id
+
+
+def _request_source(jobs: list[int]) -> str:
+    return f"{REQUEST_SOURCE}: jobs {', '.join(str(j) for j in jobs)}"
+
+
+def _request_event(conn: Any, compact: Any, then: Any) -> str | None:
+    """The request event that created an organize-now pair (its source names both jobs)."""
+    found: str | None = conn.execute(
+        select(messages.c.message_id).where(
+            messages.c.conversation_id == request_conversation_id(then["world_id"]),
+            messages.c.source == _request_source([compact["job_id"], then["job_id"]]),
+        )
+    ).scalar_one_or_none()
+    return found
 
 
 def organize_now(
@@ -302,10 +317,13 @@ def organize_now(
     def replay() -> list[Receipt] | None:
         with octx.store.connect() as conn:
             old, first = _by_token(conn, token), _by_token(conn, compact_token)
+            event_id = None if old is None or first is None else _request_event(conn, first, old)
         if old is None:
             return None  # (a token first used by a plain request has no compact job: its receipt alone)
         _same_request(old, token, then, scope, retry_blocked)
-        return [_job_receipt(r, octx.tz, replayed=True, released_blocked=0) for r in (first, old) if r is not None]
+        again = [_job_receipt(r, octx.tz, replayed=True, released_blocked=0) for r in (first, old) if r is not None]
+        # the first answer named its request event: so does its replay
+        return again if event_id is None else [{**r, "request_event_id": event_id} for r in again]
 
     if (again := replay()) is not None:
         return again

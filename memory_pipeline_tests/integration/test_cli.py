@@ -60,7 +60,7 @@ def test_ingest_counts_add_up_to_the_lines_and_it_says_what_no_partition_covers(
     assert "1 message(s) in the store are dated before MEMORY_PARTITION_START (2022-01-01)" in said, said
 
 
-def test_operate_and_read_from_the_command_line(env):
+def test_operate_and_read_from_the_command_line(env, monkeypatch):
     events = (
         conversation("w1", "a", cst(2026, 7, 17, 9), ["tomatoes planted", "tomatoes watered"])
         + conversation("w1", "v", cst(2026, 7, 18, 6, 2), ["viewer talk", "viewer reply"])
@@ -109,7 +109,16 @@ def test_operate_and_read_from_the_command_line(env):
         "chunks: 0 partition(s) requested, 1 already materialized and skipped (chunks keeps no record of what "
         "changed since: `memory-pipeline rebuild chunks --from .. --to ..` re-runs them), 0 run(s)" in said
     )
-    assert runner.invoke(app, ["system-rolls", "--as-of", "2026-07-18T07:00:00+08:00"]).exit_code == 0
+    rolls = runner.invoke(app, ["system-rolls", "--as-of", "2026-07-18T07:00:00+08:00"])
+    assert rolls.exit_code == 0 and "no REDIS_URL" not in rolls.stderr, rolls.output
+    # Without REDIS_URL the rolls went to the run's in-process cache and die with it: said (it read "ok")
+    with monkeypatch.context() as m:
+        m.delenv("REDIS_URL")
+        alone = runner.invoke(app, ["system-rolls", "--as-of", "2026-07-18T07:00:00+08:00"])
+    assert alone.exit_code == 0 and ": ok" in alone.stdout, alone.output
+    assert "no REDIS_URL: the system rolls went to this run's in-process cache and are gone when it exits" in (
+        " ".join(alone.stderr.split())
+    )
     future = runner.invoke(app, ["system-rolls", "--as-of", "2099-01-01T00:00:00+08:00"])  # capped, said so
     assert future.exit_code == 0 and "is in the future: the runs take now instead" in future.output, future.output
     assert runner.invoke(app, ["system-rolls", "--as-of", "2026-07-18T07:00:00+08:00"]).exit_code == 0

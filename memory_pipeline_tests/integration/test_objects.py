@@ -750,6 +750,7 @@ def test_organize_now_records_the_request_compacts_first_then_organizes(store, i
     again = worker.organize_now(octx, W, "the garden", token="now-00001")
     assert [r["replayed"] for r in again] == [True, True]
     assert [r["job_id"] for r in again] == [r["job_id"] for r in receipts]
+    assert [r.get("request_event_id") for r in again] == [request, request]  # as the first answer named it
     assert count(store, messages) == raw_before + 1
 
 
