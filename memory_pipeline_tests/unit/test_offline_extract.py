@@ -110,6 +110,21 @@ def test_a_headline_leaves_out_the_names_people_are_addressed_by_and_the_commone
     assert "mel" not in words and "have" not in words and words[0] == "greyhound"
 
 
+def test_a_headline_reads_a_json_records_values_not_its_field_names():
+    """A tower entry is a JSON record: its keys name fields ("project", "todo"), which every entry
+    repeats, so they outranked what the entries said; a quoted word before a colon in prose stays."""
+    material = "\n".join(
+        f'[2026-01-0{d} 09:00] {{"did": "repotted the {w} seedlings", "project": "greenhouse", "todo": "water {w}"}}'
+        for d, w in ((5, "tomato"), (6, "pepper"), (7, "tomato"))
+    )
+    words = offline.headline_words(material)
+    assert {"did", "project", "todo"}.isdisjoint(words), words
+    assert words[0] == "tomato" and {"repotted", "seedlings", "greenhouse", "pepper"} <= set(words), words
+    assert "orchard" in offline.headline_words('The sign said "orchard": we went in.')
+    # values with no content word: the field names are all the record says
+    assert offline.headline_words('{"project": "a", "did": "a work"}') == ["project"]
+
+
 def test_rarity_breaks_a_tie_of_counts_and_the_headline_fits_its_target_with_commas():
     assert offline.headline_words("A photo and a greyhound.") == ["greyhound", "photo"]  # once each: rarer first
     got = offline.headline("greyhound greyhound photo photo lake lake shelter", 24)

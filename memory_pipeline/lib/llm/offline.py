@@ -56,6 +56,9 @@ HEADLINE_SEPARATOR = ", "  # one comma per word: " · " cost 3 characters of a 1
 # ranked by rarity alone, a day is named by its one-off words, which a question seldom asks about.
 RARITY_EXPONENT = 1 / 3
 _LINE_STAMP = re.compile(r"^\s*\[[^\]]{0,40}\]\s*")  # "[09:00] ", "[2026-01-06 09:00] "
+# A JSON object's key ('"todo": "buy seeds"'): the record's field name, not what it says. Only a
+# quoted string followed by a colon and a JSON value, so prose quoting a word before a colon stays.
+_JSON_KEY = re.compile(r'"[^"\n]{1,64}"\s*:(?=\s*(?:["\[{\-\d]|true\b|false\b|null\b))')
 
 
 def headline_words(material: str) -> list[str]:
@@ -63,12 +66,20 @@ def headline_words(material: str) -> list[str]:
     its stem (FTS5's porter stem, as the search index sees it: "paint", "painted", "painting" are one
     word, written in its shortest form), times its language weight (``word_weight``: common words
     weigh nothing) to the power RARITY_EXPONENT. Lines starting with '#' are headers (platform,
-    date) and a line's leading "[...]" its time stamp, not content; the names the material
-    addresses people by ("Hey Mel!") name the participants, who are in every one of their
-    conversations and tell none apart. Chinese counts its content words (``chinese_content_words``),
+    date) and a line's leading "[...]" its time stamp, not content, nor are a JSON record's field
+    names (a tower entry's '"todo": ...' says what follows, not what happened) unless its values
+    have no content word; the names the material addresses people by ("Hey Mel!") name the
+    participants, who are in every one of their conversations and tell none apart. Chinese counts its content words (``chinese_content_words``),
     weighed by ``chinese_weight``."""
     lines = (material or "").splitlines()
     body = "\n".join(_LINE_STAMP.sub("", line) for line in lines if not line.lstrip().startswith("#"))
+    values = _JSON_KEY.sub(" ", body)
+    if values != body:  # the field names only when the values have no content word at all
+        return _ranked_words(values) or _ranked_words(body)
+    return _ranked_words(body)
+
+
+def _ranked_words(body: str) -> list[str]:
     skip = addressed(body)
     found: list[str] = []
     for token in _TOKEN.findall(body):
