@@ -1,6 +1,7 @@
 """A local OpenAI-compatible HTTP server the tests start on 127.0.0.1 (no provider is reachable).
 
-Responses are scripted: each request pops the next step, or gets the default answer (tool calls
+Responses are scripted: ``step(body)`` when set decides each request's step (kind, arg); else each
+request pops the next step, or gets the default answer (tool calls
 ``tool_answer(body)`` when set, else the text ``answer(body)`` when set, else ``default_text``). Tool
 calls are (name, arguments) pairs; arguments given as a string are sent exactly as they are. ``length`` answers a text cut short (finish_reason "length", as a
 provider stopping at max_tokens), ``tools_length`` tool calls with that finish reason; ``usage = None`` leaves the usage report out of every answer. ``hold(marker)`` keeps every request whose messages contain
@@ -25,6 +26,7 @@ class FakeOpenAI:
         self.latency = 0.0  # seconds every answer takes (a provider is never instant)
         self.answer = None  # callable(request body) -> text of the default answer
         self.tool_answer = None  # callable(request body) -> tool calls [(name, arguments)] of the default answer
+        self.step = None  # callable(request body) -> the step (kind, arg) this request gets, before the script
         self.hold_marker: str | None = None
         self.held = threading.Event()  # a request with the marker has arrived and is held
         self.released = threading.Event()
@@ -42,7 +44,9 @@ class FakeOpenAI:
                     server.held.set()
                     server.released.wait(timeout=900)
                 time.sleep(server.latency)
-                if server.script:
+                if server.step:
+                    step = server.step(body)
+                elif server.script:
                     step = server.script.popleft()
                 elif server.tool_answer:
                     step = ("tools", server.tool_answer(body))

@@ -6,13 +6,11 @@ import os
 from dataclasses import dataclass
 
 from memory_pipeline import domains
+from memory_pipeline.lib.llm.at_once import WORLDS_AT_ONCE_MAX
 from memory_pipeline.lib.settings import ConfigError, load_section
 from memory_pipeline.objects import logic
 
 SECTION = "objects"
-# Each world a run advances at once holds a store connection; the store's pool keeps 5 and opens
-# up to 10 more.
-WORLDS_AT_ONCE_MAX = 8
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from memory_pipeline import domains
 from memory_pipeline.lib import settings
+from memory_pipeline.lib.llm.at_once import WORLDS_AT_ONCE_MAX
 from memory_pipeline.lib.settings import ConfigError, load_section
 
 SECTION = "sleep"
@@ -31,6 +32,10 @@ class SleepConfig:
     autobiography_recent_days: int = 30  # phase B: finer within, only milestone / turning_point before
     autobiography_summary_max_chars: int = 1500
     log_dir: str = ""  # deep sleep's per-round JSON logs; empty: <data dir>/logs/sleep
+    # Worlds a light or deep sleep asks the model about at once, each in a thread of its own; every
+    # world's writes stay in the run's thread, in order. A provider's latency is waited out in
+    # parallel; on SQLite, whose writers wait for each other, one world at a time whatever this says.
+    worlds_at_once: int = 4
 
     def block_names(self) -> tuple[str, ...]:
         return tuple(n.strip() for n in self.self_blocks.split(","))
@@ -43,6 +48,10 @@ class SleepConfig:
             value = getattr(self, f.name)
             if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise ConfigError(f"memory.{SECTION}.{f.name}: must be a positive integer, got {value!r}")
+        if self.worlds_at_once > WORLDS_AT_ONCE_MAX:
+            raise ConfigError(
+                f"memory.{SECTION}.worlds_at_once: must be within 1-{WORLDS_AT_ONCE_MAX}, got {self.worlds_at_once!r}"
+            )
         names = self.block_names()
         if len(names) != 6 or len(set(names)) != 6 or not all(names):
             raise ConfigError(f"memory.{SECTION}.self_blocks: expected six distinct names, got {self.self_blocks!r}")

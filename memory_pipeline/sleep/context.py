@@ -41,6 +41,12 @@ class SleepContext:
     carry: ActiveCarry | None = None  # a range run's active sets, kept from place to place (sleep/carry.py)
 
 
+def worlds_at_once(ctx: SleepContext) -> int:
+    """How many worlds a stage asks the model about at once: ``worlds_at_once``, or one on SQLite
+    (a second writer waits for the first)."""
+    return 1 if ctx.store.dialect == "sqlite" else ctx.cfg.worlds_at_once
+
+
 @dataclass
 class LoopResult:
     text: str = ""

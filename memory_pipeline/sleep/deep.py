@@ -12,17 +12,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Date, and_, delete, func, insert, literal, select
 
+from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.lib.llm.at_once import each_world
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.sleep import prompts
-from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop
+from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop, worlds_at_once
 from memory_pipeline.sleep.light import system_for
 from memory_pipeline.sleep.logic import (
     DEEP_TOOLS,
@@ -85,6 +87,20 @@ class DeepResult:
     empty: list[str] = field(default_factory=list)  # worlds with no memory as of the day: no call
     # Worlds whose record was built from an answer the provider cut (the next run asks them again).
     worlds_truncated: list[str] = field(default_factory=list)
+    worlds_at_once: int = 0  # the threads that asked the model (memory.sleep.worlds_at_once; one on SQLite)
+
+
+@dataclass
+class _Asked:
+    """One world's deep sleep: decided before the run asks, its rounds' records and writes after."""
+
+    state: MemoryState
+    memories: list[Memory]  # the world's active set as of the day, before any round
+    system: str
+    band: SizeBand
+    fp: str
+    records: list[RoundRecord] = field(default_factory=list)
+    writes: list[tuple[Provenance, list[Change]]] = field(default_factory=list)
 
 
 def _batches(memories: Sequence[Memory], band: SizeBand) -> list[tuple[str | None, list[Memory]]]:
@@ -131,6 +147,7 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
         out.refused[w] = reason
     end_of_day = day_bounds(day, ctx.tz)[1]
     worlds_seen = list(worlds)
+    asked: dict[str, _Asked] = {}
     for world in worlds:
         memories = active.get(world, [])
         if world in todo and not memories and world not in run.previous:
@@ -172,31 +189,39 @@ def run_deep_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None
             out.warned.append(world)
         if band == SizeBand.BATCHED:
             out.batched.append(world)
-        system = system_for(ctx, blocks, pinned, world)
-        world_records: list[RoundRecord] = []
-        writes: list[tuple[Provenance, list[Change]]] = []
-        try:
-            for batch_type, batch in _batches(memories, band):
-                _run_batch(ctx, day, state, system, batch, batch_type, end_of_day, world_records, writes)
-        except Exception as exc:
-            # Nothing of the attempt is written; its round log is, so an operator sees what happened.
-            failure = f"{type(exc).__name__}: {exc}"
-            out.log_files += write_round_logs(ctx.cfg.logs(), day, world, world_records, failure)
-            run.failed(world, exc, {"rounds_run": len(world_records), "changes_not_written": len(state.changes)})
-            raise
-        out.rounds[world] = world_records
-        out.llm_calls += sum(r.llm_calls for r in world_records)
-        out.changes += sum(r.applied for r in world_records)
-        out.rejected += sum(len(r.rejected) for r in world_records)
-        cut = sum(r.cut for r in world_records)
+        asked[world] = _Asked(state, list(memories), system_for(ctx, blocks, pinned, world), band, fp)
+
+    def ask(world: str, llm: LLMClient) -> _Asked:
+        """The world's rounds, in a thread of its own when worlds run at once (its own client)."""
+        a = asked[world]
+        wctx = replace(ctx, llm=llm)
+        for batch_type, batch in _batches(a.memories, a.band):
+            _run_batch(wctx, day, a.state, a.system, batch, batch_type, end_of_day, a.records, a.writes)
+        return a
+
+    def failed(world: str, exc: BaseException) -> None:
+        # Nothing of the attempt is written; its round log is, so an operator sees what happened.
+        if isinstance(exc, Exception):
+            a = asked[world]
+            out.log_files += write_round_logs(ctx.cfg.logs(), day, world, a.records, f"{type(exc).__name__}: {exc}")
+            run.failed(world, exc, {"rounds_run": len(a.records), "changes_not_written": len(a.state.changes)})
+
+    def write(world: str, a: _Asked) -> None:
+        out.rounds[world] = a.records
+        out.llm_calls += sum(r.llm_calls for r in a.records)
+        out.changes += sum(r.applied for r in a.records)
+        out.rejected += sum(len(r.rejected) for r in a.records)
+        cut = sum(r.cut for r in a.records)
         if cut:
             out.worlds_truncated.append(world)
         # From a cut answer: no output fingerprint, so the next day's deep sleep does not take this
         # set as consolidated already (and this record is asked again: StageRun.reusable).
-        whole = short_hash([prompts.PROMPT_VERSION, ctx.llm.model, message_one(state.active(), ctx.tz)], length=32)
+        whole = short_hash([prompts.PROMPT_VERSION, ctx.llm.model, message_one(a.state.active(), ctx.tz)], length=32)
         out_fp = None if cut else whole
-        _commit(run, state, day, fp, out_fp, world_records, writes)
-        out.log_files += write_round_logs(ctx.cfg.logs(), day, world, world_records)
+        _commit(run, a.state, day, a.fp, out_fp, a.records, a.writes)
+        out.log_files += write_round_logs(ctx.cfg.logs(), day, world, a.records)
+
+    out.worlds_at_once = each_world(ctx.llm, list(asked), worlds_at_once(ctx), ask, write, failed)
     refused = {w: {"refused": r} for w, r in out.refused.items()}
     run.finish(out.worlds, refused, worlds_seen if world_ids is None else None, due)
     out.snapshot_rows = run.snapshot_rows

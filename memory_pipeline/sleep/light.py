@@ -10,20 +10,22 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from datetime import date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 
+from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.lib.llm.at_once import each_world
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import conversations, counted_conversations, messages
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.sleep import prompts
-from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop
-from memory_pipeline.sleep.logic import LIGHT_TOOLS, Change, MemoryState, Rules, Stage, duplicate_of
+from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop, worlds_at_once
+from memory_pipeline.sleep.logic import LIGHT_TOOLS, MemoryState, Rules, Stage, duplicate_of
 from memory_pipeline.sleep.memory import Provenance, load_self_layer, write_changes
 from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.prompts import SessionMaterial
@@ -45,6 +47,15 @@ class LightPrompt:
 
 
 @dataclass
+class _Asked:
+    """One world's light sleep: built before the run asks (state, prompt), the loop's answer after."""
+
+    state: MemoryState
+    prompt: LightPrompt
+    loop: LoopResult
+
+
+@dataclass
 class LightResult:
     worlds: int = 0
     reused: int = 0
@@ -61,6 +72,7 @@ class LightResult:
     per_world: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Worlds whose record was built from an answer the provider cut (the next run asks them again).
     worlds_truncated: list[str] = field(default_factory=list)
+    worlds_at_once: int = 0  # the threads that asked the model (memory.sleep.worlds_at_once; one on SQLite)
 
 
 def day_sessions(conn: Any, day: date, ctx: SleepContext) -> dict[str, list[SessionMaterial]]:
@@ -171,8 +183,8 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
         taken = run.taken_ids(conn, todo)
         blocks, pinned = load_self_layer(conn, todo, ctx.cfg.pinned_top)
     end_of_day = day_bounds(day, ctx.tz)[1]
+    asked: dict[str, _Asked] = {}
     for world in worlds:
-        sessions = by_world[world]
         out.worlds += 1
         if world not in todo:
             prev = run.previous[world]  # the same material was extracted already: nothing to ask or write
@@ -180,42 +192,54 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
             out.sessions += prev["sessions"]
             out.sessions_truncated += prev["sessions_truncated"]
             continue
+        sessions = by_world[world]
         state = MemoryState(world, active.get(world, []), salt=f"light:{day}", taken=taken.get(world, ()))
         prompt = build_prompt(day, sessions, state, system_for(ctx, blocks, pinned, world), ctx)
-        out.sessions += len(prompt.sessions)
-        out.sessions_truncated += prompt.truncated
-        kept = {s for s in prompt.sessions}
-        last_at = max((s.updated_at for s in sessions if s.session_id in kept), default=end_of_day)
+        asked[world] = _Asked(state, prompt, LoopResult())
+
+    def ask(world: str, llm: LLMClient) -> _Asked:
+        """The world's tool loop, in a thread of its own when worlds run at once (its own client)."""
+        a = asked[world]
+        state, prompt, loop = a.state, a.prompt, a.loop
+        kept = set(prompt.sessions)
+        sessions = [s for s in by_world[world] if s.session_id in kept]
+        last_at = max((s.updated_at for s in sessions), default=end_of_day)
         # A fact without observed_at takes its session's time: that session's last message of the day.
-        times = {s.session_id: s.updated_at for s in sessions if s.session_id in kept}
+        times = {s.session_id: s.updated_at for s in sessions}
         rules = Rules(
             Stage.LIGHT, LIGHT_TOOLS, last_at, frozenset(kept), frozenset(prompt.message_two_ids), session_times=times
         )
         candidates = set(prompt.message_two_ids)
 
-        def guard(call: Any, state: MemoryState = state, candidates: set[str] = candidates) -> str | None:
+        def guard(call: Any) -> str | None:
             dup = duplicate_of(state, call, candidates | {c.memory.id for c in state.changes})
             return f"skipped: duplicate of {dup} (already in message 2)" if dup else None
 
-        loop = LoopResult()
         if not prompt.sessions:  # nothing fits the budget: message 1 would be empty, so no call
             loop.text = f"not asked: no session fits light_input_max_chars ({prompt.truncated} dropped)"
-        else:
-            try:
-                memory_loop(
-                    ctx,
-                    state,
-                    rules,
-                    task="light_sleep",
-                    system=prompt.system,
-                    messages=prompt.messages,
-                    tools=prompts.tools(LIGHT_TOOLS),
-                    guard=guard,
-                    result=loop,
-                )
-            except Exception as exc:
-                run.failed(world, exc, {"llm_calls": loop.llm_calls, "changes_not_written": len(loop.changes)})
-                raise
+            return a
+        memory_loop(
+            replace(ctx, llm=llm),
+            state,
+            rules,
+            task="light_sleep",
+            system=prompt.system,
+            messages=prompt.messages,
+            tools=prompts.tools(LIGHT_TOOLS),
+            guard=guard,
+            result=loop,
+        )
+        return a
+
+    def failed(world: str, exc: BaseException) -> None:
+        loop = asked[world].loop
+        if isinstance(exc, Exception):
+            run.failed(world, exc, {"llm_calls": loop.llm_calls, "changes_not_written": len(loop.changes)})
+
+    def write(world: str, a: _Asked) -> None:
+        prompt, loop = a.prompt, a.loop
+        out.sessions += len(prompt.sessions)
+        out.sessions_truncated += prompt.truncated
         ops = [str(c.op) for c in loop.changes]
         stats = {
             "created": ops.count("create"),
@@ -237,10 +261,12 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
         # From a cut answer: no fingerprint, so no run takes the day as extracted already.
         record = run.record(world, input_fp=None if loop.cut else fps[world], **record_fields(prompt, loop, stats))
 
-        def write(conn: Any, changes: list[Change] = loop.changes) -> None:
-            write_changes(conn, changes, Provenance(Stage.LIGHT, day))
+        def changes(conn: Any) -> None:
+            write_changes(conn, loop.changes, Provenance(Stage.LIGHT, day))
 
-        run.commit(world, record, write, active=state.active(), taken=state.taken)
+        run.commit(world, record, changes, active=a.state.active(), taken=a.state.taken)
+
+    out.worlds_at_once = each_world(ctx.llm, list(asked), worlds_at_once(ctx), ask, write, failed)
     run.finish(out.worlds, out.per_world, worlds if world_ids is None else None, due)
     out.stale_days = sorted(run.stale_days)
     return out

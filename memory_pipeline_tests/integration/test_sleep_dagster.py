@@ -454,7 +454,7 @@ def test_a_light_sleep_record_from_an_answer_the_provider_cut_is_marked_and_aske
 
 
 def test_deep_sleep_and_autobiography_records_from_cut_answers_are_asked_again_by_a_changed_backfill(
-    pg_url, redis_url, instance, store, ingest
+    pg_url, redis_url, instance, store, ingest, tmp_path, monkeypatch
 ):
     """w1's first deep-sleep round and its autobiography are cut at the output limit: both records
     say so (deep sleep leaves no output fingerprint, so the next day would not take the set as
@@ -473,6 +473,11 @@ def test_deep_sleep_and_autobiography_records_from_cut_answers_are_asked_again_b
         with store.connect() as conn:
             return conn.execute(select(func.count()).select_from(llm_ledger)).scalar_one()
 
+    # The scripted answers go to the requests in the order they come: one world at a time
+    # (test_sleep_worlds_at_once.py: worlds at once).
+    cfg = tmp_path / "memory.yaml"
+    cfg.write_text("memory:\n  sleep:\n    worlds_at_once: 1\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(cfg))
     with FakeOpenAI() as server:
         defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
         for session, fact in (("s-1", "在菜园里种了番茄"), ("s-2", "跑了十公里")):  # w1, then w2

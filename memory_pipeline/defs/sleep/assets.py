@@ -91,6 +91,7 @@ def _light_meta(r: Any) -> dict[str, Any]:
         "duplicates_skipped": r.duplicates_skipped,
         "worlds_restored_first": r.restored,
         "worlds_truncated": r.worlds_truncated,  # records from a cut answer: asked again at the next run
+        "worlds_at_once": r.worlds_at_once,  # threads that asked the model (memory.sleep.worlds_at_once)
         "per_world": md_table(
             ("world", "sessions", "truncated", "created", "updated", "deprecated", "rejected"),
             [
@@ -124,6 +125,7 @@ def _deep_meta(r: Any) -> dict[str, Any]:
         "worlds_refused_300k": MetadataValue.json(r.refused),  # world -> why; nothing written for them
         "worlds_empty": r.empty,  # no memory as of the day: not asked
         "worlds_truncated": r.worlds_truncated,  # records from a cut answer: asked again at the next run
+        "worlds_at_once": r.worlds_at_once,  # threads that asked the model (memory.sleep.worlds_at_once)
         "changes": r.changes,
         "tool_calls_rejected": r.rejected,
         "snapshot_rows": r.snapshot_rows,

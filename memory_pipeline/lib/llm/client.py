@@ -271,6 +271,15 @@ class LLMClient:
         twin._known, twin._pending_ledger, twin._pending_cache = {}, [], {}
         return twin
 
+    def adopt(self, fork: LLMClient) -> None:
+        """``fork``'s buffered ledger and cache rows join this client's, to be written in its caller's
+        transaction, and its counts are added to this client's (a world asked in another thread)."""
+        self._pending_ledger.extend(fork._pending_ledger)
+        self._pending_cache.update(fork._pending_cache)
+        fork._pending_ledger, fork._pending_cache = [], {}
+        self.stats.add(fork.stats)
+        fork.stats = CallStats()
+
     @property
     def is_offline(self) -> bool:
         return self.model.startswith("offline/")
