@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 if TYPE_CHECKING:  # the CLI imports the domains lazily: a command loads only what it runs
     from memory_pipeline.events.ingest import IngestReport
     from memory_pipeline.lib.store import Store
+    from memory_pipeline.operations.runner import RunSummary
 
 T = TypeVar("T")
 
@@ -31,6 +32,22 @@ def escape(value: str) -> str:
 _WIDTH = None if os.isatty(1) else 200
 console = Console(width=_WIDTH)
 err = Console(stderr=True, width=None if os.isatty(2) else 200)
+
+
+WARNING_SHOWN_CHARS = 300
+
+
+def run_state(r: RunSummary) -> str:
+    """A run's state on its one line: failed with its cause; ok; or ok with the warnings its steps
+    logged (a degraded run: cut or empty answers, refused worlds, Redis down), the first shown."""
+    if not r.success:
+        return f"[red]failed:[/] {escape(r.error)}"
+    if not r.warnings:
+        return "[green]ok[/]"
+    first = " ".join(r.warnings[0].split())
+    first = first if len(first) <= WARNING_SHOWN_CHARS else first[: WARNING_SHOWN_CHARS - 1] + "…"
+    more = f" (+{len(r.warnings) - 1} more in the run's log)" if len(r.warnings) > 1 else ""
+    return f"[yellow]ok, {len(r.warnings)} warning(s):[/] {escape(first)}{more}"
 
 
 def refuse(message: str, code: int = 2) -> NoReturn:

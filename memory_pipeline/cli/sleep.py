@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, escape, known_world, open_store, refuse
+from memory_pipeline.cli.console import console, err, escape, known_world, open_store, refuse, run_state
 
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store
@@ -58,7 +58,7 @@ def _recover(keys: list[str], window: str, force: bool) -> None:
     for note in report.notes:
         err.print(f"[yellow]{escape(note)}[/]")
     for r in report.runs:
-        state = "[green]ok[/]" if r.success else f"[red]failed:[/] {escape(r.error)}"
+        state = run_state(r)
         span = r.first if r.first == r.last else f"{r.first}..{r.last}"
         console.print(  # one line however long (a script reads the failure from it)
             f"  {window} {span}: {r.partitions} day(s) in one run {r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {state}",

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from memory_pipeline.cli.cache import note_pending_cache
-from memory_pipeline.cli.console import console, err, escape, open_store, progress_bar, refuse
+from memory_pipeline.cli.console import console, err, escape, open_store, progress_bar, refuse, run_state
 from memory_pipeline.lib.store import world_ingested
 from memory_pipeline.lib.text import shown
 
@@ -103,7 +103,7 @@ def _print_report(window: str, report: OperationReport, said: list[str] | None =
     if len(report.reasons) > 10:
         console.print(f"  (+{len(report.reasons) - 10} more re-run)")
     for r in report.runs:
-        status = "[green]ok[/]" if r.success else f"[red]failed:[/] {escape(r.error)}"
+        status = run_state(r)
         console.print(  # one line however long (a script reads the failure from it)
             f"  run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}",
             soft_wrap=True,
@@ -203,7 +203,7 @@ def reconcile_command(
         task = progress.add_task("reconcile", total=None)
         report = operations.repair(progress=lambda d, t: progress.update(task, completed=d, total=t))
     for r in report.runs:
-        status = "[green]ok[/]" if r.success else f"[red]failed:[/] {escape(r.error)}"
+        status = run_state(r)
         console.print(
             f"  {r.window} run {r.run_id[:8]} {r.first}..{r.last} ({r.partitions} partition(s), {r.seconds:.1f}s) {status}",
             soft_wrap=True,
@@ -214,8 +214,7 @@ def reconcile_command(
     if report.system_rolls is not None:
         r = report.system_rolls
         console.print(
-            f"system rolls ({', '.join(stale.system_rolls)}) run {r.run_id[:8]}: {'ok' if r.success else escape(r.error)}",
-            soft_wrap=True,
+            f"system rolls ({', '.join(stale.system_rolls)}) run {r.run_id[:8]}: {run_state(r)}", soft_wrap=True
         )
         if not r.success:
             raise typer.Exit(1)
@@ -284,7 +283,7 @@ def system_rolls(
         r = operations.run_system_rolls(_as_of(as_of), force)
     except operations.RangeError as exc:
         refuse(str(exc))
-    console.print(f"system rolls run {r.run_id[:8]}: {'ok' if r.success else escape(r.error)}", soft_wrap=True)
+    console.print(f"system rolls run {r.run_id[:8]}: {run_state(r)}", soft_wrap=True)
     note_pending_cache(open_store())
     if r.success:
         _note_rolls_not_kept()

@@ -20,6 +20,7 @@ scopes."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
@@ -36,6 +37,7 @@ from sqlalchemy import (
     column,
     exists,
     func,
+    or_,
     select,
     values,
 )
@@ -383,6 +385,22 @@ def never_materialized(store: Store, tz: ZoneInfo, now: datetime | None = None) 
     return out
 
 
+def unvouched_periods(conn: Connection, window: str, periods: Sequence[date]) -> set[date]:
+    """Of ``periods``, those with a row written from an answer the provider cut or left empty: it
+    has no material fingerprint, so no run takes it as done (asked again)."""
+    t = temporal_summaries.c
+    # A model's row (a summary, or its empty_summary placeholder) with no fingerprint; the
+    # placeholders of no material (no_sessions, empty, ...) have none by design.
+    answered = or_(t.empty_reason.is_(None), t.empty_reason == str(logic.EmptyReason.EMPTY_SUMMARY))
+    out: set[date] = set()
+    for i in range(0, len(periods), BATCH):
+        q = select(t.period_start).where(
+            t.window == window, t.period_start.in_(list(periods[i : i + BATCH])), t.material_fp.is_(None), answered
+        )
+        out |= set(conn.execute(q.distinct()).scalars())
+    return out
+
+
 def changed_periods(
     store: Store,
     tz: ZoneInfo,
@@ -404,6 +422,7 @@ def changed_periods(
                 r.window == window, r.period_start.in_(periods[i : i + BATCH])
             )
             recs.update({p: tuple(rest) for p, *rest in conn.execute(q)})
+        unvouched = unvouched_periods(conn, window, periods)
     stale = {sp.period_start: sp for sp in stale_periods(store, tz, now).of(window)}
     out = {}
     for p in periods:
@@ -413,6 +432,8 @@ def changed_periods(
             out[p] = "no record: never completed over all worlds (not run, a failure, or an answer the provider cut)"
         elif recs[p] != tuple(built_with):
             out[p] = "built with another model, prompt version or settings"
+        elif p in unvouched:
+            out[p] = "a row written from an answer the provider cut or left empty (asked again)"
         elif p in stale:
             out[p] = "; ".join(stale[p].reasons)
     return out

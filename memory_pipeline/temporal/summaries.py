@@ -79,6 +79,8 @@ class PeriodResult:
     # Worlds whose row was written from an answer the provider cut (finish_reason length): the
     # row is kept (the seed has no status for it) but not vouched for, so the next run asks again.
     truncated: list[str] = field(default_factory=list)
+    # Worlds whose model answered with nothing: their empty_summary placeholder is not reused either.
+    empty_answers: list[str] = field(default_factory=list)
     db_retries: int = 0  # attempts redone whole after a transient database error
     llm: CallStats = field(default_factory=CallStats)  # this partition's calls (all attempts)
     # Why the partition's input was not read at all (skip_unchanged and its record says nothing
@@ -107,11 +109,12 @@ def _run_record(
     """The ``temporal_period_runs`` row of a completed run, or None when the run does not vouch for
     the whole period: a ``world_ids`` subset read only some worlds' input (recording it would hide
     the other worlds' late messages), a run with hard failures left some worlds without a row, and
-    one with a truncated answer wrote a row that must be asked for again (skip_unchanged would not).
+    one with a truncated or empty answer wrote a row that must be asked for again (skip_unchanged
+    would not).
     ``materialized_at`` is when the run started reading, so input committed while it ran counts as
     newer than the record (at worst one more, model-free, re-run) instead of being missed. Model,
     prompt version and settings let a later run tell that nothing changed (skip_unchanged)."""
-    if world_ids is not None or result.failures or result.truncated:
+    if world_ids is not None or result.failures or result.truncated or result.empty_answers:
         return None
     return {
         "window": result.window,
@@ -263,9 +266,15 @@ def _summarize_or_placeholder(
         result.failures[world_id] = str(exc)  # no placeholder for a hard failure
         return None
     if not text:
-        out = row("", EmptyReason.EMPTY_SUMMARY, [], 0, ctx.llm.model)
-    else:
-        out = row(text, None, source_ids, source_count, ctx.llm.model)
+        # The seed's placeholder for a model that answered with nothing. A provider's empty answer
+        # (a hiccup, a filter) gets no fingerprint, so no run reuses it (nor was it cached): the
+        # next run asks again. The offline model's is its deterministic answer: asked again, the same.
+        placeholder = row("", EmptyReason.EMPTY_SUMMARY, [], 0, ctx.llm.model)
+        if ctx.llm.is_offline:
+            return placeholder
+        result.empty_answers.append(world_id)
+        return placeholder | {"material_fp": None}
+    out = row(text, None, source_ids, source_count, ctx.llm.model)
     if ctx.llm.stats.truncated == cut_before:
         return out
     # An answer it was built from was cut: written, but with no fingerprint, so no run reuses it as
@@ -673,11 +682,12 @@ def _unchanged(conn: Connection, ctx: TemporalContext, window: str, periods: lis
         ]
         changed = {p for _w, p in reconcile.changed_children(conn, parents)}
         what = f"no {child} row written since"
+    unvouched = reconcile.unvouched_periods(conn, window, sorted(cand))  # cut or empty answers: asked again
     return {
         p: f"unchanged since {at:%Y-%m-%d %H:%M:%S} UTC ({what}, no new world, same model, prompt version and "
         "settings): input not read, rows kept"
         for p, at in sorted(cand.items())
-        if p not in missing and p not in changed
+        if p not in missing and p not in changed and p not in unvouched
     }
 
 

@@ -112,6 +112,24 @@ def test_an_llm_failure_is_one_line_on_the_console(env, monkeypatch):
     assert len(result.output.splitlines()) <= 8, result.output
 
 
+def test_an_empty_answer_is_a_degraded_run_and_is_asked_again(env, monkeypatch):
+    """The provider answers a day's summary with nothing: the seed's empty_summary placeholder is
+    written, and the run line says so instead of a plain "ok" (it read as a success, and the empty
+    answer, cached, came back on every later run without a call)."""
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("MEMORY_LLM_MODEL", "openai/fake-model")
+        monkeypatch.setenv("MEMORY_LLM_API_BASE", server.api_base)
+        monkeypatch.setenv("MEMORY_LLM_API_KEY", "test")
+        server.push("ok", "")
+        empty = runner.invoke(app, ["regenerate", "day", DAY])
+        flat = " ".join(empty.output.split())
+        assert empty.exit_code == 0, empty.output
+        assert "ok, 1 warning(s): day " + DAY + ": the model answered with nothing for w1: written as" in flat, flat
+        again = runner.invoke(app, ["backfill", "day", "--from", DAY, "--to", DAY])  # not "unchanged": asked
+        assert again.exit_code == 0 and len(server.requests) == 2, again.output
+        assert "warning" not in again.output and " ok" in again.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -113,7 +113,8 @@ def test_empty_llm_output_is_empty_summary_and_success_clears_it(store, redis_ur
         llm = LLMClient(store, model="openai/fake", api_base=server.api_base, api_key="k", backoff_seconds=0.01)
         ctx = context.TemporalContext(store, llm, KVCache(redis_url), TemporalSummaryConfig(), CST)
         server.push("ok", "   ")
-        summaries.regenerate_day(ctx, DAY, ["w_ok"])
+        empty = summaries.regenerate_day(ctx, DAY, ["w_ok"])
+        assert empty.empty_answers == ["w_ok"]  # said: the run's metadata and log name the world
         # Only the task spec and the material: no identity layer, no resident memory.
         (sent,) = server.requests
         assert [m["role"] for m in sent["messages"]] == ["system", "user"]
@@ -123,12 +124,15 @@ def test_empty_llm_output_is_empty_summary_and_success_clears_it(store, redis_ur
         assert "weather" not in material  # tool-only turns are not material
         row = _rows(store)["w_ok"]
         assert (row["content"], row["empty_reason"], row["source_count"]) == ("", EmptyReason.EMPTY_SUMMARY, 0)
+        # Not vouched for: no fingerprint, and the empty answer was not cached, so the next run asks
+        # again without --force-llm (a cached empty answer stood for ever, reported as a success).
+        assert row["material_fp"] is None
         server.push("ok", "Garden beds planned; compost too wet")
-        ctx.force_llm = True
-        summaries.regenerate_day(ctx, DAY, ["w_ok"])
+        again = summaries.regenerate_day(ctx, DAY, ["w_ok"])
+        assert len(server.requests) == 2 and again.empty_answers == [] and again.reused == 0
         row = _rows(store)["w_ok"]
         assert row["empty_reason"] is None and row["content"] == "Garden beds planned; compost too wet"
-        assert row["source_count"] == 2
+        assert row["source_count"] == 2 and row["material_fp"] is not None
 
 
 def test_llm_hard_failure_writes_no_placeholder_and_fails_the_partition(store, redis_url, worlds_day):

@@ -245,6 +245,11 @@ def _report(
     worlds = ", ".join(result.truncated)
     rows = f"the {window} rows of {worlds} (not reused: the next run asks the model again)" if worlds else ""
     warn_truncated(context, result.llm, f"{window} {key}", rows)
+    if result.empty_answers:  # a degraded partition says so: the placeholders read as summaries otherwise
+        context.log.warning(
+            f"{window} {key}: the model answered with nothing for {', '.join(result.empty_answers)}: written as "
+            "empty_summary placeholders, not reused: the next run asks again"
+        )
     if result.disabled:
         context.log.info(f"{window} {key}: memory.temporal_summary.enabled is false, nothing written")
     totals.update(
@@ -277,6 +282,8 @@ def _report(
             # Worlds whose row was written from an answer the provider cut (how many answers:
             # llm_truncated_answers): never reused, the next run asks again.
             "worlds_truncated": result.truncated,
+            # Worlds the model answered with nothing (their empty_summary placeholder): asked again.
+            "worlds_empty_answer": result.empty_answers,
             **llm_metadata(result.llm),
             "preview": md_table(("world", "period", "summary"), result.preview),
         },

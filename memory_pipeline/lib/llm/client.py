@@ -429,7 +429,8 @@ class LLMClient:
             )
         # A truncated answer (at the caller's max_tokens or the provider's own limit) is not kept:
         # a cached answer carries no finish reason, so no caller could tell it was cut and ask again.
-        keep = finish != FINISH_LENGTH
+        # Nor is an empty one (a provider's hiccup or filter): read back, it would stand for ever.
+        keep = finish != FINISH_LENGTH and bool(text.strip())
         if self.use_cache and not req.tools and keep:
             row = {
                 "cache_key": key,
