@@ -250,18 +250,36 @@ def print_never_materialized(missing: dict[str, list[date]]) -> None:
     """Closed periods with messages, and those a closed month or year with messages reads, that no
     run ever materialized: reconcile cannot see them (it compares materialized periods with their
     input), so they are named here with their backfill, days before months before years."""
-    from memory_pipeline.temporal.logic import period_key
-    from memory_pipeline.temporal.reconcile import spans
-
     if not missing:
         console.print("Never materialized — none: every closed period with messages, and every one it reads, has rows")
         return
-    table = Table(
-        title="Never materialized (closed; with messages, or read by a month or year with them; no row, no run)"
+    _backfill_table(
+        "Never materialized (closed; with messages, or read by a month or year with them; no row, no run)", missing
     )
+
+
+def print_incomplete(incomplete: dict[str, list[date]]) -> None:
+    """Closed periods with rows that no run vouched for over every world (a world's failure, a run
+    over some worlds, a cut or empty answer): neither reconcile nor "Never materialized" names them."""
+    if not incomplete:
+        console.print("Incomplete — none: every closed period with rows was completed over all worlds by one run")
+        return
+    _backfill_table(
+        "Incomplete (closed; rows, but no run completed them over all worlds: a world's failure, a run over "
+        "some worlds, an answer cut or empty)",
+        incomplete,
+    )
+
+
+def _backfill_table(title: str, periods: dict[str, list[date]]) -> None:
+    """Periods by window, each contiguous span on one row with the backfill that runs it."""
+    from memory_pipeline.temporal.logic import period_key
+    from memory_pipeline.temporal.reconcile import spans
+
+    table = Table(title=title)
     for col in ("window", "periods", "count", "backfill"):
         table.add_column(col, overflow="fold")
-    for window, starts in missing.items():
+    for window, starts in periods.items():
         for first, last in spans(window, starts):
             a, b = period_key(window, first), period_key(window, last)
             n = sum(first <= d <= last for d in starts)
@@ -493,6 +511,7 @@ def print_status(store: Store) -> None:
 
     print_pending(reconcile.stale_periods(store, _zone()))
     print_never_materialized(reconcile.never_materialized(store, _zone()))
+    print_incomplete(reconcile.incomplete_periods(store, _zone()))
     print_pending_cache(store)
     totals = ledger_totals(store)
     ledger = Table(

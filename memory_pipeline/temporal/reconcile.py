@@ -334,6 +334,33 @@ def stale_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> St
     return Staleness(periods, tuple(rolls), today)
 
 
+def incomplete_periods(store: Store, tz: ZoneInfo, now: datetime | None = None) -> dict[str, list[date]]:
+    """Closed days, months and years with rows but no run that vouched for every world's: no run
+    record (a world's hard failure, a run over some worlds only), or a row from an answer the
+    provider cut or left empty. The reconcile judges only recorded periods and ``never_materialized``
+    only periods without rows, so neither names them; ``backfill`` (mode changed) re-runs them."""
+    now = min(now or utcnow(), utcnow())
+    today = local_date(now, tz)
+    first_day = date.fromisoformat(settings.partition_start())
+    ts, r = temporal_summaries.c, temporal_period_runs.c
+    out: dict[str, list[date]] = {}
+    with store.connect() as conn:
+        recorded = set(conn.execute(select(r.window, r.period_start)).tuples().all())
+        for window in (Window.DAY, Window.MONTH, Window.YEAR):
+            closed_before = expected_periods(str(window), first_day, today, today)
+            if not closed_before:
+                continue
+            q = select(ts.period_start).where(
+                ts.window == str(window), ts.period_start >= first_day, ts.period_start <= closed_before[-1]
+            )
+            written = set(conn.execute(q.distinct()).scalars())
+            unrecorded = {p for p in written if (str(window), p) not in recorded}
+            found = sorted(unrecorded | unvouched_periods(conn, str(window), sorted(written - unrecorded)))
+            if found:
+                out[str(window)] = found
+    return out
+
+
 def never_materialized(store: Store, tz: ZoneInfo, now: datetime | None = None) -> dict[str, list[date]]:
     """Closed days, months and years (from MEMORY_PARTITION_START) with no summary row nor run
     record, that hold counted messages or lie in a closed month or year that does: nothing was ever

@@ -285,6 +285,44 @@ def _ingest_cli(path, events) -> None:
     assert runner.invoke(app, ["ingest", str(path)]).exit_code == 0
 
 
+def test_status_names_a_day_a_world_failed_while_the_others_were_written(env, store, monkeypatch):
+    """Findings: w1's day summary failed (the provider down for it) while w2's was written; the day
+    has rows but no run record, so the reconcile (recorded periods only) and "Never materialized"
+    (periods without rows) both said all was well. Status lists it as incomplete with its backfill,
+    which completes it."""
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    _ingest_cli(
+        env / "a.jsonl",
+        conversation("w1", "a", cst(2025, 12, 30, 9), ["w1 tomatoes planted", "tomatoes watered"])
+        + conversation("w2", "e", cst(2025, 12, 30, 10), ["w2 marathon pacing", "marathon intervals"]),
+    )
+    with FakeOpenAI() as server:
+        server.step = lambda body: ("status", 500) if "w1 tomatoes" in json.dumps(body) else ("ok", "a day")
+        for name, value in (("MODEL", "openai/fake"), ("API_BASE", server.api_base), ("API_KEY", "k")):
+            monkeypatch.setenv(f"MEMORY_LLM_{name}", value)
+        monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
+        failed = runner.invoke(app, ["backfill", "day", "--from", "2025-12-30", "--to", "2025-12-30"])
+        assert failed.exit_code == 1, failed.output
+        assert set(_rows_of(store, "2025-12-30")) == {"w2"}
+        status = " ".join(runner.invoke(app, ["status"]).output.split())
+        assert "Pending repairs (reconcile) — none" in status  # (the month and year are never materialized)
+        assert "Incomplete (closed; rows, but no run completed them over all worlds" in status, status
+        assert "memory-pipeline backfill day --from 2025-12-30 --to 2025-12-30" in status
+        server.step = None
+        done = runner.invoke(app, ["backfill", "day", "--from", "2025-12-30", "--to", "2025-12-30"])
+        assert done.exit_code == 0, done.output
+    assert set(_rows_of(store, "2025-12-30")) == {"w1", "w2"}
+    assert "Incomplete — none" in runner.invoke(app, ["status"]).output
+
+
+def _rows_of(store, day: str) -> list[str]:
+    with store.connect() as conn:
+        t = temporal_summaries.c
+        q = select(t.world_id).where(t.window == "day", t.period_start == date.fromisoformat(day))
+        return list(conn.execute(q).scalars())
+
+
 def test_reconcile_and_status_from_the_command_line(env, store):
     _ingest_cli(
         env / "a.jsonl",
