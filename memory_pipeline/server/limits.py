@@ -201,14 +201,19 @@ def _finite(text: str) -> float:
     return value
 
 
-# A number that may overflow a float (an exponent of three digits) or Python's int parsing (over 4,300
-# digits): only a body holding one is parsed here to look.
-_BIG_NUMBER = re.compile(rb"\d[eE][+-]?\d{3}|\d{300}")
+# A number that may overflow a float or Python's int parsing (over 4,300 digits): only a body holding
+# one is parsed here to look. A float overflows past 1.8e308: with an exponent of at most two digits
+# (99) that takes over 200 digits before it (JSON allows no leading zeros), so either form is caught.
+_BIG_NUMBER = re.compile(rb"\d[eE][+-]?\d{3}|\d{200}")
 
 
 def body_problem(body: bytes) -> str | None:
     """What is wrong with a request body the SDK would take wrongly, or None (then the SDK parses it,
     answering its own parse error for a body that is not JSON at all)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:  # the SDK answered 500 with a traceback in the log
+        return f"the body is not UTF-8 (byte {exc.start}: {body[exc.start : exc.start + 1]!r}); JSON is sent as UTF-8"
     suspect = b"NaN" in body or b"Infinity" in body or _BIG_NUMBER.search(body) is not None
     if not suspect and body.count(b"[") + body.count(b"{") <= MAX_BODY_DEPTH:
         return None  # nothing to look at: no odd number, and too few brackets to nest that deep

@@ -110,21 +110,22 @@ _ENTRIES_NOW = (
 _ENTRIES_NOW_OF_GROUP = _ENTRIES_NOW.where(_E.group_value == bindparam("group"))
 
 
-def _window_rows(conn: Connection, t: MemoryType, g: str, starts: list[datetime], groups: set[str] | None) -> list[Any]:
+def _window_rows(conn: Connection, t: MemoryType, g: str, start: datetime, group: str | None) -> list[Any]:
+    """A level's window (each group's row, or ``group``'s): the statement built once."""
+    at = {"type_name": t.name, "granularity": g, "start": start}
+    if group is None:
+        return list(conn.execute(_ONE_WINDOW, at).mappings())
+    return list(conn.execute(_ONE_WINDOW_OF_GROUP, at | {"group": group}).mappings())
+
+
+def _range_rows(conn: Connection, t: MemoryType, g: str, lo: datetime, hi: datetime, group: str | None) -> list[Any]:
+    """The windows of level ``g`` starting in [lo, hi), by one range query however wide the range:
+    listing every window start of it first took hours of CPU for a range of millennia."""
     w = tower_windows.c
-    one_group = next(iter(groups)) if groups is not None and len(groups) == 1 else None
-    if len(starts) == 1:  # a level's window: the statement built once
-        at = {"type_name": t.name, "granularity": g, "start": starts[0]}
-        if one_group is None:
-            return list(conn.execute(_ONE_WINDOW, at).mappings())
-        return list(conn.execute(_ONE_WINDOW_OF_GROUP, at | {"group": one_group}).mappings())
-    out = []
-    for i in range(0, len(starts), 1000):
-        q = select(tower_windows).where(w.type_name == t.name, w.granularity == g, w.start.in_(starts[i : i + 1000]))
-        if one_group is not None:
-            q = q.where(w.group_value == one_group)
-        out += list(conn.execute(q).mappings())
-    return out
+    q = select(tower_windows).where(w.type_name == t.name, w.granularity == g, w.start >= lo, w.start < hi)
+    if group is not None:
+        q = q.where(w.group_value == group)
+    return list(conn.execute(q).mappings())
 
 
 def _walk(
@@ -216,14 +217,9 @@ def recall(
     with store.connect() as conn:
         if spec.granularity == RANGE:
             finest = t.chain[0]
-            starts = []
-            cur = window_start(finest, spec.start, tz)
-            while cur < spec.end:
-                starts.append(cur)
-                cur = window_end(finest, cur, tz)
-            rows = _window_rows(conn, t, str(finest), starts, {grp} if grp is not None else None)
+            rows = _range_rows(conn, t, str(finest), window_start(finest, spec.start, tz), spec.end, grp)
         else:
-            rows = _window_rows(conn, t, spec.granularity, [spec.start], {grp} if grp is not None else None)
+            rows = _window_rows(conn, t, spec.granularity, spec.start, grp)
         if grp is not None:
             rows = [r for r in rows if r["group_value"] == grp]
         materialized = [r["materialized_at"] for r in rows]

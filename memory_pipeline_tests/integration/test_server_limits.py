@@ -226,12 +226,17 @@ def test_a_body_with_nan_a_number_past_range_or_nested_too_deep_is_a_parse_error
                     ("NaN", '{"x": NaN}'),
                     ("-Infinity", '{"x": [1, -Infinity]}'),
                     ("1e400", '{"x": 1e400}'),
+                    ("long mantissa", '{"x": ' + "9" * 299 + "e20}"),  # no 3-digit exponent: it passed, as null
                     ("digits", '{"x": ' + "7" * 5000 + "}"),
                     ("deep", deep),
                 ],
                 start=2,
             )
         }
+        # not UTF-8 (latin-1's é): the SDK answered HTTP 500, its traceback in the log
+        answers["latin-1"] = client.post(
+            url, content=call('{"x": "café"}', 8).decode().encode("latin-1"), headers=session
+        )
         fine = client.post(url, content=call('{"x": 1.5, "note": "NaN and Infinity as text"}', 9), headers=session)
     for name, answer in answers.items():
         assert answer.status_code == 400, (name, answer.status_code, answer.text)
@@ -240,6 +245,8 @@ def test_a_body_with_nan_a_number_past_range_or_nested_too_deep_is_a_parse_error
         wanted = {
             "deep": "nested deeper than 48 levels",
             "1e400": "1e400 is beyond a 64-bit float's range",
+            "long mantissa": "9999 is beyond a 64-bit float's range",
+            "latin-1": "the body is not UTF-8 (byte ",
             "digits": "cannot read: Exceeds the limit (4300 digits)",
         }.get(name, f"{name} is not a JSON number")
         assert wanted in error["message"], error
