@@ -21,6 +21,9 @@ KEYS = "## 情绪关键点（最近 30 条里）"
 HOOKS = "## 未解决的钩子"
 CHECK_LINE = "我对咱们最近聊的事的印象是 {recap}，大致对吗？"
 TOOL = "write_conversation_summary"
+# The arc is 3-5 sentences (seed 002), never more than max_sentences; one "sentence" without a stop
+# could still be any length: a correction of 500,000 characters was stored as the verified arc.
+ARC_MAX_CHARS = 2000
 STATES = ("投入", "回避", "波动")
 
 
@@ -206,6 +209,8 @@ def parse_sections(call: Mapping[str, Any], max_sentences: int = 10) -> Sections
     if not isinstance(arc, str) or not arc.strip():
         raise FormatError("field 'emotional_arc': missing or empty")
     arc = " ".join(arc.split())
+    if len(arc) > ARC_MAX_CHARS:
+        raise FormatError(f"field 'emotional_arc': {len(arc)} characters (more than {ARC_MAX_CHARS})")
     n = sentences(arc)
     if n > max_sentences:
         raise FormatError(f"field 'emotional_arc': {n} sentences (more than {max_sentences}: 没提炼到主线)")

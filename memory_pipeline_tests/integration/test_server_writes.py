@@ -116,6 +116,10 @@ def test_the_summary_shows_the_check_line_and_a_correction_writes_one_verified_v
     for when in (after["summary"]["last_updated"], after["summary"]["verified_at"]):  # the configured zone
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00", when), when
     assert _count(store, conversation_summaries, conversation_summaries.c.conversation_id == "wa.s1") == 2
+    # An arc of one unending "sentence" is refused by its length (500,000 characters were stored)
+    ((refused, line),) = _run(served, "a", [("conversation/correct", {**CORRECT_A, "arc": "x" * 500_000})])
+    assert refused and "field 'arc': 500000 characters (more than 2000)" in line, line
+    assert _count(store, conversation_summaries, conversation_summaries.c.conversation_id == "wa.s1") == 2
 
 
 def test_the_users_check_is_requested_once_and_a_yes_verifies_the_newest_version(served):
