@@ -88,10 +88,41 @@ def test_persistent_500_is_a_hard_failure_with_an_error_row(store, server):
     assert len(server.requests) == 3  # max_retries=2: one call and two retries, nothing hidden below
 
 
-def test_timeout_is_a_hard_failure(store, server):
+def test_timeout_is_a_hard_failure_naming_its_limit_and_a_retry_says_what_the_call_was_for(store, server, caplog):
+    import logging
+
     server.push("sleep", 3).push("sleep", 3)
-    with pytest.raises(LLMHardFailure):
+    with caplog.at_level(logging.WARNING), pytest.raises(LLMHardFailure) as info:
         _client(store, server, timeout_seconds=0.5, max_retries=1).complete(REQ)
+    assert _ledger(store)[0]["outcome"] == "error"
+    # "Request timed out" said neither the limit nor its setting; the retry line said no partition
+    assert "(after 0.5 s: MEMORY_LLM_TIMEOUT_SECONDS)" in str(info.value), info.value
+    assert "[temporal_day_summaries, 2026-07-18, world w1]; retrying in" in caplog.text, caplog.text
+
+
+def test_a_refused_connection_names_the_endpoint(store):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = LLMClient(
+        store, model="openai/fake-model", api_base=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0
+    )
+    with pytest.raises(LLMHardFailure) as info:
+        client.complete(REQ)
+    assert f"Connection error. (endpoint http://127.0.0.1:{port}/v1)" in str(info.value), info.value
+
+
+def test_no_api_key_is_said_by_its_setting_and_not_retried(store, server, monkeypatch):
+    """litellm reports a missing key as a server error: it was retried 4 times, and its text named only
+    OPENAI_API_KEY, which is not this project's setting."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    client = LLMClient(store, model="openai/fake-model", api_base=server.api_base, max_retries=3, backoff_seconds=0.01)
+    with pytest.raises(LLMHardFailure) as info:
+        client.complete(REQ)
+    assert "after 1 attempt(s)" in str(info.value) and server.requests == []
+    assert "no API key: MEMORY_LLM_API_KEY is unset or empty" in str(info.value), info.value
     assert _ledger(store)[0]["outcome"] == "error"
 
 

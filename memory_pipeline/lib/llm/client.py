@@ -380,17 +380,27 @@ class LLMClient:
         attempts = 0
         while True:
             attempts += 1
+            timeout = self.timeout_seconds
             try:
-                text, tin, tout, tool_calls, cost, finish, source = self._call(req, self._attempt_timeout(req))
+                timeout = self._attempt_timeout(req)
+                text, tin, tout, tool_calls, cost, finish, source = self._call(req, timeout)
                 break
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised as hard failure
-                retry = attempts <= self.max_retries and not self.is_offline and _is_retryable(exc)
-                said = self._redacted(str(exc))
+                no_key = self._no_key(exc)
+                retry = attempts <= self.max_retries and not self.is_offline and _is_retryable(exc) and not no_key
+                said = self._redacted(self._explained(exc, timeout, no_key))
                 delay = self.backoff_seconds * (2 ** (attempts - 1)) * (1 + random.random() * 0.1)
                 if retry and req.deadline is not None and time.monotonic() + delay >= req.deadline:
                     retry = False  # the next attempt would start past the caller's deadline
                 if retry:
-                    log.warning("LLM %s attempt %s failed (%s); retrying in %.2fs", req.task, attempts, said, delay)
+                    log.warning(
+                        "LLM %s attempt %s failed (%s) [%s]; retrying in %.2fs",
+                        req.task,
+                        attempts,
+                        said,
+                        self._where(req),
+                        delay,
+                    )
                     time.sleep(delay)
                     continue
                 latency = int((time.monotonic() - started) * 1000)
@@ -524,6 +534,32 @@ class LLMClient:
             except ValueError:
                 pass
         return redact(text, secrets)
+
+    def _no_key(self, exc: Exception) -> bool:
+        """No key was given and the provider's own variable is not set either: litellm reports it as
+        an internal server error (retried, and its text names only the provider's variable)."""
+        return self.api_key is None and "Missing credentials" in str(exc)
+
+    def _explained(self, exc: Exception, timeout: float, no_key: bool) -> str:
+        """The provider's text, with what it leaves out: the setting for a missing key, the endpoint
+        of a connection that failed, the limit of a timeout."""
+        import litellm
+
+        text = str(exc)
+        if no_key:
+            return f"no API key: MEMORY_LLM_API_KEY is unset or empty ({text})"
+        if isinstance(exc, litellm.Timeout) or isinstance(exc, TimeoutError):
+            return f"{text} (after {timeout:g} s: MEMORY_LLM_TIMEOUT_SECONDS)"
+        if "Connection error" in text:
+            return f"{text} (endpoint {self.api_base or 'the provider default'})"
+        return text
+
+    def _where(self, req: LLMRequest) -> str:
+        """What the call was for, for a retry's log line: asset, partition, world."""
+        parts = [self.asset or "no asset", self.partition or "no partition"]
+        if req.world_id:
+            parts.append(f"world {req.world_id}")
+        return ", ".join(parts)
 
     def _attempt_timeout(self, req: LLMRequest) -> float:
         """The client's timeout, or less: the time left before the request's deadline."""
