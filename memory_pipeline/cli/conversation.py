@@ -81,8 +81,10 @@ def summarize() -> None:
         data = failure.step_failure_data
         failed_meta = data.user_failure_data.metadata if data.user_failure_data else {}
         meta = {k: v.value for k, v in failed_meta.items()}
+    # A run whose summaries failed succeeded as a run, but it is no "ok": the command exits 1.
+    state = "FAILED" if not result.success else "DEGRADED" if meta.get("failed", 0) else "ok"
     console.print(
-        f"run {result.run_id[:8]} {'ok' if result.success else 'FAILED'}: {meta.get('due', 0)} due, "
+        f"run {result.run_id[:8]} {state}: {meta.get('due', 0)} due, "
         f"{meta.get('written', 0)} written, {meta.get('failed', 0)} failed"
         + (f", {len(meta['not_done'])} not done" if meta.get("not_done") else "")
     )

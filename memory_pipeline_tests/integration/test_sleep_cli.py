@@ -321,6 +321,7 @@ def test_conversation_summarize_exits_1_when_a_summary_failed(env, pg_url, monke
     monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
     result = runner.invoke(app, ["conversation", "summarize"])
     assert result.exit_code == 1 and "1 due, 0 written, 1 failed" in result.output, result.output
+    assert " DEGRADED: 1 due" in result.output and " ok:" not in result.output  # it said "ok" and exited 1
     assert "conversation status" in result.output
 
 
