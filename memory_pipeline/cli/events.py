@@ -55,7 +55,9 @@ def warn_before_partitions(store: Store) -> None:
     if n:
         err.print(
             f"[yellow]{n} message(s) in the store are dated before MEMORY_PARTITION_START ({start}): stored, but "
-            "no partition covers them (no summary, no export); set MEMORY_PARTITION_START earlier to take them in[/]"
+            "no partition covers them (no summary, no export); set MEMORY_PARTITION_START earlier to take them in. "
+            "Their worlds count as existing from then on: every day from MEMORY_PARTITION_START gets their row "
+            "(a placeholder where they said nothing), so `status` and reconcile name the days built without it[/]"
         )
 
 
