@@ -11,10 +11,13 @@ from __future__ import annotations
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from sqlalchemy import select
+
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.tables import conversations
 from memory_pipeline.lib.timeutil import parse_instant, utcnow
 from memory_pipeline.server.auth import caller, require_known_world
 from memory_pipeline.server.tools import Access, ToolRegistry
@@ -38,7 +41,8 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         "ISO datetime with offset; default now): `system_block`, the system segment from the cached past days, "
         "months and years rolls (empty when none is cached), `truncated`, the `rolls` it came from, and "
         "`peer_messages`: one runtime-only assistant message per closed bucket of that day with chunks of the "
-        "world's conversations other than `viewer` (a conversation id; none given: every conversation). "
+        "world's conversations other than `viewer` (a conversation id; none given: every conversation; "
+        "`viewer_known` false: no conversation of the world has that id yet, so every one is a peer). "
         "Never calls an LLM and writes nothing: a peer roll not cached yet is concatenated (its message says "
         "cache: miss; `peer_roll_misses` counts them) and left to the background tick to warm.",
         access=Access.READ,
@@ -69,6 +73,9 @@ def prompt_block_answer(
     return {
         "world": world,
         "viewer": viewer,
+        # False: no conversation of this world has that id yet (an agent's first turn, or a mistyped
+        # id: every conversation of the world is then a peer). Another world's id reads the same.
+        "viewer_known": viewer is not None and _conversation_of(store, world, viewer),
         "at": view.at.astimezone(tz).isoformat(),  # the configured zone, whatever offset the caller wrote
         "system_block": view.system_block,
         "truncated": view.system_truncated,
@@ -76,3 +83,10 @@ def prompt_block_answer(
         "peer_messages": view.peer_messages,
         "peer_roll_misses": view.warmups_requested,  # record=False: misses, none filed
     }
+
+
+def _conversation_of(store: Store, world: str, conversation_id: str) -> bool:
+    c = conversations.c
+    q = select(c.conversation_id).where(c.conversation_id == conversation_id, c.world_id == world)
+    with store.connect() as conn:
+        return conn.execute(q).first() is not None

@@ -542,12 +542,19 @@ def test_a_read_only_token_reads_its_worlds_prompt_block_and_objects(served):
                 ("objects/evidence", {"world": "wa", "id": "person:zebra", "limit": 1}),
                 ("objects/status", {"world": "wa"}),
                 ("temporal/prompt_block", {"world": "wa", "at": "2026-01-05T04:00:00Z"}),  # AT, written in UTC
+                ("temporal/prompt_block", {"world": "wa", "viewer": "wa.typo", "at": AT}),
+                ("temporal/prompt_block", {"world": "wa", "viewer": "wb.s1", "at": AT}),  # another world's
             ],
         )
     )
     assert not any(e for e, _ in results), results
     assert all(SECRET_B not in text for _, text in results), results
-    block, viewed, found, dossier, evidence, status, in_utc = (json.loads(t) for _, t in results)
+    block, viewed, found, dossier, evidence, status, in_utc, typo, other = (json.loads(t) for _, t in results)
+    # a viewer no conversation of the world has (mistyped, or another world's: the same answer) is said
+    assert viewed["viewer_known"] and not block["viewer_known"]
+    assert not typo["viewer_known"] and {k: v for k, v in other.items() if k != "viewer"} == {
+        k: v for k, v in typo.items() if k != "viewer"
+    }
     assert SECRET_A in block["system_block"] and "<temporal_summary>" in block["system_block"], block
     assert block["at"] == AT and not block["truncated"] and block["peer_messages"] == []
     assert in_utc["at"] == AT and in_utc["system_block"] == block["system_block"]  # told in the configured zone
