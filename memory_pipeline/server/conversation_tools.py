@@ -141,7 +141,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         name="conversation/correct",
         description="The user denied the check line of a conversation of `world` (`conversation_id`): a new, "
         "verified summary version whose emotional arc is `arc`, the user's own account (3-5 sentences, "
-        "never more than 10); the other sections and the covered range are kept. Answers the new "
+        "never more than 10 nor 2,000 characters); the other sections and the covered range are kept. Answers the new "
         "`version`. Never calls an LLM." + WORLD_DOC + REQUEST_DOC,
         access=Access.WRITE,
     )

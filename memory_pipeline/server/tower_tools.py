@@ -68,7 +68,7 @@ def scoped_group(grant: Grant, group: str | None) -> None:
 
 
 def _may_change_type(tower: Tower, grant: Grant, name: Any) -> None:
-    t = types_io.get(tower.store, name)  # an unknown or bad name: the tower's own refusal
+    t = types_io.get(tower.store, name, "name")  # an unknown or bad name: the tower's own refusal
     if grant.all_worlds:
         return
     if t.builtin:

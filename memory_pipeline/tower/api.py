@@ -100,7 +100,7 @@ class Tower:
         return [t.as_dict(self.tz) for t in types_io.list_types(self.store, include_archived)]
 
     def get_type(self, name: object) -> TypeView:
-        return types_io.get(self.store, name).as_dict(self.tz)
+        return types_io.get(self.store, name, "name").as_dict(self.tz)
 
     def update_type(self, name: object, changes: object) -> TypeView:
         return types_io.update_type(self.store, name, changes).as_dict(self.tz)

@@ -195,12 +195,14 @@ def feeds_activity(store: Store, activity_type: str | None) -> str | None:
     return activity_type if t is not None and not t.archived else None
 
 
-def get(store: Store, name: object) -> MemoryType:
-    name = check_name(name, "type")
+def get(store: Store, name: object, field: str = "type") -> MemoryType:
+    """``field``: the argument that named the type (``type`` for an append or a read of its memory,
+    ``name`` for the type's own get, update and delete)."""
+    name = check_name(name, field)
     with store.connect() as conn:
         t = load(conn, name)
     if t is None:
-        raise TowerInputError("type", f"no memory type {name!r}")
+        raise TowerInputError(field, f"no memory type {name!r}")
     return t
 
 
@@ -272,7 +274,7 @@ UPDATABLE = ("description", "chain", "summaries", "group_field", "retention", "s
 def update_type(store: Store, name: object, changes: object) -> MemoryType:
     """Change anything but the name. A chain change takes effect at the next materialization of
     the windows (they are a regenerable view); switching summaries on summarizes from then on."""
-    current = get(store, name)
+    current = get(store, name, "name")
     if not isinstance(changes, dict):
         raise TowerInputError("changes", "must be an object")
     unknown = sorted(set(changes) - set(UPDATABLE))
@@ -281,7 +283,7 @@ def update_type(store: Store, name: object, changes: object) -> MemoryType:
     if unknown:
         raise TowerInputError(str(unknown[0])[:40], f"unknown field (updatable: {', '.join(UPDATABLE)})")
     if current.archived:
-        raise TowerInputError("type", f"memory type {current.name!r} is archived")
+        raise TowerInputError("name", f"memory type {current.name!r} is archived")
     values: dict[str, Any] = {}
     chain, cap = current.chain, current.summary_cap
     if "description" in changes:
@@ -312,9 +314,9 @@ def update_type(store: Store, name: object, changes: object) -> MemoryType:
 def archive(store: Store, name: object) -> MemoryType:
     """Delete = archive: appends are refused, recall still works, the name stays reserved, and no
     entry or summary is ever deleted. `worklog` cannot be deleted."""
-    current = get(store, name)
+    current = get(store, name, "name")
     if current.name == WORKLOG:
-        raise TowerInputError("type", "the built-in type 'worklog' cannot be deleted")
+        raise TowerInputError("name", "the built-in type 'worklog' cannot be deleted")
     if not current.archived:
         now = utcnow()
         with store.begin() as conn:

@@ -327,6 +327,11 @@ def test_window_arguments_are_from_and_to_and_bad_arguments_are_refused_in_one_l
                 ("mem/recall", {"type": "worklog", "granularity": "day", "anchor": "0001-01-01"}),
                 ("mem/get_summary", {"type": "worklog", "granularity": "week", "anchor": "9999-12-31"}),
                 ("mem/recall", {"granularity": "day", "anchor": "2026-01-05"}),
+                # the type tools name their own argument, `name` (they said field 'type')
+                ("mem/get_type", {"name": "no/such"}),
+                ("mem/update_type", {"name": "no/such", "changes": {}}),
+                ("mem/delete_type", {"name": "worklog"}),
+                ("mem/recall", {"type": "no/such", "granularity": "day", "anchor": "2026-01-05"}),
             ],
         )
     )
@@ -346,6 +351,10 @@ def test_window_arguments_are_from_and_to_and_bad_arguments_are_refused_in_one_l
         "field 'anchor': is out of range (supported: 1970-01-01 to 9998-12-31 UTC)",
         "field 'anchor': is out of range (supported: 1970-01-01 to 9998-12-31 UTC)",
         "field 'type': is required",
+        "field 'name': no memory type 'no/such'",
+        "field 'name': no memory type 'no/such'",
+        "field 'name': the built-in type 'worklog' cannot be deleted",
+        "field 'type': no memory type 'no/such'",
     ]
     for (is_error, text), want in zip(results[2:], expected, strict=True):
         assert is_error and want in text, text
