@@ -51,7 +51,7 @@ from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store, watch, world_ingested
 from memory_pipeline.lib.store.db import insert_missing
 from memory_pipeline.lib.store.tables import conversations, messages
-from memory_pipeline.lib.text import COMMON_ZIPF, short_hash, shown, zipf
+from memory_pipeline.lib.text import COMMON_ZIPF, short_hash, shown, text_problem, zipf
 from memory_pipeline.lib.timeutil import day_start, local_date, utcnow
 from memory_pipeline.objects.tables import objects_attachments, objects_objects
 from memory_pipeline.recall.documents import Document, MemoryKind, world_documents
@@ -309,8 +309,9 @@ def search_page(
         raise SearchError(f"world {shown(world)}: {problem}")
     if not isinstance(query, str) or not query.strip():
         raise SearchError("query: must be a non-empty string")
-    if len(query) > QUERY_MAX_CHARS:
-        raise SearchError(f"query: too long: {len(query)} characters (limit {QUERY_MAX_CHARS})")
+    # A NUL or a lone surrogate was searched as if absent; objects/find refuses it by position too.
+    if problem := text_problem(query, QUERY_MAX_CHARS, controls=True):
+        raise SearchError(f"query: {problem}")
     base = _up_to_date(store, world, tz, activity_type)
     terms = query_terms(query)
     if not terms:

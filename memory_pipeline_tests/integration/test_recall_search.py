@@ -291,6 +291,8 @@ def test_bad_input_is_refused_by_name(engine_store, tmp_path):
     for query, k, message in [
         ("", 5, "query: must be a non-empty string"),
         ("x" * 2001, 5, "query: too long: 2001 characters"),
+        ("pot\x00tery", 5, r"query: contains a NUL character \(\\u0000\) at position 3"),  # searched as if absent
+        ("pot\ud800tery", 5, "query: contains a lone surrogate at position 3"),
         ("pottery", 0, "k: must be an integer from 1 to 100, got 0"),
         ("pottery", 101, "k: must be an integer from 1 to 100, got 101"),
     ]:
