@@ -10,7 +10,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from memory_pipeline.lib.ids import validate_id
+from memory_pipeline.lib.ids import MAX_ID_CHARS, validate_id
+from memory_pipeline.lib.text import shown
 
 PREFIX = "mp_"
 NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -67,7 +68,8 @@ class Grant:
 
     def require_world(self, world: str) -> None:
         if not self.holds(world):
-            raise AccessError(f"world {world!r}: not one of this token's worlds")
+            # shown whole up to an id's longest; a 100 KB argument was repeated whole
+            raise AccessError(f"world {shown(world, MAX_ID_CHARS)}: not one of this token's worlds")
 
     def require_write(self, tool: str) -> None:
         if self.read_only:
