@@ -212,7 +212,14 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         access=Access.WRITE,
     )
     def update_type(name: str, changes: dict[str, Any]) -> dict[str, Any]:
-        _may_change_type(tower, caller(), name)
+        grant = caller()
+        _may_change_type(tower, grant, name)
+        if not grant.all_worlds and "group_field" in changes and changes["group_field"] in (None, ""):
+            # as at creation: the token could no longer append to its own type
+            raise AccessError(
+                "changes.group_field: required: this token appends only to its worlds' groups (an --all-worlds "
+                "token keeps a type grouped by no world)"
+            )
         return dict(tower.update_type(name, changes))
 
     @tool(

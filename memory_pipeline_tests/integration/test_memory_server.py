@@ -824,8 +824,11 @@ def test_a_type_a_world_created_is_changed_only_by_its_worlds_whoever_wrote_to_i
         _, refused = asyncio.run(_calls(served["url"], served["bearer"]["a"], [("mem/create_type", ungrouped)]))
         assert refused[0][0] and "group_field: required" in refused[0][1], refused
     made = {"name": "wa/own", "group_field": "world"}
-    _, results = asyncio.run(_calls(served["url"], served["bearer"]["a"], [("mem/create_type", made)]))
+    ungroup = ("mem/update_type", {"name": "wa/own", "changes": {"group_field": None}})
+    _, results = asyncio.run(_calls(served["url"], served["bearer"]["a"], [("mem/create_type", made), ungroup]))
     assert not results[0][0], results
+    # nor ungrouped later: its own token could no longer append to it (the update took it)
+    assert results[1][0] and "changes.group_field: required" in results[1][1], results
     theirs = [
         ("mem/update_type", {"name": "wa/own", "changes": {"retention": "1y"}}),
         ("mem/delete_type", {"name": "wa/own"}),
