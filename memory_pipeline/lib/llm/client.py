@@ -548,7 +548,7 @@ class LLMClient:
         text = str(exc)
         if no_key:
             return f"no API key: MEMORY_LLM_API_KEY is unset or empty ({text})"
-        if isinstance(exc, litellm.Timeout) or isinstance(exc, TimeoutError):
+        if isinstance(exc, litellm.Timeout):  # (a deadline passed before the call is no timeout of it)
             return f"{text} (after {timeout:g} s: MEMORY_LLM_TIMEOUT_SECONDS)"
         if "Connection error" in text:
             return f"{text} (endpoint {self.api_base or 'the provider default'})"

@@ -69,8 +69,8 @@ def headline_words(material: str) -> list[str]:
     date) and a line's leading "[...]" its time stamp, not content, nor are a JSON record's field
     names (a tower entry's '"todo": ...' says what follows, not what happened) unless its values
     have no content word; the names the material addresses people by ("Hey Mel!") name the
-    participants, who are in every one of their conversations and tell none apart. Chinese counts its content words (``chinese_content_words``),
-    weighed by ``chinese_weight``."""
+    participants, who are in every one of their conversations and tell none apart. Chinese counts
+    its content words (``chinese_content_words``), weighed by ``chinese_weight``."""
     lines = (material or "").splitlines()
     body = "\n".join(_LINE_STAMP.sub("", line) for line in lines if not line.lstrip().startswith("#"))
     values = _JSON_KEY.sub(" ", body)
