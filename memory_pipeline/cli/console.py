@@ -40,14 +40,17 @@ WARNING_SHOWN_CHARS = 300
 def run_state(r: RunSummary) -> str:
     """A run's state on its one line: failed with its cause; ok; or ok with the warnings its steps
     logged (a degraded run: cut or empty answers, refused worlds, Redis down), the first shown."""
+    from memory_pipeline.operations.runner import get_instance, run_warnings
+
     if not r.success:
         return f"[red]failed:[/] {escape(r.error)}"
-    if not r.warnings:
+    warnings = run_warnings(get_instance(), r.run_id)
+    if not warnings:
         return "[green]ok[/]"
-    first = " ".join(r.warnings[0].split())
+    first = " ".join(warnings[0].split())
     first = first if len(first) <= WARNING_SHOWN_CHARS else first[: WARNING_SHOWN_CHARS - 1] + "…"
-    more = f" (+{len(r.warnings) - 1} more in the run's log)" if len(r.warnings) > 1 else ""
-    return f"[yellow]ok, {len(r.warnings)} warning(s):[/] {escape(first)}{more}"
+    more = f" (+{len(warnings) - 1} more in the run's log)" if len(warnings) > 1 else ""
+    return f"[yellow]ok, {len(warnings)} warning(s):[/] {escape(first)}{more}"
 
 
 def refuse(message: str, code: int = 2) -> NoReturn:

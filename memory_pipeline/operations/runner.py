@@ -178,9 +178,6 @@ class RunSummary:
     error: str = ""
     seconds: float = 0.0
     job: str = ""  # the Dagster job the run is listed under in the UI (a window is the CLI's name for it)
-    # What the run's steps logged at WARNING or above (a degraded run: cut or empty answers, worlds
-    # refused, Redis down): a run that succeeded with them is not a plain "ok".
-    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -334,12 +331,13 @@ def run_range(
     error = "" if result.success else failure_line(result)
     n = len(target.partitions.get_partition_keys_in_range(PartitionKeyRange(first, last)))
     seconds = (datetime.now() - started).total_seconds()
-    warned = run_warnings(instance, result.run_id)
-    return RunSummary(window, first, last, n, result.run_id, result.success, error, seconds, target.job, warned)
+    return RunSummary(window, first, last, n, result.run_id, result.success, error, seconds, target.job)
 
 
 def run_warnings(instance: DagsterInstance, run_id: str) -> list[str]:
-    """The messages the run's steps logged at WARNING or above (not Dagster's own events)."""
+    """The messages the run's steps logged at WARNING or above (not Dagster's own events): a run
+    that succeeded with them is degraded (cut or empty answers, worlds refused, Redis down). Read
+    from the run's whole log, so only where it is shown (the CLI's run lines), not in every run."""
     out = []
     for e in instance.all_logs(run_id):
         level = e.level if isinstance(e.level, int) else logging.getLevelName(e.level.upper())
@@ -422,5 +420,4 @@ def run_system_rolls(
         result.success,
         error,
         (datetime.now() - started).total_seconds(),
-        warnings=run_warnings(instance, result.run_id),
     )
