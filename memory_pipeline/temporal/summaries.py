@@ -52,7 +52,8 @@ class PartitionFailure(RuntimeError):
         self.failures = failures
         detail = "; ".join(f"{w}: {e}" for w, e in sorted(failures.items())[:5])
         super().__init__(
-            f"{window} {period}: LLM hard failure for {len(failures)} world(s), no row written for them: {detail}"
+            f"{window} {period}: LLM hard failure for {len(failures)} world(s), no new row written for them (a row "
+            f"they had is kept): {detail}"
         )
 
 

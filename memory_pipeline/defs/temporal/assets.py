@@ -297,7 +297,7 @@ def _failure_line(window: str, n: int, failures: dict[str, str]) -> str:
     more = f" | (+{len(failures) - 5} more)" if len(failures) > 5 else ""
     if n == 1:
         return shown
-    others = "rows of the others are written" if len(failures) < n else "no row written"
+    others = "rows of the others are written" if len(failures) < n else "no new row written (rows kept)"
     return f"{len(failures)} of {n} {window} partition(s); {others}: {shown}{more}"
 
 
