@@ -2,6 +2,8 @@
 order with one check result per partition, the nightly schedules (crons, builtin ids, catch-up as
 one ordered run), the deep-sleep order guard, and the rolling-summary sensor end to end."""
 
+import json
+
 import pytest
 from dagster import (
     AssetKey,
@@ -418,7 +420,15 @@ def test_a_light_sleep_record_from_an_answer_the_provider_cut_is_marked_and_aske
     )
     with FakeOpenAI() as server:
         defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
-        server.push("length", "我先记下今天的")  # w1's call comes first (worlds in id order)
+        cut = []  # w1's first call is cut, whichever world's call comes first (worlds are asked at once)
+
+        def step(body):
+            if not cut and "garden tomatoes" in json.dumps(body["messages"], ensure_ascii=False):
+                cut.append(1)
+                return ("length", "我先记下今天的")
+            return ("ok", server.default_text)
+
+        server.step = step
         first = operations.materialize("light_sleep", day, day, instance=instance, defs=defs)
         assert first.success and len(server.requests) == 2
         meta = _materializations(instance, "sleep_light_sleep")[day]
