@@ -45,19 +45,23 @@ from memory_pipeline.sleep.autobiography import (  # the stage's pure helpers
     recent_memories_message,
 )
 from memory_pipeline.sleep.config import SleepConfig
-from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop, tool_loop
-from memory_pipeline.sleep.light import RECALLABLE_ROLES, build_prompt, material_fp, record_fields, system_for
+from memory_pipeline.sleep.context import LoopResult, SleepContext, tool_loop
+from memory_pipeline.sleep.light import (
+    RECALLABLE_ROLES,
+    ask_world,
+    build_prompt,
+    material_fp,
+    record_fields,
+    system_for,
+)
 from memory_pipeline.sleep.logic import (
-    LIGHT_TOOLS,
     Change,
     Memory,
     MemoryState,
     MemoryStatus,
     Op,
-    Rules,
     SizeBand,
     Stage,
-    duplicate_of,
     message_one,
     size_band,
 )
@@ -209,38 +213,8 @@ def set_based_floor(store: Store, first: date, last: date, tz: ZoneInfo, cfg: Sl
             sessions = by_world[world]
             state = MemoryState(world, active(world), salt=f"light:{day}", taken=taken[world])
             prompt = build_prompt(day, sessions, state, system_for(ctx, blocks, pinned, world), ctx)
-            kept = set(prompt.sessions)
-            last_at = max((s.updated_at for s in sessions if s.session_id in kept), default=end_of_day)
-            times = {s.session_id: s.updated_at for s in sessions if s.session_id in kept}
-            rules = Rules(
-                Stage.LIGHT,
-                LIGHT_TOOLS,
-                last_at,
-                frozenset(kept),
-                frozenset(prompt.message_two_ids),
-                session_times=times,
-            )
-            candidates = set(prompt.message_two_ids)
-
-            def guard(call: Any, state: MemoryState = state, candidates: set[str] = candidates) -> str | None:
-                dup = duplicate_of(state, call, candidates | {c.memory.id for c in state.changes})
-                return f"skipped: duplicate of {dup} (already in message 2)" if dup else None
-
             loop = LoopResult()
-            if not prompt.sessions:
-                loop.text = f"not asked: no session fits light_input_max_chars ({prompt.truncated} dropped)"
-            else:
-                memory_loop(
-                    ctx,
-                    state,
-                    rules,
-                    task="light_sleep",
-                    system=prompt.system,
-                    messages=prompt.messages,
-                    tools=prompts.tools(LIGHT_TOOLS),
-                    guard=guard,
-                    result=loop,
-                )
+            ask_world(ctx, sessions, state, prompt, end_of_day, loop)  # the stage's own call
             ops = [str(c.op) for c in loop.changes]
             stats = {
                 "created": ops.count("create"),

@@ -387,13 +387,9 @@ def _id_option(name: str, value: str) -> None:
 def _viewer_note(store: Store, world: str, conversation: str) -> None:
     """A viewing conversation with no events in ``world`` is read as a new one, as an agent's first
     turn is; said on stderr, since a mistyped id or another world's conversation reads the same."""
-    from sqlalchemy import select
+    from memory_pipeline.temporal.read import conversation_owner
 
-    from memory_pipeline.lib.store.tables import conversations
-
-    c = conversations.c
-    with store.connect() as conn:
-        owner = conn.execute(select(c.world_id).where(c.conversation_id == conversation)).scalar()
+    owner = conversation_owner(store, conversation)
     if owner == world:
         return
     where = f"it belongs to world {owner!r}" if owner is not None else "none has been ingested"

@@ -11,19 +11,16 @@ from __future__ import annotations
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
-
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.store import Store
-from memory_pipeline.lib.store.tables import conversations
 from memory_pipeline.lib.timeutil import parse_instant, utcnow
 from memory_pipeline.server.auth import caller, require_known_world
 from memory_pipeline.server.tools import Access, ToolRegistry
 from memory_pipeline.temporal import config as temporal_config
 from memory_pipeline.temporal.config import TemporalSummaryConfig
-from memory_pipeline.temporal.read import temporal_view
+from memory_pipeline.temporal.read import conversation_owner, temporal_view
 from memory_pipeline.tower.api import Tower
 from memory_pipeline.tower.logic import TowerInputError
 
@@ -75,7 +72,7 @@ def prompt_block_answer(
         "viewer": viewer,
         # False: no conversation of this world has that id yet (an agent's first turn, or a mistyped
         # id: every conversation of the world is then a peer). Another world's id reads the same.
-        "viewer_known": viewer is not None and _conversation_of(store, world, viewer),
+        "viewer_known": viewer is not None and conversation_owner(store, viewer) == world,
         "at": view.at.astimezone(tz).isoformat(),  # the configured zone, whatever offset the caller wrote
         "system_block": view.system_block,
         "truncated": view.system_truncated,
@@ -83,10 +80,3 @@ def prompt_block_answer(
         "peer_messages": view.peer_messages,
         "peer_roll_misses": view.warmups_requested,  # record=False: misses, none filed
     }
-
-
-def _conversation_of(store: Store, world: str, conversation_id: str) -> bool:
-    c = conversations.c
-    q = select(c.conversation_id).where(c.conversation_id == conversation_id, c.world_id == world)
-    with store.connect() as conn:
-        return conn.execute(q).first() is not None

@@ -168,6 +168,46 @@ def record_fields(prompt: LightPrompt, loop: LoopResult, stats: dict[str, int]) 
     }
 
 
+def ask_world(
+    ctx: SleepContext,
+    sessions: Sequence[SessionMaterial],
+    state: MemoryState,
+    prompt: LightPrompt,
+    end_of_day: datetime,
+    loop: LoopResult,
+) -> None:
+    """One world's light sleep with the model (its tool loop over ``state``, results in ``loop``);
+    no call when no session fits the budget (message 1 would be empty)."""
+    kept = set(prompt.sessions)
+    sent = [s for s in sessions if s.session_id in kept]
+    last_at = max((s.updated_at for s in sent), default=end_of_day)
+    # A fact without observed_at takes its session's time: that session's last message of the day.
+    times = {s.session_id: s.updated_at for s in sent}
+    rules = Rules(
+        Stage.LIGHT, LIGHT_TOOLS, last_at, frozenset(kept), frozenset(prompt.message_two_ids), session_times=times
+    )
+    candidates = set(prompt.message_two_ids)
+
+    def guard(call: Any) -> str | None:
+        dup = duplicate_of(state, call, candidates | {c.memory.id for c in state.changes})
+        return f"skipped: duplicate of {dup} (already in message 2)" if dup else None
+
+    if not prompt.sessions:
+        loop.text = f"not asked: no session fits light_input_max_chars ({prompt.truncated} dropped)"
+        return
+    memory_loop(
+        ctx,
+        state,
+        rules,
+        task="light_sleep",
+        system=prompt.system,
+        messages=prompt.messages,
+        tools=prompts.tools(LIGHT_TOOLS),
+        guard=guard,
+        result=loop,
+    )
+
+
 def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | None = None) -> LightResult:
     out = LightResult()
     with ctx.store.connect() as conn:
@@ -200,35 +240,7 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
     def ask(world: str, llm: LLMClient) -> _Asked:
         """The world's tool loop, in a thread of its own when worlds run at once (its own client)."""
         a = asked[world]
-        state, prompt, loop = a.state, a.prompt, a.loop
-        kept = set(prompt.sessions)
-        sessions = [s for s in by_world[world] if s.session_id in kept]
-        last_at = max((s.updated_at for s in sessions), default=end_of_day)
-        # A fact without observed_at takes its session's time: that session's last message of the day.
-        times = {s.session_id: s.updated_at for s in sessions}
-        rules = Rules(
-            Stage.LIGHT, LIGHT_TOOLS, last_at, frozenset(kept), frozenset(prompt.message_two_ids), session_times=times
-        )
-        candidates = set(prompt.message_two_ids)
-
-        def guard(call: Any) -> str | None:
-            dup = duplicate_of(state, call, candidates | {c.memory.id for c in state.changes})
-            return f"skipped: duplicate of {dup} (already in message 2)" if dup else None
-
-        if not prompt.sessions:  # nothing fits the budget: message 1 would be empty, so no call
-            loop.text = f"not asked: no session fits light_input_max_chars ({prompt.truncated} dropped)"
-            return a
-        memory_loop(
-            replace(ctx, llm=llm),
-            state,
-            rules,
-            task="light_sleep",
-            system=prompt.system,
-            messages=prompt.messages,
-            tools=prompts.tools(LIGHT_TOOLS),
-            guard=guard,
-            result=loop,
-        )
+        ask_world(replace(ctx, llm=llm), by_world[world], a.state, a.prompt, end_of_day, a.loop)
         return a
 
     def failed(world: str, exc: BaseException) -> None:

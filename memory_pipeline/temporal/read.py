@@ -223,6 +223,16 @@ def temporal_view(
     return TemporalView(world_id, viewer_conversation_id, at, block.text, block.truncated, rolls, peers, warmups)
 
 
+def conversation_owner(store: Store, conversation_id: str) -> str | None:
+    """The world a conversation belongs to, None when none has been ingested: a viewer that is no
+    conversation of its world (an agent's first turn, a mistyped id, another world's) is read as
+    a new conversation, every conversation of the world a peer."""
+    c = conversations.c
+    with store.connect() as conn:
+        owner: str | None = conn.execute(select(c.world_id).where(c.conversation_id == conversation_id)).scalar()
+    return owner
+
+
 def viewer_timeline(store: Store, view: TemporalView, tz: ZoneInfo) -> list[JSONObject]:
     """The viewer's messages of today up to ``at`` with the peer insertions merged at bucket_end."""
     today = local_date(view.at, tz)
