@@ -169,13 +169,14 @@ def test_a_deadline_bounds_a_call_and_its_retries(store, server):
 
     def call():
         try:
-            client.complete(replace(REQ, deadline=time.monotonic() + 1.5))
+            # 4 s: room on a loaded machine for the call to start (litellm's first import included)
+            client.complete(replace(REQ, deadline=time.monotonic() + 4))
         except LLMHardFailure as exc:
             failed.append(str(exc))
 
     caller = threading.Thread(target=call, daemon=True)
     caller.start()
-    caller.join(60)  # the 1.5 s left end the call, not the client's 600 s timeout
+    caller.join(60)  # the 4 s left end the call, not the client's 600 s timeout
     alive = caller.is_alive()
     server.release()
     assert not alive and len(failed) == 1 and "Timeout" in failed[0]

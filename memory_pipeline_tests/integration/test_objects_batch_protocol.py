@@ -292,17 +292,19 @@ def test_the_batch_time_limit_cuts_a_model_call_that_runs_past_it(store, ingest)
     _, (e0,) = ready(store, ingest, ["a call that never answers"])
     with FakeOpenAI() as server:
         server.hold("a call that never answers")  # the provider keeps the request without an answer
-        octx = _model(store, server, timeout=600.0, worker_timeout_seconds=2)  # lease 62 s
+        # 8 s, not 2: the claim's clock starts before the page and the prompt are built, and on a
+        # loaded machine that once took 2 s, so no round started at all (the next test's case).
+        octx = _model(store, server, timeout=600.0, worker_timeout_seconds=8)  # lease 68 s
         worker.enqueue(octx, W, "organize")
         reps: list[worker.WorkerReport] = []
         run = threading.Thread(target=lambda: reps.append(worker.run_worker(octx, max_batches=1)), daemon=True)
         run.start()
-        run.join(60)  # the batch's 2 s end the call, long before the client's 600 s or the lease
+        run.join(90)  # the batch's 8 s end the call, long before the client's 600 s or the lease
         finished = not run.is_alive()
         server.release()
     assert finished, "the model call outlived the batch's time limit"
     (rep,) = reps
-    assert rep.failures == 1 and "the batch's 2 s ran out during a model call" in rep.errors[0]
+    assert rep.failures == 1 and "the batch's 8 s ran out during a model call" in rep.errors[0]
     assert states(store) == {e0: "pending"} and _jobs(store) == [("organize", "queued")]  # backed off
 
 
