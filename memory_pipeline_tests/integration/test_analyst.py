@@ -90,6 +90,8 @@ def _events() -> list[dict]:
         + conversation("w1", "w1-cron", cst(2025, 12, 31, 3), ["nightly job", "job done"], platform="cron")
         + conversation("w1", "w1-dbg", cst(2026, 1, 1, 11), ["debug ping", "debug pong"], debug=True)
         + conversation("w2", "w2-a", cst(2025, 12, 31, 8), ["marathon pacing", "marathon intervals"], platform="weixin")
+        # the cron platform in capitals: never summarized, and counted as cron by the marts too
+        + conversation("w2", "w2-cron", cst(2025, 12, 31, 4), ["backup ran", "backup verified"], platform="CRON")
         + conversation("w2", "w2-b", cst(2026, 1, 2, 9), ["deploy fixed", "deploy shipped"], platform="remote:coding")
         + conversation("w3", "w3-a", cst(2026, 1, 2, 20), ["garden plan", "garden basket"])
         # a preference that turns: sleep writes it on D1 and changes it on D2 (the snapshot marts)
@@ -144,6 +146,9 @@ def _priced_ledger_rows(store: Store) -> None:
     rows.append(rows[0] | {"at": datetime(2026, 1, 1, 9, tzinfo=CST)} | month)
     rows.append(rows[0] | {"at": datetime(2026, 1, 1, 9, 5, tzinfo=CST), "asset": "objects_archive", "partition": None})
     rows[-1]["cost_usd"] = None
+    # a rolling summary's partition is its conversation id, here one shaped like a month: no period of data
+    rolling = {"asset": "conversation_rolling_summaries", "partition": "2025-11", "task": "rolling", "cost_usd": None}
+    rows.append(rows[0] | {"at": datetime(2026, 1, 1, 9, 10, tzinfo=CST)} | rolling)
     with store.begin() as conn:
         conn.execute(insert(llm_ledger), rows)
         conn.execute(
@@ -394,11 +399,14 @@ def test_the_picture_is_attached_and_written(sample):
     def grain(r: dict) -> str:
         if not r["partition"]:
             return "none"
+        if not r["asset"].startswith(("temporal_", "tower_", "sleep_")):  # a conversation's id, a job
+            return "other"
         return {4: "year", 7: "month"}.get(len(r["partition"]), "week" if "week" in r["asset"] else "day")
 
     grains = Counter(grain(r) for r in ledger if r["outcome"] in ("ok", "error", "cache_hit"))
     assert meta["llm_calls_on_data_days"] == grains.pop("day") > 0
     assert meta["llm_calls_off_data_days"] == dict(grains) and grains["month"] >= 1 and grains["none"] >= 1
+    assert grains["other"] >= 1  # the rolling summary whose conversation id reads like a month
 
 
 # --- exports against the store ----------------------------------------------------------------------
@@ -652,7 +660,7 @@ def test_mart_ingest_daily_matches_the_messages(sample):
         c = want[(_cst_day(r["at"]), r["world_id"], r["platform"])]
         c["messages"] += 1
         c["debug"] += r["debug"]
-        c["cron"] += r["platform"] == "cron"
+        c["cron"] += r["platform"].lower() == "cron"
         c["tool_only"] += r["role"] == "tool" or (
             r["role"] == "assistant" and not r["content"] and bool(r["tool_calls"])
         )
@@ -669,6 +677,7 @@ def test_mart_ingest_daily_matches_the_messages(sample):
         assert got[key][:4] == (n, c["debug"], c["cron"], c["tool_only"]), key
         assert got[key][4:] == pytest.approx((c["debug"] / n, c["cron"] / n, c["tool_only"] / n), abs=1e-4)
     assert got[(D2, "w1", "discord")][3] == 2 and got[(D2, "w1", "cron")][5] == 1.0
+    assert got[(D2, "w2", "CRON")][2] == 2 and got[(D2, "w2", "CRON")][5] == 1.0
     assert got[(D3, "w1", "local")][4] == 1.0
 
 
@@ -862,6 +871,7 @@ def test_mart_llm_cost_by_data_day_matches_the_ledger(sample):
     assert day[11:16] == (100 + 101 + 102, 10 + 11 + 12, 100, 10, 1)  # as mart_llm_cost_daily's D2
     assert got[("2025-12", "temporal_month_summaries", PRICED)][7:11] == (D3, D3, date(2025, 12, 1), "month")
     assert got[("(none)", "objects_archive", PRICED)][9:11] == (None, None)
+    assert got[("2025-11", "conversation_rolling_summaries", PRICED)][9:11] == (None, "other")
     # One macro (llm_call_measures) measures both marts: the same columns, the same totals.
     measures = "calls, cache_hits, failures, tokens_in, tokens_out, provider_tokens_in, provider_tokens_out, "
     measures += "estimated_tokens_in, estimated_tokens_out, truncated_calls, priced_calls, cost_usd"

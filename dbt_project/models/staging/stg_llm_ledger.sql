@@ -1,3 +1,14 @@
+-- Only the time-partitioned domains' partitions are periods of data (temporal, tower, sleep): a
+-- rolling summary's partition is its conversation id, which may be any text, "2025-11" too.
+with ledger as (
+    select
+        *,
+        coalesce(
+            starts_with(asset, 'temporal_') or starts_with(asset, 'tower_') or starts_with(asset, 'sleep_'), false
+        ) as of_period
+    from {{ source('memory', 'llm_ledger') }}
+)
+
 select
     call_id,
     "at" as called_at,
@@ -10,14 +21,16 @@ select
     "partition" as partition_key,
     case
         when "partition" is null then null
+        when not of_period then 'other'
         when regexp_full_match("partition", '\d{4}') then 'year'
         when regexp_full_match("partition", '\d{4}-\d{2}') then 'month'
         when regexp_full_match("partition", '\d{4}-\d{2}-\d{2}') and asset like '%week%' then 'week'
         when regexp_full_match("partition", '\d{4}-\d{2}-\d{2}') then 'day'
         else 'other'
     end as data_grain,
-    -- the first CST day of that period (null without a partition, or one of another shape)
+    -- the first CST day of that period (null without a partition, or one of another shape or domain)
     case
+        when not of_period then null
         when regexp_full_match("partition", '\d{4}') then make_date(cast("partition" as integer), 1, 1)
         when regexp_full_match("partition", '\d{4}-\d{2}') then cast("partition" || '-01' as date)
         when regexp_full_match("partition", '\d{4}-\d{2}-\d{2}') then try_cast("partition" as date)
@@ -46,4 +59,4 @@ select
     max_tokens,
     error,
     cache_key
-from {{ source('memory', 'llm_ledger') }}
+from ledger

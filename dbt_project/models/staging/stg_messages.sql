@@ -5,7 +5,7 @@ select
     c.world_id,
     c.platform,
     c.debug,
-    c.platform = 'cron' as is_cron,
+    lower(c.platform) = 'cron' as is_cron,  -- "CRON" too, as the pipeline reads it
     m.role,
     m.content,
     length(m.content) as content_chars,
