@@ -38,6 +38,7 @@ def run_steps(
     a failed run the remaining steps are not run (each would work on a file the failure left as it
     was, or fail the same way): each is listed as skipped, with the reason."""
     from memory_pipeline import operations
+    from memory_pipeline.operations.runner import finished_steps, get_instance
 
     failed = ""
     for i, (target, lo, hi) in enumerate(steps):
@@ -58,8 +59,13 @@ def run_steps(
                 f"   {target:<20} {r.first}..{r.last}: {r.partitions} partition(s) in one run {r.run_id[:8]} of {r.job} "
                 f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED: ' + escape(' '.join(r.error.split())[:400])}"
             )
-            if not r.success and not failed:
-                failed = f"{target} {r.first}..{r.last}"
+            if not r.success:
+                # Each step publishes its work when it ends: what the failed run did still counts.
+                done = finished_steps(instance or get_instance(), r.run_id)
+                if done:
+                    console.print(f"   {'':<20} finished before it failed, and published: {escape(', '.join(done))}")
+                if not failed:
+                    failed = f"{target} {r.first}..{r.last}"
     return not failed
 
 
@@ -70,17 +76,24 @@ def print_unchanged(files: AnalyticsFiles) -> None:
     if files.duckdb.exists():
         stamp = dt.datetime.fromtimestamp(files.duckdb.stat().st_mtime).astimezone().isoformat(timespec="seconds")
         console.print(
-            f"{files.duckdb}: the version published at {stamp}; it holds only the runs marked ok above, "
-            "not the failed or skipped ones"
+            f"{files.duckdb}: the version published at {stamp}; it holds the runs marked ok above and the steps "
+            "a failed run finished (named under it), not the skipped runs",
+            soft_wrap=True,
         )
     else:
         console.print(f"{files.duckdb}: no DuckDB file (nothing was published)")
 
 
 def print_analytics(files: AnalyticsFiles) -> None:
+    import duckdb
+
     from memory_pipeline.analyst import reports
 
-    counts = reports.table_counts(files)
+    try:
+        counts = reports.table_counts(files)
+    except duckdb.Error as exc:  # not a DuckDB file, or one of a newer DuckDB: one line, not a traceback
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        refuse(f"{files.duckdb}: cannot be read as the analyst's DuckDB file (MEMORY_DUCKDB_PATH): {first}", 1)
     if not counts:
         console.print(f"{files.duckdb}: no DuckDB file yet (`memory-pipeline export`)")
         return
@@ -111,10 +124,11 @@ def export_steps(start: str, end: str | None, marts: bool) -> list[tuple[str, st
     for target, cut in (("month_exports", 7), ("year_exports", 4)):
         lo, hi = start[:cut], end[:cut] if end else None
         try:
-            if operations.partition_keys(target, lo, hi)[0]:
-                steps.append((target, lo, hi))
+            keys = operations.partition_keys(target, lo, hi)[0]
         except operations.RangeError:
-            pass  # the range lies in a month (year) that is not closed yet: no row to export
+            continue  # the range lies in a month (year) that is not closed yet: no row to export
+        if keys:  # the closed ones: a note naming --to would quote a month the user never typed
+            steps.append((target, keys[0], keys[-1]))
     return steps + ([("marts", start, end)] if marts else [])
 
 
@@ -136,7 +150,12 @@ def export(
     end = end or start
     files = analytics_files()  # a bad memory.analyst setting is refused before any run, not after the first
     try:
-        keys, _ = operations.partition_keys("exports", start, end, labels)  # refuse a bad range before any run
+        keys, notes = operations.partition_keys("exports", start, end, labels)  # refuse a bad range before any run
+        if not keys:
+            refuse(f"nothing to export: {'; '.join(notes)}")
+        for note in notes:
+            err.print(f"[yellow]{escape(note)}[/]")
+        start, end = keys[0], keys[-1]  # what runs: a future day is never exported
         steps = export_steps(start, end, marts)
         console.print(f"export {start}..{end}: {len(keys)} day(s), {len(steps)} run(s)")
         with progress_bar() as progress:

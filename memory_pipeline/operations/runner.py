@@ -14,6 +14,7 @@ from typing import Any
 
 from dagster import (
     AssetKey,
+    DagsterEventType,
     DagsterInstance,
     Definitions,
     ExecuteInProcessResult,
@@ -344,6 +345,14 @@ def run_warnings(instance: DagsterInstance, run_id: str) -> list[str]:
         if e.dagster_event is None and isinstance(level, int) and level >= logging.WARNING and e.user_message:
             out.append(e.user_message)
     return out
+
+
+def finished_steps(instance: DagsterInstance, run_id: str) -> list[str]:
+    """The steps of a run that succeeded, in order: what a failed run still did (an analyst run's
+    dbt build publishes its file when its step ends, whatever the steps after it do)."""
+    return [
+        e.step_key for e in instance.all_logs(run_id, of_type=DagsterEventType.STEP_SUCCESS) if e.step_key is not None
+    ]
 
 
 def materialize(

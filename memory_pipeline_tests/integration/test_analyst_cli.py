@@ -87,12 +87,62 @@ def test_a_failed_export_names_its_cause_skips_the_rest_and_leaves_nothing_behin
     assert any("month_exports" in line and "skipped" in line for line in lines), result.output
     assert "Traceback" not in result.output and "Stack Trace" not in result.output
     assert "schema.table" not in result.output  # the old table is not listed as if current
-    assert "holds only the runs marked ok above" in result.output
+    assert "holds the runs marked ok above and the steps a failed run finished" in result.output
+    assert "finished before it failed" not in result.output  # the export is one step: none finished
     assert _md5(out / "analytics.duckdb") == published
     assert _parquet(out) == parquet  # the Parquet files go out with the DuckDB file or not at all
     assert not (out / "analytics.duckdb.next").exists() and not (out / "analytics.duckdb.next.wal").exists()
     parquet_tmp = out / "analytics_parquet" / ".tmp"
     assert not parquet_tmp.exists() or not list(parquet_tmp.iterdir())
+
+
+def test_a_marts_run_that_fails_at_the_picture_names_the_dbt_builds_it_published(env, monkeypatch):
+    from memory_pipeline.analyst import reports
+
+    def full(_files):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(reports, "write_report", full)
+    result = runner.invoke(app, ["export", "--from", DAY])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    (failed,) = [i for i, line in enumerate(lines) if "FAILED" in line]
+    assert lines[failed].lstrip().startswith("marts") and "No space left on device" in lines[failed]
+    # The dbt builds ended before the picture's step and published the file: said, not denied.
+    done = lines[failed + 1]
+    assert "finished before it failed, and published: " in done, result.output
+    assert "analyst_dbt_models" in done and "analyst_dbt_daily" in done and "coverage_report" not in done
+    assert "holds the runs marked ok above and the steps a failed run finished" in result.output
+
+
+def test_an_export_past_today_says_the_days_it_runs_and_no_month_the_user_did_not_type(env):
+    from datetime import datetime, timedelta
+
+    from memory_pipeline_tests.conftest import CST
+
+    today = datetime.now(CST).date()
+    start = today.replace(day=1) - timedelta(days=1)  # the last day of a closed month
+    after = today + timedelta(days=10)
+    result = runner.invoke(app, ["export", "--from", start.isoformat(), "--to", after.isoformat(), "--no-marts"])
+    assert result.exit_code == 0, result.output
+    days = (today - start).days + 1
+    assert f"export {start}..{today}: {days} day(s), " in result.output  # not ..{after}
+    assert f"--to {after} capped at {today}" in " ".join(result.output.split())
+    month = f"{start:%Y-%m}"
+    assert f"month_exports        {month}..{month}: 1 partition(s)" in result.output
+    assert f"--to {today:%Y-%m} capped" not in result.output  # a month the user never typed
+
+
+def test_a_file_that_is_not_duckdb_is_refused_in_one_line(env):
+    path = env / "out" / "analytics.duckdb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("not a database\n" * 1000)
+    result = runner.invoke(app, ["analytics"])
+    assert result.exit_code == 1, result.output
+    assert f"{path}: cannot be read as the analyst's DuckDB file (MEMORY_DUCKDB_PATH): " in " ".join(
+        result.output.split()
+    )
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)  # refused, not raised
 
 
 def test_an_llm_failure_is_one_line_on_the_console(env, monkeypatch):
