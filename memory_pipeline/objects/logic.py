@@ -80,7 +80,7 @@ def shown_at(at: datetime, tz: ZoneInfo | None) -> str:
 class ObjectType(StrEnum):
     PERSON = "person"
     TASK = "task"
-    TODO = "todo"
+    TO_DO = "todo"  # seed 001's 待办 (to-do) object type: a value, not a marker
     SCHEDULE = "schedule"
     KNOWLEDGE = "knowledge"
     PROJECT = "project"

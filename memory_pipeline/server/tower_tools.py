@@ -67,6 +67,16 @@ def scoped_group(grant: Grant, group: str | None) -> None:
     grant.require_world(group)
 
 
+def _require_world_groups(grant: Grant, group_field: Any, where: str) -> None:
+    """A token of some worlds appends only to its worlds' groups: a type it creates or changes
+    grouped by no world is one it could never append to again."""
+    if not grant.all_worlds and group_field in (None, ""):
+        raise AccessError(
+            f"{where}: required: this token appends only to its worlds' groups (only an --all-worlds token "
+            "has a type grouped by no world)"
+        )
+
+
 def _may_change_type(tower: Tower, grant: Grant, name: Any) -> None:
     t = types_io.get(tower.store, name, "name")  # an unknown or bad name: the tower's own refusal
     if grant.all_worlds:
@@ -166,11 +176,7 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
         summary_cap: str | None = None,
     ) -> dict[str, Any]:
         grant = caller()
-        if not grant.all_worlds and group_field in (None, ""):  # it could never append to it
-            raise AccessError(
-                "group_field: required: this token appends only to its worlds' groups (an --all-worlds token "
-                "creates a type grouped by no world)"
-            )
+        _require_world_groups(grant, group_field, "group_field")
         return dict(
             tower.create_type(
                 name,
@@ -214,12 +220,8 @@ def register(reg: ToolRegistry, tower: Tower) -> None:
     def update_type(name: str, changes: dict[str, Any]) -> dict[str, Any]:
         grant = caller()
         _may_change_type(tower, grant, name)
-        if not grant.all_worlds and "group_field" in changes and changes["group_field"] in (None, ""):
-            # as at creation: the token could no longer append to its own type
-            raise AccessError(
-                "changes.group_field: required: this token appends only to its worlds' groups (an --all-worlds "
-                "token keeps a type grouped by no world)"
-            )
+        if "group_field" in changes:
+            _require_world_groups(grant, changes["group_field"], "changes.group_field")
         return dict(tower.update_type(name, changes))
 
     @tool(

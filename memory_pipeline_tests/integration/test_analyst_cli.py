@@ -120,10 +120,13 @@ def test_an_export_past_today_says_the_days_it_runs_and_no_month_the_user_did_no
 
     from memory_pipeline_tests.conftest import CST
 
-    today = datetime.now(CST).date()
-    start = today.replace(day=1) - timedelta(days=1)  # the last day of a closed month
-    after = today + timedelta(days=10)
-    result = runner.invoke(app, ["export", "--from", start.isoformat(), "--to", after.isoformat(), "--no-marts"])
+    for _ in range(2):  # a run that spans CST midnight caps at another day: the second one does not
+        today = datetime.now(CST).date()
+        start = today.replace(day=1) - timedelta(days=1)  # the last day of a closed month
+        after = today + timedelta(days=10)
+        result = runner.invoke(app, ["export", "--from", start.isoformat(), "--to", after.isoformat(), "--no-marts"])
+        if datetime.now(CST).date() == today:
+            break
     assert result.exit_code == 0, result.output
     days = (today - start).days + 1
     assert f"export {start}..{today}: {days} day(s), " in result.output  # not ..{after}
