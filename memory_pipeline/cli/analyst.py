@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, escape, progress_bar, refuse
+from memory_pipeline.cli.console import console, err, escape, progress_bar, refuse, run_state
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -57,7 +57,8 @@ def run_steps(
         for r in report.runs:
             console.print(
                 f"   {target:<20} {r.first}..{r.last}: {r.partitions} partition(s) in one run {r.run_id[:8]} of {r.job} "
-                f"({r.seconds:.1f}s) {'ok' if r.success else 'FAILED: ' + escape(' '.join(r.error.split())[:400])}"
+                f"({r.seconds:.1f}s) {run_state(r, instance) if r.success else 'FAILED: ' + escape(' '.join(r.error.split())[:400])}",
+                soft_wrap=True,
             )
             if not r.success:
                 # Each step publishes its work when it ends: what the failed run did still counts.

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
@@ -12,9 +13,11 @@ from rich.markup import escape as markup_escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:  # the CLI imports the domains lazily: a command loads only what it runs
+    from dagster import DagsterInstance
+
     from memory_pipeline.events.ingest import IngestReport
     from memory_pipeline.lib.store import Store
-    from memory_pipeline.operations.runner import RunSummary
+    from memory_pipeline.operations.runner import RunFindings, RunSummary
 
 T = TypeVar("T")
 
@@ -37,20 +40,47 @@ err = Console(stderr=True, width=None if os.isatty(2) else 200)
 WARNING_SHOWN_CHARS = 300
 
 
-def run_state(r: RunSummary) -> str:
-    """A run's state on its one line: failed with its cause; ok; or ok with the warnings its steps
-    logged (a degraded run: cut or empty answers, refused worlds, Redis down), the first shown."""
-    from memory_pipeline.operations.runner import get_instance, run_warnings
-
+def run_state(r: RunSummary, instance: DagsterInstance | None = None) -> str:
+    """A run's state on its one line: failed with its cause; ok; or ok with the checks that did not
+    pass and the warnings its steps logged (a degraded run: cut or empty answers, refused worlds,
+    Redis down), the first of each shown. ``instance``: the run's (default: the CLI's)."""
     if not r.success:
         return f"[red]failed:[/] {escape(r.error)}"
-    warnings = run_warnings(get_instance(), r.run_id)
-    if not warnings:
+    found = _findings(r.run_id, instance)
+    if not found.warnings and not found.failed_checks:
         return "[green]ok[/]"
-    first = " ".join(warnings[0].split())
-    first = first if len(first) <= WARNING_SHOWN_CHARS else first[: WARNING_SHOWN_CHARS - 1] + "…"
-    more = f" (+{len(warnings) - 1} more in the run's log)" if len(warnings) > 1 else ""
-    return f"[yellow]ok, {len(warnings)} warning(s):[/] {escape(first)}{more}"
+    said = []
+    if found.failed_checks:
+        checks = found.failed_checks
+        more = f" (+{len(checks) - 1} more)" if len(checks) > 1 else ""
+        said.append(f"{len(checks)} check(s) failed: {escape(str(checks[0]))}{more}")
+    if found.warnings:
+        first = " ".join(found.warnings[0].split())
+        first = first if len(first) <= WARNING_SHOWN_CHARS else first[: WARNING_SHOWN_CHARS - 1] + "…"
+        more = f" (+{len(found.warnings) - 1} more in the run's log)" if len(found.warnings) > 1 else ""
+        said.append(f"{len(found.warnings)} warning(s): {escape(first)}{more}")
+    return "[yellow]ok,[/] " + "; ".join(said)
+
+
+def exit_if_checks_failed(runs: Sequence[RunSummary]) -> None:
+    """Exit 1, saying why, when an ERROR check of ``runs`` failed: the runs succeeded and their
+    partitions are materialized, but what they wrote is wrong (rows a check found wrong, a world
+    refused), and a script must not read that as done. A failed WARN check (a tower window left
+    failed, which its backoff retries) is on the run's line, as a warning is, and exits 0."""
+    failed = sum(1 for r in runs if r.success for c in _findings(r.run_id, None).failed_checks if not c.warn)
+    if failed:
+        err.print(
+            f"[yellow]{failed} check result(s) of severity ERROR did not pass (on the run lines above): the "
+            "partitions are materialized, and the checks say what is wrong; exit status 1[/]"
+        )
+        raise typer.Exit(1)
+
+
+@functools.lru_cache(maxsize=256)
+def _findings(run_id: str, instance: DagsterInstance | None) -> RunFindings:
+    from memory_pipeline.operations.runner import get_instance, run_findings
+
+    return run_findings(instance or get_instance(), run_id)
 
 
 def refuse(message: str, code: int = 2) -> NoReturn:

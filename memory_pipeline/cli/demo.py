@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from memory_pipeline.cli.console import run_state
 from memory_pipeline.events import sample_data
 from memory_pipeline.lib import settings
 
@@ -124,13 +125,13 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
                 ok &= r.success
                 console.print(
                     f"   {window:<10} {r.first}..{r.last}: {r.partitions} partition(s) in one run "
-                    f"{r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
+                    f"{r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {run_state(r, instance) if r.success else 'FAILED ' + r.error}"
                 )
             progress.advance(task)
         rolls = operations.run_system_rolls(read_at, instance=instance)
         ok &= rolls.success
         console.print(
-            f"   system rolls as of {read_at}: run {rolls.run_id[:8]} {'ok' if rolls.success else rolls.error}"
+            f"   system rolls as of {read_at}: run {rolls.run_id[:8]} {run_state(rolls, instance) if rolls.success else rolls.error}"
         )
         progress.advance(task)
 
@@ -213,7 +214,7 @@ def _sleep_step(console: Console, instance: DagsterInstance, store: Store) -> bo
         ok &= r.success
         console.print(
             f"   light, deep, autobiography {r.first}..{r.last}: {r.partitions} day(s) in one run {r.run_id[:8]}, "
-            f"each day's three stages before the next day's ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
+            f"each day's three stages before the next day's ({r.seconds:.1f}s) {run_state(r, instance) if r.success else 'FAILED ' + r.error}"
         )
     set_init_status(store, LONG_CONVERSATION, "done")
     job = build_defs().resolve_job_def("conversation_rolling_summary_job")
@@ -388,7 +389,7 @@ def _tower_step(console: Console, store: Store, instance: DagsterInstance) -> bo
             ok &= r.success
             console.print(
                 f"   {window:<22} {r.first}..{r.last}: {r.partitions} partition(s) in one run "
-                f"{r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {'ok' if r.success else 'FAILED ' + r.error}"
+                f"{r.run_id[:8]} of {r.job} ({r.seconds:.1f}s) {run_state(r, instance) if r.success else 'FAILED ' + r.error}"
             )
     week = tower.get_summary("worklog", WindowQuery(Granularity.WEEK, last - timedelta(days=7), group="bolt"))
     summaries = week["summaries"]

@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, escape, known_world, open_store, refuse, run_state
+from memory_pipeline.cli.console import (
+    console,
+    err,
+    escape,
+    exit_if_checks_failed,
+    known_world,
+    open_store,
+    refuse,
+    run_state,
+)
 
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store
@@ -72,6 +81,7 @@ def _recover(keys: list[str], window: str, force: bool) -> None:
         console.print(f"    {key}  " + ", ".join(line))
     if not report.success:
         raise typer.Exit(1)
+    exit_if_checks_failed(report.runs)
 
 
 def _stages(window: str) -> list[tuple[str, Stage]]:

@@ -12,7 +12,16 @@ import typer
 from rich.table import Table
 
 from memory_pipeline.cli.cache import note_pending_cache
-from memory_pipeline.cli.console import console, err, escape, open_store, progress_bar, refuse, run_state
+from memory_pipeline.cli.console import (
+    console,
+    err,
+    escape,
+    exit_if_checks_failed,
+    open_store,
+    progress_bar,
+    refuse,
+    run_state,
+)
 from memory_pipeline.lib.store import world_ingested
 from memory_pipeline.lib.text import shown
 
@@ -87,6 +96,7 @@ def _run_operation(
         note_pending_cache(open_store())
     if not report.success:
         raise typer.Exit(1)
+    exit_if_checks_failed(report.runs)
 
 
 def _print_report(window: str, report: OperationReport, said: list[str] | None = None) -> None:
@@ -223,6 +233,7 @@ def reconcile_command(
         console.print(f"[yellow]{report.left} period(s) stale again (new input meanwhile): run reconcile again[/]")
     else:
         console.print(f"reconciled: no stale period left ({report.partitions} partition(s) re-run)")
+    exit_if_checks_failed([*report.runs, *([report.system_rolls] if report.system_rolls else [])])
 
 
 def _zone() -> ZoneInfo:
@@ -307,6 +318,7 @@ def system_rolls(
         _note_rolls_not_kept()
     if not r.success:
         raise typer.Exit(1)
+    exit_if_checks_failed([r])
 
 
 @app.command()

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckSeverity,
     AssetKey,
     DagsterEventType,
     DagsterInstance,
@@ -335,16 +337,45 @@ def run_range(
     return RunSummary(window, first, last, n, result.run_id, result.success, error, seconds, target.job)
 
 
-def run_warnings(instance: DagsterInstance, run_id: str) -> list[str]:
-    """The messages the run's steps logged at WARNING or above (not Dagster's own events): a run
-    that succeeded with them is degraded (cut or empty answers, worlds refused, Redis down). Read
-    from the run's whole log, so only where it is shown (the CLI's run lines), not in every run."""
-    out = []
+@dataclass(frozen=True)
+class FailedCheck:
+    """A check result of a run that did not pass: ``check partition``, and whether its severity is
+    WARN (attention: e.g. a tower window left failed, which its backoff retries) or ERROR (what the
+    run wrote is wrong, or a world was refused)."""
+
+    name: str
+    partition: str | None
+    warn: bool
+
+    def __str__(self) -> str:
+        return " ".join(x for x in (self.name, self.partition, "(WARN)" if self.warn else "") if x)
+
+
+@dataclass(frozen=True)
+class RunFindings:
+    """What a run that succeeded may still report: the messages its steps logged at WARNING or above
+    (a degraded run: cut or empty answers, worlds refused, Redis down), and its checks that did not
+    pass."""
+
+    warnings: list[str]
+    failed_checks: list[FailedCheck]
+
+
+def run_findings(instance: DagsterInstance, run_id: str) -> RunFindings:
+    """:class:`RunFindings` of a run, read from its whole log: only where it is shown (the CLI's run
+    lines), not in every run."""
+    warnings, failed = [], []
     for e in instance.all_logs(run_id):
-        level = e.level if isinstance(e.level, int) else logging.getLevelName(e.level.upper())
-        if e.dagster_event is None and isinstance(level, int) and level >= logging.WARNING and e.user_message:
-            out.append(e.user_message)
-    return out
+        if e.dagster_event is None:
+            level = e.level if isinstance(e.level, int) else logging.getLevelName(e.level.upper())
+            if isinstance(level, int) and level >= logging.WARNING and e.user_message:
+                warnings.append(e.user_message)
+        elif e.dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+            evaluation = e.dagster_event.event_specific_data
+            if isinstance(evaluation, AssetCheckEvaluation) and not evaluation.passed:
+                warn = evaluation.severity == AssetCheckSeverity.WARN
+                failed.append(FailedCheck(evaluation.check_name, evaluation.partition, warn))
+    return RunFindings(warnings, failed)
 
 
 def finished_steps(instance: DagsterInstance, run_id: str) -> list[str]:

@@ -162,8 +162,10 @@ def _quiet_disconnects() -> None:
 
 def asgi_app(server: Any, guard: CallGuard | None = None) -> Any:
     """The streamable-HTTP app, answering at ``/mcp`` and at the root (the seed's configured URL); the
-    root takes the same endpoint as ``/mcp``, wrapped in the SDK's RequireAuthMiddleware; every POST's
-    body first passes ``limits.BodyCheck``. With the server's guard, ``/metrics`` too: Prometheus
+    root takes the same endpoint as ``/mcp``, wrapped in the SDK's RequireAuthMiddleware; the body of
+    a POST whose token passed is checked by ``limits.BodyCheck`` before the SDK reads it (a caller
+    without a token in force gets 401 whatever its body: nothing of the server's checks answers
+    before the token's). With the server's guard, ``/metrics`` too: Prometheus
     text, behind the same bearer auth as every route, for an --all-worlds token only (the counts name
     tools and outcomes, never a token or a world, yet they count every world's calls: another world's
     activity is no scoped token's to see)."""
@@ -173,12 +175,15 @@ def asgi_app(server: Any, guard: CallGuard | None = None) -> Any:
 
     app = server.streamable_http_app()
     handler = next(r.endpoint for r in app.router.routes if getattr(r, "path", None) == "/mcp")
+    if not isinstance(handler, RequireAuthMiddleware):
+        raise TypeError(f"the SDK's /mcp endpoint is {type(handler).__name__}, not behind RequireAuthMiddleware")
+    handler.app = BodyCheck(handler.app, (guard.limits if guard is not None else Limits()).max_body_bytes)
     app.router.routes.append(Route("/", endpoint=handler))
     if guard is not None:
         # the counts are the server's, every world's calls: an --all-worlds token's to read
         metrics = RequireAuthMiddleware(make_asgi_app(guard.metrics.registry), required_scopes=[ALL_WORLDS_SCOPE])
         app.router.routes.append(Route("/metrics", endpoint=metrics, methods=["GET"]))
-    return BodyCheck(app, (guard.limits if guard is not None else Limits()).max_body_bytes)
+    return app
 
 
 def make_uvicorn(

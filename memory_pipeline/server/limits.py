@@ -12,7 +12,8 @@
 - Body shape: a body holding NaN or Infinity (not JSON, though Python's parser takes them, and the
   SDK then passed them on as null), a number past a float's range (read as infinity) or of more
   digits than Python reads, or nested deeper than ``MAX_BODY_DEPTH``, is answered HTTP 400
-  with a JSON-RPC parse error naming it, before the SDK parses the body (``BodyCheck``).
+  with a JSON-RPC parse error naming it, before the SDK parses the body (``BodyCheck``), and after
+  the bearer token's check: a caller without a token in force gets 401 whatever it sent.
 - Every call: one log line (logger ``memory_pipeline.server``: token name, tool, world, duration,
   outcome; never an argument's content, never the token) and Prometheus counters by tool and
   outcome, served at ``/metrics``."""

@@ -254,6 +254,13 @@ def test_a_body_with_nan_a_number_past_range_or_nested_too_deep_is_a_parse_error
     with served["store"].connect() as conn:
         stored = [c for c in conn.execute(select(tower_entries.c.content)).scalars()]
     assert stored == [{"x": 1.5, "note": "NaN and Infinity as text"}], stored  # only the call that was JSON
+    # The token is checked first: without one in force, a bad body gets 401 and learns nothing more.
+    with httpx.Client(timeout=10) as client:
+        for bearer in (None, "not-a-token"):
+            auth = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+            for path in ("/mcp", "/"):
+                answer = client.post(served["url"] + path, content=call('{"x": NaN}', 10), headers={**ACCEPT, **auth})
+                assert answer.status_code == 401, (bearer, path, answer.status_code, answer.text)
     assert not [t for t in served["log"].troubles() if "Traceback" in t or "RecursionError" in t]
 
 

@@ -207,7 +207,15 @@ def test_sleep_status_lists_a_refused_world_with_its_size(env, pg_url, monkeypat
         + conversation("w-small", "s-s", cst(2026, 3, 2, 10), ["garden tomatoes", "ok"]),
     )
     result = runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-02"])
-    assert result.exit_code == 0, result.output  # the other world slept; the day is not a failure
+    # The other world slept and the run succeeded, but the day's check fails for the refused world:
+    # the run line names the check and the warning, and the command exits 1.
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1, said
+    assert (
+        "ok, 1 check(s) failed: deep_sleep_snapshot_current_and_nothing_deleted 2026-03-02; "
+        "1 warning(s): sleep_deep_sleep 2026-03-02: world w-big" in said
+    ), said
+    assert "1 check result(s) of severity ERROR did not pass (on the run lines above)" in said, said
     status = runner.invoke(app, ["sleep", "status"], terminal_width=300)
     assert status.exit_code == 0 and "Worlds refused" in status.output
     (line,) = [ln for ln in status.output.splitlines() if "w-big" in ln]

@@ -137,6 +137,35 @@ def test_a_failed_summarize_job_exits_non_zero_and_status_lists_the_window_as_re
     assert ok.exit_code == 0 and '"state": "succeeded"' in ok.output
 
 
+def test_a_backfill_that_leaves_a_summary_window_failed_names_its_warn_check_on_the_run_line(env, store, monkeypatch):
+    """The run succeeds by design (a window failing alone backs off) and its partition is
+    materialized, but its check tower_summaries_complete (WARN) fails: the run line names the check
+    and the warning, and the command exits 0 as for a warning (only an ERROR check exits 1). The
+    backfill after it (the offline model) redoes the window, and its line is ok."""
+    assert run("append", "worklog", "--json", '{"project": "a"}', "--at", "2026-01-05T10:00:00+08:00").exit_code == 0
+    monkeypatch.delenv("MEMORY_CONFIG_FILE", raising=False)
+    days = ["backfill", "tower_day_summaries", "--from", "2026-01-05", "--to", "2026-01-05"]
+    with FakeOpenAI() as fake:
+        fake.push("status", 400)
+        monkeypatch.setenv("MEMORY_LLM_MODEL", "openai/fake")
+        monkeypatch.setenv("MEMORY_LLM_API_BASE", fake.api_base)
+        monkeypatch.setenv("MEMORY_LLM_API_KEY", "k")
+        monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
+        failed = runner.invoke(app, days)
+    said = _flat(failed.output)
+    assert failed.exit_code == 0, said
+    assert (
+        "ok, 1 check(s) failed: tower_summaries_complete 2026-01-05 (WARN); 1 warning(s): tower_day_summaries" in said
+    )
+    assert "did not pass" not in said
+    for name in ("MEMORY_LLM_MODEL", "MEMORY_LLM_API_BASE", "MEMORY_LLM_API_KEY"):
+        monkeypatch.delenv(name)
+    redone = runner.invoke(app, days)
+    said = _flat(redone.output)
+    assert redone.exit_code == 0, said
+    assert "2026-01-05: re-run, 1 window failed" in said and ") ok" in said and "check(s) failed" not in said
+
+
 def test_dates_out_of_range_are_one_line_refusals_naming_the_field(env):
     for args in (("-g", "week", "-a", "9999-12-31"), ("-g", "day", "-a", "0001-01-01")):
         out = run("recall", "worklog", *args)
