@@ -67,7 +67,9 @@ def list_tokens(store: Store) -> list[TokenInfo]:
         return [TokenInfo(r.name, tuple(r.worlds), bool(r.read_only), r.created_at, r.revoked_at) for r in rows]
 
 
-def revoke(store: Store, name: str) -> TokenInfo:
+def revoke(store: Store, name: str, tz: ZoneInfo | None = None) -> TokenInfo:
+    """Revoke a token in force; AccessError for an unknown one, or one revoked already (when, in
+    ``tz``, to the second, as `tokens list` shows it)."""
     t = access_tokens.c
     with store.begin() as conn:
         done = conn.execute(
@@ -77,7 +79,8 @@ def revoke(store: Store, name: str) -> TokenInfo:
     if row is None:
         raise AccessError(f"no token named {name!r}")
     if not done:
-        raise AccessError(f"token {name!r} was revoked already ({row.revoked_at.isoformat()})")
+        when = row.revoked_at.astimezone(tz).isoformat(timespec="seconds")
+        raise AccessError(f"token {name!r} was revoked already ({when})")
     return TokenInfo(row.name, tuple(row.worlds), bool(row.read_only), row.created_at, row.revoked_at)
 
 

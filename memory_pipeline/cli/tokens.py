@@ -76,9 +76,11 @@ def revoke(name: str = typer.Argument(..., help="The token's name (see tokens li
     """Revoke a token: the server refuses it from its next request on (HTTP 401)."""
     from memory_pipeline.access import tokens
     from memory_pipeline.access.logic import AccessError
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.timeutil import zone
 
     try:
-        info = tokens.revoke(open_store(), name)
+        info = tokens.revoke(open_store(), name, zone(settings.timezone_name()))
     except AccessError as exc:
         refuse(str(exc))
     console.print(f"revoked {escape(info.name)}")

@@ -83,10 +83,12 @@ def _jobs_json(answer: Mapping[str, Any]) -> None:
 def _parse_json(text: str | None, field: str) -> Any:
     if text is None:
         return None
+    from memory_pipeline.lib.text import json_error
+
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        refuse(f"--{field}: not JSON ({exc.msg} at column {exc.colno})")
+        refuse(f"--{field}: not JSON ({json_error(exc)})")
 
 
 @types_app.command("create")

@@ -60,7 +60,7 @@ from memory_pipeline.events.tables import ingest_batches
 from memory_pipeline.lib.ids import ID_RE, validate_id
 from memory_pipeline.lib.store import Store, retry_transient
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
-from memory_pipeline.lib.text import json_type, shown, text_problem
+from memory_pipeline.lib.text import json_error, json_type, shown, text_problem
 from memory_pipeline.lib.timeutil import EARLIEST, LATEST, parse_instant
 
 # One event as the ingestion format has it: a JSON object (``validate_event`` says what it holds).
@@ -413,8 +413,8 @@ def parse_line(raw: bytes, first: bool = False) -> tuple[Any, str | None]:
     try:
         return json.loads(text), None
     except json.JSONDecodeError as exc:
-        # json's own wording of some errors ends in "at" ("Invalid control character at")
-        return None, f"malformed JSON: {exc.msg.removesuffix(' at')} at column {exc.pos + 1}"
+        # one line of the file: its column counts from the line's start, its newline included
+        return None, f"malformed JSON: {json_error(exc, column=exc.pos + 1)}"
     except RecursionError:
         return None, "malformed JSON: nested too deeply"
     except ValueError:  # e.g. an integer beyond Python's digit limit

@@ -36,7 +36,7 @@ from memory_pipeline.events.ingest import (
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.store import Store
-from memory_pipeline.lib.text import json_type, shown, text_problem
+from memory_pipeline.lib.text import json_error, json_type, shown, text_problem
 from memory_pipeline.lib.timeutil import instant_problem
 
 TURN_SPACING = timedelta(minutes=1)
@@ -72,7 +72,7 @@ def load_document(path: Path, source: str) -> tuple[JSONObject | None, list[Line
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        return refuse(exc.lineno, f"malformed JSON: {exc.msg} at column {exc.colno}")
+        return refuse(exc.lineno, f"malformed JSON: {json_error(exc)}")
     except RecursionError:
         return refuse("$", "malformed JSON: nested too deeply")
     except ValueError:  # e.g. an integer beyond Python's digit limit

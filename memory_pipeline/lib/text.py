@@ -33,6 +33,13 @@ def truncate(text: str, limit: int, marker: str = "…") -> str:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def json_error(exc: json.JSONDecodeError, column: int | None = None) -> str:
+    """What a JSON parse error says, and where on its line (``column``, default the error's own):
+    json's own wording of some errors ends in "at" ("Unterminated string starting at"), which would
+    read "at at column 7"."""
+    return f"{exc.msg.removesuffix(' at')} at column {column or exc.colno}"
+
+
 def json_type(value: object) -> str:
     """The JSON name of a parsed value's type (for messages: "got array", never the value)."""
     if value is None:

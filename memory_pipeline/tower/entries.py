@@ -23,6 +23,7 @@ from sqlalchemy import Connection, bindparam, select
 
 from memory_pipeline.lib.store import Store, cached_insert
 from memory_pipeline.lib.store.tables import conversations, messages
+from memory_pipeline.lib.text import json_error
 from memory_pipeline.lib.timeutil import day_bounds, local_date, utcnow
 from memory_pipeline.tower import types as tower_types_io
 from memory_pipeline.tower.logic import EntryIn, TowerInputError, validate_entry
@@ -227,7 +228,7 @@ def read_jsonl(path: Path) -> list[tuple[str, Any]]:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise TowerInputError("line", f"not JSON ({exc.msg} at column {exc.colno})", where) from None
+            raise TowerInputError("line", f"not JSON ({json_error(exc)})", where) from None
         except RecursionError:
             raise TowerInputError("line", "nested too deeply", where) from None
         out.append((where, obj))

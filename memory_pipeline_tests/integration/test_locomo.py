@@ -151,6 +151,13 @@ BAD_FILES = [
         "<file>",
         "malformed JSON: Expecting value at column 1",
     ),
+    (  # json's own wording ends in "at": it read "starting at at column 18"
+        "truncated JSON",
+        '{\n  "speaker_a": "A",\n  "speaker_b": "Mel',
+        3,
+        "<file>",
+        "malformed JSON: Unterminated string starting at column 16",
+    ),
     ("empty file", "", "$", "<file>", "empty file"),
     ("blank file", " \n\t\n", "$", "<file>", "empty file"),
     ("not UTF-8", b'{"speaker_a": "Ren\xe9"}', "$", "<file>", "bad encoding (not UTF-8) at byte offset 18"),

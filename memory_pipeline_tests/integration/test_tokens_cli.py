@@ -73,6 +73,8 @@ def test_revoke_refuses_the_token_and_keeps_its_name(env, store):
     assert row["revoked_at"] is not None
     again = runner.invoke(app, ["tokens", "revoke", "bot"])
     assert again.exit_code == 2 and "revoked already" in again.output
+    # when, as `tokens list` shows it: the configured zone, to the second (it was UTC, to the microsecond)
+    assert re.search(r"revoked already \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00\)", again.output), again.output
     unknown = runner.invoke(app, ["tokens", "revoke", "nobody"])
     assert unknown.exit_code == 2 and "no token named 'nobody'" in unknown.output
     reused = runner.invoke(app, ["tokens", "create", "--world", "w1", "--name", "bot"])
