@@ -34,7 +34,7 @@ def locomo(
     the nights of sleep, object memory, rolling summaries), then rank each world's days by BM25 of
     every question (category 5 left out) against each index's text of the day: R@k is the share of
     questions with a day holding an evidence turn among the top k."""
-    from memory_pipeline.operations.recall_eval import EvalError, run_locomo
+    from memory_pipeline.operations.recall_eval import EvalError, EvalInterrupted, run_locomo
 
     if json_out is not None:  # refused before minutes of runs, not after them
         where = json_out.parent if str(json_out.parent) else Path(".")
@@ -42,8 +42,13 @@ def locomo(
             refuse(f"--json {json_out}: is a folder, not a file")
         if not where.is_dir():
             refuse(f"--json {json_out}: no folder {where} to write it in")
+        if any(json_out.resolve() == f.resolve() for f in files):
+            refuse(f"--json {json_out}: is one of the LoCoMo files given (the results would overwrite it)")
     try:
         report = run_locomo(files, store_url=store, model=model, say=lambda line: err.print(escape(line)))
+    except EvalInterrupted as exc:
+        err.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(130) from None
     except EvalError as exc:
         refuse(str(exc))
     print_report(report)
@@ -63,7 +68,7 @@ def locomo(
 
 
 def print_report(report: EvalReport) -> None:
-    from memory_pipeline.operations.recall_eval import DAY_TEXT_INDEXES
+    from memory_pipeline.operations.recall_eval import DAY_TEXT_INDEXES, masked
 
     table = Table(title=f"recall on {len(report.files)} LoCoMo file(s), model {escape(report.model)}")
     for name in ("index", "R@1", "R@5", "characters per day"):
@@ -72,14 +77,19 @@ def print_report(report: EvalReport) -> None:
         chars = f"{s.chars_per_day:,.0f}" if s.index in DAY_TEXT_INDEXES else ""
         table.add_row(s.index.value, f"{s.recall(1):.2f}", f"{s.recall(5):.2f}", chars)
     console.print(table)
-    left = ", ".join(f"{n} {why}" for why, n in report.left_out.items()) or "none"
-    cost = "unknown (no price for this model)" if report.cost_usd is None else f"${report.cost_usd:.4f}"
+    left = ", ".join(f"{n:,} {why}" for why, n in report.left_out.items()) or "none"
+    if report.cost_usd is not None:
+        cost = f"${report.cost_usd:.4f}"
+    elif report.tokens_in or report.tokens_out:
+        cost = "unknown (no price for this model)"
+    else:
+        cost = "none (no tokens used)"
     console.print(
-        f"{report.questions} questions over {report.worlds} world(s), {report.days} candidate days; left out: {left}\n"
+        f"{report.questions:,} questions over {report.worlds} world(s), {report.days:,} candidate days; left out: {left}\n"
         f"LLM: {_calls(report)}, {report.tokens_in:,} tokens in, {report.tokens_out:,} out, cost {cost}\n"
         f"{len(report.runs)} Dagster runs ({sum(not r.success for r in report.runs)} failed, "
         f"{sum(r.success and r.degraded for r in report.runs)} degraded) in {report.directory / 'dagster_home'}; "
-        f"store {escape(report.store_url)}\n"
+        f"store {escape(masked(report.store_url))}\n"
         f"wall time {report.wall_seconds:.0f} s; run id {report.run_id}"
     )
 
@@ -87,9 +97,9 @@ def print_report(report: EvalReport) -> None:
 def _calls(report: EvalReport) -> str:
     """The calls, the failed ones said as such (a failed call has no tokens: "3 calls, 0 tokens"
     alone would read as answers that cost nothing), and the breaker's refusals apart (no request)."""
-    failed = f" ({report.llm_failed} failed)" if report.llm_failed else ""
-    refused = f" + {report.llm_refused} refused by the open breaker (no request)" if report.llm_refused else ""
-    return f"{report.llm_calls} calls{failed}{refused}"
+    failed = f" ({report.llm_failed:,} failed)" if report.llm_failed else ""
+    refused = f" + {report.llm_refused:,} refused by the open breaker (no request)" if report.llm_refused else ""
+    return f"{report.llm_calls:,} calls{failed}{refused}"
 
 
 def search(

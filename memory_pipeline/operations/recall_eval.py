@@ -10,8 +10,11 @@ analyst export picks them up."""
 from __future__ import annotations
 
 import logging
+import signal
+import socket
 import sqlite3
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -32,6 +35,7 @@ from memory_pipeline import domains
 from memory_pipeline.lib import settings
 from memory_pipeline.lib.jsontypes import JSONObject
 from memory_pipeline.lib.kinds import LedgerOutcome
+from memory_pipeline.lib.llm.client import model_problem
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import conversations, llm_ledger, messages
@@ -62,6 +66,57 @@ SEARCH_HITS = 20  # hits asked of memory_search per question, to find its top 5 
 
 class EvalError(ValueError):
     """A refusal before anything was built (a store holding events, a bad file)."""
+
+
+class EvalInterrupted(Exception):
+    """SIGINT or SIGTERM while the eval built: it stops there and records nothing."""
+
+
+class _Interrupts:
+    """Whether SIGINT or SIGTERM arrived while the eval built. Dagster's in-process runs put their
+    own SIGINT (and SIGTERM) handler in place and reset what it caught when the run ends, so an
+    interrupt inside a run could leave no trace and the eval went on to record a clean run. The
+    interpreter writes every signal that has a Python handler to the wakeup fd whoever handles it:
+    read after each run, it tells. Off the main thread (where no handler can be set) it tells nothing."""
+
+    def __init__(self) -> None:
+        self._read: socket.socket | None = None
+        self._write: socket.socket | None = None
+        self._old = -1
+        self.seen: str = ""
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._read, self._write = socket.socketpair()
+            self._read.setblocking(False)
+            self._write.setblocking(False)
+            self._old = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._read is not None and self._write is not None:
+            signal.set_wakeup_fd(self._old)
+            self._read.close()
+            self._write.close()
+
+    def check(self, what: str, directory: Path) -> None:
+        """EvalInterrupted when an interrupt arrived (during ``what`` or before)."""
+        if self._read is not None and not self.seen:
+            try:
+                got = self._read.recv(1024)
+            except BlockingIOError:
+                got = b""
+            stops = {signal.SIGINT.value: "SIGINT", signal.SIGTERM.value: "SIGTERM"}
+            self.seen = next((stops[n] for n in got if n in stops), "")
+        if self.seen:
+            raise EvalInterrupted(_interrupted(self.seen, what, directory))
+
+
+def _interrupted(signal_name: str, what: str, directory: Path) -> str:
+    return (
+        f"interrupted ({signal_name}) during {what}: the eval stopped and recorded nothing "
+        f"(its folder {directory} is left as it was)"
+    )
 
 
 @dataclass
@@ -165,14 +220,23 @@ def run_locomo(
         raise EvalError(f"two files would make the same world {twice[0]!r} (file names must differ)")
     _check_domains_on()
     tz = ZoneInfo(settings.timezone_name())
-    checked = _checked_files(files, tz)  # every file read before anything is written
+    checked = _checked_files(files, tz, say)  # every file read before anything is written
+    named_by = "--model" if model else settings.ENV_LLM_MODEL
     model = model or settings.env(settings.ENV_LLM_MODEL) or settings.OFFLINE_MODEL
+    problem = model_problem(model)
+    if problem:  # before minutes of runs whose every call would fail on it
+        raise EvalError(f"{named_by} {model!r}: {problem}")
     given = _empty_store(store_url) if store_url else None  # refused before any folder is made
     directory = directory or Path(tempfile.mkdtemp(prefix="memory-eval-"))
     directory.mkdir(parents=True, exist_ok=True)
-    with scratch_sqlite(directory):
+    with scratch_sqlite(directory), _Interrupts() as interrupts:
         url = store_url or f"sqlite:///{directory / 'memory.sqlite'}"
-        report, store = _build_and_measure(files, checked, stems, tz, model, url, given, directory, say)
+        try:
+            report, store = _build_and_measure(files, checked, stems, tz, model, url, given, directory, say, interrupts)
+        except KeyboardInterrupt:  # between the runs (Python's own handler; Dagster maps SIGTERM to it)
+            interrupts.check("the build", directory)  # names the signal that came
+            raise EvalInterrupted(_interrupted("SIGINT", "the build", directory)) from None
+        interrupts.check("the measurement", directory)
     report.wall_seconds = time.monotonic() - started
     record(store, report)
     if project_url != url:
@@ -265,6 +329,7 @@ def _build_and_measure(
     given: Store | None,
     directory: Path,
     say: Callable[[str], None],
+    interrupts: _Interrupts,
 ) -> tuple[EvalReport, Store]:
     """The fresh store (``given``, else a new SQLite file in ``directory``) built by every domain's
     Dagster runs, and the recall measured on it."""
@@ -283,7 +348,7 @@ def _build_and_measure(
         candidates = day_index.world_days(store, worlds, tz)
         report.worlds = len(worlds)
         report.days = sum(len(d) for d in candidates.values())
-        _run_domains(store, candidates, report, say)
+        _run_domains(store, candidates, report, say, partial(interrupts.check, directory=directory))
         say("measuring recall")
         event_days = day_index.message_days(store, worlds, tz)
         left_out: Counter[str] = Counter()
@@ -305,7 +370,9 @@ def _build_and_measure(
     return report, store
 
 
-def _checked_files(files: list[Path], tz: ZoneInfo) -> list[tuple[Path, list[dict[str, Any]]]]:
+def _checked_files(
+    files: list[Path], tz: ZoneInfo, say: Callable[[str], None] = lambda _: None
+) -> list[tuple[Path, list[dict[str, Any]]]]:
     """Each file's validated events, or EvalError naming the first file, JSON path and field at fault
     (a turn the importer refuses, or questions that cannot be read)."""
     from memory_pipeline.events.locomo import locomo_events
@@ -325,9 +392,13 @@ def _checked_files(files: list[Path], tz: ZoneInfo) -> list[tuple[Path, list[dic
     # The questions the build will measure, from the turns it will import: none is no measurement.
     days = {e["message_id"]: e["at"].astimezone(tz).date() for _, events in out for e in events if e["at"]}
     left_out: Counter[str] = Counter()
-    if not sum(len(questions(path, days, left_out)) for path, _ in out):
+    asked = {path: len(questions(path, days, left_out)) for path, _ in out}
+    if not sum(asked.values()):
         why = ", ".join(f"{n} {reason}" for reason, n in left_out.items()) or "no question in the files"
         raise EvalError(f"no question to measure recall with (left out: {why})")
+    for path, n in asked.items():
+        if not n:  # it still counts: its world is built and its days are the search's statistics
+            say(f"{path.name}: no question of it can be measured (its conversation is built all the same)")
     return out
 
 
@@ -357,17 +428,22 @@ def _import(store: Store, checked: list[tuple[Path, list[dict[str, Any]]]], say:
 
 
 def _run_domains(
-    store: Store, candidates: dict[str, set[date]], report: EvalReport, say: Callable[[str], None]
+    store: Store,
+    candidates: dict[str, set[date]],
+    report: EvalReport,
+    say: Callable[[str], None],
+    stop_if_interrupted: Callable[[str], None] = lambda _what: None,
 ) -> None:
     """The Dagster runs the schedules would launch once the days are closed: day summaries, the nights
     of sleep (each day's three stages before the next day's), object memory until nothing is left to
-    organize, and the rolling summaries of every conversation (its Step-0 gate opened)."""
+    organize, and the rolling summaries of every conversation (its Step-0 gate opened).
+    ``stop_if_interrupted(what)`` is called after each run (it raises to stop the eval)."""
     from memory_pipeline import operations
     from memory_pipeline.conversation.summaries import set_init_status
     from memory_pipeline.definitions import build_defs
     from memory_pipeline.objects import reports as object_reports
     from memory_pipeline.objects.logic import EventState
-    from memory_pipeline.operations.runner import QUIET, failure_line
+    from memory_pipeline.operations.runner import QUIET, failure_line, operator_job
 
     all_days = sorted({d for days in candidates.values() for d in days})
     if not all_days:
@@ -384,10 +460,11 @@ def _run_domains(
             say(f"deep sleep: {len(warned)} world-night(s) in the warn band, the largest {max(warned):,} characters")
         for r in rep.runs:
             report.runs.append(DagsterRun(f"{window} {r.first}..{r.last}", r.run_id, r.success, r.seconds, r.error))
+        stop_if_interrupted(f"the {window} runs")
 
     def job(name: str, config: dict[str, Any] | None = None) -> bool:
         t0 = time.monotonic()
-        result = defs.resolve_job_def(name).execute_in_process(
+        result = operator_job(defs.resolve_job_def(name)).execute_in_process(
             instance=instance, run_config={**(config or {}), **QUIET}, raise_on_error=False
         )
         error, degraded = "", False
@@ -402,6 +479,7 @@ def _run_domains(
                     f"failed, {meta.get('blocked_events')} event(s) blocked"
                 )
         report.runs.append(DagsterRun(name, result.run_id, result.success, time.monotonic() - t0, error, degraded))
+        stop_if_interrupted(name)
         return result.success
 
     say("objects: compaction and organize")

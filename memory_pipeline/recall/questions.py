@@ -38,7 +38,7 @@ class QA(TypedDict):
     """One checked question of a file's ``qa`` list (its other fields are not read)."""
 
     question: str
-    category: int | None
+    category: int
     evidence: list[str]
 
 
@@ -57,16 +57,22 @@ def read_qa(path: Path) -> list[QA]:
         raise QuestionError(f"{source}:$.qa: expected an array of questions")
     out: list[QA] = []
     for i, item in enumerate(qa):
-        question = item.get("question") if isinstance(item, dict) else None
-        if not isinstance(item, dict) or not isinstance(question, str):
+        if not isinstance(item, dict):
+            raise QuestionError(f"{source}:$.qa[{i}]: expected a question object, got {_shown(item)}")
+        question = item.get("question")
+        if not isinstance(question, str):
             raise QuestionError(f"{source}:$.qa[{i}].question: expected a string")
         if not question.strip() or len(question) > QUERY_MAX_CHARS:
             raise QuestionError(
                 f"{source}:$.qa[{i}].question: expected 1 to {QUERY_MAX_CHARS:,} characters, not blank "
                 f"(it is a memory_search query), got {len(question)}"
             )
-        category = item.get("category")
-        if category is not None and (isinstance(category, bool) or not isinstance(category, int)):
+        # Required: without it an adversarial question (5: its answer is not in the conversation)
+        # would be measured as any other.
+        if "category" not in item:
+            raise QuestionError(f"{source}:$.qa[{i}].category: missing (an integer; 5, adversarial, is left out)")
+        category = item["category"]
+        if isinstance(category, bool) or not isinstance(category, int):
             raise QuestionError(f"{source}:$.qa[{i}].category: expected an integer, got {_shown(category)}")
         evidence = item.get("evidence", [])
         if not isinstance(evidence, list):

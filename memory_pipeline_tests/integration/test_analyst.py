@@ -172,7 +172,8 @@ def _recall_runs(store: Store) -> None:
     from memory_pipeline.recall.metric import Index, Score
 
     def report(run_id: str, model: str, raw: tuple[int, int], days: tuple[int, int], failed: bool) -> EvalReport:
-        r = EvalReport(run_id, ["26.json"], model, "sqlite:///eval.sqlite", Path("eval-run"))
+        files, url = (["26.json", "30.json"], "postgresql+psycopg2://u:pw@db/eval") if failed else (["26.json"], "")
+        r = EvalReport(run_id, files, model, url or "sqlite:///eval.sqlite", Path("eval-run"))
         r.questions, r.llm_calls, r.cost_usd = 10, 7, None if model.startswith("offline") else 0.25
         r.runs = [DagsterRun("day", "r1", not failed, 1.0, "boom" if failed else "")]
         r.scores = [
@@ -645,6 +646,14 @@ def test_mart_recall_quality_follows_recall_across_models(sample):
     assert paid[10] is False  # a run with a failed Dagster run is not complete
     rnd = got[("evalpaid", "random ranking")]
     assert rnd[3:6] == (0.1, 0.5, None) and rnd[7] is None
+    # which files and which store's engine: memory_search's figures differ between engines
+    runs = sample.query(
+        "SELECT DISTINCT run_id, files, file_count, store_engine FROM marts.mart_recall_quality ORDER BY run_id"
+    )
+    assert [(r[0], json.loads(r[1]), r[2], r[3]) for r in runs] == [
+        ("evaloffline", ["26.json"], 1, "sqlite"),
+        ("evalpaid", ["26.json", "30.json"], 2, "postgresql"),
+    ]
 
 
 def test_mart_ingest_daily_matches_the_messages(sample):

@@ -223,7 +223,9 @@ def test_nothing_to_measure_is_refused_before_any_domain_is_built(project, tmp_p
     evidence naming no turn), or a domain the configuration turns off (its index would hold no
     memory and score as the random order, recorded as a measurement)."""
     doc = _doc()
-    doc["qa"] = [q for q in doc["qa"] if q["category"] == 5] + [{"question": "Who?", "evidence": ["D9:9"]}]
+    doc["qa"] = [q for q in doc["qa"] if q["category"] == 5] + [
+        {"question": "Who?", "evidence": ["D9:9"], "category": 1}
+    ]
     with pytest.raises(
         EvalError,
         match=r"no question to measure recall with \(left out: 1 category 5 \(adversarial\), "
@@ -244,14 +246,20 @@ def test_nothing_to_measure_is_refused_before_any_domain_is_built(project, tmp_p
 def test_a_run_that_succeeded_degraded_counts_against_the_measurement(project, tmp_path, monkeypatch):
     """The objects worker's run stands when its batches fail (the failed ones are retried later) but
     says so (``degraded``): the eval counts it with the failed runs, never as clean memory."""
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
     monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
-    # the breaker off: a model naming no provider then fails claims until the job ends (with it on,
-    # the breaker stops the run, which fails outright)
+    # the breaker off: a provider failing every call then fails claims until the job ends (with it
+    # on, the breaker stops the run, which fails outright)
     monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "0")
     config = tmp_path / "small.yaml"  # the few turns are over the threshold: compaction calls the model
     config.write_text("memory:\n  objects:\n    compact_threshold_tokens: 20\n    retry_backoff_seconds: 0\n")
     monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
-    report = run_locomo([write_locomo(tmp_path, _doc(), "26.json")], model="nowhere/no-model", directory=tmp_path / "r")
+    with FakeOpenAI() as fake:
+        fake.step = lambda _body: ("status", 500)
+        monkeypatch.setenv("MEMORY_LLM_API_BASE", fake.api_base)
+        monkeypatch.setenv("MEMORY_LLM_API_KEY", "k")
+        report = run_locomo([write_locomo(tmp_path, _doc(), "26.json")], model="openai/fake", directory=tmp_path / "r")
     degraded = [r for r in report.runs if r.success and r.degraded]
     assert degraded and {r.name for r in degraded} <= {"objects_compaction_job", "objects_organize_job"}
     assert all(r.error.startswith("degraded: ") and "failed claim(s)" in r.error for r in degraded)
@@ -285,10 +293,12 @@ def test_the_command_refuses_a_json_path_it_could_not_write_before_any_run(proje
     for out, said in (
         (tmp_path / "nowhere" / "out.json", "no folder"),
         (tmp_path, "is a folder, not a file"),
+        (path, "is one of the LoCoMo files given (the results would overwrite it)"),
     ):
         result = runner.invoke(app, ["eval", "locomo", str(path), "--json", str(out)])
         assert result.exit_code == 2 and f"--json {out}: {said}" in result.output, result.output
         assert "wall time" not in result.output  # nothing was built
+    assert json.loads(path.read_text(encoding="utf-8")) == _doc()  # the input file is as it was
     with project.connect() as conn:
         assert conn.execute(select(recall_eval_runs)).first() is None
 
@@ -334,11 +344,16 @@ def test_the_output_says_failed_calls_failed_and_breaker_refusals_are_no_calls(s
             req = LLMRequest(task="day", system="s", user=f"material {i}", prompt_version="t")
             with pytest.raises(LLMProviderDown if i >= 3 else LLMHardFailure):
                 llm.complete(req)
-    report = EvalReport("r1", ["26.json"], "openai/fake", store.url, tmp_path)
+    report = EvalReport("r1", ["26.json"], "openai/fake", "postgresql://u:s3cret@127.0.0.1/runs", tmp_path)
     _ledger(store, report)
     print_report(report)
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("LLM: "))
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("LLM: "))
     assert line.startswith("LLM: 3 calls (3 failed) + 2 refused by the open breaker (no request), 0 tokens in"), line
+    # No token was used: no price is missing (it read "cost unknown (no price for this model)").
+    assert line.endswith("0 out, cost none (no tokens used)"), line
+    # The store's password stays out of the output, as in the JSON and the recorded run.
+    assert "s3cret" not in out and "store postgresql://u:***@127.0.0.1/runs" in " ".join(out.split())
     assert (report.llm_calls, report.llm_failed, report.llm_refused) == (3, 3, 2)
     assert report.as_json()["llm"] | {"prompt_versions": {}} == {
         "calls": 3,
@@ -349,3 +364,102 @@ def test_the_output_says_failed_calls_failed_and_breaker_refusals_are_no_calls(s
         "cost_usd": None,
         "prompt_versions": {},
     }
+
+
+def test_an_interrupt_inside_a_run_stops_the_eval_and_records_nothing(project, tmp_path):
+    """SIGINT while a Dagster run of the eval waits on the model: Dagster's run took the signal (and
+    reset it when the run ended), so the eval went on to measure, print the table, exit 0 and record
+    a clean run. It now stops after that run, says so in one line, exits 130 and records nothing."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    path = write_locomo(tmp_path, _doc(), "26.json")
+    cli = str(Path(sys.executable).parent / "memory-pipeline")
+    with FakeOpenAI() as fake:
+        fake.hold("pottery")  # the first day's summary call waits until released
+        env = {
+            **os.environ,
+            "MEMORY_LLM_API_BASE": fake.api_base,
+            "MEMORY_LLM_API_KEY": "k",
+            "TMPDIR": str(tmp_path),  # the eval's own folder, under the test's
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
+        proc = subprocess.Popen(
+            [cli, "eval", "locomo", str(path), "--model", "openai/fake"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert fake.held.wait(timeout=300), "the eval never reached the held call"
+            proc.send_signal(signal.SIGINT)
+            fake.release()
+            out, errors = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=60)
+    said = " ".join(errors.split())
+    assert proc.returncode == 130, (proc.returncode, out, errors)
+    assert "interrupted (SIGINT) during the day runs: the eval stopped and recorded nothing" in said, said
+    assert "wall time" not in out and "measuring recall" not in said
+    with project.connect() as conn:
+        assert conn.execute(select(recall_eval_runs)).first() is None
+
+
+def test_a_model_litellm_cannot_call_is_refused_before_anything_is_built(project, tmp_path, monkeypatch):
+    """A model string naming no provider was found out by every run's calls: minutes of runs, a
+    table of near-random numbers and Dagster's stack traces. It is one refusal before any folder."""
+    path = write_locomo(tmp_path, _doc(), "26.json")
+    with pytest.raises(EvalError, match=r"^--model 'nonsense-model': names no provider litellm knows"):
+        run_locomo([path], model="nonsense-model", directory=tmp_path / "run")
+    monkeypatch.setenv("MEMORY_LLM_MODEL", "nonsense-model")
+    result = runner.invoke(app, ["eval", "locomo", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "MEMORY_LLM_MODEL 'nonsense-model': names no provider litellm knows" in " ".join(result.output.split())
+    assert "Provider List" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_runs_that_fail_on_the_provider_say_it_in_one_line_without_dagsters_stack_traces(
+    project, tmp_path, monkeypatch, capfd
+):
+    """Every call fails (HTTP 500): the day, sleep and objects runs fail, each said in one line. The
+    objects and rolling summary jobs printed Dagster's STEP_FAILURE with its stack trace (some 40
+    lines each) on the console: they run with the operator's console now, as the others did."""
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
+    config = tmp_path / "small.yaml"  # the few turns are over the threshold: compaction calls the model
+    config.write_text("memory:\n  objects:\n    compact_threshold_tokens: 20\n")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    with FakeOpenAI() as fake:
+        fake.step = lambda _body: ("status", 500)
+        monkeypatch.setenv("MEMORY_LLM_API_BASE", fake.api_base)
+        monkeypatch.setenv("MEMORY_LLM_API_KEY", "k")
+        report = run_locomo([write_locomo(tmp_path, _doc(), "26.json")], model="openai/fake", directory=tmp_path / "r")
+    failed = {r.name.split()[0] for r in report.runs if not r.success}
+    assert {"day", "objects_compaction_job"} <= failed, report.runs
+    said = capfd.readouterr().err
+    assert "Stack Trace" not in said and "STEP_FAILURE" not in said and 'File "' not in said, said
+
+
+def test_a_file_that_leaves_no_question_to_measure_is_named(tmp_path):
+    """Two files, the second's questions all adversarial: the eval measures the first and says the
+    second adds no question (it ran without a word, as if both had been measured)."""
+    from memory_pipeline.operations.recall_eval import _checked_files
+
+    quiet = _doc()
+    quiet["qa"] = [q for q in quiet["qa"] if q["category"] == 5]
+    said: list[str] = []
+    checked = _checked_files(
+        [write_locomo(tmp_path, _doc(), "26.json"), write_locomo(tmp_path, quiet, "30.json")], CST, said.append
+    )
+    assert [p.name for p, _ in checked] == ["26.json", "30.json"]
+    assert said == ["30.json: no question of it can be measured (its conversation is built all the same)"]

@@ -156,11 +156,21 @@ def test_a_file_without_questions_is_refused_by_name(tmp_path):
         questions(bad, {})
     # a question is a memory_search query: blank or too long failed that search after the whole build
     for text in ("", "  ", "x" * 2001):
-        bad = _locomo(tmp_path, [{"question": "ok?", "evidence": ["D1:1"]}, {"question": text}], "42.json")
+        bad = _locomo(
+            tmp_path, [{"question": "ok?", "evidence": ["D1:1"], "category": 1}, {"question": text}], "42.json"
+        )
         with pytest.raises(QuestionError, match=r"42.json:\$\.qa\[1\]\.question: expected 1 to 2,000 characters"):
             questions(bad, {})
     # a category that is not an integer: "5" was measured as if it were not the adversarial 5
-    for category in ("5", 5.0, True):
+    for category in ("5", 5.0, True, None):
         bad = _locomo(tmp_path, [{"question": "ok?", "evidence": ["D1:1"], "category": category}], "43.json")
         with pytest.raises(QuestionError, match=r"43.json:\$\.qa\[0\]\.category: expected an integer"):
             questions(bad, {})
+    # none at all: an adversarial question (5) without it was measured as any other
+    bad = _locomo(tmp_path, [{"question": "ok?", "evidence": ["D1:1"]}], "44.json")
+    with pytest.raises(QuestionError, match=r"44.json:\$\.qa\[0\]\.category: missing \(an integer; 5"):
+        questions(bad, {})
+    # a question that is no object is named as such, not by a field it does not have
+    bad = _locomo(tmp_path, ["What did she paint?"], "45.json")
+    with pytest.raises(QuestionError, match=r'45.json:\$\.qa\[0\]: expected a question object, got "What did'):
+        questions(bad, {})

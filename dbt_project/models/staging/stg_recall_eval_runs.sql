@@ -3,6 +3,9 @@ select
     run_id,
     dataset,
     files,
+    cast(coalesce(json_array_length(files), 0) as integer) as file_count,
+    -- the store's engine (its masked URL's scheme): memory_search ranks with the engine's full text
+    regexp_extract(store, '^([a-z0-9]+)', 1) as store_engine,
     model,
     prompt_versions,
     worlds,

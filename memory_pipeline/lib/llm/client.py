@@ -201,6 +201,23 @@ def _is_provider_fault(exc: Exception) -> bool:
     return "LLM Provider NOT provided" in str(exc)
 
 
+def model_problem(model: str) -> str | None:
+    """Why litellm cannot call ``model`` at all (it names no provider litellm knows), else None: said
+    before a run, not as a failed call in each of its steps. The offline model is always callable."""
+    if model == offline.NAME:
+        return None
+    import litellm
+
+    litellm.suppress_debug_info = True  # its "Provider List" banner on stdout
+    try:
+        litellm.get_llm_provider(model)
+    except Exception as exc:  # noqa: BLE001 - litellm raises BadRequestError, or a bare ValueError
+        if "LLM Provider NOT provided" in str(exc):
+            return "names no provider litellm knows (write it as provider/model, e.g. openai/gpt-4o-mini)"
+        return " ".join(str(exc).split())[:300]
+    return None
+
+
 class LLMClient:
     def __init__(
         self,
