@@ -129,9 +129,13 @@ def test_no_api_key_is_said_by_its_setting_and_not_retried(store, server, monkey
 def test_malformed_body_is_a_hard_failure(store, server):
     for _ in range(3):
         server.push("malformed")
-    with pytest.raises(LLMHardFailure):
+    with pytest.raises(LLMHardFailure) as info:
         _client(store, server).complete(REQ)
     assert _ledger(store)[-1]["outcome"] == "error"
+    # said as what it is, not as litellm's "InternalServerError ... <APIResponse [200 OK] type=...>"
+    said = str(info.value)
+    assert "malformed answer: HTTP 200 with a body that is no chat completion (Expecting value" in said, said
+    assert f"(endpoint {server.api_base})" in said and "APIResponse" not in said, said
 
 
 def test_tool_calls_come_back_parsed(store, server):

@@ -27,6 +27,7 @@ import copy
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -569,6 +570,14 @@ class LLMClient:
             return f"{text} (after {timeout:g} s: MEMORY_LLM_TIMEOUT_SECONDS)"
         if "Connection error" in text:
             return f"{text} (endpoint {self.api_base or 'the provider default'})"
+        # litellm reports an answer it cannot read (HTTP 200, a body that is no chat completion) as
+        # an InternalServerError, the parser's message buried in its response objects' reprs
+        answered = re.search(r"OpenAIException - (?:error - )?(.*?), Received response - <APIResponse \[(\d+)", text)
+        if answered:
+            return (
+                f"malformed answer: HTTP {answered[2]} with a body that is no chat completion ({answered[1]}) "
+                f"(endpoint {self.api_base or 'the provider default'})"
+            )
         return text
 
     def _where(self, req: LLMRequest) -> str:
