@@ -13,7 +13,9 @@
   SDK then passed them on as null), a number past a float's range (read as infinity) or of more
   digits than Python reads, or nested deeper than ``MAX_BODY_DEPTH``, is answered HTTP 400
   with a JSON-RPC parse error naming it, before the SDK parses the body (``BodyCheck``), and after
-  the bearer token's check: a caller without a token in force gets 401 whatever it sent.
+  the bearer token's check: a caller without a token in force gets 401 whatever it sent. A tool
+  call whose arguments are no object, or hold a name with a lone surrogate, gets the SDK's -32602
+  with what is wrong (the SDK's own has no word of it).
 - Every call: one log line (logger ``memory_pipeline.server``: token name, tool, world, duration,
   outcome; never an argument's content, never the token) and Prometheus counters by tool and
   outcome, served at ``/metrics``."""
@@ -32,6 +34,8 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+
+from memory_pipeline.lib.text import json_type
 
 log = logging.getLogger("memory_pipeline.server")
 
@@ -231,6 +235,43 @@ def body_problem(body: bytes) -> str | None:
     return f"nested deeper than {MAX_BODY_DEPTH} levels" if _deeper_than(parsed, MAX_BODY_DEPTH) else None
 
 
+# A tool call whose arguments the SDK refuses with a bare "Invalid request parameters" (no data):
+# arguments that are no object, or a key holding a lone surrogate (a value holding one reaches the
+# tool, which names it). Only a body these match is parsed here to look.
+_ARGUMENTS_NOT_OBJECT = re.compile(rb'(?<!\\)"arguments"\s*:\s*[\["0-9tf-]')
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def params_problem(body: bytes) -> tuple[Any, str] | None:
+    """(the request's id, what is wrong) of a ``tools/call`` whose arguments are no object or hold a
+    key that is no Unicode text, else None (the SDK then reads the call)."""
+    if not (_ARGUMENTS_NOT_OBJECT.search(body) or _SURROGATE_ESCAPE.search(body)):
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None  # the SDK answers its own parse error
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return None
+    params = message.get("params")
+    arguments = params.get("arguments") if isinstance(params, dict) else None
+    if arguments is None:
+        return None
+    if not isinstance(arguments, dict):
+        got = json_type(arguments)
+        return message.get("id"), f"params.arguments: expected an object (the tool's arguments by name), got {got}"
+    for key in arguments:
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            shown = json.dumps(key)[:60]  # as JSON writes it: \ud800
+            return message.get("id"), (
+                f"params.arguments: the argument name {shown} holds a lone surrogate at position {exc.start} "
+                "(not Unicode text)"
+            )
+    return None
+
+
 class BodyCheck:
     """ASGI middleware: a POST's body checked by ``body_problem`` before the app reads it, then
     replayed to the app as it came. A body over ``max_body_bytes`` is not held: the app gets it as it
@@ -254,15 +295,35 @@ class BodyCheck:
             if not message.get("more_body", False):
                 whole = True
                 break
-        problem = body_problem(b"".join(m.get("body", b"") for m in held)) if whole else None
+        body = b"".join(m.get("body", b"") for m in held) if whole else b""
+        problem = body_problem(body) if whole else None
         if problem is not None:
             await _parse_error(send, problem)
+            return
+        bad_params = params_problem(body) if whole else None
+        if bad_params is not None:
+            await _invalid_params(send, *bad_params)
             return
 
         async def replay() -> Any:
             return held.pop(0) if held else await receive()
 
         await self.app(scope, replay, send)
+
+
+async def _invalid_params(send: Any, request_id: Any, problem: str) -> None:
+    """The SDK's own answer to a request whose params it refuses (HTTP 200, JSON-RPC -32602, the
+    session left open), with what is wrong in the message and in ``data``."""
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "error": {"code": -32602, "message": f"Invalid request parameters: {problem}", "data": problem},
+        }
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _parse_error(send: Any, problem: str) -> None:

@@ -264,6 +264,43 @@ def test_a_body_with_nan_a_number_past_range_or_nested_too_deep_is_a_parse_error
     assert not [t for t in served["log"].troubles() if "Traceback" in t or "RecursionError" in t]
 
 
+def test_arguments_the_sdk_would_refuse_without_a_word_are_named(limited):
+    """A tool call's arguments that are no object, or a key holding a lone surrogate, got the SDK's
+    -32602 "Invalid request parameters" with empty data: the client learnt nothing of what was
+    wrong. Same code and shape (HTTP 200, the session open), with what is wrong. A lone surrogate
+    in a value reaches the tool, which names it."""
+    served = limited()
+    headers = {**ACCEPT, "Authorization": f"Bearer {served['bearer']['a']}"}
+    url = served["url"] + "/mcp"
+    cases = {
+        '["x"]': "params.arguments: expected an object (the tool's arguments by name), got array",
+        '"x"': "params.arguments: expected an object (the tool's arguments by name), got string",
+        "7": "params.arguments: expected an object (the tool's arguments by name), got number",
+        '{"\\ud800x": 1, "type": "agent/notes"}': 'params.arguments: the argument name "\\ud800x" holds a lone '
+        "surrogate at position 0 (not Unicode text)",
+    }
+    with httpx.Client(timeout=10) as client:
+        opened = client.post(url, json=INITIALIZE, headers=headers)
+        session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+        client.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        answers = {}
+        for i, raw in enumerate(cases, start=2):
+            body = '{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": {"name": "mem/append", "arguments": %s}}'
+            answers[raw] = client.post(url, content=(body % (i, raw)).encode(), headers=session)
+        value = '{"type": "agent/notes", "entries": [{"group": "wa", "content": {"x": "\\ud800"}}]}'
+        body = '{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "mem/append", "arguments": %s}}'
+        in_value = client.post(url, content=(body % value).encode(), headers=session)
+        still = json.dumps(_append("still open", 1)[1])
+        fine = client.post(url, content=(body.replace('"id": 9', '"id": 10') % still).encode(), headers=session)
+    for (raw, said), (i, answer) in zip(cases.items(), enumerate(answers.values(), start=2), strict=True):
+        assert answer.status_code == 200, (raw, answer.status_code, answer.text)
+        error = answer.json()["error"]
+        assert answer.json()["id"] == i and error["code"] == -32602, answer.text
+        assert error["message"] == f"Invalid request parameters: {said}" and error["data"] == said, (raw, error)
+    assert "contains a lone surrogate" in in_value.text and '"isError":true' in in_value.text.replace(" ", "")
+    assert fine.status_code == 200 and '"isError":false' in fine.text.replace(" ", ""), fine.text
+
+
 # ---- rate ------------------------------------------------------------------------------------------
 
 
