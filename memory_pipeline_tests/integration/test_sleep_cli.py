@@ -87,6 +87,12 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
         assert refused.exit_code == 1 and f"{gap} never slept between" in said, refused.output
         assert "run 2026-02-20..2026-03-03 in one backfill instead" in said
     assert records() == before
+    # The operator's generic backfill is refused the same way (it ran, undid both days and said ok).
+    generic = runner.invoke(app, ["backfill", "sleep", "--from", "2026-02-20", "--to", "2026-02-25"])
+    said = " ".join(generic.output.split())
+    assert generic.exit_code == 1, said
+    assert "failed: refused, nothing run: the sleep of 2026-02-20 would start the history before its first day" in said
+    assert records() == before
     status = runner.invoke(app, ["status"])
     assert (
         status.exit_code == 0
@@ -111,6 +117,15 @@ def test_backfill_runs_each_day_in_order_then_diff_and_status(env, pg_url):  # n
     assert "late data" not in runner.invoke(app, ["sleep", "status"]).output
     assert runner.invoke(app, ["sleep", "backfill", "--from", "2026-03-02", "--to", "2026-03-03"]).exit_code == 0
     assert "late data" not in runner.invoke(app, ["sleep", "status"]).output
+    # A day never slept just before the history: its run starts the history there and turns the
+    # days after it stale, so the generic backfill runs them too (it said them unchanged, left them
+    # stale, and their memory undone).
+    said = " ".join(
+        runner.invoke(app, ["backfill", "sleep", "--from", "2026-03-01", "--to", "2026-03-03"]).output.split()
+    )
+    assert "sleep: 3 partition(s) requested, 0 already materialized and skipped" in said, said
+    assert "2026-03-02: re-run, after 2026-03-01: a re-run of a day turns the days after it stale" in said, said
+    assert "stale" not in runner.invoke(app, ["sleep", "status"]).output
 
 
 def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url):  # noqa: F811

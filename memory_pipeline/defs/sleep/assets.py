@@ -42,8 +42,9 @@ from memory_pipeline.sleep.context import StageFailure
 from memory_pipeline.sleep.deep import run_deep_sleep
 from memory_pipeline.sleep.light import run_light_sleep
 from memory_pipeline.sleep.logic import Stage
-from memory_pipeline.sleep.order import STAGES
+from memory_pipeline.sleep.order import STAGES, gap_problem
 from memory_pipeline.sleep.reports import stale_positions
+from memory_pipeline.sleep.runs import day_statuses
 
 GROUP = "sleep"
 STORE_TAG = {"memory_pipeline/store": ""}
@@ -218,6 +219,11 @@ def sleep_stages(
             for stage in stages:
                 context.add_asset_metadata({"disabled": True}, asset_key=KEYS[stage], partition_key=key)
     else:
+        days = [day for _, day in partition_dates(context)]
+        with sleep.memory_store.store().connect() as conn:  # as `sleep backfill` refuses it, from any entry point
+            problem = gap_problem(day_statuses(conn), min(days), max(days))
+        if problem:
+            raise Failure(description=f"refused, nothing run: {problem}", allow_retries=False)
         carry = ActiveCarry()  # each world's active set, from one place of the run to the next
         # What is stale from the run's first day on is observed at its end, whatever made it so:
         # this run's redo of an earlier place, or a `sleep rebuild`'s restore before the run.

@@ -65,10 +65,13 @@ def changed_days(
             stale.setdefault(days[p.day], []).append(LABELS[p.stage])
     for key, what in stale.items():
         why.setdefault(key, []).append(f"{', '.join(what)} stale (an earlier place was run again)")
-    if stages == STAGES and why:
-        first = min(why)
+    # A day never slept runs too (mode "changed" takes every partition never materialized): before
+    # a day done, that is a re-run of the history from there, as a day re-run for a reason above.
+    never = [key for day, key in days.items() if not any(p.day == day for p in statuses)]
+    if stages == STAGES and (why or never):
+        first = min([*why, *never])
         for key in keys:
-            if key > first and key not in why:
+            if key > first and key not in why and key not in never:
                 why[key] = [f"after {first}: a re-run of a day turns the days after it stale"]
     return {key: "; ".join(reasons) for key, reasons in sorted(why.items())}
 
