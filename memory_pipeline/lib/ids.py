@@ -8,6 +8,7 @@ control characters and anything outside ASCII are refused where ids enter the st
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 MAX_ID_CHARS = 128
 ID_CHARS = "A-Za-z0-9._@+=/#-"  # a regex character class body
@@ -38,3 +39,12 @@ def validate_id(value: object) -> str | None:
 
 def is_id(value: object) -> bool:
     return isinstance(value, str) and ID_RE.fullmatch(value) is not None
+
+
+def path_segment(value: str) -> str:
+    """An id as one file or folder name, one to one: every character but letters, digits and
+    ``_.-~`` percent-encoded (``a/b`` is ``a%2Fb``), and a leading dot too. Ids may hold ``/`` and
+    ``.``: used as they are, ``odd``, ``odd/``, ``./odd`` and ``odd/.`` named one folder, and
+    ``aria/person`` a folder inside ``aria``'s."""
+    segment = quote(value, safe="")
+    return "%2E" + segment[1:] if segment.startswith(".") else segment

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, func, or_, select, update
 
 from memory_pipeline.lib import settings
+from memory_pipeline.lib.ids import path_segment
 from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.timeutil import utcnow
 from memory_pipeline.objects import graph, logic, recall
@@ -75,11 +76,16 @@ def _on_disk(root: Path, world: str, object_id: str, pages: int) -> str | None:
     None when one is missing."""
     texts = []
     for page in range(pages):
-        text = _read(root / world / logic.projection_page_name(object_id, page))
+        text = _read(world_folder(root, world) / logic.projection_page_name(object_id, page))
         if text is None:
             return None
         texts.append(text)
     return logic.content_hash("\n".join(texts))
+
+
+def world_folder(root: Path, world: str) -> Path:
+    """A world's folder of the projection: one per world, whatever its id holds (``lib.ids.path_segment``)."""
+    return root / path_segment(world)
 
 
 def root_of(cfg: ObjectsConfig) -> Path:
@@ -193,7 +199,7 @@ def _project_object(
             digest, pages = logic.content_hash("\n".join(texts)), len(texts)
             wrote = False
             for page, text in enumerate(texts):
-                wrote |= _write_if_changed(root / world / logic.projection_page_name(oid, page), text)
+                wrote |= _write_if_changed(world_folder(root, world) / logic.projection_page_name(oid, page), text)
             report.written += int(wrote)
             report.unchanged += int(not wrote)
     except OSError as exc:
@@ -249,7 +255,7 @@ def stale_files(store: Store, root: Path) -> list[Path]:
     out = []
     for world in sorted(worlds | {w for w, _ in wanted}):
         for otype in logic.ObjectType:
-            folder = root / world / str(otype)
+            folder = world_folder(root, world) / str(otype)
             try:
                 names = [e.name for e in os.scandir(folder) if e.is_file()]
             except OSError:  # no folder yet (or not one: the object's write reports that)
@@ -292,7 +298,7 @@ def _project_indexes(store: Store, root: Path, report: ProjectionReport) -> None
     for world in sorted(set(entries) | set(core)):
         try:
             _write_if_changed(
-                root / world / "README.md", logic.render_index(entries.get(world, []), core.get(world, []))
+                world_folder(root, world) / "README.md", logic.render_index(entries.get(world, []), core.get(world, []))
             )
         except OSError as exc:
             report.errors.append(f"{world} README.md: {exc}")
@@ -326,7 +332,7 @@ def core_actions(store: Store, root: Path) -> list[CoreFile]:
     out = []
     for world in worlds:
         for name in logic.CORE_NAMES:
-            disk = _read(root / world / name)
+            disk = _read(world_folder(root, world) / name)
             have, last = stored.get((world, name)), written.get((world, name))
             if last is not None and last.error and disk is not None and logic.content_hash(disk) == last.content_hash:
                 continue
@@ -347,7 +353,7 @@ def _project_core(store: Store, root: Path, report: ProjectionReport) -> None:
                 report.core_imported.append(f"{f.world}/{f.name}")
             elif f.action is CoreFileAction.WRITE and f.stored is not None:
                 text = f.stored
-                _write_if_changed(root / f.world / f.name, text)
+                _write_if_changed(world_folder(root, f.world) / f.name, text)
                 report.core_written += 1
         except logic.SubmissionError as exc:  # the file stays as the human wrote it, reported
             error = f"human edit not imported: {exc}"

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Date, and_, delete, func, insert, literal, select
 
+from memory_pipeline.lib.ids import path_segment
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.llm.at_once import each_world
 from memory_pipeline.lib.text import short_hash
@@ -375,7 +376,7 @@ def write_round_logs(
     (with the batch type when batched). Files only, for troubleshooting; never the database. With
     ``failure`` (the attempt failed: nothing of it committed), each file says so, and the round
     the failure interrupted carries its error."""
-    target = folder / world
+    target = folder / path_segment(world)  # one folder per world, whatever its id holds
     target.mkdir(parents=True, exist_ok=True)
     written = []
     for index, round_ in enumerate(ROUNDS, start=1):

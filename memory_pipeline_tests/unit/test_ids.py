@@ -75,3 +75,21 @@ def test_anything_accepted_is_safe_in_a_cache_key(value):
 @given(st.from_regex(ID_RE, fullmatch=True))
 def test_everything_the_pattern_generates_is_accepted(value):
     assert validate_id(value) is None
+
+
+def test_an_id_as_a_path_segment_is_one_folder_of_its_own():
+    """Ids may hold '/' and '.': as folder names, 'odd', 'odd/', './odd' and 'odd/.' were one
+    folder (deep sleep's round logs of four worlds overwrote each other), '.' the parent itself,
+    and 'aria/person' a folder inside world aria's own."""
+    from pathlib import Path
+
+    from memory_pipeline.lib.ids import path_segment, validate_id
+
+    ids = ["odd", "odd/", "./odd", "odd/.", ".", "aria", "aria/person", "a#b", "a@b+c=d", "x.y", ".hidden", "%41"]
+    assert all(validate_id(i) is None for i in ids if i != "%41")
+    segments = [path_segment(i) for i in ids]
+    assert len(set(segments)) == len(ids)  # one to one
+    for seg in segments:
+        assert "/" not in seg and not seg.startswith(".") and Path(seg).name == seg
+    assert path_segment("aria") == "aria" and path_segment("x.y") == "x.y"  # plain ids are their own name
+    assert path_segment("aria/person") == "aria%2Fperson" and path_segment(".") == "%2E"
