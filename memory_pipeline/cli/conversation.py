@@ -66,9 +66,11 @@ def profile(
 def summarize() -> None:
     """Summarize every due conversation now, as one Dagster run (what the sensor requests)."""
     from memory_pipeline import operations
+    from memory_pipeline.conversation import config as conversation_config
     from memory_pipeline.definitions import build_defs
     from memory_pipeline.operations.runner import QUIET, error_line, operator_job
 
+    conversation_config.load()  # a bad setting is one line now (ConfigError), not a failed run
     # The operator's console: warnings one line each; a failure is the one line printed below.
     job = operator_job(build_defs().resolve_job_def("conversation_rolling_summary_job"))
     result = job.execute_in_process(instance=operations.get_instance(), raise_on_error=False, run_config=QUIET)

@@ -5,6 +5,7 @@ deep, autobiography of each day before the next day)."""
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,11 @@ STAGES = {"light": "light_sleep", "deep": "deep_sleep", "autobiography": "autobi
 
 
 def _day(name: str, value: str) -> date:
+    # YYYY-MM-DD only: fromisoformat also reads 20260101 and 2026-W49-1, which the partition keys
+    # (and a comparison of the texts) do not
     try:
+        if not re.fullmatch(r"\d{4}-\d\d-\d\d", value):
+            raise ValueError(value)
         return date.fromisoformat(value)
     except ValueError:
         refuse(f"{name} {value!r}: not a date (YYYY-MM-DD)")
@@ -42,13 +47,12 @@ def _day(name: str, value: str) -> date:
 def _keys(start: str, end: str, names: tuple[str, str] = ("--from", "--to")) -> list[str]:
     from memory_pipeline import operations
 
-    _day(names[0], start), _day(names[1], end)
-    if end < start:
+    if _day(names[1], end) < _day(names[0], start):
         refuse(f"empty range: {names[1]} {end} is before {names[0]} {start}")
     try:
-        keys, notes = operations.partition_keys("light_sleep", start, end)
+        keys, notes = operations.partition_keys("light_sleep", start, end, labels=names)
     except operations.RangeError as exc:
-        refuse(str(exc).replace("--from", names[0]).replace("--to", names[1]))
+        refuse(str(exc))
     for note in notes:
         err.print(f"[yellow]{escape(note)}[/]")
     return keys
@@ -103,8 +107,11 @@ def backfill(
     version costs no model call; a stale day (after a rebuild of an earlier one), a day done with
     another model, or a light sleep whose day got late messages runs again, and that is a rebuild
     of the day: the days after it turn stale (the command says which are left)."""
+    from memory_pipeline.sleep import config as sleep_config
+
     if stage != "all" and stage not in STAGES:
         refuse(f"--stage {stage!r}: one of all, light, deep, autobiography")
+    sleep_config.load()  # a bad setting is one line now (ConfigError), not a failed run
     keys = _keys(start, end)
     _refuse_gap(keys)
     _recover(keys, "sleep" if stage == "all" else STAGES[stage], False)
@@ -149,10 +156,15 @@ def rebuild(
     day's light sleep, deep sleep and autobiography run again, asking the model afresh. With
     --through the later days up to that one run again too, each day before the next; days after
     stay stale (their checks fail) until `sleep backfill` runs them."""
+    from memory_pipeline.sleep import config as sleep_config
     from memory_pipeline.sleep.context import StageFailure
     from memory_pipeline.sleep.rebuild import restore
 
-    keys = _keys(day, through or day, ("day", "--through"))
+    # Before the restore: a setting the run would refuse (ConfigError, one line), or sleep turned
+    # off, left memory restored and every day stale with nothing run.
+    if not sleep_config.load().enabled:
+        refuse("memory.sleep.enabled is false: a rebuild would restore memory and run nothing (turn it on)", code=1)
+    keys = _keys(day, through or day, ("day", "--through" if through else "day"))
     if not keys or keys[0] != day:
         refuse(f"{day}: not a closed CST day with a sleep partition")
     try:
@@ -188,7 +200,8 @@ def print_sleep_status(store: Store) -> None:
     for k, v in sorted(s["active_by_type"].items()):
         table.add_row(f"  active {k}", str(v))
     table.add_row("memory versions", str(s["versions"]))
-    table.add_row("autobiographical narratives", str(s["narratives"]))
+    for k, v in sorted(s["narratives"].items()):
+        table.add_row(f"autobiographical narratives {k}", str(v))
     table.add_row("snapshot days", str(s["snapshot_days"]))
     for st in s["stages"]:
         table.add_row(f"{st['stage']} days {st['status']} (newest {st['newest']})", str(st["days"]))

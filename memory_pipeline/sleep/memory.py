@@ -232,6 +232,8 @@ def pin_fact(store: Store, world_id: str, content: str, priority: int = 0) -> No
         raise InputError("field 'content': a non-empty string of at most 2000 characters without NUL")
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InputError(f"field 'priority': expected an integer, got {priority!r}")
+    if not -(2**31) <= priority < 2**31:  # the column's INTEGER (a bigger one was a driver traceback)
+        raise InputError(f"field 'priority': expected an integer from {-(2**31):,} to {2**31 - 1:,}, got {priority:,}")
     with store.begin() as conn:
         upsert(
             conn,

@@ -16,7 +16,7 @@ Deep sleep (message 1 as updated by message 1.5):
   - round merge: memories of one type with the same normalized content are merged, keeping the
     newest one's content.
 Autobiography: when two or more experience / imprint memories of the window are cited by no active
-narrative, one narrative citing them all, told by the three most informative (``sentence_score``) in
+narrative, one narrative citing them all, told by the five most informative (``sentence_score``, NARRATIVE_PARTS) in
 time order (milestone if one is an imprint, else event; significance = their count, at most 5);
 otherwise no call ("nothing worth recording").
 """

@@ -159,7 +159,7 @@ class SleepStatus(TypedDict):
     memories: dict[str, int]
     active_by_type: dict[str, int]
     versions: int
-    narratives: int
+    narratives: dict[str, int]  # by status (active, deprecated), as memories
     snapshot_days: int
     stages: list[StageDays]
     refused: list[RefusedWorld]
@@ -191,7 +191,10 @@ def status(store: Store, tz: ZoneInfo | None = None) -> SleepStatus:
             .all()
         )
         versions = conn.execute(select(func.count()).select_from(semantic_memory_versions)).scalar_one()
-        narratives = conn.execute(select(func.count()).select_from(autobiographical_memories)).scalar_one()
+        a = autobiographical_memories.c
+        narratives: dict[str, int] = dict(
+            conn.execute(select(a.status, func.count()).group_by(a.status)).tuples().all()
+        )
         snapshots = conn.execute(select(func.count(func.distinct(semantic_memory_snapshots.c.day)))).scalar_one()
         stages = conn.execute(
             select(sleep_runs.c.stage, sleep_runs.c.status, func.count(), func.max(sleep_runs.c.day))

@@ -138,6 +138,13 @@ def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url): 
     assert result.exit_code == 2 and "WORLD 'bad:world': character ':'" in result.output
     result = runner.invoke(app, ["sleep", "self-block", "w1", "mood", "x"])
     assert result.exit_code == 2 and "field 'name': 'mood' is not a self block" in result.output
+    # a priority past the column's integer: it was the driver's OverflowError with a traceback
+    result = runner.invoke(app, ["sleep", "pin", "w1", "big", "--priority", "99999999999999999999"])
+    said = " ".join(result.output.split())
+    assert (
+        result.exit_code == 2 and "field 'priority': expected an integer from -2,147,483,648 to 2,147,483,647" in said
+    )
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     for world, session in (("w2", "s-1"), ("w1", "s-nope")):  # another world's session, or none
         result = runner.invoke(app, ["sleep", "remember", world, session, "用户养猫"])
         assert (
@@ -397,3 +404,71 @@ def test_conversation_summarize_stops_at_the_breaker_with_its_one_line(store, in
         assert again.returncode == 0 and "2 due, 2 written, 0 failed" in again.stdout, again.stdout + again.stderr
         assert len(fake.requests) == 5 + 2
     assert provider_outcomes(store) == {"error": 5, "breaker_open": 1, "ok": 2}
+
+
+def test_a_rebuild_refused_for_its_settings_restores_nothing(env, pg_url, monkeypatch):  # noqa: F811
+    """A setting the run refuses, or sleep turned off: the rebuild restored memory and turned every
+    day stale before the run refused (or ran nothing). Both are refused before the restore now."""
+    _spicy_days(env)
+
+    def state() -> tuple:
+        with Store(pg_url).connect() as conn:
+            runs = sorted(
+                conn.execute(
+                    select(sleep_runs.c.world_id, sleep_runs.c.stage, sleep_runs.c.day, sleep_runs.c.status)
+                ).all()
+            )
+        return _active(pg_url), runs
+
+    before = state()
+    config = env / "bad.yaml"
+    config.write_text("memory:\n  sleep:\n    pinned_top: -5\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    bad = runner.invoke(app, ["sleep", "rebuild", "2026-03-02"])
+    assert bad.exit_code != 0 and "memory.sleep.pinned_top" in str(bad.exception), (bad.output, bad.exception)
+    assert "restored semantic memory" not in bad.output and state() == before
+    config.write_text("memory:\n  sleep:\n    enabled: false\n", encoding="utf-8")
+    off = runner.invoke(app, ["sleep", "rebuild", "2026-03-02"])
+    assert off.exit_code == 1 and "memory.sleep.enabled is false: a rebuild would restore memory" in off.output
+    assert state() == before
+
+
+def test_sleep_status_counts_narratives_by_status(env, store):  # noqa: F811
+    """Narratives a rebuild deprecated were counted with the active ones ("35" for 3 active)."""
+    from datetime import date
+
+    from memory_pipeline.sleep.tables import autobiographical_memories
+
+    rows = [
+        {
+            "memory_id": f"a-{i}",
+            "world_id": "w1",
+            "narrative": f"story {i}",
+            "significance": 1,
+            "kind": "event",
+            "source_memory_ids": [],
+            "status": status,
+            "created_day": date(2026, 3, 2),
+        }
+        for i, status in enumerate(["active", "deprecated", "deprecated"])
+    ]
+    with store.begin() as conn:
+        conn.execute(autobiographical_memories.insert(), rows)
+    said = runner.invoke(app, ["sleep", "status"], terminal_width=300).output
+    counted = {ln.split("│")[1].strip(): ln.split("│")[2].strip() for ln in said.splitlines() if "narratives" in ln}
+    assert counted == {"autobiographical narratives active": "1", "autobiographical narratives deprecated": "2"}, said
+
+
+def test_days_are_read_as_yyyy_mm_dd_and_messages_name_the_argument_given(env, store):  # noqa: F811
+    """fromisoformat also reads 20260302 and 2026-W09-1: `sleep diff` took them, and `sleep
+    backfill --from 2026-W49-1` compared the texts ("--to 2026-12-02 is before --from 2026-W49-1").
+    A rebuild without --through was told about --through."""
+    for args, said in (
+        (["diff", "w1", "20260302", "2026-03-03"], "before '20260302': not a date (YYYY-MM-DD)"),
+        (["backfill", "--from", "2026-W09-1", "--to", "2026-03-02"], "--from '2026-W09-1': not a date (YYYY-MM-DD)"),
+        (["rebuild", "2021-01-01"], "empty range: day 2021-01-01 is before the first partition"),
+    ):
+        result = runner.invoke(app, ["sleep", *args])
+        flat = " ".join(result.output.split())
+        assert result.exit_code == 2 and said in flat, (args, flat)
+        assert "--through" not in flat, flat
