@@ -243,23 +243,29 @@ def test_nothing_to_measure_is_refused_before_any_domain_is_built(project, tmp_p
         assert conn.execute(select(recall_eval_runs)).first() is None
 
 
-def test_a_run_that_succeeded_degraded_counts_against_the_measurement(project, tmp_path, monkeypatch):
-    """The objects worker's run stands when its batches fail (the failed ones are retried later) but
-    says so (``degraded``): the eval counts it with the failed runs, never as clean memory."""
+def _eval_with_every_call_failing(tmp_path, monkeypatch, objects_settings: str = ""):
+    """An eval of the test's file whose every model call the provider answers with HTTP 500 (no
+    retries); the few turns are over the compaction threshold, so compaction calls the model too."""
     from memory_pipeline_tests.fake_openai import FakeOpenAI
 
     monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
-    # the breaker off: a provider failing every call then fails claims until the job ends (with it
-    # on, the breaker stops the run, which fails outright)
-    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "0")
-    config = tmp_path / "small.yaml"  # the few turns are over the threshold: compaction calls the model
-    config.write_text("memory:\n  objects:\n    compact_threshold_tokens: 20\n    retry_backoff_seconds: 0\n")
+    config = tmp_path / "small.yaml"
+    config.write_text("memory:\n  objects:\n    compact_threshold_tokens: 20\n" + objects_settings)
     monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
     with FakeOpenAI() as fake:
         fake.step = lambda _body: ("status", 500)
         monkeypatch.setenv("MEMORY_LLM_API_BASE", fake.api_base)
         monkeypatch.setenv("MEMORY_LLM_API_KEY", "k")
-        report = run_locomo([write_locomo(tmp_path, _doc(), "26.json")], model="openai/fake", directory=tmp_path / "r")
+        return run_locomo([write_locomo(tmp_path, _doc(), "26.json")], model="openai/fake", directory=tmp_path / "r")
+
+
+def test_a_run_that_succeeded_degraded_counts_against_the_measurement(project, tmp_path, monkeypatch):
+    """The objects worker's run stands when its batches fail (the failed ones are retried later) but
+    says so (``degraded``): the eval counts it with the failed runs, never as clean memory."""
+    # the breaker off: a provider failing every call then fails claims until the job ends (with it
+    # on, the breaker stops the run, which fails outright)
+    monkeypatch.setenv("MEMORY_LLM_BREAKER_FAILURES", "0")
+    report = _eval_with_every_call_failing(tmp_path, monkeypatch, "    retry_backoff_seconds: 0\n")
     degraded = [r for r in report.runs if r.success and r.degraded]
     assert degraded and {r.name for r in degraded} <= {"objects_compaction_job", "objects_organize_job"}
     assert all(r.error.startswith("degraded: ") and "failed claim(s)" in r.error for r in degraded)
@@ -433,17 +439,7 @@ def test_runs_that_fail_on_the_provider_say_it_in_one_line_without_dagsters_stac
     """Every call fails (HTTP 500): the day, sleep and objects runs fail, each said in one line. The
     objects and rolling summary jobs printed Dagster's STEP_FAILURE with its stack trace (some 40
     lines each) on the console: they run with the operator's console now, as the others did."""
-    from memory_pipeline_tests.fake_openai import FakeOpenAI
-
-    monkeypatch.setenv("MEMORY_LLM_MAX_RETRIES", "0")
-    config = tmp_path / "small.yaml"  # the few turns are over the threshold: compaction calls the model
-    config.write_text("memory:\n  objects:\n    compact_threshold_tokens: 20\n")
-    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
-    with FakeOpenAI() as fake:
-        fake.step = lambda _body: ("status", 500)
-        monkeypatch.setenv("MEMORY_LLM_API_BASE", fake.api_base)
-        monkeypatch.setenv("MEMORY_LLM_API_KEY", "k")
-        report = run_locomo([write_locomo(tmp_path, _doc(), "26.json")], model="openai/fake", directory=tmp_path / "r")
+    report = _eval_with_every_call_failing(tmp_path, monkeypatch)
     failed = {r.name.split()[0] for r in report.runs if not r.success}
     assert {"day", "objects_compaction_job"} <= failed, report.runs
     said = capfd.readouterr().err
