@@ -67,7 +67,8 @@ def changed_days(
         why.setdefault(key, []).append(f"{', '.join(what)} stale (an earlier place was run again)")
     # A day never slept runs too (mode "changed" takes every partition never materialized): before
     # a day done, that is a re-run of the history from there, as a day re-run for a reason above.
-    never = [key for day, key in days.items() if not any(p.day == day for p in statuses)]
+    slept = {p.day for p in statuses}
+    never = [key for day, key in days.items() if day not in slept]
     if stages == STAGES and (why or never):
         first = min([*why, *never])
         for key in keys:
