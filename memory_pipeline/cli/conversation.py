@@ -39,6 +39,7 @@ def init_status(
     from memory_pipeline.conversation.summaries import set_init_status
 
     _guard(set_init_status, open_store(), conversation, status)
+    console.print(f"{escape(conversation)}: init status {escape(status)}")
 
 
 @app.command()
@@ -47,6 +48,10 @@ def check(conversation: str = typer.Argument(...)) -> None:
     from memory_pipeline.conversation.summaries import request
 
     _guard(request, open_store(), conversation, "user_check")
+    console.print(
+        f"{escape(conversation)}: a check requested; the next rolling summary run serves it "
+        "(`memory-pipeline conversation summarize` runs it now)"
+    )
 
 
 @app.command()
@@ -60,6 +65,8 @@ def profile(
     from memory_pipeline.conversation.summaries import set_profile
 
     _guard(set_profile, open_store(), world, key, value, conversation)
+    asked = f"; a preference-override summary of {escape(conversation)} requested" if conversation else ""
+    console.print(f"profile {escape(key)} of {escape(world)} set{asked}")
 
 
 @app.command()
@@ -102,13 +109,22 @@ def summarize() -> None:
 @app.command()
 def show(conversation: str = typer.Argument(...)) -> None:
     """The newest summary version and, while unverified, its check line."""
+    from sqlalchemy import select
+
     from memory_pipeline.conversation import config
     from memory_pipeline.conversation.summaries import latest
+    from memory_pipeline.lib.store.tables import conversations
     from memory_pipeline.sleep.memory import self_block_of
 
     store, cfg = open_store(), config.load()
     row = _guard(latest, store, conversation)
     if row is None:
+        with store.connect() as conn:  # a mistyped id is said to be none, not a conversation still waiting
+            known = conn.execute(
+                select(conversations.c.conversation_id).where(conversations.c.conversation_id == conversation)
+            ).first()
+        if known is None:
+            refuse(f"no conversation {conversation!r} has been ingested", code=1)
         refuse(f"conversation {conversation!r} has no summary yet", code=1)
     arc = self_block_of(store, cfg.long_arc_block, [row["world_id"]]).get(row["world_id"])
     if arc:
@@ -186,7 +202,8 @@ def print_conversation_status(store: Store) -> None:
     from memory_pipeline.conversation.summaries import status as conv_status
 
     cfg = config.load()
-    table = Table(title="Rolling conversation summaries (seed 002)")
+    title = "Rolling conversation summaries (seed 002)"
+    table = Table(title=title, min_width=len(title))  # a narrow table wrapped its title over two lines
     table.add_column("what")
     table.add_column("count", justify="right")
     for k, v in conv_status(store, cfg).items():

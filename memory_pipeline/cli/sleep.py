@@ -419,6 +419,7 @@ def self_block(
         set_self_block(store, world, name, content, config.load().block_names(), "operator")
     except InputError as exc:
         refuse(str(exc))
+    console.print(f"self block {escape(name)} of {escape(world)} set ({len(content):,} characters)")
 
 
 @app.command()
@@ -436,3 +437,6 @@ def pin(
         pin_fact(store, world, content, priority)
     except InputError as exc:
         refuse(str(exc))
+    console.print(
+        f"pinned for {escape(world)} at priority {priority} (the same text pinned again takes the new priority)"
+    )

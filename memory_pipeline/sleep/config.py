@@ -54,7 +54,10 @@ class SleepConfig:
             )
         names = self.block_names()
         if len(names) != 6 or len(set(names)) != 6 or not all(names):
-            raise ConfigError(f"memory.{SECTION}.self_blocks: expected six distinct names, got {self.self_blocks!r}")
+            raise ConfigError(
+                f"memory.{SECTION}.self_blocks: expected six distinct names in one comma-separated string "
+                f"(the default: {DEFAULT_SELF_BLOCKS!r}), got {self.self_blocks!r}"
+            )
         if "autobiography_summary" not in names:
             raise ConfigError(f"memory.{SECTION}.self_blocks: must include autobiography_summary")
         if not self.deep_warn_chars < self.deep_batch_chars < self.deep_refuse_chars:

@@ -161,6 +161,11 @@ def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url): 
         assert conn.execute(select(func.count()).select_from(self_blocks)).scalar_one() == 0
     ok = runner.invoke(app, ["sleep", "remember", "w1", "s-1", "用户养猫"])
     assert ok.exit_code == 0
+    # the operator's writes say what they did (they were silent)
+    pinned = runner.invoke(app, ["sleep", "pin", "w1", "用户叫小王", "--priority", "3"])
+    assert pinned.exit_code == 0 and "pinned for w1 at priority 3" in pinned.output, pinned.output
+    block = runner.invoke(app, ["sleep", "self-block", "w1", "identity", "一个助手"])
+    assert block.exit_code == 0 and "self block identity of w1 set (4 characters)" in block.output, block.output
     memory_id = ok.output.strip()
     assert runner.invoke(app, ["sleep", "delete", "w1", memory_id]).exit_code == 0
     assert runner.invoke(app, ["sleep", "delete", "w1", memory_id]).exit_code == 1
@@ -169,7 +174,8 @@ def test_memory_tools_refuse_bad_input_by_field_and_write_nothing(env, pg_url): 
 def test_conversation_commands(env, pg_url):  # noqa: F811
     _ingest(env, conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
     assert runner.invoke(app, ["conversation", "init-status", "c1", "finished"]).exit_code == 2
-    assert runner.invoke(app, ["conversation", "init-status", "c1", "done"]).exit_code == 0
+    gate = runner.invoke(app, ["conversation", "init-status", "c1", "done"])
+    assert gate.exit_code == 0 and "c1: init status done" in gate.output  # a write says what it did
     result = runner.invoke(app, ["conversation", "summarize"])
     assert result.exit_code == 0 and "1 due, 1 written, 0 failed" in result.output, result.output
     shown = runner.invoke(app, ["conversation", "show", "c1"])
@@ -200,6 +206,8 @@ def test_conversation_commands(env, pg_url):  # noqa: F811
     assert unknown.exit_code == 2 and "no conversation 'nosuch-conv' has been ingested" in unknown.output, (
         unknown.output
     )
+    unknown = runner.invoke(app, ["conversation", "show", "nosuch-conv"])
+    assert unknown.exit_code == 1 and "no conversation 'nosuch-conv' has been ingested" in unknown.output
 
 
 def test_the_user_confirms_a_summary_from_the_command_line(env, pg_url):  # noqa: F811

@@ -27,7 +27,7 @@ def write(tmp_path, body):
         ("memory:\n  sleep:\n    pinned_top: true\n", "memory.sleep.pinned_top: expected int, got bool True"),
         ("memory:\n  sleep:\n    naptime: 3\n", "unknown key(s) in memory.sleep: naptime"),
         ("memory:\n  sleep:\n    pinned_top: 0\n", "memory.sleep.pinned_top: must be a positive integer"),
-        ("memory:\n  sleep:\n    self_blocks: a,b,c\n", "expected six distinct names"),
+        ("memory:\n  sleep:\n    self_blocks: a,b,c\n", "expected six distinct names in one comma-separated string"),
         ("memory:\n  sleep:\n    self_blocks: a,b,c,d,e,f\n", "must include autobiography_summary"),
         ("memory:\n  sleep:\n    deep_batch_chars: 5000\n", "deep_warn_chars < deep_batch_chars < deep_refuse_chars"),
     ],
