@@ -249,8 +249,13 @@ def load_section(
             doc = yaml.safe_load(fh)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
+    except yaml.MarkedYAMLError as exc:  # one line: where, and what the parser expected
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        said = " ".join(x for x in (exc.context, exc.problem) if x)
+        raise ConfigError(f"{where}: not valid YAML ({said or type(exc).__name__})") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
     if doc is None:
         return cls()
     if not isinstance(doc, dict) or not isinstance(doc.get("memory", {}) or {}, dict):

@@ -256,6 +256,19 @@ def test_config_file_shape_errors_name_the_file(tmp_path, content, message):
         load_temporal_config(f)
 
 
+def test_a_config_file_that_is_not_yaml_is_one_line_naming_the_line_and_column(tmp_path):
+    """It was the parser's four lines (its "in <file>, line 3, column 17" twice)."""
+    f = tmp_path / "memory.yaml"
+    f.write_text("memory:\n  sleep:\n    pinned_top: [1\n")
+    with pytest.raises(ConfigError) as exc:
+        load_temporal_config(f)
+    said = str(exc.value)
+    assert "\n" not in said, said
+    assert (
+        said == f"{f}:4:1: not valid YAML (while parsing a flow sequence expected ',' or ']', but got '<stream end>')"
+    )
+
+
 @pytest.mark.parametrize("name", ["Mars/Olympus", "America", "../etc", ""])
 def test_a_bad_memory_timezone_is_a_config_error(monkeypatch, name):
     from memory_pipeline.lib import settings
