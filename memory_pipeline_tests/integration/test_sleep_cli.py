@@ -480,3 +480,17 @@ def test_days_are_read_as_yyyy_mm_dd_and_messages_name_the_argument_given(env, s
         flat = " ".join(result.output.split())
         assert result.exit_code == 2 and said in flat, (args, flat)
         assert "--through" not in flat, flat
+
+
+def test_a_long_arc_block_that_names_no_self_block_is_a_warning(env, pg_url, monkeypatch):  # noqa: F811
+    """memory.conversation.long_arc_block naming no self block was taken without a word: every
+    summary was written without a long arc. The run says so (and still writes them)."""
+    _ingest(env, conversation("w1", "c1", cst(2026, 3, 2, 9), [f"我喜欢爬山 {i}" for i in range(30)]))
+    config = env / "arc.yaml"
+    config.write_text("memory:\n  conversation:\n    long_arc_block: nosuchblock\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    assert runner.invoke(app, ["conversation", "init-status", "c1", "done"]).exit_code == 0
+    result = runner.invoke(app, ["conversation", "summarize"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0 and "1 due, 1 written, 0 failed" in said, said
+    assert "memory.conversation.long_arc_block 'nosuchblock' is none of memory.sleep.self_blocks" in said, said

@@ -13,6 +13,8 @@ from memory_pipeline.defs._shared.failures import provider_down
 from memory_pipeline.defs._shared.keys import RAW_EVENTS
 from memory_pipeline.defs._shared.metadata import llm_metadata
 from memory_pipeline.defs.conversation.resources import ConversationResource
+from memory_pipeline.lib.settings import ConfigError
+from memory_pipeline.sleep import config as sleep_config
 from memory_pipeline.sleep.memory import self_block_of
 
 GROUP = "conversation"
@@ -55,6 +57,15 @@ def conversation_rolling_summaries(
         due = [d for d in due if d.conversation_id in wanted]
     llm = conversation.client(store, "conversation_rolling_summaries")
     # long_arc lives in the self layer (seed 003's self blocks): read here, never written.
+    try:
+        blocks = sleep_config.load().block_names()
+    except ConfigError:  # sleep's own runs refuse its section; the summaries need only the name
+        blocks = (cfg.long_arc_block,)
+    if due and cfg.long_arc_block not in blocks:  # no world could have it: said, not silently empty
+        context.log.warning(
+            f"memory.conversation.long_arc_block {cfg.long_arc_block!r} is none of memory.sleep.self_blocks "
+            f"({', '.join(blocks)}): the summaries are written without a long arc"
+        )
     arcs = self_block_of(store, cfg.long_arc_block, sorted({d.world_id for d in due}))
     try:
         result = summaries.run(store, llm, cfg, conversation.tz(), due, long_arcs=arcs)
