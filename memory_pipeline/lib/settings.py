@@ -25,7 +25,7 @@ from memory_pipeline.lib.kinds import ExecutorKind
 
 # The checkout (the tests, the dbt project); never where state is written: see data_dir().
 REPO_ROOT = Path(__file__).resolve().parents[2]
-OFFLINE_MODEL = "offline/deterministic-extractive-v7"
+OFFLINE_MODEL = "offline/deterministic-extractive-v8"
 
 # Names of the variables resources read through dg.EnvVar: the UI shows the name, never the value.
 ENV_DATABASE_URL = "MEMORY_DATABASE_URL"

@@ -128,6 +128,13 @@ def _current_view(texts: list[str]) -> list[dict[str, Any]]:
     return [view[k] for k in sorted(view)]
 
 
+def _in_time(m: dict[str, Any]) -> tuple[str, str, str]:
+    """A memory's place in time: memories of one session share their time, and their ids are new
+    in every run (a rebuild's too), so the content comes before the id: a rebuild's answers are a
+    clean run's (v8; by id, the order of a session's facts in a narrative or a merge changed)."""
+    return (str(m["observed_at"]), str(m["content"]), str(m["id"]))
+
+
 def deep_rule(messages: Sequence[dict[str, Any]], offered: frozenset[str]) -> tuple[str, list[dict[str, Any]]]:
     texts = _user_texts(messages)
     view = _current_view(texts)
@@ -135,7 +142,7 @@ def deep_rule(messages: Sequence[dict[str, Any]], offered: frozenset[str]) -> tu
     calls: list[dict[str, Any]] = []
     if "第 1 轮" in intent:
         seen: dict[tuple[str, str], dict[str, Any]] = {}
-        for m in sorted(view, key=lambda m: (m["observed_at"], m["id"])):
+        for m in sorted(view, key=_in_time):
             key = (m["type"], normalized(_NEGATION.sub("", m["content"])))
             older = seen.get(key)
             if older is not None and normalized(older["content"]) != normalized(m["content"]):
@@ -161,11 +168,11 @@ def deep_rule(messages: Sequence[dict[str, Any]], offered: frozenset[str]) -> tu
             groups.setdefault((m["type"], normalized(m["content"])), []).append(m)
         for group in groups.values():
             if len(group) >= 2:
-                newest = max(group, key=lambda m: (m["observed_at"], m["id"]))
+                in_time = sorted(group, key=_in_time)  # the merged memory's sessions come in this order
                 calls.append(
                     {
                         "name": MERGE,
-                        "arguments": {"source_ids": sorted(m["id"] for m in group), "content": newest["content"]},
+                        "arguments": {"source_ids": [m["id"] for m in in_time], "content": in_time[-1]["content"]},
                     }
                 )
     return f"offline deep sleep: {len(calls)} call(s)", calls
@@ -182,8 +189,8 @@ def autobiography_rule(messages: Sequence[dict[str, Any]], offered: frozenset[st
         return "无值得记录的叙事", []
     # the NARRATIVE_PARTS most informative of them, in time order, make the narrative
     told = sorted(
-        sorted(fresh, key=lambda m: (-offline.sentence_score(str(m["content"])), m["id"]))[:NARRATIVE_PARTS],
-        key=lambda m: (m["observed_at"], m["id"]),
+        sorted(fresh, key=lambda m: (-offline.sentence_score(str(m["content"])), *_in_time(m)[1:]))[:NARRATIVE_PARTS],
+        key=_in_time,
     )
     chinese = any(has_cjk(str(m["content"])) for m in told)
     narrative = ("近来：" if chinese else "Lately: ") + ("；" if chinese else "; ").join(

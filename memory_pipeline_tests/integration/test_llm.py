@@ -190,7 +190,7 @@ def test_a_deadline_bounds_a_call_and_its_retries(store, server):
 
 def test_offline_model_is_deterministic_and_within_target(store):
     client = LLMClient(store)
-    assert client.model == offline.NAME == "offline/deterministic-extractive-v7"
+    assert client.model == offline.NAME == "offline/deterministic-extractive-v8"
     material = "We staked the tomatoes. Tomatoes need sun. The compost is warm. Compost turned twice."
     a = offline.headline(material, 30)
     assert a == offline.headline(material, 30) and a.startswith("compost, tomatoes")

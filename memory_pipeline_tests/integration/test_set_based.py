@@ -244,9 +244,9 @@ def test_one_appended_message_repairs_its_day_month_year_and_the_rolls_only(
     new = _ledger(store) - before
     summary_calls = {k: n for k, n in new.items() if k[0] != "temporal_system_rolls"}
     assert summary_calls == {
-        ("temporal_day_summaries", "2025-12-10", "day", "w2", "ok", "offline/deterministic-extractive-v7"): 1,
-        ("temporal_month_summaries", "2025-12", "month", "w2", "ok", "offline/deterministic-extractive-v7"): 1,
-        ("temporal_year_summaries", "2025", "year", "w2", "ok", "offline/deterministic-extractive-v7"): 1,
+        ("temporal_day_summaries", "2025-12-10", "day", "w2", "ok", "offline/deterministic-extractive-v8"): 1,
+        ("temporal_month_summaries", "2025-12", "month", "w2", "ok", "offline/deterministic-extractive-v8"): 1,
+        ("temporal_year_summaries", "2025", "year", "w2", "ok", "offline/deterministic-extractive-v8"): 1,
     }
     for window, lo, hi in RANGES:  # and now nothing is left to do
         assert operations.materialize(window, lo, hi, mode="changed", instance=instance, defs=defs).requested == 0

@@ -381,3 +381,47 @@ def test_a_stale_snapshots_note_names_the_backfill_from_the_first_stale_day(env,
     assert again.exit_code == 0, again.output
     current = runner.invoke(app, ["sleep", "diff", "w1", "2026-03-02", "2026-03-04"])
     assert current.exit_code == 0 and "stale" not in current.output.lower(), current.output
+
+
+def test_a_rebuild_tells_a_sessions_facts_in_a_clean_runs_order(store, ingest, tmp_path):
+    """Facts of one session share their time, and a re-run gives them new ids: the offline rules
+    broke that tie by id, so a rebuilt narrative told them in another order than a clean run (and a
+    merged memory listed its sessions in another order). By content, the rebuild is the clean run."""
+    lines = [
+        "I painted a lighthouse at dawn with cobalt blue",
+        "ok",
+        "My sister adopted a greyhound called Juniper",
+        "nice",
+        "We booked a ferry to Orkney for the solstice",
+        "great",
+        "I started learning the cello with a retired violist",
+        "cool",
+        "The bakery downstairs sells cardamom buns on Fridays",
+        "yum",
+    ]
+    ingest(conversation("w1", "s-1", cst(2026, 3, 2, 9), lines) + conversation("w1", "s-2", cst(2026, 3, 3, 9), lines))
+    for day in (D1, D2):
+        night(store, tmp_path, day)
+
+    def told():
+        with store.connect() as conn:
+            narratives = sorted(
+                conn.execute(
+                    select(autobiographical_memories.c.narrative).where(autobiographical_memories.c.status == "active")
+                ).scalars()
+            )
+            sessions = sorted(
+                tuple(s)
+                for s in conn.execute(
+                    select(semantic_memories.c.source_sessions).where(semantic_memories.c.status == "active")
+                ).scalars()
+            )
+        return narratives, sessions, summaries_of(store)
+
+    clean = told()
+    assert clean[0] and clean[0][0].count("; ") >= 1  # a narrative of two facts of one session (one time)
+    assert ("s-1", "s-2") in clean[1]  # day 2's deep sleep merged a fact said in both sessions
+    restore(store, D1)
+    for day in (D1, D2):
+        night(store, tmp_path, day, force=True)
+    assert told() == clean

@@ -10,8 +10,9 @@ subject) and the autobiography tells five memories; v5: a headline counts a word
 its stem, weighs it by rarity too, leaves out the names people are addressed by, and separates words
 with commas; v6: Chinese is cut into words and their parts of speech by jieba, and only its content
 words count (nouns, verbs, adjectives: no 所以, 但是, 我们); v7: a Chinese sentence is weighed by those
-content words too, not by every run of two characters (an earlier version's answer in a cache or a
-stage record is not reused).
+content words too, not by every run of two characters; v8: sleep's rules order memories of one
+time by their content before their ids (ids are new in every run), so a rebuild answers as a clean
+run (an earlier version's answer in a cache or a stage record is not reused).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from memory_pipeline.lib.text import (
     zipf,
 )
 
-NAME = "offline/deterministic-extractive-v7"
+NAME = "offline/deterministic-extractive-v8"
 
 _STOP = set(
     """
