@@ -108,13 +108,15 @@ def run(
         refuse("memory.objects.enabled is false: nothing done", code=1)
     intake = timeline.intake(octx, worlds)
     if automatic:
-        worker.enqueue_threshold(octx)
+        worker.enqueue_threshold(octx, worlds)  # --world: that world's jobs only, never another's
     done: list[worker.WorkerReport] = []  # the reports of the worker runs so far
     try:
         done.append(worker.run_worker(octx, worlds, max_batches or None, modes=[JobMode.COMPACT]))
-        if automatic:
-            worker.enqueue_hourly(octx)
-        done.append(worker.run_worker(octx, worlds, max_batches or None))
+        left = max_batches - done[0].batches if max_batches else None  # one budget for the two passes
+        if automatic and left != 0:
+            worker.enqueue_hourly(octx, worlds)
+        if left != 0:
+            done.append(worker.run_worker(octx, worlds, left))
     except worker.ProviderStopped as exc:  # the provider's breaker: what was done, then its one line
         done.append(exc.report)
         console.print(
@@ -125,7 +127,7 @@ def run(
         _say_what_failed(done)
         err.print(f"[red]{escape(exc.stopping(worker.LEFT_FOR_NEXT_RUN))}[/]", soft_wrap=True)
         raise typer.Exit(1) from None
-    rep, rep2 = done
+    rep, rep2 = done if len(done) == 2 else (done[0], worker.WorkerReport())  # the budget spent on compaction
     held_back = worker.worlds_at_once(octx) < octx.cfg.worlds_at_once  # SQLite takes one world at a time
     at_once = max(rep.worlds_at_once, rep2.worlds_at_once)
     console.print(
@@ -208,8 +210,8 @@ def flags(
     from memory_pipeline.objects import worker
 
     octx = _octx()
-    worker.set_flags(octx, known_world(world, octx.store), busy=busy, stopped=stopped)
-    console.print(f"{escape(world)}: busy={busy} stopped={stopped}")
+    busy, stopped = worker.set_flags(octx, known_world(world, octx.store), busy=busy, stopped=stopped)
+    console.print(f"{escape(world)}: busy={busy} stopped={stopped}")  # as stored: a flag not given is kept
 
 
 def _tool(name: str, args: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -42,10 +43,16 @@ class ObjectsConfig:
             raise ConfigError(
                 f"memory.{SECTION}.worlds_at_once: must be within 1-{WORLDS_AT_ONCE_MAX}, got {self.worlds_at_once!r}"
             )
-        if self.chars_per_token <= 0:
-            raise ConfigError(f"memory.{SECTION}.chars_per_token: must be positive, got {self.chars_per_token!r}")
-        if self.retry_backoff_seconds < 0:
-            raise ConfigError(f"memory.{SECTION}.retry_backoff_seconds: must not be negative")
+        # .nan and .inf are YAML floats: NaN passed every comparison below and crashed each batch
+        if not math.isfinite(self.chars_per_token) or self.chars_per_token <= 0:
+            raise ConfigError(
+                f"memory.{SECTION}.chars_per_token: must be a positive finite number, got {self.chars_per_token!r}"
+            )
+        if not math.isfinite(self.retry_backoff_seconds) or self.retry_backoff_seconds < 0:
+            raise ConfigError(
+                f"memory.{SECTION}.retry_backoff_seconds: must be a finite number, not negative, "
+                f"got {self.retry_backoff_seconds!r}"
+            )
         if not logic.BUDGET_MIN_BYTES <= self.transfer_budget_bytes <= logic.BUDGET_MAX_BYTES:
             raise ConfigError(
                 f"memory.{SECTION}.transfer_budget_bytes: must be within "

@@ -54,13 +54,24 @@ def _write_if_changed(path: Path, text: str) -> bool:
     try:
         if path.read_text(encoding="utf-8") == text:
             return False
-    except FileNotFoundError:
+    except (FileNotFoundError, UnicodeDecodeError):  # an object file edited to bytes that are no text
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return True
+
+
+def _not_utf8(path: Path) -> str:
+    """Where a file's bytes stop being UTF-8 ('' when they are, or there is no file)."""
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"byte {exc.start}: {exc.object[exc.start : exc.start + 1]!r}"
+    except OSError:
+        pass
+    return ""
 
 
 def _read(path: Path) -> str | None:
@@ -352,8 +363,12 @@ def _project_core(store: Store, root: Path, report: ProjectionReport) -> None:
                 revision = graph.import_core_text(store, f.world, f.name, f.on_disk, utcnow()).get("revision", revision)
                 report.core_imported.append(f"{f.world}/{f.name}")
             elif f.action is CoreFileAction.WRITE and f.stored is not None:
+                path = world_folder(root, f.world) / f.name
+                unreadable = _not_utf8(path)
+                if unreadable:  # a human's edit the store cannot read is theirs: reported, never overwritten
+                    raise logic.SubmissionError(f.name, f"the file is not UTF-8 text ({unreadable})")
                 text = f.stored
-                _write_if_changed(world_folder(root, f.world) / f.name, text)
+                _write_if_changed(path, text)
                 report.core_written += 1
         except logic.SubmissionError as exc:  # the file stays as the human wrote it, reported
             error = f"human edit not imported: {exc}"

@@ -361,13 +361,19 @@ def _organize_now_jobs(
     return [{**compact, "request_event_id": event_id}, {**organize, "request_event_id": event_id}]
 
 
-def set_flags(octx: ObjectsContext, world: str, *, busy: bool | None = None, stopped: bool | None = None) -> None:
-    """The agent runtime marks its world busy or stopped: no batch is claimed meanwhile."""
+def set_flags(
+    octx: ObjectsContext, world: str, *, busy: bool | None = None, stopped: bool | None = None
+) -> tuple[bool, bool]:
+    """The agent runtime marks its world busy or stopped: no batch is claimed meanwhile. The flags
+    as stored afterwards (busy, stopped): a flag not given is left as it was."""
     values = {k: v for k, v in {"busy": busy, "stopped": stopped}.items() if v is not None}
+    w = objects_worlds.c
     with octx.store.begin() as conn:
         timeline.ensure_worlds(conn, [world])
         if values:
-            conn.execute(update(objects_worlds).where(objects_worlds.c.world_id == world).values(**values))
+            conn.execute(update(objects_worlds).where(w.world_id == world).values(**values))
+        row = conn.execute(select(w.busy, w.stopped).where(w.world_id == world)).one()
+    return bool(row.busy), bool(row.stopped)
 
 
 # --- automatic creation ---------------------------------------------------------------------------
@@ -398,8 +404,13 @@ def threshold_worlds(octx: ObjectsContext, include_unseen: bool = False) -> list
     return sorted(w for w in over if w not in skip)
 
 
-def enqueue_threshold(octx: ObjectsContext) -> list[Receipt]:
-    return [enqueue(octx, w, JobMode.COMPACT, origin=JobOrigin.THRESHOLD) for w in threshold_worlds(octx)]
+def enqueue_threshold(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> list[Receipt]:
+    """A threshold compact job for each world past its threshold (of ``worlds``, when given)."""
+    return [
+        enqueue(octx, w, JobMode.COMPACT, origin=JobOrigin.THRESHOLD)
+        for w in threshold_worlds(octx)
+        if worlds is None or w in worlds
+    ]
 
 
 def pending_counts(octx: ObjectsContext) -> dict[str, int]:
@@ -417,8 +428,13 @@ def hourly_worlds(octx: ObjectsContext) -> list[str]:
     return sorted(w for w, n in pending_counts(octx).items() if n and w not in skip)
 
 
-def enqueue_hourly(octx: ObjectsContext) -> list[Receipt]:
-    return [enqueue(octx, w, JobMode.ORGANIZE, origin=JobOrigin.HOURLY) for w in hourly_worlds(octx)]
+def enqueue_hourly(octx: ObjectsContext, worlds: Sequence[str] | None = None) -> list[Receipt]:
+    """An hourly organize job for each world with pending events (of ``worlds``, when given)."""
+    return [
+        enqueue(octx, w, JobMode.ORGANIZE, origin=JobOrigin.HOURLY)
+        for w in hourly_worlds(octx)
+        if worlds is None or w in worlds
+    ]
 
 
 def _deep_due(octx: ObjectsContext) -> list[tuple[str, date]]:

@@ -80,7 +80,8 @@ def test_a_world_skipped_for_a_busy_lease_or_a_busy_agent_is_no_failure_and_is_n
     out = cli("objects", "run")
     assert "lease busy (another run holds it; jobs stay queued): w1" in out and "failed:" not in out
     leases.release(store, graph.LEASE_ASSET, W, "another-run")
-    cli("objects", "flags", W, "--busy")
+    assert f"{W}: busy=True stopped=False" in cli("objects", "flags", W, "--busy")
+    assert f"{W}: busy=True stopped=False" in cli("objects", "flags", W)  # as stored (it said None)
     out = cli("objects", "run")
     assert "not claimed (the agent is marked busy or stopped): w1" in out and states(store) == {e1: "pending"}
 
@@ -347,3 +348,32 @@ def test_the_demos_recall_line_shows_the_evidence_time_in_the_configured_zone(st
     console = Console(record=True, width=400)
     _print_objects(console, store, ZoneInfo("Asia/Shanghai"))
     assert f"memory_evidence first: {SHOWN} 'the garden at dawn'" in console.export_text()
+
+
+def test_objects_run_for_one_world_queues_no_other_worlds_job_and_keeps_to_its_batch_budget(
+    cli, store, ingest, monkeypatch, tmp_path
+):
+    """`objects run --world w1` queued threshold and hourly jobs for every world, and
+    `--max-batches 1` ran up to one batch for compaction and one more for the rest."""
+    from sqlalchemy import select
+
+    from memory_pipeline.objects import timeline
+    from memory_pipeline.objects.tables import objects_jobs, objects_receipts
+    from memory_pipeline_tests.integration.test_objects import add, octx_for
+
+    config = tmp_path / "small.yaml"  # every world's hot timeline is past the threshold
+    config.write_text("memory:\n  objects:\n    compact_threshold_tokens: 1\n    retry_backoff_seconds: 0\n")
+    monkeypatch.setenv("MEMORY_CONFIG_FILE", str(config))
+    add(ingest, ["hello Alice, the compost is ready", "the tomatoes need staking"], world="w1", conv="c1")
+    add(ingest, ["Bob booked the ferry to Orkney", "the cello lesson moved"], world="w2", conv="c2")
+    timeline.intake(octx_for(store))  # both worlds' hot timelines are past the threshold
+
+    def batches() -> int:
+        with store.connect() as conn:
+            return len(conn.execute(select(objects_receipts.c.world_id)).all())
+
+    cli("objects", "run", "--world", "w1", "--max-batches", "1")
+    with store.connect() as conn:
+        queued_for = set(conn.execute(select(objects_jobs.c.world_id)).scalars())
+    assert queued_for == {"w1"}, queued_for
+    assert batches() == 1

@@ -156,3 +156,25 @@ def test_a_new_source_or_relation_puts_the_objects_file_behind_until_it_shows_it
     daily = (tmp_path / W / logic.projection_path("project:daily")).read_text()
     assert "person:ana **member_of** project:daily" in daily
     assert projection.needs_pass(store, tmp_path) is None and reports.status(store, W)["projection"]["behind"] == 0
+
+
+def test_a_file_that_is_not_utf8_is_rewritten_but_a_core_documents_edit_is_kept_and_reported(store, ingest, tmp_path):
+    """A stray byte that is no UTF-8 in one object file stopped every pass with a traceback (no
+    world's files repaired again); in a core document it read as no file, so the store's text would
+    have overwritten the human's edit. The object file is rewritten; the core document is kept and
+    the pass says why."""
+    octx = _people(store, ingest, 1)
+    graph.import_core(octx, W, "USER.md", "# User\n\nGrows tomatoes.\n")
+    while projection.project(store, tmp_path).behind_after:
+        pass
+    obj = tmp_path / W / logic.projection_path("person:p00")
+    good = obj.read_text(encoding="utf-8")
+    obj.write_bytes(good.encode() + b"\xff\xfe garbage\n")
+    core = tmp_path / W / "USER.md"
+    edit = b"User likes \xff\xfe tomatoes.\n"
+    core.write_bytes(edit)
+    rep = projection.project(store, tmp_path)
+    assert obj.read_text(encoding="utf-8") == good  # the store's text again
+    assert core.read_bytes() == edit  # the human's edit, as written
+    said = "w1 USER.md: human edit not imported: USER.md: the file is not UTF-8 text (byte 11: b'\\xff')"
+    assert said in rep.errors, rep.errors

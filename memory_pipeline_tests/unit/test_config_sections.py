@@ -50,3 +50,20 @@ def test_every_section_together_loads(tmp_path, module):
     path.write_text("memory:\n" + "".join(f"  {s}: {{}}\n" for s in domains.CONFIG_SECTIONS), encoding="utf-8")
     assert module.load(path) == module.load(None)
     module.load(PRODUCTION)  # the production file names only sections the domains read
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("chars_per_token", ".nan", "chars_per_token: must be a positive finite number, got nan"),
+        ("chars_per_token", ".inf", "chars_per_token: must be a positive finite number, got inf"),
+        ("retry_backoff_seconds", ".nan", "retry_backoff_seconds: must be a finite number, not negative, got nan"),
+    ],
+)
+def test_objects_floats_are_finite(tmp_path, key, value, said):
+    """YAML's .nan passed every comparison (every batch then crashed on it); .inf made every token
+    estimate 0, so compaction never ran."""
+    path = tmp_path / "memory.yaml"
+    path.write_text(f"memory:\n  objects:\n    {key}: {value}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"memory.objects.{said}"):
+        objects_config.load(path)
