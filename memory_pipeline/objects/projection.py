@@ -74,6 +74,14 @@ def _not_utf8(path: Path) -> str:
     return ""
 
 
+def _as_replaced(path: Path) -> str | None:
+    """A file's text with the bytes that are no UTF-8 replaced (None: no file there)."""
+    try:
+        return path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
 def _read(path: Path) -> str | None:
     """A projected file's text; None when it is not there (or its folder is not a folder)."""
     try:
@@ -343,9 +351,11 @@ def core_actions(store: Store, root: Path) -> list[CoreFile]:
     out = []
     for world in worlds:
         for name in logic.CORE_NAMES:
-            disk = _read(world_folder(root, world) / name)
+            path = world_folder(root, world) / name
+            disk = _read(path)
             have, last = stored.get((world, name)), written.get((world, name))
-            if last is not None and last.error and disk is not None and logic.content_hash(disk) == last.content_hash:
+            seen = disk if disk is not None else _as_replaced(path)  # bytes that are no UTF-8: as last reported
+            if last is not None and last.error and seen is not None and logic.content_hash(seen) == last.content_hash:
                 continue
             content = have.content if have else None
             action = logic.core_file_action(content, last.content_hash if last else None, disk)
@@ -366,6 +376,7 @@ def _project_core(store: Store, root: Path, report: ProjectionReport) -> None:
                 path = world_folder(root, f.world) / f.name
                 unreadable = _not_utf8(path)
                 if unreadable:  # a human's edit the store cannot read is theirs: reported, never overwritten
+                    text = _as_replaced(path)  # recorded, so the same bytes are not taken up again
                     raise logic.SubmissionError(f.name, f"the file is not UTF-8 text ({unreadable})")
                 text = f.stored
                 _write_if_changed(path, text)

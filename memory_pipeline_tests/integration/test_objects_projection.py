@@ -178,3 +178,7 @@ def test_a_file_that_is_not_utf8_is_rewritten_but_a_core_documents_edit_is_kept_
     assert core.read_bytes() == edit  # the human's edit, as written
     said = "w1 USER.md: human edit not imported: USER.md: the file is not UTF-8 text (byte 11: b'\\xff')"
     assert said in rep.errors, rep.errors
+    # reported once and kept in status: the sensor does not ask for a pass every tick for the same bytes
+    assert projection.needs_pass(store, tmp_path) is None
+    assert reports.status(store, W)["projection"]["errors"], reports.status(store, W)["projection"]
+    assert projection.project(store, tmp_path).errors == [] and core.read_bytes() == edit
