@@ -72,15 +72,11 @@ def profile(
 @app.command()
 def summarize() -> None:
     """Summarize every due conversation now, as one Dagster run (what the sensor requests)."""
-    from memory_pipeline import operations
     from memory_pipeline.conversation import config as conversation_config
-    from memory_pipeline.definitions import build_defs
-    from memory_pipeline.operations.runner import QUIET, error_line, operator_job
+    from memory_pipeline.operations.runner import error_line, execute_job
 
     conversation_config.load()  # a bad setting is one line now (ConfigError), not a failed run
-    # The operator's console: warnings one line each; a failure is the one line printed below.
-    job = operator_job(build_defs().resolve_job_def("conversation_rolling_summary_job"))
-    result = job.execute_in_process(instance=operations.get_instance(), raise_on_error=False, run_config=QUIET)
+    result = execute_job("conversation_rolling_summary_job")  # a failure is the one line printed below
     mat = next((e for e in result.all_events if e.is_step_materialization), None)
     meta: dict[str, Any] = (
         {k: v.value for k, v in mat.step_materialization_data.materialization.metadata.items()} if mat else {}
@@ -109,22 +105,13 @@ def summarize() -> None:
 @app.command()
 def show(conversation: str = typer.Argument(...)) -> None:
     """The newest summary version and, while unverified, its check line."""
-    from sqlalchemy import select
-
     from memory_pipeline.conversation import config
     from memory_pipeline.conversation.summaries import latest
-    from memory_pipeline.lib.store.tables import conversations
     from memory_pipeline.sleep.memory import self_block_of
 
     store, cfg = open_store(), config.load()
-    row = _guard(latest, store, conversation)
+    row = _guard(latest, store, conversation)  # an id never ingested is refused by name
     if row is None:
-        with store.connect() as conn:  # a mistyped id is said to be none, not a conversation still waiting
-            known = conn.execute(
-                select(conversations.c.conversation_id).where(conversations.c.conversation_id == conversation)
-            ).first()
-        if known is None:
-            refuse(f"no conversation {conversation!r} has been ingested", code=1)
         refuse(f"conversation {conversation!r} has no summary yet", code=1)
     arc = self_block_of(store, cfg.long_arc_block, [row["world_id"]]).get(row["world_id"])
     if arc:

@@ -198,8 +198,7 @@ def _sleep_step(console: Console, instance: DagsterInstance, store: Store) -> bo
     then seed 002's rolling summary of the long conversation (its gate opened first)."""
     from memory_pipeline import operations
     from memory_pipeline.conversation.summaries import set_init_status
-    from memory_pipeline.definitions import build_defs
-    from memory_pipeline.operations.runner import QUIET, operator_job
+    from memory_pipeline.operations.runner import execute_job
     from memory_pipeline.sleep import config as sleep_config
     from memory_pipeline.sleep.memory import pin_fact, set_self_block
 
@@ -217,8 +216,7 @@ def _sleep_step(console: Console, instance: DagsterInstance, store: Store) -> bo
             f"each day's three stages before the next day's ({r.seconds:.1f}s) {run_state(r, instance) if r.success else 'FAILED ' + r.error}"
         )
     set_init_status(store, LONG_CONVERSATION, "done")
-    job = operator_job(build_defs().resolve_job_def("conversation_rolling_summary_job"))
-    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET)
+    result = execute_job("conversation_rolling_summary_job", instance=instance)
     ok &= result.success
     console.print(f"   rolling summary run {result.run_id[:8]} {'ok' if result.success else 'FAILED'}")
     return ok
@@ -250,7 +248,7 @@ def _objects_step(console: Console, instance: DagsterInstance) -> bool:
     from datetime import datetime
 
     from memory_pipeline.definitions import build_defs
-    from memory_pipeline.operations.runner import QUIET, operator_job
+    from memory_pipeline.operations.runner import execute_job
 
     defs = build_defs()
     first, last = sample_data.SAMPLE_START.isoformat(), sample_data.SAMPLE_END.isoformat()
@@ -267,9 +265,7 @@ def _objects_step(console: Console, instance: DagsterInstance) -> bool:
     ok = True
     for name, config, tags in runs:
         started = datetime.now()
-        result = operator_job(defs.resolve_job_def(name)).execute_in_process(
-            instance=instance, run_config={**config, **QUIET}, tags=tags, raise_on_error=False
-        )
+        result = execute_job(name, run_config=config, tags=tags, instance=instance, defs=defs)
         ok &= result.success
         console.print(
             f"   {name:<24} run {result.run_id[:8]} ({(datetime.now() - started).total_seconds():.1f}s) "

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, TypedDict, cast
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Connection, delete, func, select, update
 
 from memory_pipeline.conversation import logic
 from memory_pipeline.conversation.config import ConversationConfig
@@ -659,10 +659,22 @@ def correct_request(
 
 
 def latest(store: Store, conversation_id: str) -> SummaryRow | None:
-    """The newest summary version of a conversation (its row), or None."""
+    """The newest summary version of a conversation (its row), or None: none written yet. InputError
+    for an id never ingested (a mistyped id is not a conversation still waiting)."""
     conversation_id = _conv_id(conversation_id)
     with store.connect() as conn:
-        return _latest(conn, [conversation_id]).get(conversation_id)
+        row = _latest(conn, [conversation_id]).get(conversation_id)
+        if row is None:
+            _require_ingested(conn, conversation_id)
+        return row
+
+
+def _require_ingested(conn: Connection, conversation_id: str) -> None:
+    known = conn.execute(
+        select(conversations.c.conversation_id).where(conversations.c.conversation_id == conversation_id)
+    ).first()
+    if known is None:
+        raise InputError(f"field 'conversation_id': no conversation {conversation_id!r} has been ingested")
 
 
 def confirm(store: Store, conversation_id: str, version: int | None = None, now: datetime | None = None) -> bool:
@@ -722,11 +734,7 @@ def retry(store: Store, conversation_id: str) -> Backoff:
     with store.begin() as conn:
         state = backoffs(conn, [conversation_id]).get(conversation_id)
         if state is None:
-            known = conn.execute(
-                select(conversations.c.conversation_id).where(conversations.c.conversation_id == conversation_id)
-            ).first()
-            if known is None:  # a mistyped id is not a healthy conversation
-                raise InputError(f"field 'conversation_id': no conversation {conversation_id!r} has been ingested")
+            _require_ingested(conn, conversation_id)  # a mistyped id is not a healthy conversation
             raise InputError(f"field 'conversation_id': {conversation_id!r} has no failures to retry")
         conn.execute(
             delete(conversation_summary_backoff).where(

@@ -232,7 +232,8 @@ def run_locomo(
     with scratch_sqlite(directory), _Interrupts() as interrupts:
         url = store_url or f"sqlite:///{directory / 'memory.sqlite'}"
         try:
-            report, store = _build_and_measure(files, checked, stems, tz, model, url, given, directory, say, interrupts)
+            stop = partial(interrupts.check, directory=directory)
+            report, store = _build_and_measure(files, checked, stems, tz, model, url, given, directory, say, stop)
         except KeyboardInterrupt:  # between the runs (Python's own handler; Dagster maps SIGTERM to it)
             interrupts.check("the build", directory)  # names the signal that came
             raise EvalInterrupted(_interrupted("SIGINT", "the build", directory)) from None
@@ -329,7 +330,7 @@ def _build_and_measure(
     given: Store | None,
     directory: Path,
     say: Callable[[str], None],
-    interrupts: _Interrupts,
+    stop_if_interrupted: Callable[[str], None],
 ) -> tuple[EvalReport, Store]:
     """The fresh store (``given``, else a new SQLite file in ``directory``) built by every domain's
     Dagster runs, and the recall measured on it."""
@@ -348,7 +349,7 @@ def _build_and_measure(
         candidates = day_index.world_days(store, worlds, tz)
         report.worlds = len(worlds)
         report.days = sum(len(d) for d in candidates.values())
-        _run_domains(store, candidates, report, say, partial(interrupts.check, directory=directory))
+        _run_domains(store, candidates, report, say, stop_if_interrupted)
         say("measuring recall")
         event_days = day_index.message_days(store, worlds, tz)
         left_out: Counter[str] = Counter()
@@ -443,7 +444,7 @@ def _run_domains(
     from memory_pipeline.definitions import build_defs
     from memory_pipeline.objects import reports as object_reports
     from memory_pipeline.objects.logic import EventState
-    from memory_pipeline.operations.runner import QUIET, failure_line, operator_job
+    from memory_pipeline.operations.runner import execute_job, failure_line
 
     all_days = sorted({d for days in candidates.values() for d in days})
     if not all_days:
@@ -464,9 +465,7 @@ def _run_domains(
 
     def job(name: str, config: dict[str, Any] | None = None) -> bool:
         t0 = time.monotonic()
-        result = operator_job(defs.resolve_job_def(name)).execute_in_process(
-            instance=instance, run_config={**(config or {}), **QUIET}, raise_on_error=False
-        )
+        result = execute_job(name, run_config=config, instance=instance, defs=defs)
         error, degraded = "", False
         if not result.success:
             error = failure_line(result)

@@ -6,7 +6,7 @@ A range is one run (the assets' BackfillPolicy.single_run), as the UI's backfill
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -437,18 +437,36 @@ def materialize(
     return report
 
 
+def execute_job(
+    name: str,
+    *,
+    run_config: Mapping[str, object] | None = None,
+    tags: Mapping[str, str] | None = None,
+    instance: DagsterInstance | None = None,
+    defs: Definitions | None = None,
+) -> ExecuteInProcessResult:
+    """Job ``name`` run in this process as an operator's command runs one: the operator's console
+    (warnings one line each, a failure left to the caller's one line, no stack traces) and the
+    process tags a dead run is found by (``fail_dead_runs``)."""
+    job = operator_job(_defs(defs).resolve_job_def(name))
+    return job.execute_in_process(
+        instance=instance or get_instance(),
+        raise_on_error=False,
+        tags={**(tags or {}), **process_tags()},
+        run_config={**(run_config or {}), **QUIET},
+    )
+
+
 def run_system_rolls(
     as_of: str = "", force: bool = False, instance: DagsterInstance | None = None, defs: Definitions | None = None
 ) -> RunSummary:
     as_of = check_as_of(as_of)
-    instance = instance or get_instance()
-    job = operator_job(_defs(defs).resolve_job_def("temporal_system_rolls_job"))
     started = datetime.now()
-    result = job.execute_in_process(
+    result = execute_job(
+        "temporal_system_rolls_job",
+        run_config={"ops": {"temporal_system_rolls": {"config": {"as_of": as_of, "force_llm": force}}}},
         instance=instance,
-        raise_on_error=False,
-        tags=process_tags(),
-        run_config={"ops": {"temporal_system_rolls": {"config": {"as_of": as_of, "force_llm": force}}}, **QUIET},
+        defs=defs,
     )
     error = "" if result.success else failure_line(result)
     return RunSummary(

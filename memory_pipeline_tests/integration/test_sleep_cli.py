@@ -207,7 +207,7 @@ def test_conversation_commands(env, pg_url):  # noqa: F811
         unknown.output
     )
     unknown = runner.invoke(app, ["conversation", "show", "nosuch-conv"])
-    assert unknown.exit_code == 1 and "no conversation 'nosuch-conv' has been ingested" in unknown.output
+    assert unknown.exit_code == 2 and "no conversation 'nosuch-conv' has been ingested" in unknown.output
 
 
 def test_the_user_confirms_a_summary_from_the_command_line(env, pg_url):  # noqa: F811
