@@ -41,6 +41,7 @@ def test_more_workers_than_databases_is_refused():
 def test_every_run_ends_with_its_15_slowest_tests(tmp_path):
     """The suite's own configuration (pyproject's addopts), run as `make test` runs it (xdist
     workers, loadgroup), prints the 15 slowest tests of 16 at the end."""
+    import os
     import re
     import subprocess
     import sys
@@ -53,12 +54,15 @@ def test_every_run_ends_with_its_15_slowest_tests(tmp_path):
         "def test_sleeps(n):\n"
         "    time.sleep(0.02 + n / 1000)\n"
     )
+    # The configuration's own addopts: an operator's PYTEST_ADDOPTS (say --durations=0) would win.
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pyproject.toml"), "--rootdir", str(tmp_path)]
         + ["-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", str(tmp_path / "test_sixteen.py")],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "slowest 15 durations" in done.stdout, done.stdout
