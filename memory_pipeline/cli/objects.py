@@ -71,7 +71,7 @@ def organize(
     from memory_pipeline.objects import logic, worker
 
     octx = _octx()
-    known_world(world, octx.store)
+    known_world(world, octx.store, "WORLD")
     if not octx.cfg.enabled:
         err.print(
             "[yellow]memory.objects.enabled is false: the request is queued, and no run takes it until it is true[/]"
@@ -195,7 +195,7 @@ def approve(world: str = typer.Argument(...), project_id: str = typer.Argument(.
 
     octx = _octx()
     try:
-        _print(graph.approve_project(octx, known_world(world, octx.store), project_id))
+        _print(graph.approve_project(octx, known_world(world, octx.store, "WORLD"), project_id))
     except logic.SubmissionError as exc:
         refuse(str(exc))
 
@@ -210,7 +210,7 @@ def flags(
     from memory_pipeline.objects import worker
 
     octx = _octx()
-    busy, stopped = worker.set_flags(octx, known_world(world, octx.store), busy=busy, stopped=stopped)
+    busy, stopped = worker.set_flags(octx, known_world(world, octx.store, "WORLD"), busy=busy, stopped=stopped)
     console.print(f"{escape(world)}: busy={busy} stopped={stopped}")  # as stored: a flag not given is kept
 
 
@@ -218,7 +218,7 @@ def _tool(name: str, args: dict[str, Any]) -> None:
     from memory_pipeline.objects import tools
 
     octx = _octx()
-    known_world(args["world"], octx.store)
+    known_world(args["world"], octx.store, "WORLD")
     try:
         _print(tools.call(octx, name, args, tz=octx.tz))  # times in the configured zone, to the second
     except tools.ToolError as exc:
@@ -266,7 +266,7 @@ def core_import(
         refuse(f"{path}: cannot read ({exc})")
     octx = _octx()
     try:
-        _print(graph.import_core(octx, known_world(world, octx.store), file.name, content))
+        _print(graph.import_core(octx, known_world(world, octx.store, "WORLD"), file.name, content))
     except logic.SubmissionError as exc:
         refuse(f"{path}: {exc}")
 
@@ -277,7 +277,7 @@ def resident(world: str = typer.Argument(...)) -> None:
     from memory_pipeline.objects import recall
 
     octx = _octx()
-    _print(recall.resident(octx.store, known_world(world, octx.store), octx.cfg.hot_view_max_bytes))
+    _print(recall.resident(octx.store, known_world(world, octx.store, "WORLD"), octx.cfg.hot_view_max_bytes))
 
 
 @app.command("project")
@@ -322,7 +322,7 @@ def status(world: str | None = typer.Option(None, "--world")) -> None:
 
     domains.check_config()  # before the first line: a bad setting is refused, not met half-way
     store = open_store()
-    print_objects_status(store, known_world(world, store) if world else None)
+    print_objects_status(store, known_world(world, store) if world is not None else None)
 
 
 FAILURES_SHOWN = 5  # of the failure history's newest 20 (inspect status lists all 20)
@@ -415,7 +415,7 @@ def inspect_status(world: str | None = typer.Option(None, "--world")) -> None:
     from memory_pipeline.objects import reports
 
     store = open_store()
-    _print(reports.status(store, known_world(world, store) if world else None, tz=_zone()))
+    _print(reports.status(store, known_world(world, store) if world is not None else None, tz=_zone()))
 
 
 @inspect_app.command("list", context_settings=_OFFSET_LAST)
@@ -474,7 +474,7 @@ def inspect_events(
     lo, hi = bounds
     store = open_store()
     try:
-        shown = known_world(world, store) if world else None
+        shown = known_world(world, store) if world is not None else None
         _print(recall.events_between(store, lo, hi, cursor, world=shown, tz=_zone()))
     except recall.RecallError as exc:
         refuse(str(exc))

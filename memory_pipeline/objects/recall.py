@@ -27,6 +27,7 @@ from sqlalchemy import Connection, RowMapping, and_, bindparam, func, or_, selec
 from memory_pipeline.lib.jsontypes import JSONObject, JSONValue
 from memory_pipeline.lib.store import Store, watch
 from memory_pipeline.lib.store.tables import messages
+from memory_pipeline.lib.text import short_hash
 from memory_pipeline.objects import logic
 from memory_pipeline.objects.tables import objects_attachments, objects_event_state, objects_objects, objects_relations
 
@@ -543,16 +544,21 @@ def event_view(
     }
 
 
-def _cursor(at: datetime, event_id: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([at.isoformat(), event_id]).encode()).decode()
+def _cursor(at: datetime, event_id: str, scope: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([at.isoformat(), event_id, scope]).encode()).decode()
 
 
-def _uncursor(cursor: str) -> tuple[datetime, str]:
+def _uncursor(cursor: str, scope: str) -> tuple[datetime, str]:
+    """The cursor's place, if it was returned for the same FROM, TO and world (``scope``): a cursor
+    of another range or world would page a list the caller did not ask for."""
     try:
-        at, eid = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return datetime.fromisoformat(at), str(eid)
+        at, eid, its_scope = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        place = datetime.fromisoformat(at), str(eid)
     except (ValueError, TypeError):
         raise RecallError("cursor: not a cursor this command returned") from None
+    if its_scope != scope:
+        raise RecallError("cursor: returned for another FROM, TO or --world; give the arguments it was returned for")
+    return place
 
 
 def events_between(
@@ -578,10 +584,11 @@ def events_between(
         .join(objects_event_state, s.event_id == m.message_id)
         .where(m.at >= start, m.at < end)
     )
-    if world:
+    if world is not None:
         q = q.where(s.world_id == world)
+    scope = short_hash([start.timestamp(), end.timestamp(), world])  # the same instants in any offset
     if cursor:
-        at, eid = _uncursor(cursor)
+        at, eid = _uncursor(cursor, scope)
         q = q.where(or_(m.at > at, and_(m.at == at, m.message_id > eid)))
     with store.connect() as conn:
         rows = conn.execute(q.order_by(m.at, m.message_id).limit(limit + 1)).all()
@@ -596,7 +603,7 @@ def events_between(
         }
         for r in rows[:limit]
     ]
-    nxt = _cursor(rows[limit - 1].at, rows[limit - 1].message_id) if len(rows) > limit else None
+    nxt = _cursor(rows[limit - 1].at, rows[limit - 1].message_id, scope) if len(rows) > limit else None
     return {"items": items, "cursor": nxt}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
@@ -598,6 +598,15 @@ def test_find_read_evidence_and_inspect_paging(store, ingest):
     third = recall.events_between(store, cst(2026, 1, 10), cst(2026, 1, 11), cursor=second["cursor"], limit=10)
     got = [x["event_id"] for x in first["items"] + second["items"] + third["items"]]
     assert got == ids and third["cursor"] is None
+    # a cursor pages only the list it was returned for: another range or world is refused by name
+    for other in (
+        {"start": cst(2026, 1, 9), "end": cst(2026, 1, 11)},
+        {"start": cst(2026, 1, 10), "end": cst(2026, 1, 11), "world": W},
+    ):
+        with pytest.raises(recall.RecallError, match="cursor: returned for another FROM, TO or --world"):
+            recall.events_between(store, cursor=first["cursor"], limit=10, **other)
+    same = recall.events_between(store, cst(2026, 1, 10).astimezone(UTC), cst(2026, 1, 11), first["cursor"], 10)
+    assert [x["event_id"] for x in same["items"]] == ids[10:20]  # the same instants in another offset
     view = recall.event_view(store, ids[0], limit=5)
     assert view["text"] == "garde" and view["next_offset"] == 5 and view["objects"] == ["knowledge:garden"]
     assert count(store, llm_ledger, llm_ledger.c.task.like("memory_%")) == 0

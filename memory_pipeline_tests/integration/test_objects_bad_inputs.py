@@ -160,6 +160,15 @@ def test_the_cli_refuses_bad_input_naming_the_argument(store, ingest, monkeypatc
         (["objects", "find", "w1", " "], "memory_find.query"),
         (["objects", "organize", "w1", "--now", "--mode", "compact"], "mode"),
         (["objects", "organize", "w1", "--now", "--token", "x y"], "token"),
+        # an empty world is refused by the name the operator gave it, never read as "every world"
+        (["objects", "status", "--world", ""], "--world '': "),
+        (["objects", "inspect", "status", "--world", ""], "--world '': "),
+        (
+            ["objects", "inspect", "events", "2026-01-01T00:00:00+08:00", "2026-01-02T00:00:00+08:00", "--world", ""],
+            "--world '': ",
+        ),
+        (["objects", "find", "", "garden"], "WORLD '': "),
+        (["objects", "flags", "", "--busy"], "WORLD '': "),
     ]
     before = _counts(store)
     for argv, field in cases:
