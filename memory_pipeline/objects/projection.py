@@ -50,6 +50,13 @@ class ProjectionReport:
     core_imported: list[str] = field(default_factory=list)  # world/NAME
 
 
+def os_error(exc: OSError) -> str:
+    """An OS error as status shows it, with the path it met (a projection_dir that is a file fails
+    on a folder above the object's file: its name alone would not say which)."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{type(exc).__name__}: {exc.strerror or exc}{where}"
+
+
 def _write_if_changed(path: Path, text: str) -> bool:
     try:
         if path.read_text(encoding="utf-8") == text:
@@ -222,7 +229,7 @@ def _project_object(
             report.written += int(wrote)
             report.unchanged += int(not wrote)
     except OSError as exc:
-        error = f"{type(exc).__name__}: {exc.strerror or exc}"
+        error = os_error(exc)
         report.errors.append(f"{world} {oid}: {error}")
     return {
         "world_id": world,
@@ -384,7 +391,7 @@ def _project_core(store: Store, root: Path, report: ProjectionReport) -> None:
         except logic.SubmissionError as exc:  # the file stays as the human wrote it, reported
             error = f"human edit not imported: {exc}"
         except OSError as exc:
-            error = f"{type(exc).__name__}: {exc.strerror or exc}"
+            error = os_error(exc)
         if error:
             report.errors.append(f"{f.world} {f.name}: {error}")
         rows.append(

@@ -150,7 +150,7 @@ def call(octx: ObjectsContext, tool: object, args: object, *, tz: ZoneInfo | Non
         offset = _arg(args, tool, "offset", int, 0)
         limit = _arg(args, tool, "limit", int, recall.PAGE)
         if offset < 0 or not 1 <= limit <= 100:
-            raise ToolError(f"{tool}.offset/limit: offset >= 0, limit 1-100")
+            raise ToolError(f"{tool}.offset/limit: offset >= 0, limit 1-100 (got offset {offset}, limit {limit})")
         return _evidence(octx, world, oid, tool, offset, limit, tz)
     try:
         return worker.enqueue(

@@ -151,7 +151,7 @@ def test_the_cli_refuses_bad_input_naming_the_argument(store, ingest, monkeypatc
         (["objects", "inspect", "object", "person:x", "-1", "--world", "w1"], "OFFSET: must be >= 0"),
         (["objects", "inspect", "event", "x", "-5"], "OFFSET: must be >= 0"),
         (["objects", "inspect", "list", "person", "-2", "--world", "w1"], "OFFSET: must be >= 0"),
-        (["objects", "evidence", "w1", "knowledge:x", "-1"], "memory_evidence.offset/limit: offset >= 0"),
+        (["objects", "evidence", "w1", "knowledge:x", "-1"], "offset >= 0, limit 1-100 (got offset -1, limit 20)"),
         (["objects", "read", "w1", "nocolon"], "memory_read.id"),
         # a byte the shell passed undecoded (argv's surrogate escape) was a traceback from the store
         (["objects", "read", "w1", "knowledge:gar\udcff"], "memory_read.id: key 'gar\\udcff' must be"),

@@ -182,3 +182,16 @@ def test_a_file_that_is_not_utf8_is_rewritten_but_a_core_documents_edit_is_kept_
     assert projection.needs_pass(store, tmp_path) is None
     assert reports.status(store, W)["projection"]["errors"], reports.status(store, W)["projection"]
     assert projection.project(store, tmp_path).errors == [] and core.read_bytes() == edit
+
+
+def test_an_os_error_names_the_path_it_met(store, ingest, tmp_path):
+    """The world's folder is a file (a projection_dir pointed at the wrong place): each object's error
+    names that path, not only `Not a directory`, so status says where to look."""
+    _people(store, ingest, 1)
+    blocker = tmp_path / W
+    blocker.write_text("not a folder\n")
+    rep = projection.project(store, tmp_path)
+    assert rep.errors, rep
+    assert all(str(blocker) in e for e in rep.errors), rep.errors
+    assert any(e.startswith(f"{W} person:p00: NotADirectoryError: Not a directory (") for e in rep.errors), rep.errors
+    assert blocker.read_text() == "not a folder\n"  # nothing written over it
