@@ -15,6 +15,7 @@ from memory_pipeline.lib import settings
 from memory_pipeline.lib.cache import KVCache
 from memory_pipeline.lib.lifeline import exit_with_parent
 from memory_pipeline.lib.llm import LLMClient
+from memory_pipeline.lib.llm.client import configured_model
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.migrate import ensure_schema
 
@@ -104,6 +105,7 @@ def default_resources() -> SharedResources:
     """Resources from the environment; nothing set means the embedded default."""
     model = settings.env(settings.ENV_LLM_MODEL)
     # read by each LLM client when a run starts: refused here, before any run, as the others are
+    configured_model()
     settings.llm_breaker_failures()
     settings.llm_breaker_cooldown_seconds()
     return {

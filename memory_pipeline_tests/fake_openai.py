@@ -4,7 +4,8 @@ Responses are scripted: ``step(body)`` when set decides each request's step (kin
 request pops the next step, or gets the default answer (tool calls
 ``tool_answer(body)`` when set, else the text ``answer(body)`` when set, else ``default_text``). Tool
 calls are (name, arguments) pairs; arguments given as a string are sent exactly as they are. ``length`` answers a text cut short (finish_reason "length", as a
-provider stopping at max_tokens), ``tools_length`` tool calls with that finish reason; ``usage = None`` leaves the usage report out of every answer. ``hold(marker)`` keeps every request whose messages contain
+provider stopping at max_tokens), ``tools_length`` tool calls with that finish reason, ``filtered`` a text
+with finish_reason "content_filter", ``no_choices`` a completion whose choices are empty; ``usage = None`` leaves the usage report out of every answer. ``hold(marker)`` keeps every request whose messages contain
 ``marker`` unanswered until ``release()``: a call in flight, for a fault injected at that moment."""
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ class FakeOpenAI:
                     self._send(200, server._completion(None, arg, finish="length"))
                 elif kind == "length":
                     self._send(200, server._completion(arg, None, finish="length"))
+                elif kind == "no_choices":
+                    self._send(200, {**server._completion("", None), "choices": []})
+                elif kind == "filtered":
+                    self._send(200, server._completion(arg, None, finish="content_filter"))
                 else:
                     self._send(200, server._completion(arg, None))
 

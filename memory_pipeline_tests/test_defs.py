@@ -196,6 +196,11 @@ def test_deployment_settings_are_refused_by_name(monkeypatch):
     monkeypatch.setenv("MEMORY_LLM_TIMEOUT_SECONDS", "0")
     with pytest.raises(ConfigError, match="MEMORY_LLM_TIMEOUT_SECONDS: must be greater than 0"):
         build_defs()
+    monkeypatch.setenv("MEMORY_LLM_TIMEOUT_SECONDS", "60")
+    # a model litellm cannot call: each call of each step failed on litellm's several-line text
+    monkeypatch.setenv("MEMORY_LLM_MODEL", "nosuchprovider/foo")
+    with pytest.raises(ConfigError, match="MEMORY_LLM_MODEL 'nosuchprovider/foo': names no provider litellm knows"):
+        build_defs()
 
 
 def test_the_celery_broker_is_shown_by_variable_name(distributed_env):

@@ -1403,7 +1403,9 @@ def _record_failure(
             update(objects_jobs)
             .where(j.job_id == job["job_id"])
             .values(
-                consecutive_failures=n,
+                # An outage's failed claims never count toward the five that end the job: counted,
+                # the first refusal after an outage blocked an event the model had never seen.
+                consecutive_failures=job["consecutive_failures"] if outage else n,
                 status=JobStatus.QUEUED,
                 error=error[:4000],
                 not_before=now + timedelta(seconds=wait),

@@ -56,6 +56,19 @@ def test_a_bad_temporal_setting_is_refused_before_any_run(tmp_path):
     assert "run " not in bad.stdout and not (tmp_path / "dagster_home").exists()
 
 
+def test_a_model_litellm_cannot_call_is_refused_before_any_run_or_call(tmp_path):
+    """It started the runs (and `objects run` its batches): every call failed on litellm's
+    several-line text, and litellm's coloured "Provider List" banner reached stdout."""
+    model = {"MEMORY_LLM_MODEL": "nosuchprovider/foo"}
+    said = "MEMORY_LLM_MODEL 'nosuchprovider/foo': names no provider litellm knows"
+    for args in (("backfill", "day", "--from", "2025-12-01", "--to", "2025-12-02"), ("objects", "run")):
+        bad = _run(tmp_path, *args, **model)
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        assert _lines(bad.stderr) == [f"{said} (write it as provider/model, e.g. openai/gpt-4o-mini)"], bad.stderr
+        assert "Provider List" not in bad.stdout and "run " not in bad.stdout, bad.stdout
+    assert not (tmp_path / "dagster_home").exists()
+
+
 def test_a_search_path_naming_no_schema_is_one_line_not_a_traceback(tmp_path):
     url = "postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3Dno_such_schema_here"
     missing = _run(tmp_path, "status", MEMORY_DATABASE_URL=url)

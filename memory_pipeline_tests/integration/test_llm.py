@@ -138,6 +138,22 @@ def test_malformed_body_is_a_hard_failure(store, server):
     assert f"(endpoint {server.api_base})" in said and "APIResponse" not in said, said
 
 
+def test_a_completion_without_a_choice_is_retried_and_counted_by_the_breaker(store, server):
+    """HTTP 200 whose `choices` is empty: it was a ValueError naming Python's IndexError, never
+    retried and never counted, so a provider answering only that ran every call of a range."""
+    server.push("no_choices").push("ok", "an answer")
+    client = _client(store, server, breaker_failures=2)
+    assert client.complete(REQ).text == "an answer" and len(server.requests) == 2  # retried
+    for _ in range(6):
+        server.push("no_choices")
+    for _ in range(2):
+        with pytest.raises(LLMHardFailure, match="malformed answer: HTTP 200 with a chat completion holding no answer"):
+            client.complete(replace(REQ, user=f"other {_}"))
+    with pytest.raises(LLMProviderDown, match="malformed answer"):  # the breaker counted both
+        client.complete(replace(REQ, user="a third"))
+    assert len(server.requests) == 2 + 2 * 3
+
+
 def test_tool_calls_come_back_parsed(store, server):
     server.push("tools", [("create_semantic_memory", {"text": "likes tomatoes", "importance": 3})])
     tools = [
@@ -261,6 +277,22 @@ def test_max_tokens_is_sent_a_truncated_answer_says_length_and_is_not_reused(sto
     server.push("length", "cut by the provider")
     assert client.complete(other).truncated
     assert not client.complete(other).cached and len(server.requests) == 5
+
+
+def test_an_answer_the_providers_filter_cut_is_a_failed_call_with_its_tokens_and_is_never_cached(store, server):
+    """finish_reason content_filter: it was written, cached and vouched for as a whole summary. It is
+    a failure of that request (the next run asks again), its tokens kept in the ledger, and not the
+    provider failing: the breaker does not count it."""
+    server.push("filtered", "Garden day: tomat").push("ok", "a whole answer")
+    client = _client(store, server, breaker_failures=1)
+    with pytest.raises(LLMHardFailure, match="content filter cut or withheld the answer") as failed:
+        client.complete(REQ)
+    assert not failed.value.provider_fault
+    assert client.complete(REQ).text == "a whole answer"  # asked again (not cached), breaker closed
+    rows = _ledger(store)
+    assert [(r["outcome"], r["finish_reason"]) for r in rows] == [("error", "content_filter"), ("ok", "stop")]
+    assert rows[0]["tokens_out"] > 0 and "finish_reason content_filter" in rows[0]["error"]
+    assert client.stats.failures == 1 and client.stats.calls == 1
 
 
 def test_provider_usage_is_provider_tokens_a_missing_usage_is_estimated(store, server):

@@ -305,7 +305,7 @@ def breaker_state(store) -> dict:
     return {"ledger": outcomes, "jobs": jobs, "failures": failures, "leases": leases}
 
 
-BACKING_OFF = ("queued", 1, 1, True)  # a failed claim: counted, backing off
+BACKING_OFF = ("queued", 1, 0, True)  # an outage's failed claim: backing off, not counted toward the five
 UNTOUCHED = ("queued", 0, 0, False)  # handed back as it was: never claimed
 
 

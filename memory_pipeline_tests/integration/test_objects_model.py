@@ -183,9 +183,11 @@ def test_provider_tokens_and_estimates_are_kept_apart_in_the_ledger(store, inges
 
 def test_a_provider_outage_never_blocks_the_event_and_the_breaker_stops_the_run(store, ingest):
     """Seed 001: the 5th consecutive failed claim of a batch ends its job and blocks its events.
-    The provider failing (5xx after the client's retries) is a failed claim too, counted and backed
+    The provider failing (5xx after the client's retries) is a failed claim too, recorded and backed
     off, but it never ends the job: with one world, an outage of 5 calls blocked the event while the
-    same 5th failure opened the breaker. The next run after the outage links it."""
+    same 5th failure opened the breaker. Nor does it count toward the five: counted, the first
+    refusal after an outage ended the job and blocked an event never shown to the model. The next
+    run after the outage links it."""
     octx, (e1,) = ready(store, ingest, ["we plan a greenhouse next spring"])
     with FakeOpenAI() as server:
         server.answer = _submission
@@ -210,7 +212,7 @@ def test_a_provider_outage_never_blocks_the_event_and_the_breaker_stops_the_run(
                     objects_jobs.c.job_id == job["job_id"]
                 )
             ).one()
-        assert (status, failures) == ("queued", 5)
+        assert (status, failures) == ("queued", 0)
         assert [r["outcome"] for r in _ledger(store)] == ["error"] * 5 + ["breaker_open"]
 
         server.script.clear()  # the provider is back; past the cooldown the next run's trial links it

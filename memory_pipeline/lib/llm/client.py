@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 
 FINISH_LENGTH = "length"  # the OpenAI finish reason litellm reports for a truncated answer
+FINISH_FILTERED = "content_filter"  # the provider's filter cut or withheld the answer
 PAID_WRITE_ATTEMPTS = 5  # a paid answer's ledger and cache rows: backoff 0.5, 1, 2, 4 s
 
 
@@ -169,10 +170,17 @@ class CallStats:
         return self.calls + self.cache_hits + self.failures + self.refused
 
 
+class MalformedAnswer(ValueError):
+    """HTTP 200 with a chat completion litellm read but that holds no answer (no choice, no
+    message): the provider misbehaving, as a body that is no JSON is (retried, and counted by the
+    breaker), not this request."""
+
+
 def _is_retryable(exc: Exception) -> bool:
     import litellm
 
     retryable: tuple[type[Exception], ...] = (
+        MalformedAnswer,
         litellm.RateLimitError,
         litellm.InternalServerError,
         litellm.ServiceUnavailableError,
@@ -217,6 +225,17 @@ def model_problem(model: str) -> str | None:
             return "names no provider litellm knows (write it as provider/model, e.g. openai/gpt-4o-mini)"
         return " ".join(str(exc).split())[:300]
     return None
+
+
+def configured_model() -> str:
+    """MEMORY_LLM_MODEL, else the offline model; a model litellm cannot call is refused here
+    (ConfigError, one line) before any run or command starts, as the eval refuses it: otherwise
+    each call of each step failed on litellm's several-line text."""
+    model = settings.env(settings.ENV_LLM_MODEL) or settings.OFFLINE_MODEL
+    problem = model_problem(model)
+    if problem:
+        raise settings.ConfigError(f"{settings.ENV_LLM_MODEL} {model!r}: {problem}")
+    return model
 
 
 class LLMClient:
@@ -268,7 +287,7 @@ class LLMClient:
         outside a run; its ledger rows still name ``asset``."""
         return cls(
             store,
-            model=settings.env(settings.ENV_LLM_MODEL) or settings.OFFLINE_MODEL,
+            model=configured_model(),
             api_base=settings.env(settings.ENV_LLM_API_BASE),
             api_key=settings.env(settings.ENV_LLM_API_KEY),
             timeout_seconds=settings.llm_timeout_seconds(),
@@ -439,6 +458,14 @@ class LLMClient:
             text = hard_cut(text, req.max_chars)
         latency = int((time.monotonic() - started) * 1000)
         self._succeeded()
+        if finish == FINISH_FILTERED:
+            # Paid for (its tokens in the ledger) but no answer to keep: what the filter left is no
+            # summary, and written or cached it would stand for ever. A failure of this request
+            # alone (the provider answered: not the breaker's), asked again by the next run.
+            said = f"the provider's content filter cut or withheld the answer (finish_reason {finish})"
+            self.stats.failures += 1
+            self._ledger(req, key, LedgerOutcome.ERROR, tin, tout, latency, attempts, said, cost, finish, source)
+            raise LLMHardFailure(f"{self.model} failed for {req.task} after {attempts} attempt(s): {said}")
         self.stats.calls += 1
         self.stats.tokens_in += tin
         self.stats.tokens_out += tout
@@ -634,7 +661,10 @@ class LLMClient:
             tin = int(getattr(usage, "prompt_tokens", 0) or 0)
             tout = int(getattr(usage, "completion_tokens", 0) or 0)
         except (AttributeError, IndexError, TypeError) as exc:
-            raise ValueError(f"malformed completion from {self.model}: {exc}") from exc
+            raise MalformedAnswer(
+                f"malformed answer: HTTP 200 with a chat completion holding no answer ({exc}) "
+                f"(endpoint {self.api_base or 'the provider default'})"
+            ) from exc
         tool_calls = []
         for tc in getattr(message, "tool_calls", None) or []:
             raw = tc.function.arguments or "{}"
