@@ -22,14 +22,14 @@ from memory_pipeline.lib.store import Store, upsert
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds, utcnow
 from memory_pipeline.sleep import prompts
-from memory_pipeline.sleep.context import LoopResult, SleepContext, tool_loop
+from memory_pipeline.sleep.context import LoopResult, SleepContext, all_refused, tool_loop
 from memory_pipeline.sleep.light import system_for
 from memory_pipeline.sleep.logic import Memory, Stage
 from memory_pipeline.sleep.memory import load_self_layer
 from memory_pipeline.sleep.narrative import Narrative, NarrativeChange, NarrativeState, summary
 from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.rebuild import SUMMARY_BEFORE, SUMMARY_BLOCK
-from memory_pipeline.sleep.runs import ANSWERS_CUT, StageRun
+from memory_pipeline.sleep.runs import ALL_REFUSED, ANSWERS_CUT, StageRun
 from memory_pipeline.sleep.tables import autobiographical_memories, self_blocks, semantic_memories
 
 AUTO_TYPES = ("experience", "imprint")
@@ -49,6 +49,7 @@ class AutoResult:
     per_world: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Worlds whose record was built from an answer the provider cut (the next run asks them again).
     worlds_truncated: list[str] = field(default_factory=list)
+    worlds_all_refused: list[str] = field(default_factory=list)  # as light sleep's
 
 
 def narrative_from_row(row: Any) -> Narrative:
@@ -252,9 +253,13 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
         }
         if loop.cut:
             out.worlds_truncated.append(world)
+        refused = all_refused(loop)
+        if refused:
+            out.worlds_all_refused.append(world)
         record = run.record(
             world,
-            input_fp=None if loop.cut else fp,  # from a cut answer: no fingerprint (asked again)
+            # from a cut answer, or one whose every call was refused: no fingerprint (asked again)
+            input_fp=None if loop.cut or refused else fp,
             input_chars=len(m1),
             llm_calls=loop.llm_calls,
             tool_calls=loop.tool_calls,
@@ -267,6 +272,7 @@ def run_autobiography(ctx: SleepContext, day: date, world_ids: Sequence[str] | N
                 "rejected_calls": loop.rejected,  # each refused call and its error, as light and deep record them
                 SUMMARY_BEFORE: before or None,
                 **({ANSWERS_CUT: loop.cut} if loop.cut else {}),
+                **({ALL_REFUSED: True} if refused else {}),
             },
         )
         row = {

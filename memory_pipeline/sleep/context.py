@@ -60,6 +60,12 @@ class LoopResult:
     cut: int = 0
 
 
+def all_refused(loop: LoopResult) -> bool:
+    """The model made tool calls and every one was refused: nothing it sent was applied. Not a
+    done extraction (a reply that makes no call is one: the model found nothing to keep)."""
+    return bool(loop.rejected) and not loop.changes and not loop.skipped
+
+
 # A hook that may answer a call instead of applying it (light sleep's duplicate guard): the result
 # text, or None to apply the call normally.
 Guard = Callable[[Mapping[str, Any]], str | None]

@@ -24,12 +24,12 @@ from memory_pipeline.lib.store.tables import conversations, counted_conversation
 from memory_pipeline.lib.text import short_hash
 from memory_pipeline.lib.timeutil import day_bounds
 from memory_pipeline.sleep import prompts
-from memory_pipeline.sleep.context import LoopResult, SleepContext, memory_loop, worlds_at_once
+from memory_pipeline.sleep.context import LoopResult, SleepContext, all_refused, memory_loop, worlds_at_once
 from memory_pipeline.sleep.logic import LIGHT_TOOLS, MemoryState, Rules, Stage, duplicate_of
 from memory_pipeline.sleep.memory import Provenance, load_self_layer, write_changes
 from memory_pipeline.sleep.order import DAY_ROW
 from memory_pipeline.sleep.prompts import SessionMaterial
-from memory_pipeline.sleep.runs import ANSWERS_CUT, StageRun
+from memory_pipeline.sleep.runs import ALL_REFUSED, ANSWERS_CUT, StageRun
 from memory_pipeline.sleep.tables import sleep_runs
 
 RECALLABLE_ROLES = ("user", "assistant")
@@ -72,6 +72,8 @@ class LightResult:
     per_world: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Worlds whose record was built from an answer the provider cut (the next run asks them again).
     worlds_truncated: list[str] = field(default_factory=list)
+    # Every tool call the model made was refused and nothing applied: asked again at the next run.
+    worlds_all_refused: list[str] = field(default_factory=list)
     worlds_at_once: int = 0  # the threads that asked the model (memory.sleep.worlds_at_once; one on SQLite)
 
 
@@ -164,6 +166,7 @@ def record_fields(prompt: LightPrompt, loop: LoopResult, stats: dict[str, int]) 
             "rejected_calls": [r["error"] for r in loop.rejected],
             "skipped_calls": [s["result"] for s in loop.skipped],
             **({ANSWERS_CUT: loop.cut} if loop.cut else {}),
+            **({ALL_REFUSED: True} if all_refused(loop) else {}),
         },
     }
 
@@ -270,8 +273,13 @@ def run_light_sleep(ctx: SleepContext, day: date, world_ids: Sequence[str] | Non
         out.per_world[world] = {"sessions": len(prompt.sessions), "truncated": prompt.truncated, **stats}
         if loop.cut:
             out.worlds_truncated.append(world)
-        # From a cut answer: no fingerprint, so no run takes the day as extracted already.
-        record = run.record(world, input_fp=None if loop.cut else fps[world], **record_fields(prompt, loop, stats))
+        refused = all_refused(loop)
+        if refused:
+            out.worlds_all_refused.append(world)
+        # From a cut answer, or one whose every call was refused: no fingerprint, so no run takes the
+        # day as extracted already (a model sending only broken calls left the day done and empty).
+        fp = None if loop.cut or refused else fps[world]
+        record = run.record(world, input_fp=fp, **record_fields(prompt, loop, stats))
 
         def changes(conn: Any) -> None:
             write_changes(conn, loop.changes, Provenance(Stage.LIGHT, day))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import TypedDict
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select
@@ -14,7 +14,7 @@ from memory_pipeline.lib import settings
 from memory_pipeline.lib.store import Store
 from memory_pipeline.sleep.logic import Stage
 from memory_pipeline.sleep.order import DAY_ROW, Position, RunStatus
-from memory_pipeline.sleep.runs import ANSWERS_CUT, answers_cut, day_statuses
+from memory_pipeline.sleep.runs import ALL_REFUSED, ANSWERS_CUT, all_calls_refused, answers_cut, day_statuses
 from memory_pipeline.sleep.tables import (
     autobiographical_memories,
     self_blocks,
@@ -124,12 +124,12 @@ class CutRecord(TypedDict):
     answers_cut: int
 
 
-def cut_records(store: Store, days: Sequence[date] | None = None, limit: int | None = None) -> list[CutRecord]:
-    """The done world records (of ``days``, default every day) built from cut answers, newest day
-    first. Reads only."""
+def _flagged(store: Store, key: str, days: Sequence[date] | None, limit: int | None) -> list[dict[str, Any]]:
+    """The done world records (of ``days``, default every day) whose detail holds ``key``, newest
+    day first."""
     r = sleep_runs.c
     q = select(r.stage, r.day, r.world_id, r.detail).where(
-        r.world_id != DAY_ROW, r.status == RunStatus.DONE, r.detail[ANSWERS_CUT].as_string().is_not(None)
+        r.world_id != DAY_ROW, r.status == RunStatus.DONE, r.detail[key].as_string().is_not(None)
     )
     if days is not None:
         q = q.where(r.day.in_(list(days)))
@@ -137,13 +137,26 @@ def cut_records(store: Store, days: Sequence[date] | None = None, limit: int | N
     if limit is not None:
         q = q.limit(limit)
     with store.connect() as conn:
-        rows = conn.execute(q).mappings().all()
+        return [dict(x) for x in conn.execute(q).mappings().all()]
+
+
+def cut_records(store: Store, days: Sequence[date] | None = None, limit: int | None = None) -> list[CutRecord]:
+    """The done world records (of ``days``, default every day) built from cut answers, newest day
+    first. Reads only."""
     out: list[CutRecord] = []
-    for x in rows:
-        n = answers_cut(dict(x))
+    for x in _flagged(store, ANSWERS_CUT, days, limit):
+        n = answers_cut(x)
         if n:
             out.append({"stage": x["stage"], "day": x["day"], "world_id": x["world_id"], "answers_cut": n})
     return out
+
+
+def refused_records(store: Store, days: Sequence[date] | None = None) -> list[tuple[str, date, str]]:
+    """(stage, day, world) of the done world records for which every tool call the model made was
+    refused (the next run of the place asks again), newest day first. Reads only."""
+    return [
+        (x["stage"], x["day"], x["world_id"]) for x in _flagged(store, ALL_REFUSED, days, None) if all_calls_refused(x)
+    ]
 
 
 class LateDay(TypedDict):

@@ -43,6 +43,17 @@ ANSWERS_CUT = "answers_cut"
 CUT_REASON = "answer cut at the output limit"
 
 
+# A world's record for which every tool call the model made was refused (nothing applied): a model
+# sending only broken calls is no extraction, so it is never reused and the next run asks again.
+ALL_REFUSED = "all_calls_refused"
+REFUSED_REASON = "every tool call the model made was refused"
+
+
+def all_calls_refused(record: Mapping[str, Any] | None) -> bool:
+    detail = (record or {}).get("detail") or {}
+    return isinstance(detail, dict) and bool(detail.get(ALL_REFUSED))
+
+
 def answers_cut(record: Mapping[str, Any] | None) -> int:
     """How many of the answers a world's stage record was built from the provider cut (0: none)."""
     detail = (record or {}).get("detail") or {}
@@ -141,6 +152,7 @@ class StageRun:
             and (prev["model"], prev["prompt_version"]) == (self.ctx.llm.model, PROMPT_VERSION)
             and (fp is None or prev["input_fp"] == fp)
             and not answers_cut(prev)
+            and not all_calls_refused(prev)
         )
 
     def prepare(self, conn: Connection, worlds: Sequence[str]) -> dict[str, list[Memory]]:

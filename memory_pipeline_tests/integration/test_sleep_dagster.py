@@ -463,6 +463,57 @@ def test_a_light_sleep_record_from_an_answer_the_provider_cut_is_marked_and_aske
         assert rerun.success and len(server.requests) == 3  # whole answers: reused, no call
 
 
+def test_a_light_sleep_whose_every_tool_call_was_refused_is_warned_and_asked_again(
+    pg_url, redis_url, instance, store, ingest
+):
+    """The model answers w1's light sleep only with calls the rules refuse (arguments that are no
+    JSON object), turn after turn. That day was recorded done, the run said ok with no warning, and
+    no later run asked again: the day stayed empty for w1 for good. Now the run warns, the metadata
+    names w1, its record is flagged and never reused: mode "changed" re-runs the day for w1 alone."""
+    import logging
+
+    from memory_pipeline_tests.fake_openai import FakeOpenAI
+
+    day = DAYS[0]
+    ingest(
+        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["garden tomatoes tomatoes", "ok"])
+        + conversation("w2", "s-2", cst(2026, 3, 2, 10), ["marathon marathon pacing", "ok"])
+    )
+    with FakeOpenAI() as server:
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
+        broken = [True]
+
+        def step(body):
+            if broken[0] and "garden tomatoes" in json.dumps(body["messages"], ensure_ascii=False):
+                return ("tools", [("create_semantic_memory", '{"oops": [1, 2,')])
+            return ("ok", server.default_text)
+
+        server.step = step
+        first = operations.materialize("light_sleep", day, day, instance=instance, defs=defs)
+        assert first.success
+        meta = _materializations(instance, "sleep_light_sleep")[day]
+        assert meta["worlds_all_calls_refused"] == ["w1"] and meta["tool_calls_rejected"] == 3
+        warned = [
+            e.user_message
+            for e in instance.all_logs(first.runs[0].run_id)
+            if e.level == logging.WARNING
+            and "every tool call the model made for world w1 was refused" in e.user_message
+        ]
+        assert warned, "no warning"
+        records = _records(store, "light_sleep", day)
+        assert records["w1"][1]["all_calls_refused"] is True and "all_calls_refused" not in records["w2"][1]
+        asked = len(server.requests)
+
+        broken[0] = False
+        again = operations.materialize("light_sleep", day, day, mode="changed", instance=instance, defs=defs)
+        assert again.success and len(again.runs) == 1
+        assert again.reasons == {day: "every tool call the model made was refused (light sleep of w1)"}
+        assert len(server.requests) == asked + 1  # w1 asked again, w2's record reused
+        assert "all_calls_refused" not in _records(store, "light_sleep", day)["w1"][1]
+        quiet = operations.materialize("light_sleep", day, day, mode="changed", instance=instance, defs=defs)
+        assert quiet.runs == [] and quiet.reasons == {}
+
+
 def test_deep_sleep_and_autobiography_records_from_cut_answers_are_asked_again_by_a_changed_backfill(
     pg_url, redis_url, instance, store, ingest, tmp_path, monkeypatch
 ):

@@ -92,6 +92,7 @@ def _light_meta(r: Any) -> dict[str, Any]:
         "duplicates_skipped": r.duplicates_skipped,
         "worlds_restored_first": r.restored,
         "worlds_truncated": r.worlds_truncated,  # records from a cut answer: asked again at the next run
+        "worlds_all_calls_refused": r.worlds_all_refused,  # nothing applied: asked again at the next run
         "worlds_at_once": r.worlds_at_once,  # threads that asked the model (memory.sleep.worlds_at_once)
         "per_world": md_table(
             ("world", "sessions", "truncated", "created", "updated", "deprecated", "rejected"),
@@ -145,6 +146,7 @@ def _auto_meta(r: Any) -> dict[str, Any]:
         "summaries_written": r.summaries_written,
         "worlds_restored_first": r.restored,
         "worlds_truncated": r.worlds_truncated,  # records from a cut answer: asked again at the next run
+        "worlds_all_calls_refused": r.worlds_all_refused,  # nothing applied: asked again at the next run
         "per_world": MetadataValue.json(r.per_world),
     }
 
@@ -258,6 +260,11 @@ def sleep_stages(
                         done.append(f"{asset} {key}: {meta}")
                         for world, why in getattr(result, "refused", {}).items():  # a degraded day says so
                             context.log.warning(f"{asset} {key}: {why} (world {world}); the other worlds ran")
+                        for world in getattr(result, "worlds_all_refused", []):
+                            context.log.warning(
+                                f"{asset} {key}: every tool call the model made for world {world} was refused "
+                                "(nothing applied; its record is marked and asked again at the next run of the day)"
+                            )
                 finally:
                     if done:
                         context.log.info("\n".join(done))

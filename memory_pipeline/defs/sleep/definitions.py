@@ -18,8 +18,8 @@ from memory_pipeline.lib.timeutil import local_date
 from memory_pipeline.sleep.light import late_days
 from memory_pipeline.sleep.logic import Stage
 from memory_pipeline.sleep.order import LABELS, STAGES, RunStatus
-from memory_pipeline.sleep.reports import cut_records
-from memory_pipeline.sleep.runs import CUT_REASON, day_statuses
+from memory_pipeline.sleep.reports import cut_records, refused_records
+from memory_pipeline.sleep.runs import CUT_REASON, REFUSED_REASON, day_statuses
 
 defs = Definitions(
     assets=assets.sleep_assets,
@@ -53,6 +53,12 @@ def changed_days(
         if c["stage"] in stages:
             found.setdefault(days[c["day"]], []).append(f"{LABELS[Stage(c['stage'])]} of {c['world_id']}")
     why = {key: [f"{CUT_REASON} ({', '.join(what)})"] for key, what in found.items()}
+    refused: dict[str, list[str]] = {}
+    for stage, day, world in reversed(refused_records(store, list(days))):
+        if stage in stages:
+            refused.setdefault(days[day], []).append(f"{LABELS[Stage(stage)]} of {world}")
+    for key, what in refused.items():
+        why.setdefault(key, []).append(f"{REFUSED_REASON} ({', '.join(what)})")
     if Stage.LIGHT in stages:
         for day in sorted(late_days(store, tz)):
             if day in days:
