@@ -28,7 +28,7 @@ from dagster import (
     TimeWindowPartitionsDefinition,
     logger,
 )
-from dagster._core.errors import DagsterExecutionStepExecutionError
+from dagster._core.errors import DagsterExecutionInterruptedError, DagsterExecutionStepExecutionError
 from dagster_shared.error import SerializableErrorInfo
 
 from memory_pipeline.defs._shared.dead_runs import fail_dead_runs, process_tags
@@ -268,6 +268,12 @@ def operator_job(job: JobDefinition) -> JobDefinition:
     return job.with_logger_defs({"console": operator_console})
 
 
+INTERRUPTED = (
+    "interrupted by a signal (Ctrl-C or SIGTERM) during a step: what its steps committed is kept, "
+    "the rest is left to do; run the command again"
+)
+
+
 def error_line(error: SerializableErrorInfo | None) -> str:
     """A step's failure naming its cause: Dagster wraps an exception raised in an asset in "Error
     occurred while executing op ...", and the cause (e.g. ``OSError: [Errno 28] No space left on
@@ -278,6 +284,8 @@ def error_line(error: SerializableErrorInfo | None) -> str:
         return "run failed"
     while error.cause is not None and error.cls_name == DagsterExecutionStepExecutionError.__name__:
         error = error.cause
+    if error.cls_name == DagsterExecutionInterruptedError.__name__:  # its message is its class path alone
+        return INTERRUPTED
     message = error.message.strip()
     if error.cls_name == Failure.__name__:
         message = message.removeprefix(f"{Failure.__module__}.{Failure.__name__}:").strip()

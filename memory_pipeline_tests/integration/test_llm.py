@@ -154,6 +154,30 @@ def test_a_completion_without_a_choice_is_retried_and_counted_by_the_breaker(sto
     assert len(server.requests) == 2 + 2 * 3
 
 
+def test_a_call_interrupted_by_a_signal_still_leaves_its_ledger_row(store, server, monkeypatch):
+    """Ctrl-C or SIGTERM mid-call (a BaseException: KeyboardInterrupt, Dagster's interrupt) left no
+    row although the request had reached the provider. The interrupt itself goes on unchanged."""
+    client = _client(store, server)
+
+    def interrupted(req, timeout):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(client, "_call", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        client.complete(REQ)
+    (row,) = _ledger(store)
+    assert (row["outcome"], row["error"], row["attempts"]) == (
+        "error",
+        "interrupted during the call (KeyboardInterrupt)",
+        1,
+    )
+    assert (row["asset"], row["partition"], row["model"]) == (
+        "temporal_day_summaries",
+        "2026-07-18",
+        "openai/fake-model",
+    )
+
+
 def test_tool_calls_come_back_parsed(store, server):
     server.push("tools", [("create_semantic_memory", {"text": "likes tomatoes", "importance": 3})])
     tools = [

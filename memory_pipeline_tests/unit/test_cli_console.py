@@ -40,3 +40,27 @@ def test_a_priced_cost_never_reads_as_zero_and_an_unpriced_one_is_a_dash():
     assert _cost(3e-8, 1, 1) == "3.0e-08"  # "0.000000" would read as free
     assert _cost(0.0, 1, 1) == "0.000000"  # litellm's own 0 (a free model) is shown as it is
     assert _cost(0.5, 2, 4) == "0.500000 (2 unpriced)"
+
+
+def test_a_run_interrupted_by_a_signal_says_so_not_dagsters_class_path():
+    """Ctrl-C or SIGTERM during a run's step: the run line read `failed:
+    dagster._core.errors.DagsterExecutionInterruptedError` (the error's message is its class path)."""
+    import sys
+
+    from dagster._core.errors import DagsterExecutionInterruptedError
+    from dagster._utils.error import serializable_error_info_from_exc_info
+
+    from memory_pipeline.operations.runner import INTERRUPTED, error_line
+
+    try:
+        raise DagsterExecutionInterruptedError()
+    except DagsterExecutionInterruptedError:
+        info = serializable_error_info_from_exc_info(sys.exc_info())
+    assert "dagster._core.errors.DagsterExecutionInterruptedError" in info.message  # what was shown
+    assert error_line(info) == INTERRUPTED
+    assert INTERRUPTED.startswith("interrupted by a signal (Ctrl-C or SIGTERM)")
+    try:
+        raise OSError(28, "No space left on device")
+    except OSError:
+        other = serializable_error_info_from_exc_info(sys.exc_info())
+    assert error_line(other) == "OSError: [Errno 28] No space left on device"  # any other cause as before

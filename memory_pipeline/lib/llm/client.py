@@ -453,6 +453,15 @@ class LLMClient:
                     + " ".join(said.split()),
                     provider_fault=fault,
                 ) from None
+            except BaseException as exc:
+                # Ctrl-C or SIGTERM (Dagster's interrupt) during the call: the request was sent and
+                # may be billed, so it has its row too; the interrupt goes on as it came.
+                if not self.is_offline:
+                    latency = int((time.monotonic() - started) * 1000)
+                    self.stats.failures += 1
+                    why = f"interrupted during the call ({type(exc).__name__})"
+                    self._ledger(req, key, LedgerOutcome.ERROR, 0, 0, latency, attempts, why)
+                raise
 
         if req.max_chars:
             text = hard_cut(text, req.max_chars)
