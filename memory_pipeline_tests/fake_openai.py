@@ -5,7 +5,8 @@ request pops the next step, or gets the default answer (tool calls
 ``tool_answer(body)`` when set, else the text ``answer(body)`` when set, else ``default_text``). Tool
 calls are (name, arguments) pairs; arguments given as a string are sent exactly as they are. ``length`` answers a text cut short (finish_reason "length", as a
 provider stopping at max_tokens), ``tools_length`` tool calls with that finish reason, ``filtered`` a text
-with finish_reason "content_filter", ``no_choices`` a completion whose choices are empty; ``usage = None`` leaves the usage report out of every answer. ``hold(marker)`` keeps every request whose messages contain
+with finish_reason "content_filter", ``no_choices`` a completion whose choices are empty, ``retry_after`` a 429 whose Retry-After
+header is ``arg``; ``usage = None`` leaves the usage report out of every answer. ``hold(marker)`` keeps every request whose messages contain
 ``marker`` unanswered until ``release()``: a call in flight, for a fault injected at that moment."""
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class FakeOpenAI:
                     self._send(200, server._completion(None, arg, finish="length"))
                 elif kind == "length":
                     self._send(200, server._completion(arg, None, finish="length"))
+                elif kind == "retry_after":  # 429 asking the client to wait `arg` (the header's text)
+                    data = json.dumps({"error": {"message": "slow down", "type": "rate_limit", "code": 429}})
+                    self._raw(429, data.encode(), {"Retry-After": str(arg)})
                 elif kind == "no_choices":
                     self._send(200, {**server._completion("", None), "choices": []})
                 elif kind == "filtered":
@@ -83,9 +87,11 @@ class FakeOpenAI:
             def _send(self, status, payload):
                 self._raw(status, json.dumps(payload).encode())
 
-            def _raw(self, status, data):
+            def _raw(self, status, data, headers=None):
                 try:
                     self.send_response(status)
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()

@@ -1,5 +1,6 @@
 """The LLM resource over litellm against a local OpenAI-compatible server, and its ledger."""
 
+import logging
 import threading
 import time
 from dataclasses import replace
@@ -76,6 +77,22 @@ def test_429_is_retried_with_backoff(store, server):
     result = _client(store, server).complete(REQ)
     assert result.text == "fine" and len(server.requests) == 2
     assert _ledger(store)[0]["attempts"] == 2
+
+
+def test_a_429_waits_the_retry_after_the_provider_asked_for(store, server, caplog):
+    """Retry-After: 2 was ignored (the retry came after the client's own 0.01 s backoff). Now the
+    retry waits what the header asks, up to 60 s; a longer wait asked for falls back to the backoff."""
+    server.push("retry_after", 2).push("ok", "after the wait")
+    with caplog.at_level(logging.WARNING):
+        assert _client(store, server).complete(REQ).text == "after the wait"
+    (said,) = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert "retrying in 2.00s" in said, said
+    server.push("retry_after", 3600).push("ok", "soon")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert _client(store, server).complete(replace(REQ, user="other")).text == "soon"
+    (said,) = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert "retrying in 0.01s" in said, said
 
 
 def test_persistent_500_is_a_hard_failure_with_an_error_row(store, server):

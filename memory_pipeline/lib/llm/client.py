@@ -24,6 +24,7 @@ the run stops instead of paying each call's retries across a whole range. After
 from __future__ import annotations
 
 import copy
+import email.utils
 import json
 import logging
 import random
@@ -188,6 +189,30 @@ def _is_retryable(exc: Exception) -> bool:
         litellm.Timeout,
     )
     return isinstance(exc, retryable)
+
+
+RETRY_AFTER_MAX_SECONDS = 60.0  # a longer wait asked for is not waited (as OpenAI's own client)
+
+
+def retry_after_seconds(exc: Exception) -> float | None:
+    """The wait a refusal's Retry-After header asks for (seconds, or an HTTP date), or None."""
+    headers = getattr(exc, "litellm_response_headers", None)
+    if headers is None:
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+    try:
+        value = headers.get("retry-after") if headers is not None else None
+    except (AttributeError, TypeError):
+        return None
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = (email.utils.parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds()
+        except (TypeError, ValueError):
+            return None
+    return seconds if 0 < seconds <= RETRY_AFTER_MAX_SECONDS else None
 
 
 def _is_provider_fault(exc: Exception) -> bool:
@@ -427,6 +452,7 @@ class LLMClient:
                 retry = attempts <= self.max_retries and not self.is_offline and _is_retryable(exc) and not no_key
                 said = self._redacted(self._explained(exc, timeout, no_key))
                 delay = self.backoff_seconds * (2 ** (attempts - 1)) * (1 + random.random() * 0.1)
+                delay = max(delay, retry_after_seconds(exc) or 0.0)  # the wait the provider asked for
                 if retry and req.deadline is not None and time.monotonic() + delay >= req.deadline:
                     retry = False  # the next attempt would start past the caller's deadline
                 if retry:
