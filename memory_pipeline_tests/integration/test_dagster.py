@@ -1,6 +1,7 @@
 """The Dagster layer on an ephemeral instance with the real PostgreSQL and Redis: every asset,
 ranges as one run, backfill missing vs rebuild, checks, metadata, schedules and sensors."""
 
+import json
 import logging
 import re
 from datetime import UTC, date, datetime, timedelta
@@ -387,6 +388,33 @@ def test_overlapping_backfills_never_pay_twice(pg_url, redis_url, store, ingest)
         assert len(server.requests) == pairs
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(partition_leases)).scalar_one() == 0  # all released
+
+
+def test_a_range_whose_every_partition_failed_says_the_other_worlds_rows_are_written(
+    pg_url, redis_url, instance, store, ingest
+):
+    """w1's calls fail on both days, w2's are answered: both partitions fail, and the line said "no
+    new row written (rows kept)" while w2's two rows had just been written."""
+    ingest(
+        conversation("w1", "a", cst(2026, 2, 2, 9), ["tomatoes planted", "tomatoes watered"])
+        + conversation("w1", "b", cst(2026, 2, 3, 9), ["tomatoes staked", "tomatoes tied"])
+        + conversation("w2", "c", cst(2026, 2, 2, 10), ["marathon pacing", "marathon intervals"])
+        + conversation("w2", "d", cst(2026, 2, 3, 10), ["marathon taper", "marathon rest"])
+    )
+    with FakeOpenAI() as server:
+        server.step = lambda body: ("status", 500) if "tomatoes" in json.dumps(body) else ("ok", server.default_text)
+        defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k", max_retries=0)
+        report = operations.materialize("day", "2026-02-02", "2026-02-03", instance=instance, defs=defs)
+    assert not report.success
+    line = report.runs[0].error.splitlines()[0]
+    assert line.startswith(
+        "2 of 2 day partition(s); no new row for the worlds that failed (a row they had is kept), "
+        "the other worlds' rows are written: "
+    ), line
+    with store.connect() as conn:
+        t = temporal_summaries.c
+        written = conn.execute(select(t.world_id, t.period_start).where(t.window == "day")).all()
+    assert sorted(w for w, _ in written) == ["w2", "w2"]
 
 
 def test_a_dead_runs_lease_is_taken_over_and_a_live_one_is_left_to_its_run(defs, instance, store, new_year):

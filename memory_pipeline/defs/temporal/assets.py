@@ -297,7 +297,13 @@ def _failure_line(window: str, n: int, failures: dict[str, str]) -> str:
     more = f" | (+{len(failures) - 5} more)" if len(failures) > 5 else ""
     if n == 1:
         return shown
-    others = "rows of the others are written" if len(failures) < n else "no new row written (rows kept)"
+    # Every partition failing is still not "nothing written": a failed partition's other worlds
+    # (their placeholders among them) are written; only the worlds that failed have no new row.
+    others = (
+        "rows of the others are written"
+        if len(failures) < n
+        else "no new row for the worlds that failed (a row they had is kept), the other worlds' rows are written"
+    )
     return f"{len(failures)} of {n} {window} partition(s); {others}: {shown}{more}"
 
 
