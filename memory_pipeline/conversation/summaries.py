@@ -493,7 +493,9 @@ def _ask(
         )
     calls = [c for c in answer.tool_calls if c.get("name") == logic.TOOL]
     if not calls:
-        raise FormatError("the model answered without write_conversation_summary (format error)")
+        other = sorted({str(c.get("name")) for c in answer.tool_calls})
+        instead = f": it called {', '.join(repr(n) for n in other)} instead" if other else ": no tool call"
+        raise FormatError(f"the model answered without write_conversation_summary{instead} (format error)")
     sections = logic.parse_sections(calls[0], cfg.max_sentences)
     shown = [(e["n"], " ".join(str(e["content"]).split())[: cfg.entry_max_chars]) for e in entries]
     logic.check_author_view(sections, shown, long_arc)

@@ -94,7 +94,11 @@ def test_rolling_versions_in_the_exact_layout_and_never_an_overwrite(store, inge
 @pytest.mark.parametrize(
     "script, error",
     [
-        ([("ok", "just text, no tool")], "without write_conversation_summary"),
+        ([("ok", "just text, no tool")], "without write_conversation_summary: no tool call (format error)"),
+        (  # the tool it did call is named (it read as if no tool had been called)
+            [("tools", [("frobnicate_memory", {"x": 1})])],
+            "without write_conversation_summary: it called 'frobnicate_memory' instead (format error)",
+        ),
         (
             [
                 (
@@ -135,7 +139,7 @@ def test_rolling_versions_in_the_exact_layout_and_never_an_overwrite(store, inge
         ),
         ([("sleep", 3)], "failed for conversation_summary"),
     ],
-    ids=["no-tool", "eleven-sentences", "dated", "timeout"],
+    ids=["no-tool", "another-tool", "eleven-sentences", "dated", "timeout"],
 )
 def test_a_failure_writes_nothing_logs_an_event_and_retries_next_trigger(store, ingest, script, error):
     ingest(conversation("w1", "c1", cst(2026, 3, 2, 9), texts(30)))
