@@ -164,10 +164,10 @@ def with_ingest_progress(store: Store, label: str, fn: Callable[[Callable[[str, 
 
 
 def print_ingest(report: IngestReport) -> None:
-    other = report.lines - report.inserted - report.duplicates - len(report.rejected)
+    other = report.lines - report.inserted - report.duplicates - report.rejected_lines
     console.print(
         f"{escape(report.source)}: {report.lines} lines, [green]{report.inserted} inserted[/], "
-        f"{report.duplicates} already present, {len(report.rejected)} rejected, "
+        f"{report.duplicates} already present, {report.rejected_lines} rejected, "
         + (f"{other} blank or repeated in the file, " if other > 0 else "")  # the counts add up to the lines
         + f"{report.new_conversations} new conversation(s), {report.new_worlds} new world(s)"
     )

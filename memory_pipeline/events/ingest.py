@@ -61,7 +61,7 @@ from memory_pipeline.lib.ids import ID_RE, validate_id
 from memory_pipeline.lib.store import Store, retry_transient
 from memory_pipeline.lib.store.tables import conversations, messages, worlds
 from memory_pipeline.lib.text import json_error, json_type, shown, text_problem
-from memory_pipeline.lib.timeutil import EARLIEST, LATEST, parse_instant
+from memory_pipeline.lib.timeutil import EARLIEST, LATEST, iso_offset, parse_instant
 
 # One event as the ingestion format has it: a JSON object (``validate_event`` says what it holds).
 Event = dict[str, Any]
@@ -149,10 +149,16 @@ class IngestReport:
     lines: int = 0
     inserted: int = 0
     duplicates: int = 0
-    rejected: list[LineError] = field(default_factory=list)
+    rejected: list[LineError] = field(default_factory=list)  # every problem (a line may have several)
     new_conversations: int = 0
     new_worlds: int = 0
     at_from_ingest: int = 0  # of the inserted: lines without a timestamp, given the ingest time
+
+    @property
+    def rejected_lines(self) -> int:
+        """How many lines (places, for a LoCoMo file) were rejected: a line with several problems
+        counts once, so inserted, already present and rejected add up to at most the lines."""
+        return len({(e.source, e.where) for e in self.rejected})
 
 
 def source_label(path: str | Path) -> str:
@@ -474,8 +480,12 @@ def _fast_row(obj: Any, pos: int, source: str, latest: datetime) -> staging.Row 
     if type(ts) is not str or not ts or ts != ts.strip():
         return None
     try:
-        at = datetime.fromisoformat(ts[:-1] + "+00:00" if ts[-1] in "Zz" else ts)
+        text = ts[:-1] + "+00:00" if ts[-1] in "Zz" else ts
+        at = datetime.fromisoformat(text)
         if at.tzinfo is None or at.utcoffset() is None:
+            return None
+        # ±HH:MM seen at once; anything else as parse_instant checks it (Python reads +08:00:30 too)
+        if not (text[-6] in "+-" and text[-3] == ":") and not iso_offset(text):
             return None
         at = at.astimezone(UTC)
     except (ValueError, OverflowError):
@@ -736,7 +746,7 @@ def _record_batch(conn: Connection, report: IngestReport, sha256: str, now: date
             lines=report.lines,
             inserted=report.inserted,
             duplicates=report.duplicates,
-            rejected=len(report.rejected),
+            rejected=report.rejected_lines,
             at=now,
         )
     )

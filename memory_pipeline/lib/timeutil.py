@@ -45,6 +45,13 @@ _ISO_OFFSET = re.compile(r"[+-]\d\d(:?\d\d)?")
 _NOT_ISO = "is not an ISO 8601 datetime (want e.g. 2026-01-15T10:00:00+08:00)"
 
 
+def iso_offset(value: str) -> bool:
+    """Whether the offset ending the text of an aware datetime is ISO 8601's ±HH:MM (±HHMM, ±HH):
+    Python also reads one with seconds (+08:00:30, +08:00:30.5), which is refused everywhere."""
+    offset = _OFFSET.search(value)
+    return offset is None or _ISO_OFFSET.fullmatch(offset.group()) is not None
+
+
 def parse_instant(text: object) -> datetime:
     """An aware datetime from ISO 8601 text with an offset (``Z`` allowed), within the supported
     range. The ValueError says what is wrong ("is ..." / "has ...") without echoing the text."""
@@ -56,9 +63,7 @@ def parse_instant(text: object) -> datetime:
         dt = datetime.fromisoformat(value)
     except ValueError:
         raise ValueError(_NOT_ISO) from None
-    # Python also reads an offset with seconds (+08:00:30); ISO 8601's are ±HH:MM (±HHMM, ±HH).
-    offset = _OFFSET.search(value) if dt.tzinfo is not None else None
-    if offset and not _ISO_OFFSET.fullmatch(offset.group()):
+    if dt.tzinfo is not None and not iso_offset(value):
         raise ValueError(_NOT_ISO)
     problem = instant_problem(dt)
     if problem:

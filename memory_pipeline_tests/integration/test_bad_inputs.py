@@ -123,6 +123,8 @@ def _check_outcome(store, before, run, source: str, lines: int | None) -> None:
     )
     if report.rejected:
         _check_located(report.rejected, source, lines)
+    if lines is not None:  # a line with several faults is one rejected line: the counts add up to the lines
+        assert report.inserted + report.duplicates + report.rejected_lines <= report.lines == lines
     event("written, some skipped" if report.rejected else "written" if report.inserted else "nothing new")
 
 

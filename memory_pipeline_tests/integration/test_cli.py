@@ -60,6 +60,21 @@ def test_ingest_counts_add_up_to_the_lines_and_it_says_what_no_partition_covers(
     assert "1 message(s) in the store are dated before MEMORY_PARTITION_START (2022-01-01)" in said, said
 
 
+def test_skip_bad_counts_a_line_with_several_faults_once_and_lists_each(env):
+    """A line with four faults was '4 rejected': the counts of a two-line file added up to five."""
+    good = event("w1", "c1", "user", "hi", cst(2026, 7, 18, 6))
+    bad = event("w:1", "c1", "bot", "x", cst(2026, 7, 18, 6)) | {"timestamp": "soon", "debug": "x"}
+    path = _jsonl(env / "e.jsonl", [good, {**bad, "message_id": "b1"}])
+    for counts in (
+        "1 inserted, 0 already present, 1 rejected, 1 new",
+        "0 inserted, 1 already present, 1 rejected, 0 new",
+    ):
+        result = runner.invoke(app, ["ingest", "--skip-bad", str(path)])
+        said = " ".join(result.output.split())
+        assert result.exit_code == 0 and f"e.jsonl: 2 lines, {counts} conversation(s)" in said, said
+        assert said.count(":2: field ") == 4, said  # each fault of the line is listed
+
+
 def test_operate_and_read_from_the_command_line(env, monkeypatch):
     events = (
         conversation("w1", "a", cst(2026, 7, 17, 9), ["tomatoes planted", "tomatoes watered"])

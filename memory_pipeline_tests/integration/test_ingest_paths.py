@@ -208,3 +208,86 @@ def test_repeats_and_conflicts_are_decided_as_the_sequential_rules_decide(store,
             if e["message_id"] in given:
                 assert at[e["message_id"]] == given[e["message_id"]]
     assert report.inserted == len(set(after) - set(before))
+
+
+# --- an offset with seconds: refused on every path, by line ---------------------------------------
+
+NOT_ISO = "is not an ISO 8601 datetime (want e.g. 2026-01-15T10:00:00+08:00)"
+
+
+def _both(tmp_path, store: Store, path, **kw) -> list:
+    """ingest_file on PostgreSQL and on SQLite: each report or IngestError, and each store's rows."""
+    lite = Store(f"sqlite:///{tmp_path}/memory-{path.stem}.sqlite")
+    ensure_schema(lite, domains.version_locations())
+    out = []
+    try:
+        for s in (store, lite):
+            try:
+                got: object = ingest_file(s, path, now=NOW, **kw)
+            except IngestError as exc:
+                got = exc
+            out.append((got, _rows(s)))
+    finally:
+        make_engine(lite.url).dispose()
+    return out
+
+
+@pytest.mark.parametrize("offset", ["+08:00:30", "+08:00:30.5", "+08:00:00", "+080030"])
+def test_an_offset_with_seconds_is_refused_on_every_line_and_path(store, tmp_path, offset):
+    """The fast check of a line read such an offset as Python does: a line holding only it was
+    stored, while the same value on a line the exact validator reads (tool calls) was refused."""
+    ts = f"2026-07-17T10:00:00{offset}"
+    plain = event("w1", "c1", "user", "hi", cst(2026, 7, 17, 6), mid="m1") | {"timestamp": ts}
+    path = tmp_path / "single.jsonl"
+    path.write_text(json.dumps(plain) + "\n")
+    for got, rows in _both(tmp_path, store, path):
+        assert isinstance(got, IngestError)
+        assert [str(e) for e in got.errors] == [f"{path}:1: field 'timestamp': {ts!r} {NOT_ISO}"]
+        assert rows["messages"] == rows["batches"] == []
+
+    bot = event("w1", "c1", "bot", "x", cst(2026, 7, 17, 6), mid="m0")
+    calls = plain | {"message_id": "m3", "tool_calls": [{"name": "search"}]}
+    good = event("w1", "c1", "user", "fine", cst(2026, 7, 17, 6, 5), mid="m4")
+    path = tmp_path / "skip.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in [bot, plain, {**plain, "message_id": "m2"}, calls, good]))
+    expected = [
+        f"{path}:1: field 'role': unknown role 'bot' (expected one of assistant, system, tool, user)",
+        *(f"{path}:{n}: field 'timestamp': {ts!r} {NOT_ISO}" for n in (2, 3, 4)),
+    ]
+    for got, rows in _both(tmp_path, store, path):
+        assert isinstance(got, IngestError) and [str(e) for e in got.errors] == expected
+        assert rows["messages"] == rows["batches"] == []
+    for got, rows in _both(tmp_path, store, path, skip_bad=True):
+        assert not isinstance(got, IngestError)
+        assert [str(e) for e in got.rejected] == expected
+        assert [m[0] for m in rows["messages"]] == ["m4"]
+        assert rows["batches"] == [(5, 1, 0, 4)]
+
+
+def test_skip_bad_counts_rejected_lines_not_problems(store, tmp_path):
+    """A line with four faults was four rejected: its file of two lines reported 2 lines, 1
+    inserted, 4 rejected, and ingest_batches kept that sum beyond its lines."""
+    good = event("w1", "c1", "user", "hi", cst(2026, 7, 17, 6), mid="m1")
+    bad = event("w:1", "c1", "bot", "x", cst(2026, 7, 17, 6), mid="m2") | {"timestamp": "soon", "debug": "x"}
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    first = _both(tmp_path, store, path, skip_bad=True)
+    for got, rows in first:
+        assert not isinstance(got, IngestError)
+        assert [(e.line, e.field) for e in got.rejected] == [
+            (2, "world_id"),
+            (2, "role"),
+            (2, "timestamp"),
+            (2, "debug"),
+        ]
+        assert rows["batches"] == [(2, 1, 0, 1)]  # lines, inserted, already present, rejected
+        assert (got.lines, got.inserted, got.duplicates, got.rejected_lines) == (2, 1, 0, 1)
+    lite = Store(f"sqlite:///{tmp_path}/memory-{path.stem}.sqlite")  # the SQLite store _both wrote
+    try:
+        again = [ingest_file(s, path, now=NOW, skip_bad=True) for s in (store, lite)]
+        batches = [_rows(s)["batches"] for s in (store, lite)]
+    finally:
+        make_engine(lite.url).dispose()
+    assert batches == [[(2, 0, 1, 1), (2, 1, 0, 1)]] * 2  # the re-run: 1 already present, the same line rejected
+    for r in again:
+        assert (r.lines, r.inserted, r.duplicates, r.rejected_lines, len(r.rejected)) == (2, 0, 1, 1, 4)
