@@ -195,6 +195,23 @@ def test_a_call_interrupted_by_a_signal_still_leaves_its_ledger_row(store, serve
     )
 
 
+def test_a_usage_report_no_call_can_have_is_estimated_not_added_up(store, server, caplog):
+    """prompt_tokens -50 and completion_tokens 10^12 were stored as given: `status` then totalled
+    a trillion tokens out. Such a report is ignored (warned) and the tokens estimated."""
+    client = _client(store, server)
+    for usage in ((-50, 10), (10, 10**12)):
+        server.usage = usage
+        with caplog.at_level(logging.WARNING):
+            client.complete(replace(REQ, user=f"material {usage}"))
+    rows = _ledger(store)
+    assert [r["tokens_source"] for r in rows] == ["estimated", "estimated"]
+    assert all(0 < r["tokens_in"] < 1000 and 0 < r["tokens_out"] < 1000 for r in rows), rows
+    assert sum("usage report for day ignored" in r.getMessage() for r in caplog.records) == 2
+    server.usage = (120, 40)
+    client.complete(replace(REQ, user="a sane report"))
+    assert (_ledger(store)[-1]["tokens_source"], _ledger(store)[-1]["tokens_in"]) == ("provider", 120)
+
+
 def test_tool_calls_come_back_parsed(store, server):
     server.push("tools", [("create_semantic_memory", {"text": "likes tomatoes", "importance": 3})])
     tools = [

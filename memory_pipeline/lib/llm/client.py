@@ -191,6 +191,7 @@ def _is_retryable(exc: Exception) -> bool:
     return isinstance(exc, retryable)
 
 
+PROVIDER_TOKENS_MAX = 100_000_000  # a usage report beyond this (or negative) is no call's
 RETRY_AFTER_MAX_SECONDS = 60.0  # a longer wait asked for is not waited (as OpenAI's own client)
 
 
@@ -709,6 +710,17 @@ class LLMClient:
                 arguments = raw  # kept as text: the caller refuses the call by name, not the whole answer
             tool_calls.append({"id": tc.id, "name": tc.function.name, "arguments": arguments, "raw_arguments": raw})
         source = TokensSource.PROVIDER
+        if not (0 <= tin <= PROVIDER_TOKENS_MAX and 0 <= tout <= PROVIDER_TOKENS_MAX):
+            # A usage report no call can have (negative, or beyond any model's window): not billing
+            # to add up in the ledger and `status`, so estimated as for an answer without usage.
+            log.warning(
+                "%s: usage report for %s ignored (prompt_tokens %s, completion_tokens %s): tokens estimated",
+                self.model,
+                req.task,
+                tin,
+                tout,
+            )
+            tin = tout = 0
         if tin == 0 and tout == 0:
             # No usage in the answer (litellm then reports zeros): estimated, and recorded as such.
             source = TokensSource.ESTIMATED
