@@ -483,6 +483,19 @@ def status() -> None:
     print_conversation_status(store)
 
 
+def print_dead_holders(store: Store) -> None:
+    """Leases still held by a command-line run whose process is gone (kill -9): nothing else in
+    `status` showed that run, which the instance keeps as started until something marks it failed."""
+    from memory_pipeline.lib.store.leases import dead_holders
+
+    for (run, host, pid), n in sorted(dead_holders(store).items()):
+        console.print(
+            f"[yellow]run {escape(run)} holds {n} partition lease(s) but its process (pid {pid} on host "
+            f"{escape(host)}) is gone (killed): the next backfill, rebuild or regenerate of those partitions "
+            "takes them over at once and marks the run failed (the daemon's dead_runs_sensor marks it failed too)[/]"
+        )
+
+
 def print_status(store: Store) -> None:
     from memory_pipeline.cli.cache import print_pending_cache
     from memory_pipeline.events.reports import event_counts
@@ -521,6 +534,7 @@ def print_status(store: Store) -> None:
     print_never_materialized(reconcile.never_materialized(store, _zone()))
     print_incomplete(reconcile.incomplete_periods(store, _zone()))
     print_pending_cache(store)
+    print_dead_holders(store)
     totals = ledger_totals(store)
     ledger = Table(
         title="LLM ledger (one row per asset, model and outcome)",

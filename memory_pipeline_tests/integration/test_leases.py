@@ -146,6 +146,27 @@ def test_a_holder_whose_process_is_gone_is_taken_over_at_once(lease_store):
         assert {k: h.pid for k, h in got.dead.items()} == {"2025-12-30": pid, "2025-12-29": pid}
 
 
+def test_status_names_a_killed_runs_leases_until_they_are_taken_over(lease_store, monkeypatch):
+    """After `kill -9` of a command-line backfill, nothing in `status` showed its run or the leases
+    it still held: it names them (read only), and no more once a run took them over."""
+    from typer.testing import CliRunner
+
+    from memory_pipeline.cli import app
+
+    monkeypatch.setenv("MEMORY_DATABASE_URL", lease_store.url)
+    assert leases.try_acquire(lease_store, A, "2025-12-20", "live-run") is None  # alive: never named
+    pid = _killed_holder(lease_store, [P, "2025-12-30", "2025-12-29"])
+    assert leases.dead_holders(lease_store) == {("killed-run", leases.this_host(), pid): 3}
+    shown = " ".join(CliRunner().invoke(app, ["status"], catch_exceptions=False).output.split())
+    assert f"run killed-run holds 3 partition lease(s) but its process (pid {pid} on host" in shown, shown
+    assert "live-run" not in shown
+    assert leases.dead_holders(lease_store) == {("killed-run", leases.this_host(), pid): 3}  # status wrote nothing
+    with leases.held_free(lease_store, A, [P, "2025-12-30", "2025-12-29"], "rerun") as got:
+        assert got.taken == {P, "2025-12-30", "2025-12-29"}
+    assert leases.dead_holders(lease_store) == {}
+    assert "killed-run" not in CliRunner().invoke(app, ["status"], catch_exceptions=False).output
+
+
 def test_a_live_holder_or_one_on_another_host_is_never_taken_as_dead(lease_store):
     assert not leases.process_gone(leases.this_host(), os.getppid())  # alive
     assert not leases.process_gone(leases.this_host(), os.getpid())  # this process

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import BindParameter, Connection, bindparam, delete, select, update
+from sqlalchemy import BindParameter, Connection, bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from memory_pipeline.lib.store.db import Store, cached_insert
@@ -89,6 +89,21 @@ def process_gone(host: str | None, pid: int | None) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # killed, not yet reaped by its parent
     except (OSError, IndexError):
         return False
+
+
+def dead_holders(store: Store) -> dict[tuple[str, str, int], int]:
+    """(run id, host, pid) -> leases it still holds, for each holder whose process on this host is
+    provably gone (``process_gone``: killed with ``kill -9``): what `status` shows until the next run
+    of those partitions takes them over (at once) and the instance's run is marked failed. Reads only."""
+    p = partition_leases.c
+    q = (
+        select(p.holder, p.host, p.pid, func.count())
+        .where(p.host == this_host(), p.pid.is_not(None))
+        .group_by(p.holder, p.host, p.pid)
+    )
+    with store.connect() as conn:
+        rows = conn.execute(q).all()
+    return {(h, host, pid): int(n) for h, host, pid, n in rows if process_gone(host, pid)}
 
 
 class LeaseTimeout(RuntimeError):
