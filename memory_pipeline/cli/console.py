@@ -104,16 +104,15 @@ def known_world(value: str, store: Store, flag: str = "--world") -> str:
     return value
 
 
-def open_store() -> Store:
-    """The store of MEMORY_DATABASE_URL (SQLite under data/ by default), migrated to head. A URL
-    that is none, or a database that does not answer, is one line naming the variable (the URL's
+def answering_store() -> Store:
+    """The store of MEMORY_DATABASE_URL (SQLite under data/ by default), connected to once, as it
+    is. A URL that is none (or of a database the store does not support), or a database that does
+    not answer (not there, a role it does not know), is one line naming the variable (the URL's
     password hidden), not a traceback."""
-    from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
+    from sqlalchemy.exc import ArgumentError, OperationalError
 
-    from memory_pipeline import domains
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.store import Store
-    from memory_pipeline.lib.store.migrate import ensure_schema
     from memory_pipeline.lib.text import redact
 
     url = settings.database_url()
@@ -127,6 +126,21 @@ def open_store() -> Store:
     except OperationalError as exc:
         problem = " ".join(str(exc.orig).split()) if exc.orig is not None else str(exc).splitlines()[0]
         refuse(f"the store ({settings.ENV_DATABASE_URL}={redact(url)}) did not answer: {redact(problem)}", 1)
+    return store
+
+
+def open_store() -> Store:
+    """The store that answers (:func:`answering_store`), migrated to head; a search_path naming no
+    schema is one line too."""
+    from sqlalchemy.exc import ProgrammingError
+
+    from memory_pipeline import domains
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.store.migrate import ensure_schema
+    from memory_pipeline.lib.text import redact
+
+    store = answering_store()
+    url = settings.database_url()
     try:
         ensure_schema(store, domains.version_locations())
     except ProgrammingError as exc:  # a search_path naming no schema that exists: nowhere to create tables

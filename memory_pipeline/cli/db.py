@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from memory_pipeline.cli.console import console
+from memory_pipeline.cli.console import answering_store, console
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -13,11 +13,9 @@ app = typer.Typer(no_args_is_help=True)
 def upgrade() -> None:
     """Bring the schema of MEMORY_DATABASE_URL to the newest revision (safe to run concurrently)."""
     from memory_pipeline import domains
-    from memory_pipeline.lib import settings
-    from memory_pipeline.lib.store import Store
     from memory_pipeline.lib.store.migrate import upgrade as run_upgrade
 
-    store = Store(settings.database_url())
+    store = answering_store()
     before, after = run_upgrade(store, domains.version_locations())
     if before == after:
         console.print(f"schema already at {after} ({store.dialect})")
@@ -29,12 +27,10 @@ def upgrade() -> None:
 def current() -> None:
     """Print the schema revision of the store and the newest one."""
     from memory_pipeline import domains
-    from memory_pipeline.lib import settings
-    from memory_pipeline.lib.store import Store
     from memory_pipeline.lib.store.migrate import current as current_rev
     from memory_pipeline.lib.store.migrate import head
 
-    store = Store(settings.database_url())
+    store = answering_store()
     now, newest = current_rev(store), head(domains.version_locations())
     console.print(
         f"{store.dialect}: at {now or 'empty'}, head {newest}" + ("" if now == newest else " (run: db upgrade)")

@@ -11,7 +11,11 @@ CLI = str(Path(sys.executable).with_name("memory-pipeline"))
 
 
 def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMORY_") and k not in ("DAGSTER_HOME", "DAGSTER_PG_URL", "REDIS_URL")
+    }
     return subprocess.run(
         [CLI, *args],
         env={**base, "MEMORY_DATA_DIR": str(tmp_path), **env},
@@ -108,3 +112,33 @@ def test_the_status_reports_refuse_a_bad_setting_before_their_first_line(tmp_pat
     late = _run(tmp_path, "status", MEMORY_PARTITION_START="2022-13-01")
     assert late.returncode == 2 and late.stdout == "", late.stdout + late.stderr
     assert _lines(late.stderr) == ["MEMORY_PARTITION_START: '2022-13-01' is not a date (YYYY-MM-DD)"]
+
+
+def test_the_db_commands_on_a_database_or_role_that_does_not_exist_are_the_one_line_of_status(tmp_path):
+    """`db current` and `db upgrade` printed a traceback of ~450 lines ending in the driver's FATAL."""
+    cases = {
+        "postgresql://postgres:hunter22@127.0.0.1:5432/nodb_x": 'database "nodb_x" does not exist',
+        "postgresql://norole_x:hunter22@127.0.0.1:5432/test": 'role "norole_x" does not exist',
+    }
+    for url, fatal in cases.items():
+        shown = url.replace(":hunter22@", ":***@")
+        said = (
+            f"the store (MEMORY_DATABASE_URL={shown}) did not answer: connection to server at "
+            f'"127.0.0.1", port 5432 failed: FATAL: {fatal}'
+        )
+        for command in (["db", "current"], ["db", "upgrade"], ["status"]):
+            bad = _run(tmp_path, *command, MEMORY_DATABASE_URL=url)
+            assert bad.returncode == 1, bad.stdout + bad.stderr
+            assert _lines(bad.stderr) == [said], bad.stderr
+
+
+def test_a_database_the_store_does_not_support_is_one_line_naming_the_ones_it_does(tmp_path):
+    """A mysql:// URL was a traceback ending in ModuleNotFoundError: No module named 'MySQLdb'."""
+    said = (
+        "MEMORY_DATABASE_URL: the scheme 'mysql' is not supported: "
+        "the store is sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
+    )
+    for command in (["status"], ["db", "current"]):
+        bad = _run(tmp_path, *command, MEMORY_DATABASE_URL="mysql://u:hunter22@h/db")
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        assert _lines(bad.stderr) == [said], bad.stderr

@@ -17,7 +17,8 @@ from sqlalchemy import ColumnDefault, Connection, Engine, Table, TableClause, cr
 from sqlalchemy import column as sql_column
 from sqlalchemy import table as sql_table
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.sql.cache_key import CacheKey
 
 T = TypeVar("T")
@@ -32,11 +33,22 @@ def _normalize(url: str) -> str:
     return url
 
 
+# The databases the store runs on, by SQLAlchemy backend name: how their URLs are written.
+SUPPORTED_BACKENDS = {"sqlite": "sqlite:///PATH", "postgresql": "postgresql://USER@HOST:PORT/DATABASE"}
+
+
 @lru_cache(maxsize=16)
 def make_engine(url: str) -> Engine:
     """hide_parameters: a database error's text shows the statement but never the values bound to
-    it (message bodies, summaries, cached answers)."""
+    it (message bodies, summaries, cached answers). A URL of any other database than SQLite or
+    PostgreSQL is an ArgumentError, as a URL that is none (its driver is not installed, and the
+    migrations and upserts are written for these two)."""
     url = _normalize(url)
+    backend = make_url(url).get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        raise ArgumentError(
+            f"the scheme {backend!r} is not supported: the store is {' or '.join(SUPPORTED_BACKENDS.values())}"
+        )
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 60}, hide_parameters=True)
 
