@@ -84,9 +84,21 @@ def data_dir() -> Path:
     return Path(env(ENV_DATA_DIR) or Path.cwd() / "data").resolve()
 
 
+def make_folder(path: Path, setting: str) -> Path:
+    """``path`` as a folder, made if missing; one that cannot be (a path under /proc or /sys, a file
+    in the way, no permission) is a ConfigError naming ``setting``, the variable it comes from."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = exc.filename or path
+        cause = "a file is in the way" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror
+        shown = f"{setting}={env(setting)}" if env(setting) else f"{setting} (unset)"
+        raise ConfigError(f"{shown}: cannot make the folder {where} ({cause})") from None
+    return path
+
+
 def default_sqlite_url() -> str:
-    path = data_dir() / "memory.sqlite"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = make_folder(data_dir(), ENV_DATA_DIR) / "memory.sqlite"
     return f"sqlite:///{path}"
 
 
@@ -107,10 +119,10 @@ def dagster_home() -> Path:
     """The Dagster instance folder: DAGSTER_HOME, else data/dagster_home (exported for Dagster).
     Also exports DAGSTER_EVENT_BATCH_SIZE=1000 unless set: Dagster then hands a run's planned
     events and an output's materializations over a range to the event log as one batch."""
+    setting = "DAGSTER_HOME" if env("DAGSTER_HOME") else ENV_DATA_DIR
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(data_dir() / "dagster_home")))
     os.environ.setdefault(ENV_DAGSTER_EVENT_BATCH_SIZE, DAGSTER_EVENT_BATCH_SIZE)
-    home.mkdir(parents=True, exist_ok=True)
-    return home
+    return make_folder(home, setting)
 
 
 def child_environment(pythonpath_first: str) -> dict[str, str]:

@@ -142,3 +142,23 @@ def test_a_database_the_store_does_not_support_is_one_line_naming_the_ones_it_do
         bad = _run(tmp_path, *command, MEMORY_DATABASE_URL="mysql://u:hunter22@h/db")
         assert bad.returncode == 2, bad.stdout + bad.stderr
         assert _lines(bad.stderr) == [said], bad.stderr
+
+
+def test_a_data_folder_that_cannot_be_made_is_one_line_naming_the_variable(tmp_path):
+    """A MEMORY_DATA_DIR under /sys or /proc, or naming a file, was a traceback through
+    default_sqlite_url ending in PermissionError, FileNotFoundError or FileExistsError."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    (tmp_path / "e.jsonl").write_text("")
+    cases = {
+        "/sys/x": "cannot make the folder /sys/x (Operation not permitted)",
+        "/proc/x": "cannot make the folder /proc/x (No such file or directory)",
+        str(afile): f"cannot make the folder {afile} (a file is in the way)",
+    }
+    commands = (["ingest", str(tmp_path / "e.jsonl")], ["backfill", "day", "--from", "2026-01-01"])
+    for folder, said in cases.items():
+        for command in (["status"], *(commands if folder == "/sys/x" else ())):
+            bad = _run(tmp_path, *command, MEMORY_DATA_DIR=folder)
+            assert bad.returncode == 2, bad.stdout + bad.stderr
+            assert _lines(bad.stderr) == [f"MEMORY_DATA_DIR={folder}: {said}"], (command, bad.stderr)
+            assert bad.stdout == "", bad.stdout
