@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, escape, open_store
+from memory_pipeline.cli.console import console, err, escape, open_cache, open_store
 
 if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store
@@ -68,6 +68,7 @@ def cache_writeback() -> None:
     if not settings.redis_url():
         err.print("[red]REDIS_URL is not set: nothing to write back to[/]")
         raise typer.Exit(2)
+    open_cache(store)  # a URL that is none, or one Redis refuses, is one line before any batch
     written = expired = 0
     while True:  # batches of 2,000 until nothing is left or Redis stops answering
         r = flush_pending(store, KVCache(settings.redis_url(), store=store))

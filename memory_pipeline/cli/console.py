@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the CLI imports the domains lazily: a command loads only wh
     from dagster import DagsterInstance
 
     from memory_pipeline.events.ingest import IngestReport
+    from memory_pipeline.lib.cache import KVCache
     from memory_pipeline.lib.store import Store
     from memory_pipeline.operations.runner import RunFindings, RunSummary
 
@@ -151,6 +152,25 @@ def open_store() -> Store:
             1,
         )
     return store
+
+
+def open_cache(store: Store | None = None) -> KVCache:
+    """The cache of REDIS_URL (the in-process one when unset, or when Redis does not answer). A URL
+    that is none, or one Redis refuses (a database number past its ``databases``), is one line
+    naming the variable (the URL's password hidden), not a traceback."""
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.cache import KVCache
+    from memory_pipeline.lib.text import redact
+
+    url = settings.redis_url()
+    try:
+        cache = KVCache(url, store=store)
+    except ValueError as exc:  # redis-py: not a redis://, rediss:// or unix:// URL, a bad number in it
+        refuse(f"{settings.ENV_REDIS_URL}={redact(url or '')}: {redact(' '.join(str(exc).split()))}")
+    refused = cache.refusal()
+    if refused:
+        refuse(f"{settings.ENV_REDIS_URL}={redact(url or '')}: Redis refused it: {refused}")
+    return cache
 
 
 def progress_bar() -> Progress:

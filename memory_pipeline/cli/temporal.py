@@ -17,6 +17,7 @@ from memory_pipeline.cli.console import (
     err,
     escape,
     exit_if_checks_failed,
+    open_cache,
     open_store,
     progress_bar,
     refuse,
@@ -331,7 +332,6 @@ def read(
     """Print the <temporal_summary> block and today's peer insertions (never calls an LLM).
     Exit 2 on a bad option, 1 for a world with no events."""
     from memory_pipeline.lib import settings
-    from memory_pipeline.lib.cache import KVCache
     from memory_pipeline.lib.timeutil import utcnow
     from memory_pipeline.temporal import config as temporal_config
     from memory_pipeline.temporal.read import temporal_view, viewer_timeline
@@ -346,7 +346,7 @@ def read(
         refuse(f"no such world {world!r}: nothing has been ingested for it", code=1)
     if conversation is not None:
         _viewer_note(store, world, conversation)
-    cache = KVCache(settings.redis_url())
+    cache = open_cache()
     cfg = temporal_config.load()
     view = temporal_view(store, cache, cfg, world, conversation, when, tz)
     timeline = viewer_timeline(store, view, tz)
@@ -603,15 +603,13 @@ def rolls_list(
     at: str | None = typer.Option(None, "--at", help="ISO datetime standing for now"),
 ) -> None:
     """Each world's past_days / past_months / past_years slot: state, sources_fp, age and TTL."""
-    from memory_pipeline.lib import settings
-    from memory_pipeline.lib.cache import KVCache
     from memory_pipeline.temporal import config as temporal_config
     from memory_pipeline.temporal.slots import list_slots
 
     for w in world:
         _id_option("--world", w)
     today, _ = _today(at)
-    cache = KVCache(settings.redis_url())
+    cache = open_cache()
     # ages on the wall clock, as the slots' created_at and TTLs are (--at picks the day only)
     slots = list_slots(open_store(), cache, temporal_config.load(), today, world or None)
     table = Table(title=f"System-roll slots for {today} (cache: {cache.backend})")
@@ -641,7 +639,6 @@ def rolls_regenerate(
 ) -> None:
     """Regenerate one slot afresh (an LLM call, recorded in the ledger)."""
     from memory_pipeline.lib import settings
-    from memory_pipeline.lib.cache import KVCache
     from memory_pipeline.lib.llm import LLMClient
     from memory_pipeline.temporal import config as temporal_config
     from memory_pipeline.temporal import logic
@@ -656,7 +653,7 @@ def rolls_regenerate(
     ctx = TemporalContext(
         store=store,
         llm=LLMClient.from_settings(store, asset="temporal_system_rolls"),
-        cache=KVCache(settings.redis_url(), store=store),
+        cache=open_cache(store),
         cfg=temporal_config.load(),
         tz=ZoneInfo(settings.timezone_name()),
     )

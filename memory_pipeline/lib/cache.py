@@ -111,6 +111,24 @@ class KVCache:
             )
             self.backend = "redis"
 
+    def refusal(self) -> str | None:
+        """Ask a configured Redis once (PING): what it answered with an error (a database number
+        past its ``databases``: the connection's SELECT is refused), else None. A Redis that does
+        not answer refuses nothing: the cache uses its fallback, as on any call."""
+        import redis
+
+        client = self._redis()
+        if client is None:
+            return None
+        try:
+            client.ping()
+        except redis.ResponseError as exc:
+            password = urlsplit(self.redis_url).password if self.redis_url else None
+            return redact(" ".join(str(exc).split()), [password])
+        except Exception as exc:  # noqa: BLE001 - filtered in _failed
+            self._failed("PING", exc)
+        return None
+
     @property
     def redis_configured(self) -> bool:
         return self._client is not None

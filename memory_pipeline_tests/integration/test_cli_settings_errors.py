@@ -1,11 +1,15 @@
 """A setting the command cannot use is one line on stderr naming it, never a traceback, and leaves
 nothing half-done: the console script itself, in a process of its own, on a fresh data folder."""
 
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from memory_pipeline_tests.conftest import REDIS_URL, conversation, cst
 
 CLI = str(Path(sys.executable).with_name("memory-pipeline"))
 
@@ -162,3 +166,25 @@ def test_a_data_folder_that_cannot_be_made_is_one_line_naming_the_variable(tmp_p
             assert bad.returncode == 2, bad.stdout + bad.stderr
             assert _lines(bad.stderr) == [f"MEMORY_DATA_DIR={folder}: {said}"], (command, bad.stderr)
             assert bad.stdout == "", bad.stdout
+
+
+def test_a_redis_url_that_is_none_or_that_redis_refuses_is_one_line_naming_the_variable(tmp_path):
+    """`read` with REDIS_URL=notaurl was redis-py's ValueError, with a database number past the
+    server's databases its ResponseError, each a traceback; a port nothing listens on was already
+    the in-process fallback."""
+    events = conversation("w1", "a", cst(2026, 1, 15, 9), ["tomatoes planted", "tomatoes watered"])
+    (tmp_path / "e.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert _run(tmp_path, "ingest", str(tmp_path / "e.jsonl")).returncode == 0
+    read = ("read", "--world", "w1", "--at", "2026-01-15T10:00+08:00")
+    server = urlsplit(REDIS_URL).netloc.rsplit("@", 1)[-1]  # the test Redis; database 99 is refused
+    cases = {
+        "notaurl": "REDIS_URL=notaurl: Redis URL must specify one of the following schemes "
+        "(redis://, rediss://, unix://)",
+        f"redis://:hunter22@{server}/99": f"REDIS_URL=redis://:***@{server}/99: Redis refused it: "
+        "DB index is out of range",
+    }
+    for url, said in cases.items():
+        bad = _run(tmp_path, *read, REDIS_URL=url)
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        assert _lines(bad.stderr) == [said], bad.stderr
+        assert bad.stdout == "" and "hunter22" not in bad.stderr
