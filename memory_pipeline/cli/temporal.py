@@ -63,6 +63,7 @@ def _materialize(
         for note in range_notes:
             err.print(f"[yellow]{escape(note)}[/]")
         label = f"{command or mode} {window}{' (missing only)' if mode == 'missing' else ''}"
+        instance = operations.get_instance()  # an instance that cannot be opened is one line, before the bar
         with progress_bar() as progress:
             task = progress.add_task(label, total=None)
             report = operations.materialize(
@@ -75,6 +76,7 @@ def _materialize(
                 worlds=worlds,
                 as_of=as_of,
                 progress=lambda d, t: progress.update(task, completed=d, total=t),
+                instance=instance,
             )
     except operations.RangeError as exc:
         refuse(str(exc))

@@ -5,6 +5,7 @@ A range is one run (the assets' BackfillPolicy.single_run), as the UI's backfill
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,11 @@ from dagster import (
     TimeWindowPartitionsDefinition,
     logger,
 )
-from dagster._core.errors import DagsterExecutionInterruptedError, DagsterExecutionStepExecutionError
+from dagster._core.errors import (
+    DagsterExecutionInterruptedError,
+    DagsterExecutionStepExecutionError,
+    DagsterInvalidConfigError,
+)
 from dagster_shared.error import SerializableErrorInfo
 
 from memory_pipeline.defs._shared.dead_runs import fail_dead_runs, process_tags
@@ -101,8 +106,27 @@ def dagster_home() -> Path:
 
 
 def get_instance() -> DagsterInstance:
-    dagster_home()
-    return DagsterInstance.get()
+    """The Dagster instance of DAGSTER_HOME (else data/dagster_home). A dagster.yaml it cannot be
+    opened with (a key Dagster refuses, an environment variable it reads that is not set) is a
+    ConfigError naming the file and what is wrong, one line, not Dagster's traceback."""
+    home = dagster_home()
+    try:
+        return DagsterInstance.get()
+    except DagsterInvalidConfigError as exc:
+        said = "; ".join(_config_problem(e.message, e.error_data) for e in exc.errors) or str(exc).splitlines()[0]
+        raise settings.ConfigError(f"{home / 'dagster.yaml'} (DAGSTER_HOME's instance): {said}") from None
+
+
+_UNSET_VARIABLE = re.compile(r'environment variable "(?P<name>[^"]+)" which is not set')
+
+
+def _config_problem(message: str, data: object) -> str:
+    """One error of a dagster.yaml Dagster refused, on one line: an unset variable by its name."""
+    text = data.message if isinstance(data, SerializableErrorInfo) else message
+    unset = _UNSET_VARIABLE.search(text)
+    if unset:
+        return f"it reads {unset['name']}, which is not set"
+    return " ".join(message.splitlines()[0].split(" Expected: ")[0].split())  # not the whole schema expected
 
 
 def partition_keys(

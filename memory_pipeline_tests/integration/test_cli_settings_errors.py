@@ -3,6 +3,7 @@ nothing half-done: the console script itself, in a process of its own, on a fres
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -188,3 +189,17 @@ def test_a_redis_url_that_is_none_or_that_redis_refuses_is_one_line_naming_the_v
         assert bad.returncode == 2, bad.stdout + bad.stderr
         assert _lines(bad.stderr) == [said], bad.stderr
         assert bad.stdout == "" and "hunter22" not in bad.stderr
+
+
+def test_an_instance_reading_an_unset_variable_is_one_line_naming_it_before_any_run(tmp_path):
+    """The production dagster.yaml reads DAGSTER_PG_URL: unset, `backfill` printed Dagster's
+    DagsterInvalidConfigError in 166 lines."""
+    home = tmp_path / "dh"
+    home.mkdir()
+    shutil.copy(Path(__file__).parents[2] / "deploy" / "production" / "dagster.yaml", home)
+    bad = _run(tmp_path, "backfill", "day", "--from", "2026-01-01", "--to", "2026-01-02", DAGSTER_HOME=str(home))
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert _lines(bad.stderr) == [
+        f"{home}/dagster.yaml (DAGSTER_HOME's instance): it reads DAGSTER_PG_URL, which is not set"
+    ]
+    assert bad.stdout == "", bad.stdout
