@@ -83,5 +83,5 @@ def main() -> None:  # pragma: no cover - console entry
     try:
         app()
     except settings.ConfigError as exc:  # a setting the command could not use: its one line names it
-        err.print(f"[red]{escape(str(exc))}[/]")
+        err.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
         sys.exit(2)

@@ -85,8 +85,9 @@ def _findings(run_id: str, instance: DagsterInstance | None) -> RunFindings:
 
 
 def refuse(message: str, code: int = 2) -> NoReturn:
-    """Print a refusal (markup-escaped: ids and paths may hold '[') and exit (2: bad input)."""
-    err.print(f"[red]{escape(message)}[/]")
+    """Print a refusal (markup-escaped: ids and paths may hold '[') and exit (2: bad input). One
+    line however long (soft_wrap: a path past stderr's 200 columns was cut onto a second line)."""
+    err.print(f"[red]{escape(message)}[/]", soft_wrap=True)
     raise typer.Exit(code)
 
 
