@@ -402,6 +402,15 @@ def _records(store, stage, day):
         return {w: (fp, detail) for w, fp, detail in conn.execute(q)}
 
 
+def _two_worlds_one_day(ingest) -> str:
+    """w1 (its material names "garden tomatoes") and w2 on DAYS[0], one session each: the day."""
+    ingest(
+        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["garden tomatoes tomatoes", "ok"])
+        + conversation("w2", "s-2", cst(2026, 3, 2, 10), ["marathon marathon pacing", "ok"])
+    )
+    return DAYS[0]
+
+
 def test_a_light_sleep_record_from_an_answer_the_provider_cut_is_marked_and_asked_again(
     pg_url, redis_url, instance, store, ingest, capsys
 ):
@@ -413,11 +422,7 @@ def test_a_light_sleep_record_from_an_answer_the_provider_cut_is_marked_and_aske
     from memory_pipeline.sleep.reports import status
     from memory_pipeline_tests.fake_openai import FakeOpenAI
 
-    day = DAYS[0]
-    ingest(
-        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["garden tomatoes tomatoes", "ok"])
-        + conversation("w2", "s-2", cst(2026, 3, 2, 10), ["marathon marathon pacing", "ok"])
-    )
+    day = _two_worlds_one_day(ingest)
     with FakeOpenAI() as server:
         defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
         cut = []  # w1's first call is cut, whichever world's call comes first (worlds are asked at once)
@@ -474,11 +479,7 @@ def test_a_light_sleep_whose_every_tool_call_was_refused_is_warned_and_asked_aga
 
     from memory_pipeline_tests.fake_openai import FakeOpenAI
 
-    day = DAYS[0]
-    ingest(
-        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["garden tomatoes tomatoes", "ok"])
-        + conversation("w2", "s-2", cst(2026, 3, 2, 10), ["marathon marathon pacing", "ok"])
-    )
+    day = _two_worlds_one_day(ingest)
     with FakeOpenAI() as server:
         defs = make_defs(pg_url, redis_url, model="openai/fake", api_base=server.api_base, api_key="k")
         broken = [True]
@@ -524,11 +525,7 @@ def test_deep_sleep_and_autobiography_records_from_cut_answers_are_asked_again_b
     from memory_pipeline.lib.store.tables import llm_ledger
     from memory_pipeline_tests.fake_openai import FakeOpenAI
 
-    day = DAYS[0]
-    ingest(
-        conversation("w1", "s-1", cst(2026, 3, 2, 9), ["garden tomatoes tomatoes", "ok"])
-        + conversation("w2", "s-2", cst(2026, 3, 2, 10), ["marathon marathon pacing", "ok"])
-    )
+    day = _two_worlds_one_day(ingest)
 
     def ledger_rows():
         with store.connect() as conn:
