@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 DEFAULT_TZ = "Asia/Shanghai"
@@ -112,15 +112,28 @@ def year_bounds(d: date, tz: ZoneInfo) -> tuple[datetime, datetime]:
     return day_start(date(d.year, 1, 1), tz), day_start(date(d.year + 1, 1, 1), tz)
 
 
+def fixed_offset(local: datetime) -> datetime:
+    """``local`` with its zone's offset at that instant as a fixed tzinfo. Two datetimes of one
+    ZoneInfo compare and hash by wall time, fold ignored: on a DST fall-back day the first and the
+    repeated 01:30 were one dict key (one 90-minute chunk, or a KeyError). With fixed offsets they
+    compare by instant; the label (``isoformat``) is unchanged."""
+    offset = local.utcoffset()
+    assert offset is not None
+    return local.replace(tzinfo=timezone(offset), fold=0)
+
+
 def bucket_start(dt: datetime, tz: ZoneInfo) -> datetime:
-    """Start of the local half-hour bucket holding ``dt``."""
+    """Start of the local half-hour bucket holding ``dt`` (the repeated hour of a fall-back day
+    has its own buckets: the fold is kept)."""
     local = require_aware(dt).astimezone(tz)
     minute = local.minute - local.minute % BUCKET_MINUTES
-    return local.replace(minute=minute, second=0, microsecond=0)
+    return fixed_offset(local.replace(minute=minute, second=0, microsecond=0))
 
 
 def bucket_end(start: datetime) -> datetime:
-    return start + timedelta(minutes=BUCKET_MINUTES)
+    """30 minutes after ``start`` in elapsed time (wall time would make a fall-back day's repeated
+    half-hours end an hour late)."""
+    return (start.astimezone(UTC) + timedelta(minutes=BUCKET_MINUTES)).astimezone(start.tzinfo)
 
 
 def bucket_label(start: datetime) -> str:
@@ -134,7 +147,7 @@ def buckets_of_day(d: date, tz: ZoneInfo) -> list[datetime]:
     out, cur = [], start.astimezone(UTC)
     end = day_start(d + timedelta(days=1), tz).astimezone(UTC)
     while cur < end:
-        out.append(cur.astimezone(tz))
+        out.append(fixed_offset(cur.astimezone(tz)))
         cur += timedelta(minutes=BUCKET_MINUTES)
     return out
 

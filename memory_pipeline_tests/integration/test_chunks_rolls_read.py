@@ -445,3 +445,41 @@ def test_peers_of_a_bucket_are_all_its_chunks(store, redis_url, ingest):
     warm = rolls.warm_peer_rolls(ctx, DAY, at)
     assert warm.buckets == 1 and warm.requests_done == 1 and not warm.failures
     assert [m["cache"] for m in read.peer_messages(store, ctx.cache, cfg, "w1", "b", at, CST)[0]] == ["hit"]
+
+
+def test_a_fall_back_days_repeated_half_hours_are_buckets_of_their_own(store, redis_url, cfg, ingest):
+    """MEMORY_TIMEZONE with DST (America/New_York, 2026-11-01: 01:00-02:00 happens twice). The two
+    01:30s were one dict key (one ZoneInfo compares wall times, fold ignored): the tick failed with
+    a KeyError, and a rebuild merged both half-hours into one bucket ending an hour late. Each is a
+    30-minute bucket of its own now, 50 buckets that day, and the audit passes."""
+    from datetime import UTC
+    from zoneinfo import ZoneInfo
+
+    from memory_pipeline.lib.timeutil import bucket_end, bucket_start, buckets_of_day
+
+    ny = ZoneInfo("America/New_York")
+    day = date(2026, 11, 1)
+    first = datetime(2026, 11, 1, 5, 35, tzinfo=UTC)  # 01:35 EDT
+    second = datetime(2026, 11, 1, 6, 35, tzinfo=UTC)  # 01:35 EST, the repeated hour
+    assert bucket_start(first, ny) != bucket_start(second, ny)
+    assert [bucket_end(bucket_start(t, ny)).astimezone(UTC).hour for t in (first, second)] == [6, 7]
+    buckets = buckets_of_day(day, ny)
+    assert len(buckets) == len(set(buckets)) == 50  # a 25-hour day
+    ingest(
+        conversation("w1", "c", first, ["lanterns tonight", "lanterns lit"])
+        + conversation("w1", "c", second, ["mirrors tonight", "mirrors hung"])
+    )
+    ctx = context.TemporalContext(store, LLMClient(store), KVCache(redis_url), cfg, ny)
+    now = datetime(2026, 11, 2, 12, tzinfo=UTC)
+    result = chunks.run_tick(ctx, day, now)
+    assert result.failures == {} and result.chunks_written == 2
+    rows = _chunks(store)
+    assert sorted((c["bucket"].astimezone(UTC).hour, c["bucket"].astimezone(UTC).minute) for c in rows) == [
+        (5, 30),
+        (6, 30),
+    ]
+    assert sorted(bucket_label(c["bucket"].astimezone(ny)) for c in rows) == [
+        "2026-11-01T01:30-04:00",
+        "2026-11-01T01:30-05:00",
+    ]
+    assert chunks.audit_chunks(store, day, ny, now) == []
