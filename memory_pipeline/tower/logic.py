@@ -11,14 +11,14 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.text import json_type, text_problem, unfenced
-from memory_pipeline.lib.timeutil import instant_problem, next_month, parse_instant
+from memory_pipeline.lib.timeutil import fixed_offset, instant_problem, next_month, parse_instant
 
 
 class Granularity(StrEnum):
@@ -160,11 +160,20 @@ def summary_levels(chain: Sequence[Granularity], cap: Granularity) -> list[Granu
 # ---- the calendar of windows ----------------------------------------------------------------------
 
 
+# Windows of at most 30 minutes tile elapsed time, as the chunks' buckets do: a DST fall-back day's
+# repeated half-hours have windows of their own (a window of one ZoneInfo at 01:30 was the first
+# 01:30 only, so an entry of the repeated one fell outside its own 10-minute window). Longer ones
+# are wall-clock hours: the hour a clock repeats lasts longer that day (two hours, or 90 minutes).
+ELAPSED_MAX_MINUTES = 30
+
+
 def window_start(g: Granularity, at: datetime, tz: ZoneInfo) -> datetime:
     local = at.astimezone(tz)
     if g in MINUTES:
         minute_of_day = local.hour * 60 + local.minute
         m = minute_of_day - minute_of_day % MINUTES[g]
+        if MINUTES[g] <= ELAPSED_MAX_MINUTES:  # the fold kept: the repeated 01:30 is its own window
+            return fixed_offset(local.replace(hour=m // 60, minute=m % 60, second=0, microsecond=0))
         return datetime(local.year, local.month, local.day, m // 60, m % 60, tzinfo=tz)
     d = local.date()
     if g == Granularity.WEEK:
@@ -177,6 +186,8 @@ def window_start(g: Granularity, at: datetime, tz: ZoneInfo) -> datetime:
 def window_end(g: Granularity, start: datetime, tz: ZoneInfo) -> datetime:
     local = start.astimezone(tz)
     if g in MINUTES:
+        if MINUTES[g] <= ELAPSED_MAX_MINUTES:
+            return fixed_offset((start.astimezone(UTC) + timedelta(minutes=MINUTES[g])).astimezone(tz))
         naive = local.replace(tzinfo=None) + timedelta(minutes=MINUTES[g])
         return naive.replace(tzinfo=tz)
     d = local.date()

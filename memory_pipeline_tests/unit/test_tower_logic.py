@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_pipeline.tower.logic import (
+    MINUTES,
     SECTIONS,
     Granularity,
     Strategy,
@@ -28,6 +29,7 @@ from memory_pipeline.tower.logic import (
     validate_entry,
     window_end,
     window_start,
+    windows_between,
 )
 
 CST = ZoneInfo("Asia/Shanghai")
@@ -67,6 +69,35 @@ def test_window_calendar_in_cst_weeks_start_monday():
     month = window_start(Granularity.MONTH, at.astimezone(UTC), CST)
     assert month == datetime(2026, 1, 1, tzinfo=CST)
     assert window_end(Granularity.MONTH, datetime(2025, 12, 1, tzinfo=CST), CST) == datetime(2026, 1, 1, tzinfo=CST)
+
+
+@pytest.mark.parametrize(
+    "zone, day",
+    [("America/New_York", "2026-11-01"), ("America/New_York", "2026-03-08"), ("Australia/Lord_Howe", "2026-04-05")],
+)
+@pytest.mark.parametrize("g", [Granularity.MIN10, Granularity.MIN30, Granularity.H1, Granularity.H3])
+def test_every_instant_of_a_dst_day_is_inside_its_own_window_and_windows_tile_the_day(zone, day, g):
+    """MEMORY_TIMEZONE with DST: on a fall-back day an entry of the repeated hour got the 10-minute
+    window of the first one (it lay outside its own window), and a "30min" window spanned 90
+    minutes. Windows of 30 minutes or less tile elapsed time; an hour is the clock's hour (two
+    elapsed hours, or 90 minutes, on a fall-back day). Either way they tile the day without gaps."""
+    from datetime import date
+
+    tz = ZoneInfo(zone)
+    d = date.fromisoformat(day)
+    start = datetime(d.year, d.month, d.day, tzinfo=tz).astimezone(UTC)
+    end = datetime(d.year, d.month, d.day + 1, tzinfo=tz).astimezone(UTC)
+    tiles = windows_between(g, start, end, tz)
+    assert all(a < b for a, b in tiles) and all(b1 == a2 for (_, b1), (a2, _) in zip(tiles, tiles[1:], strict=False))
+    assert tiles[0][0] <= start and tiles[-1][1] >= end
+    t = start
+    while t < end:
+        s = window_start(g, t, tz)
+        e = window_end(g, s, tz)
+        assert s <= t < e and (s, e) in tiles, (g, t, s, e)
+        if MINUTES[g] <= 30:
+            assert e - s == timedelta(minutes=MINUTES[g])
+        t += timedelta(minutes=5)
 
 
 def test_settle_and_backoff_defaults():
