@@ -122,18 +122,29 @@ def fixed_offset(local: datetime) -> datetime:
     return local.replace(tzinfo=timezone(offset), fold=0)
 
 
-def bucket_start(dt: datetime, tz: ZoneInfo) -> datetime:
-    """Start of the local half-hour bucket holding ``dt`` (the repeated hour of a fall-back day
-    has its own buckets: the fold is kept)."""
+def window_floor(dt: datetime, tz: ZoneInfo, minutes: int) -> datetime:
+    """Start of the local window of ``minutes`` (dividing the day) holding ``dt``, the fold kept:
+    the repeated hour of a fall-back day has windows of its own (the chunks' buckets, the tower's
+    10- and 30-minute windows)."""
     local = require_aware(dt).astimezone(tz)
-    minute = local.minute - local.minute % BUCKET_MINUTES
-    return fixed_offset(local.replace(minute=minute, second=0, microsecond=0))
+    m = local.hour * 60 + local.minute
+    m -= m % minutes
+    return fixed_offset(local.replace(hour=m // 60, minute=m % 60, second=0, microsecond=0))
+
+
+def elapsed_end(start: datetime, minutes: int) -> datetime:
+    """``minutes`` after ``start`` in elapsed time (wall time would make a fall-back day's repeated
+    half-hours end an hour late)."""
+    return (start.astimezone(UTC) + timedelta(minutes=minutes)).astimezone(start.tzinfo)
+
+
+def bucket_start(dt: datetime, tz: ZoneInfo) -> datetime:
+    """Start of the local half-hour bucket holding ``dt``."""
+    return window_floor(dt, tz, BUCKET_MINUTES)
 
 
 def bucket_end(start: datetime) -> datetime:
-    """30 minutes after ``start`` in elapsed time (wall time would make a fall-back day's repeated
-    half-hours end an hour late)."""
-    return (start.astimezone(UTC) + timedelta(minutes=BUCKET_MINUTES)).astimezone(start.tzinfo)
+    return elapsed_end(start, BUCKET_MINUTES)
 
 
 def bucket_label(start: datetime) -> str:

@@ -11,14 +11,14 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from memory_pipeline.lib.ids import validate_id
 from memory_pipeline.lib.text import json_type, text_problem, unfenced
-from memory_pipeline.lib.timeutil import fixed_offset, instant_problem, next_month, parse_instant
+from memory_pipeline.lib.timeutil import elapsed_end, instant_problem, next_month, parse_instant, window_floor
 
 
 class Granularity(StrEnum):
@@ -168,12 +168,12 @@ ELAPSED_MAX_MINUTES = 30
 
 
 def window_start(g: Granularity, at: datetime, tz: ZoneInfo) -> datetime:
+    if g in MINUTES and MINUTES[g] <= ELAPSED_MAX_MINUTES:
+        return window_floor(at, tz, MINUTES[g])
     local = at.astimezone(tz)
     if g in MINUTES:
         minute_of_day = local.hour * 60 + local.minute
         m = minute_of_day - minute_of_day % MINUTES[g]
-        if MINUTES[g] <= ELAPSED_MAX_MINUTES:  # the fold kept: the repeated 01:30 is its own window
-            return fixed_offset(local.replace(hour=m // 60, minute=m % 60, second=0, microsecond=0))
         return datetime(local.year, local.month, local.day, m // 60, m % 60, tzinfo=tz)
     d = local.date()
     if g == Granularity.WEEK:
@@ -184,10 +184,10 @@ def window_start(g: Granularity, at: datetime, tz: ZoneInfo) -> datetime:
 
 
 def window_end(g: Granularity, start: datetime, tz: ZoneInfo) -> datetime:
+    if g in MINUTES and MINUTES[g] <= ELAPSED_MAX_MINUTES:
+        return elapsed_end(start, MINUTES[g])
     local = start.astimezone(tz)
     if g in MINUTES:
-        if MINUTES[g] <= ELAPSED_MAX_MINUTES:
-            return fixed_offset((start.astimezone(UTC) + timedelta(minutes=MINUTES[g])).astimezone(tz))
         naive = local.replace(tzinfo=None) + timedelta(minutes=MINUTES[g])
         return naive.replace(tzinfo=tz)
     d = local.date()
