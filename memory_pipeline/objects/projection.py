@@ -70,15 +70,17 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def _not_utf8(path: Path) -> str:
-    """Where a file's bytes stop being UTF-8 ('' when they are, or there is no file)."""
+def _not_utf8(path: Path) -> tuple[str, str] | None:
+    """Where a file's bytes stop being UTF-8 and its text with those bytes replaced, from one read
+    (None: they are UTF-8, or there is no file)."""
     try:
-        path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return f"byte {exc.start}: {exc.object[exc.start : exc.start + 1]!r}"
+        return f"byte {exc.start}: {data[exc.start : exc.start + 1]!r}", data.decode("utf-8", "replace")
     except OSError:
         pass
-    return ""
+    return None
 
 
 def _as_replaced(path: Path) -> str | None:
@@ -383,8 +385,8 @@ def _project_core(store: Store, root: Path, report: ProjectionReport) -> None:
                 path = world_folder(root, f.world) / f.name
                 unreadable = _not_utf8(path)
                 if unreadable:  # a human's edit the store cannot read is theirs: reported, never overwritten
-                    text = _as_replaced(path)  # recorded, so the same bytes are not taken up again
-                    raise logic.SubmissionError(f.name, f"the file is not UTF-8 text ({unreadable})")
+                    where, text = unreadable  # the text recorded, so the same bytes are not taken up again
+                    raise logic.SubmissionError(f.name, f"the file is not UTF-8 text ({where})")
                 text = f.stored
                 _write_if_changed(path, text)
                 report.core_written += 1
