@@ -6,6 +6,7 @@ decides how much: 取多少, 由客户端决定). Semantic recall returns the st
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from datetime import date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Connection, Text, bindparam, func, select, type_coerce
 
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.tables import conversations, messages
@@ -95,7 +96,9 @@ _ONE_WINDOW = select(tower_windows).where(
 _ONE_WINDOW_OF_GROUP = _ONE_WINDOW.where(_W.group_value == bindparam("group"))
 # What a walk down the levels reads of a window: a day's walk reads some 200 windows, and decoding
 # the columns it does not need was a tenth of a recall's time.
-_BELOW = select(_W.granularity, _W.start, _W.group_value, _W.ref_kind, _W.refs).where(
+# The refs come as the driver gives them (SQLite: the JSON text, decoded here by one call; psycopg2:
+# already a list), not through the JSON type's layers of processing.
+_BELOW = select(_W.granularity, _W.start, _W.group_value, _W.ref_kind, type_coerce(_W.refs, Text)).where(
     _W.type_name == bindparam("type_name"),
     _W.granularity.in_(bindparam("levels", expanding=True)),
     _W.start >= bindparam("lo"),
@@ -108,6 +111,17 @@ _ENTRIES_NOW = (
     .order_by(_E.at, _E.entry_pk)
 )
 _ENTRIES_NOW_OF_GROUP = _ENTRIES_NOW.where(_E.group_value == bindparam("group"))
+# A page's entries, read by their places in that same order: a page is a run of those places, so
+# one LIMIT/OFFSET read replaces binding its pks as an IN list (a hundred parameters a call).
+_PAGE_COLUMNS = (_E.entry_pk, _E.entry_id, _E.at, _E.group_value, _E.content, _E.chars)
+_PAGE = (
+    select(*_PAGE_COLUMNS)
+    .where(_E.type_name == bindparam("type_name"), _E.at >= bindparam("lo"), _E.at < bindparam("hi"))
+    .order_by(_E.at, _E.entry_pk)
+    .limit(bindparam("n"))
+    .offset(bindparam("skip"))
+)
+_PAGE_OF_GROUP = _PAGE.where(_E.group_value == bindparam("group"))
 
 
 def _window_rows(conn: Connection, t: MemoryType, g: str, start: datetime, group: str | None) -> list[Any]:
@@ -137,22 +151,25 @@ def _walk(
     pks: list[int] = []
     g = Granularity(rows[0]["granularity"]) if rows else None
     levels: list[Granularity] = []
-    below: dict[str, dict[tuple[str, datetime], Any]] = defaultdict(dict)
+    # (group, start) → (ref_kind, refs) of each level's windows: plain rows, not mappings, as a
+    # day's walk reads some 200 of them
+    below: dict[str, dict[tuple[str, datetime], tuple[str, Any]]] = defaultdict(dict)
     while g is not None and (g := child_level(t.chain, g)) is not None:
         levels.append(g)
     if levels and any(r["ref_kind"] == "window" for r in rows):
         at = {"type_name": t.name, "levels": [str(x) for x in levels], "lo": span[0], "hi": span[1]}
         q = _BELOW if group is None else _BELOW_OF_GROUP
-        for r in conn.execute(q, at if group is None else at | {"group": group}).mappings():
-            below[r["granularity"]][(r["group_value"], r["start"])] = r
+        for level, start, grp, kind, refs in conn.execute(q, at if group is None else at | {"group": group}).all():
+            below[level][(grp, start)] = (kind, json.loads(refs) if isinstance(refs, str) else refs)
+    current = [(r["group_value"], r["ref_kind"], r["refs"]) for r in rows]
     for level in [*levels, None]:
-        pks += [int(x) for r in rows if r["ref_kind"] == "entry" for x in r["refs"]]
-        upper = [r for r in rows if r["ref_kind"] == "window"]
+        pks += [int(x) for _, kind, refs in current if kind == "entry" for x in refs]
+        upper = [(grp, refs) for grp, kind, refs in current if kind == "window"]
         if not upper or level is None:
             break
         found = below[str(level)]
-        wanted = {(r["group_value"], from_iso(x)) for r in upper for x in r["refs"]}
-        rows = [found[k] for k in wanted if k in found]
+        wanted = {(grp, from_iso(x)) for grp, refs in upper for x in refs}
+        current = [(k[0], *found[k]) for k in wanted if k in found]
     return pks
 
 
@@ -176,8 +193,33 @@ def _entries_now(
     comes from the database, so no timestamp is decoded."""
     at = {"type_name": t.name, "lo": start, "hi": end}
     q = _ENTRIES_NOW if group is None else _ENTRIES_NOW_OF_GROUP
-    rows = conn.execute(q, at if group is None else at | {"group": group})
+    rows = conn.execute(q, at if group is None else at | {"group": group}).all()
     return {int(pk): (i, int(chars)) for i, (pk, chars) in enumerate(rows)}
+
+
+def _page_entries(
+    conn: Connection,
+    t: MemoryType,
+    start: datetime,
+    end: datetime,
+    group: str | None,
+    page: list[int],
+    places: dict[int, tuple[int, int]],
+) -> list[Any]:
+    """The entries of ``page`` (pks in time order, each with its place in ``places``), read as the run
+    of places from its first to its last. An entry appended into the window since ``places`` was read
+    shifts them; whatever the run then misses is read by pk, so the page is whole either way."""
+    if not page:
+        return []
+    first, last = places[page[0]][0], places[page[-1]][0]
+    at = {"type_name": t.name, "lo": start, "hi": end, "n": last - first + 1, "skip": first}
+    q = _PAGE if group is None else _PAGE_OF_GROUP
+    wanted = set(page)
+    run = conn.execute(q, at if group is None else at | {"group": group}).mappings().all()
+    got = {r["entry_pk"]: r for r in run if r["entry_pk"] in wanted}
+    if len(got) < len(wanted):
+        got |= {r["entry_pk"]: r for r in entries_by_pk(conn, [pk for pk in page if pk not in got])}
+    return [got[pk] for pk in page if pk in got]
 
 
 def _unfed(conn: Connection, t: MemoryType, start: datetime, end: datetime, group: str | None) -> list[Any]:
@@ -227,7 +269,7 @@ def recall(
         meta = _entries_now(conn, t, spec.start, spec.end, grp)
         chosen = sorted((pk for pk in set(pks) if pk in meta), key=lambda pk: meta[pk][0])
         page = chosen[offset : offset + limit]
-        entries = entries_by_pk(conn, page)
+        entries = _page_entries(conn, t, spec.start, spec.end, grp, page, meta)
         now_count = len(meta) + (len(_unfed(conn, t, spec.start, spec.end, grp)) if fed else 0)
         unknown = _unknown_group(conn, t, grp, fed) if not chosen else {}
     not_in_view = max(0, now_count - len(chosen))

@@ -315,6 +315,32 @@ def test_windows_refs_regenerable_audit_and_paginated_exact_recall(tower, store)
     assert sum(w["entry_count"] for w in browse["windows"]) == in_day
 
 
+def test_a_page_stays_whole_when_an_entry_lands_earlier_in_the_window_while_it_is_read(tower, store, monkeypatch):
+    """A page is read by its places in time order; an entry that lands before them between the two
+    reads shifts the places by one, and the entry the shift pushed out is still read."""
+    from memory_pipeline.tower import recall as recall_io
+
+    tower.create_type("proj/decisions")
+    tower.append(
+        "proj/decisions",
+        [{"content": f"note {i}", "at": cst(2026, 1, 5, 9, i).isoformat(), "id": f"n{i}"} for i in range(30)],
+    )
+    windows.build_day(store, cst(2026, 1, 5).date(), CST)
+    places = recall_io._entries_now
+
+    def then_an_early_entry(*args, **kwargs):
+        out = places(*args, **kwargs)
+        tower.append("proj/decisions", [{"content": "early", "at": cst(2026, 1, 5, 8).isoformat(), "id": "early"}])
+        return out
+
+    monkeypatch.setattr(recall_io, "_entries_now", then_an_early_entry)
+    page = tower.recall("proj/decisions", WindowQuery.parse("day", "2026-01-05"), limit=10)
+    assert [e["entry_id"] for e in page["entries"]] == [f"n{i}" for i in range(10)]
+    monkeypatch.undo()
+    after = tower.recall("proj/decisions", WindowQuery.parse("day", "2026-01-05"), limit=10)
+    assert after["entries"][0]["entry_id"] == "early" and after["total_entries"] == 31
+
+
 def test_exact_recall_of_a_range_of_a_century_reads_its_windows_by_one_range(tower, store):
     """Findings: a range's recall listed every finest window start of the range first (1970..9998 of
     a 10-minute type: 420 million, hours of CPU in a call the server's timeout abandoned but could
