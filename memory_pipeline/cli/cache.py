@@ -62,16 +62,16 @@ def cache_writeback() -> None:
     """Write the cache writes kept while Redis was unreachable back to REDIS_URL (what
     cache_writeback_sensor does every minute once turned on); expired ones are dropped."""
     from memory_pipeline.lib import settings
-    from memory_pipeline.lib.cache import KVCache, flush_pending
+    from memory_pipeline.lib.cache import flush_pending
 
     store = open_store()
     if not settings.redis_url():
         err.print("[red]REDIS_URL is not set: nothing to write back to[/]")
         raise typer.Exit(2)
-    open_cache(store)  # a URL that is none, or one Redis refuses, is one line before any batch
+    cache = open_cache(store)  # a URL that is none, or one Redis refuses, is one line before any batch
     written = expired = 0
     while True:  # batches of 2,000 until nothing is left or Redis stops answering
-        r = flush_pending(store, KVCache(settings.redis_url(), store=store))
+        r = flush_pending(store, cache)
         written, expired = written + r.written, expired + r.expired
         if r.error or not r.remaining or not (r.written or r.expired):
             break
