@@ -35,8 +35,8 @@ def changed_days(
 ) -> dict[str, str]:
     """Mode "changed" of the sleep targets: what `memory-pipeline sleep backfill` runs again there.
     The days where a world's record of one of ``stages`` was built from an answer the provider cut
-    at the output limit (those worlds are asked again; every other world's record is reused), a day
-    whose light sleep ran before some of its messages were ingested (late data, as `sleep status`
+    at the output limit, or one where every tool call the model made was refused (those worlds are
+    asked again; every other world's record is reused), a day whose light sleep ran before some of its messages were ingested (late data, as `sleep status`
     and ``sleep_late_data_sensor`` find it), a day whose record is stale (an earlier day re-run);
     for the whole nights (``sleep``), every later day too, as a re-run of a day turns them stale."""
     resource = (defs.resources or {})["sleep"]
@@ -48,17 +48,18 @@ def changed_days(
     days = {local_date(cst_day.time_window_for_partition_key(k).start, key_tz): k for k in keys}
     if not days:
         return {}
-    found: dict[str, list[str]] = {}
-    for c in reversed(cut_records(store, list(days))):
-        if c["stage"] in stages:
-            found.setdefault(days[c["day"]], []).append(f"{LABELS[Stage(c['stage'])]} of {c['world_id']}")
-    why = {key: [f"{CUT_REASON} ({', '.join(what)})"] for key, what in found.items()}
-    refused: dict[str, list[str]] = {}
-    for stage, day, world in reversed(refused_records(store, list(days))):
-        if stage in stages:
-            refused.setdefault(days[day], []).append(f"{LABELS[Stage(stage)]} of {world}")
-    for key, what in refused.items():
-        why.setdefault(key, []).append(f"{REFUSED_REASON} ({', '.join(what)})")
+    why: dict[str, list[str]] = {}
+    flagged = (  # (stage, day, world) of the flagged records, newest day first
+        (CUT_REASON, [(c["stage"], c["day"], c["world_id"]) for c in cut_records(store, list(days))]),
+        (REFUSED_REASON, refused_records(store, list(days))),
+    )
+    for reason, records in flagged:
+        found: dict[str, list[str]] = {}
+        for stage, day, world in reversed(records):
+            if stage in stages:
+                found.setdefault(days[day], []).append(f"{LABELS[Stage(stage)]} of {world}")
+        for key, what in found.items():
+            why.setdefault(key, []).append(f"{reason} ({', '.join(what)})")
     if Stage.LIGHT in stages:
         for day in sorted(late_days(store, tz)):
             if day in days:
