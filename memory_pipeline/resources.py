@@ -17,12 +17,14 @@ from memory_pipeline.lib.lifeline import exit_with_parent
 from memory_pipeline.lib.llm import LLMClient
 from memory_pipeline.lib.llm.client import configured_model
 from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.calendar import check_calendar_zone
 from memory_pipeline.lib.store.migrate import ensure_schema
 
 
 class MemoryStoreResource(ConfigurableResource[Any]):
     """The operational store: SQLite under data/ by default, PostgreSQL by MEMORY_DATABASE_URL.
-    The schema is brought to the migrations' head on first use (under a lock)."""
+    The schema is brought to the migrations' head on first use (under a lock), and a step under a
+    MEMORY_TIMEZONE other than the store's calendar fails before it reads or writes anything."""
 
     database_url: str = Field("", description="SQLAlchemy URL; empty: SQLite under data/")
 
@@ -32,6 +34,7 @@ class MemoryStoreResource(ConfigurableResource[Any]):
         exit_with_parent()
         store = Store(self.database_url or settings.default_sqlite_url())
         ensure_schema(store, domains.version_locations())
+        check_calendar_zone(store, settings.timezone_name())
         return store
 
     @property

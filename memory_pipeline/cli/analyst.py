@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from memory_pipeline.cli.console import console, err, escape, progress_bar, refuse, run_state
+from memory_pipeline.cli.console import console, err, escape, open_store, progress_bar, refuse, run_state
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -150,6 +150,7 @@ def export(
     labels = ("--from", "--to" if end else "--from")
     end = end or start
     files = analytics_files()  # a bad memory.analyst setting is refused before any run, not after the first
+    open_store()  # so is a store it cannot use (another calendar zone)
     try:
         keys, notes = operations.partition_keys("exports", start, end, labels)  # refuse a bad range before any run
         if not keys:

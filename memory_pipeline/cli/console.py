@@ -132,12 +132,15 @@ def answering_store() -> Store:
 
 
 def open_store() -> Store:
-    """The store that answers (:func:`answering_store`), migrated to head; a search_path naming no
-    schema is one line too."""
+    """The store that answers (:func:`answering_store`), migrated to head and opened under its own
+    calendar zone (``lib.store.calendar``); a search_path naming no schema, or MEMORY_TIMEZONE
+    other than the store's, is one line too."""
     from sqlalchemy.exc import ProgrammingError
 
     from memory_pipeline import domains
     from memory_pipeline.lib import settings
+    from memory_pipeline.lib.settings import ConfigError
+    from memory_pipeline.lib.store.calendar import check_calendar_zone
     from memory_pipeline.lib.store.migrate import ensure_schema
     from memory_pipeline.lib.text import redact
 
@@ -152,6 +155,10 @@ def open_store() -> Store:
             "(does the schema its search_path names exist?)",
             1,
         )
+    try:
+        check_calendar_zone(store, settings.timezone_name())
+    except ConfigError as exc:
+        refuse(str(exc))
     return store
 
 

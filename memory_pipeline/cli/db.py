@@ -25,13 +25,23 @@ def upgrade() -> None:
 
 @app.command()
 def current() -> None:
-    """Print the schema revision of the store and the newest one."""
+    """Print the schema revision of the store and the newest one, and the calendar zone it records."""
+    from sqlalchemy import inspect
+
     from memory_pipeline import domains
+    from memory_pipeline.lib.store.calendar import recorded_zone
     from memory_pipeline.lib.store.migrate import current as current_rev
     from memory_pipeline.lib.store.migrate import head
+    from memory_pipeline.lib.store.tables import store_settings
 
     store = answering_store()
     now, newest = current_rev(store), head(domains.version_locations())
     console.print(
         f"{store.dialect}: at {now or 'empty'}, head {newest}" + ("" if now == newest else " (run: db upgrade)")
+    )
+    zone = recorded_zone(store) if inspect(store.engine).has_table(store_settings.name) else None
+    console.print(
+        f"calendar zone: {zone.zone} (recorded {zone.recorded_at:%Y-%m-%d %H:%M} UTC)"
+        if zone
+        else "calendar zone: none recorded yet (the first command, server or run to open the store records MEMORY_TIMEZONE)"
     )

@@ -67,6 +67,7 @@ def _recover(keys: list[str], window: str, force: bool) -> None:
 
     if not keys:
         return
+    open_store()  # a store it cannot use (another calendar zone) is one line here, not a failed run
     report = operations.materialize(window, keys[0], keys[-1], force_llm=force, instance=operations.get_instance())
     for note in report.notes:
         err.print(f"[yellow]{escape(note)}[/]")

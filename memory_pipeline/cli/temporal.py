@@ -53,8 +53,8 @@ def _materialize(
     temporal_config.load()  # a bad setting is one line now (ConfigError), not a run that fails on it
     try:
         as_of, worlds = _as_of(as_of), operations.check_worlds(worlds)  # before any run
+        store = open_store()  # a store it cannot use (another calendar zone) is one line, not a failed run
         if worlds:  # a run limited to a world never ingested would do nothing and say ok
-            store = open_store()
             for world in worlds:
                 if not world_ingested(store, world):
                     refuse(f"--world {shown(world)}: no such world, nothing has been ingested for it")

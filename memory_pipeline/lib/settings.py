@@ -36,6 +36,7 @@ ENV_LLM_API_BASE = "MEMORY_LLM_API_BASE"
 ENV_LLM_API_KEY = "MEMORY_LLM_API_KEY"
 ENV_CONFIG_FILE = "MEMORY_CONFIG_FILE"
 ENV_DUCKDB_PATH = "MEMORY_DUCKDB_PATH"
+ENV_TIMEZONE = "MEMORY_TIMEZONE"
 # Past one machine: the executor of every job, the Celery broker (Redis: also the result backend),
 # and the bounded runs a backfill is split into.
 ENV_EXECUTOR = "MEMORY_EXECUTOR"
@@ -142,11 +143,16 @@ def config_file() -> str | None:
 
 
 def timezone_name() -> str:
-    name = env("MEMORY_TIMEZONE", "Asia/Shanghai") or "Asia/Shanghai"
+    name = env(ENV_TIMEZONE, "Asia/Shanghai") or "Asia/Shanghai"
+    if name == "localtime":  # a file of the machine's, not a zone: two machines would cut two calendars
+        raise ConfigError(
+            f"{ENV_TIMEZONE}: 'localtime' is this machine's own setting, not a zone the store can record; "
+            "name the zone itself (e.g. Asia/Shanghai)"
+        )
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder such as "America"
-        raise ConfigError(f"MEMORY_TIMEZONE: unknown time zone {name!r}") from None
+        raise ConfigError(f"{ENV_TIMEZONE}: unknown time zone {name!r}") from None
     return name
 
 

@@ -305,6 +305,7 @@ def test_the_history_is_one_line_across_the_platform_and_the_domains():
         "0033_objects_queue_index",
         "0034_request_fingerprint",
         "0035_tower_type_owner",
+        "0036_store_calendar_zone",
     ]
     assert head(LOCATIONS) == chain[-1]
 

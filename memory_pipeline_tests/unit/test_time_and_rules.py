@@ -278,6 +278,16 @@ def test_a_bad_memory_timezone_is_a_config_error(monkeypatch, name):
         settings.timezone_name()
 
 
+def test_localtime_is_refused_as_a_memory_timezone(monkeypatch):
+    """ZoneInfo reads 'localtime' (Debian's zoneinfo links it to /etc/localtime), but the store
+    records the name: two machines set to it would cut two calendars under one recorded zone."""
+    from memory_pipeline.lib import settings
+
+    monkeypatch.setenv("MEMORY_TIMEZONE", "localtime")
+    with pytest.raises(ConfigError, match="MEMORY_TIMEZONE: 'localtime' is this machine's own setting"):
+        settings.timezone_name()
+
+
 @pytest.mark.parametrize(
     "text,problem",
     [

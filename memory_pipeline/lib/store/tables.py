@@ -208,3 +208,14 @@ request_ids = Table(
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
     Column("fingerprint", String(64)),  # of the request's arguments (migration 0034; null: recorded before)
 )
+
+
+# What the store itself was built under, one row a setting (lib.store.calendar): the calendar zone
+# (MEMORY_TIMEZONE) its days, weeks, months and partitions are cut in, recorded at its first open.
+store_settings = Table(
+    "store_settings",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False, default=now_utc),
+)

@@ -1,0 +1,141 @@
+"""A store's calendar zone (MEMORY_TIMEZONE) is recorded at its first open, and every later open under
+another zone is refused in one line naming both zones, before anything is read or written: on
+PostgreSQL and SQLite, by the store resource of every Dagster step, and by the console script."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from memory_pipeline import domains
+from memory_pipeline.lib.settings import ConfigError
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.calendar import check_calendar_zone, recorded_zone
+from memory_pipeline.lib.store.migrate import ensure_schema
+from memory_pipeline.lib.store.tables import messages
+from memory_pipeline.resources import MemoryStoreResource
+from memory_pipeline_tests.conftest import conversation, cst, forget_schemas, fresh_schema
+
+SHANGHAI, BERLIN = "Asia/Shanghai", "Europe/Berlin"
+CLI = str(Path(sys.executable).with_name("memory-pipeline"))
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'memory.sqlite'}"
+        return
+    with fresh_schema("z") as schema_url:
+        yield schema_url
+    forget_schemas()
+
+
+def _migrated(url: str) -> Store:
+    store = Store(url)
+    ensure_schema(store, domains.version_locations())
+    return store
+
+
+def test_the_first_open_records_its_zone_and_an_open_under_another_is_refused(url):
+    store = _migrated(url)
+    assert recorded_zone(store) is None
+    check_calendar_zone(store, SHANGHAI)
+    first = recorded_zone(store)
+    assert first is not None and first.zone == SHANGHAI
+    check_calendar_zone(store, SHANGHAI)  # the same zone again: nothing to say
+    with pytest.raises(ConfigError) as refused:
+        check_calendar_zone(store, BERLIN)
+    said = str(refused.value)
+    assert "\n" not in said
+    assert said.startswith(f"MEMORY_TIMEZONE='{BERLIN}', but this store's calendar is '{SHANGHAI}' (recorded ")
+    assert f"Set MEMORY_TIMEZONE={SHANGHAI}, or use a new store for {BERLIN}" in said
+    assert recorded_zone(store) == first  # the refusal wrote nothing over it
+    with pytest.raises(ConfigError):  # refused again: a refusal is not remembered as checked
+        check_calendar_zone(store, BERLIN)
+
+
+def test_the_store_resource_of_a_step_refuses_another_zone(url, monkeypatch):
+    resource = MemoryStoreResource(database_url=url)
+    monkeypatch.setenv("MEMORY_TIMEZONE", SHANGHAI)
+    store = resource.store()
+    assert recorded_zone(store) is not None
+    monkeypatch.setenv("MEMORY_TIMEZONE", BERLIN)
+    with pytest.raises(ConfigError, match=f"but this store's calendar is '{SHANGHAI}'"):
+        resource.store()
+
+
+def _open_under(url: str, zone: str, start, queue) -> None:
+    try:
+        store = Store(url)
+        start.wait(60)
+        check_calendar_zone(store, zone)
+        queue.put((zone, "ok"))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        queue.put((zone, f"{type(exc).__name__}: {exc}"))
+
+
+def test_two_processes_opening_a_new_store_under_two_zones_at_once_agree_on_one(url):
+    """Both find no zone recorded and both insert theirs: the first insert wins, the other process
+    reads the winner's row and is refused, so the store never holds two calendars."""
+    store = _migrated(url)
+    ctx = multiprocessing.get_context("spawn")
+    start, queue = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_under, args=(url, zone, start, queue)) for zone in (SHANGHAI, BERLIN)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    results = dict(queue.get(timeout=5) for _ in procs)
+    recorded = recorded_zone(store)
+    assert recorded is not None
+    other = BERLIN if recorded.zone == SHANGHAI else SHANGHAI
+    assert results[recorded.zone] == "ok"
+    assert results[other].startswith(f"ConfigError: MEMORY_TIMEZONE='{other}', but this store's calendar is")
+
+
+def _cli(data: Path, *args: str, zone: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") and k != "DAGSTER_HOME"}
+    env["MEMORY_DATA_DIR"] = str(data)
+    if zone:
+        env["MEMORY_TIMEZONE"] = zone
+    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_console_refuses_a_store_of_another_zone_before_any_write_or_run(tmp_path):
+    """The store was ingested under the default zone; under another, an ingest, a status and a
+    backfill are each one line on stderr (exit 2), no message is added and no run is started;
+    `db current` answers under any zone and names the store's."""
+
+    def write(name: str, hour: int) -> Path:
+        path = tmp_path / name
+        rows = conversation("w1", "c1", cst(2026, 1, 5, hour), ["hi", "hello", "how are you"])
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
+    data = tmp_path / "data"
+    assert _cli(data, "ingest", str(write("a.jsonl", 9))).returncode == 0
+    said = f"MEMORY_TIMEZONE='{BERLIN}', but this store's calendar is '{SHANGHAI}' (recorded "
+    for args in (
+        ("ingest", str(write("b.jsonl", 10))),
+        ("status",),
+        ("backfill", "day", "--from", "2026-01-05", "--to", "2026-01-05"),
+    ):
+        bad = _cli(data, *args, zone=BERLIN)
+        assert bad.returncode == 2, (args, bad.stdout, bad.stderr)
+        lines = [line for line in bad.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(said), (args, bad.stderr)
+    assert not (data / "dagster_home").exists()
+    store = Store(f"sqlite:///{data / 'memory.sqlite'}")
+    with store.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(messages)).scalar() == 3
+    assert _cli(data, "status", zone=SHANGHAI).returncode == 0
+    where = _cli(data, "db", "current", zone=BERLIN)  # the db commands still answer, and say which zone
+    assert where.returncode == 0, where.stderr
+    assert f"calendar zone: {SHANGHAI} (recorded " in where.stdout
