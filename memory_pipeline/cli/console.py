@@ -131,30 +131,37 @@ def answering_store() -> Store:
     return store
 
 
-def open_store() -> Store:
-    """The store that answers (:func:`answering_store`), migrated to head and opened under its own
-    calendar zone (``lib.store.calendar``); a search_path naming no schema, or MEMORY_TIMEZONE
-    other than the store's, is one line too."""
+def migrate(store: Store, to_head: Callable[[], T]) -> T:
+    """``to_head()`` (a migration of ``store``); a search_path naming no schema that exists, where a
+    migration has nowhere to create its tables, is one line (exit 1), not a traceback."""
     from sqlalchemy.exc import ProgrammingError
 
+    from memory_pipeline.lib import settings
+    from memory_pipeline.lib.text import redact
+
+    try:
+        return to_head()
+    except ProgrammingError as exc:
+        problem = (str(exc.orig) if exc.orig is not None else str(exc)).splitlines()[0]
+        refuse(
+            f"the store ({settings.ENV_DATABASE_URL}={redact(settings.database_url())}) cannot be migrated: "
+            f"{redact(problem)} (does the schema its search_path names exist?)",
+            1,
+        )
+
+
+def open_store() -> Store:
+    """The store that answers (:func:`answering_store`), migrated to head (:func:`migrate`) and
+    opened under its own calendar zone (``lib.store.calendar``): MEMORY_TIMEZONE other than the
+    store's is one line too."""
     from memory_pipeline import domains
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.settings import ConfigError
     from memory_pipeline.lib.store.calendar import check_calendar_zone
     from memory_pipeline.lib.store.migrate import ensure_schema
-    from memory_pipeline.lib.text import redact
 
     store = answering_store()
-    url = settings.database_url()
-    try:
-        ensure_schema(store, domains.version_locations())
-    except ProgrammingError as exc:  # a search_path naming no schema that exists: nowhere to create tables
-        problem = (str(exc.orig) if exc.orig is not None else str(exc)).splitlines()[0]
-        refuse(
-            f"the store ({settings.ENV_DATABASE_URL}={redact(url)}) cannot be migrated: {redact(problem)} "
-            "(does the schema its search_path names exist?)",
-            1,
-        )
+    migrate(store, lambda: ensure_schema(store, domains.version_locations()))
     try:
         check_calendar_zone(store, settings.timezone_name())
     except ConfigError as exc:

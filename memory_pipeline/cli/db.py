@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from memory_pipeline.cli.console import answering_store, console
+from memory_pipeline.cli.console import answering_store, console, migrate
 
 app = typer.Typer(no_args_is_help=True)
 
 
 @app.command()
 def upgrade() -> None:
-    """Bring the schema of MEMORY_DATABASE_URL to the newest revision (safe to run concurrently)."""
+    """Bring the schema of MEMORY_DATABASE_URL to the newest revision (safe to run concurrently).
+    A search_path naming no schema is one line, as for every command that opens the store."""
     from memory_pipeline import domains
     from memory_pipeline.lib.store.migrate import upgrade as run_upgrade
 
     store = answering_store()
-    before, after = run_upgrade(store, domains.version_locations())
+    before, after = migrate(store, lambda: run_upgrade(store, domains.version_locations()))
     if before == after:
         console.print(f"schema already at {after} ({store.dialect})")
     else:

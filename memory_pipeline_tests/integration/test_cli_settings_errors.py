@@ -79,12 +79,14 @@ def test_a_model_litellm_cannot_call_is_refused_before_any_run_or_call(tmp_path)
 
 
 def test_a_search_path_naming_no_schema_is_one_line_not_a_traceback(tmp_path):
+    """`db upgrade` too: it printed the whole CREATE TABLE it failed on, in a traceback."""
     url = "postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3Dno_such_schema_here"
-    missing = _run(tmp_path, "status", MEMORY_DATABASE_URL=url)
-    said = " ".join(missing.stderr.split())
-    assert missing.returncode == 1 and "Traceback" not in said, missing.stderr
-    assert "cannot be migrated: no schema has been selected to create in" in said
-    assert said.endswith("(does the schema its search_path names exist?)"), said
+    for command in (["status"], ["db", "upgrade"]):
+        missing = _run(tmp_path, *command, MEMORY_DATABASE_URL=url)
+        said = " ".join(missing.stderr.split())
+        assert missing.returncode == 1 and "Traceback" not in said, (command, missing.stderr)
+        assert "cannot be migrated: no schema has been selected to create in" in said
+        assert said.endswith("(does the schema its search_path names exist?)"), said
 
 
 def test_a_database_url_that_is_none_is_one_line_naming_the_variable(tmp_path):
