@@ -48,9 +48,11 @@ def _materialize(
     """One operation (a run per contiguous range), with a progress bar labelled with the ``command``
     (backfill, rebuild, regenerate) and its report printed; the range's notes come before the bar."""
     from memory_pipeline import operations
+    from memory_pipeline.lib.llm.client import configured_model
     from memory_pipeline.temporal import config as temporal_config
 
     temporal_config.load()  # a bad setting is one line now (ConfigError), not a run that fails on it
+    configured_model()  # so is a model litellm cannot call: here, before the code location loads (4 s)
     try:
         as_of, worlds = _as_of(as_of), operations.check_worlds(worlds)  # before any run
         store = open_store()  # a store it cannot use (another calendar zone) is one line, not a failed run

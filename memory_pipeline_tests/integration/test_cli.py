@@ -321,3 +321,30 @@ def test_read_says_when_the_viewing_conversation_is_none_of_the_worlds(env):
         said = " ".join(out.stderr.split())
         assert out.exit_code == 0, out.output
         assert f"--conversation {viewer}: no conversation of world w1 ({why}); read as a new conversation" in said
+
+
+def test_a_command_that_starts_no_run_loads_neither_dagster_nor_dbt_nor_litellm(tmp_path):
+    """`status` (and `--help`) in a process of their own: the warning filters of the console's entry
+    point once imported the whole of dagster (0.5 s, half of `status`) for classes dagster_shared
+    holds. The command still prints its report."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from memory_pipeline.cli import main\n"
+        "sys.argv = ['memory-pipeline', sys.argv[1]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = ('dagster', 'dagster_dbt', 'dbt', 'litellm')\n"
+        "print('loaded:', sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")} | {"MEMORY_DATA_DIR": str(tmp_path)}
+    for command in ("status", "--help"):
+        done = subprocess.run(
+            [sys.executable, "-c", code, command], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        *printed, loaded = done.stdout.splitlines()
+        assert loaded == "loaded: []", (command, done.stdout[-500:])
+        assert len(printed) > 5, (command, done.stdout)  # its report, or its help
