@@ -448,6 +448,16 @@ def _no_redis() -> str:
     return f"Redis at REDIS_URL={escape(redact(url))} did not answer" if url else "no REDIS_URL"
 
 
+def clock_labels(ats: list[str]) -> list[str]:
+    """Each time's wall clock (HH:MM), with its UTC offset when the times hold more than one: on a
+    fall-back day of a zone with DST, 01:30 happens twice, and the two read the same without it."""
+    times = [datetime.fromisoformat(at) for at in ats]
+    offsets = {t.utcoffset() for t in times}
+    if len(offsets) <= 1:
+        return [f"{t:%H:%M}" for t in times]
+    return [f"{t:%H:%M} ({t.isoformat(timespec='minutes')[16:]})" for t in times]
+
+
 def print_view(view: TemporalView, timeline: list[dict[str, Any]], backend: str) -> None:
     at = view.at.astimezone(_zone()).isoformat(timespec="seconds")
     console.rule(f"system prompt segment for {view.world_id} at {at} (cache: {backend})")
@@ -455,13 +465,13 @@ def print_view(view: TemporalView, timeline: list[dict[str, Any]], backend: str)
     if view.system_truncated:
         console.print("[yellow]truncated to system_prompt_max_chars; Inbox warning written[/]")
     console.rule(f"timeline of {view.viewer_conversation_id or '(no viewer)'} with peer insertions")
-    for m in timeline:
+    for m, clock in zip(timeline, clock_labels([str(m["at"]) for m in timeline]), strict=True):
         who = f"{m['role']}:{m['name']}" if m.get("name") else m["role"]
         extra = f" [dim](bucket {m['bucket']}, roll {m['cache']})[/]" if m.get("name") else ""
         content = m["content"] or (
             "(tool calls: " + ", ".join(_tool_name(c) for c in m["tool_calls"]) + ")" if m.get("tool_calls") else ""
         )
-        console.print(f"{m['at'][11:16]} [bold]{escape(who)}[/]: {escape(content)}{extra}", highlight=False)
+        console.print(f"{clock} [bold]{escape(who)}[/]: {escape(content)}{extra}", highlight=False)
     if view.warmups_requested:
         console.print(f"[dim]{view.warmups_requested} peer-roll warm-up(s) requested for the background[/]")
 

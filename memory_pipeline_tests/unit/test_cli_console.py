@@ -64,3 +64,15 @@ def test_a_run_interrupted_by_a_signal_says_so_not_dagsters_class_path():
     except OSError:
         other = serializable_error_info_from_exc_info(sys.exc_info())
     assert error_line(other) == "OSError: [Errno 28] No space left on device"  # any other cause as before
+
+
+def test_reads_timeline_shows_offsets_only_when_its_times_have_two():
+    """`read` printed each time as HH:MM: on a fall-back day (America/New_York, 2026-11-01) the two
+    01:30s were the same line. With more than one UTC offset among the times each shows its own;
+    a day of one offset keeps the plain clock."""
+    from memory_pipeline.cli.temporal import clock_labels
+
+    fall_back = ["2026-11-01T01:30:00-04:00", "2026-11-01T01:30:00-05:00", "2026-11-01T09:05:12.5-05:00"]
+    assert clock_labels(fall_back) == ["01:30 (-04:00)", "01:30 (-05:00)", "09:05 (-05:00)"]
+    assert clock_labels(["2026-01-05T09:00:00+08:00", "2026-01-05T21:45:00+08:00"]) == ["09:00", "21:45"]
+    assert clock_labels([]) == []
