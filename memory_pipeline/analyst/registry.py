@@ -225,6 +225,8 @@ NOT_EXPORTED: dict[str, str] = {
     "`memory-pipeline tokens list` shows them",
     "request_ids": "the memory server's record of caller-given request ids (a repeated write answers the first "
     "result): the writes themselves are exported in their domains' tables",
+    "store_settings": "what the store was built under (its calendar zone), one row a setting: "
+    "`memory-pipeline db current` shows it, and every exported day is already of that zone",
 }
 
 
