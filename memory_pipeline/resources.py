@@ -6,6 +6,7 @@ value. An unset variable leaves the field empty, which means the embedded defaul
 from __future__ import annotations
 
 from typing import Any, TypedDict
+from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
@@ -89,6 +90,18 @@ class MemoryConfigResource(ConfigurableResource[Any]):
 
     def path(self) -> str | None:
         return self.config_file or None
+
+    def zone(self) -> ZoneInfo:
+        """The calendar zone of a run's rows. The partitions are cut in MEMORY_TIMEZONE when the
+        code location loads (and the store records it): a run configured with another zone would
+        cut its rows in a calendar its partition keys are not of, so it is refused (ConfigError)."""
+        keys = settings.timezone_name()
+        if self.timezone != keys:
+            raise settings.ConfigError(
+                f"memory_config.timezone {self.timezone!r} is not {settings.ENV_TIMEZONE}={keys!r}, the zone the "
+                f"partitions are cut in: set {settings.ENV_TIMEZONE} where the code location runs instead"
+            )
+        return ZoneInfo(self.timezone)
 
 
 def _env(name: str) -> Any:

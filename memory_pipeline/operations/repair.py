@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from zoneinfo import ZoneInfo
 
 from dagster import DagsterInstance, Definitions
 
@@ -59,7 +58,7 @@ def repair(
     defs = _defs(defs)
     instance = instance or get_instance()
     with initialized((defs.resources or {})["temporal"], instance) as temporal:  # environment resolved
-        store, tz = temporal.memory_store.store(), ZoneInfo(temporal.memory_config.timezone)
+        store, tz = temporal.memory_store.store(), temporal.memory_config.zone()
     now = min(parse_instant(as_of), utcnow()) if as_of else None
     report = RepairReport(stale=reconcile.stale_periods(store, tz, now))
     spans = [

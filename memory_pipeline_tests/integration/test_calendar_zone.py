@@ -20,7 +20,7 @@ from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.calendar import check_calendar_zone, recorded_zone
 from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import messages
-from memory_pipeline.resources import MemoryStoreResource
+from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
 from memory_pipeline_tests.conftest import conversation, cst, forget_schemas, fresh_schema
 
 SHANGHAI, BERLIN = "Asia/Shanghai", "Europe/Berlin"
@@ -69,6 +69,22 @@ def test_the_store_resource_of_a_step_refuses_another_zone(url, monkeypatch):
     monkeypatch.setenv("MEMORY_TIMEZONE", BERLIN)
     with pytest.raises(ConfigError, match=f"but this store's calendar is '{SHANGHAI}'"):
         resource.store()
+
+
+def test_a_run_configured_with_another_zone_than_its_partitions_is_refused(monkeypatch):
+    """The partitions are cut in MEMORY_TIMEZONE when the code location loads; memory_config's
+    timezone (which the launchpad can set) was each domain's zone for its rows: a run set to another
+    zone cut its rows in a calendar its partition keys are not of."""
+    monkeypatch.delenv("MEMORY_TIMEZONE", raising=False)
+    assert MemoryConfigResource().zone().key == SHANGHAI
+    with pytest.raises(ConfigError) as refused:
+        MemoryConfigResource(timezone=BERLIN).zone()
+    assert str(refused.value) == (
+        f"memory_config.timezone '{BERLIN}' is not MEMORY_TIMEZONE='{SHANGHAI}', the zone the partitions are cut in: "
+        "set MEMORY_TIMEZONE where the code location runs instead"
+    )
+    monkeypatch.setenv("MEMORY_TIMEZONE", BERLIN)
+    assert MemoryConfigResource(timezone=BERLIN).zone().key == BERLIN
 
 
 def _open_under(url: str, zone: str, start, queue) -> None:

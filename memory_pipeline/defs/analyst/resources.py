@@ -43,14 +43,14 @@ class AnalystResource(ConfigurableResource[Any]):
 
     @property
     def tz(self) -> ZoneInfo:
-        return ZoneInfo(self.memory_config.timezone)
+        return self.memory_config.zone()
 
     def dbt_vars(self, staging: Path) -> dict[str, Any]:
         """What every dbt build is told: the private copy it builds, the zone, the summary caps."""
         caps = temporal_config.load(self.memory_config.path())
         return {
             "duckdb_path": str(staging),
-            "timezone": self.memory_config.timezone,
+            "timezone": self.memory_config.zone().key,
             "summary_caps": {
                 "day": caps.global_day_max_chars,
                 "month": caps.month_max_chars,

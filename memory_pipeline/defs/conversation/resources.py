@@ -29,7 +29,7 @@ class ConversationResource(ConfigurableResource[Any]):
         return self.llm.client(store, asset=asset)
 
     def tz(self) -> ZoneInfo:
-        return ZoneInfo(self.memory_config.timezone)
+        return self.memory_config.zone()
 
 
 class ConversationResources(TypedDict):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, TypedDict
-from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource
 
@@ -30,7 +29,7 @@ class ObjectsResource(ConfigurableResource[Any]):
             store=store,
             llm=self.llm.client(store, asset=asset, partition=partition),
             cfg=self.cfg(),
-            tz=ZoneInfo(self.memory_config.timezone),
+            tz=self.memory_config.zone(),
         )
 
     def projection_root(self) -> Path:

@@ -43,7 +43,7 @@ def changed_days(
     assert isinstance(resource, SleepResource)
     with initialized(resource, instance) as sleep:  # environment variables resolved
         store = sleep.memory_store.store()
-        tz = ZoneInfo(sleep.memory_config.timezone)
+        tz = sleep.memory_config.zone()
     key_tz = ZoneInfo(cst_day.timezone)
     days = {local_date(cst_day.time_window_for_partition_key(k).start, key_tz): k for k in keys}
     if not days:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Any, TypedDict
-from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource
 
@@ -27,7 +26,7 @@ class SleepResource(ConfigurableResource[Any]):
             store=store,
             llm=self.llm.client(store, asset=asset, partition=partition),
             cfg=self.cfg(),
-            tz=ZoneInfo(self.memory_config.timezone),
+            tz=self.memory_config.zone(),
             force=force,
         )
 

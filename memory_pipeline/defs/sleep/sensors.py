@@ -4,8 +4,6 @@ requests one run of the nights job from that day through the newest done place, 
 day's light, deep and autobiography before the next day's. Only the worlds whose material changed
 are asked again and restored first; every other world's records are reused."""
 
-from zoneinfo import ZoneInfo
-
 from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
 from memory_pipeline.defs.sleep.jobs import nights_job
@@ -27,7 +25,7 @@ from memory_pipeline.sleep.runs import day_statuses
 )
 def sleep_late_data_sensor(context: SensorEvaluationContext, sleep: SleepResource) -> SkipReason | list[RunRequest]:
     store = sleep.memory_store.store()
-    late = late_days(store, ZoneInfo(sleep.memory_config.timezone))
+    late = late_days(store, sleep.memory_config.zone())
     if not late:
         return SkipReason("no message arrived after its day's light sleep")
     why = busy(context.instance)

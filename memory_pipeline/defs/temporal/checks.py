@@ -120,7 +120,7 @@ def _period_check(
     def _check(
         context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
     ) -> CheckEvents:
-        store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
+        store, tz = memory_store.store(), memory_config.zone()
         for keys in _batches(context.partition_keys):
             periods = {key: local_date(defn.time_window_for_partition_key(key).start, tz_of_keys) for key in keys}
             audits = summaries.period_audits(store, window, list(periods.values()), tz)
@@ -156,7 +156,7 @@ def _tick_seen(record: EventLogRecord | None) -> tuple[datetime | None, datetime
 def chunks_check(
     context: AssetCheckExecutionContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
 ) -> CheckEvents:
-    store, tz = memory_store.store(), ZoneInfo(memory_config.timezone)
+    store, tz = memory_store.store(), memory_config.zone()
     asset_key, tz_of_keys = assets.temporal_day_chunks.key, ZoneInfo(cst_day_open.timezone)
     for keys in _batches(context.partition_keys):
         latest = _latest_many(context, asset_key, keys)

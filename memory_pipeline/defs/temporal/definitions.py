@@ -37,7 +37,7 @@ def changed_partitions(
     assert isinstance(resource, TemporalResource)
     with initialized(resource, instance) as temporal:  # environment variables resolved
         store, cfg = temporal.memory_store.store(), temporal.cfg()
-        model, tz = temporal.llm.model, ZoneInfo(temporal.memory_config.timezone)
+        model, tz = temporal.llm.model, temporal.memory_config.zone()
     defn = {"day": cst_day, "month": cst_month, "year": cst_year}[window]
     key_tz = ZoneInfo(defn.timezone)
     periods: dict[date, str] = {local_date(defn.time_window_for_partition_key(k).start, key_tz): k for k in keys}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Any, TypedDict
-from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource
 
@@ -38,7 +37,7 @@ class TemporalResource(ConfigurableResource[Any]):
             llm=self.llm.client(store, asset=asset, partition=partition),
             cache=self.kv_cache.cache(store),
             cfg=self.cfg(),
-            tz=ZoneInfo(self.memory_config.timezone),
+            tz=self.memory_config.zone(),
             force_llm=force_llm,
             rebuild=rebuild,
         )

@@ -2,8 +2,6 @@
 read path run in the background; late data and new worlds are reconciled into the periods they
 belong to."""
 
-from zoneinfo import ZoneInfo
-
 from dagster import (
     DefaultSensorStatus,
     MultiAssetSensorEvaluationContext,
@@ -89,7 +87,7 @@ RECONCILE_MAX_REQUESTS = 100
 def temporal_reconcile_sensor(
     context: SensorEvaluationContext, memory_store: MemoryStoreResource, memory_config: MemoryConfigResource
 ) -> SkipReason | list[RunRequest]:
-    stale = reconcile.stale_periods(memory_store.store(), ZoneInfo(memory_config.timezone))
+    stale = reconcile.stale_periods(memory_store.store(), memory_config.zone())
     # Days first: a month (year) waits while a day (month) below it is stale; when the children are
     # written, a later evaluation sees the parent stale by its changed children (or not at all).
     ready = stale.ready

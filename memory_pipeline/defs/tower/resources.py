@@ -24,7 +24,7 @@ class TowerResource(ConfigurableResource[Any]):
         return tower_config.load(self.memory_config.path())
 
     def tz(self) -> ZoneInfo:
-        return ZoneInfo(self.memory_config.timezone)
+        return self.memory_config.zone()
 
     def store(self) -> Store:
         store = self.memory_store.store()
