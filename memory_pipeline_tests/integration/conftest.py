@@ -20,7 +20,7 @@ from memory_pipeline.events.ingest import ingest_file
 from memory_pipeline.lib.settings import REPO_ROOT
 from memory_pipeline.lib.store import Store, make_engine
 from memory_pipeline.lib.store.migrate import ensure_schema, forget_checked
-from memory_pipeline_tests.conftest import REDIS_URL, conversation, cst, event
+from memory_pipeline_tests.conftest import REDIS_URL, conversation, cst, event, forget_schemas, fresh_schema
 from memory_pipeline_tests.dagster_stack import (
     DagsterStack,
     create_schema,
@@ -30,6 +30,18 @@ from memory_pipeline_tests.dagster_stack import (
 )
 
 STACK_KEY = pytest.StashKey["DagsterStack"]()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def empty_url(request, tmp_path):
+    """A store URL with nothing in it yet, of each kind: a fresh PostgreSQL schema, a new SQLite file."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'memory.sqlite'}"
+        return
+    with fresh_schema("m") as url:
+        yield url
+    forget_schemas()
+
 
 DAY_ASSET = "temporal_day_summaries"
 DAY_CHECK = "day_rows_have_sources_and_no_future"

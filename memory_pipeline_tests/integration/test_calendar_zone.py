@@ -21,20 +21,10 @@ from memory_pipeline.lib.store.calendar import check_calendar_zone, recorded_zon
 from memory_pipeline.lib.store.migrate import ensure_schema
 from memory_pipeline.lib.store.tables import messages
 from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
-from memory_pipeline_tests.conftest import conversation, cst, forget_schemas, fresh_schema
+from memory_pipeline_tests.conftest import conversation, cst
 
 SHANGHAI, BERLIN = "Asia/Shanghai", "Europe/Berlin"
 CLI = str(Path(sys.executable).with_name("memory-pipeline"))
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'memory.sqlite'}"
-        return
-    with fresh_schema("z") as schema_url:
-        yield schema_url
-    forget_schemas()
 
 
 def _migrated(url: str) -> Store:
@@ -43,8 +33,8 @@ def _migrated(url: str) -> Store:
     return store
 
 
-def test_the_first_open_records_its_zone_and_an_open_under_another_is_refused(url):
-    store = _migrated(url)
+def test_the_first_open_records_its_zone_and_an_open_under_another_is_refused(empty_url):
+    store = _migrated(empty_url)
     assert recorded_zone(store) is None
     check_calendar_zone(store, SHANGHAI)
     first = recorded_zone(store)
@@ -61,8 +51,8 @@ def test_the_first_open_records_its_zone_and_an_open_under_another_is_refused(ur
         check_calendar_zone(store, BERLIN)
 
 
-def test_the_store_resource_of_a_step_refuses_another_zone(url, monkeypatch):
-    resource = MemoryStoreResource(database_url=url)
+def test_the_store_resource_of_a_step_refuses_another_zone(empty_url, monkeypatch):
+    resource = MemoryStoreResource(database_url=empty_url)
     monkeypatch.setenv("MEMORY_TIMEZONE", SHANGHAI)
     store = resource.store()
     assert recorded_zone(store) is not None
@@ -97,13 +87,13 @@ def _open_under(url: str, zone: str, start, queue) -> None:
         queue.put((zone, f"{type(exc).__name__}: {exc}"))
 
 
-def test_two_processes_opening_a_new_store_under_two_zones_at_once_agree_on_one(url):
+def test_two_processes_opening_a_new_store_under_two_zones_at_once_agree_on_one(empty_url):
     """Both find no zone recorded and both insert theirs: the first insert wins, the other process
     reads the winner's row and is refused, so the store never holds two calendars."""
-    store = _migrated(url)
+    store = _migrated(empty_url)
     ctx = multiprocessing.get_context("spawn")
     start, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_open_under, args=(url, zone, start, queue)) for zone in (SHANGHAI, BERLIN)]
+    procs = [ctx.Process(target=_open_under, args=(empty_url, zone, start, queue)) for zone in (SHANGHAI, BERLIN)]
     for p in procs:
         p.start()
     for p in procs:

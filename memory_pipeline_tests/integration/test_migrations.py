@@ -27,16 +27,6 @@ LOCATIONS = domains.version_locations()
 PREVIOUS = "0003_temporal"
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def empty_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'memory.sqlite'}"
-        return
-    with fresh_schema("m") as url:
-        yield url
-    forget_schemas()
-
-
 def test_an_empty_database_reaches_head_and_matches_the_declared_tables(empty_url):
     store = Store(empty_url)
     assert current(store) is None
