@@ -1,30 +1,22 @@
 """A store's calendar zone (MEMORY_TIMEZONE) is recorded at its first open, and every later open under
 another zone is refused in one line naming both zones, before anything is read or written: on
-PostgreSQL and SQLite, by the store resource of every Dagster step, and by the console script."""
+PostgreSQL and SQLite, and by the store resource of every Dagster step (the console script's
+refusal: test_cli_settings_errors.py)."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
 
 from memory_pipeline import domains
 from memory_pipeline.lib.settings import ConfigError
 from memory_pipeline.lib.store import Store
 from memory_pipeline.lib.store.calendar import check_calendar_zone, recorded_zone
 from memory_pipeline.lib.store.migrate import ensure_schema
-from memory_pipeline.lib.store.tables import messages
 from memory_pipeline.resources import MemoryConfigResource, MemoryStoreResource
-from memory_pipeline_tests.conftest import conversation, cst
 
 SHANGHAI, BERLIN = "Asia/Shanghai", "Europe/Berlin"
-CLI = str(Path(sys.executable).with_name("memory-pipeline"))
 
 
 def _migrated(url: str) -> Store:
@@ -104,44 +96,3 @@ def test_two_processes_opening_a_new_store_under_two_zones_at_once_agree_on_one(
     other = BERLIN if recorded.zone == SHANGHAI else SHANGHAI
     assert results[recorded.zone] == "ok"
     assert results[other].startswith(f"ConfigError: MEMORY_TIMEZONE='{other}', but this store's calendar is")
-
-
-def _cli(data: Path, *args: str, zone: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") and k != "DAGSTER_HOME"}
-    env["MEMORY_DATA_DIR"] = str(data)
-    if zone:
-        env["MEMORY_TIMEZONE"] = zone
-    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=300)
-
-
-def test_the_console_refuses_a_store_of_another_zone_before_any_write_or_run(tmp_path):
-    """The store was ingested under the default zone; under another, an ingest, a status and a
-    backfill are each one line on stderr (exit 2), no message is added and no run is started;
-    `db current` answers under any zone and names the store's."""
-
-    def write(name: str, hour: int) -> Path:
-        path = tmp_path / name
-        rows = conversation("w1", "c1", cst(2026, 1, 5, hour), ["hi", "hello", "how are you"])
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return path
-
-    data = tmp_path / "data"
-    assert _cli(data, "ingest", str(write("a.jsonl", 9))).returncode == 0
-    said = f"MEMORY_TIMEZONE='{BERLIN}', but this store's calendar is '{SHANGHAI}' (recorded "
-    for args in (
-        ("ingest", str(write("b.jsonl", 10))),
-        ("status",),
-        ("backfill", "day", "--from", "2026-01-05", "--to", "2026-01-05"),
-    ):
-        bad = _cli(data, *args, zone=BERLIN)
-        assert bad.returncode == 2, (args, bad.stdout, bad.stderr)
-        lines = [line for line in bad.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and lines[0].startswith(said), (args, bad.stderr)
-    assert not (data / "dagster_home").exists()
-    store = Store(f"sqlite:///{data / 'memory.sqlite'}")
-    with store.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(messages)).scalar() == 3
-    assert _cli(data, "status", zone=SHANGHAI).returncode == 0
-    where = _cli(data, "db", "current", zone=BERLIN)  # the db commands still answer, and say which zone
-    assert where.returncode == 0, where.stderr
-    assert f"calendar zone: {SHANGHAI} (recorded " in where.stdout

@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from sqlalchemy import func, select
+
+from memory_pipeline.lib.store import Store
+from memory_pipeline.lib.store.tables import messages
 from memory_pipeline_tests.conftest import REDIS_URL, conversation, cst
 
 CLI = str(Path(sys.executable).with_name("memory-pipeline"))
@@ -42,6 +46,36 @@ def test_a_bad_time_zone_is_one_line_and_leaves_the_new_store_migratable(tmp_pat
     good = _run(tmp_path, "status")
     assert good.returncode == 0, good.stderr
     assert "store: 0 worlds" in good.stdout
+
+
+def test_a_store_of_another_time_zone_is_one_line_naming_both_before_any_write_or_run(tmp_path):
+    """The store was ingested under the default zone (it records Asia/Shanghai); under another, an
+    ingest, a status and a backfill are each one line (exit 2), no message is added and no run is
+    started; `db current` answers under any zone and names the store's."""
+
+    def write(name: str, hour: int) -> Path:
+        path = tmp_path / name
+        rows = conversation("w1", "c1", cst(2026, 1, 5, hour), ["hi", "hello", "how are you"])
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
+    assert _run(tmp_path, "ingest", str(write("a.jsonl", 9))).returncode == 0
+    said = "MEMORY_TIMEZONE='Europe/Berlin', but this store's calendar is 'Asia/Shanghai' (recorded "
+    for args in (
+        ("ingest", str(write("b.jsonl", 10))),
+        ("status",),
+        ("backfill", "day", "--from", "2026-01-05", "--to", "2026-01-05"),
+    ):
+        bad = _run(tmp_path, *args, MEMORY_TIMEZONE="Europe/Berlin")
+        assert bad.returncode == 2, (args, bad.stdout, bad.stderr)
+        assert len(_lines(bad.stderr)) == 1 and bad.stderr.startswith(said), (args, bad.stderr)
+    assert not (tmp_path / "dagster_home").exists()
+    with Store(f"sqlite:///{tmp_path / 'memory.sqlite'}").connect() as conn:
+        assert conn.execute(select(func.count()).select_from(messages)).scalar() == 3
+    assert _run(tmp_path, "status").returncode == 0
+    where = _run(tmp_path, "db", "current", MEMORY_TIMEZONE="Europe/Berlin")
+    assert where.returncode == 0, where.stderr
+    assert "calendar zone: Asia/Shanghai (recorded " in where.stdout
 
 
 def test_a_store_that_does_not_answer_is_one_line_naming_the_variable_without_its_password(tmp_path):
