@@ -144,7 +144,7 @@ objects_attachments = Table(
     Column("event_id", ID, primary_key=True),
     Column("revision", Integer, nullable=False),
     Column("created_at", UTCDateTime, nullable=False, default=now_utc),
-    Index("ix_objects_attachments_event", "event_id"),
+    Index("ix_objects_attachments_event_world", "event_id", "world_id", "object_id"),  # a claim's lookup (0037)
 )
 
 # The current core documents; every version (the prior ones included) is in objects_core_versions.
