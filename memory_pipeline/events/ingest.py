@@ -378,8 +378,9 @@ class EventBatch:
         prev = self._seen.get(event["message_id"])
         if prev is not None:
             said = self._timed_by.get(event["message_id"], prev["source"])
-            if not same_event(prev, event):
-                return "message_id", f"{shown(event['message_id'])} repeats {said} with different content"
+            differ = event_difference(prev, event)
+            if differ:
+                return "message_id", f"{shown(event['message_id'])} repeats {said} with different {differ}"
             return None
         known = self._conv_meta.get(event["conversation_id"])
         if known is not None and known != _meta(event):
@@ -391,11 +392,16 @@ class EventBatch:
         return None
 
 
-def same_event(a: Event, b: Event) -> bool:
-    """Two lines of one id are the same event when role and content agree and so do their
-    timestamps, where both give one (a line without a timestamp leaves its time unknown)."""
-    return (a["content"], a["role"]) == (b["content"], b["role"]) and (
-        a["at"] is None or b["at"] is None or a["at"] == b["at"]
+def event_difference(a: Event, b: Event) -> str:
+    """What two lines of one id disagree on, for a refusal ("" when they are the same event):
+    "content" when role, content or their timestamps differ (where both give one: a line without a
+    timestamp leaves its time unknown), then the world, the conversation and the tool calls, each
+    named by its field. A line that moved an id to another world or conversation was dropped as
+    already present (a world's event then never existed)."""
+    return staging.difference(
+        staging.same_body((a["content"], a["role"], a["at"]), (b["content"], b["role"], b["at"])),
+        [("world_id", a["world_id"], b["world_id"]), ("conversation_id", a["conversation_id"], b["conversation_id"])],
+        a["tool_calls"] == b["tool_calls"],
     )
 
 

@@ -31,6 +31,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     exists,
     func,
     literal,
@@ -243,8 +244,8 @@ def _meta(world: str, platform: str, debug: bool) -> tuple[str, str, bool]:
 
 def file_repeats(conn: Connection) -> FileRepeats:
     """Repeats inside the staged rows, exactly as a sequential pass over the file decides them:
-    a repeated message_id with the same (content, role, at) is dropped, with another refused
-    ("repeats {source} with different content"); a line without a timestamp agrees with any time,
+    a repeated message_id that is the same event (``difference``) is dropped, another refused
+    ("repeats {source} with different content", or the fields that differ); a line without a timestamp agrees with any time,
     and the first line of an id takes the time a later one gives; a conversation keeps the
     (world, platform, debug) of its first accepted line. Only rows whose id repeats or whose
     conversation has more than one (world, platform, debug) can be affected: those are read (in
@@ -264,32 +265,39 @@ def file_repeats(conn: Connection) -> FileRepeats:
     )
     involved = conn.execute(
         select(s.pos, s.message_id, s.world_id, s.conversation_id, s.platform, s.debug, s.role, s.content, s.at)
-        .add_columns(s.source)
+        .add_columns(s.tool_calls, s.source)
         .where(or_(s.message_id.in_(repeated_ids), s.conversation_id.in_(mixed_convs)))
         .order_by(s.pos)
     ).all()
     out = FileRepeats()
     if not involved:
         return out
-    seen: dict[str, tuple[tuple[str, str, datetime | None], str, int]] = {}
+    # id -> its first line's body, where (world, conversation, tool calls), source and position
+    seen: dict[str, tuple[Body, tuple[str, str, str], str, int]] = {}
     conv_meta: dict[str, tuple[str, str, bool]] = {}
     gone: list[int] = []
     timed: dict[int, datetime] = {}  # kept row -> the time a later line of its id gives
-    for pos, mid, wid, cid, platform, debug, role, content, at, source in involved:
+    for pos, mid, wid, cid, platform, debug, role, content, at, calls, source in involved:
         body = (content, role, at)
         meta = _meta(wid, platform, debug)
         prev = seen.get(mid)
         if prev is not None:
             gone.append(pos)
-            if not _same_body(prev[0], body):
+            (pw, pc, pcalls) = prev[1]
+            differ = difference(
+                same_body(prev[0], body),
+                [("world_id", pw, wid), ("conversation_id", pc, cid)],
+                _same_calls(calls, pcalls),
+            )
+            if differ:
                 out.problems.append(
-                    Problem(pos, "message_id", f"{shown(mid)} repeats {prev[1]} with different content")
+                    Problem(pos, "message_id", f"{shown(mid)} repeats {prev[2]} with different {differ}")
                 )
             else:
                 out.dropped += 1
                 if prev[0][2] is None and at is not None:  # the event's time, whichever line gives it
-                    seen[mid] = ((content, role, at), source, prev[2])
-                    timed[prev[2]] = at
+                    seen[mid] = ((content, role, at), prev[1], source, prev[3])
+                    timed[prev[3]] = at
             continue
         known = conv_meta.get(cid)
         if known is not None and known != meta:
@@ -302,7 +310,7 @@ def file_repeats(conn: Connection) -> FileRepeats:
                 )
             )
             continue
-        seen[mid] = (body, source, pos)
+        seen[mid] = (body, (wid, cid, calls), source, pos)
         conv_meta.setdefault(cid, meta)
     delete_positions(conn, gone)
     if timed:
@@ -368,26 +376,74 @@ def conversation_conflicts(conn: Connection) -> list[Problem]:
     return out
 
 
-def _same_body(a: tuple[str, str, datetime | None], b: tuple[str, str, datetime | None]) -> bool:
-    """(content, role, at) of two lines of one id: the same event (``ingest.same_event``)."""
+Body = tuple[str, str, datetime | None]  # a line's content, role and time (None: it gave none)
+
+
+def same_body(a: Body, b: Body) -> bool:
+    """Role and content agree, and so do the times where both lines give one."""
     return a[:2] == b[:2] and (a[2] is None or b[2] is None or a[2] == b[2])
 
 
-def _differs() -> Any:
-    """A staged row is another event than the stored one of its id (``ingest.same_event``)."""
+def difference(body_agrees: bool, fields: list[tuple[str, object, object]], calls_agree: bool) -> str:
+    """What two lines of one id disagree on ("" when they are one event; ``ingest.event_difference``):
+    "content" (role, content or time: ``same_body``), each of ``fields`` (name, one's value, the
+    other's) that differs, then "tool_calls"."""
+    out = [] if body_agrees else ["content"]
+    out += [name for name, x, y in fields if x != y]
+    if not calls_agree:
+        out.append("tool_calls")
+    return ", ".join(out[:-1]) + " and " + out[-1] if len(out) > 1 else "".join(out)
+
+
+def _same_calls(staged: str, other: str | object) -> bool:
+    """Two lines' tool calls (the staged row's JSON text, and another's text or, stored, its value)
+    are the same value: two texts of one value (its keys in another order) agree."""
+    if isinstance(other, str) and other == staged:
+        return True
+    return bool(json.loads(staged) == (json.loads(other) if isinstance(other, str) else other))
+
+
+def _body_differs() -> Any:
     s, m = STAGING.c, messages.c
     return or_(s.content != m.content, s.role != m.role, and_(s.at.is_not(None), s.at != m.at))
 
 
+def _differs() -> Any:
+    """A staged row may be another event than the stored one of its id (``ingest.event_difference``;
+    tool calls whose texts differ are compared as values after: ``_stored_difference``). The stored
+    conversation's world is the conversations' check (``conversation_conflicts``)."""
+    s, m = STAGING.c, messages.c
+    stored_calls = func.coalesce(cast(m.tool_calls, Text), "null")
+    return or_(_body_differs(), s.conversation_id != m.conversation_id, s.tool_calls != stored_calls)
+
+
+def _stored_difference(conn: Connection, where: Any) -> list[Problem]:
+    """The staged rows (joined with the stored message of their id, filtered by ``where``) that
+    are another event than the stored one, in file order, each naming what differs."""
+    s, m = STAGING.c, messages.c
+    q = (
+        select(s.pos, s.message_id, _body_differs().label("body"), s.conversation_id, m.conversation_id, s.tool_calls)
+        .add_columns(m.tool_calls)
+        .select_from(STAGING.join(messages, m.message_id == s.message_id))
+        .where(where, _differs())
+        .order_by(s.pos)
+    )
+    out = []
+    for pos, mid, body, conv, stored_conv, calls, stored_calls in conn.execute(q):
+        differ = difference(not body, [("conversation_id", conv, stored_conv)], _same_calls(calls, stored_calls))
+        if differ:
+            out.append(Problem(pos, "message_id", f"{mid!r} is already stored with different {differ}"))
+    return out
+
+
 def stored_messages(conn: Connection) -> tuple[int, list[Problem]]:
-    """(staged rows whose id is stored, those of them stored with another body, in file order)."""
+    """(staged rows whose id is stored, those of them stored as another event, in file order)."""
     s, m = STAGING.c, messages.c
     joined = STAGING.join(messages, m.message_id == s.message_id)
     n = conn.execute(select(func.count()).select_from(joined)).scalar_one()
     if not n:
         return 0, []
-    rows = conn.execute(select(s.pos, s.message_id).select_from(joined).where(_differs()).order_by(s.pos)).all()
-    return n, [Problem(pos, "message_id", f"{mid!r} is already stored with different content") for pos, mid in rows]
+    return n, _stored_difference(conn, true())
 
 
 def drop_stored_and_conflicting(conn: Connection, conflicting_convs: list[str]) -> int:
@@ -596,8 +652,4 @@ def written_at_ingest(conn: Connection, now: datetime) -> int:
 def raced_messages(conn: Connection) -> list[Problem]:
     """Fresh rows a concurrent ingest stored first with another body (the rows this transaction
     inserted are its own, so they never differ)."""
-    s, m = STAGING.c, messages.c
-    rows = conn.execute(
-        select(s.pos, s.message_id).join(messages, m.message_id == s.message_id).where(_differs()).order_by(s.pos)
-    ).all()
-    return [Problem(pos, "message_id", f"{mid!r} is already stored with different content") for pos, mid in rows]
+    return _stored_difference(conn, true())

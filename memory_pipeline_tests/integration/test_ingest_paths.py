@@ -166,6 +166,8 @@ line_strategy = st.fixed_dictionaries(
         "timestamp": st.sampled_from(["2026-07-17T06:00:00+08:00", "2026-07-16T22:00:00Z", None]),
         "platform": st.sampled_from(["local", "discord"]),
         "debug": st.booleans(),
+        # the last two: one value, its keys in two orders
+        "tool_calls": st.sampled_from([None, [{"name": "x"}], [{"name": "x", "a": 1}], [{"a": 1, "name": "x"}]]),
     }
 )
 
@@ -208,6 +210,57 @@ def test_repeats_and_conflicts_are_decided_as_the_sequential_rules_decide(store,
             if e["message_id"] in given:
                 assert at[e["message_id"]] == given[e["message_id"]]
     assert report.inserted == len(set(after) - set(before))
+
+
+# --- one id is one event: its world, conversation and tool calls too ---------------------------
+
+
+def test_an_id_repeated_in_another_world_conversation_or_with_other_tool_calls_is_refused(store, tmp_path):
+    """A line reusing a stored id in another world and conversation (or with other tool calls) was
+    counted "already present" and dropped, exit 0: that world's event never existed. Within one
+    file, the same. Tool calls with their keys in another order are the same value."""
+    lite = Store(f"sqlite:///{tmp_path}/memory.sqlite")
+    ensure_schema(lite, domains.version_locations())
+    base = {"message_id": "m-1", "world_id": "wa", "conversation_id": "c-1", "role": "user", "content": "hello"}
+    base["timestamp"] = "2026-01-05T06:12:00+08:00"
+    calls = [{"name": "x", "args": {"a": 1, "b": 2}}]
+    files = {
+        "first": [{**base, "tool_calls": calls}],
+        "moved": [{**base, "world_id": "wb", "conversation_id": "c-9"}],
+        "calls": [{**base, "tool_calls": [{"name": "y"}]}],
+        "same": [{**base, "tool_calls": [{"args": {"b": 2, "a": 1}, "name": "x"}]}],
+        "in_file": [
+            {**base, "message_id": "q-1"},
+            {**base, "message_id": "q-1", "world_id": "wq", "conversation_id": "cq"},
+        ],
+    }
+    paths = {}
+    for name, lines in files.items():
+        paths[name] = tmp_path / f"{name}.jsonl"
+        paths[name].write_text("".join(json.dumps(e) + "\n" for e in lines), encoding="utf-8")
+    try:
+        for s in (store, lite):
+            assert ingest_file(s, paths["first"], now=NOW).inserted == 1
+            refused = {}
+            for name in ("moved", "calls", "in_file"):
+                with pytest.raises(IngestError) as info:
+                    ingest_file(s, paths[name], now=NOW)
+                refused[name] = [str(e) for e in info.value.errors]
+            assert refused == {
+                "moved": [
+                    f"{paths['moved']}:1: field 'message_id': 'm-1' is already stored with different conversation_id and tool_calls"
+                ],
+                "calls": [f"{paths['calls']}:1: field 'message_id': 'm-1' is already stored with different tool_calls"],
+                "in_file": [
+                    f"{paths['in_file']}:2: field 'message_id': 'q-1' repeats {paths['in_file']}:1 with different world_id and conversation_id"
+                ],
+            }
+            again = ingest_file(s, paths["same"], now=NOW)
+            assert (again.inserted, again.duplicates) == (0, 1)
+            rows = _rows(s)
+            assert [m[0] for m in rows["messages"]] == ["m-1"] and [w[0] for w in rows["worlds"]] == ["wa"], rows
+    finally:
+        make_engine(lite.url).dispose()
 
 
 # --- an offset with seconds: refused on every path, by line ---------------------------------------
