@@ -41,6 +41,7 @@ def serve(
     on stderr (token name, tool, world, duration, outcome) and counted at /metrics (Prometheus text, for an --all-worlds token)."""
     from memory_pipeline.access import tokens
     from memory_pipeline.cli.tower import _tower
+    from memory_pipeline.lib import settings
     from memory_pipeline.lib.settings import ConfigError
     from memory_pipeline.server.app import ServeError, make_uvicorn, tool_table
 
@@ -76,6 +77,13 @@ def serve(
         refuse(str(exc))
     if tokens.active_count(t.store) == 0:
         err.print("[yellow]no access token exists: every request is refused (memory-pipeline tokens create)[/]")
+    if not settings.redis_url():
+        # Each call then answers "ok" with an empty system block: said once, here, where it is set.
+        err.print(
+            "[yellow]no REDIS_URL: temporal/prompt_block's system block is made of the past days, months and "
+            "years rolls that Dagster runs and the demo cache in Redis; this server's in-process cache starts "
+            "empty, so its blocks carry none. Set REDIS_URL to the Redis they are built in[/]"
+        )
     _log_calls(t.tz)
     server.run()
     t.close()

@@ -202,25 +202,36 @@ def test_summary_pages_from_the_command_line(env, store):
     assert [s["group"] for s in rest["summaries"]] == ["c"] and rest["next_cursor"] is None
 
 
-def test_the_mcp_banner_is_printed_once_the_port_accepts_connections(env, pg_url, redis_url):
+@pytest.mark.parametrize("with_redis", [True, False], ids=["redis", "no-redis"])
+def test_the_mcp_banner_is_printed_once_the_port_accepts_connections(env, pg_url, redis_url, with_redis):
+    """Without REDIS_URL the server said nothing, and every prompt block answered "ok" with no
+    system block (the rolls are cached in Redis): it says so before its banner."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cli = Path(sys.executable).with_name("memory-pipeline")
     child_env = {**os.environ, "MEMORY_DATABASE_URL": pg_url, "REDIS_URL": redis_url, "DAGSTER_HOME": str(env)}
+    if not with_redis:
+        del child_env["REDIS_URL"]
     proc = subprocess.Popen([str(cli), "mcp", "--port", str(port)], stderr=subprocess.PIPE, text=True, env=child_env)
     try:
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
         deadline = time.monotonic() + 120
+        before = []
         while True:
             line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
             if line.startswith("MCP endpoint"):
                 break
+            before.append(line)
         # The moment the banner is out, a client connects (no retry).
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
         assert line.strip() == f"MCP endpoint: http://127.0.0.1:{port} (and /mcp); Ctrl-C stops it"
+        said = " ".join(" ".join(before).split())
+        warned = "no REDIS_URL: temporal/prompt_block's system block is made of the past days" in said
+        assert warned != with_redis, said
+        assert not warned or said.endswith("Set REDIS_URL to the Redis they are built in"), said
     finally:
         proc.terminate()
         proc.wait(timeout=30)
