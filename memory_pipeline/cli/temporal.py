@@ -17,6 +17,7 @@ from memory_pipeline.cli.console import (
     err,
     escape,
     exit_if_checks_failed,
+    known_world,
     open_cache,
     open_store,
     progress_bar,
@@ -654,6 +655,7 @@ def rolls_regenerate(
     """Regenerate one slot afresh (an LLM call, recorded in the ledger)."""
     from memory_pipeline.lib import settings
     from memory_pipeline.lib.llm import LLMClient
+    from memory_pipeline.lib.timeutil import utcnow
     from memory_pipeline.temporal import config as temporal_config
     from memory_pipeline.temporal import logic
     from memory_pipeline.temporal.context import TemporalContext
@@ -662,8 +664,11 @@ def rolls_regenerate(
     _id_option("--world", world)
     if kind not in logic.SYS_ROLL_KINDS:
         refuse(f"--kind {kind!r} is not a slot (one of {', '.join(logic.SYS_ROLL_KINDS)})")
-    today, _ = _today(at)
+    today, when = _today(at)
+    if when > utcnow():  # a slot covers the days before its day: past now, some have not ended
+        refuse(f"--at {at}: in the future; a slot covers the days before it, and they have not all ended")
     store = open_store()
+    known_world(world, store)  # else an unknown world answered "nothing to cover", exit 0
     ctx = TemporalContext(
         store=store,
         llm=LLMClient.from_settings(store, asset="temporal_system_rolls"),

@@ -334,7 +334,8 @@ def first_ids(conn: Connection, limit: int = 3) -> list[str]:
 
 def conversation_conflicts(conn: Connection) -> list[Problem]:
     """Staged rows whose conversation is stored with another (world, platform, debug): every row
-    of such a conversation, in file order (the staged rows of one conversation agree by now)."""
+    of such a conversation, in file order (the staged rows of one conversation agree by now), each
+    naming both sides (a line's platform may be the default, 'local', where it gave none)."""
     s, c = STAGING.c, conversations.c
     staged = (
         select(
@@ -347,9 +348,10 @@ def conversation_conflicts(conn: Connection) -> list[Problem]:
         .subquery()
     )
     known = {
-        cid: _meta(w, p, d)
-        for cid, w, p, d in conn.execute(
+        cid: (_meta(w, p, d), _meta(sw, sp, sd))
+        for cid, w, p, d, sw, sp, sd in conn.execute(
             select(staged.c.conversation_id, c.world_id, c.platform, c.debug)
+            .add_columns(staged.c.world_id, staged.c.platform, staged.c.debug)
             .join(conversations, c.conversation_id == staged.c.conversation_id)
             .where(
                 or_(
@@ -369,7 +371,11 @@ def conversation_conflicts(conn: Connection) -> list[Problem]:
             select(s.pos, s.conversation_id).where(s.conversation_id.in_(ids[i : i + 1000])).order_by(s.pos)
         ).all()
         out += [
-            Problem(pos, "conversation_id", f"{cid!r} is stored with (world, platform, debug) {known[cid]}")
+            Problem(
+                pos,
+                "conversation_id",
+                f"{cid!r} is stored with (world, platform, debug) {known[cid][0]}, this line says {known[cid][1]}",
+            )
             for pos, cid in rows
         ]
     out.sort(key=lambda p: p.pos)

@@ -229,7 +229,8 @@ FALLBACKS = {
         (
             "refused",
             [
-                f"{{path}}:{i}: field 'conversation_id': 'c1' is stored with (world, platform, debug) ('w1', 'cron', False)"
+                f"{{path}}:{i}: field 'conversation_id': 'c1' is stored with (world, platform, debug) ('w1', 'cron', False),"
+                " this line says ('w1', 'local', False)"
                 for i in (1, 2, 3)
             ],
         ),

@@ -75,6 +75,15 @@ def test_rolls_from_the_command_line(ctx, store, ingest, redis_url, pg_url, monk
     assert re.fullmatch(r"\d+s", age) and int(age[:-1]) < 600 and re.fullmatch(r"\d+s", ttl), line
     bad = runner.invoke(app, ["rolls", "regenerate", "--world", "w1", "--kind", "past_weeks", *at])
     assert bad.exit_code == 2 and "is not a slot" in bad.output
+    # an unknown world answered "nothing to cover", exit 0; a future --at covered days not ended
+    ghost = runner.invoke(app, ["rolls", "regenerate", "--world", "ghost", "--kind", "past_days", *at])
+    assert ghost.exit_code == 1, ghost.output
+    assert ghost.stderr.strip() == "no such world 'ghost': nothing has been ingested for it"
+    ahead = "2999-01-01T00:00:00+08:00"
+    future = runner.invoke(app, ["rolls", "regenerate", "--world", "w1", "--kind", "past_days", "--at", ahead])
+    assert future.exit_code == 2 and future.stdout == "", future.output
+    said = " ".join(future.stderr.split())
+    assert said == f"--at {ahead}: in the future; a slot covers the days before it, and they have not all ended"
     assert "in-process cache" not in result.stderr  # with Redis, no note
     # Without REDIS_URL the slot lives in this process alone: said so (it read as a plain success)
     monkeypatch.delenv("REDIS_URL")
