@@ -25,9 +25,18 @@ if TYPE_CHECKING:
     from memory_pipeline.lib.store import Store
 
 
-def ingested_elsewhere(db: Path, sample_dir: Path) -> list[str]:
-    """The files a demo store holds events of that the demo did not write (``ingest_batches`` outside
-    ``sample_dir``): someone's own data, which starting fresh would delete."""
+# What the demo writes and ingests, under the data folder's sample/: any other file there is not its own.
+SAMPLE_FILES = ("events.jsonl", "long_conversation.jsonl")
+
+
+def sample_files(data: Path) -> list[Path]:
+    return [data / "sample" / name for name in SAMPLE_FILES]
+
+
+def ingested_elsewhere(db: Path, own: list[Path]) -> list[str]:
+    """The files a demo store holds events of that the demo did not write (``ingest_batches`` from any
+    file but ``own``, the demo's): someone's own data, which starting fresh would delete (a file of
+    theirs beside the demo's sample too)."""
     if not db.exists():
         return []
     try:
@@ -35,8 +44,8 @@ def ingested_elsewhere(db: Path, sample_dir: Path) -> list[str]:
             rows = conn.execute("SELECT DISTINCT source FROM ingest_batches WHERE inserted > 0").fetchall()
     except sqlite3.Error:
         return []  # no ingest recorded (or not a store): nothing of anyone's to lose
-    own = sample_dir.resolve()
-    return sorted(src for (src,) in rows if not Path(src).resolve().is_relative_to(own))
+    mine = {path.resolve() for path in own}
+    return sorted(src for (src,) in rows if Path(src).resolve() not in mine)
 
 
 def remove_previous(data: Path, analytics: bool) -> None:
@@ -63,7 +72,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
 
     data = settings.data_dir()
     if fresh and not settings.env(settings.ENV_DATABASE_URL):
-        if theirs := ingested_elsewhere(data / "memory.sqlite", data / "sample"):
+        if theirs := ingested_elsewhere(data / "memory.sqlite", sample_files(data)):
             err.print(
                 f"[red]{data / 'memory.sqlite'} holds events ingested from {', '.join(theirs[:3])}"
                 f"{' and more' if len(theirs) > 3 else ''}; the demo starts from an empty store and would "
@@ -91,7 +100,7 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     from memory_pipeline.temporal.read import temporal_view, viewer_timeline
 
     store = open_store()
-    path = data / "sample" / "events.jsonl"
+    path, long_path = sample_files(data)
     n = sample_data.generate(path)
     console.print(
         f"[bold]1.[/] sample: {n} events in {path} "
@@ -99,7 +108,6 @@ def run_demo(*, fresh: bool, console: Console, err: Console) -> int:
     )
     report = with_ingest_progress(store, "ingest sample", lambda tick: ingest_file(store, path, progress=tick))
     print_ingest(report)
-    long_path = data / "sample" / "long_conversation.jsonl"
     _long_conversation(long_path)
     print_ingest(ingest_file(store, long_path))
 

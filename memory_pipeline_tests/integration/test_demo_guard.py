@@ -4,7 +4,7 @@ import json
 
 from rich.console import Console
 
-from memory_pipeline.cli.demo import ingested_elsewhere, remove_previous, run_demo
+from memory_pipeline.cli.demo import ingested_elsewhere, remove_previous, run_demo, sample_files
 from memory_pipeline.events.ingest import ingest_file
 from memory_pipeline.lib.store import Store
 from memory_pipeline_tests.conftest import conversation, cst
@@ -28,18 +28,20 @@ def test_the_demo_refuses_to_wipe_a_store_holding_someone_elses_events(tmp_path,
     from memory_pipeline.lib.store.migrate import ensure_schema
 
     ensure_schema(store, domains.version_locations())
-    _ingest(store, data / "sample" / "events.jsonl", "demo1")  # the demo's own sample: fine to wipe
-    assert ingested_elsewhere(db, data / "sample") == []
-    mine = tmp_path / "mine.jsonl"
+    own = sample_files(data)
+    _ingest(store, own[0], "demo1")  # the demo's own sample: fine to wipe
+    assert ingested_elsewhere(db, own) == []
+    mine, beside = tmp_path / "mine.jsonl", data / "sample" / "my_private_events.jsonl"
     _ingest(store, mine, "me")
+    _ingest(store, beside, "me2")  # beside the demo's sample: still not the demo's (it was wiped)
     store.engine.dispose()
-    assert ingested_elsewhere(db, data / "sample") == [str(mine)]
+    assert ingested_elsewhere(db, own) == sorted([str(mine), str(beside)])
     err = Console(record=True, width=300)
     assert run_demo(fresh=True, console=Console(record=True), err=err) == 2
     said = err.export_text()
-    assert f"holds events ingested from {mine}" in said and "memory-pipeline demo --keep" in said
+    assert f"holds events ingested from {beside}, {mine};" in said and "memory-pipeline demo --keep" in said
     assert db.exists()  # nothing deleted
-    assert ingested_elsewhere(tmp_path / "absent.sqlite", data / "sample") == []
+    assert ingested_elsewhere(tmp_path / "absent.sqlite", own) == []
 
 
 def test_a_fresh_demo_removes_the_previous_demos_state_and_nothing_else(tmp_path):
