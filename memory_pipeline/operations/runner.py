@@ -137,6 +137,12 @@ def partition_keys(
     call ``start`` and ``end`` (the options that gave them)."""
     known = targets()
     if window not in known:
+        # an asset's name, as the UI shows it, under a target of another name (tower_day_windows)
+        named = [name for name, t in known.items() if t.asset_key.to_user_string() == window]
+        if named:
+            raise RangeError(
+                f"unknown window {window!r}: that is the asset of the target {named[0]!r}; give {named[0]!r}"
+            )
         raise RangeError(f"unknown window {window!r} (one of {', '.join(known)})")
     defn = known[window].partitions
     if not isinstance(defn, TimeWindowPartitionsDefinition):  # every registered target is

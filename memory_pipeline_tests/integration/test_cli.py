@@ -213,6 +213,11 @@ def test_bad_options_are_refused_before_anything_runs(env):
         (["regenerate", "year", "2019"], "empty range: partition 2019 is before the first partition 2022"),
         (["regenerate", "day", "2026-02-30"], "partition '2026-02-30' is not a partition key of day (one such as '"),
         (["backfill", "foo"], "unknown window 'foo' (one of "),
+        # the UI's name of the asset (the CLI's target is tower_windows)
+        (
+            ["backfill", "tower_day_windows"],
+            "unknown window 'tower_day_windows': that is the asset of the target 'tower_windows'; give 'tower_windows'",
+        ),
         (["backfill", "day", "--from", "2026-1-5"], "--from '2026-1-5' is not a partition key of day (one such as '"),
     ]
     for args, message in cases:
