@@ -245,8 +245,8 @@ def _meta(world: str, platform: str, debug: bool) -> tuple[str, str, bool]:
 def file_repeats(conn: Connection) -> FileRepeats:
     """Repeats inside the staged rows, exactly as a sequential pass over the file decides them:
     a repeated message_id that is the same event (``difference``) is dropped, another refused
-    ("repeats {source} with different content", or the fields that differ); a line without a timestamp agrees with any time,
-    and the first line of an id takes the time a later one gives; a conversation keeps the
+    ("repeats {source} with different content", or the fields that differ); a line without a
+    timestamp agrees with any time, and the first line of an id takes the time a later one gives; a conversation keeps the
     (world, platform, debug) of its first accepted line. Only rows whose id repeats or whose
     conversation has more than one (world, platform, debug) can be affected: those are read (in
     file order) and decided one by one; every other row is accepted without being read."""
@@ -423,15 +423,15 @@ def _differs() -> Any:
     return or_(_body_differs(), s.conversation_id != m.conversation_id, s.tool_calls != stored_calls)
 
 
-def _stored_difference(conn: Connection, where: Any) -> list[Problem]:
-    """The staged rows (joined with the stored message of their id, filtered by ``where``) that
-    are another event than the stored one, in file order, each naming what differs."""
+def _stored_difference(conn: Connection) -> list[Problem]:
+    """The staged rows that are another event than the stored one of their id, in file order, each
+    naming what differs."""
     s, m = STAGING.c, messages.c
     q = (
         select(s.pos, s.message_id, _body_differs().label("body"), s.conversation_id, m.conversation_id, s.tool_calls)
         .add_columns(m.tool_calls)
         .select_from(STAGING.join(messages, m.message_id == s.message_id))
-        .where(where, _differs())
+        .where(_differs())
         .order_by(s.pos)
     )
     out = []
@@ -449,7 +449,7 @@ def stored_messages(conn: Connection) -> tuple[int, list[Problem]]:
     n = conn.execute(select(func.count()).select_from(joined)).scalar_one()
     if not n:
         return 0, []
-    return n, _stored_difference(conn, true())
+    return n, _stored_difference(conn)
 
 
 def drop_stored_and_conflicting(conn: Connection, conflicting_convs: list[str]) -> int:
@@ -658,4 +658,4 @@ def written_at_ingest(conn: Connection, now: datetime) -> int:
 def raced_messages(conn: Connection) -> list[Problem]:
     """Fresh rows a concurrent ingest stored first with another body (the rows this transaction
     inserted are its own, so they never differ)."""
-    return _stored_difference(conn, true())
+    return _stored_difference(conn)

@@ -227,9 +227,9 @@ def test_the_organize_claim_reads_the_queue_index_instead_of_sorting_the_backlog
 
 def test_the_organize_claim_finds_its_events_attachments_by_event_and_world(empty_url):
     """0037: the claim reads the objects its event is attached to (``worker._NEXT_PAGE``'s
-    subquery) from an index led by the event and the world. Before it, PostgreSQL answered the
-    lookup from the primary key (world, object, event), reading every attachment of the world:
-    each claim of a backlog cost more than the one before. Here, on tables without statistics
+    subquery) from an index led by the event and the world. Before it, SQLite (and PostgreSQL
+    without statistics) answered the lookup from the primary key (world, object, event), reading
+    every attachment of the world: each claim of a backlog cost more than the one before. Here, on tables without statistics
     and with the primary key the only other index that could answer, the plan must name the
     index whose first columns are the lookup's two conditions."""
     from memory_pipeline.objects.worker import _NEXT_PAGE
